@@ -1,0 +1,22 @@
+// CPU (de)quantisation of ggml rows. A "row" is n consecutive elements, n a multiple of the
+// type's block size (see ggml_type.h). Bit-exact with llama.cpp's scalar reference where
+// llama.cpp defines one (dequantisation of every type; Q8_0/Q8_1/Q4_0/Q4_1/Q5_0/Q5_1 quantisers).
+// The K-quant quantisers (Q4_K, Q6_K) follow the same search idea as llama.cpp's but are our own.
+#pragma once
+
+#include "format/ggml_type.h"
+
+#include <cstdint>
+
+namespace lamina {
+
+// dst[0..n) = value of element i of the row at src.
+void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
+
+// Whether quantize_row supports the type (F32, F16, BF16, Q8_0, Q8_1, Q4_0, Q4_1, Q5_0, Q5_1,
+// Q4_K, Q6_K).
+bool can_quantize(GgmlType t);
+// Encodes n floats as row_bytes(t, n) bytes at dst. Throws lamina::Error for other types.
+void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
+
+}  // namespace lamina

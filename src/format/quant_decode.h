@@ -1,0 +1,69 @@
+// Per-element decoding of ggml blocks, shared by the CPU reference (dequant.cpp) and the CUDA
+// kernels (kernels/dequant). `decode_<type>(block, e)` returns element e (0..31 for the legacy
+// types, 0..255 for the K types) of one block. Formulas: ../shared/docs/formats.md §2.3.
+#pragma once
+
+#include "core/half.h"
+#include "format/quant_blocks.h"
+
+namespace lamina {
+
+LAMINA_HD int q_nib(const uint8_t* qs, int e) { return e < 16 ? (qs[e] & 15) : (qs[e - 16] >> 4); }
+LAMINA_HD uint32_t q_u32(const uint8_t* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+
+LAMINA_HD float decode_q4_0(const block_q4_0& b, int e) {
+  return f16_to_f32(b.d) * float(q_nib(b.qs, e) - 8);
+}
+LAMINA_HD float decode_q4_1(const block_q4_1& b, int e) {
+  return f16_to_f32(b.d) * float(q_nib(b.qs, e)) + f16_to_f32(b.m);
+}
+LAMINA_HD float decode_q5_0(const block_q5_0& b, int e) {
+  const int hi = int((q_u32(b.qh) >> e) & 1u) << 4;
+  return f16_to_f32(b.d) * float((q_nib(b.qs, e) | hi) - 16);
+}
+LAMINA_HD float decode_q5_1(const block_q5_1& b, int e) {
+  const int hi = int((q_u32(b.qh) >> e) & 1u) << 4;
+  return f16_to_f32(b.d) * float(q_nib(b.qs, e) | hi) + f16_to_f32(b.m);
+}
+LAMINA_HD float decode_q8_0(const block_q8_0& b, int e) { return f16_to_f32(b.d) * float(b.qs[e]); }
+LAMINA_HD float decode_q8_1(const block_q8_1& b, int e) { return f16_to_f32(b.d) * float(b.qs[e]); }
+
+LAMINA_HD float decode_q2_K(const block_q2_K& b, int e) {
+  const int n = e / 128, j = (e % 128) / 32, l = e % 32;
+  const int q = (b.qs[32 * n + l] >> (2 * j)) & 3;
+  const uint8_t s = b.scales[e / 16];
+  return f16_to_f32(b.d) * float(s & 15) * float(q) - f16_to_f32(b.dmin) * float(s >> 4);
+}
+LAMINA_HD float decode_q3_K(const block_q3_K& b, int e) {
+  const int n = e / 128, j = (e % 128) / 32, l = e % 32, t = e / 16;
+  const int q = ((b.qs[32 * n + l] >> (2 * j)) & 3) - (((b.hmask[l] >> (4 * n + j)) & 1) ? 0 : 4);
+  const int lo = t < 8 ? (b.scales[t] & 15) : (b.scales[t - 8] >> 4);
+  const int hi = (b.scales[8 + t % 4] >> (2 * (t / 4))) & 3;
+  return f16_to_f32(b.d) * float((lo | hi << 4) - 32) * float(q);
+}
+LAMINA_HD float decode_q4_K(const block_q4_K& b, int e) {
+  uint8_t sc, m;
+  q4k_scale_min(e / 32, b.scales, &sc, &m);
+  const uint8_t byte = b.qs[32 * (e / 64) + e % 32];
+  const int q = (e % 64 < 32) ? (byte & 15) : (byte >> 4);
+  return f16_to_f32(b.d) * float(sc) * float(q) - f16_to_f32(b.dmin) * float(m);
+}
+LAMINA_HD float decode_q5_K(const block_q5_K& b, int e) {
+  uint8_t sc, m;
+  q4k_scale_min(e / 32, b.scales, &sc, &m);
+  const uint8_t byte = b.qs[32 * (e / 64) + e % 32];
+  const int q = ((e % 64 < 32) ? (byte & 15) : (byte >> 4)) + 16 * ((b.qh[e % 32] >> (e / 32)) & 1);
+  return f16_to_f32(b.d) * float(sc) * float(q) - f16_to_f32(b.dmin) * float(m);
+}
+LAMINA_HD float decode_q6_K(const block_q6_K& b, int e) {
+  const int n = e / 128, k = (e % 128) / 32, l = e % 32;
+  const uint8_t byte = b.ql[64 * n + 32 * (k & 1) + l];
+  const int lo4 = k < 2 ? (byte & 15) : (byte >> 4);
+  const int hi2 = (b.qh[32 * n + l] >> (2 * k)) & 3;
+  return f16_to_f32(b.d) * float(b.scales[e / 16]) * float((lo4 | hi2 << 4) - 32);
+}
+LAMINA_HD float decode_q8_K(const block_q8_K& b, int e) { return b.d * float(b.qs[e]); }
+
+}  // namespace lamina

@@ -1,0 +1,293 @@
+// Reference quantisers. The legacy ones reproduce llama.cpp's quantize_row_*_ref bit for bit
+// (formats.md §2.4); Q4_K and Q6_K use a least-squares scale search of our own.
+#include "core/error.h"
+#include "core/half.h"
+#include "format/quant.h"
+#include "format/quant_blocks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace lamina {
+namespace {
+
+// ---- legacy 32-element blocks ---------------------------------------------------------------
+
+void q8_0(const float* x, block_q8_0* b) {
+  float amax = 0;
+  for (int e = 0; e < QK; ++e) amax = std::max(amax, std::fabs(x[e]));
+  const float d = amax / 127.f, id = d ? 1.f / d : 0.f;
+  b->d = f32_to_f16(d);
+  for (int e = 0; e < QK; ++e) b->qs[e] = int8_t(std::roundf(x[e] * id));
+}
+
+void q8_1(const float* x, block_q8_1* b) {
+  float amax = 0;
+  for (int e = 0; e < QK; ++e) amax = std::max(amax, std::fabs(x[e]));
+  const float d = amax / 127.f, id = d ? 1.f / d : 0.f;
+  int sum = 0;
+  for (int e = 0; e < QK; ++e) {
+    b->qs[e] = int8_t(std::roundf(x[e] * id));
+    sum += b->qs[e];
+  }
+  b->d = f32_to_f16(d);
+  b->s = f32_to_f16(float(sum) * d);
+}
+
+// Signed value of largest magnitude (first one on ties).
+float signed_absmax(const float* x, int n) {
+  float amax = 0, m = 0;
+  for (int e = 0; e < n; ++e)
+    if (std::fabs(x[e]) > amax) { amax = std::fabs(x[e]); m = x[e]; }
+  return m;
+}
+
+void q4_0(const float* x, block_q4_0* b) {
+  const float d = signed_absmax(x, QK) / -8.f, id = d ? 1.f / d : 0.f;
+  b->d = f32_to_f16(d);
+  for (int j = 0; j < QK / 2; ++j) {
+    const uint8_t a = uint8_t(std::min(15, int(int8_t(x[j] * id + 8.5f))));
+    const uint8_t c = uint8_t(std::min(15, int(int8_t(x[j + 16] * id + 8.5f))));
+    b->qs[j] = uint8_t(a | c << 4);
+  }
+}
+
+void q4_1(const float* x, block_q4_1* b) {
+  float lo = x[0], hi = x[0];
+  for (int e = 1; e < QK; ++e) { lo = std::min(lo, x[e]); hi = std::max(hi, x[e]); }
+  const float d = (hi - lo) / 15.f, id = d ? 1.f / d : 0.f;
+  b->d = f32_to_f16(d);
+  b->m = f32_to_f16(lo);
+  for (int j = 0; j < QK / 2; ++j) {
+    const uint8_t a = uint8_t(std::min(15, int(int8_t((x[j] - lo) * id + 0.5f))));
+    const uint8_t c = uint8_t(std::min(15, int(int8_t((x[j + 16] - lo) * id + 0.5f))));
+    b->qs[j] = uint8_t(a | c << 4);
+  }
+}
+
+void q5_0(const float* x, block_q5_0* b) {
+  const float d = signed_absmax(x, QK) / -16.f, id = d ? 1.f / d : 0.f;
+  b->d = f32_to_f16(d);
+  uint32_t qh = 0;
+  for (int j = 0; j < QK / 2; ++j) {
+    const int a = std::min(31, int(int8_t(x[j] * id + 16.5f)));
+    const int c = std::min(31, int(int8_t(x[j + 16] * id + 16.5f)));
+    b->qs[j] = uint8_t((a & 15) | (c & 15) << 4);
+    qh |= uint32_t((a >> 4) & 1) << j;
+    qh |= uint32_t((c >> 4) & 1) << (j + 16);
+  }
+  std::memcpy(b->qh, &qh, 4);
+}
+
+void q5_1(const float* x, block_q5_1* b) {
+  float lo = x[0], hi = x[0];
+  for (int e = 1; e < QK; ++e) { lo = std::min(lo, x[e]); hi = std::max(hi, x[e]); }
+  const float d = (hi - lo) / 31.f, id = d ? 1.f / d : 0.f;
+  b->d = f32_to_f16(d);
+  b->m = f32_to_f16(lo);
+  uint32_t qh = 0;
+  for (int j = 0; j < QK / 2; ++j) {
+    const int a = int(int8_t((x[j] - lo) * id + 0.5f));
+    const int c = int(int8_t((x[j + 16] - lo) * id + 0.5f));
+    b->qs[j] = uint8_t((a & 15) | (c & 15) << 4);
+    qh |= uint32_t((a >> 4) & 1) << j;
+    qh |= uint32_t((c >> 4) & 1) << (j + 16);
+  }
+  std::memcpy(b->qh, &qh, 4);
+}
+
+// ---- K quants -------------------------------------------------------------------------------
+
+inline int nearest(float v) { return int(std::nearbyint(v)); }
+
+// Fits x[i] ~ scale*q[i] - mn with q in [0, nmax], weights w: tries a range of inverse scales
+// around nmax/(max-min), solves the weighted least-squares (scale, mn) for each quantisation,
+// and keeps the best. Returns scale; *mn_out >= 0.
+float fit_scale_min(const float* x, const float* w, int n, int nmax, uint8_t* q, float* mn_out) {
+  float lo = x[0], hi = x[0];
+  for (int i = 1; i < n; ++i) { lo = std::min(lo, x[i]); hi = std::max(hi, x[i]); }
+  lo = std::min(lo, 0.f);
+  if (hi <= lo) {
+    std::fill(q, q + n, uint8_t(0));
+    *mn_out = -lo;
+    return 0.f;
+  }
+  float best_err = INFINITY, best_scale = (hi - lo) / float(nmax), best_min = lo;
+  for (int i = 0; i < n; ++i) q[i] = uint8_t(std::clamp(nearest((x[i] - lo) / best_scale), 0, nmax));
+  uint8_t tmp[256];
+  for (int step = -10; step <= 10; ++step) {
+    const float iscale = (float(nmax) + 0.1f * float(step)) / (hi - lo);
+    float sw = 0, sl = 0, sx = 0, sl2 = 0, slx = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = std::clamp(nearest(iscale * (x[i] - lo)), 0, nmax);
+      tmp[i] = uint8_t(l);
+      sw += w[i]; sl += w[i] * l; sx += w[i] * x[i]; sl2 += w[i] * l * l; slx += w[i] * l * x[i];
+    }
+    const float det = sw * sl2 - sl * sl;
+    if (det <= 0) continue;
+    float scale = (sw * slx - sx * sl) / det;
+    float mn = (sl2 * sx - sl * slx) / det;
+    if (mn > 0) {  // the offset must stay <= 0: refit the scale alone with mn = 0
+      mn = 0;
+      scale = sl2 > 0 ? slx / sl2 : 0;
+    }
+    float err = 0;
+    for (int i = 0; i < n; ++i) {
+      const float r = scale * tmp[i] + mn - x[i];
+      err += w[i] * r * r;
+    }
+    if (err < best_err) {
+      best_err = err; best_scale = scale; best_min = mn;
+      std::copy(tmp, tmp + n, q);
+    }
+  }
+  *mn_out = -best_min;
+  return best_scale;
+}
+
+void q4_K(const float* x, block_q4_K* b) {
+  float scales[8], mins[8], w[32];
+  uint8_t L[QK_K];
+  float sum2 = 0;
+  for (int i = 0; i < QK_K; ++i) sum2 += x[i] * x[i];
+  const float av = std::sqrt(sum2 / QK_K);
+  float max_scale = 0, max_min = 0;
+  for (int j = 0; j < 8; ++j) {
+    for (int l = 0; l < 32; ++l) w[l] = av + std::fabs(x[32 * j + l]);
+    scales[j] = fit_scale_min(x + 32 * j, w, 32, 15, L + 32 * j, &mins[j]);
+    max_scale = std::max(max_scale, scales[j]);
+    max_min = std::max(max_min, mins[j]);
+  }
+  const float d = max_scale / 63.f, dmin = max_min / 63.f;
+  uint8_t ls[8], lm[8];
+  for (int j = 0; j < 8; ++j) {
+    ls[j] = uint8_t(std::min(63, d > 0 ? nearest(scales[j] / d) : 0));
+    lm[j] = uint8_t(std::min(63, dmin > 0 ? nearest(mins[j] / dmin) : 0));
+  }
+  std::memset(b->scales, 0, sizeof b->scales);
+  for (int j = 0; j < 4; ++j) { b->scales[j] = ls[j]; b->scales[j + 4] = lm[j]; }
+  for (int j = 4; j < 8; ++j) {
+    b->scales[j + 4] = uint8_t((ls[j] & 15) | (lm[j] & 15) << 4);
+    b->scales[j - 4] |= uint8_t((ls[j] >> 4) << 6);
+    b->scales[j] |= uint8_t((lm[j] >> 4) << 6);
+  }
+  b->d = f32_to_f16(d);
+  b->dmin = f32_to_f16(dmin);
+  // Re-quantise against the scales as stored (rounded to 6 bits and f16).
+  const float df = f16_to_f32(b->d), dminf = f16_to_f32(b->dmin);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    q4k_scale_min(j, b->scales, &sc, &m);
+    const float ds = df * sc, dm = dminf * m;
+    for (int l = 0; l < 32; ++l)
+      L[32 * j + l] = uint8_t(ds > 0 ? std::clamp(nearest((x[32 * j + l] + dm) / ds), 0, 15) : 0);
+  }
+  for (int c = 0; c < 4; ++c)
+    for (int l = 0; l < 32; ++l) b->qs[32 * c + l] = uint8_t(L[64 * c + l] | L[64 * c + 32 + l] << 4);
+}
+
+// Symmetric fit x ~ scale*q, q in [-nmax, nmax-1], weights x^2; returns the scale.
+float fit_scale_sym(const float* x, int n, int nmax) {
+  const float m = signed_absmax(x, n);
+  if (m == 0) return 0;
+  float best = 0, best_scale = -m / float(nmax);
+  for (int step = -9; step <= 9; ++step) {
+    const float iscale = -(float(nmax) + 0.1f * float(step)) / m;
+    float slx = 0, sl2 = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = std::clamp(nearest(iscale * x[i]), -nmax, nmax - 1);
+      const float w = x[i] * x[i];
+      slx += w * x[i] * l;
+      sl2 += w * l * l;
+    }
+    if (sl2 > 0 && slx * slx > best * sl2) {
+      best = slx * slx / sl2;
+      best_scale = slx / sl2;
+    }
+  }
+  return best_scale;
+}
+
+void q6_K(const float* x, block_q6_K* b) {
+  float scales[16];
+  float max_abs = 0, max_scale = 0;
+  for (int j = 0; j < 16; ++j) {
+    scales[j] = fit_scale_sym(x + 16 * j, 16, 32);
+    if (std::fabs(scales[j]) > max_abs) { max_abs = std::fabs(scales[j]); max_scale = scales[j]; }
+  }
+  int8_t L[QK_K];
+  if (max_abs == 0) {
+    std::memset(b, 0, sizeof *b);
+    std::memset(b->ql, 0x00, sizeof b->ql);
+    for (auto& q : L) q = 32;  // value 0
+  } else {
+    const float iscale = -128.f / max_scale;
+    b->d = f32_to_f16(1.f / iscale);
+    for (int j = 0; j < 16; ++j) b->scales[j] = int8_t(std::min(127, nearest(iscale * scales[j])));
+    const float d = f16_to_f32(b->d);
+    for (int j = 0; j < 16; ++j) {
+      const float ds = d * b->scales[j];
+      for (int l = 0; l < 16; ++l) {
+        const int q = ds != 0 ? std::clamp(nearest(x[16 * j + l] / ds), -32, 31) : 0;
+        L[16 * j + l] = int8_t(q + 32);
+      }
+    }
+  }
+  for (int n = 0; n < 2; ++n)
+    for (int l = 0; l < 32; ++l) {
+      const int q1 = L[128 * n + l], q2 = L[128 * n + l + 32];
+      const int q3 = L[128 * n + l + 64], q4 = L[128 * n + l + 96];
+      b->ql[64 * n + l] = uint8_t((q1 & 15) | (q3 & 15) << 4);
+      b->ql[64 * n + l + 32] = uint8_t((q2 & 15) | (q4 & 15) << 4);
+      b->qh[32 * n + l] = uint8_t((q1 >> 4) | (q2 >> 4) << 2 | (q3 >> 4) << 4 | (q4 >> 4) << 6);
+    }
+}
+
+template <class Block, void (*F)(const float*, Block*), int N>
+void blocks(const float* x, void* dst, int64_t n) {
+  Block* b = static_cast<Block*>(dst);
+  for (int64_t i = 0; i < n / N; ++i) F(x + i * N, b + i);
+}
+
+}  // namespace
+
+bool can_quantize(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0:
+    case GgmlType::Q8_1: case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0:
+    case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q6_K: return true;
+    default: return false;
+  }
+}
+
+void quantize_row(GgmlType t, const float* x, void* dst, int64_t n) {
+  const TypeTraits& tr = traits(t);
+  if (n % tr.block_elems != 0)
+    fail("quantize_row: {} elements is not a multiple of the {} block size {}", n, tr.name, tr.block_elems);
+  switch (t) {
+    case GgmlType::F32: std::memcpy(dst, x, size_t(n) * 4); return;
+    case GgmlType::F16: {
+      uint16_t* h = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) h[i] = f32_to_f16(x[i]);
+      return;
+    }
+    case GgmlType::BF16: {
+      uint16_t* h = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) h[i] = f32_to_bf16(x[i]);
+      return;
+    }
+    case GgmlType::Q8_0: return blocks<block_q8_0, q8_0, QK>(x, dst, n);
+    case GgmlType::Q8_1: return blocks<block_q8_1, q8_1, QK>(x, dst, n);
+    case GgmlType::Q4_0: return blocks<block_q4_0, q4_0, QK>(x, dst, n);
+    case GgmlType::Q4_1: return blocks<block_q4_1, q4_1, QK>(x, dst, n);
+    case GgmlType::Q5_0: return blocks<block_q5_0, q5_0, QK>(x, dst, n);
+    case GgmlType::Q5_1: return blocks<block_q5_1, q5_1, QK>(x, dst, n);
+    case GgmlType::Q4_K: return blocks<block_q4_K, q4_K, QK_K>(x, dst, n);
+    case GgmlType::Q6_K: return blocks<block_q6_K, q6_K, QK_K>(x, dst, n);
+    default: break;
+  }
+  fail("quantize_row: no quantiser for type {}", tr.name);
+}
+
+}  // namespace lamina

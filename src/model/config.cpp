@@ -1,0 +1,64 @@
+#include "model/config.h"
+
+#include "core/error.h"
+#include "format/gguf.h"
+
+namespace lamina {
+
+ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
+  ModelConfig c;
+  c.arch = f.require_string("general.architecture");
+  if (c.arch != "llama" && c.arch != "qwen2")
+    fail("{}: architecture '{}' is not supported (supported: llama, qwen2)", f.path(), c.arch);
+  c.name = f.get_string("general.name").value_or("");
+  const std::string a = c.arch + ".";
+  auto u32 = [&](const std::string& key) -> uint32_t {
+    const uint64_t v = f.require_uint(a + key);
+    if (v == 0 || v > UINT32_MAX) fail("{}: key '{}{}' = {} is out of range", f.path(), a, key, v);
+    return uint32_t(v);
+  };
+  // Per-layer arrays (head counts, ffn sizes) are accepted when every layer agrees.
+  auto u32_or_array = [&](const std::string& key) -> uint32_t {
+    const GgufValue* v = f.find(a + key);
+    if (v && v->type == GgufType::ARRAY) {
+      auto arr = f.get_int_array(a + key);
+      if (!arr || arr->empty()) fail("{}: key '{}{}' is an empty array", f.path(), a, key);
+      for (int64_t x : *arr)
+        if (x != (*arr)[0]) fail("{}: key '{}{}' varies per layer, which is not supported", f.path(), a, key);
+      if ((*arr)[0] <= 0) fail("{}: key '{}{}' = {} is out of range", f.path(), a, key, (*arr)[0]);
+      return uint32_t((*arr)[0]);
+    }
+    return u32(key);
+  };
+  c.n_ctx_train = u32("context_length");
+  c.n_embd = u32("embedding_length");
+  c.n_layer = u32("block_count");
+  c.n_ff = u32_or_array("feed_forward_length");
+  c.n_head = u32_or_array("attention.head_count");
+  c.n_head_kv = f.find(a + "attention.head_count_kv") ? u32_or_array("attention.head_count_kv") : c.n_head;
+  if (c.n_head % c.n_head_kv != 0)
+    fail("{}: head_count {} is not a multiple of head_count_kv {}", f.path(), c.n_head, c.n_head_kv);
+  c.head_dim = f.find(a + "attention.key_length") ? u32("attention.key_length") : c.n_embd / c.n_head;
+  if (f.find(a + "attention.value_length") && u32("attention.value_length") != c.head_dim)
+    fail("{}: value_length differs from key_length, which is not supported", f.path());
+  c.n_rot = f.find(a + "rope.dimension_count") ? u32("rope.dimension_count") : c.head_dim;
+  if (c.n_rot > c.head_dim || c.n_rot % 2)
+    fail("{}: rope.dimension_count {} does not fit head_dim {}", f.path(), c.n_rot, c.head_dim);
+  const auto eps = f.get_float(a + "attention.layer_norm_rms_epsilon");
+  if (!eps) fail("{}: missing required key '{}attention.layer_norm_rms_epsilon'", f.path(), a);
+  c.rms_eps = float(*eps);
+  c.rope_base = float(f.get_float(a + "rope.freq_base").value_or(10000.0));
+  if (auto factor = f.get_float(a + "rope.scaling.factor"); factor && *factor > 0) {
+    c.rope_freq_scale = float(1.0 / *factor);
+    c.rope_scaling = f.get_string(a + "rope.scaling.type").value_or("linear");
+  } else if (auto lin = f.get_float(a + "rope.scale_linear"); lin && *lin > 0) {
+    c.rope_freq_scale = float(1.0 / *lin);
+    c.rope_scaling = "linear";
+  }
+  c.rope_neox = c.arch == "qwen2";
+  if (auto nv = f.get_uint(a + "vocab_size")) c.n_vocab = uint32_t(*nv);
+  else if (const auto* toks = f.get_string_array("tokenizer.ggml.tokens")) c.n_vocab = uint32_t(toks->size());
+  return c;
+}
+
+}  // namespace lamina

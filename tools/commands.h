@@ -1,0 +1,18 @@
+// Each `lamina` subcommand registers its options on the CLI11 app and returns the function
+// that runs it. Subcommands throw lamina::Error for user-facing failures; main() prints the
+// message as one line on stderr and exits with status 1.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace lamina::cli {
+
+using Run = std::function<void()>;
+
+Run add_info(CLI::App& app);
+Run add_tokenize(CLI::App& app);
+Run add_detokenize(CLI::App& app);
+
+}  // namespace lamina::cli

@@ -1,0 +1,47 @@
+// lamina — command-line entry point.
+#include "commands.h"
+#include "core/error.h"
+
+#include <cstdio>
+#include <map>
+
+int main(int argc, char** argv) {
+  CLI::App app{"lamina: a fast, hackable LLM inference engine for GGUF models", "lamina"};
+  app.set_version_flag("--version", std::string("lamina ") + LAMINA_VERSION);
+  app.require_subcommand(1);
+  std::map<CLI::App*, lamina::cli::Run> runs;
+  auto reg = [&](lamina::cli::Run (*add)(CLI::App&)) {
+    const size_t before = app.get_subcommands({}).size();
+    lamina::cli::Run r = add(app);
+    runs[app.get_subcommands({})[before]] = std::move(r);
+  };
+  reg(lamina::cli::add_info);
+  reg(lamina::cli::add_tokenize);
+  reg(lamina::cli::add_detokenize);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "lamina: %s (see lamina --help)\n", e.what());
+    return 1;
+  }
+  try {
+    for (auto* sub : app.get_subcommands())
+      if (auto it = runs.find(sub); it != runs.end()) it->second();
+  } catch (const lamina::Error& e) {
+    std::fprintf(stderr, "lamina: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "lamina: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lamina: internal error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
