@@ -10,6 +10,8 @@ mkdir -p "$OUT"
 BUILD=build-gpu
 extra=()
 [ -f /usr/include/pcre2.h ] || extra+=("-DLAMINA_EXTRA_INCLUDE=$PWD/.carry/include")
+# ../shared does not travel to the GPU machine: use the carried copy of its data.
+[ -d ../shared/data ] || extra+=("-DLAMINA_SHARED_DIR=$PWD/.carry/shared")
 summary=()
 step() {  # step NAME COMMAND...: runs, logs to $OUT/NAME.log, records pass/fail
   local name=$1; shift

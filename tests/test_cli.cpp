@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace {
 
@@ -14,7 +15,9 @@ struct Result {
 };
 
 Result run(const std::string& args) {
-  const std::string err_file = ::testing::TempDir() + "/lamina_cli_err.txt";
+  static int counter = 0;  // ctest runs tests in parallel processes: unique file per call
+  const std::string err_file = ::testing::TempDir() + "/lamina_cli_err_" + std::to_string(getpid()) +
+                               "_" + std::to_string(counter++) + ".txt";
   const std::string cmd = std::string(LAMINA_CLI) + " " + args + " 2>" + err_file;
   Result r{};
   FILE* p = popen(cmd.c_str(), "r");
@@ -26,6 +29,7 @@ Result run(const std::string& args) {
   FILE* e = fopen(err_file.c_str(), "r");
   while (e && (n = fread(buf.data(), 1, buf.size(), e)) > 0) r.err.append(buf.data(), n);
   if (e) fclose(e);
+  std::remove(err_file.c_str());
   return r;
 }
 
