@@ -5,6 +5,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "format/ggml_type.h"
+
 #include <functional>
 
 namespace lamina::cli {
@@ -14,5 +16,12 @@ using Run = std::function<void()>;
 Run add_info(CLI::App& app);
 Run add_tokenize(CLI::App& app);
 Run add_detokenize(CLI::App& app);
+Run add_run(CLI::App& app);
+Run add_logits(CLI::App& app);
+Run add_gen_model(CLI::App& app);
+Run add_quantize(CLI::App& app);
+
+// Types `gen-model` and `quantize` can write.
+bool can_quantize_target(GgmlType t);
 
 }  // namespace lamina::cli

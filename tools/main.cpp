@@ -18,6 +18,10 @@ int main(int argc, char** argv) {
   reg(lamina::cli::add_info);
   reg(lamina::cli::add_tokenize);
   reg(lamina::cli::add_detokenize);
+  reg(lamina::cli::add_run);
+  reg(lamina::cli::add_logits);
+  reg(lamina::cli::add_gen_model);
+  reg(lamina::cli::add_quantize);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

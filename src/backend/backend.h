@@ -1,0 +1,77 @@
+// The backend op interface. The model's forward pass (model/llama.cpp) is written once against
+// it; the CPU backend (backend/cpu) and the CUDA backend implement it.
+//
+// Conventions: activations are f32, row-major, one row per token ([rows][cols]); memory is the
+// backend's (host for CPU, device for CUDA) and the model never dereferences it. Weights are
+// GGUF tensors as the backend prepared them (a host mapping, a device copy or a repack).
+// A matmul computes out[t][r] = sum_c W[r][c] * x[t][c]: W is [rows=ne1][cols=ne0] as stored.
+#pragma once
+
+#include "format/ggml_type.h"
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace lamina {
+
+struct GgufTensor;
+
+struct Tensor {            // f32 activations [rows][cols], contiguous, owned by a backend
+  float* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  Tensor rows_view(int64_t first, int64_t n) const { return {data + first * cols, n, cols}; }
+};
+
+struct Weight {            // a parameter as a backend holds it
+  GgmlType type = GgmlType::F32;
+  int64_t cols = 0;        // ne[0]: elements per row (input features)
+  int64_t rows = 1;        // ne[1]: output features
+  const void* data = nullptr;
+  explicit operator bool() const { return data != nullptr; }
+};
+
+struct RopeParams {
+  int n_rot = 0;             // rotated dimensions per head (pairs: n_rot / 2)
+  float base = 10000.f;
+  float freq_scale = 1.f;    // 1 / linear scaling factor
+  bool neox = false;         // pairs (i, i + n_rot/2) instead of (2i, 2i+1)
+  const float* freq_factors = nullptr;  // [n_rot/2] divisors (Llama 3 rope_freqs), host memory
+};
+
+struct AttentionParams {
+  int n_head = 0, n_head_kv = 0, head_dim = 0;
+  float scale = 1.f;         // 1/sqrt(head_dim)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // Weights: called once per tensor at load time.
+  virtual Weight load_weight(const GgufTensor& t) = 0;
+  // Scratch activations, valid until reset_scratch().
+  virtual Tensor alloc(int64_t rows, int64_t cols) = 0;
+  virtual void reset_scratch() = 0;
+  // KV cache: n_layer x n_ctx positions x (n_head_kv * head_dim), F16 or F32.
+  virtual void init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type) = 0;
+  virtual size_t kv_cache_bytes() const = 0;
+
+  // Ops. `pos[t]` is the position of row t (one sequence; causal).
+  virtual void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) = 0;
+  virtual void rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) = 0;
+  virtual void matmul(const Weight& w, Tensor x, Tensor out) = 0;
+  virtual void add_bias(Tensor x, const Weight& b) = 0;           // x[t] += b
+  virtual void add(Tensor x, Tensor y) = 0;                        // x += y
+  virtual void rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t> pos,
+                    const RopeParams& p) = 0;
+  // Stores k, v (rows = tokens) at their positions of `layer`, then computes causal attention
+  // of q against every cached position <= its own: out[t] = concat_h softmax(q_h K^T s) V.
+  virtual void attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
+                         const AttentionParams& p, Tensor out) = 0;
+  virtual void swiglu(Tensor gate, Tensor up) = 0;                 // gate = silu(gate) * up
+  virtual void read(Tensor t, float* host) = 0;                    // copy rows to host
+};
+
+}  // namespace lamina

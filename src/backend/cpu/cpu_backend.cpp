@@ -1,0 +1,214 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include "backend/cpu/vec_dot.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "format/gguf.h"
+#include "format/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace lamina {
+
+CpuBackend::CpuBackend(int n_threads) : pool_(n_threads) {}
+
+std::string CpuBackend::name() const {
+  return fmt::format("cpu ({} threads, {})", pool_.size(), isa_name(detect_isa()));
+}
+
+Weight CpuBackend::load_weight(const GgufTensor& t) {
+  return Weight{t.type, t.ne[0], t.nrows(), t.data};
+}
+
+Tensor CpuBackend::alloc(int64_t rows, int64_t cols) {
+  scratch_.emplace_back(new float[size_t(rows * cols)]);
+  return Tensor{scratch_.back().get(), rows, cols};
+}
+
+void CpuBackend::reset_scratch() { scratch_.clear(); }
+
+void CpuBackend::init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type) {
+  if (type != GgmlType::F16 && type != GgmlType::F32) fail("KV cache type must be f16 or f32");
+  kv_type_ = type;
+  kv_layers_ = n_layer;
+  kv_ctx_ = n_ctx;
+  kv_dim_ = kv_dim;
+  const size_t bytes = size_t(n_layer) * size_t(n_ctx) * size_t(kv_dim) * (type == GgmlType::F16 ? 2 : 4);
+  try {
+    k_cache_.assign(bytes, 0);
+    v_cache_.assign(bytes, 0);
+  } catch (const std::bad_alloc&) {
+    fail("cannot allocate the KV cache: {:.1f} MiB for {} positions", 2.0 * double(bytes) / (1 << 20), n_ctx);
+  }
+}
+
+size_t CpuBackend::kv_cache_bytes() const { return k_cache_.size() + v_cache_.size(); }
+
+void CpuBackend::embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) {
+  const size_t rb = row_bytes(table.type, table.cols);
+  pool_.parallel_for(int64_t(tokens.size()), [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t)
+      dequantize_row(table.type, static_cast<const uint8_t*>(table.data) + size_t(tokens[size_t(t)]) * rb,
+                     out.data + t * out.cols, table.cols);
+  });
+}
+
+void CpuBackend::rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) {
+  const float* g = static_cast<const float*>(w.data);
+  for (int64_t t = 0; t < x.rows; ++t) {
+    const float* xr = x.data + t * x.cols;
+    float* o = out.data + t * out.cols;
+    double ss = 0;  // llama.cpp sums the squares in double
+    for (int64_t i = 0; i < x.cols; ++i) ss += double(xr[i]) * xr[i];
+    const float scale = float(1.0 / std::sqrt(ss / double(x.cols) + double(eps)));
+    for (int64_t i = 0; i < x.cols; ++i) o[i] = xr[i] * scale * g[i];
+  }
+}
+
+void CpuBackend::matmul(const Weight& w, Tensor x, Tensor out) {
+  const VecDot vd = vec_dot_for(w.type);
+  const int64_t K = w.cols, N = w.rows, T = x.rows;
+  const size_t w_rb = row_bytes(w.type, K);
+  const uint8_t* wd = static_cast<const uint8_t*>(w.data);
+  if (!vd.fn) {  // no direct kernel: dequantise each weight row, then an f32 dot
+    const VecDot f32 = vec_dot_for(GgmlType::F32);
+    pool_.parallel_for(N, [&](int64_t b, int64_t e) {
+      std::vector<float> row(static_cast<size_t>(K));
+      for (int64_t r = b; r < e; ++r) {
+        dequantize_row(w.type, wd + size_t(r) * w_rb, row.data(), K);
+        for (int64_t t = 0; t < T; ++t) out.data[t * out.cols + r] = f32.fn(K, row.data(), x.data + t * x.cols);
+      }
+    }, 16);
+    return;
+  }
+  // Activations in the kernel's type, once per matmul.
+  const void* xq = x.data;
+  size_t x_rb = size_t(K) * 4;
+  if (vd.act_type != GgmlType::F32) {
+    x_rb = row_bytes(vd.act_type, K);
+    act_q_.resize(x_rb * size_t(T));
+    pool_.parallel_for(T, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) quantize_activations(vd.act_type, x.data + t * x.cols, act_q_.data() + size_t(t) * x_rb, K);
+    });
+    xq = act_q_.data();
+  }
+  const uint8_t* xb = static_cast<const uint8_t*>(xq);
+  // Threads split the output rows; each weight row is read once for all tokens.
+  pool_.parallel_for(N, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const uint8_t* wr = wd + size_t(r) * w_rb;
+      for (int64_t t = 0; t < T; ++t) out.data[t * out.cols + r] = vd.fn(K, wr, xb + size_t(t) * x_rb);
+    }
+  }, 16);
+}
+
+void CpuBackend::add_bias(Tensor x, const Weight& b) {
+  const float* bd = static_cast<const float*>(b.data);
+  for (int64_t t = 0; t < x.rows; ++t)
+    for (int64_t i = 0; i < x.cols; ++i) x.data[t * x.cols + i] += bd[i];
+}
+
+void CpuBackend::add(Tensor x, Tensor y) {
+  for (int64_t i = 0; i < x.rows * x.cols; ++i) x.data[i] += y.data[i];
+}
+
+void CpuBackend::rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t> pos, const RopeParams& p) {
+  const int half = p.n_rot / 2;
+  const float theta_scale = std::pow(p.base, -2.0f / float(p.n_rot));
+  std::vector<float> cs(size_t(half) * 2);
+  for (int64_t t = 0; t < x.rows; ++t) {
+    float theta = float(pos[size_t(t)]);  // running product in float, as ggml's CPU rope
+    for (int i = 0; i < half; ++i) {
+      float th = theta;
+      if (p.freq_factors) th /= p.freq_factors[i];
+      th *= p.freq_scale;
+      cs[2 * size_t(i)] = std::cos(th);
+      cs[2 * size_t(i) + 1] = std::sin(th);
+      theta *= theta_scale;
+    }
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x.data + t * x.cols + int64_t(h) * head_dim;
+      for (int i = 0; i < half; ++i) {
+        const int i0 = p.neox ? i : 2 * i, i1 = p.neox ? i + half : 2 * i + 1;
+        const float a = v[i0], b = v[i1], c = cs[2 * size_t(i)], s = cs[2 * size_t(i) + 1];
+        v[i0] = a * c - b * s;
+        v[i1] = a * s + b * c;
+      }
+    }
+  }
+}
+
+void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
+                           const AttentionParams& p, Tensor out) {
+  const int kv_dim = p.n_head_kv * p.head_dim;
+  const bool f16 = kv_type_ == GgmlType::F16;
+  const size_t esz = f16 ? 2 : 4;
+  const size_t layer_off = size_t(layer) * size_t(kv_ctx_) * size_t(kv_dim);
+  uint8_t* kc = k_cache_.data() + layer_off * esz;
+  uint8_t* vc = v_cache_.data() + layer_off * esz;
+  for (int64_t t = 0; t < k.rows; ++t) {
+    const int32_t ps = pos[size_t(t)];
+    if (ps < 0 || ps >= kv_ctx_) fail("position {} is outside the context of {} tokens", ps, kv_ctx_);
+    for (int i = 0; i < kv_dim; ++i) {
+      const size_t idx = size_t(ps) * size_t(kv_dim) + size_t(i);
+      if (f16) {
+        reinterpret_cast<uint16_t*>(kc)[idx] = f32_to_f16(k.data[t * k.cols + i]);
+        reinterpret_cast<uint16_t*>(vc)[idx] = f32_to_f16(v.data[t * v.cols + i]);
+      } else {
+        reinterpret_cast<float*>(kc)[idx] = k.data[t * k.cols + i];
+        reinterpret_cast<float*>(vc)[idx] = v.data[t * v.cols + i];
+      }
+    }
+  }
+  auto kv_at = [&](const uint8_t* base, int64_t j, int g, int d) {
+    const size_t idx = size_t(j) * size_t(kv_dim) + size_t(g) * size_t(p.head_dim) + size_t(d);
+    return f16 ? f16_to_f32(reinterpret_cast<const uint16_t*>(base)[idx]) : reinterpret_cast<const float*>(base)[idx];
+  };
+  const int group = p.n_head / p.n_head_kv;
+  const int hd = p.head_dim;
+  pool_.parallel_for(q.rows * p.n_head, [&](int64_t b, int64_t e) {
+    std::vector<float> scores, kf(static_cast<size_t>(hd));
+    std::vector<double> acc(static_cast<size_t>(hd));
+    for (int64_t job = b; job < e; ++job) {
+      const int64_t t = job / p.n_head;
+      const int h = int(job % p.n_head), g = h / group;
+      const float* qv = q.data + t * q.cols + int64_t(h) * hd;
+      const int64_t n_pos = pos[size_t(t)] + 1;
+      scores.resize(size_t(n_pos));
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < n_pos; ++j) {
+        float s = 0;
+        for (int d = 0; d < hd; ++d) s += qv[d] * kv_at(kc, j, g, d);
+        scores[size_t(j)] = s * p.scale;
+        mx = std::max(mx, scores[size_t(j)]);
+      }
+      double sum = 0;  // softmax: subtract the max, sum in double (as ggml)
+      for (auto& s : scores) {
+        s = std::exp(s - mx);
+        sum += s;
+      }
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = 0; j < n_pos; ++j) {
+        const float wgt = float(double(scores[size_t(j)]) / sum);
+        for (int d = 0; d < hd; ++d) acc[size_t(d)] += double(wgt) * kv_at(vc, j, g, d);
+      }
+      float* o = out.data + t * out.cols + int64_t(h) * hd;
+      for (int d = 0; d < hd; ++d) o[d] = float(acc[size_t(d)]);
+    }
+  });
+}
+
+void CpuBackend::swiglu(Tensor gate, Tensor up) {
+  for (int64_t i = 0; i < gate.rows * gate.cols; ++i) {
+    const float g = gate.data[i];
+    gate.data[i] = g / (1.f + std::exp(-g)) * up.data[i];
+  }
+}
+
+void CpuBackend::read(Tensor t, float* host) {
+  std::memcpy(host, t.data, size_t(t.rows * t.cols) * sizeof(float));
+}
+
+}  // namespace lamina

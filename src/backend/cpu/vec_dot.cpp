@@ -1,0 +1,215 @@
+// Scalar row dot products (the reference for the SIMD kernels) and the dispatcher.
+#include "backend/cpu/vec_dot.h"
+
+#include "core/half.h"
+#include "format/quant.h"
+#include "format/quant_blocks.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace lamina {
+namespace {
+
+float dot_f32(int64_t n, const void* w, const void* x) {
+  const float* a = static_cast<const float*>(w);
+  const float* b = static_cast<const float*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+float dot_f16(int64_t n, const void* w, const void* x) {
+  const uint16_t* a = static_cast<const uint16_t*>(w);
+  const float* b = static_cast<const float*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += f16_to_f32(a[i]) * b[i];
+  return s;
+}
+float dot_bf16(int64_t n, const void* w, const void* x) {
+  const uint16_t* a = static_cast<const uint16_t*>(w);
+  const float* b = static_cast<const float*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += bf16_to_f32(a[i]) * b[i];
+  return s;
+}
+float dot_q4_0(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const block_q4_0*>(w);
+  const auto* b = static_cast<const block_q8_0*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n / QK; ++i) {
+    int sum = 0;
+    for (int j = 0; j < 16; ++j)
+      sum += ((a[i].qs[j] & 15) - 8) * b[i].qs[j] + ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + 16];
+    s += f16_to_f32(a[i].d) * f16_to_f32(b[i].d) * float(sum);
+  }
+  return s;
+}
+float dot_q4_1(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const block_q4_1*>(w);
+  const auto* b = static_cast<const block_q8_1*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n / QK; ++i) {
+    int sum = 0;
+    for (int j = 0; j < 16; ++j) sum += (a[i].qs[j] & 15) * b[i].qs[j] + (a[i].qs[j] >> 4) * b[i].qs[j + 16];
+    s += f16_to_f32(a[i].d) * f16_to_f32(b[i].d) * float(sum) + f16_to_f32(a[i].m) * f16_to_f32(b[i].s);
+  }
+  return s;
+}
+float dot_q5_0(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const block_q5_0*>(w);
+  const auto* b = static_cast<const block_q8_0*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n / QK; ++i) {
+    uint32_t qh;
+    std::memcpy(&qh, a[i].qh, 4);
+    int sum = 0;
+    for (int j = 0; j < 16; ++j) {
+      const int lo = (a[i].qs[j] & 15) | int((qh >> j) & 1) << 4;
+      const int hi = (a[i].qs[j] >> 4) | int((qh >> (j + 16)) & 1) << 4;
+      sum += (lo - 16) * b[i].qs[j] + (hi - 16) * b[i].qs[j + 16];
+    }
+    s += f16_to_f32(a[i].d) * f16_to_f32(b[i].d) * float(sum);
+  }
+  return s;
+}
+float dot_q5_1(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const block_q5_1*>(w);
+  const auto* b = static_cast<const block_q8_1*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n / QK; ++i) {
+    uint32_t qh;
+    std::memcpy(&qh, a[i].qh, 4);
+    int sum = 0;
+    for (int j = 0; j < 16; ++j) {
+      const int lo = (a[i].qs[j] & 15) | int((qh >> j) & 1) << 4;
+      const int hi = (a[i].qs[j] >> 4) | int((qh >> (j + 16)) & 1) << 4;
+      sum += lo * b[i].qs[j] + hi * b[i].qs[j + 16];
+    }
+    s += f16_to_f32(a[i].d) * f16_to_f32(b[i].d) * float(sum) + f16_to_f32(a[i].m) * f16_to_f32(b[i].s);
+  }
+  return s;
+}
+float dot_q8_0(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const block_q8_0*>(w);
+  const auto* b = static_cast<const block_q8_0*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n / QK; ++i) {
+    int sum = 0;
+    for (int j = 0; j < QK; ++j) sum += a[i].qs[j] * b[i].qs[j];
+    s += f16_to_f32(a[i].d) * f16_to_f32(b[i].d) * float(sum);
+  }
+  return s;
+}
+float dot_q4_K(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const block_q4_K*>(w);
+  const auto* b = static_cast<const block_q8_K*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    int sum = 0, sum_min = 0;
+    for (int t = 0; t < 8; ++t) {
+      uint8_t sc, m;
+      q4k_scale_min(t, a[i].scales, &sc, &m);
+      int st = 0;
+      for (int l = 0; l < 32; ++l) {
+        const int e = 32 * t + l;
+        const uint8_t byte = a[i].qs[32 * (e / 64) + l];
+        st += ((e % 64 < 32) ? (byte & 15) : (byte >> 4)) * b[i].qs[e];
+      }
+      sum += sc * st;
+      sum_min += m * (b[i].bsums[2 * t] + b[i].bsums[2 * t + 1]);
+    }
+    s += b[i].d * (f16_to_f32(a[i].d) * float(sum) - f16_to_f32(a[i].dmin) * float(sum_min));
+  }
+  return s;
+}
+float dot_q6_K(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const block_q6_K*>(w);
+  const auto* b = static_cast<const block_q8_K*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    int sum = 0;
+    for (int g = 0; g < 16; ++g) {
+      int sg = 0;
+      for (int l16 = 0; l16 < 16; ++l16) {
+        const int e = 16 * g + l16, nn = e / 128, k = (e % 128) / 32, l = e % 32;
+        const uint8_t byte = a[i].ql[64 * nn + 32 * (k & 1) + l];
+        const int q = ((k < 2 ? (byte & 15) : (byte >> 4)) | ((a[i].qh[32 * nn + l] >> (2 * k)) & 3) << 4) - 32;
+        sg += q * b[i].qs[e];
+      }
+      sum += a[i].scales[g] * sg;
+    }
+    s += b[i].d * f16_to_f32(a[i].d) * float(sum);
+  }
+  return s;
+}
+
+void quantize_q8_K(const float* x, block_q8_K* y, int64_t n) {
+  for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
+    float amax = 0, maxv = 0;
+    for (int j = 0; j < QK_K; ++j)
+      if (std::fabs(x[j]) > amax) { amax = std::fabs(x[j]); maxv = x[j]; }
+    if (amax == 0) {
+      std::memset(&y[i], 0, sizeof y[i]);
+      continue;
+    }
+    const float iscale = -127.f / maxv;
+    for (int j = 0; j < QK_K; ++j) {
+      const int v = int(std::nearbyint(iscale * x[j]));
+      y[i].qs[j] = int8_t(v > 127 ? 127 : v);
+    }
+    for (int g = 0; g < QK_K / 16; ++g) {
+      int sum = 0;
+      for (int j = 0; j < 16; ++j) sum += y[i].qs[16 * g + j];
+      y[i].bsums[g] = int16_t(sum);
+    }
+    y[i].d = 1.f / iscale;
+  }
+}
+
+VecDot scalar_kernel(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return {GgmlType::F32, dot_f32};
+    case GgmlType::F16: return {GgmlType::F32, dot_f16};
+    case GgmlType::BF16: return {GgmlType::F32, dot_bf16};
+    case GgmlType::Q4_0: return {GgmlType::Q8_0, dot_q4_0};
+    case GgmlType::Q4_1: return {GgmlType::Q8_1, dot_q4_1};
+    case GgmlType::Q5_0: return {GgmlType::Q8_0, dot_q5_0};
+    case GgmlType::Q5_1: return {GgmlType::Q8_1, dot_q5_1};
+    case GgmlType::Q8_0: return {GgmlType::Q8_0, dot_q8_0};
+    case GgmlType::Q4_K: return {GgmlType::Q8_K, dot_q4_K};
+    case GgmlType::Q6_K: return {GgmlType::Q8_K, dot_q6_K};
+    default: return {GgmlType::F32, nullptr};  // dequantise-then-dot fallback
+  }
+}
+
+}  // namespace
+
+CpuIsa detect_isa() {
+#if defined(__x86_64__)
+  static const CpuIsa isa = (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                             __builtin_cpu_supports("f16c"))
+                                ? CpuIsa::Avx2
+                                : CpuIsa::Scalar;
+  return isa;
+#else
+  return CpuIsa::Scalar;
+#endif
+}
+
+const char* isa_name(CpuIsa isa) { return isa == CpuIsa::Avx2 ? "avx2" : "scalar"; }
+
+VecDot vec_dot_for(GgmlType t, CpuIsa isa) {
+  VecDot v = scalar_kernel(t);
+  if (isa == CpuIsa::Avx2 && v.fn)
+    if (VecDotFn f = avx2_kernel(t)) v.fn = f;
+  return v;
+}
+
+VecDot vec_dot_for(GgmlType t) { return vec_dot_for(t, detect_isa()); }
+
+void quantize_activations(GgmlType act, const float* x, void* dst, int64_t n) {
+  if (act == GgmlType::Q8_K) return quantize_q8_K(x, static_cast<block_q8_K*>(dst), n);
+  quantize_row(act, x, dst, n);
+}
+
+}  // namespace lamina

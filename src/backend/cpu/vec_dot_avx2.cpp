@@ -1,0 +1,216 @@
+// AVX2 + FMA + F16C row dot products. Each function carries a target attribute, so this file
+// builds without -mavx2 and the dispatcher only calls it on CPUs that have the extensions.
+//
+// Integer kernels follow one pattern: widen 32 weights to signed or unsigned bytes, multiply
+// with 32 activation bytes by _mm256_maddubs_epi16 (u8 x s8 -> pairs summed to s16; the
+// signed x signed case moves the sign onto the activation with _mm256_sign_epi8), sum pairs to
+// s32 with _mm256_madd_epi16, then scale by the blocks' f32 factors in a float accumulator.
+#include "backend/cpu/vec_dot.h"
+
+#include "core/half.h"
+#include "format/quant_blocks.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define LAMINA_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace lamina {
+namespace {
+
+LAMINA_AVX2 inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+LAMINA_AVX2 inline int hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+// Sum of products of signed bytes, as 8 x s32.
+LAMINA_AVX2 inline __m256i dot_s8(__m256i a, __m256i b) {
+  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+// Sum of products of unsigned bytes a with signed bytes b, as 8 x s32.
+LAMINA_AVX2 inline __m256i dot_u8s8(__m256i a, __m256i b) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+}
+// 16 packed nibble bytes -> 32 bytes: low nibbles (elements 0..15) then high (16..31).
+LAMINA_AVX2 inline __m256i unpack_nibbles(const uint8_t* qs) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+LAMINA_AVX2 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+LAMINA_AVX2 float dot_f32(int64_t n, const void* w, const void* x) {
+  const float* a = static_cast<const float*>(w);
+  const float* b = static_cast<const float*>(x);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  float s = hsum(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+LAMINA_AVX2 float dot_f16(int64_t n, const void* w, const void* x) {
+  const uint16_t* a = static_cast<const uint16_t*>(w);
+  const float* b = static_cast<const float*>(x);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i + 8)));
+    acc0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  float s = hsum(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) s += f16_to_f32(a[i]) * b[i];
+  return s;
+}
+
+LAMINA_AVX2 float dot_bf16(int64_t n, const void* w, const void* x) {
+  const uint16_t* a = static_cast<const uint16_t*>(w);
+  const float* b = static_cast<const float*>(x);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    acc = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h, 16)), _mm256_loadu_ps(b + i), acc);
+  }
+  float s = hsum(acc);
+  for (; i < n; ++i) s += bf16_to_f32(a[i]) * b[i];
+  return s;
+}
+
+LAMINA_AVX2 float dot_q4_0(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const block_q4_0*>(w);
+  const auto* b = static_cast<const block_q8_0*>(x);
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i eight = _mm256_set1_epi8(8);
+  for (int64_t i = 0; i < n / QK; ++i) {
+    const __m256i q = _mm256_sub_epi8(unpack_nibbles(a[i].qs), eight);
+    const __m256i p = dot_s8(q, load32(b[i].qs));
+    const __m256 d = _mm256_set1_ps(f16_to_f32(a[i].d) * f16_to_f32(b[i].d));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+  }
+  return hsum(acc);
+}
+
+LAMINA_AVX2 float dot_q4_1(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const block_q4_1*>(w);
+  const auto* b = static_cast<const block_q8_1*>(x);
+  __m256 acc = _mm256_setzero_ps();
+  float mins = 0;
+  for (int64_t i = 0; i < n / QK; ++i) {
+    const __m256i p = dot_u8s8(unpack_nibbles(a[i].qs), load32(b[i].qs));
+    const __m256 d = _mm256_set1_ps(f16_to_f32(a[i].d) * f16_to_f32(b[i].d));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    mins += f16_to_f32(a[i].m) * f16_to_f32(b[i].s);
+  }
+  return hsum(acc) + mins;
+}
+
+LAMINA_AVX2 float dot_q8_0(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const block_q8_0*>(w);
+  const auto* b = static_cast<const block_q8_0*>(x);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / QK; ++i) {
+    const __m256i p = dot_s8(load32(a[i].qs), load32(b[i].qs));
+    const __m256 d = _mm256_set1_ps(f16_to_f32(a[i].d) * f16_to_f32(b[i].d));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+  }
+  return hsum(acc);
+}
+
+LAMINA_AVX2 float dot_q4_K(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const block_q4_K*>(w);
+  const auto* b = static_cast<const block_q8_K*>(x);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  float total = 0;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    uint8_t sc[8], mn[8];
+    for (int t = 0; t < 8; ++t) q4k_scale_min(t, a[i].scales, &sc[t], &mn[t]);
+    int sum_min = 0;
+    for (int t = 0; t < 8; ++t) sum_min += mn[t] * (b[i].bsums[2 * t] + b[i].bsums[2 * t + 1]);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {  // 64 elements: 32 low nibbles (sub-block 2c), 32 high (2c+1)
+      const __m256i raw = load32(a[i].qs + 32 * c);
+      const __m256i lo = _mm256_and_si256(raw, low4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+      const __m256i plo = _mm256_maddubs_epi16(lo, load32(b[i].qs + 64 * c));
+      const __m256i phi = _mm256_maddubs_epi16(hi, load32(b[i].qs + 64 * c + 32));
+      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, _mm256_set1_epi16(sc[2 * c])));
+      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, _mm256_set1_epi16(sc[2 * c + 1])));
+    }
+    total += b[i].d * (f16_to_f32(a[i].d) * float(hsum_i32(sumi)) - f16_to_f32(a[i].dmin) * float(sum_min));
+  }
+  return total;
+}
+
+LAMINA_AVX2 float dot_q6_K(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const block_q6_K*>(w);
+  const auto* b = static_cast<const block_q8_K*>(x);
+  const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
+  float total = 0;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    // sum_g scale_g * sum_e (q_e + 32) y_e  -  32 * sum_g scale_g * bsum_g
+    int bias = 0;
+    for (int g = 0; g < 16; ++g) bias += a[i].scales[g] * b[i].bsums[g];
+    __m256i sumi = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half) {
+      const __m256i ql0 = load32(a[i].ql + 64 * half);
+      const __m256i ql1 = load32(a[i].ql + 64 * half + 32);
+      const __m256i qh = load32(a[i].qh + 32 * half);
+      const __m256i q[4] = {
+          _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4)),
+          _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4)),
+      };
+      for (int k = 0; k < 4; ++k) {
+        const int g = 8 * half + 2 * k;  // two groups of 16 per 32 elements
+        const __m256i p = _mm256_maddubs_epi16(q[k], load32(b[i].qs + 128 * half + 32 * k));
+        const __m256i s = _mm256_set_m128i(_mm_set1_epi16(a[i].scales[g + 1]), _mm_set1_epi16(a[i].scales[g]));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
+      }
+    }
+    total += b[i].d * f16_to_f32(a[i].d) * float(hsum_i32(sumi) - 32 * bias);
+  }
+  return total;
+}
+
+}  // namespace
+
+VecDotFn avx2_kernel(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return dot_f32;
+    case GgmlType::F16: return dot_f16;
+    case GgmlType::BF16: return dot_bf16;
+    case GgmlType::Q4_0: return dot_q4_0;
+    case GgmlType::Q4_1: return dot_q4_1;
+    case GgmlType::Q8_0: return dot_q8_0;
+    case GgmlType::Q4_K: return dot_q4_K;
+    case GgmlType::Q6_K: return dot_q6_K;
+    default: return nullptr;
+  }
+}
+
+}  // namespace lamina
+
+#else
+namespace lamina {
+VecDotFn avx2_kernel(GgmlType) { return nullptr; }
+}  // namespace lamina
+#endif

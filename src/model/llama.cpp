@@ -1,0 +1,137 @@
+// The forward pass, written once against the backend interface (formats.md §3.1):
+//
+//   x = embed(tokens)
+//   per layer:  h = rmsnorm(x) * attn_norm;  q,k,v = Wq h (+bq), Wk h (+bk), Wv h (+bv)
+//               rope(q), rope(k);  o = attention(q, k, v, cache);  x += Wo o
+//               h = rmsnorm(x) * ffn_norm;   x += Wdown (silu(Wgate h) * Wup h)
+//   logits = Wout (rmsnorm(x) * out_norm)      (Wout = token_embd when tied)
+#include "model/llama.h"
+
+#include "core/error.h"
+#include "format/gguf.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace lamina {
+
+namespace {
+
+Weight bind(const GgufFile& f, Backend& be, const std::string& name, std::vector<int64_t> shape,
+            bool required = true) {
+  const GgufTensor* t = f.find_tensor(name);
+  if (!t) {
+    if (required) fail("{}: missing tensor '{}'", f.path(), name);
+    return {};
+  }
+  bool ok = t->n_dims <= int(shape.size()) || (t->n_dims == 2 && shape.size() == 1 && t->ne[1] == 1);
+  for (size_t d = 0; d < shape.size() && ok; ++d) ok = t->ne[d] == shape[d];
+  for (size_t d = shape.size(); d < 4 && ok; ++d) ok = t->ne[d] == 1;
+  if (!ok) {
+    std::string want = "[";
+    for (size_t d = 0; d < shape.size(); ++d) want += (d ? ", " : "") + std::to_string(shape[d]);
+    fail("{}: tensor '{}' has shape {}, expected {}]", f.path(), name, t->shape_string(), want);
+  }
+  const bool is_vector = shape.size() == 1;
+  if (is_vector && t->type != GgmlType::F32)
+    fail("{}: tensor '{}' has type {}, expected f32", f.path(), name, type_name(t->type));
+  return be.load_weight(*t);
+}
+
+}  // namespace
+
+LlamaModel::LlamaModel(const GgufFile& f, Backend& be) : cfg_(ModelConfig::from_gguf(f)), be_(be) {
+  const int64_t E = cfg_.n_embd, V = cfg_.n_vocab, F = cfg_.n_ff;
+  const int64_t QD = int64_t(cfg_.n_head) * cfg_.head_dim, KVD = int64_t(cfg_.n_head_kv) * cfg_.head_dim;
+  if (V == 0) fail("{}: vocabulary size unknown (no tokenizer.ggml.tokens or {}.vocab_size)", f.path(), cfg_.arch);
+  tok_embd_ = bind(f, be, "token_embd.weight", {E, V});
+  out_norm_ = bind(f, be, "output_norm.weight", {E});
+  output_ = bind(f, be, "output.weight", {E, V}, false);
+  if (!output_) output_ = tok_embd_;  // tied embeddings
+  const bool qwen = cfg_.arch == "qwen2";
+  for (uint32_t l = 0; l < cfg_.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    LayerWeights w;
+    w.attn_norm = bind(f, be, p + "attn_norm.weight", {E});
+    w.wq = bind(f, be, p + "attn_q.weight", {E, QD});
+    w.wk = bind(f, be, p + "attn_k.weight", {E, KVD});
+    w.wv = bind(f, be, p + "attn_v.weight", {E, KVD});
+    w.wo = bind(f, be, p + "attn_output.weight", {QD, E});
+    w.bq = bind(f, be, p + "attn_q.bias", {QD}, qwen);
+    w.bk = bind(f, be, p + "attn_k.bias", {KVD}, qwen);
+    w.bv = bind(f, be, p + "attn_v.bias", {KVD}, qwen);
+    w.bo = bind(f, be, p + "attn_output.bias", {E}, false);
+    w.ffn_norm = bind(f, be, p + "ffn_norm.weight", {E});
+    w.w_gate = bind(f, be, p + "ffn_gate.weight", {E, F});
+    w.w_up = bind(f, be, p + "ffn_up.weight", {E, F});
+    w.w_down = bind(f, be, p + "ffn_down.weight", {F, E});
+    layers_.push_back(w);
+  }
+  if (const GgufTensor* rf = f.find_tensor("rope_freqs.weight")) {
+    if (rf->type != GgmlType::F32 || rf->nelements() != cfg_.n_rot / 2)
+      fail("{}: tensor 'rope_freqs.weight' must be f32 with {} elements", f.path(), cfg_.n_rot / 2);
+    rope_freqs_.resize(size_t(rf->nelements()));
+    std::memcpy(rope_freqs_.data(), rf->data, rope_freqs_.size() * sizeof(float));
+  }
+}
+
+void LlamaModel::init_cache(int n_ctx, GgmlType kv_type) {
+  n_ctx_ = n_ctx;
+  be_.init_kv_cache(int(cfg_.n_layer), n_ctx, int(cfg_.n_head_kv * cfg_.head_dim), kv_type);
+}
+
+void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int32_t> pos, bool all_logits,
+                         std::vector<float>& logits) {
+  const int64_t T = int64_t(tokens.size());
+  if (T == 0) fail("forward: no tokens");
+  if (n_ctx_ == 0) fail("forward: KV cache not initialised");
+  for (int32_t tk : tokens)
+    if (tk < 0 || uint32_t(tk) >= cfg_.n_vocab) fail("token id {} is outside the vocabulary of {}", tk, cfg_.n_vocab);
+  if (pos.back() >= n_ctx_) fail("position {} exceeds the context size {}", pos.back(), n_ctx_);
+
+  const int64_t E = cfg_.n_embd, F = cfg_.n_ff;
+  const int64_t QD = int64_t(cfg_.n_head) * cfg_.head_dim, KVD = int64_t(cfg_.n_head_kv) * cfg_.head_dim;
+  Backend& be = be_;
+  be.reset_scratch();
+  Tensor x = be.alloc(T, E), h = be.alloc(T, E), q = be.alloc(T, QD), k = be.alloc(T, KVD),
+         v = be.alloc(T, KVD), att = be.alloc(T, QD), proj = be.alloc(T, E), gate = be.alloc(T, F),
+         up = be.alloc(T, F);
+  const RopeParams rope{int(cfg_.n_rot), cfg_.rope_base, cfg_.rope_freq_scale, cfg_.rope_neox,
+                        rope_freqs_.empty() ? nullptr : rope_freqs_.data()};
+  const AttentionParams ap{int(cfg_.n_head), int(cfg_.n_head_kv), int(cfg_.head_dim),
+                           1.f / std::sqrt(float(cfg_.head_dim))};
+
+  be.embed(tok_embd_, tokens, x);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const LayerWeights& w = layers_[l];
+    be.rmsnorm(x, w.attn_norm, cfg_.rms_eps, h);
+    be.matmul(w.wq, h, q);
+    be.matmul(w.wk, h, k);
+    be.matmul(w.wv, h, v);
+    if (w.bq) be.add_bias(q, w.bq);
+    if (w.bk) be.add_bias(k, w.bk);
+    if (w.bv) be.add_bias(v, w.bv);
+    be.rope(q, int(cfg_.n_head), int(cfg_.head_dim), pos, rope);
+    be.rope(k, int(cfg_.n_head_kv), int(cfg_.head_dim), pos, rope);
+    be.attention(int(l), q, k, v, pos, ap, att);
+    be.matmul(w.wo, att, proj);
+    if (w.bo) be.add_bias(proj, w.bo);
+    be.add(x, proj);
+    be.rmsnorm(x, w.ffn_norm, cfg_.rms_eps, h);
+    be.matmul(w.w_gate, h, gate);
+    be.matmul(w.w_up, h, up);
+    be.swiglu(gate, up);
+    be.matmul(w.w_down, gate, proj);
+    be.add(x, proj);
+  }
+  // Logits for every row, or only the last (prompt processing needs only the last).
+  const Tensor xs = all_logits ? x : x.rows_view(T - 1, 1);
+  const Tensor hs = all_logits ? h : h.rows_view(T - 1, 1);
+  be.rmsnorm(xs, out_norm_, cfg_.rms_eps, hs);
+  Tensor out = be.alloc(xs.rows, int64_t(cfg_.n_vocab));
+  be.matmul(output_, hs, out);
+  logits.resize(size_t(out.rows * out.cols));
+  be.read(out, logits.data());
+}
+
+}  // namespace lamina

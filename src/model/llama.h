@@ -1,0 +1,47 @@
+// The Llama-family model (arch "llama": Llama 2/3, Mistral, SmolLM2; arch "qwen2": QKV biases,
+// NEOX RoPE): weights bound to a backend, and one forward pass for prompt and decode.
+#pragma once
+
+#include "backend/backend.h"
+#include "model/config.h"
+
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace lamina {
+
+class GgufFile;
+
+struct LayerWeights {
+  Weight attn_norm, wq, wk, wv, wo, bq, bk, bv, bo;
+  Weight ffn_norm, w_gate, w_up, w_down;
+};
+
+class LlamaModel {
+ public:
+  // Binds every tensor to the backend; throws lamina::Error naming missing or mis-shaped ones.
+  LlamaModel(const GgufFile& file, Backend& backend);
+
+  const ModelConfig& config() const { return cfg_; }
+  Backend& backend() { return be_; }
+
+  // Sets up the KV cache for n_ctx positions (F16 or F32).
+  void init_cache(int n_ctx, GgmlType kv_type);
+  int n_ctx() const { return n_ctx_; }
+
+  // Runs tokens at positions pos[i] (one sequence, positions increasing). Writes the logits of
+  // every row (all_logits) or of the last row only into `logits` ([rows][n_vocab] or [n_vocab]).
+  void forward(std::span<const int32_t> tokens, std::span<const int32_t> pos, bool all_logits,
+               std::vector<float>& logits);
+
+ private:
+  ModelConfig cfg_;
+  Backend& be_;
+  Weight tok_embd_, out_norm_, output_;
+  std::vector<LayerWeights> layers_;
+  std::vector<float> rope_freqs_;  // Llama 3 frequency factors (host copy), empty if none
+  int n_ctx_ = 0;
+};
+
+}  // namespace lamina

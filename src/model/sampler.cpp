@@ -1,0 +1,71 @@
+#include "model/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_set>
+
+namespace lamina {
+
+int32_t argmax(std::span<const float> logits) {
+  return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+Sampler::Sampler(SamplerParams p) : p_(p), rng_(p.seed) {}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
+  cand_.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) cand_[i] = {logits[i], int32_t(i)};
+  // Repetition penalty (llama.cpp's rule): divide positive logits, multiply negative ones.
+  if (p_.repeat_penalty != 1.f && p_.repeat_last_n != 0) {
+    const size_t n = p_.repeat_last_n < 0 ? history.size() : std::min(history.size(), size_t(p_.repeat_last_n));
+    std::unordered_set<int32_t> seen(history.end() - long(n), history.end());
+    for (int32_t t : seen) {
+      if (t < 0 || size_t(t) >= cand_.size()) continue;
+      float& l = cand_[size_t(t)].first;
+      l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
+    }
+  }
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  if (p_.temperature <= 0.f)
+    return std::min_element(cand_.begin(), cand_.end(), by_logit)->second;
+
+  size_t n = cand_.size();
+  if (p_.top_k > 0 && size_t(p_.top_k) < n) {
+    std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
+    n = size_t(p_.top_k);
+  } else {
+    std::sort(cand_.begin(), cand_.end(), by_logit);
+  }
+  // Probabilities of the survivors (softmax at temperature 1 for the top-p / min-p cuts).
+  std::vector<double> prob(n);
+  const double mx = cand_[0].first;
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += prob[i] = std::exp(double(cand_[i].first) - mx);
+  if (p_.top_p < 1.f) {
+    double cum = 0;
+    for (size_t i = 0; i < n; ++i) {
+      cum += prob[i] / sum;
+      if (cum >= p_.top_p) {
+        n = i + 1;
+        break;
+      }
+    }
+  }
+  if (p_.min_p > 0.f) {  // keep tokens with p >= min_p * p_max (p_max = prob[0] / sum)
+    size_t keep = 1;
+    while (keep < n && prob[keep] >= p_.min_p * prob[0]) ++keep;
+    n = keep;
+  }
+  // Temperature, then a draw.
+  sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += prob[i] = std::exp((double(cand_[i].first) - mx) / p_.temperature);
+  std::uniform_real_distribution<double> u(0.0, sum);
+  double r = u(rng_);
+  for (size_t i = 0; i < n; ++i) {
+    r -= prob[i];
+    if (r <= 0) return cand_[i].second;
+  }
+  return cand_[n - 1].second;
+}
+
+}  // namespace lamina

@@ -1,0 +1,37 @@
+// Token sampling over a logits row: repetition penalty, top-k, top-p, min-p, temperature, then
+// a seeded draw (or greedy argmax when temperature <= 0). Same seed and inputs, same tokens.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace lamina {
+
+struct SamplerParams {
+  float temperature = 0.8f;   // <= 0: greedy
+  int top_k = 40;             // <= 0: off
+  float top_p = 0.95f;        // >= 1: off
+  float min_p = 0.05f;        // <= 0: off
+  float repeat_penalty = 1.0f;  // 1: off
+  int repeat_last_n = 64;
+  uint64_t seed = 0;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(SamplerParams p);
+  // Picks the next token; `history` is the tokens so far (for the repetition penalty).
+  int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  const SamplerParams& params() const { return p_; }
+
+ private:
+  SamplerParams p_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> cand_;
+};
+
+int32_t argmax(std::span<const float> logits);
+
+}  // namespace lamina

@@ -1,0 +1,58 @@
+// A session: one model, its tokenizer, a backend and a KV cache holding one conversation.
+// This is the engine's public entry point (load a model, feed tokens, read logits).
+#pragma once
+
+#include "backend/backend.h"
+#include "format/gguf.h"
+#include "format/tokenizer.h"
+#include "model/llama.h"
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace lamina {
+
+struct SessionOptions {
+  std::string model_path;
+  int n_ctx = 0;            // 0: the model's training context, capped to fit memory
+  int n_threads = 0;        // 0: all cores
+  int n_batch = 512;        // prompt tokens per forward pass
+  GgmlType kv_type = GgmlType::F16;
+};
+
+class Session {
+ public:
+  explicit Session(const SessionOptions& o);  // throws lamina::Error
+  ~Session();
+
+  const Tokenizer& tokenizer() const { return tok_; }
+  const ModelConfig& config() const { return model_->config(); }
+  const GgufFile& file() const { return file_; }
+  Backend& backend() { return *backend_; }
+  int n_ctx() const { return model_->n_ctx(); }
+  int n_past() const { return int(history_.size()); }
+  const std::vector<int32_t>& history() const { return history_; }
+
+  // Appends tokens to the conversation (in batches of n_batch) and returns the logits of the
+  // last one (all_logits: of every token, [n][n_vocab]). Throws if the context would overflow.
+  const std::vector<float>& eval(std::span<const int32_t> tokens, bool all_logits = false);
+  void reset() { history_.clear(); }  // forget the conversation (the cache is overwritten)
+  // Drops the last n tokens (e.g. to re-run a prompt); positions are simply reused.
+  void rewind(int n_past) { history_.resize(size_t(n_past)); }
+
+ private:
+  SessionOptions opt_;
+  GgufFile file_;
+  Tokenizer tok_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<LlamaModel> model_;
+  std::vector<int32_t> history_;
+  std::vector<float> logits_, chunk_;
+};
+
+// Bytes of KV cache one position needs.
+size_t kv_bytes_per_position(const ModelConfig& c, GgmlType kv_type);
+
+}  // namespace lamina

@@ -1,0 +1,168 @@
+// lamina gen-model: writes a Llama GGUF with seeded random weights in a real model's shape, for
+// tests and benchmarks where real weights cannot travel. Deterministic: the value of weight i of
+// tensor j depends only on (seed, j, i), not on the thread count or the machine.
+#include "backend/cpu/thread_pool.h"
+#include "commands.h"
+#include "core/error.h"
+#include "format/gguf.h"
+#include "model/model_io.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+namespace lamina::cli {
+namespace {
+
+struct Preset {
+  const char* name;
+  uint32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, n_vocab;
+  float rope_base;
+  bool tied;
+};
+
+// n_vocab is used only when no --vocab file is given (a synthetic vocabulary is written then).
+constexpr Preset kPresets[] = {
+    {"tiny", 256, 2, 4, 2, 512, 512, 32000, 10000.f, false},
+    {"smollm2-135m", 576, 30, 9, 3, 1536, 8192, 49152, 100000.f, true},
+    {"llama2-7b", 4096, 32, 32, 32, 11008, 4096, 32000, 10000.f, false},
+    {"llama3-8b", 4096, 32, 32, 8, 14336, 8192, 32000, 500000.f, false},
+};
+
+struct GenArgs {
+  std::string preset, type = "f16", vocab, out;
+  uint64_t seed = 42;
+  int threads = 0;
+};
+
+uint64_t mix(uint64_t x) {  // splitmix64 finaliser
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+// Standard normal value number i of stream `stream` (Box-Muller on two hashed uniforms).
+float normal(uint64_t stream, uint64_t i) {
+  const uint64_t h1 = mix(stream ^ mix(2 * i)), h2 = mix(stream ^ mix(2 * i + 1));
+  const double u1 = (double(h1 >> 11) + 0.5) * 0x1.0p-53, u2 = double(h2 >> 11) * 0x1.0p-53;
+  return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+void copy_vocab(const std::string& path, GgufWriter& w, uint32_t& n_vocab) {
+  const GgufFile v = GgufFile::open(path);
+  const auto* toks = v.get_string_array("tokenizer.ggml.tokens");
+  if (!toks) fail("{}: no tokenizer.ggml.tokens (not a vocabulary file)", path);
+  for (const auto& kv : v.kvs())
+    if (kv.key.starts_with("tokenizer.")) w.set(kv.key, kv.value);
+  n_vocab = uint32_t(toks->size());
+}
+
+void synthetic_vocab(GgufWriter& w, uint32_t n_vocab) {
+  // An SPM vocabulary: <unk> <s> </s>, the 256 byte tokens, then filler pieces.
+  std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  for (int b = 0; b < 256; ++b) { toks.push_back(fmt::format("<0x{:02X}>", b)); types.push_back(6); }
+  for (uint32_t i = uint32_t(toks.size()); i < n_vocab; ++i) { toks.push_back(fmt::format("\xE2\x96\x81t{}", i)); types.push_back(1); }
+  std::vector<float> scores(toks.size());
+  for (size_t i = 0; i < scores.size(); ++i) scores[i] = -float(i);
+  w.set_str("tokenizer.ggml.model", "llama");
+  w.set_str_array("tokenizer.ggml.tokens", std::move(toks));
+  w.set_f32_array("tokenizer.ggml.scores", scores);
+  w.set_i32_array("tokenizer.ggml.token_type", types);
+  w.set_u32("tokenizer.ggml.bos_token_id", 1);
+  w.set_u32("tokenizer.ggml.eos_token_id", 2);
+  w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+}
+
+void run_gen(const GenArgs& a) {
+  const Preset* p = nullptr;
+  for (const auto& pr : kPresets)
+    if (a.preset == pr.name) p = &pr;
+  if (!p) fail("unknown preset '{}' (tiny, smollm2-135m, llama2-7b, llama3-8b)", a.preset);
+  const auto target = parse_type(a.type);
+  if (!target || !can_quantize_target(*target)) fail("unsupported --type '{}' (f32, f16, q8_0, q4_0, q4_1, q4_K, q6_K)", a.type);
+  const auto t0 = std::chrono::steady_clock::now();
+
+  GgufWriter w;
+  w.set_str("general.architecture", "llama");
+  w.set_str("general.name", fmt::format("lamina-gen {} {} seed {}", p->name, a.type, a.seed));
+  w.set_u32("general.file_type", llama_file_type(*target));
+  w.set_u32("general.quantization_version", 2);
+  w.set_u32("llama.context_length", p->n_ctx);
+  w.set_u32("llama.embedding_length", p->n_embd);
+  w.set_u32("llama.block_count", p->n_layer);
+  w.set_u32("llama.feed_forward_length", p->n_ff);
+  w.set_u32("llama.attention.head_count", p->n_head);
+  w.set_u32("llama.attention.head_count_kv", p->n_head_kv);
+  w.set_u32("llama.rope.dimension_count", p->n_embd / p->n_head);
+  w.set_f32("llama.rope.freq_base", p->rope_base);
+  w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  uint32_t n_vocab = p->n_vocab;
+  if (!a.vocab.empty()) copy_vocab(a.vocab, w, n_vocab);
+  else synthetic_vocab(w, n_vocab);
+  w.set_u32("llama.vocab_size", n_vocab);
+
+  auto pool = std::make_shared<ThreadPool>(a.threads > 0 ? a.threads : int(std::thread::hardware_concurrency()));
+  uint64_t stream = 0;
+  // Matrices ~ N(0, 1/sqrt(fan_in)) keep activations O(1); norms ~ 1 + N(0, 0.1).
+  auto matrix = [&](const std::string& name, int64_t ne0, int64_t ne1) {
+    const GgmlType t = tensor_type_for(name, ne0, 2, *target);
+    const uint64_t s = mix(a.seed ^ mix(++stream));
+    const float scale = 1.f / std::sqrt(float(ne0));
+    w.add_tensor(name, t, {ne0, ne1}, [pool, t, ne0, ne1, s, scale](uint8_t* dst, size_t) {
+      quantize_tensor(*pool, t, ne0, ne1, [&](int64_t r, float* out) {
+        for (int64_t i = 0; i < ne0; ++i) out[i] = scale * normal(s, uint64_t(r * ne0 + i));
+      }, dst);
+    });
+  };
+  auto norm = [&](const std::string& name, int64_t n) {
+    const uint64_t s = mix(a.seed ^ mix(++stream));
+    w.add_tensor(name, GgmlType::F32, {n}, [s, n](uint8_t* dst, size_t) {
+      float* f = reinterpret_cast<float*>(dst);
+      for (int64_t i = 0; i < n; ++i) f[i] = 1.f + 0.1f * normal(s, uint64_t(i));
+    });
+  };
+  const int64_t E = p->n_embd, hd = E / p->n_head, KV = int64_t(p->n_head_kv) * hd;
+  matrix("token_embd.weight", E, n_vocab);
+  norm("output_norm.weight", E);
+  if (!p->tied) matrix("output.weight", E, n_vocab);
+  for (uint32_t l = 0; l < p->n_layer; ++l) {
+    const std::string b = fmt::format("blk.{}.", l);
+    norm(b + "attn_norm.weight", E);
+    matrix(b + "attn_q.weight", E, E);
+    matrix(b + "attn_k.weight", E, KV);
+    matrix(b + "attn_v.weight", E, KV);
+    matrix(b + "attn_output.weight", E, E);
+    norm(b + "ffn_norm.weight", E);
+    matrix(b + "ffn_gate.weight", E, p->n_ff);
+    matrix(b + "ffn_up.weight", E, p->n_ff);
+    matrix(b + "ffn_down.weight", p->n_ff, E);
+  }
+  w.write(a.out);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fmt::print(stderr, "gen-model: wrote {} ({} {}, vocab {}) in {:.1f} s\n", a.out, p->name, a.type, n_vocab, secs);
+}
+
+}  // namespace
+
+bool can_quantize_target(GgmlType t) {
+  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
+         t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 ||
+         t == GgmlType::Q4_K || t == GgmlType::Q6_K;
+}
+
+Run add_gen_model(CLI::App& app) {
+  auto a = std::make_shared<GenArgs>();
+  auto* sub = app.add_subcommand("gen-model", "Write a Llama GGUF with seeded random weights");
+  sub->add_option("--preset", a->preset, "tiny, smollm2-135m, llama2-7b or llama3-8b")->required();
+  sub->add_option("--type", a->type, "f32, f16, q8_0, q4_0, q4_1, q4_K, q6_K");
+  sub->add_option("--vocab", a->vocab, "Vocabulary GGUF to copy the tokenizer from (default: synthetic)");
+  sub->add_option("--seed", a->seed, "Random seed");
+  sub->add_option("-t,--threads", a->threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  sub->add_option("-o,--output", a->out, "Output file")->required();
+  return [a] { run_gen(*a); };
+}
+
+}  // namespace lamina::cli

@@ -1,0 +1,76 @@
+// lamina run: generates text from a prompt, streaming it to stdout; a summary on stderr.
+#include "commands.h"
+#include "core/error.h"
+#include "format/unicode.h"
+#include "session_args.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+
+namespace lamina::cli {
+namespace {
+
+struct RunArgs {
+  SessionArgs s;
+  SamplingArgs sampling;
+  std::string prompt, file;
+  int n_predict = -1;
+  bool no_display_prompt = false;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+void run_run(const RunArgs& a) {
+  Session sess(a.s.resolve());
+  const Tokenizer& tok = sess.tokenizer();
+  const std::vector<int32_t> prompt = tok.tokenize(a.prompt, true, true);
+  if (prompt.empty()) fail("the prompt tokenises to nothing");
+  if (prompt.size() >= size_t(sess.n_ctx()))
+    fail("the prompt has {} tokens but the context holds {} (raise --ctx)", prompt.size(), sess.n_ctx());
+  Sampler sampler(a.sampling.resolve());
+
+  if (!a.no_display_prompt) {
+    std::fputs(a.prompt.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  const auto t0 = Clock::now();
+  std::vector<float> logits = sess.eval(prompt);
+  const auto t1 = Clock::now();
+  Utf8Stream out;
+  int n_gen = 0;
+  const int limit = a.n_predict < 0 ? sess.n_ctx() : a.n_predict;
+  while (n_gen < limit) {
+    const int32_t next = sampler.sample(logits, sess.history());
+    if (tok.is_eog(next)) break;
+    ++n_gen;
+    std::fputs(out.push(tok.token_to_piece(next)).c_str(), stdout);
+    std::fflush(stdout);
+    if (sess.n_past() >= sess.n_ctx()) break;  // context full
+    logits = sess.eval(std::span<const int32_t>(&next, 1));
+  }
+  std::fputs(out.flush().c_str(), stdout);
+  std::fputs("\n", stdout);
+  const auto t2 = Clock::now();
+  fmt::print(stderr, "\nprompt: {} tokens in {:.2f} s ({:.1f} t/s) | generated: {} tokens in {:.2f} s ({:.1f} t/s) | {}\n",
+             prompt.size(), seconds(t0, t1), double(prompt.size()) / seconds(t0, t1), n_gen, seconds(t1, t2),
+             n_gen ? double(n_gen) / seconds(t1, t2) : 0.0, sess.backend().name());
+}
+
+}  // namespace
+
+Run add_run(CLI::App& app) {
+  auto a = std::make_shared<RunArgs>();
+  auto* sub = app.add_subcommand("run", "Generate text from a prompt");
+  add_session_options(sub, a->s);
+  add_sampling_options(sub, a->sampling);
+  sub->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
+  sub->add_option("-n,--n-predict", a->n_predict, "Tokens to generate (default: until end of text or a full context)")
+      ->check(CLI::Range(-1, 1 << 30));
+  sub->add_flag("--no-display-prompt", a->no_display_prompt, "Do not echo the prompt");
+  return [a] { run_run(*a); };
+}
+
+}  // namespace lamina::cli

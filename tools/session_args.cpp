@@ -1,0 +1,63 @@
+#include "session_args.h"
+
+#include "core/error.h"
+
+#include <random>
+#include <sstream>
+
+namespace lamina::cli {
+
+void add_session_options(CLI::App* sub, SessionArgs& a) {
+  sub->add_option("-m,--model", a.opt.model_path, "GGUF model file")->required();
+  sub->add_option("-c,--ctx", a.opt.n_ctx, "Context size in tokens (default: the model's, capped to fit memory)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("-t,--threads", a.opt.n_threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  sub->add_option("-b,--batch", a.opt.n_batch, "Prompt tokens per forward pass")->check(CLI::Range(1, 8192));
+  sub->add_option("--kv-type", a.kv_type, "KV cache type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}));
+}
+
+SessionOptions SessionArgs::resolve() const {
+  SessionOptions o = opt;
+  o.kv_type = kv_type == "f32" ? GgmlType::F32 : GgmlType::F16;
+  return o;
+}
+
+void add_sampling_options(CLI::App* sub, SamplingArgs& a) {
+  sub->add_option("--temp", a.p.temperature, "Temperature (0: greedy)")->check(CLI::Range(0.0, 100.0));
+  sub->add_option("--top-k", a.p.top_k, "Top-k (0: off)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--top-p", a.p.top_p, "Top-p (1: off)")->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--min-p", a.p.min_p, "Min-p (0: off)")->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--repeat-penalty", a.p.repeat_penalty, "Repetition penalty (1: off)")->check(CLI::Range(0.0, 10.0));
+  sub->add_option("--repeat-last-n", a.p.repeat_last_n, "Tokens the penalty looks back on (-1: all)")
+      ->check(CLI::Range(-1, 1 << 20));
+  sub->add_option_function<uint64_t>("--seed", [&a](const uint64_t& s) { a.p.seed = s; a.seed_given = true; },
+                                     "Random seed (same seed, same text)");
+}
+
+SamplerParams SamplingArgs::resolve() const {
+  SamplerParams p = this->p;
+  if (!seed_given) p.seed = std::random_device{}();
+  return p;
+}
+
+std::vector<int32_t> parse_token_list(const std::string& s, size_t n_vocab) {
+  std::vector<int32_t> ids;
+  std::istringstream ss(s);
+  std::string w;
+  while (ss >> w) {
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(w, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != w.size()) fail("'{}' is not a token id", w);
+    if (v < 0 || uint64_t(v) >= n_vocab) fail("token id {} is out of range (vocabulary has {} tokens)", v, n_vocab);
+    ids.push_back(int32_t(v));
+  }
+  if (ids.empty()) fail("no token ids given");
+  return ids;
+}
+
+}  // namespace lamina::cli

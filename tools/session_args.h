@@ -1,0 +1,28 @@
+// Options shared by the commands that run a model (run, chat, logits, bench).
+#pragma once
+
+#include "model/sampler.h"
+#include "model/session.h"
+
+#include <CLI/CLI.hpp>
+
+namespace lamina::cli {
+
+struct SessionArgs {
+  SessionOptions opt;
+  std::string kv_type = "f16";
+  SessionOptions resolve() const;  // validates kv_type
+};
+void add_session_options(CLI::App* sub, SessionArgs& a);
+
+struct SamplingArgs {
+  SamplerParams p;
+  bool seed_given = false;
+  SamplerParams resolve() const;  // a random seed unless --seed was given
+};
+void add_sampling_options(CLI::App* sub, SamplingArgs& a);
+
+// Token ids from "1 2 3" (validated against the vocabulary).
+std::vector<int32_t> parse_token_list(const std::string& s, size_t n_vocab);
+
+}  // namespace lamina::cli
