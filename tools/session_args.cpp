@@ -14,6 +14,8 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
   sub->add_option("-t,--threads", a.opt.n_threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   sub->add_option("-b,--batch", a.opt.n_batch, "Prompt tokens per forward pass")->check(CLI::Range(1, 8192));
   sub->add_option("--kv-type", a.kv_type, "KV cache type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}));
+  sub->add_flag("--exact-matmul", a.opt.exact_matmul,
+                "Keep activations in f32 for quantised weights (slower; for reference checks)");
 }
 
 SessionOptions SessionArgs::resolve() const {
@@ -35,9 +37,9 @@ void add_sampling_options(CLI::App* sub, SamplingArgs& a) {
 }
 
 SamplerParams SamplingArgs::resolve() const {
-  SamplerParams p = this->p;
-  if (!seed_given) p.seed = std::random_device{}();
-  return p;
+  SamplerParams r = p;
+  if (!seed_given) r.seed = std::random_device{}();
+  return r;
 }
 
 std::vector<int32_t> parse_token_list(const std::string& s, size_t n_vocab) {

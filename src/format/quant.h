@@ -13,6 +13,9 @@ namespace lamina {
 // dst[0..n) = value of element i of the row at src.
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
 
+// Element i of a row (any supported type), decoded alone.
+float dequantize_element(GgmlType t, const void* row, int64_t i);
+
 // Whether quantize_row supports the type (F32, F16, BF16, Q8_0, Q8_1, Q4_0, Q4_1, Q5_0, Q5_1,
 // Q4_K, Q6_K).
 bool can_quantize(GgmlType t);

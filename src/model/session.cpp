@@ -30,7 +30,7 @@ size_t kv_bytes_per_position(const ModelConfig& c, GgmlType kv_type) {
 
 Session::Session(const SessionOptions& o) : opt_(o), file_(GgufFile::open(o.model_path)), tok_(Tokenizer::from_gguf(file_)) {
   const int threads = o.n_threads > 0 ? o.n_threads : int(std::max(1u, std::thread::hardware_concurrency()));
-  backend_ = std::make_unique<CpuBackend>(threads);
+  backend_ = std::make_unique<CpuBackend>(threads, o.exact_matmul);
   model_ = std::make_unique<LlamaModel>(file_, *backend_);
   const ModelConfig& c = model_->config();
   if (tok_.n_vocab() != c.n_vocab)

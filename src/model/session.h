@@ -20,6 +20,7 @@ struct SessionOptions {
   int n_threads = 0;        // 0: all cores
   int n_batch = 512;        // prompt tokens per forward pass
   GgmlType kv_type = GgmlType::F16;
+  bool exact_matmul = false;  // f32 activations for quantised weights (see CpuBackend)
 };
 
 class Session {

@@ -12,10 +12,10 @@
 
 namespace lamina {
 
-CpuBackend::CpuBackend(int n_threads) : pool_(n_threads) {}
+CpuBackend::CpuBackend(int n_threads, bool exact_matmul) : pool_(n_threads), exact_(exact_matmul) {}
 
 std::string CpuBackend::name() const {
-  return fmt::format("cpu ({} threads, {})", pool_.size(), isa_name(detect_isa()));
+  return fmt::format("cpu ({} threads, {}{})", pool_.size(), isa_name(detect_isa()), exact_ ? ", exact matmul" : "");
 }
 
 Weight CpuBackend::load_weight(const GgufTensor& t) {
@@ -67,12 +67,18 @@ void CpuBackend::rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) {
   }
 }
 
+// Activation outliers (LLM.int8()'s decomposition): elements above kOutlierRms x the row's rms
+// (at most kMaxOutliers, the largest) are taken out before the row is quantised to 8 bits and added back in f32 against their
+// decoded weights. One outlier in a block of 32 otherwise makes that block's step ~7x coarser.
+static constexpr float kOutlierRms = 3.f;
+static constexpr int kMaxOutliers = 8;
+
 void CpuBackend::matmul(const Weight& w, Tensor x, Tensor out) {
   const VecDot vd = vec_dot_for(w.type);
   const int64_t K = w.cols, N = w.rows, T = x.rows;
   const size_t w_rb = row_bytes(w.type, K);
   const uint8_t* wd = static_cast<const uint8_t*>(w.data);
-  if (!vd.fn) {  // no direct kernel: dequantise each weight row, then an f32 dot
+  if (!vd.fn || (exact_ && vd.act != ActType::F32)) {  // dequantise each weight row, then an f32 dot
     const VecDot f32 = vec_dot_for(GgmlType::F32);
     pool_.parallel_for(N, [&](int64_t b, int64_t e) {
       std::vector<float> row(static_cast<size_t>(K));
@@ -83,14 +89,20 @@ void CpuBackend::matmul(const Weight& w, Tensor x, Tensor out) {
     }, 16);
     return;
   }
-  // Activations in the kernel's type, once per matmul.
+  // Activations in the kernel's format, once per matmul (outliers split off first).
   const void* xq = x.data;
   size_t x_rb = size_t(K) * 4;
-  if (vd.act_type != GgmlType::F32) {
-    x_rb = row_bytes(vd.act_type, K);
+  outliers_.assign(size_t(T), {});
+  if (vd.act != ActType::F32) {
+    x_rb = act_row_bytes(vd.act, K);
     act_q_.resize(x_rb * size_t(T));
     pool_.parallel_for(T, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) quantize_activations(vd.act_type, x.data + t * x.cols, act_q_.data() + size_t(t) * x_rb, K);
+      std::vector<float> tmp;
+      for (int64_t t = b; t < e; ++t) {
+        const float* xr = x.data + t * x.cols;
+        split_outliers(xr, K, tmp, outliers_[size_t(t)]);
+        quantize_activations(vd.act, outliers_[size_t(t)].n ? tmp.data() : xr, act_q_.data() + size_t(t) * x_rb, K);
+      }
     });
     xq = act_q_.data();
   }
@@ -99,9 +111,40 @@ void CpuBackend::matmul(const Weight& w, Tensor x, Tensor out) {
   pool_.parallel_for(N, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const uint8_t* wr = wd + size_t(r) * w_rb;
-      for (int64_t t = 0; t < T; ++t) out.data[t * out.cols + r] = vd.fn(K, wr, xb + size_t(t) * x_rb);
+      for (int64_t t = 0; t < T; ++t) {
+        float v = vd.fn(K, wr, xb + size_t(t) * x_rb);
+        const Outliers& o = outliers_[size_t(t)];
+        for (int j = 0; j < o.n; ++j) v += o.value[j] * dequantize_element(w.type, wr, o.index[j]);
+        out.data[t * out.cols + r] = v;
+      }
     }
   }, 16);
+}
+
+void CpuBackend::split_outliers(const float* x, int64_t n, std::vector<float>& rest, Outliers& o) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += double(x[i]) * x[i];
+  const float limit = kOutlierRms * float(std::sqrt(ss / double(n)));
+  o.n = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    if (a <= limit || a == 0.f) continue;
+    if (o.n < kMaxOutliers) {
+      o.index[o.n] = int32_t(i);
+      o.value[o.n++] = x[i];
+      continue;
+    }
+    int smallest = 0;  // keep the kMaxOutliers largest
+    for (int j = 1; j < o.n; ++j)
+      if (std::fabs(o.value[j]) < std::fabs(o.value[smallest])) smallest = j;
+    if (a > std::fabs(o.value[smallest])) {
+      o.index[smallest] = int32_t(i);
+      o.value[smallest] = x[i];
+    }
+  }
+  if (o.n == 0) return;
+  rest.assign(x, x + n);
+  for (int j = 0; j < o.n; ++j) rest[size_t(o.index[j])] = 0.f;
 }
 
 void CpuBackend::add_bias(Tensor x, const Weight& b) {

@@ -12,7 +12,9 @@ namespace lamina {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int n_threads);
+  // exact_matmul: keep activations in f32 for quantised weights too (dequantise each weight
+  // row, then an f32 dot) instead of quantising them to 8 bits; slower, used for checks.
+  CpuBackend(int n_threads, bool exact_matmul = false);
   std::string name() const override;
   int threads() const { return pool_.size(); }
 
@@ -34,9 +36,18 @@ class CpuBackend final : public Backend {
   void read(Tensor t, float* host) override;
 
  private:
+  struct Outliers {  // activations handled in f32 by matmul (see cpu_backend.cpp)
+    int n = 0;
+    int32_t index[8];
+    float value[8];
+  };
+  static void split_outliers(const float* x, int64_t n, std::vector<float>& rest, Outliers& o);
+
   ThreadPool pool_;
+  bool exact_ = false;
   std::vector<std::unique_ptr<float[]>> scratch_;  // blocks handed out by alloc()
   std::vector<uint8_t> act_q_;                      // quantised activations for matmul
+  std::vector<Outliers> outliers_;                  // per activation row
   // KV cache: [layer][pos][kv_dim] for K and for V.
   GgmlType kv_type_ = GgmlType::F16;
   int kv_layers_ = 0, kv_ctx_ = 0, kv_dim_ = 0;

@@ -5,8 +5,11 @@
 #include "format/quant.h"
 #include "format/quant_blocks.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 namespace lamina {
 namespace {
@@ -34,30 +37,30 @@ float dot_bf16(int64_t n, const void* w, const void* x) {
 }
 float dot_q4_0(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const block_q4_0*>(w);
-  const auto* b = static_cast<const block_q8_0*>(x);
+  const auto* b = static_cast<const act_q8*>(x);
   float s = 0;
   for (int64_t i = 0; i < n / QK; ++i) {
     int sum = 0;
     for (int j = 0; j < 16; ++j)
       sum += ((a[i].qs[j] & 15) - 8) * b[i].qs[j] + ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + 16];
-    s += f16_to_f32(a[i].d) * f16_to_f32(b[i].d) * float(sum);
+    s += f16_to_f32(a[i].d) * b[i].d * float(sum);
   }
   return s;
 }
 float dot_q4_1(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const block_q4_1*>(w);
-  const auto* b = static_cast<const block_q8_1*>(x);
+  const auto* b = static_cast<const act_q8s*>(x);
   float s = 0;
   for (int64_t i = 0; i < n / QK; ++i) {
     int sum = 0;
     for (int j = 0; j < 16; ++j) sum += (a[i].qs[j] & 15) * b[i].qs[j] + (a[i].qs[j] >> 4) * b[i].qs[j + 16];
-    s += f16_to_f32(a[i].d) * f16_to_f32(b[i].d) * float(sum) + f16_to_f32(a[i].m) * f16_to_f32(b[i].s);
+    s += f16_to_f32(a[i].d) * b[i].d * float(sum) + f16_to_f32(a[i].m) * b[i].s;
   }
   return s;
 }
 float dot_q5_0(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const block_q5_0*>(w);
-  const auto* b = static_cast<const block_q8_0*>(x);
+  const auto* b = static_cast<const act_q8*>(x);
   float s = 0;
   for (int64_t i = 0; i < n / QK; ++i) {
     uint32_t qh;
@@ -68,13 +71,13 @@ float dot_q5_0(int64_t n, const void* w, const void* x) {
       const int hi = (a[i].qs[j] >> 4) | int((qh >> (j + 16)) & 1) << 4;
       sum += (lo - 16) * b[i].qs[j] + (hi - 16) * b[i].qs[j + 16];
     }
-    s += f16_to_f32(a[i].d) * f16_to_f32(b[i].d) * float(sum);
+    s += f16_to_f32(a[i].d) * b[i].d * float(sum);
   }
   return s;
 }
 float dot_q5_1(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const block_q5_1*>(w);
-  const auto* b = static_cast<const block_q8_1*>(x);
+  const auto* b = static_cast<const act_q8s*>(x);
   float s = 0;
   for (int64_t i = 0; i < n / QK; ++i) {
     uint32_t qh;
@@ -85,18 +88,18 @@ float dot_q5_1(int64_t n, const void* w, const void* x) {
       const int hi = (a[i].qs[j] >> 4) | int((qh >> (j + 16)) & 1) << 4;
       sum += lo * b[i].qs[j] + hi * b[i].qs[j + 16];
     }
-    s += f16_to_f32(a[i].d) * f16_to_f32(b[i].d) * float(sum) + f16_to_f32(a[i].m) * f16_to_f32(b[i].s);
+    s += f16_to_f32(a[i].d) * b[i].d * float(sum) + f16_to_f32(a[i].m) * b[i].s;
   }
   return s;
 }
 float dot_q8_0(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const block_q8_0*>(w);
-  const auto* b = static_cast<const block_q8_0*>(x);
+  const auto* b = static_cast<const act_q8*>(x);
   float s = 0;
   for (int64_t i = 0; i < n / QK; ++i) {
     int sum = 0;
     for (int j = 0; j < QK; ++j) sum += a[i].qs[j] * b[i].qs[j];
-    s += f16_to_f32(a[i].d) * f16_to_f32(b[i].d) * float(sum);
+    s += f16_to_f32(a[i].d) * b[i].d * float(sum);
   }
   return s;
 }
@@ -143,6 +146,23 @@ float dot_q6_K(int64_t n, const void* w, const void* x) {
   return s;
 }
 
+// 8-bit blocks of 32 with an f32 scale (llama.cpp's Q8_0 rule: d = amax/127, round half away).
+template <bool WithSum, class Block>
+void quantize_q8(const float* x, Block* y, int64_t n) {
+  for (int64_t i = 0; i < n / QK; ++i, x += QK) {
+    float amax = 0;
+    for (int j = 0; j < QK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.f, id = d ? 1.f / d : 0.f;
+    int sum = 0;
+    for (int j = 0; j < QK; ++j) {
+      y[i].qs[j] = int8_t(std::lround(x[j] * id));
+      sum += y[i].qs[j];
+    }
+    y[i].d = d;
+    if constexpr (WithSum) y[i].s = d * float(sum);
+  }
+}
+
 void quantize_q8_K(const float* x, block_q8_K* y, int64_t n) {
   for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
     float amax = 0, maxv = 0;
@@ -168,32 +188,33 @@ void quantize_q8_K(const float* x, block_q8_K* y, int64_t n) {
 
 VecDot scalar_kernel(GgmlType t) {
   switch (t) {
-    case GgmlType::F32: return {GgmlType::F32, dot_f32};
-    case GgmlType::F16: return {GgmlType::F32, dot_f16};
-    case GgmlType::BF16: return {GgmlType::F32, dot_bf16};
-    case GgmlType::Q4_0: return {GgmlType::Q8_0, dot_q4_0};
-    case GgmlType::Q4_1: return {GgmlType::Q8_1, dot_q4_1};
-    case GgmlType::Q5_0: return {GgmlType::Q8_0, dot_q5_0};
-    case GgmlType::Q5_1: return {GgmlType::Q8_1, dot_q5_1};
-    case GgmlType::Q8_0: return {GgmlType::Q8_0, dot_q8_0};
-    case GgmlType::Q4_K: return {GgmlType::Q8_K, dot_q4_K};
-    case GgmlType::Q6_K: return {GgmlType::Q8_K, dot_q6_K};
-    default: return {GgmlType::F32, nullptr};  // dequantise-then-dot fallback
+    case GgmlType::F32: return {ActType::F32, dot_f32};
+    case GgmlType::F16: return {ActType::F32, dot_f16};
+    case GgmlType::BF16: return {ActType::F32, dot_bf16};
+    case GgmlType::Q4_0: return {ActType::Q8, dot_q4_0};
+    case GgmlType::Q4_1: return {ActType::Q8S, dot_q4_1};
+    case GgmlType::Q5_0: return {ActType::Q8, dot_q5_0};
+    case GgmlType::Q5_1: return {ActType::Q8S, dot_q5_1};
+    case GgmlType::Q8_0: return {ActType::Q8, dot_q8_0};
+    case GgmlType::Q4_K: return {ActType::Q8K, dot_q4_K};
+    case GgmlType::Q6_K: return {ActType::Q8K, dot_q6_K};
+    default: return {ActType::F32, nullptr};  // dequantise-then-dot fallback
   }
 }
 
 }  // namespace
 
 CpuIsa detect_isa() {
+  static const CpuIsa isa = [] {
+    const char* force = std::getenv("LAMINA_CPU_ISA");  // "scalar" forces the portable kernels
+    if (force && std::string_view(force) == "scalar") return CpuIsa::Scalar;
 #if defined(__x86_64__)
-  static const CpuIsa isa = (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                             __builtin_cpu_supports("f16c"))
-                                ? CpuIsa::Avx2
-                                : CpuIsa::Scalar;
-  return isa;
-#else
-  return CpuIsa::Scalar;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+      return CpuIsa::Avx2;
 #endif
+    return CpuIsa::Scalar;
+  }();
+  return isa;
 }
 
 const char* isa_name(CpuIsa isa) { return isa == CpuIsa::Avx2 ? "avx2" : "scalar"; }
@@ -207,9 +228,36 @@ VecDot vec_dot_for(GgmlType t, CpuIsa isa) {
 
 VecDot vec_dot_for(GgmlType t) { return vec_dot_for(t, detect_isa()); }
 
-void quantize_activations(GgmlType act, const float* x, void* dst, int64_t n) {
-  if (act == GgmlType::Q8_K) return quantize_q8_K(x, static_cast<block_q8_K*>(dst), n);
-  quantize_row(act, x, dst, n);
+size_t act_row_bytes(ActType t, int64_t n) {
+  switch (t) {
+    case ActType::F32: return size_t(n) * sizeof(float);
+    case ActType::Q8: return size_t(n / QK) * sizeof(act_q8);
+    case ActType::Q8S: return size_t(n / QK) * sizeof(act_q8s);
+    case ActType::Q8K: return size_t(n / QK_K) * sizeof(block_q8_K);
+  }
+  return 0;
+}
+
+void quantize_activations(ActType t, const float* x, void* dst, int64_t n) {
+  switch (t) {
+    case ActType::F32: std::memcpy(dst, x, size_t(n) * sizeof(float)); return;
+    case ActType::Q8: return quantize_q8<false>(x, static_cast<act_q8*>(dst), n);
+    case ActType::Q8S: return quantize_q8<true>(x, static_cast<act_q8s*>(dst), n);
+    case ActType::Q8K: return quantize_q8_K(x, static_cast<block_q8_K*>(dst), n);
+  }
+}
+
+void dequantize_activations(ActType t, const void* src, float* dst, int64_t n) {
+  auto blocks = [&](auto* b) {
+    for (int64_t i = 0; i < n / QK; ++i)
+      for (int j = 0; j < QK; ++j) dst[i * QK + j] = b[i].d * float(b[i].qs[j]);
+  };
+  switch (t) {
+    case ActType::F32: std::memcpy(dst, src, size_t(n) * sizeof(float)); return;
+    case ActType::Q8: return blocks(static_cast<const act_q8*>(src));
+    case ActType::Q8S: return blocks(static_cast<const act_q8s*>(src));
+    case ActType::Q8K: return dequantize_row(GgmlType::Q8_K, src, dst, n);
+  }
 }
 
 }  // namespace lamina

@@ -1,33 +1,53 @@
 // Row dot products for the CPU matmul: one weight row (GGUF block layout) against one
-// activation row already converted to the weight's activation type — f32 for float weights,
-// 8-bit blocks for quantised ones (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for the
-// K types), as llama.cpp does. Implementations: scalar (any CPU) and AVX2+FMA+F16C, chosen
-// at run time.
+// activation row already converted to the kernel's activation format. Float weights take f32
+// activations; quantised weights take 8-bit activation blocks, as llama.cpp does, but in
+// formats of our own (activations never reach a file):
+//   ActType::Q8   {f32 d; int8 q[32]}            for Q4_0, Q5_0, Q8_0 weights
+//   ActType::Q8S  {f32 d; f32 s = d*sum(q); q[32]} for Q4_1, Q5_1 weights (offset term exact)
+//   ActType::Q8K  ggml's block_q8_K (f32 d, exact int16 group sums) for the K types
+// llama.cpp's Q8_0/Q8_1 keep d and s in f16; on models with outlier activations (SmolLM2) that
+// rounding doubles the distance to an exact reference. Kernels: scalar (any CPU) and
+// AVX2+FMA+F16C, chosen at run time.
 #pragma once
 
 #include "format/ggml_type.h"
 
+#include <cstddef>
 #include <cstdint>
 
 namespace lamina {
 
+enum class ActType { F32, Q8, Q8S, Q8K };
+
+struct act_q8 {
+  float d;
+  int8_t qs[32];
+};
+struct act_q8s {
+  float d, s;
+  int8_t qs[32];
+};
+static_assert(sizeof(act_q8) == 36 && sizeof(act_q8s) == 40);
+
+size_t act_row_bytes(ActType t, int64_t n);
+// Converts n activations (n a multiple of the format's block) to `t`, and back (tests).
+void quantize_activations(ActType t, const float* x, void* dst, int64_t n);
+void dequantize_activations(ActType t, const void* src, float* dst, int64_t n);
+
 using VecDotFn = float (*)(int64_t n, const void* w, const void* x);
 
 struct VecDot {
-  GgmlType act_type;  // what quantize_activations must produce
-  VecDotFn fn;        // nullptr: no direct kernel (the caller dequantises the row to f32)
+  ActType act;  // what quantize_activations must produce
+  VecDotFn fn;  // nullptr: no direct kernel (the caller dequantises the row to f32)
 };
 
 enum class CpuIsa { Scalar, Avx2 };
-CpuIsa detect_isa();
+CpuIsa detect_isa();  // LAMINA_CPU_ISA=scalar forces the portable kernels
 const char* isa_name(CpuIsa isa);
 
 // The kernel for a weight type on the given ISA (default: the best this CPU runs).
 VecDot vec_dot_for(GgmlType weight_type, CpuIsa isa);
 VecDot vec_dot_for(GgmlType weight_type);
-
-// Converts n activations to `act_type` (F32: copy; Q8_0, Q8_1, Q8_K: 8-bit blocks).
-void quantize_activations(GgmlType act_type, const float* x, void* dst, int64_t n);
 
 // AVX2 kernels (vec_dot_avx2.cpp); nullptr where none exists.
 VecDotFn avx2_kernel(GgmlType weight_type);

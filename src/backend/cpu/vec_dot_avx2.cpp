@@ -10,6 +10,8 @@
 #include "core/half.h"
 #include "format/quant_blocks.h"
 
+#include <cstring>
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -93,13 +95,13 @@ LAMINA_AVX2 float dot_bf16(int64_t n, const void* w, const void* x) {
 
 LAMINA_AVX2 float dot_q4_0(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const block_q4_0*>(w);
-  const auto* b = static_cast<const block_q8_0*>(x);
+  const auto* b = static_cast<const act_q8*>(x);
   __m256 acc = _mm256_setzero_ps();
   const __m256i eight = _mm256_set1_epi8(8);
   for (int64_t i = 0; i < n / QK; ++i) {
     const __m256i q = _mm256_sub_epi8(unpack_nibbles(a[i].qs), eight);
     const __m256i p = dot_s8(q, load32(b[i].qs));
-    const __m256 d = _mm256_set1_ps(f16_to_f32(a[i].d) * f16_to_f32(b[i].d));
+    const __m256 d = _mm256_set1_ps(f16_to_f32(a[i].d) * b[i].d);
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
   }
   return hsum(acc);
@@ -107,25 +109,27 @@ LAMINA_AVX2 float dot_q4_0(int64_t n, const void* w, const void* x) {
 
 LAMINA_AVX2 float dot_q4_1(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const block_q4_1*>(w);
-  const auto* b = static_cast<const block_q8_1*>(x);
+  const auto* b = static_cast<const act_q8s*>(x);
+  // The offset term m*s goes into the same accumulator, spread over the 8 lanes, so that it
+  // cancels against its block's main term before rounding (a separate running sum of the
+  // m*s terms loses precision when activations have outliers).
   __m256 acc = _mm256_setzero_ps();
-  float mins = 0;
   for (int64_t i = 0; i < n / QK; ++i) {
     const __m256i p = dot_u8s8(unpack_nibbles(a[i].qs), load32(b[i].qs));
-    const __m256 d = _mm256_set1_ps(f16_to_f32(a[i].d) * f16_to_f32(b[i].d));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
-    mins += f16_to_f32(a[i].m) * f16_to_f32(b[i].s);
+    const __m256 d = _mm256_set1_ps(f16_to_f32(a[i].d) * b[i].d);
+    const __m256 m = _mm256_set1_ps(0.125f * f16_to_f32(a[i].m) * b[i].s);
+    acc = _mm256_add_ps(acc, _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), m));
   }
-  return hsum(acc) + mins;
+  return hsum(acc);
 }
 
 LAMINA_AVX2 float dot_q8_0(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const block_q8_0*>(w);
-  const auto* b = static_cast<const block_q8_0*>(x);
+  const auto* b = static_cast<const act_q8*>(x);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / QK; ++i) {
     const __m256i p = dot_s8(load32(a[i].qs), load32(b[i].qs));
-    const __m256 d = _mm256_set1_ps(f16_to_f32(a[i].d) * f16_to_f32(b[i].d));
+    const __m256 d = _mm256_set1_ps(f16_to_f32(a[i].d) * b[i].d);
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
   }
   return hsum(acc);

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Regenerates tests/golden/: reference logits (reference.py) for
+  (a) tiny models that `lamina gen-model` writes, one per weight type, and
+  (b) the default SmolLM2-135M-Instruct Q4_1 model on three prompts, with 32 greedy tokens.
+The test (tests/test_golden.cpp) re-creates the tiny models, checks their SHA-256, and compares
+lamina's logits with these files.
+
+  make_golden.py --lamina build/tools/lamina --model ~/.cache/lamina/models/SmolLM2-...gguf
+"""
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+VOCAB = os.path.join(ROOT, '..', 'shared', 'data', 'vocab', 'ggml-vocab-llama-spm.gguf')
+TYPES = ['f32', 'f16', 'bf16', 'q8_0', 'q4_0', 'q4_1', 'q4_K', 'q6_K']
+PROMPTS = ['The capital of France is', 'def fibonacci(n):', 'Once upon a time, in a small village,']
+TINY_TOKENS = '1 450 4996 17354 1701 432 975 278 17366 11203 29889'  # "The quick brown fox ..."
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for chunk in iter(lambda: f.read(1 << 20), b''):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def reference(model, tokens, out_bin, greedy=0):
+    cmd = [sys.executable, os.path.join(HERE, 'reference.py'), model, '--tokens', tokens, '--top', '10',
+           '--logits-out', out_bin]
+    if greedy:
+        cmd += ['--greedy', str(greedy)]
+    return json.loads(subprocess.check_output(cmd))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument('--lamina', required=True)
+    ap.add_argument('--model', required=True, help='the default SmolLM2 Q4_1 GGUF')
+    ap.add_argument('--out', default=os.path.join(ROOT, 'tests', 'golden'))
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    cases = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for t in TYPES:
+            path = os.path.join(tmp, f'tiny-{t}.gguf')
+            subprocess.check_call([a.lamina, 'gen-model', '--preset', 'tiny', '--type', t, '--vocab', VOCAB,
+                                   '--seed', '42', '-o', path])
+            r = reference(path, TINY_TOKENS, os.path.join(a.out, f'tiny-{t}.f32'))
+            cases.append({'name': f'tiny-{t}', 'gen': {'preset': 'tiny', 'type': t, 'seed': 42},
+                          'sha256': sha256(path), 'tokens': r['tokens'], 'top': r['top'],
+                          'logits': f'tiny-{t}.f32'})
+    for i, p in enumerate(PROMPTS):
+        ids = subprocess.check_output([a.lamina, 'tokenize', '-m', a.model, '-p', p]).decode().strip()
+        r = reference(a.model, ids, os.path.join(a.out, f'smollm2-p{i}.f32'), greedy=32)
+        cases.append({'name': f'smollm2-p{i}', 'default_model': True, 'sha256': sha256(a.model), 'prompt': p,
+                      'tokens': r['tokens'], 'top': r['top'], 'greedy': r['greedy'],
+                      'greedy_margins': r['greedy_margins'],
+                      'logits': f'smollm2-p{i}.f32'})
+    with open(os.path.join(a.out, 'golden.json'), 'w') as f:
+        json.dump({'generator': 'scripts/reference/make_golden.py (reference.py, NumPy float64, f16 KV cache)',
+                   'cases': cases}, f, indent=1)
+    print(f'{len(cases)} cases written to {a.out}')
+
+
+if __name__ == '__main__':
+    main()
