@@ -36,6 +36,9 @@ LAMINA_HD float bits_f32(uint32_t u) {
 
 LAMINA_HD float f16_to_f32(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t em = h & 0x7FFFu;
+  if (em - 0x0400u < 0x7800u) return bits_f32(sign | ((em << 13) + 0x38000000u));  // normal numbers
+
   const uint32_t exp = (h >> 10) & 0x1Fu;
   uint32_t mant = h & 0x3FFu;
   if (exp == 0x1F) return bits_f32(sign | 0x7F800000u | (mant << 13));  // inf / nan

@@ -205,15 +205,14 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
       }
     }
   }
-  auto kv_at = [&](const uint8_t* base, int64_t j, int g, int d) {
-    const size_t idx = size_t(j) * size_t(kv_dim) + size_t(g) * size_t(p.head_dim) + size_t(d);
-    return f16 ? f16_to_f32(reinterpret_cast<const uint16_t*>(base)[idx]) : reinterpret_cast<const float*>(base)[idx];
-  };
+  // Scores use the weight-row dot kernels (K rows are "weights" of type f16/f32, q is f32).
+  const VecDotFn dot = vec_dot_for(kv_type_).fn;
+  const AxpyFn axpy = axpy_for(kv_type_);
+  const size_t row = size_t(kv_dim) * esz, head = size_t(p.head_dim) * esz;
   const int group = p.n_head / p.n_head_kv;
   const int hd = p.head_dim;
   pool_.parallel_for(q.rows * p.n_head, [&](int64_t b, int64_t e) {
-    std::vector<float> scores, kf(static_cast<size_t>(hd));
-    std::vector<double> acc(static_cast<size_t>(hd));
+    std::vector<float> scores;
     for (int64_t job = b; job < e; ++job) {
       const int64_t t = job / p.n_head;
       const int h = int(job % p.n_head), g = h / group;
@@ -222,9 +221,7 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
       scores.resize(size_t(n_pos));
       float mx = -INFINITY;
       for (int64_t j = 0; j < n_pos; ++j) {
-        float s = 0;
-        for (int d = 0; d < hd; ++d) s += qv[d] * kv_at(kc, j, g, d);
-        scores[size_t(j)] = s * p.scale;
+        scores[size_t(j)] = dot(hd, kc + size_t(j) * row + size_t(g) * head, qv) * p.scale;
         mx = std::max(mx, scores[size_t(j)]);
       }
       double sum = 0;  // softmax: subtract the max, sum in double (as ggml)
@@ -232,13 +229,10 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
         s = std::exp(s - mx);
         sum += s;
       }
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t j = 0; j < n_pos; ++j) {
-        const float wgt = float(double(scores[size_t(j)]) / sum);
-        for (int d = 0; d < hd; ++d) acc[size_t(d)] += double(wgt) * kv_at(vc, j, g, d);
-      }
       float* o = out.data + t * out.cols + int64_t(h) * hd;
-      for (int d = 0; d < hd; ++d) o[d] = float(acc[size_t(d)]);
+      std::fill(o, o + hd, 0.f);
+      const float inv = float(1.0 / sum);
+      for (int64_t j = 0; j < n_pos; ++j) axpy(hd, scores[size_t(j)] * inv, vc + size_t(j) * row + size_t(g) * head, o);
     }
   });
 }

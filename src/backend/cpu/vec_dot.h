@@ -52,4 +52,9 @@ VecDot vec_dot_for(GgmlType weight_type);
 // AVX2 kernels (vec_dot_avx2.cpp); nullptr where none exists.
 VecDotFn avx2_kernel(GgmlType weight_type);
 
+// y[0..n) += a * x[0..n) with x in f16 or f32 (attention's V accumulation).
+using AxpyFn = void (*)(int64_t n, float a, const void* x, float* y);
+AxpyFn axpy_for(GgmlType x_type);  // F16 or F32
+AxpyFn avx2_axpy(GgmlType x_type);
+
 }  // namespace lamina

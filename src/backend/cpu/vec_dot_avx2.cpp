@@ -20,6 +20,9 @@
 namespace lamina {
 namespace {
 
+// One-instruction f16 -> f32 (F16C); the portable core/half.h version is branchy integer code.
+LAMINA_AVX2 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
 LAMINA_AVX2 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -75,7 +78,7 @@ LAMINA_AVX2 float dot_f16(int64_t n, const void* w, const void* x) {
     acc1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(b + i + 8), acc1);
   }
   float s = hsum(_mm256_add_ps(acc0, acc1));
-  for (; i < n; ++i) s += f16_to_f32(a[i]) * b[i];
+  for (; i < n; ++i) s += h2f(a[i]) * b[i];
   return s;
 }
 
@@ -101,7 +104,7 @@ LAMINA_AVX2 float dot_q4_0(int64_t n, const void* w, const void* x) {
   for (int64_t i = 0; i < n / QK; ++i) {
     const __m256i q = _mm256_sub_epi8(unpack_nibbles(a[i].qs), eight);
     const __m256i p = dot_s8(q, load32(b[i].qs));
-    const __m256 d = _mm256_set1_ps(f16_to_f32(a[i].d) * b[i].d);
+    const __m256 d = _mm256_set1_ps(h2f(a[i].d) * b[i].d);
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
   }
   return hsum(acc);
@@ -116,8 +119,8 @@ LAMINA_AVX2 float dot_q4_1(int64_t n, const void* w, const void* x) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / QK; ++i) {
     const __m256i p = dot_u8s8(unpack_nibbles(a[i].qs), load32(b[i].qs));
-    const __m256 d = _mm256_set1_ps(f16_to_f32(a[i].d) * b[i].d);
-    const __m256 m = _mm256_set1_ps(0.125f * f16_to_f32(a[i].m) * b[i].s);
+    const __m256 d = _mm256_set1_ps(h2f(a[i].d) * b[i].d);
+    const __m256 m = _mm256_set1_ps(0.125f * h2f(a[i].m) * b[i].s);
     acc = _mm256_add_ps(acc, _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), m));
   }
   return hsum(acc);
@@ -129,7 +132,7 @@ LAMINA_AVX2 float dot_q8_0(int64_t n, const void* w, const void* x) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / QK; ++i) {
     const __m256i p = dot_s8(load32(a[i].qs), load32(b[i].qs));
-    const __m256 d = _mm256_set1_ps(f16_to_f32(a[i].d) * b[i].d);
+    const __m256 d = _mm256_set1_ps(h2f(a[i].d) * b[i].d);
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
   }
   return hsum(acc);
@@ -155,7 +158,7 @@ LAMINA_AVX2 float dot_q4_K(int64_t n, const void* w, const void* x) {
       sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, _mm256_set1_epi16(sc[2 * c])));
       sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, _mm256_set1_epi16(sc[2 * c + 1])));
     }
-    total += b[i].d * (f16_to_f32(a[i].d) * float(hsum_i32(sumi)) - f16_to_f32(a[i].dmin) * float(sum_min));
+    total += b[i].d * (h2f(a[i].d) * float(hsum_i32(sumi)) - h2f(a[i].dmin) * float(sum_min));
   }
   return total;
 }
@@ -190,12 +193,35 @@ LAMINA_AVX2 float dot_q6_K(int64_t n, const void* w, const void* x) {
         sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
       }
     }
-    total += b[i].d * f16_to_f32(a[i].d) * float(hsum_i32(sumi) - 32 * bias);
+    total += b[i].d * h2f(a[i].d) * float(hsum_i32(sumi) - 32 * bias);
   }
   return total;
 }
 
+LAMINA_AVX2 void axpy_f16(int64_t n, float a, const void* x, float* y) {
+  const uint16_t* xh = static_cast<const uint16_t*>(x);
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 xv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xh + i)));
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, xv, _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; ++i) y[i] += a * h2f(xh[i]);
+}
+
+LAMINA_AVX2 void axpy_f32(int64_t n, float a, const void* x, float* y) {
+  const float* xf = static_cast<const float*>(x);
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(xf + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * xf[i];
+}
+
 }  // namespace
+
+AxpyFn avx2_axpy(GgmlType t) {
+  return t == GgmlType::F16 ? axpy_f16 : t == GgmlType::F32 ? axpy_f32 : nullptr;
+}
 
 VecDotFn avx2_kernel(GgmlType t) {
   switch (t) {
@@ -216,5 +242,6 @@ VecDotFn avx2_kernel(GgmlType t) {
 #else
 namespace lamina {
 VecDotFn avx2_kernel(GgmlType) { return nullptr; }
+AxpyFn avx2_axpy(GgmlType) { return nullptr; }
 }  // namespace lamina
 #endif
