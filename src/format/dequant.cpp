@@ -17,32 +17,38 @@ void blocks(const void* src, float* dst, int64_t n) {
 }
 
 template <class Block, float (*Decode)(const Block&, int), int N>
-float element(const void* row, int64_t i) {
+float element(const void* row, int64_t i) {  // element i of a row
   return Decode(static_cast<const Block*>(row)[i / N], int(i % N));
 }
 
 }  // namespace
 
-float dequantize_element(GgmlType t, const void* row, int64_t i) {
+float element_f32(const void* row, int64_t i) { return static_cast<const float*>(row)[i]; }
+float element_f16(const void* row, int64_t i) { return f16_to_f32(static_cast<const uint16_t*>(row)[i]); }
+float element_bf16(const void* row, int64_t i) { return bf16_to_f32(static_cast<const uint16_t*>(row)[i]); }
+
+ElementFn element_decoder(GgmlType t) {
   switch (t) {
-    case GgmlType::F32: return static_cast<const float*>(row)[i];
-    case GgmlType::F16: return f16_to_f32(static_cast<const uint16_t*>(row)[i]);
-    case GgmlType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(row)[i]);
-    case GgmlType::Q4_0: return element<block_q4_0, decode_q4_0, QK>(row, i);
-    case GgmlType::Q4_1: return element<block_q4_1, decode_q4_1, QK>(row, i);
-    case GgmlType::Q5_0: return element<block_q5_0, decode_q5_0, QK>(row, i);
-    case GgmlType::Q5_1: return element<block_q5_1, decode_q5_1, QK>(row, i);
-    case GgmlType::Q8_0: return element<block_q8_0, decode_q8_0, QK>(row, i);
-    case GgmlType::Q8_1: return element<block_q8_1, decode_q8_1, QK>(row, i);
-    case GgmlType::Q2_K: return element<block_q2_K, decode_q2_K, QK_K>(row, i);
-    case GgmlType::Q3_K: return element<block_q3_K, decode_q3_K, QK_K>(row, i);
-    case GgmlType::Q4_K: return element<block_q4_K, decode_q4_K, QK_K>(row, i);
-    case GgmlType::Q5_K: return element<block_q5_K, decode_q5_K, QK_K>(row, i);
-    case GgmlType::Q6_K: return element<block_q6_K, decode_q6_K, QK_K>(row, i);
-    case GgmlType::Q8_K: return element<block_q8_K, decode_q8_K, QK_K>(row, i);
+    case GgmlType::F32: return element_f32;
+    case GgmlType::F16: return element_f16;
+    case GgmlType::BF16: return element_bf16;
+    case GgmlType::Q4_0: return element<block_q4_0, decode_q4_0, QK>;
+    case GgmlType::Q4_1: return element<block_q4_1, decode_q4_1, QK>;
+    case GgmlType::Q5_0: return element<block_q5_0, decode_q5_0, QK>;
+    case GgmlType::Q5_1: return element<block_q5_1, decode_q5_1, QK>;
+    case GgmlType::Q8_0: return element<block_q8_0, decode_q8_0, QK>;
+    case GgmlType::Q8_1: return element<block_q8_1, decode_q8_1, QK>;
+    case GgmlType::Q2_K: return element<block_q2_K, decode_q2_K, QK_K>;
+    case GgmlType::Q3_K: return element<block_q3_K, decode_q3_K, QK_K>;
+    case GgmlType::Q4_K: return element<block_q4_K, decode_q4_K, QK_K>;
+    case GgmlType::Q5_K: return element<block_q5_K, decode_q5_K, QK_K>;
+    case GgmlType::Q6_K: return element<block_q6_K, decode_q6_K, QK_K>;
+    case GgmlType::Q8_K: return element<block_q8_K, decode_q8_K, QK_K>;
   }
-  fail("dequantize_element: unsupported type id {}", uint32_t(t));
+  fail("element_decoder: unsupported type id {}", uint32_t(t));
 }
+
+float dequantize_element(GgmlType t, const void* row, int64_t i) { return element_decoder(t)(row, i); }
 
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
   switch (t) {

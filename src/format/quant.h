@@ -15,6 +15,9 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
 
 // Element i of a row (any supported type), decoded alone.
 float dequantize_element(GgmlType t, const void* row, int64_t i);
+// The same, as a function for one type (no dispatch per call).
+using ElementFn = float (*)(const void* row, int64_t i);
+ElementFn element_decoder(GgmlType t);
 
 // Whether quantize_row supports the type (F32, F16, BF16, Q8_0, Q8_1, Q4_0, Q4_1, Q5_0, Q5_1,
 // Q4_K, Q6_K).
