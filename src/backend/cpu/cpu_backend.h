@@ -12,6 +12,7 @@ namespace lamina {
 
 class CpuBackend final : public Backend {
  public:
+  ~CpuBackend() override;
   // exact_matmul: keep activations in f32 for quantised weights too (dequantise each weight
   // row, then an f32 dot) instead of quantising them to 8 bits; slower, used for checks.
   CpuBackend(int n_threads, bool exact_matmul = false);
@@ -45,6 +46,13 @@ class CpuBackend final : public Backend {
 
   ThreadPool pool_;
   bool exact_ = false;
+  // Weights live in anonymous memory advised for transparent huge pages (see load_weight).
+  struct Arena {
+    uint8_t* base = nullptr;
+    size_t size = 0, used = 0;
+  };
+  std::vector<Arena> arenas_;
+  uint8_t* arena_alloc(size_t bytes);
   std::vector<std::unique_ptr<float[]>> scratch_;  // blocks handed out by alloc()
   std::vector<uint8_t> act_q_;                      // quantised activations for matmul
   std::vector<Outliers> outliers_;                  // per activation row

@@ -96,18 +96,27 @@ LAMINA_AVX2 float dot_bf16(int64_t n, const void* w, const void* x) {
   return s;
 }
 
+// Two f16 fields stored next to each other (d, m) as floats in lanes 0 and 1.
+LAMINA_AVX2 inline __m128 h2f_pair(const uint16_t* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
+  return _mm_cvtph_ps(_mm_cvtsi32_si128(int(bits)));
+}
+
 LAMINA_AVX2 float dot_q4_0(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const block_q4_0*>(w);
   const auto* b = static_cast<const act_q8*>(x);
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   const __m256i eight = _mm256_set1_epi8(8);
-  for (int64_t i = 0; i < n / QK; ++i) {
+  const int64_t nb = n / QK;
+  for (int64_t i = 0; i < nb; ++i) {  // odd and even blocks in two independent accumulators
     const __m256i q = _mm256_sub_epi8(unpack_nibbles(a[i].qs), eight);
     const __m256i p = dot_s8(q, load32(b[i].qs));
     const __m256 d = _mm256_set1_ps(h2f(a[i].d) * b[i].d);
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    if (i & 1) acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc1);
+    else acc0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc0);
   }
-  return hsum(acc);
+  return hsum(_mm256_add_ps(acc0, acc1));
 }
 
 LAMINA_AVX2 float dot_q4_1(int64_t n, const void* w, const void* x) {
@@ -116,26 +125,35 @@ LAMINA_AVX2 float dot_q4_1(int64_t n, const void* w, const void* x) {
   // The offset term m*s goes into the same accumulator, spread over the 8 lanes, so that it
   // cancels against its block's main term before rounding (a separate running sum of the
   // m*s terms loses precision when activations have outliers).
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / QK; ++i) {
+  const __m128 eighth = _mm_setr_ps(1.f, 0.125f, 0.f, 0.f);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const int64_t nb = n / QK;
+  for (int64_t i = 0; i < nb; ++i) {
     const __m256i p = dot_u8s8(unpack_nibbles(a[i].qs), load32(b[i].qs));
-    const __m256 d = _mm256_set1_ps(h2f(a[i].d) * b[i].d);
-    const __m256 m = _mm256_set1_ps(0.125f * h2f(a[i].m) * b[i].s);
-    acc = _mm256_add_ps(acc, _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), m));
+    // [d_w * d_x, m_w * s_x / 8] with one conversion and two multiplies
+    const __m128 xs = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(&b[i].d)));
+    const __m128 dm = _mm_mul_ps(_mm_mul_ps(h2f_pair(&a[i].d), xs), eighth);
+    const __m256 d = _mm256_broadcastss_ps(dm);
+    const __m256 m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+    const __m256 v = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), m);
+    if (i & 1) acc1 = _mm256_add_ps(acc1, v);
+    else acc0 = _mm256_add_ps(acc0, v);
   }
-  return hsum(acc);
+  return hsum(_mm256_add_ps(acc0, acc1));
 }
 
 LAMINA_AVX2 float dot_q8_0(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const block_q8_0*>(w);
   const auto* b = static_cast<const act_q8*>(x);
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / QK; ++i) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const int64_t nb = n / QK;
+  for (int64_t i = 0; i < nb; ++i) {
     const __m256i p = dot_s8(load32(a[i].qs), load32(b[i].qs));
     const __m256 d = _mm256_set1_ps(h2f(a[i].d) * b[i].d);
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    if (i & 1) acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc1);
+    else acc0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc0);
   }
-  return hsum(acc);
+  return hsum(_mm256_add_ps(acc0, acc1));
 }
 
 LAMINA_AVX2 float dot_q4_K(int64_t n, const void* w, const void* x) {
