@@ -62,6 +62,11 @@ class Backend {
   virtual void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) = 0;
   virtual void rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) = 0;
   virtual void matmul(const Weight& w, Tensor x, Tensor out) = 0;
+  // Several matmuls of the same input (Q/K/V, gate/up): out[i] = x . w[i]^T. Backends may
+  // share the input's conversion and one parallel pass; the default calls matmul per weight.
+  virtual void matmul_multi(std::span<const Weight* const> w, Tensor x, std::span<const Tensor> out) {
+    for (size_t i = 0; i < w.size(); ++i) matmul(*w[i], x, out[i]);
+  }
   virtual void add_bias(Tensor x, const Weight& b) = 0;           // x[t] += b
   virtual void add(Tensor x, Tensor y) = 0;                        // x += y
   virtual void rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t> pos,

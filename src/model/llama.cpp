@@ -105,9 +105,9 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int32_
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerWeights& w = layers_[l];
     be.rmsnorm(x, w.attn_norm, cfg_.rms_eps, h);
-    be.matmul(w.wq, h, q);
-    be.matmul(w.wk, h, k);
-    be.matmul(w.wv, h, v);
+    const Weight* qkv_w[] = {&w.wq, &w.wk, &w.wv};
+    const Tensor qkv_out[] = {q, k, v};
+    be.matmul_multi(qkv_w, h, qkv_out);
     if (w.bq) be.add_bias(q, w.bq);
     if (w.bk) be.add_bias(k, w.bk);
     if (w.bv) be.add_bias(v, w.bv);
@@ -118,8 +118,9 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int32_
     if (w.bo) be.add_bias(proj, w.bo);
     be.add(x, proj);
     be.rmsnorm(x, w.ffn_norm, cfg_.rms_eps, h);
-    be.matmul(w.w_gate, h, gate);
-    be.matmul(w.w_up, h, up);
+    const Weight* ffn_w[] = {&w.w_gate, &w.w_up};
+    const Tensor ffn_out[] = {gate, up};
+    be.matmul_multi(ffn_w, h, ffn_out);
     be.swiglu(gate, up);
     be.matmul(w.w_down, gate, proj);
     be.add(x, proj);

@@ -49,11 +49,25 @@ Weight CpuBackend::load_weight(const GgufTensor& t) {
 }
 
 Tensor CpuBackend::alloc(int64_t rows, int64_t cols) {
-  scratch_.emplace_back(new float[size_t(rows * cols)]);
-  return Tensor{scratch_.back().get(), rows, cols};
+  const size_t n = (size_t(rows * cols) + 15) & ~size_t(15);  // 64-byte aligned sub-blocks
+  if (scratch_.empty() || scratch_used_ + n > scratch_.back().size()) {
+    scratch_.emplace_back(std::max(n, size_t(1) << 20));
+    scratch_used_ = 0;
+  }
+  float* p = scratch_.back().data() + scratch_used_;
+  scratch_used_ += n;
+  return Tensor{p, rows, cols};
 }
 
-void CpuBackend::reset_scratch() { scratch_.clear(); }
+void CpuBackend::reset_scratch() {
+  if (scratch_.size() > 1) {  // grew during the last pass: one chunk large enough for all of it
+    size_t total = 0;
+    for (const auto& c : scratch_) total += c.size();
+    scratch_.clear();
+    scratch_.emplace_back(total);
+  }
+  scratch_used_ = 0;
+}
 
 void CpuBackend::init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type) {
   if (type != GgmlType::F16 && type != GgmlType::F32) fail("KV cache type must be f16 or f32");
@@ -103,22 +117,45 @@ static constexpr size_t kPrefetchRows = 8;
 static inline void prefetch(const void* p) { __builtin_prefetch(p, 0, 3); }
 
 void CpuBackend::matmul(const Weight& w, Tensor x, Tensor out) {
-  const VecDot vd = vec_dot_for(w.type);
-  const int64_t K = w.cols, N = w.rows, T = x.rows;
-  const size_t w_rb = row_bytes(w.type, K);
-  const uint8_t* wd = static_cast<const uint8_t*>(w.data);
+  const Weight* ws[] = {&w};
+  const Tensor outs[] = {out};
+  matmul_multi(ws, x, outs);
+}
+
+void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::span<const Tensor> outs) {
+  const int64_t K = x.cols, T = x.rows;
+  const VecDot vd = vec_dot_for(ws[0]->type);
+  bool same = true;
+  for (const Weight* w : ws) same = same && w->type == ws[0]->type;
+  if (!same) {  // different weight types convert the input differently: one pass each
+    for (size_t i = 0; i < ws.size(); ++i) matmul_multi(std::span(&ws[i], 1), x, outs.subspan(i, 1));
+    return;
+  }
+  // The weights' rows are numbered as one concatenated matrix of N rows.
+  int64_t N = 0;
+  int64_t first[8];
+  for (size_t i = 0; i < ws.size(); ++i) first[i] = N, N += ws[i]->rows;
+  auto locate = [&](int64_t r, size_t& wi) {
+    wi = 0;
+    while (wi + 1 < ws.size() && r >= first[wi + 1]) ++wi;
+    return r - first[wi];
+  };
+  const GgmlType type = ws[0]->type;
+  const size_t w_rb = row_bytes(type, K);
   if (!vd.fn || (exact_ && vd.act != ActType::F32)) {  // dequantise each weight row, then an f32 dot
     const VecDot f32 = vec_dot_for(GgmlType::F32);
     pool_.parallel_for(N, [&](int64_t b, int64_t e) {
       std::vector<float> row(static_cast<size_t>(K));
       for (int64_t r = b; r < e; ++r) {
-        dequantize_row(w.type, wd + size_t(r) * w_rb, row.data(), K);
-        for (int64_t t = 0; t < T; ++t) out.data[t * out.cols + r] = f32.fn(K, row.data(), x.data + t * x.cols);
+        size_t wi;
+        const int64_t rr = locate(r, wi);
+        dequantize_row(type, static_cast<const uint8_t*>(ws[wi]->data) + size_t(rr) * w_rb, row.data(), K);
+        for (int64_t t = 0; t < T; ++t) outs[wi].data[t * outs[wi].cols + rr] = f32.fn(K, row.data(), x.data + t * x.cols);
       }
     }, 16);
     return;
   }
-  // Activations in the kernel's format, once per matmul (outliers split off first).
+  // Activations in the kernel's format, once per call (outliers split off first).
   const void* xq = x.data;
   size_t x_rb = size_t(K) * 4;
   outliers_.assign(size_t(T), {});
@@ -136,15 +173,19 @@ void CpuBackend::matmul(const Weight& w, Tensor x, Tensor out) {
     xq = act_q_.data();
   }
   const uint8_t* xb = static_cast<const uint8_t*>(xq);
-  const ElementFn elem = element_decoder(w.type);
+  const ElementFn elem = element_decoder(type);
   // Threads split the output rows; each weight row is read once for all tokens. Rows are
   // prefetched kPrefetchRows ahead: on the development VM the hardware prefetcher does not keep
   // up with this access pattern (measured 2.5 -> 9.8 GB/s per core streaming Q4_1 rows).
   const size_t ahead = std::max<size_t>(kPrefetchRows * w_rb, 2048);
   pool_.parallel_for(N, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const uint8_t* wr = wd + size_t(r) * w_rb;
+    size_t wi;
+    int64_t r = locate(b, wi);
+    for (int64_t g = b; g < e; ++g, ++r) {
+      if (r == ws[wi]->rows) r = 0, ++wi;
+      const uint8_t* wr = static_cast<const uint8_t*>(ws[wi]->data) + size_t(r) * w_rb;
       for (size_t o = 0; o < w_rb; o += 64) prefetch(wr + ahead + o);
+      const Tensor& out = outs[wi];
       for (int64_t t = 0; t < T; ++t) {
         float v = vd.fn(K, wr, xb + size_t(t) * x_rb);
         const Outliers& o = outliers_[size_t(t)];

@@ -28,6 +28,7 @@ class CpuBackend final : public Backend {
   void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) override;
   void rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) override;
   void matmul(const Weight& w, Tensor x, Tensor out) override;
+  void matmul_multi(std::span<const Weight* const> w, Tensor x, std::span<const Tensor> out) override;
   void add_bias(Tensor x, const Weight& b) override;
   void add(Tensor x, Tensor y) override;
   void rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t> pos, const RopeParams& p) override;
@@ -53,7 +54,9 @@ class CpuBackend final : public Backend {
   };
   std::vector<Arena> arenas_;
   uint8_t* arena_alloc(size_t bytes);
-  std::vector<std::unique_ptr<float[]>> scratch_;  // blocks handed out by alloc()
+  // Scratch: a bump allocator over chunks kept across forward passes (no page faults per token).
+  std::vector<std::vector<float>> scratch_;
+  size_t scratch_used_ = 0;  // floats used in scratch_.back()
   std::vector<uint8_t> act_q_;                      // quantised activations for matmul
   std::vector<Outliers> outliers_;                  // per activation row
   // KV cache: [layer][pos][kv_dim] for K and for V.
