@@ -21,6 +21,7 @@ Run add_logits(CLI::App& app);
 Run add_gen_model(CLI::App& app);
 Run add_quantize(CLI::App& app);
 Run add_bench(CLI::App& app);
+Run add_chat(CLI::App& app);
 
 // Types `gen-model` and `quantize` can write.
 bool can_quantize_target(GgmlType t);

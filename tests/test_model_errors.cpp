@@ -1,0 +1,132 @@
+// Bad input to the model commands: one clear line on stderr, exit status 1, never a crash.
+#include "format/gguf.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace lamina;
+
+namespace {
+
+struct Result {
+  int status;
+  std::string out, err;
+};
+
+Result run(const std::string& args) {
+  static int counter = 0;
+  const std::string err_file = ::testing::TempDir() + "/lamina_me_" + std::to_string(getpid()) + "_" +
+                               std::to_string(counter++) + ".txt";
+  const std::string cmd = std::string(LAMINA_CLI) + " " + args + " 2>" + err_file + " </dev/null";
+  Result r{};
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  FILE* e = fopen(err_file.c_str(), "r");
+  while (e && (n = fread(buf.data(), 1, buf.size(), e)) > 0) r.err.append(buf.data(), n);
+  if (e) fclose(e);
+  std::remove(err_file.c_str());
+  return r;
+}
+
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+class ModelErrors : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = ::testing::TempDir() + "/lamina-model-errors-" + std::to_string(getpid());
+    std::filesystem::create_directories(dir_);
+    const std::string vocab = std::string(LAMINA_SHARED_DIR) + "/data/vocab/ggml-vocab-llama-spm.gguf";
+    ASSERT_EQ(std::system((std::string(LAMINA_CLI) + " gen-model --preset tiny --type q8_0 --vocab '" + vocab +
+                           "' -o " + dir_ + "/tiny.gguf 2>/dev/null").c_str()), 0);
+    // Variants of the tiny model: one tensor missing, an unknown architecture.
+    const GgufFile f = GgufFile::open(dir_ + "/tiny.gguf");
+    for (const std::string variant : {"missing", "arch"}) {
+      GgufWriter w;
+      for (const auto& kv : f.kvs()) w.set(kv.key, kv.value);
+      if (variant == "arch") w.set_str("general.architecture", "mamba");
+      for (const auto& t : f.tensors()) {
+        if (variant == "missing" && t.name == "blk.1.ffn_up.weight") continue;
+        w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), std::span<const uint8_t>(t.data, t.nbytes));
+      }
+      w.write(dir_ + "/" + variant + ".gguf");
+    }
+  }
+  static void TearDownTestSuite() { std::filesystem::remove_all(dir_); }
+  static std::string dir_;
+
+  void expect_error(const std::string& args, const std::string& needle) {
+    SCOPED_TRACE(args);
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 1);
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  }
+};
+std::string ModelErrors::dir_;
+
+TEST_F(ModelErrors, MissingTensorIsNamed) {
+  expect_error("run -m " + dir_ + "/missing.gguf -p hi -n 1", "missing tensor 'blk.1.ffn_up.weight'");
+}
+
+TEST_F(ModelErrors, UnknownArchitectureIsNamed) {
+  expect_error("logits -m " + dir_ + "/arch.gguf -p hi", "architecture 'mamba' is not supported");
+}
+
+TEST_F(ModelErrors, PromptLongerThanContext) {
+  std::string prompt;
+  for (int i = 0; i < 100; ++i) prompt += "word ";
+  expect_error("run -m " + dir_ + "/tiny.gguf --ctx 32 -p '" + prompt + "'", "context holds 32");
+  expect_error("logits -m " + dir_ + "/tiny.gguf --ctx 32 -p '" + prompt + "'", "context holds 32");
+}
+
+TEST_F(ModelErrors, BadSamplingFlagsAreUsageErrors) {
+  for (const char* flags : {"--temp -1", "--temp abc", "--top-p 1.5", "--min-p -0.1", "--top-k -3", "--seed x",
+                            "--repeat-penalty 99", "--ctx -5", "--kv-type q4_0"}) {
+    SCOPED_TRACE(flags);
+    const Result r = run("run -m " + dir_ + "/tiny.gguf -p hi " + flags);
+    EXPECT_EQ(r.status, 1);
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+  }
+}
+
+TEST_F(ModelErrors, ChatTemplateProblemsAreNamed) {
+  // The tiny model has no chat template; an unknown --template is named.
+  expect_error("chat -m " + dir_ + "/tiny.gguf", "has no chat template");
+  expect_error("chat -m " + dir_ + "/tiny.gguf --template jinja2", "unknown --template 'jinja2'");
+}
+
+TEST_F(ModelErrors, BadTokenIdsAndTypes) {
+  expect_error("logits -m " + dir_ + "/tiny.gguf --tokens '1 99999'", "token id 99999 is out of range");
+  expect_error("quantize " + dir_ + "/tiny.gguf " + dir_ + "/x.gguf q3_K", "unsupported type 'q3_K'");
+  expect_error("gen-model --preset huge -o " + dir_ + "/x.gguf", "unknown preset 'huge'");
+}
+
+TEST_F(ModelErrors, RunAndQuantizeWork) {
+  Result r = run("run -m " + dir_ + "/tiny.gguf -p 'Hello' -n 8 --temp 0");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("generated: 8 tokens"), std::string::npos) << r.err;
+  r = run("quantize " + dir_ + "/tiny.gguf " + dir_ + "/q4.gguf q4_0");
+  EXPECT_EQ(r.status, 0) << r.err;
+  const GgufFile q = GgufFile::open(dir_ + "/q4.gguf");
+  EXPECT_EQ(q.tensor("blk.0.attn_q.weight").type, GgmlType::Q4_0);
+  EXPECT_EQ(q.tensor("output.weight").type, GgmlType::Q6_K);  // as llama.cpp's 4-bit files
+  EXPECT_EQ(q.tensor("blk.0.attn_norm.weight").type, GgmlType::F32);
+  r = run("logits -m " + dir_ + "/q4.gguf --tokens '1 450 4996' --top 3");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(lines(r.out), 3);
+}
+
+}  // namespace

@@ -1,0 +1,115 @@
+// Sampler and chat-template rendering.
+#include "model/chat.h"
+#include "model/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+using namespace lamina;
+
+TEST(Sampler, GreedyIsArgmax) {
+  SamplerParams p;
+  p.temperature = 0;
+  Sampler s(p);
+  const std::vector<float> l = {0.1f, 2.f, -1.f, 1.9f};
+  EXPECT_EQ(s.sample(l, {}), 1);
+}
+
+TEST(Sampler, SameSeedSameTokens) {
+  SamplerParams p;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.f;
+  p.min_p = 0.f;
+  p.seed = 7;
+  std::vector<float> l(100);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = float(i % 7) * 0.3f;
+  Sampler a(p), b(p);
+  std::vector<int32_t> ta, tb;
+  for (int i = 0; i < 50; ++i) ta.push_back(a.sample(l, {})), tb.push_back(b.sample(l, {}));
+  EXPECT_EQ(ta, tb);
+  p.seed = 8;
+  Sampler c(p);
+  std::vector<int32_t> tc;
+  for (int i = 0; i < 50; ++i) tc.push_back(c.sample(l, {}));
+  EXPECT_NE(ta, tc);
+}
+
+TEST(Sampler, TopKAndMinPRestrictTheDraw) {
+  std::vector<float> l = {5.f, 4.9f, 4.8f, 0.f, -1.f};
+  SamplerParams p;
+  p.temperature = 5.f;  // flat: without the cuts every token would appear
+  p.top_p = 1.f;
+  p.min_p = 0.f;
+  p.top_k = 2;
+  p.seed = 1;
+  Sampler s(p);
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < 500; ++i) seen[s.sample(l, {})]++;
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_TRUE(seen.count(0) && seen.count(1));
+  p.top_k = 0;
+  p.min_p = 0.5f;  // p(3) / p(0) = e^-5 < 0.5
+  Sampler m(p);
+  seen.clear();
+  for (int i = 0; i < 500; ++i) seen[m.sample(l, {})]++;
+  EXPECT_EQ(seen.size(), 3u);
+  EXPECT_FALSE(seen.count(3));
+}
+
+TEST(Sampler, TopPKeepsTheSmallestNucleus) {
+  std::vector<float> l = {10.f, 0.f, 0.f, 0.f};  // p(0) ~ 0.9999
+  SamplerParams p;
+  p.temperature = 1.f;
+  p.top_k = 0;
+  p.min_p = 0.f;
+  p.top_p = 0.9f;
+  Sampler s(p);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(s.sample(l, {}), 0);
+}
+
+TEST(Sampler, RepetitionPenaltyDemotesSeenTokens) {
+  SamplerParams p;
+  p.temperature = 0;
+  p.repeat_penalty = 2.f;
+  Sampler s(p);
+  const std::vector<float> l = {3.f, 2.f, -1.f};
+  const std::vector<int32_t> hist = {0};
+  EXPECT_EQ(s.sample(l, hist), 1);  // 3/2 = 1.5 < 2
+}
+
+TEST(Chat, DetectsFamilies) {
+  EXPECT_EQ(detect_chat_template("{% for m in messages %}<|im_start|>{{ m.role }}"), ChatTemplate::ChatML);
+  EXPECT_EQ(detect_chat_template("<|start_header_id|>x<|end_header_id|>"), ChatTemplate::Llama3);
+  EXPECT_EQ(detect_chat_template("{{ bos_token + '[INST] ' }} <<SYS>>"), ChatTemplate::Llama2SysBos);
+  EXPECT_EQ(detect_chat_template("[INST] <<SYS>> {{ m }}"), ChatTemplate::Llama2Sys);
+  EXPECT_EQ(detect_chat_template("[INST] {{ m }} [/INST]"), ChatTemplate::Llama2);
+  EXPECT_FALSE(detect_chat_template("{{ something else }}").has_value());
+}
+
+TEST(Chat, RendersAsLlamaCpp) {
+  const std::vector<ChatMessage> m = {{"system", "S"}, {"user", "Hello"}, {"assistant", "Hi"}, {"user", "Q"}};
+  EXPECT_EQ(apply_chat_template(ChatTemplate::ChatML, m, true),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\nHi<|im_end|>\n"
+            "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(apply_chat_template(ChatTemplate::Llama2Sys, m, true),
+            "[INST] <<SYS>>\nS\n<</SYS>>\n\nHello [/INST]Hi</s>[INST] Q [/INST]");
+  EXPECT_EQ(apply_chat_template(ChatTemplate::Llama3, m, true),
+            "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+            "Hello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nQ<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  const std::vector<ChatMessage> m2 = {{"user", "Hi"}, {"assistant", "Hello"}};
+  EXPECT_EQ(apply_chat_template(ChatTemplate::MistralV1, m2, false), " [INST] Hi [/INST] Hello</s>");
+  EXPECT_EQ(apply_chat_template(ChatTemplate::MistralV3, m2, false), "[INST] Hi[/INST] Hello</s>");
+  EXPECT_EQ(apply_chat_template(ChatTemplate::MistralV3Tekken, m2, false), "[INST]Hi[/INST]Hello</s>");
+}
+
+TEST(Chat, NamesRoundTrip) {
+  for (const char* n : {"chatml", "llama2", "llama3", "mistral-v7"}) {
+    auto t = chat_template_from_name(n);
+    ASSERT_TRUE(t.has_value()) << n;
+    EXPECT_EQ(chat_template_name(*t), n);
+  }
+  EXPECT_FALSE(chat_template_from_name("jinja").has_value());
+}

@@ -1,0 +1,117 @@
+// lamina chat: an interactive conversation using the model's chat template
+// (tokenizer.chat_template, recognised as llama.cpp does) or --template NAME.
+// Each turn re-renders the conversation, keeps the cached prefix and evaluates only new tokens.
+// Ctrl-C stops a reply in progress; at the prompt, Ctrl-C or Ctrl-D ends the chat.
+#include "commands.h"
+#include "core/error.h"
+#include "format/unicode.h"
+#include "model/chat.h"
+#include "session_args.h"
+
+#include <fmt/format.h>
+
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+namespace lamina::cli {
+namespace {
+
+volatile std::sig_atomic_t g_interrupted = 0;
+extern "C" void on_sigint(int) { g_interrupted = 1; }
+
+struct ChatArgs {
+  SessionArgs s;
+  SamplingArgs sampling;
+  std::string system, tmpl;
+  int n_predict = -1;
+};
+
+ChatTemplate pick_template(const ChatArgs& a, const Session& sess) {
+  if (!a.tmpl.empty()) {
+    if (auto t = chat_template_from_name(a.tmpl)) return *t;
+    fail("unknown --template '{}' (known: {})", a.tmpl, chat_template_names());
+  }
+  const auto src = sess.file().get_string("tokenizer.chat_template");
+  if (!src) fail("{} has no chat template (tokenizer.chat_template); choose one with --template ({})",
+                 sess.file().path(), chat_template_names());
+  if (auto t = detect_chat_template(*src)) return *t;
+  std::string head = src->substr(0, 60);
+  for (char& c : head) if (c == '\n') c = ' ';
+  fail("{}: unrecognised chat template '{}...'; choose one with --template ({})", sess.file().path(), head,
+       chat_template_names());
+}
+
+void run_chat(const ChatArgs& a) {
+  Session sess(a.s.resolve());
+  const Tokenizer& tok = sess.tokenizer();
+  const ChatTemplate tmpl = pick_template(a, sess);
+  Sampler sampler(a.sampling.resolve());
+  std::vector<ChatMessage> msgs;
+  if (!a.system.empty()) msgs.push_back({"system", a.system});
+
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;  // no SA_RESTART: a blocked read returns, so Ctrl-C ends the prompt
+  sigaction(SIGINT, &sa, nullptr);
+  fmt::print(stderr, "lamina chat: {} ({} template, context {}). Ctrl-C stops a reply; Ctrl-D or Ctrl-C at the prompt ends.\n",
+             sess.config().name.empty() ? sess.file().path() : sess.config().name, chat_template_name(tmpl), sess.n_ctx());
+  for (;;) {
+    fmt::print(stderr, "\n> ");
+    std::fflush(stderr);
+    g_interrupted = 0;
+    std::string line;
+    if (!std::getline(std::cin, line) || g_interrupted) break;
+    if (line.empty()) continue;
+    msgs.push_back({"user", line});
+    const std::string text = apply_chat_template(tmpl, msgs, true);
+    const std::vector<int32_t> ids = tok.tokenize(text, true, true);
+    // Reuse the cached prefix; evaluate only what is new.
+    size_t common = 0;
+    const auto& hist = sess.history();
+    while (common < hist.size() && common < ids.size() && hist[common] == ids[common]) ++common;
+    if (common == ids.size()) --common;  // at least one token to produce logits
+    if (ids.size() >= size_t(sess.n_ctx())) {
+      fmt::print(stderr, "lamina: the conversation ({} tokens) no longer fits the context of {} (raise --ctx)\n",
+                 ids.size(), sess.n_ctx());
+      msgs.pop_back();
+      continue;
+    }
+    sess.rewind(int(common));
+    std::vector<float> logits = sess.eval(std::span<const int32_t>(ids).subspan(common));
+    Utf8Stream out;
+    std::string reply;
+    int n = 0;
+    while (!g_interrupted && (a.n_predict < 0 || n < a.n_predict) && sess.n_past() < sess.n_ctx()) {
+      const int32_t next = sampler.sample(logits, sess.history());
+      if (tok.is_eog(next)) break;
+      const std::string piece = tok.token_to_piece(next);
+      reply += piece;
+      std::fputs(out.push(piece).c_str(), stdout);
+      std::fflush(stdout);
+      ++n;
+      if (sess.n_past() >= sess.n_ctx()) break;
+      logits = sess.eval(std::span<const int32_t>(&next, 1));
+    }
+    std::fputs(out.flush().c_str(), stdout);
+    std::fputs("\n", stdout);
+    if (g_interrupted) fmt::print(stderr, "[stopped]\n");
+    msgs.push_back({"assistant", reply});
+  }
+  fmt::print(stderr, "\n");
+}
+
+}  // namespace
+
+Run add_chat(CLI::App& app) {
+  auto a = std::make_shared<ChatArgs>();
+  auto* sub = app.add_subcommand("chat", "Chat with a model interactively");
+  add_session_options(sub, a->s);
+  add_sampling_options(sub, a->sampling);
+  sub->add_option("--system", a->system, "System prompt");
+  sub->add_option("--template", a->tmpl, "Chat template: " + chat_template_names());
+  sub->add_option("-n,--n-predict", a->n_predict, "Most tokens per reply (default: until end of turn)")
+      ->check(CLI::Range(-1, 1 << 30));
+  return [a] { run_chat(*a); };
+}
+
+}  // namespace lamina::cli
