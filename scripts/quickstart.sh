@@ -1,18 +1,16 @@
 #!/usr/bin/env bash
 # One command from a fresh Debian machine to a working lamina: installs dependencies, builds,
-# fetches the default model (SmolLM2-135M-Instruct Q4_1) and runs it.
-# Usage: scripts/quickstart.sh ["text to tokenize"]
+# fetches the default model (SmolLM2-135M-Instruct Q4_1) and asks it a question.
+# Usage: scripts/quickstart.sh ["your question"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
 model=$(scripts/fetch-model.sh)
-text="${1:-The capital of France is Paris. Ünïcödé and emoji 🙂 survive the round trip.}"
-echo "== lamina info -m $model --no-tensors"
+question="${1:-What is the capital of France? Answer in one sentence.}"
 build/tools/lamina info -m "$model" --no-tensors
 echo
-echo "== lamina tokenize"
-ids=$(build/tools/lamina tokenize -m "$model" -p "$text")
-echo "$ids"
-echo "== lamina detokenize"
-build/tools/lamina detokenize -m "$model" "$ids"
+echo "Q: $question"
+echo -n "A: "
+# One chat turn (the model's ChatML template), greedy, answer on stdout; stats on stderr.
+printf '%s\n' "$question" | build/tools/lamina chat -m "$model" --temp 0 -n 256 2>/dev/null
