@@ -59,7 +59,10 @@ std::vector<Case> load_cases(const std::string& gguf) {
 
 std::string join(const std::vector<Token>& v) {
   std::string s;
-  for (Token t : v) s += " " + std::to_string(t);
+  for (Token t : v) {
+    s += ' ';
+    s += std::to_string(t);
+  }
   return s;
 }
 

@@ -5,6 +5,10 @@
 #include "format/quant.h"
 #include "format/quant_blocks.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -224,8 +228,10 @@ CpuIsa detect_isa() {
     const char* force = std::getenv("LAMINA_CPU_ISA");  // "scalar" forces the portable kernels
     if (force && std::string_view(force) == "scalar") return CpuIsa::Scalar;
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-      return CpuIsa::Avx2;
+    // F16C via CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) return CpuIsa::Avx2;
 #endif
     return CpuIsa::Scalar;
   }();

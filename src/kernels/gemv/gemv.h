@@ -1,0 +1,76 @@
+// GEMV family (decode): y[b][n] = sum_k W[n][k] * x[b][k] for batch b = 1..8, fp32 accumulation.
+//
+// Layouts (described as data):
+//   W  [n][k] row-major in the GGUF block layout of `wtype` (row = n, k contiguous), or, for the
+//      repacked variants, the planes made by gemv_repack(): quants [n][k*bits/8] then scales.
+//   x  [batch][k] f32, contiguous;   y [batch][n] f32, contiguous.
+// Epilogues (optional): + bias[n];  + residual[b][n] (may alias y);  gate/up pair: when w_up
+// is set, y = silu(W x) * (W_up x) with both matrices of the same type and shape.
+//
+// Every variant is registered with its name, the types it takes and a config space; the
+// autotuner (kernels/autotune) times configs per shape and device, and gemv() uses its choice.
+#pragma once
+
+#include "format/ggml_type.h"
+#include "kernels/common/status.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace lamina::kernels {
+
+inline constexpr int kGemvMaxBatch = 8;
+
+enum class WeightLayout { Gguf, Repacked };
+
+struct GemvProblem {
+  GgmlType wtype = GgmlType::F16;
+  WeightLayout layout = WeightLayout::Gguf;
+  const void* w = nullptr;       // device
+  const void* w_up = nullptr;    // device, optional (gate/up pair)
+  int64_t n = 0, k = 0;
+  const float* x = nullptr;      // device [batch][k]
+  int batch = 1;
+  float* y = nullptr;            // device [batch][n]
+  const float* bias = nullptr;   // device [n], optional
+  const float* residual = nullptr;  // device [batch][n], optional
+};
+
+struct GemvConfig {
+  int rows = 1;      // output rows per warp (or per block for the ladder's simple variants)
+  int warps = 4;     // warps per block
+  int unroll = 1;    // independent 16-byte loads in flight per lane
+  std::string str() const;
+};
+
+struct GemvVariant {
+  const char* name;
+  const char* summary;  // what it changes versus the previous rung
+  WeightLayout layout;
+  bool (*supports)(GgmlType type);
+  Status (*launch)(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
+  std::vector<GemvConfig> configs;  // the autotuner's search space (first = default)
+};
+
+const std::vector<GemvVariant>& gemv_variants();
+const GemvVariant* find_gemv_variant(const std::string& name);
+
+// Checks shapes, pointers and alignment common to all variants.
+Status gemv_validate(const GemvProblem& p, const GemvVariant& v);
+
+// Runs the best known variant/config for the problem (autotune cache, else a default).
+Status gemv(const GemvProblem& p, cudaStream_t s);
+
+// Bytes of W (and W_up) a GEMV reads: the figure GB/s is computed from.
+size_t gemv_weight_bytes(const GemvProblem& p);
+
+// Repacked layout for Q4_0 / Q8_0: separates the 16-byte-aligned quant plane from the f16 scale
+// plane so that every lane loads 16 bytes at once.
+//   out: [n][k/2] (q4_0) or [n][k] (q8_0) bytes, then [n][k/32] f16 scales
+size_t gemv_repacked_bytes(GgmlType t, int64_t n, int64_t k);
+Status gemv_repack(GgmlType t, const void* gguf_rows, int64_t n, int64_t k, void* out, cudaStream_t s);
+
+}  // namespace lamina::kernels

@@ -1,0 +1,49 @@
+// Device helpers shared by the GEMV variants.
+#pragma once
+
+#include "core/half.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cstdint>
+
+namespace lamina::kernels::gemv_detail {
+
+// Weight element types of the float family and their conversion to f32.
+template <class T> __device__ __forceinline__ float to_float(T v);
+template <> __device__ __forceinline__ float to_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// 16 bytes streamed from global memory, bypassing L1 and marked evict-first in L2: weights are
+// read exactly once per GEMV, so they should not displace x, y or the next layer's data.
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::evict_first.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
+
+// The epilogue every production variant applies to one output: bias, residual, or silu * up.
+struct Epilogue {
+  const float* bias;
+  const float* residual;
+  bool gate_up;
+  __device__ __forceinline__ float apply(float acc, float up, int64_t row, int64_t b, int64_t n) const {
+    float v = gate_up ? silu(acc) * up : acc;
+    if (bias) v += bias[row];
+    if (residual) v += residual[b * n + row];
+    return v;
+  }
+};
+
+}  // namespace lamina::kernels::gemv_detail
