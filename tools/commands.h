@@ -22,6 +22,8 @@ Run add_gen_model(CLI::App& app);
 Run add_quantize(CLI::App& app);
 Run add_bench(CLI::App& app);
 Run add_chat(CLI::App& app);
+Run add_kbench(CLI::App& app);
+Run add_tune(CLI::App& app);
 
 // Types `gen-model` and `quantize` can write.
 bool can_quantize_target(GgmlType t);

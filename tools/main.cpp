@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
   reg(lamina::cli::add_gen_model);
   reg(lamina::cli::add_quantize);
   reg(lamina::cli::add_bench);
+  reg(lamina::cli::add_kbench);
+  reg(lamina::cli::add_tune);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

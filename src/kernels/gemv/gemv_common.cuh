@@ -17,11 +17,19 @@ template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat
 
 // 16 bytes streamed from global memory, bypassing L1 and marked evict-first in L2: weights are
 // read exactly once per GEMV, so they should not displace x, y or the next layer's data.
+// (PTX takes .L2::evict_first directly only on 256-bit loads; 128-bit loads carry it as a
+// createpolicy cache hint.)
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
 __device__ __forceinline__ uint4 load_stream(const void* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::evict_first.v4.u32 {%0,%1,%2,%3}, [%4];"
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+               : "l"(p), "l"(evict_first_policy()));
   return v;
 }
 

@@ -1,0 +1,25 @@
+#!/usr/bin/env python3
+"""Condenses `lamina kbench gemv` output: per shape/batch/type the best lamina variant against
+cuBLAS from the same run (µs, % of copy bandwidth, speed-up)."""
+import re
+import sys
+
+rows = {}
+for line in open(sys.argv[1], encoding='utf-8'):
+    cells = [c.strip() for c in line.strip().strip('|').split('|')]
+    if len(cells) != 8 or not re.match(r'^\d+x\d+$', cells[0]):
+        continue
+    shape, b, t, variant, us, gbs, pct, _ = cells
+    key = (shape, int(b), t)
+    entry = rows.setdefault(key, {'cublas': None, 'best': None})
+    val = (float(us), variant, float(pct.rstrip('%')))
+    if variant.startswith('cuBLAS'):
+        entry['cublas'] = val
+    elif entry['best'] is None or val[0] < entry['best'][0]:
+        entry['best'] = val
+print(f"{'N x K':<12} {'b':>2} {'type':<5} {'best lamina variant':<40} {'µs':>8} {'%copy':>6} {'cuBLAS µs':>9} {'speed-up':>8}")
+for (shape, b, t), e in rows.items():
+    if not e['best'] or not e['cublas']:
+        continue
+    us, v, pct = e['best']
+    print(f"{shape:<12} {b:>2} {t:<5} {v:<40.40} {us:>8.2f} {pct:>5.1f}% {e['cublas'][0]:>9.2f} {e['cublas'][0] / us:>7.2f}x")

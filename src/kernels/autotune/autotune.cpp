@@ -1,0 +1,87 @@
+#include "kernels/autotune/autotune.h"
+
+#include <cuda_runtime.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+
+namespace lamina::kernels {
+
+struct TuneCache::Impl {
+  nlohmann::json doc = nlohmann::json::object();
+  mutable std::mutex mu;
+};
+
+std::string device_key() {
+  int dev = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceProp p{};
+  cudaGetDeviceProperties(&p, dev);
+  return std::string(p.name) + "|sm_" + std::to_string(p.major) + std::to_string(p.minor);
+}
+
+std::string tune_cache_path(const std::string& family) {
+  if (const char* p = std::getenv("LAMINA_TUNE_CACHE")) return p;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache/lamina/tune-" + family + ".json";
+}
+
+TuneCache::TuneCache(std::string path) : path_(std::move(path)), impl_(std::make_shared<Impl>()) {
+  std::ifstream in(path_);
+  if (!in) return;
+  try {
+    impl_->doc = nlohmann::json::parse(in);
+    if (!impl_->doc.is_object()) impl_->doc = nlohmann::json::object();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lamina: ignoring unreadable tune cache %s: %s\n", path_.c_str(), e.what());
+  }
+}
+
+TuneCache& TuneCache::get(const std::string& family) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<TuneCache>> caches;
+  std::lock_guard<std::mutex> lk(mu);
+  auto& c = caches[family];
+  if (!c) c.reset(new TuneCache(tune_cache_path(family)));
+  return *c;
+}
+
+std::optional<TuneEntry> TuneCache::find(const std::string& key) const {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  auto it = impl_->doc.find(key);
+  if (it == impl_->doc.end() || !it->is_object()) return std::nullopt;
+  try {
+    return TuneEntry{it->at("variant").get<std::string>(), it->at("config").get<std::string>(), it->value("us", 0.0)};
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+void TuneCache::put(const std::string& key, const TuneEntry& e) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  impl_->doc[key] = {{"variant", e.variant}, {"config", e.config}, {"us", e.us}};
+}
+
+void TuneCache::save() const {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ec);
+  const std::string tmp = path_ + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << impl_->doc.dump(1) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "lamina: cannot write tune cache %s\n", tmp.c_str());
+      return;
+    }
+  }
+  std::filesystem::rename(tmp, path_, ec);
+  if (ec) std::fprintf(stderr, "lamina: cannot write tune cache %s: %s\n", path_.c_str(), ec.message().c_str());
+}
+
+}  // namespace lamina::kernels

@@ -1,0 +1,25 @@
+// Timing with CUDA events: warm-ups, then the median of `reps` timed launches. `run(i)` is
+// called with the repetition index so callers can rotate through buffers that together exceed
+// the L2 cache (weights must come from HBM, as in a real decode step).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace lamina::kernels {
+
+double median_time_us(const std::function<void(int)>& run, int warmup, int reps, cudaStream_t s);
+
+// Device-to-device copy bandwidth (bytes read + written per second), measured on `bytes`.
+double copy_bandwidth_gbs(size_t bytes, cudaStream_t s);
+
+// Fills n bytes with hash-based pseudo-random bytes (fresh data, never zeros).
+void fill_random_bytes(void* dst, size_t n, uint64_t seed, cudaStream_t s);
+void fill_random_floats(float* dst, size_t n, uint64_t seed, float scale, cudaStream_t s);
+
+size_t l2_cache_bytes();
+
+}  // namespace lamina::kernels

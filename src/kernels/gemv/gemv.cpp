@@ -1,0 +1,155 @@
+// GEMV registry, argument validation, dispatch through the autotune cache, and tuning.
+#include "kernels/gemv/gemv.h"
+
+#include "kernels/autotune/autotune.h"
+#include "kernels/common/timing.h"
+#include "kernels/gemv/gemv_internal.h"
+#include "kernels/gemv/gemv_tune.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+
+namespace lamina::kernels {
+
+std::string GemvConfig::str() const {
+  return "rows=" + std::to_string(rows) + ",warps=" + std::to_string(warps) + ",unroll=" + std::to_string(unroll);
+}
+
+static GemvConfig parse_config(const std::string& s) {
+  GemvConfig c;
+  std::sscanf(s.c_str(), "rows=%d,warps=%d,unroll=%d", &c.rows, &c.warps, &c.unroll);
+  return c;
+}
+
+const std::vector<GemvVariant>& gemv_variants() {
+  static const std::vector<GemvVariant> v = [] {
+    std::vector<GemvVariant> out;
+    register_float_variants(out);
+    register_quant_variants(out);
+    return out;
+  }();
+  return v;
+}
+
+const GemvVariant* find_gemv_variant(const std::string& name) {
+  for (const auto& v : gemv_variants())
+    if (name == v.name) return &v;
+  return nullptr;
+}
+
+size_t gemv_weight_bytes(const GemvProblem& p) {
+  const size_t one = p.layout == WeightLayout::Repacked ? gemv_repacked_bytes(p.wtype, p.n, p.k)
+                                                        : row_bytes(p.wtype, p.k) * size_t(p.n);
+  return one * (p.w_up ? 2 : 1);
+}
+
+Status gemv_validate(const GemvProblem& p, const GemvVariant& v) {
+  const std::string name = v.name;
+  if (!v.supports(p.wtype)) return Status::error(name + ": weight type " + std::string(type_name(p.wtype)) + " not supported");
+  if (p.layout != v.layout) return Status::error(name + ": wrong weight layout (repacked vs GGUF)");
+  if (!p.w || !p.x || !p.y) return Status::error(name + ": null pointer");
+  if (p.n <= 0 || p.k <= 0) return Status::error(name + ": bad shape");
+  if (p.batch < 1 || p.batch > kGemvMaxBatch) return Status::error(name + ": batch must be 1..8");
+  if (p.k % traits(p.wtype).block_elems) return Status::error(name + ": k is not a multiple of the block size");
+  const bool epilogue = p.bias || p.residual || p.w_up;
+  const bool ladder = name.rfind("v", 0) == 0 && name != "v5_stream";
+  if (epilogue && ladder) return Status::error(name + ": ladder rungs take no epilogue");
+  auto aligned = [](const void* q, size_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; };
+  if (!aligned(p.w, 16) || (p.w_up && !aligned(p.w_up, 16)) || !aligned(p.x, 16))
+    return Status::error(name + ": W and x must be 16-byte aligned");
+  return Status::success();
+}
+
+static std::string tune_key(const GemvProblem& p) {
+  return std::string("gemv|") + std::string(type_name(p.wtype)) + (p.layout == WeightLayout::Repacked ? "|repacked" : "|gguf") +
+         "|" + std::to_string(p.n) + "x" + std::to_string(p.k) + "|b" + std::to_string(p.batch) +
+         (p.w_up ? "|gateup" : "") + "|" + device_key();
+}
+
+// The default when a shape is untuned: the fastest rung that takes the problem.
+static const GemvVariant* default_variant(const GemvProblem& p) {
+  for (const char* name : {"q_repacked", "v5_stream", "q_generic"}) {
+    const GemvVariant* v = find_gemv_variant(name);
+    if (v && v->supports(p.wtype) && v->layout == p.layout) return v;
+  }
+  return nullptr;
+}
+
+Status gemv(const GemvProblem& p, cudaStream_t s) {
+  if (auto e = TuneCache::get("gemv").find(tune_key(p))) {
+    if (const GemvVariant* v = find_gemv_variant(e->variant)) {
+      if (Status st = gemv_validate(p, *v); !st) return st;
+      return v->launch(p, parse_config(e->config), s);
+    }
+  }
+  const GemvVariant* v = default_variant(p);
+  if (!v) return Status::error("gemv: no variant for weight type " + std::string(type_name(p.wtype)));
+  if (Status st = gemv_validate(p, *v); !st) return st;
+  return v->launch(p, v->configs.front(), s);
+}
+
+std::vector<GemvTiming> gemv_time_variants(const GemvProblem& shape, bool all_configs, cudaStream_t s, int reps) {
+  std::vector<GemvTiming> out;
+  // Rotate through enough weight copies that together they exceed twice the L2 cache.
+  const size_t wbytes = gemv_weight_bytes(shape) / (shape.w_up ? 2 : 1);
+  const int copies = int(std::clamp<size_t>(2 * l2_cache_bytes() / std::max<size_t>(wbytes, 1) + 1, 1, 64));
+  std::vector<void*> ws(size_t(copies), nullptr), ups(size_t(copies), nullptr);
+  float *x = nullptr, *y = nullptr;
+  bool ok = cudaMalloc(&x, size_t(shape.batch) * size_t(shape.k) * 4) == cudaSuccess &&
+            cudaMalloc(&y, size_t(shape.batch) * size_t(shape.n) * 4) == cudaSuccess;
+  for (int i = 0; i < copies && ok; ++i) {
+    ok = cudaMalloc(&ws[size_t(i)], wbytes) == cudaSuccess;
+    if (ok) fill_random_bytes(ws[size_t(i)], wbytes, 100 + uint64_t(i), s);
+    if (ok && shape.w_up) {
+      ok = cudaMalloc(&ups[size_t(i)], wbytes) == cudaSuccess;
+      if (ok) fill_random_bytes(ups[size_t(i)], wbytes, 200 + uint64_t(i), s);
+    }
+  }
+  if (ok) {
+    fill_random_floats(x, size_t(shape.batch) * size_t(shape.k), 7, 1.f, s);
+    for (const auto& v : gemv_variants()) {
+      GemvProblem p = shape;
+      p.w = ws[0];
+      p.w_up = shape.w_up ? ups[0] : nullptr;
+      p.x = x;
+      p.y = y;
+      if (!gemv_validate(p, v)) continue;
+      const size_t n_cfg = all_configs ? v.configs.size() : 1;
+      for (size_t c = 0; c < n_cfg; ++c) {
+        bool launched = true;
+        const double us = median_time_us(
+            [&](int i) {
+              p.w = ws[size_t(i % copies)];
+              if (shape.w_up) p.w_up = ups[size_t(i % copies)];
+              launched = v.launch(p, v.configs[c], s).ok && launched;
+            },
+            3, reps, s);
+        if (launched && cudaGetLastError() == cudaSuccess) out.push_back({&v, v.configs[c], us});
+      }
+    }
+  }
+  cudaStreamSynchronize(s);
+  for (void* w : ws) cudaFree(w);
+  for (void* u : ups) cudaFree(u);
+  cudaFree(x);
+  cudaFree(y);
+  return out;
+}
+
+std::optional<GemvTiming> gemv_tune(const GemvProblem& shape, cudaStream_t s) {
+  const auto timings = gemv_time_variants(shape, true, s, 20);
+  const GemvTiming* best = nullptr;
+  for (const auto& t : timings) {
+    const std::string n = t.variant->name;
+    if (n.rfind("v", 0) == 0 && n != "v5_stream" && n != "v4_tuned") continue;  // teaching rungs
+    if (!best || t.us < best->us) best = &t;
+  }
+  if (!best) return std::nullopt;
+  auto& cache = TuneCache::get("gemv");
+  cache.put(tune_key(shape), {best->variant->name, best->config.str(), best->us});
+  return *best;
+}
+
+}  // namespace lamina::kernels

@@ -1,0 +1,25 @@
+// Timing every GEMV variant/config on a problem shape (kbench, autotuner).
+#pragma once
+
+#include "kernels/gemv/gemv.h"
+
+#include <optional>
+#include <vector>
+
+namespace lamina::kernels {
+
+struct GemvTiming {
+  const GemvVariant* variant;
+  GemvConfig config;
+  double us;  // median over rotated weight buffers
+};
+
+// Times the variants that take `shape` (its pointers are ignored: buffers are allocated and
+// filled with fresh random data here). all_configs=false times each variant's default only.
+std::vector<GemvTiming> gemv_time_variants(const GemvProblem& shape, bool all_configs, cudaStream_t s, int reps = 20);
+
+// Tunes the shape over the production variants and records the winner in the cache (in memory;
+// call TuneCache::get("gemv").save() to persist).
+std::optional<GemvTiming> gemv_tune(const GemvProblem& shape, cudaStream_t s);
+
+}  // namespace lamina::kernels

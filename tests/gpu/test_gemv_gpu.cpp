@@ -1,0 +1,199 @@
+// Every GEMV variant against a CPU fp64 reference: every weight type it takes, batch 1..8, odd
+// N, K not a multiple of the vector width where the type allows, poisoned outputs, epilogues.
+#include "format/quant.h"
+#include "kernels/gemv/gemv.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+using namespace lamina;
+using namespace lamina::kernels;
+
+namespace {
+
+#define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << cudaGetErrorString(x)
+
+struct DeviceBuf {
+  void* p = nullptr;
+  explicit DeviceBuf(size_t n) { cudaMalloc(&p, n); }
+  ~DeviceBuf() { cudaFree(p); }
+  template <class T> T* as() const { return static_cast<T*>(p); }
+};
+
+struct Case {
+  std::string variant;
+  GgmlType type;
+};
+
+std::vector<uint8_t> random_matrix(GgmlType t, int64_t n, int64_t k, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> row(static_cast<size_t>(k));
+  const size_t rb = row_bytes(t, k);
+  std::vector<uint8_t> out(rb * size_t(n));
+  for (int64_t r = 0; r < n; ++r) {
+    for (auto& v : row) v = nd(rng);
+    if (can_quantize(t)) {
+      quantize_row(t, row.data(), out.data() + size_t(r) * rb, k);
+    } else {  // Q2_K, Q3_K, Q5_K: random bytes with small finite f16 scales
+      for (size_t i = 0; i < rb; ++i) out[size_t(r) * rb + i] = uint8_t(rng());
+      const int bb = traits(t).block_bytes;
+      for (int64_t b = 0; b < k / 256; ++b) {
+        uint8_t* blk = out.data() + size_t(r) * rb + size_t(b) * size_t(bb);
+        const uint16_t d = 0x2000 | uint16_t(rng() & 0x3FF);  // ~0.0078..0.0156
+        if (t == GgmlType::Q3_K) std::memcpy(blk + 108, &d, 2);
+        else if (t == GgmlType::Q2_K) { std::memcpy(blk + 80, &d, 2); std::memcpy(blk + 82, &d, 2); }
+        else { std::memcpy(blk, &d, 2); std::memcpy(blk + 2, &d, 2); }
+      }
+    }
+  }
+  return out;
+}
+
+class GemvGpu : public ::testing::TestWithParam<Case> {};
+
+void run_case(const GemvVariant& v, GgmlType type, int64_t n, int64_t k, int batch, bool epilogues, bool gate_up,
+              std::mt19937& rng) {
+  SCOPED_TRACE(testing::Message() << v.name << " " << type_name(type) << " n=" << n << " k=" << k << " b=" << batch
+                                  << (epilogues ? " +bias+residual" : "") << (gate_up ? " gate/up" : ""));
+  const auto w = random_matrix(type, n, k, rng), w2 = random_matrix(type, n, k, rng);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> x(size_t(batch * k)), bias(static_cast<size_t>(n)), res(size_t(batch * n));
+  for (auto& f : x) f = nd(rng);
+  for (auto& f : bias) f = nd(rng);
+  for (auto& f : res) f = nd(rng);
+  // CPU fp64 reference from the dequantised rows.
+  std::vector<float> wd(static_cast<size_t>(k)), wd2(static_cast<size_t>(k));
+  std::vector<double> ref(size_t(batch * n)), mag(size_t(batch * n));
+  const size_t rb = row_bytes(type, k);
+  for (int64_t r = 0; r < n; ++r) {
+    dequantize_row(type, w.data() + size_t(r) * rb, wd.data(), k);
+    dequantize_row(type, w2.data() + size_t(r) * rb, wd2.data(), k);
+    for (int b = 0; b < batch; ++b) {
+      double g = 0, u = 0, m = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        g += double(wd[size_t(i)]) * x[size_t(b * k + i)];
+        u += double(wd2[size_t(i)]) * x[size_t(b * k + i)];
+        m += std::fabs(double(wd[size_t(i)]) * x[size_t(b * k + i)]) + std::fabs(double(wd2[size_t(i)]) * x[size_t(b * k + i)]);
+      }
+      double out = gate_up ? g / (1.0 + std::exp(-g)) * u : g;
+      if (epilogues) out += bias[size_t(r)] + res[size_t(b * n + r)];
+      ref[size_t(b * n + r)] = out;
+      mag[size_t(b * n + r)] = gate_up ? m * (1.0 + std::fabs(u)) : m;
+    }
+  }
+  // Device buffers; weights uploaded in the variant's layout.
+  const size_t wbytes = v.layout == WeightLayout::Repacked ? gemv_repacked_bytes(type, n, k) : w.size();
+  DeviceBuf dw(wbytes), dw2(wbytes), raw(w.size()), dx(x.size() * 4), dy((size_t(batch * n) + 32) * 4),
+      db(bias.size() * 4), dr(res.size() * 4);
+  for (auto [dst, src] : {std::pair{&dw, &w}, std::pair{&dw2, &w2}}) {
+    if (v.layout == WeightLayout::Repacked) {
+      CUDA_OK(cudaMemcpy(raw.p, src->data(), src->size(), cudaMemcpyHostToDevice));
+      const Status st = gemv_repack(type, raw.p, n, k, dst->p, nullptr);
+      ASSERT_TRUE(st.ok) << st.message;
+    } else {
+      CUDA_OK(cudaMemcpy(dst->p, src->data(), src->size(), cudaMemcpyHostToDevice));
+    }
+  }
+  CUDA_OK(cudaMemcpy(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(db.p, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dr.p, res.data(), res.size() * 4, cudaMemcpyHostToDevice));
+  for (const GemvConfig& cfg : v.configs) {
+    CUDA_OK(cudaMemset(dy.p, 0xFF, (size_t(batch * n) + 32) * 4));  // poison: NaN
+    GemvProblem p;
+    p.wtype = type;
+    p.layout = v.layout;
+    p.w = dw.p;
+    p.w_up = gate_up ? dw2.p : nullptr;
+    p.n = n;
+    p.k = k;
+    p.x = dx.as<float>();
+    p.batch = batch;
+    p.y = dy.as<float>();
+    p.bias = epilogues ? db.as<float>() : nullptr;
+    p.residual = epilogues ? dr.as<float>() : nullptr;
+    Status st = gemv_validate(p, v);
+    ASSERT_TRUE(st.ok) << st.message;
+    st = v.launch(p, cfg, nullptr);
+    ASSERT_TRUE(st.ok) << st.message;
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> got(size_t(batch * n) + 32);
+    CUDA_OK(cudaMemcpy(got.data(), dy.p, got.size() * 4, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < ref.size(); ++i)
+      ASSERT_NEAR(got[i], ref[i], 2e-5 * mag[i] + 1e-5) << "config " << cfg.str() << " output " << i;
+    for (size_t i = ref.size(); i < got.size(); ++i) ASSERT_TRUE(std::isnan(got[i])) << "wrote past y";
+  }
+}
+
+TEST_P(GemvGpu, MatchesFp64Reference) {
+  const auto [name, type] = GetParam();
+  const GemvVariant* v = find_gemv_variant(name);
+  ASSERT_NE(v, nullptr);
+  std::mt19937 rng(uint32_t(type) * 101 + uint32_t(name.size()));
+  const int64_t blk = traits(type).block_elems;
+  const bool any_k = name == "v0_naive" || name == "v1_splitk_atomic";
+  const bool epi = name == "v5_stream" || name.rfind("q_", 0) == 0;
+  const int64_t k_big = blk == 256 ? 1024 : 1536;
+  run_case(*v, type, 37, k_big, 1, false, false, rng);          // odd N
+  for (int b = 1; b <= kGemvMaxBatch; ++b) run_case(*v, type, 129, blk == 256 ? 512 : 256, b, false, false, rng);
+  run_case(*v, type, 5, blk == 256 ? 256 : 32, 3, false, false, rng);  // tiny, fewer rows than a block
+  if (any_k) run_case(*v, type, 33, 1003, 2, false, false, rng);       // k not a multiple of 8
+  if (epi) {
+    run_case(*v, type, 67, k_big, 2, true, false, rng);
+    run_case(*v, type, 67, k_big, 3, false, true, rng);
+    run_case(*v, type, 64, k_big, 1, true, true, rng);
+  }
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> out;
+  const GgmlType types[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
+                            GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K,
+                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+  for (const auto& v : gemv_variants())
+    for (GgmlType t : types)
+      if (v.supports(t)) out.push_back({v.name, t});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, GemvGpu, ::testing::ValuesIn(all_cases()), [](const auto& info) {
+  return info.param.variant + "_" + std::string(type_name(info.param.type));
+});
+
+TEST(GemvArgs, RejectsBadInput) {
+  DeviceBuf w(1 << 16), x(1 << 12), y(1 << 12);
+  GemvProblem p;
+  p.w = w.p;
+  p.x = x.as<float>();
+  p.y = y.as<float>();
+  p.n = 16;
+  p.k = 64;
+  const GemvVariant& v5 = *find_gemv_variant("v5_stream");
+  EXPECT_TRUE(gemv_validate(p, v5).ok);
+  p.batch = 9;
+  EXPECT_FALSE(gemv_validate(p, v5).ok);
+  p.batch = 1;
+  p.wtype = GgmlType::Q4_0;
+  EXPECT_FALSE(gemv_validate(p, v5).ok);  // v5 takes float types only
+  p.layout = WeightLayout::Repacked;
+  EXPECT_TRUE(gemv_validate(p, *find_gemv_variant("q_repacked")).ok);
+  p.k = 48;
+  EXPECT_FALSE(gemv_validate(p, *find_gemv_variant("q_repacked")).ok);  // not a multiple of 32
+  p.wtype = GgmlType::F16;
+  p.layout = WeightLayout::Gguf;
+  p.k = 64;
+  p.x = reinterpret_cast<const float*>(x.as<char>() + 4);
+  EXPECT_FALSE(gemv_validate(p, v5).ok);  // misaligned x
+  p.x = x.as<float>();
+  p.bias = x.as<float>();
+  EXPECT_FALSE(gemv_validate(p, *find_gemv_variant("v3_warp_reduce")).ok);  // ladder: no epilogue
+  p.bias = nullptr;
+  p.k = 1004;
+  EXPECT_FALSE(v5.launch(p, v5.configs[0], nullptr).ok);  // v5 needs 16-byte rows
+  EXPECT_FALSE(gemv_repack(GgmlType::Q4_K, w.p, 1, 256, y.p, nullptr).ok);
+}
+
+}  // namespace

@@ -1,0 +1,209 @@
+// lamina kbench gemv: every GEMV variant (its best config; --best: the best variant only) next
+// to cuBLAS measured in the same run: µs (median over rotated weight buffers that exceed L2),
+// GB/s over the bytes read (W + x), % of the device-to-device copy bandwidth measured at start,
+// and the speed-up over cuBLAS (cublasGemmEx, same dtypes; f16 for quantised types).
+// lamina tune -m MODEL: tunes the model's matrix shapes for batch 1..8 into the tune cache.
+#include "commands.h"
+#include "core/error.h"
+
+#include <fmt/format.h>
+
+#if defined(LAMINA_HAVE_CUDA)
+#include "format/gguf.h"
+#include "kernels/autotune/autotune.h"
+#include "kernels/common/timing.h"
+#include "kernels/gemv/gemv_tune.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <set>
+#include <sstream>
+#endif
+
+namespace lamina::cli {
+namespace {
+
+struct KbenchArgs {
+  std::string family;
+  std::string shapes = "4096x4096,12288x4096,11008x4096,4096x11008,14336x4096,4096x14336,32000x4096,128256x4096";
+  std::string batches = "1,2,4,8";
+  std::string types = "f16,bf16,f32,q8_0,q4_0,q4_1,q4_K,q6_K";
+  bool best = false;
+  int reps = 20;
+};
+
+struct TuneArgs {
+  std::string model;
+  std::string batches = "1,2,4,8";
+};
+
+#if defined(LAMINA_HAVE_CUDA)
+using namespace lamina::kernels;
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string t;
+  while (std::getline(ss, t, ',')) if (!t.empty()) out.push_back(t);
+  return out;
+}
+
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("{}: {}", what, cudaGetErrorString(e));
+}
+
+// cuBLAS y = W x with W [n][k] row-major in `dt`, x [batch][k] in `dt` (f16 for quantised types).
+double time_cublas(cublasHandle_t h, cudaDataType_t dt, size_t elt, int64_t n, int64_t k, int batch, int reps,
+                   cudaStream_t s) {
+  const size_t wbytes = size_t(n) * size_t(k) * elt;
+  const int copies = int(std::clamp<size_t>(2 * l2_cache_bytes() / wbytes + 1, 1, 64));
+  std::vector<void*> ws(static_cast<size_t>(copies));
+  void *x = nullptr, *y = nullptr;
+  for (auto& w : ws) {
+    cuda_check(cudaMalloc(&w, wbytes), "cuBLAS baseline: weights");
+    fill_random_bytes(w, wbytes, 5, s);
+  }
+  cuda_check(cudaMalloc(&x, size_t(batch) * size_t(k) * elt), "cuBLAS baseline: x");
+  cuda_check(cudaMalloc(&y, size_t(batch) * size_t(n) * 4), "cuBLAS baseline: y");
+  fill_random_bytes(x, size_t(batch) * size_t(k) * elt, 6, s);
+  const float alpha = 1.f, beta = 0.f;
+  const double us = median_time_us(
+      [&](int i) {
+        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), batch, int(k), &alpha, ws[size_t(i % copies)], dt, int(k), x,
+                     dt, int(k), &beta, y, CUDA_R_32F, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      },
+      3, reps, s);
+  cudaStreamSynchronize(s);
+  for (void* w : ws) cudaFree(w);
+  cudaFree(x);
+  cudaFree(y);
+  return us;
+}
+
+void run_kbench(const KbenchArgs& a) {
+  if (a.family != "gemv") fail("unknown kernel family '{}' (available: gemv)", a.family);
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaSetDevice(dev) != cudaSuccess) fail("no CUDA device available");
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, dev);
+  cudaStream_t s;
+  cuda_check(cudaStreamCreate(&s), "stream");
+  cublasHandle_t h;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) fail("cuBLAS initialisation failed");
+  cublasSetStream(h, s);
+  const double copy_gbs = copy_bandwidth_gbs(size_t(1) << 30, s);
+  fmt::print("device: {} ({} SMs, L2 {} MiB), copy bandwidth {:.0f} GB/s (read + write, 1 GiB D2D)\n\n", prop.name,
+             prop.multiProcessorCount, l2_cache_bytes() >> 20, copy_gbs);
+  fmt::print("| {:<12} | {:>2} | {:<5} | {:<34} | {:>9} | {:>7} | {:>6} | {:>8} |\n", "N x K", "b", "type",
+             "variant (config)", "µs", "GB/s", "% copy", "vs cuBLAS");
+  fmt::print("|{:-<14}|{:-<4}|{:-<7}|{:-<36}|{:->11}|{:->9}|{:->8}|{:->10}|\n", "", "", "", "", "", "", "", "");
+  for (const auto& shape : split(a.shapes)) {
+    int64_t n = 0, k = 0;
+    if (std::sscanf(shape.c_str(), "%ldx%ld", &n, &k) != 2 || n <= 0 || k <= 0) fail("bad shape '{}' (want NxK)", shape);
+    for (const auto& bs : split(a.batches)) {
+      const int batch = std::stoi(bs);
+      if (batch < 1 || batch > kGemvMaxBatch) fail("batch {} out of range 1..8", batch);
+      std::map<std::string, double> cublas_us;  // by dtype
+      for (const auto& tn : split(a.types)) {
+        const auto t = parse_type(tn);
+        if (!t) fail("unknown type '{}'", tn);
+        if (k % traits(*t).block_elems) continue;
+        const bool fp = *t == GgmlType::F16 || *t == GgmlType::BF16 || *t == GgmlType::F32;
+        const cudaDataType_t dt = *t == GgmlType::F32 ? CUDA_R_32F : *t == GgmlType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+        const size_t elt = *t == GgmlType::F32 ? 4 : 2;
+        const std::string key = fp ? std::string(type_name(*t)) : "f16";
+        if (!cublas_us.count(key)) cublas_us[key] = time_cublas(h, dt, elt, n, k, batch, a.reps, s);
+        const double base = cublas_us[key];
+        auto row = [&](const std::string& name, double us, size_t wbytes) {
+          const double gbs = double(wbytes + size_t(batch) * size_t(k) * 4) / (us * 1e-6) / 1e9;
+          fmt::print("| {:<12} | {:>2} | {:<5} | {:<34.34} | {:>9.2f} | {:>7.0f} | {:>5.1f}% | {:>8.2f}x |\n", shape, batch,
+                     tn, name, us, gbs, 100.0 * gbs / copy_gbs, base / us);
+        };
+        row("cuBLAS (" + key + " GemmEx)", base, size_t(n) * size_t(k) * elt);
+        for (WeightLayout layout : {WeightLayout::Gguf, WeightLayout::Repacked}) {
+          GemvProblem p;
+          p.wtype = *t;
+          p.layout = layout;
+          p.n = n;
+          p.k = k;
+          p.batch = batch;
+          p.w = p.x = nullptr;
+          const auto timings = gemv_time_variants(p, true, s, a.reps);
+          std::map<std::string, GemvTiming> best_per;
+          for (const auto& tm : timings) {
+            auto it = best_per.find(tm.variant->name);
+            if (it == best_per.end() || tm.us < it->second.us) best_per[tm.variant->name] = tm;
+          }
+          std::vector<GemvTiming> rows;
+          for (const auto& v : gemv_variants())
+            if (best_per.count(v.name)) rows.push_back(best_per[v.name]);
+          if (a.best && !rows.empty())
+            rows = {*std::min_element(rows.begin(), rows.end(), [](auto& x, auto& y) { return x.us < y.us; })};
+          for (const auto& tm : rows)
+            row(std::string(tm.variant->name) + " (" + tm.config.str() + ")", tm.us, gemv_weight_bytes(p));
+        }
+        std::fflush(stdout);
+      }
+    }
+  }
+  cublasDestroy(h);
+  cudaStreamDestroy(s);
+}
+
+void run_tune(const TuneArgs& a) {
+  const GgufFile f = GgufFile::open(a.model);
+  cudaStream_t s;
+  cuda_check(cudaStreamCreate(&s), "no CUDA device available");
+  std::set<std::tuple<GgmlType, int64_t, int64_t>> shapes;
+  for (const auto& t : f.tensors())
+    if (t.n_dims == 2 && t.name.ends_with(".weight") && t.name != "token_embd.weight") shapes.insert({t.type, t.ne[1], t.ne[0]});
+  if (const GgufTensor* te = f.find_tensor("token_embd.weight"); te && !f.find_tensor("output.weight"))
+    shapes.insert({te->type, te->ne[1], te->ne[0]});  // tied output
+  for (const auto& [type, n, k] : shapes)
+    for (const auto& bs : split(a.batches)) {
+      for (WeightLayout layout : {WeightLayout::Gguf, WeightLayout::Repacked}) {
+        GemvProblem p;
+        p.wtype = type;
+        p.layout = layout;
+        p.n = n;
+        p.k = k;
+        p.batch = std::stoi(bs);
+        if (auto best = gemv_tune(p, s))
+          fmt::print("{:<6} {:>6} x {:<6} b{} {:<8}: {} ({}) {:.2f} µs\n", type_name(type), n, k, p.batch,
+                     layout == WeightLayout::Repacked ? "repacked" : "gguf", best->variant->name, best->config.str(), best->us);
+      }
+    }
+  TuneCache::get("gemv").save();
+  fmt::print("saved to {}\n", tune_cache_path("gemv"));
+  cudaStreamDestroy(s);
+}
+#else
+void run_kbench(const KbenchArgs&) { fail("this lamina was built without CUDA: kbench needs an NVIDIA GPU build"); }
+void run_tune(const TuneArgs&) { fail("this lamina was built without CUDA: tune needs an NVIDIA GPU build"); }
+#endif
+
+}  // namespace
+
+Run add_kbench(CLI::App& app) {
+  auto a = std::make_shared<KbenchArgs>();
+  auto* sub = app.add_subcommand("kbench", "Benchmark a kernel family against cuBLAS (GPU)");
+  sub->add_option("family", a->family, "Kernel family: gemv")->required();
+  sub->add_option("--shapes", a->shapes, "Comma-separated NxK shapes");
+  sub->add_option("--batch", a->batches, "Comma-separated batch sizes (1..8)");
+  sub->add_option("--types", a->types, "Comma-separated weight types");
+  sub->add_flag("--best", a->best, "Show only the best variant per shape");
+  sub->add_option("-r,--reps", a->reps, "Timed repetitions (median)")->check(CLI::Range(5, 1000));
+  return [a] { run_kbench(*a); };
+}
+
+Run add_tune(CLI::App& app) {
+  auto a = std::make_shared<TuneArgs>();
+  auto* sub = app.add_subcommand("tune", "Autotune a model's GEMV shapes on this GPU (writes the tune cache)");
+  sub->add_option("-m,--model", a->model, "GGUF model")->required();
+  sub->add_option("--batch", a->batches, "Comma-separated batch sizes (1..8)");
+  return [a] { run_tune(*a); };
+}
+
+}  // namespace lamina::cli
