@@ -1,47 +1,19 @@
 // Bad input to the model commands: one clear line on stderr, exit status 1, never a crash.
 #include "format/gguf.h"
 
+#include "cli_runner.h"
+
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
-#include <sys/wait.h>
-#include <unistd.h>
 
 using namespace lamina;
 
 namespace {
 
-struct Result {
-  int status;
-  std::string out, err;
-};
-
-Result run(const std::string& args) {
-  static int counter = 0;
-  const std::string err_file = ::testing::TempDir() + "/lamina_me_" + std::to_string(getpid()) + "_" +
-                               std::to_string(counter++) + ".txt";
-  const std::string cmd = std::string(LAMINA_CLI) + " " + args + " 2>" + err_file + " </dev/null";
-  Result r{};
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  FILE* e = fopen(err_file.c_str(), "r");
-  while (e && (n = fread(buf.data(), 1, buf.size(), e)) > 0) r.err.append(buf.data(), n);
-  if (e) fclose(e);
-  std::remove(err_file.c_str());
-  return r;
-}
-
-int lines(const std::string& s) {
-  int n = 0;
-  for (char c : s) n += c == '\n';
-  return n;
-}
+using lamina::testing_cli::lines;
+using lamina::testing_cli::Result;
+using lamina::testing_cli::run;
 
 class ModelErrors : public ::testing::Test {
  protected:

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "format/tokenizer.h"
+#include "session_args.h"
 
 #include <fmt/format.h>
 
@@ -53,23 +54,9 @@ struct DetokenizeArgs {
 void run_detokenize(const DetokenizeArgs& a) {
   const GgufFile f = GgufFile::open(a.model);
   const Tokenizer tok = Tokenizer::from_gguf(f);
-  std::vector<Token> ids;
-  for (const auto& group : a.ids) {
-    std::istringstream ss(group);  // accepts "1 2 3" as one argument too
-    std::string s;
-    while (ss >> s) {
-      size_t used = 0;
-      long long v = -1;
-      try {
-        v = std::stoll(s, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != s.size()) fail("'{}' is not a token id", s);
-      if (v < 0 || uint64_t(v) >= tok.n_vocab()) fail("token id {} is out of range (vocabulary has {} tokens)", v, tok.n_vocab());
-      ids.push_back(Token(v));
-    }
-  }
+  std::string all;  // accepts "1 2 3" as one argument too
+  for (const auto& group : a.ids) all += group + " ";
+  const std::vector<Token> ids = parse_token_list(all, tok.n_vocab());
   fmt::print("{}\n", tok.detokenize(ids, false, a.special));
 }
 
