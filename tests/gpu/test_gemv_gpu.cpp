@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -63,6 +64,16 @@ void run_case(const GemvVariant& v, GgmlType type, int64_t n, int64_t k, int bat
   std::normal_distribution<float> nd(0.f, 1.f);
   std::vector<float> x(size_t(batch * k)), bias(static_cast<size_t>(n)), res(size_t(batch * n));
   for (auto& f : x) f = nd(rng);
+  // Variants that quantise x to 8 bits are checked against the same quantised x (the rule:
+  // d = amax/32-block / 127, q = round-half-away(x / d), as on the device).
+  std::vector<float> xr = x;
+  if (v.int8_x)
+    for (size_t blk = 0; blk < xr.size() / 32; ++blk) {
+      float amax = 0;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xr[blk * 32 + size_t(j)]));
+      const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+      for (int j = 0; j < 32; ++j) xr[blk * 32 + size_t(j)] = d * std::roundf(xr[blk * 32 + size_t(j)] * id);
+    }
   for (auto& f : bias) f = nd(rng);
   for (auto& f : res) f = nd(rng);
   // CPU fp64 reference from the dequantised rows.
@@ -75,9 +86,9 @@ void run_case(const GemvVariant& v, GgmlType type, int64_t n, int64_t k, int bat
     for (int b = 0; b < batch; ++b) {
       double g = 0, u = 0, m = 0;
       for (int64_t i = 0; i < k; ++i) {
-        g += double(wd[size_t(i)]) * x[size_t(b * k + i)];
-        u += double(wd2[size_t(i)]) * x[size_t(b * k + i)];
-        m += std::fabs(double(wd[size_t(i)]) * x[size_t(b * k + i)]) + std::fabs(double(wd2[size_t(i)]) * x[size_t(b * k + i)]);
+        g += double(wd[size_t(i)]) * xr[size_t(b * k + i)];
+        u += double(wd2[size_t(i)]) * xr[size_t(b * k + i)];
+        m += std::fabs(double(wd[size_t(i)]) * xr[size_t(b * k + i)]) + std::fabs(double(wd2[size_t(i)]) * xr[size_t(b * k + i)]);
       }
       double out = gate_up ? g / (1.0 + std::exp(-g)) * u : g;
       if (epilogues) out += bias[size_t(r)] + res[size_t(b * n + r)];

@@ -28,6 +28,7 @@ const std::vector<GemvVariant>& gemv_variants() {
     std::vector<GemvVariant> out;
     register_float_variants(out);
     register_quant_variants(out);
+    register_dp4a_variants(out);
     return out;
   }();
   return v;
@@ -70,7 +71,7 @@ static std::string tune_key(const GemvProblem& p) {
 
 // The default when a shape is untuned: the fastest rung that takes the problem.
 static const GemvVariant* default_variant(const GemvProblem& p) {
-  for (const char* name : {"q_repacked", "v5_stream", "q_generic"}) {
+  for (const char* name : {"q_dp4a", "v5_stream", "q_generic"}) {
     const GemvVariant* v = find_gemv_variant(name);
     if (v && v->supports(p.wtype) && v->layout == p.layout) return v;
   }

@@ -53,6 +53,7 @@ struct GemvVariant {
   bool (*supports)(GgmlType type);
   Status (*launch)(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
   std::vector<GemvConfig> configs;  // the autotuner's search space (first = default)
+  bool int8_x = false;  // quantises x to 8-bit blocks of 32 (f32 scale) before the dot products
 };
 
 const std::vector<GemvVariant>& gemv_variants();

@@ -1,0 +1,201 @@
+// q_dp4a: Q4_0 / Q8_0 (repacked layout) with int8 activations and dp4a.
+//   - x is quantised once per thread block into shared memory: int8 blocks of 32 with an f32
+//     scale d = amax/127 and the block's integer sum (llama.cpp's q8_1 idea); the grid is
+//     persistent (a few blocks per SM looping over rows), so each block converts x once for
+//     many rows.
+//   - each lane streams 16 bytes of weights per step (one Q4_0 block, half a Q8_0 block),
+//     `unroll` steps in flight, `rows` rows per warp sharing the x loads from shared memory.
+//   - sum_i (q_i - 8) * x_i = d_w * d_x * (dp4a(q, xq) - 8 * sum(xq))   (Q4_0)
+// Activations lose precision to 8 bits (as in llama.cpp): the GPU test checks this variant
+// against an fp64 reference of the same quantised x.
+#include "kernels/gemv/gemv_common.cuh"
+#include "kernels/gemv/gemv_internal.h"
+
+#include <cuda_runtime.h>
+
+namespace lamina::kernels {
+namespace {
+
+using namespace gemv_detail;
+
+// Shared memory per batch row: k int8 values, then k/32 scales and k/32 sums, padded to 16
+// bytes so that every row's int8 blocks stay 16-byte aligned for vector loads.
+__host__ __device__ inline size_t x8_bytes(int64_t k) { return (size_t(k) + size_t(k / 32) * 8 + 15) & ~size_t(15); }
+
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+__device__ void quantize_x_to_smem(const float* __restrict__ x, int64_t k, int batch, uint8_t* smem) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  for (int b = 0; b < batch; ++b) {
+    int8_t* q = reinterpret_cast<int8_t*>(smem + size_t(b) * x8_bytes(k));
+    float* d = reinterpret_cast<float*>(smem + size_t(b) * x8_bytes(k) + size_t(k));
+    int* s = reinterpret_cast<int*>(d + k / 32);
+    for (int64_t blk = warp; blk < k / 32; blk += warps) {
+      const float v = x[b * k + blk * 32 + lane];
+      float amax = fabsf(v);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      const float dd = amax / 127.f, id = dd != 0.f ? 1.f / dd : 0.f;
+      const int qi = int(roundf(v * id));
+      q[blk * 32 + lane] = int8_t(qi);
+      int sum = qi;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      if (lane == 0) d[blk] = dd, s[blk] = sum;
+    }
+  }
+}
+
+template <int kBits, int kRows, int kUnroll, bool kGateUp>
+__global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
+                                              const float* __restrict__ x, float* __restrict__ y, int64_t n, int64_t k,
+                                              int batch, Epilogue ep) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  constexpr int kPer = kBits == 4 ? 32 : 16;  // weights per 16-byte load
+  const int lane = threadIdx.x % 32;
+  const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / 32);
+  const size_t qrow = size_t(k) * kBits / 8;
+  {  // Start this warp's first rows moving into L2 while the block converts x.
+    const int64_t first = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows;
+    for (int r = 0; r < kRows; ++r)
+      if (first + r < n)
+        for (size_t off = size_t(lane) * 128; off < qrow; off += 32 * 128) prefetch_l2(w + size_t(first + r) * qrow + off);
+  }
+  quantize_x_to_smem(x, k, batch, smem);
+  __syncthreads();
+  const int64_t loads = k / kPer;
+  for (int64_t row0 = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows; row0 < n;
+       row0 += warps_total * kRows) {
+    float acc[kGateUp ? 2 : 1][kRows][kGemvMaxBatch];
+#pragma unroll
+    for (int m = 0; m < (kGateUp ? 2 : 1); ++m)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int b = 0; b < kGemvMaxBatch; ++b) acc[m][r][b] = 0.f;
+#pragma unroll
+    for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat) {
+      const uint8_t* q = mat ? w_up : w;
+      const __half* sc = reinterpret_cast<const __half*>(q + size_t(n) * qrow);
+      for (int64_t l0 = 0; l0 < loads; l0 += 32 * kUnroll) {
+        uint4 raw[kRows][kUnroll];
+        float dw[kRows][kUnroll];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            const int64_t l = l0 + u * 32 + lane;
+            const int64_t rr = row0 + r < n ? row0 + r : n - 1;
+            const bool in = l < loads;
+            raw[r][u] = in ? load_stream(q + size_t(rr) * qrow + size_t(l) * 16) : make_uint4(0, 0, 0, 0);
+            dw[r][u] = in ? __half2float(sc[rr * (k / 32) + l * kPer / 32]) : 0.f;
+          }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t l = l0 + u * 32 + lane;
+          if (l >= loads) break;
+          const int64_t xblk = l * kPer / 32;  // the x block these weights meet
+#pragma unroll
+          for (int b = 0; b < kGemvMaxBatch; ++b) {
+            if (b >= batch) break;
+            const uint8_t* xb = smem + size_t(b) * x8_bytes(k);
+            const float dx = reinterpret_cast<const float*>(xb + k)[xblk];
+            const int4 xlo = *reinterpret_cast<const int4*>(xb + l * kPer);  // 16 int8
+            int4 xhi = make_int4(0, 0, 0, 0);
+            int xsum = 0;
+            if constexpr (kBits == 4) {
+              xhi = *reinterpret_cast<const int4*>(xb + l * kPer + 16);
+              xsum = reinterpret_cast<const int*>(xb + k + (k / 32) * 4)[xblk];
+            }
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+              const uint4 v = raw[r][u];
+              int sumi;
+              if constexpr (kBits == 4) {
+                const uint32_t m = 0x0F0F0F0Fu;
+                sumi = __dp4a(int(v.x & m), xlo.x, 0);
+                sumi = __dp4a(int(v.y & m), xlo.y, sumi);
+                sumi = __dp4a(int(v.z & m), xlo.z, sumi);
+                sumi = __dp4a(int(v.w & m), xlo.w, sumi);
+                sumi = __dp4a(int((v.x >> 4) & m), xhi.x, sumi);
+                sumi = __dp4a(int((v.y >> 4) & m), xhi.y, sumi);
+                sumi = __dp4a(int((v.z >> 4) & m), xhi.z, sumi);
+                sumi = __dp4a(int((v.w >> 4) & m), xhi.w, sumi);
+                sumi -= 8 * xsum;
+              } else {
+                sumi = __dp4a(int(v.x), xlo.x, 0);
+                sumi = __dp4a(int(v.y), xlo.y, sumi);
+                sumi = __dp4a(int(v.z), xlo.z, sumi);
+                sumi = __dp4a(int(v.w), xlo.w, sumi);
+              }
+              acc[mat][r][b] += dw[r][u] * dx * float(sumi);
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int b = 0; b < kGemvMaxBatch; ++b) {
+        if (b >= batch) break;
+        const float g = warp_sum(acc[0][r][b]);
+        const float up = kGateUp ? warp_sum(acc[kGateUp ? 1 : 0][r][b]) : 0.f;
+        if (lane == 0 && row0 + r < n) y[b * n + row0 + r] = ep.apply(g, up, row0 + r, b, n);
+      }
+  }
+}
+
+template <int kBits, int kRows, int kUnroll, bool kGateUp>
+Status launch_impl(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+  const size_t smem = size_t(p.batch) * x8_bytes(p.k);
+  auto kernel = q_dp4a<kBits, kRows, kUnroll, kGateUp>;
+  if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
+    return Status::error("q_dp4a: x does not fit in shared memory (" + std::to_string(smem) + " bytes)");
+  int dev = 0, sms = 0, per_sm = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, c.warps * 32, smem);
+  const int64_t rows_per_block = int64_t(c.warps) * kRows;
+  const int64_t needed = (p.n + rows_per_block - 1) / rows_per_block;
+  const unsigned grid = unsigned(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * std::max(per_sm, 1))));
+  const Epilogue ep{p.bias, p.residual, kGateUp};
+  kernel<<<grid, unsigned(c.warps * 32), smem, s>>>(static_cast<const uint8_t*>(p.w), static_cast<const uint8_t*>(p.w_up),
+                                                    p.x, p.y, p.n, p.k, p.batch, ep);
+  return launch_status("q_dp4a");
+}
+
+template <int kBits, int kRows, int kUnroll>
+Status launch_gate(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+  return p.w_up ? launch_impl<kBits, kRows, kUnroll, true>(p, c, s) : launch_impl<kBits, kRows, kUnroll, false>(p, c, s);
+}
+
+template <int kBits>
+Status launch_bits(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+  if (c.rows == 1 && c.unroll == 4) return launch_gate<kBits, 1, 4>(p, c, s);
+  if (c.rows == 2 && c.unroll == 2) return launch_gate<kBits, 2, 2>(p, c, s);
+  if (c.rows == 2 && c.unroll == 4) return launch_gate<kBits, 2, 4>(p, c, s);
+  if (c.rows == 4 && c.unroll == 2) return launch_gate<kBits, 4, 2>(p, c, s);
+  return Status::error("q_dp4a: no instance for config " + c.str());
+}
+
+Status run_dp4a(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+  if (p.k % 32) return Status::error("q_dp4a: k must be a multiple of 32");
+  if (p.wtype == GgmlType::Q4_0) return launch_bits<4>(p, c, s);
+  if (p.wtype == GgmlType::Q8_0) return launch_bits<8>(p, c, s);
+  return Status::error("q_dp4a: only q4_0 and q8_0");
+}
+
+bool dp4a_types(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
+
+}  // namespace
+
+void register_dp4a_variants(std::vector<GemvVariant>& out) {
+  out.push_back({"q_dp4a", "q4_0/q8_0 repacked; x as int8 blocks in shared memory, dp4a, persistent grid",
+                 WeightLayout::Repacked, dp4a_types, run_dp4a,
+                 {GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 8, 4}, GemvConfig{4, 8, 2},
+                  GemvConfig{2, 4, 2}, GemvConfig{1, 4, 4}},
+                 true});
+}
+
+}  // namespace lamina::kernels
