@@ -30,18 +30,29 @@ __device__ void quantize_x_to_smem(const float* __restrict__ x, int64_t k, int b
     int8_t* q = reinterpret_cast<int8_t*>(smem + size_t(b) * x8_bytes(k));
     float* d = reinterpret_cast<float*>(smem + size_t(b) * x8_bytes(k) + size_t(k));
     int* s = reinterpret_cast<int*>(d + k / 32);
-    for (int64_t blk = warp; blk < k / 32; blk += warps) {
-      const float v = x[b * k + blk * 32 + lane];
-      float amax = fabsf(v);
+    constexpr int kInFlight = 8;  // independent x loads per lane before the reductions
+    for (int64_t blk0 = warp; blk0 < k / 32; blk0 += int64_t(warps) * kInFlight) {
+      float v[kInFlight];
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-      const float dd = amax / 127.f, id = dd != 0.f ? 1.f / dd : 0.f;
-      const int qi = int(roundf(v * id));
-      q[blk * 32 + lane] = int8_t(qi);
-      int sum = qi;
+      for (int u = 0; u < kInFlight; ++u) {
+        const int64_t blk = blk0 + int64_t(u) * warps;
+        v[u] = blk < k / 32 ? x[b * k + blk * 32 + lane] : 0.f;
+      }
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-      if (lane == 0) d[blk] = dd, s[blk] = sum;
+      for (int u = 0; u < kInFlight; ++u) {
+        const int64_t blk = blk0 + int64_t(u) * warps;
+        if (blk >= k / 32) break;
+        float amax = fabsf(v[u]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float dd = amax / 127.f, id = dd != 0.f ? 1.f / dd : 0.f;
+        const int qi = int(roundf(v[u] * id));
+        q[blk * 32 + lane] = int8_t(qi);
+        int sum = qi;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) d[blk] = dd, s[blk] = sum;
+      }
     }
   }
 }
