@@ -97,22 +97,30 @@ class GoldenTiny : public ::testing::TestWithParam<std::string> {};
 TEST_P(GoldenTiny, LogitsMatchReference) {
   const json m = manifest();
   json c;
-  for (const auto& x : m["cases"]) if (x["name"] == "tiny-" + GetParam()) c = x;
-  ASSERT_FALSE(c.is_null());
-  const std::string path = ::testing::TempDir() + "/lamina-golden-tiny-" + GetParam() + ".gguf";
-  const std::string cmd = std::string(LAMINA_CLI) + " gen-model --preset tiny --type " + GetParam() + " --vocab '" +
+  for (const auto& x : m["cases"]) if (x["name"] == GetParam()) c = x;
+  ASSERT_FALSE(c.is_null()) << GetParam();
+  const std::string type = c["gen"]["type"], preset = c["gen"]["preset"];
+  const std::string path = ::testing::TempDir() + "/lamina-golden-" + GetParam() + ".gguf";
+  const std::string cmd = std::string(LAMINA_CLI) + " gen-model --preset " + preset + " --type " + type + " --vocab '" +
                           kVocab + "' --seed 42 -o '" + path + "' 2>&1";
   shell(cmd);
   ASSERT_TRUE(std::filesystem::exists(path)) << cmd;
   ASSERT_EQ(sha256(path), c["sha256"].get<std::string>())
       << "gen-model output changed: regenerate tests/golden with scripts/reference/make_golden.py";
   check_logits(path, c, true, 1e-3);
-  check_logits(path, c, false, GetParam() == "f32" || GetParam() == "f16" || GetParam() == "bf16" ? 1e-3 : 3e-2);
+  check_logits(path, c, false, type == "f32" || type == "f16" || type == "bf16" ? 1e-3 : 3e-2);
   std::filesystem::remove(path);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, GoldenTiny,
-                         ::testing::Values("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q4_K", "q6_K"));
+INSTANTIATE_TEST_SUITE_P(Models, GoldenTiny,
+                         ::testing::Values("tiny-f32", "tiny-f16", "tiny-bf16", "tiny-q8_0", "tiny-q4_0", "tiny-q4_1",
+                                           "tiny-q4_K", "tiny-q6_K", "tiny-qwen2-f16", "tiny-qwen2-q8_0",
+                                           "tiny-llama3-f16", "tiny-llama3-q8_0"),
+                         [](const auto& param_info) {
+                           std::string n = param_info.param;
+                           for (char& ch : n) if (ch == '-') ch = '_';
+                           return n;
+                         });
 
 class GoldenSmol : public ::testing::TestWithParam<int> {
  protected:

@@ -21,11 +21,15 @@ struct Preset {
   uint32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, n_vocab;
   float rope_base;
   bool tied;
+  const char* arch = "llama";   // "qwen2": QKV biases, NEOX RoPE
+  bool llama3_rope = false;     // rope_freqs.weight from Llama 3.1's scaling (factor 8)
 };
 
 // n_vocab is used only when no --vocab file is given (a synthetic vocabulary is written then).
 constexpr Preset kPresets[] = {
     {"tiny", 256, 2, 4, 2, 512, 512, 32000, 10000.f, false},
+    {"tiny-qwen2", 256, 2, 4, 2, 512, 512, 32000, 1000000.f, true, "qwen2"},
+    {"tiny-llama3", 256, 2, 4, 2, 512, 512, 32000, 500000.f, false, "llama", true},
     // SmolLM2 itself ties output and embedding; the preset keeps output.weight separate, as the
     // llama.cpp benchmark files in ../shared/docs/anchors.md do (273 MiB in f16), to compare alike.
     {"smollm2-135m", 576, 30, 9, 3, 1536, 8192, 49152, 100000.f, false},
@@ -82,29 +86,30 @@ void run_gen(const GenArgs& a) {
   const Preset* p = nullptr;
   for (const auto& pr : kPresets)
     if (a.preset == pr.name) p = &pr;
-  if (!p) fail("unknown preset '{}' (tiny, smollm2-135m, llama2-7b, llama3-8b)", a.preset);
+  if (!p) fail("unknown preset '{}' (tiny, tiny-qwen2, tiny-llama3, smollm2-135m, llama2-7b, llama3-8b)", a.preset);
   const auto target = parse_type(a.type);
   if (!target || !can_quantize_target(*target)) fail("unsupported --type '{}' (f32, f16, q8_0, q4_0, q4_1, q4_K, q6_K)", a.type);
   const auto t0 = std::chrono::steady_clock::now();
 
   GgufWriter w;
-  w.set_str("general.architecture", "llama");
+  const std::string arch = p->arch;
+  w.set_str("general.architecture", arch);
   w.set_str("general.name", fmt::format("lamina-gen {} {} seed {}", p->name, a.type, a.seed));
   w.set_u32("general.file_type", llama_file_type(*target));
   w.set_u32("general.quantization_version", 2);
-  w.set_u32("llama.context_length", p->n_ctx);
-  w.set_u32("llama.embedding_length", p->n_embd);
-  w.set_u32("llama.block_count", p->n_layer);
-  w.set_u32("llama.feed_forward_length", p->n_ff);
-  w.set_u32("llama.attention.head_count", p->n_head);
-  w.set_u32("llama.attention.head_count_kv", p->n_head_kv);
-  w.set_u32("llama.rope.dimension_count", p->n_embd / p->n_head);
-  w.set_f32("llama.rope.freq_base", p->rope_base);
-  w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.set_u32(arch + ".context_length", p->n_ctx);
+  w.set_u32(arch + ".embedding_length", p->n_embd);
+  w.set_u32(arch + ".block_count", p->n_layer);
+  w.set_u32(arch + ".feed_forward_length", p->n_ff);
+  w.set_u32(arch + ".attention.head_count", p->n_head);
+  w.set_u32(arch + ".attention.head_count_kv", p->n_head_kv);
+  w.set_u32(arch + ".rope.dimension_count", p->n_embd / p->n_head);
+  w.set_f32(arch + ".rope.freq_base", p->rope_base);
+  w.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
   uint32_t n_vocab = p->n_vocab;
   if (!a.vocab.empty()) copy_vocab(a.vocab, w, n_vocab);
   else synthetic_vocab(w, n_vocab);
-  w.set_u32("llama.vocab_size", n_vocab);
+  w.set_u32(arch + ".vocab_size", n_vocab);
 
   auto pool = std::make_shared<ThreadPool>(a.threads > 0 ? a.threads : int(std::thread::hardware_concurrency()));
   uint64_t stream = 0;
@@ -127,6 +132,28 @@ void run_gen(const GenArgs& a) {
     });
   };
   const int64_t E = p->n_embd, hd = E / p->n_head, KV = int64_t(p->n_head_kv) * hd;
+  auto bias = [&](const std::string& name, int64_t n) {
+    const uint64_t s = mix(a.seed ^ mix(++stream));
+    w.add_tensor(name, GgmlType::F32, {n}, [s, n](uint8_t* dst, size_t) {
+      float* f = reinterpret_cast<float*>(dst);
+      for (int64_t i = 0; i < n; ++i) f[i] = 0.5f * normal(s, uint64_t(i));
+    });
+  };
+  if (p->llama3_rope) {  // Llama 3.1's frequency factors (formats.md section 3.4)
+    std::vector<float> f(size_t(hd / 2));
+    const double factor = 8, lo = 1, hi = 4, orig = 8192;
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      const double freq = std::pow(double(p->rope_base), -2.0 * double(i) / double(hd)), lambda = 2 * M_PI / freq;
+      if (lambda < orig / hi) f[size_t(i)] = 1;
+      else if (lambda > orig / lo) f[size_t(i)] = float(factor);
+      else {
+        const double sm = (orig / lambda - lo) / (hi - lo);
+        f[size_t(i)] = float(1.0 / ((1 - sm) / factor + sm));
+      }
+    }
+    w.add_tensor("rope_freqs.weight", GgmlType::F32, {hd / 2},
+                 std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(f.data()), f.size() * 4));
+  }
   matrix("token_embd.weight", E, n_vocab);
   norm("output_norm.weight", E);
   if (!p->tied) matrix("output.weight", E, n_vocab);
@@ -136,6 +163,11 @@ void run_gen(const GenArgs& a) {
     matrix(b + "attn_q.weight", E, E);
     matrix(b + "attn_k.weight", E, KV);
     matrix(b + "attn_v.weight", E, KV);
+    if (arch == "qwen2") {
+      bias(b + "attn_q.bias", E);
+      bias(b + "attn_k.bias", KV);
+      bias(b + "attn_v.bias", KV);
+    }
     matrix(b + "attn_output.weight", E, E);
     norm(b + "ffn_norm.weight", E);
     matrix(b + "ffn_gate.weight", E, p->n_ff);
@@ -158,7 +190,7 @@ bool can_quantize_target(GgmlType t) {
 Run add_gen_model(CLI::App& app) {
   auto a = std::make_shared<GenArgs>();
   auto* sub = app.add_subcommand("gen-model", "Write a Llama GGUF with seeded random weights");
-  sub->add_option("--preset", a->preset, "tiny, smollm2-135m, llama2-7b or llama3-8b")->required();
+  sub->add_option("--preset", a->preset, "tiny, tiny-qwen2, tiny-llama3, smollm2-135m, llama2-7b or llama3-8b")->required();
   sub->add_option("--type", a->type, "f32, f16, q8_0, q4_0, q4_1, q4_K, q6_K");
   sub->add_option("--vocab", a->vocab, "Vocabulary GGUF to copy the tokenizer from (default: synthetic)");
   sub->add_option("--seed", a->seed, "Random seed");

@@ -47,15 +47,17 @@ def main():
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     cases = []
+    tiny = [('tiny', t) for t in TYPES] + [(p, t) for p in ('tiny-qwen2', 'tiny-llama3') for t in ('f16', 'q8_0')]
     with tempfile.TemporaryDirectory() as tmp:
-        for t in TYPES:
-            path = os.path.join(tmp, f'tiny-{t}.gguf')
-            subprocess.check_call([a.lamina, 'gen-model', '--preset', 'tiny', '--type', t, '--vocab', VOCAB,
+        for preset, t in tiny:
+            name = f'{preset}-{t}'
+            path = os.path.join(tmp, f'{name}.gguf')
+            subprocess.check_call([a.lamina, 'gen-model', '--preset', preset, '--type', t, '--vocab', VOCAB,
                                    '--seed', '42', '-o', path])
-            r = reference(path, TINY_TOKENS, os.path.join(a.out, f'tiny-{t}.f32'))
-            cases.append({'name': f'tiny-{t}', 'gen': {'preset': 'tiny', 'type': t, 'seed': 42},
+            r = reference(path, TINY_TOKENS, os.path.join(a.out, f'{name}.f32'))
+            cases.append({'name': name, 'gen': {'preset': preset, 'type': t, 'seed': 42},
                           'sha256': sha256(path), 'tokens': r['tokens'], 'top': r['top'],
-                          'logits': f'tiny-{t}.f32'})
+                          'logits': f'{name}.f32'})
     for i, p in enumerate(PROMPTS):
         ids = subprocess.check_output([a.lamina, 'tokenize', '-m', a.model, '-p', p]).decode().strip()
         r = reference(a.model, ids, os.path.join(a.out, f'smollm2-p{i}.f32'), greedy=32)
