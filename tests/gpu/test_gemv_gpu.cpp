@@ -1,5 +1,6 @@
 // Every GEMV variant against a CPU fp64 reference: every weight type it takes, batch 1..8, odd
 // N, K not a multiple of the vector width where the type allows, poisoned outputs, epilogues.
+#include "core/half.h"
 #include "format/quant.h"
 #include "kernels/gemv/gemv.h"
 
@@ -67,7 +68,9 @@ void run_case(const GemvVariant& v, GgmlType type, int64_t n, int64_t k, int bat
   // Variants that quantise x to 8 bits are checked against the same quantised x (the rule:
   // d = amax/32-block / 127, q = round-half-away(x / d), as on the device).
   std::vector<float> xr = x;
-  if (v.int8_x)
+  if (v.x_rounding == XRounding::WeightType)  // tensor-core variants take x in the weights' type
+    for (auto& f : xr) f = type == GgmlType::BF16 ? bf16_to_f32(f32_to_bf16(f)) : f16_to_f32(f32_to_f16(f));
+  if (v.x_rounding == XRounding::Int8Blocks)
     for (size_t blk = 0; blk < xr.size() / 32; ++blk) {
       float amax = 0;
       for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xr[blk * 32 + size_t(j)]));
@@ -146,7 +149,7 @@ TEST_P(GemvGpu, MatchesFp64Reference) {
   std::mt19937 rng(uint32_t(type) * 101 + uint32_t(name.size()));
   const int64_t blk = traits(type).block_elems;
   const bool any_k = name == "v0_naive" || name == "v1_splitk_atomic";
-  const bool epi = name == "v5_stream" || name.rfind("q_", 0) == 0;
+  const bool epi = name == "v5_stream" || name == "v6_mma" || name.rfind("q_", 0) == 0;
   const int64_t k_big = blk == 256 ? 1024 : 1536;
   run_case(*v, type, 37, k_big, 1, false, false, rng);          // odd N
   for (int b = 1; b <= kGemvMaxBatch; ++b) run_case(*v, type, 129, blk == 256 ? 512 : 256, b, false, false, rng);

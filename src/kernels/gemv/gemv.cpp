@@ -29,6 +29,7 @@ const std::vector<GemvVariant>& gemv_variants() {
     register_float_variants(out);
     register_quant_variants(out);
     register_dp4a_variants(out);
+    register_mma_variants(out);
     return out;
   }();
   return v;
@@ -55,7 +56,7 @@ Status gemv_validate(const GemvProblem& p, const GemvVariant& v) {
   if (p.batch < 1 || p.batch > kGemvMaxBatch) return Status::error(name + ": batch must be 1..8");
   if (p.k % traits(p.wtype).block_elems) return Status::error(name + ": k is not a multiple of the block size");
   const bool epilogue = p.bias || p.residual || p.w_up;
-  const bool ladder = name.rfind("v", 0) == 0 && name != "v5_stream";
+  const bool ladder = name.rfind("v", 0) == 0 && name != "v5_stream" && name != "v6_mma";
   if (epilogue && ladder) return Status::error(name + ": ladder rungs take no epilogue");
   auto aligned = [](const void* q, size_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; };
   if (!aligned(p.w, 16) || (p.w_up && !aligned(p.w_up, 16)) || !aligned(p.x, 16))
@@ -144,7 +145,7 @@ std::optional<GemvTiming> gemv_tune(const GemvProblem& shape, cudaStream_t s) {
   const GemvTiming* best = nullptr;
   for (const auto& t : timings) {
     const std::string n = t.variant->name;
-    if (n.rfind("v", 0) == 0 && n != "v5_stream" && n != "v4_tuned") continue;  // teaching rungs
+    if (n.rfind("v", 0) == 0 && n != "v5_stream" && n != "v6_mma" && n != "v4_tuned") continue;  // teaching rungs
     if (!best || t.us < best->us) best = &t;
   }
   if (!best) return std::nullopt;

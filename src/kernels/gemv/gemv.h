@@ -39,6 +39,10 @@ struct GemvProblem {
   const float* residual = nullptr;  // device [batch][n], optional
 };
 
+// Precision of x inside a variant: exact f32, 8-bit blocks of 32 with an f32 scale (d =
+// amax/127, round half away from zero), or rounded to the weights' 16-bit type (tensor cores).
+enum class XRounding { None, Int8Blocks, WeightType };
+
 struct GemvConfig {
   int rows = 1;      // output rows per warp (or per block for the ladder's simple variants)
   int warps = 4;     // warps per block
@@ -53,7 +57,7 @@ struct GemvVariant {
   bool (*supports)(GgmlType type);
   Status (*launch)(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
   std::vector<GemvConfig> configs;  // the autotuner's search space (first = default)
-  bool int8_x = false;  // quantises x to 8-bit blocks of 32 (f32 scale) before the dot products
+  XRounding x_rounding = XRounding::None;  // what the variant does to x before multiplying
 };
 
 const std::vector<GemvVariant>& gemv_variants();

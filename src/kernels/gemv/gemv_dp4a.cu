@@ -206,7 +206,7 @@ void register_dp4a_variants(std::vector<GemvVariant>& out) {
                  WeightLayout::Repacked, dp4a_types, run_dp4a,
                  {GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 8, 4}, GemvConfig{4, 8, 2},
                   GemvConfig{2, 4, 2}, GemvConfig{1, 4, 4}},
-                 true});
+                 XRounding::Int8Blocks});
 }
 
 }  // namespace lamina::kernels

@@ -18,5 +18,6 @@ inline Status launch_status(const char* what) {
 void register_float_variants(std::vector<GemvVariant>& out);   // gemv_float.cu
 void register_quant_variants(std::vector<GemvVariant>& out);   // gemv_quant.cu
 void register_dp4a_variants(std::vector<GemvVariant>& out);    // gemv_dp4a.cu
+void register_mma_variants(std::vector<GemvVariant>& out);     // gemv_mma.cu
 
 }  // namespace lamina::kernels
