@@ -7,8 +7,7 @@
 //   v3_warp_reduce  + K-slices are warp lanes, combined with shuffles instead of atomics
 //   v4_tuned        v3's kernel with (rows, slices) chosen per shape by the autotuner
 //   v5_stream       warp owns `rows` rows; `unroll` independent 16-byte streaming loads per lane
-//                   in flight (L1 bypass, L2 evict-first), software-pipelined one step ahead;
-//                   batch and epilogues fused
+//                   in flight (L1 bypass, L2 evict-first); batch and epilogues fused
 #include "kernels/gemv/gemv_common.cuh"
 #include "kernels/gemv/gemv_internal.h"
 
@@ -111,24 +110,18 @@ __global__ void __launch_bounds__(256) v5_stream(const T* __restrict__ w, const 
 #pragma unroll
       for (int b = 0; b < kGemvMaxBatch; ++b) acc[m][r][b] = 0.f;
 
-  // Software pipelining: the loads of step i+1 are issued before step i is consumed, so each
-  // warp keeps a full step of loads in flight instead of waiting out one latency per step.
-  auto load_step = [&](const T* wm, int64_t k0, uint4 (&raw)[kRows][kUnroll]) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t kk = k0 + (int64_t(u) * 32 + lane) * kVec;
-        const int64_t rr = row0 + r < n ? row0 + r : n - 1;  // clamp: keep loads in bounds
-        raw[r][u] = kk < k ? load_stream(wm + rr * k + kk) : make_uint4(0, 0, 0, 0);
-      }
-  };
   for (int mat = 0; mat < nmat; ++mat) {
     const T* wm = mat ? w_up : w;
-    uint4 raw[kRows][kUnroll], next[kRows][kUnroll];
-    load_step(wm, 0, raw);
     for (int64_t k0 = 0; k0 < k; k0 += kStep) {
-      if (k0 + kStep < k) load_step(wm, k0 + kStep, next);
+      uint4 raw[kRows][kUnroll];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t kk = k0 + (int64_t(u) * 32 + lane) * kVec;
+          const int64_t rr = row0 + r < n ? row0 + r : n - 1;  // clamp: keep loads in bounds
+          raw[r][u] = kk < k ? load_stream(wm + rr * k + kk) : make_uint4(0, 0, 0, 0);
+        }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t kk = k0 + (int64_t(u) * 32 + lane) * kVec;
@@ -153,10 +146,6 @@ __global__ void __launch_bounds__(256) v5_stream(const T* __restrict__ w, const 
           }
         }
       }
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) raw[r][u] = next[r][u];
     }
   }
 #pragma unroll
