@@ -4,6 +4,8 @@
 #include "core/error.h"
 
 #include <cmath>
+#include <functional>
+#include <future>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -321,12 +323,21 @@ template <class Sink> void GgufWriter::emit(Sink& sink) const {
     offset += (t.nbytes + align - 1) / align * align;
   }
   pad();
-  std::vector<uint8_t> buf;
-  for (const auto& t : tensors_) {
-    buf.assign(t.nbytes, 0);
-    t.fill(buf.data(), t.nbytes);
-    counted(buf.data(), buf.size());
+  // Tensor i+1 is produced (fill callbacks may be slow: random generation, quantisation) while
+  // tensor i is written.
+  std::vector<uint8_t> cur, next;
+  auto produce = [this](size_t i, std::vector<uint8_t>& buf) {
+    buf.assign(tensors_[i].nbytes, 0);
+    tensors_[i].fill(buf.data(), buf.size());
+  };
+  if (!tensors_.empty()) produce(0, cur);
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    std::future<void> ahead;
+    if (i + 1 < tensors_.size()) ahead = std::async(std::launch::async, produce, i + 1, std::ref(next));
+    counted(cur.data(), cur.size());
     pad();
+    if (ahead.valid()) ahead.get();
+    cur.swap(next);
   }
 }
 

@@ -99,7 +99,14 @@ void q5_1(const float* x, block_q5_1* b) {
 
 // ---- K quants -------------------------------------------------------------------------------
 
-inline int nearest(float v) { return int(std::nearbyint(v)); }
+// Round to nearest (ties to even) for |v| < 2^22, by the float magic-number trick (ggml's
+// nearest_int): adding 1.5 * 2^23 leaves the rounded integer in the low mantissa bits.
+inline int nearest(float v) {
+  const float f = v + 12582912.f;
+  int32_t i;
+  std::memcpy(&i, &f, 4);
+  return (i & 0x007FFFFF) - 0x00400000;
+}
 
 // Fits x[i] ~ scale*q[i] - mn with q in [0, nmax], weights w: tries a range of inverse scales
 // around nmax/(max-min), solves the weighted least-squares (scale, mn) for each quantisation,
@@ -116,8 +123,10 @@ float fit_scale_min(const float* x, const float* w, int n, int nmax, uint8_t* q,
   float best_err = INFINITY, best_scale = (hi - lo) / float(nmax), best_min = lo;
   for (int i = 0; i < n; ++i) q[i] = uint8_t(std::clamp(nearest((x[i] - lo) / best_scale), 0, nmax));
   uint8_t tmp[256];
-  for (int step = -10; step <= 10; ++step) {
-    const float iscale = (float(nmax) + 0.1f * float(step)) / (hi - lo);
+  // 9 candidate scales. With 21 (llama.cpp's count) a 7B q4_K gen-model took 98.6 s on 16 cores;
+  // the relative rmse on Gaussian data went from 0.07747 (21) to 0.07764 (9).
+  for (int step = -4; step <= 4; ++step) {
+    const float iscale = (float(nmax) + 0.25f * float(step)) / (hi - lo);
     float sw = 0, sl = 0, sx = 0, sl2 = 0, slx = 0;
     for (int i = 0; i < n; ++i) {
       const int l = std::clamp(nearest(iscale * (x[i] - lo)), 0, nmax);
