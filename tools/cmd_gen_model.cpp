@@ -49,11 +49,19 @@ uint64_t mix(uint64_t x) {  // splitmix64 finaliser
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
-// Standard normal value number i of stream `stream` (Box-Muller on two hashed uniforms).
-float normal(uint64_t stream, uint64_t i) {
-  const uint64_t h1 = mix(stream ^ mix(2 * i)), h2 = mix(stream ^ mix(2 * i + 1));
+// Standard normal values 2p and 2p+1 of stream `stream`: Box-Muller on two hashed uniforms,
+// both outputs used.
+void normal_pair(uint64_t stream, uint64_t p, float& a, float& b) {
+  const uint64_t h1 = mix(stream ^ mix(2 * p)), h2 = mix(stream ^ mix(2 * p + 1));
   const double u1 = (double(h1 >> 11) + 0.5) * 0x1.0p-53, u2 = double(h2 >> 11) * 0x1.0p-53;
-  return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+  const double r = std::sqrt(-2.0 * std::log(u1)), t = 6.283185307179586 * u2;
+  a = float(r * std::cos(t));
+  b = float(r * std::sin(t));
+}
+float normal(uint64_t stream, uint64_t i) {
+  float a, b;
+  normal_pair(stream, i / 2, a, b);
+  return i % 2 ? b : a;
 }
 
 void copy_vocab(const std::string& path, GgufWriter& w, uint32_t& n_vocab) {
@@ -120,7 +128,11 @@ void run_gen(const GenArgs& a) {
     const float scale = 1.f / std::sqrt(float(ne0));
     w.add_tensor(name, t, {ne0, ne1}, [pool, t, ne0, ne1, s, scale](uint8_t* dst, size_t) {
       quantize_tensor(*pool, t, ne0, ne1, [&](int64_t r, float* out) {
-        for (int64_t i = 0; i < ne0; ++i) out[i] = scale * normal(s, uint64_t(r * ne0 + i));
+        for (int64_t i = 0; i < ne0; i += 2) {  // ne0 is even (a multiple of the block size)
+          normal_pair(s, uint64_t(r * ne0 + i) / 2, out[i], out[i + 1]);
+          out[i] *= scale;
+          out[i + 1] *= scale;
+        }
       }, dst);
     });
   };
