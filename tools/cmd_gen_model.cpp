@@ -53,10 +53,10 @@ uint64_t mix(uint64_t x) {  // splitmix64 finaliser
 // both outputs used.
 void normal_pair(uint64_t stream, uint64_t p, float& a, float& b) {
   const uint64_t h1 = mix(stream ^ mix(2 * p)), h2 = mix(stream ^ mix(2 * p + 1));
-  const double u1 = (double(h1 >> 11) + 0.5) * 0x1.0p-53, u2 = double(h2 >> 11) * 0x1.0p-53;
-  const double r = std::sqrt(-2.0 * std::log(u1)), t = 6.283185307179586 * u2;
-  a = float(r * std::cos(t));
-  b = float(r * std::sin(t));
+  const float u1 = (float(h1 >> 40) + 0.5f) * 0x1.0p-24f, u2 = float(h2 >> 40) * 0x1.0p-24f;
+  const float r = std::sqrt(-2.f * std::log(u1)), t = 6.2831853f * u2;
+  a = r * std::cos(t);
+  b = r * std::sin(t);
 }
 float normal(uint64_t stream, uint64_t i) {
   float a, b;
