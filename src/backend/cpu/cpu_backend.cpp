@@ -127,13 +127,21 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
   const VecDot vd = vec_dot_for(ws[0]->type);
   bool same = true;
   for (const Weight* w : ws) same = same && w->type == ws[0]->type;
+  constexpr size_t kMaxFused = 8;
+  if (ws.size() > kMaxFused) {  // fuse in groups of at most kMaxFused weights
+    for (size_t i = 0; i < ws.size(); i += kMaxFused) {
+      const size_t m = std::min(kMaxFused, ws.size() - i);
+      matmul_multi(ws.subspan(i, m), x, outs.subspan(i, m));
+    }
+    return;
+  }
   if (!same) {  // different weight types convert the input differently: one pass each
     for (size_t i = 0; i < ws.size(); ++i) matmul_multi(std::span(&ws[i], 1), x, outs.subspan(i, 1));
     return;
   }
   // The weights' rows are numbered as one concatenated matrix of N rows.
   int64_t N = 0;
-  int64_t first[8];
+  int64_t first[kMaxFused];
   for (size_t i = 0; i < ws.size(); ++i) first[i] = N, N += ws[i]->rows;
   auto locate = [&](int64_t r, size_t& wi) {
     wi = 0;
