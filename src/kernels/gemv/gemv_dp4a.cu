@@ -1,4 +1,4 @@
-// q_dp4a: Q4_0 / Q8_0 (repacked layout) with int8 activations and dp4a.
+// q_dp4a: Q4_0 / Q4_1 / Q8_0 (repacked layout) with int8 activations and dp4a.
 //   - x is quantised once per thread block into shared memory: int8 blocks of 32 with an f32
 //     scale d = amax/127 and the block's integer sum (llama.cpp's q8_1 idea); the grid is
 //     persistent (a few blocks per SM looping over rows), so each block converts x once for
@@ -6,10 +6,12 @@
 //   - each lane streams 16 bytes of weights per step (one Q4_0 block, half a Q8_0 block),
 //     `unroll` steps in flight, `rows` rows per warp sharing the x loads from shared memory.
 //   - sum_i (q_i - 8) * x_i = d_w * d_x * (dp4a(q, xq) - 8 * sum(xq))   (Q4_0)
+//   - sum_i (d_w q_i + m_w) * x_i = d_x * (d_w * dp4a(q, xq) + m_w * sum(xq))   (Q4_1)
 // Activations lose precision to 8 bits (as in llama.cpp): the GPU test checks this variant
 // against an fp64 reference of the same quantised x.
 #include "kernels/gemv/gemv_common.cuh"
 #include "kernels/gemv/gemv_internal.h"
+#include "kernels/gemv/gemv_x8.cuh"
 
 #include <cuda_runtime.h>
 
@@ -18,46 +20,7 @@ namespace {
 
 using namespace gemv_detail;
 
-// Shared memory per batch row: k int8 values, then k/32 scales and k/32 sums, padded to 16
-// bytes so that every row's int8 blocks stay 16-byte aligned for vector loads.
-__host__ __device__ inline size_t x8_bytes(int64_t k) { return (size_t(k) + size_t(k / 32) * 8 + 15) & ~size_t(15); }
-
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-
-__device__ void quantize_x_to_smem(const float* __restrict__ x, int64_t k, int batch, uint8_t* smem) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  for (int b = 0; b < batch; ++b) {
-    int8_t* q = reinterpret_cast<int8_t*>(smem + size_t(b) * x8_bytes(k));
-    float* d = reinterpret_cast<float*>(smem + size_t(b) * x8_bytes(k) + size_t(k));
-    int* s = reinterpret_cast<int*>(d + k / 32);
-    constexpr int kInFlight = 8;  // independent x loads per lane before the reductions
-    for (int64_t blk0 = warp; blk0 < k / 32; blk0 += int64_t(warps) * kInFlight) {
-      float v[kInFlight];
-#pragma unroll
-      for (int u = 0; u < kInFlight; ++u) {
-        const int64_t blk = blk0 + int64_t(u) * warps;
-        v[u] = blk < k / 32 ? x[b * k + blk * 32 + lane] : 0.f;
-      }
-#pragma unroll
-      for (int u = 0; u < kInFlight; ++u) {
-        const int64_t blk = blk0 + int64_t(u) * warps;
-        if (blk >= k / 32) break;
-        float amax = fabsf(v[u]);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float dd = amax / 127.f, id = dd != 0.f ? 1.f / dd : 0.f;
-        const int qi = int(roundf(v[u] * id));
-        q[blk * 32 + lane] = int8_t(qi);
-        int sum = qi;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        if (lane == 0) d[blk] = dd, s[blk] = sum;
-      }
-    }
-  }
-}
-
-template <int kBits, int kRows, int kUnroll, bool kGateUp>
+template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp>
 __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
                                               const float* __restrict__ x, float* __restrict__ y, int64_t n, int64_t k,
                                               int batch, Epilogue ep) {
@@ -87,10 +50,11 @@ __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, con
 #pragma unroll
     for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat) {
       const uint8_t* q = mat ? w_up : w;
+      // scale plane: f16 d per block, or (d, m) pairs for Q4_1
       const __half* sc = reinterpret_cast<const __half*>(q + size_t(n) * qrow);
       for (int64_t l0 = 0; l0 < loads; l0 += 32 * kUnroll) {
         uint4 raw[kRows][kUnroll];
-        float dw[kRows][kUnroll];
+        float dw[kRows][kUnroll], mw[kRows][kUnroll];
 #pragma unroll
         for (int r = 0; r < kRows; ++r)
 #pragma unroll
@@ -99,7 +63,15 @@ __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, con
             const int64_t rr = row0 + r < n ? row0 + r : n - 1;
             const bool in = l < loads;
             raw[r][u] = in ? load_stream(q + size_t(rr) * qrow + size_t(l) * 16) : make_uint4(0, 0, 0, 0);
-            dw[r][u] = in ? __half2float(sc[rr * (k / 32) + l * kPer / 32]) : 0.f;
+            const int64_t si = rr * (k / 32) + l * kPer / 32;
+            if constexpr (kMin) {
+              const __half2 dm = in ? reinterpret_cast<const __half2*>(sc)[si] : __floats2half2_rn(0.f, 0.f);
+              dw[r][u] = __low2float(dm);
+              mw[r][u] = __high2float(dm);
+            } else {
+              dw[r][u] = in ? __half2float(sc[si]) : 0.f;
+              mw[r][u] = 0.f;
+            }
           }
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
@@ -132,14 +104,14 @@ __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, con
                 sumi = __dp4a(int((v.y >> 4) & m), xhi.y, sumi);
                 sumi = __dp4a(int((v.z >> 4) & m), xhi.z, sumi);
                 sumi = __dp4a(int((v.w >> 4) & m), xhi.w, sumi);
-                sumi -= 8 * xsum;
+                if constexpr (!kMin) sumi -= 8 * xsum;
               } else {
                 sumi = __dp4a(int(v.x), xlo.x, 0);
                 sumi = __dp4a(int(v.y), xlo.y, sumi);
                 sumi = __dp4a(int(v.z), xlo.z, sumi);
                 sumi = __dp4a(int(v.w), xlo.w, sumi);
               }
-              acc[mat][r][b] += dw[r][u] * dx * float(sumi);
+              acc[mat][r][b] += dx * (dw[r][u] * float(sumi) + (kMin ? mw[r][u] * float(xsum) : 0.f));
             }
           }
         }
@@ -157,10 +129,10 @@ __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, con
   }
 }
 
-template <int kBits, int kRows, int kUnroll, bool kGateUp>
+template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp>
 Status launch_impl(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   const size_t smem = size_t(p.batch) * x8_bytes(p.k);
-  auto kernel = q_dp4a<kBits, kRows, kUnroll, kGateUp>;
+  auto kernel = q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp>;
   if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
     return Status::error("q_dp4a: x does not fit in shared memory (" + std::to_string(smem) + " bytes)");
   int dev = 0, sms = 0, per_sm = 0;
@@ -176,33 +148,35 @@ Status launch_impl(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   return launch_status("q_dp4a");
 }
 
-template <int kBits, int kRows, int kUnroll>
+template <int kBits, bool kMin, int kRows, int kUnroll>
 Status launch_gate(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  return p.w_up ? launch_impl<kBits, kRows, kUnroll, true>(p, c, s) : launch_impl<kBits, kRows, kUnroll, false>(p, c, s);
+  return p.w_up ? launch_impl<kBits, kMin, kRows, kUnroll, true>(p, c, s)
+                : launch_impl<kBits, kMin, kRows, kUnroll, false>(p, c, s);
 }
 
-template <int kBits>
+template <int kBits, bool kMin>
 Status launch_bits(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  if (c.rows == 1 && c.unroll == 4) return launch_gate<kBits, 1, 4>(p, c, s);
-  if (c.rows == 2 && c.unroll == 2) return launch_gate<kBits, 2, 2>(p, c, s);
-  if (c.rows == 2 && c.unroll == 4) return launch_gate<kBits, 2, 4>(p, c, s);
-  if (c.rows == 4 && c.unroll == 2) return launch_gate<kBits, 4, 2>(p, c, s);
+  if (c.rows == 1 && c.unroll == 4) return launch_gate<kBits, kMin, 1, 4>(p, c, s);
+  if (c.rows == 2 && c.unroll == 2) return launch_gate<kBits, kMin, 2, 2>(p, c, s);
+  if (c.rows == 2 && c.unroll == 4) return launch_gate<kBits, kMin, 2, 4>(p, c, s);
+  if (c.rows == 4 && c.unroll == 2) return launch_gate<kBits, kMin, 4, 2>(p, c, s);
   return Status::error("q_dp4a: no instance for config " + c.str());
 }
 
 Status run_dp4a(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   if (p.k % 32) return Status::error("q_dp4a: k must be a multiple of 32");
-  if (p.wtype == GgmlType::Q4_0) return launch_bits<4>(p, c, s);
-  if (p.wtype == GgmlType::Q8_0) return launch_bits<8>(p, c, s);
-  return Status::error("q_dp4a: only q4_0 and q8_0");
+  if (p.wtype == GgmlType::Q4_0) return launch_bits<4, false>(p, c, s);
+  if (p.wtype == GgmlType::Q4_1) return launch_bits<4, true>(p, c, s);
+  if (p.wtype == GgmlType::Q8_0) return launch_bits<8, false>(p, c, s);
+  return Status::error("q_dp4a: only q4_0, q4_1 and q8_0");
 }
 
-bool dp4a_types(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
+bool dp4a_types(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0; }
 
 }  // namespace
 
 void register_dp4a_variants(std::vector<GemvVariant>& out) {
-  out.push_back({"q_dp4a", "q4_0/q8_0 repacked; x as int8 blocks in shared memory, dp4a, persistent grid",
+  out.push_back({"q_dp4a", "q4_0/q4_1/q8_0 repacked; x as int8 blocks in shared memory, dp4a, persistent grid",
                  WeightLayout::Repacked, dp4a_types, run_dp4a,
                  {GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 8, 4}, GemvConfig{4, 8, 2},
                   GemvConfig{2, 4, 2}, GemvConfig{1, 4, 4}},

@@ -207,36 +207,40 @@ Status run_repacked(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
 bool repacked_types(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
 
 // ---- repack kernel: GGUF blocks -> quant plane + scale plane ---------------------------------
-template <int kBits>
+// kHeader: bytes of f16 fields before the quants (2: d; 4: d, m), copied to the scale plane.
+template <int kBits, int kHeader>
 __global__ void repack_kernel(const uint8_t* __restrict__ src, int64_t n, int64_t k, uint8_t* __restrict__ dst) {
   const int64_t blocks = n * (k / 32);
-  const int bb = kBits == 4 ? 18 : 34;  // GGUF block bytes
-  const int qb = kBits == 4 ? 16 : 32;  // quant bytes per block
-  __half* sc = reinterpret_cast<__half*>(dst + size_t(n) * size_t(k) * kBits / 8);
+  constexpr int qb = kBits == 4 ? 16 : 32;  // quant bytes per block
+  constexpr int bb = kHeader + qb;          // GGUF block bytes
+  uint8_t* sc = dst + size_t(n) * size_t(k) * kBits / 8;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < blocks; i += int64_t(gridDim.x) * blockDim.x) {
     const uint8_t* b = src + size_t(i) * bb;
-    sc[i] = *reinterpret_cast<const __half*>(b);  // blocks are 2-byte aligned
+    for (int j = 0; j < kHeader; ++j) sc[size_t(i) * kHeader + j] = b[j];
     uint8_t* q = dst + size_t(i) * qb;
-    for (int j = 0; j < qb; ++j) q[j] = b[2 + j];
+    for (int j = 0; j < qb; ++j) q[j] = b[kHeader + j];
   }
 }
 
 }  // namespace
 
 size_t gemv_repacked_bytes(GgmlType t, int64_t n, int64_t k) {
-  const size_t bits = t == GgmlType::Q4_0 ? 4 : 8;
-  return size_t(n) * size_t(k) * bits / 8 + size_t(n) * size_t(k / 32) * 2;
+  const size_t bits = t == GgmlType::Q8_0 ? 8 : 4;
+  const size_t header = t == GgmlType::Q4_1 ? 4 : 2;
+  return size_t(n) * size_t(k) * bits / 8 + size_t(n) * size_t(k / 32) * header;
 }
 
 Status gemv_repack(GgmlType t, const void* src, int64_t n, int64_t k, void* out, cudaStream_t s) {
-  if (!repacked_types(t)) return Status::error("gemv_repack: only q4_0 and q8_0 have a repacked layout");
+  if (t != GgmlType::Q4_0 && t != GgmlType::Q4_1 && t != GgmlType::Q8_0)
+    return Status::error("gemv_repack: only q4_0, q4_1 and q8_0 have a repacked layout");
   if (k % 32 || n <= 0) return Status::error("gemv_repack: bad shape");
   const int64_t blocks = n * (k / 32);
   const unsigned grid = unsigned(std::min<int64_t>((blocks + 255) / 256, 4096));
-  if (t == GgmlType::Q4_0)
-    repack_kernel<4><<<grid, 256, 0, s>>>(static_cast<const uint8_t*>(src), n, k, static_cast<uint8_t*>(out));
-  else
-    repack_kernel<8><<<grid, 256, 0, s>>>(static_cast<const uint8_t*>(src), n, k, static_cast<uint8_t*>(out));
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* o = static_cast<uint8_t*>(out);
+  if (t == GgmlType::Q4_0) repack_kernel<4, 2><<<grid, 256, 0, s>>>(in, n, k, o);
+  else if (t == GgmlType::Q4_1) repack_kernel<4, 4><<<grid, 256, 0, s>>>(in, n, k, o);
+  else repack_kernel<8, 2><<<grid, 256, 0, s>>>(in, n, k, o);
   return launch_status("gemv_repack");
 }
 

@@ -1,0 +1,156 @@
+// q4k_dp4a: Q4_K in the GGUF layout with int8 activations and dp4a.
+// A 144-byte super-block is [d f16, dmin f16, scales 12 bytes][qs 128 bytes]; with 16-byte
+// aligned rows every super-block is 16-byte aligned. qs chunk j (16 bytes, j = 2c + h) holds
+// elements 64c + 16h + i (low nibbles, sub-block 2c) and 64c + 32 + 16h + i (high nibbles,
+// sub-block 2c + 1), i = 0..15. A lane takes one chunk per step:
+//   d * sc_lo * dx_lo * dp4a(lo, x_lo) - dmin * m_lo * dx_lo * sum(x_lo)   (+ the same for hi)
+// where x_lo / x_hi are the 16 int8 activations those nibbles meet (shared-memory x, as q_dp4a).
+#include "format/quant_blocks.h"
+#include "kernels/gemv/gemv_common.cuh"
+#include "kernels/gemv/gemv_internal.h"
+#include "kernels/gemv/gemv_x8.cuh"
+
+#include <cuda_runtime.h>
+
+namespace lamina::kernels {
+namespace {
+
+using namespace gemv_detail;
+
+__device__ __forceinline__ int sum16(const int4& v) {  // sum of 16 int8
+  const int ones = 0x01010101;
+  return __dp4a(v.w, ones, __dp4a(v.z, ones, __dp4a(v.y, ones, __dp4a(v.x, ones, 0))));
+}
+
+template <int kRows, int kUnroll, bool kGateUp>
+__global__ void __launch_bounds__(256) q4k_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
+                                                const float* __restrict__ x, float* __restrict__ y, int64_t n, int64_t k,
+                                                int batch, Epilogue ep) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  quantize_x_to_smem(x, k, batch, smem);
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+  const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / 32);
+  const size_t row_bytes = size_t(k / QK_K) * sizeof(block_q4_K);
+  const int64_t chunks = (k / QK_K) * 8;
+  for (int64_t row0 = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows; row0 < n;
+       row0 += warps_total * kRows) {
+    float acc[kGateUp ? 2 : 1][kRows][kGemvMaxBatch];
+#pragma unroll
+    for (int m = 0; m < (kGateUp ? 2 : 1); ++m)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int b = 0; b < kGemvMaxBatch; ++b) acc[m][r][b] = 0.f;
+#pragma unroll
+    for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat) {
+      const uint8_t* wm = mat ? w_up : w;
+      for (int64_t j0 = 0; j0 < chunks; j0 += 32 * kUnroll) {
+        uint4 qs[kRows][kUnroll], hd[kRows][kUnroll];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            const int64_t j = j0 + u * 32 + lane;
+            const int64_t rr = row0 + r < n ? row0 + r : n - 1;
+            const uint8_t* sb = wm + size_t(rr) * row_bytes + size_t(j / 8) * sizeof(block_q4_K);
+            const bool in = j < chunks;
+            qs[r][u] = in ? load_stream(sb + 16 + (j % 8) * 16) : make_uint4(0, 0, 0, 0);
+            hd[r][u] = in ? *reinterpret_cast<const uint4*>(sb) : make_uint4(0, 0, 0, 0);  // shared by 8 lanes
+          }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t j = j0 + u * 32 + lane;
+          if (j >= chunks) break;
+          const int c = int(j % 8) / 2, h = int(j % 8) % 2;
+          const int64_t e_lo = (j / 8) * QK_K + 64 * c + 16 * h;  // first element of each half
+          const int64_t e_hi = e_lo + 32;
+#pragma unroll
+          for (int b = 0; b < kGemvMaxBatch; ++b) {
+            if (b >= batch) break;
+            const X8Row xr(smem, b, k);
+            const int4 xl = *reinterpret_cast<const int4*>(xr.q + e_lo);
+            const int4 xh = *reinterpret_cast<const int4*>(xr.q + e_hi);
+            const float dxl = xr.d[e_lo / 32], dxh = xr.d[e_hi / 32];
+            const int sl = sum16(xl), sh = sum16(xh);
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+              const block_q4_K& blk = *reinterpret_cast<const block_q4_K*>(&hd[r][u]);  // header only
+              uint8_t sc0, m0, sc1, m1;
+              q4k_scale_min(2 * c, blk.scales, &sc0, &m0);
+              q4k_scale_min(2 * c + 1, blk.scales, &sc1, &m1);
+              const uint4 v = qs[r][u];
+              const uint32_t mk = 0x0F0F0F0Fu;
+              int dl = __dp4a(int(v.x & mk), xl.x, 0);
+              dl = __dp4a(int(v.y & mk), xl.y, dl);
+              dl = __dp4a(int(v.z & mk), xl.z, dl);
+              dl = __dp4a(int(v.w & mk), xl.w, dl);
+              int dh = __dp4a(int((v.x >> 4) & mk), xh.x, 0);
+              dh = __dp4a(int((v.y >> 4) & mk), xh.y, dh);
+              dh = __dp4a(int((v.z >> 4) & mk), xh.z, dh);
+              dh = __dp4a(int((v.w >> 4) & mk), xh.w, dh);
+              const float d = __half2float(__ushort_as_half(blk.d)), dmin = __half2float(__ushort_as_half(blk.dmin));
+              acc[mat][r][b] += dxl * (d * float(sc0) * float(dl) - dmin * float(m0) * float(sl)) +
+                                dxh * (d * float(sc1) * float(dh) - dmin * float(m1) * float(sh));
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int b = 0; b < kGemvMaxBatch; ++b) {
+        if (b >= batch) break;
+        const float g = warp_sum(acc[0][r][b]);
+        const float up = kGateUp ? warp_sum(acc[kGateUp ? 1 : 0][r][b]) : 0.f;
+        if (lane == 0 && row0 + r < n) y[b * n + row0 + r] = ep.apply(g, up, row0 + r, b, n);
+      }
+  }
+}
+
+template <int kRows, int kUnroll, bool kGateUp>
+Status launch_impl(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+  const size_t smem = size_t(p.batch) * x8_bytes(p.k);
+  auto kernel = q4k_dp4a<kRows, kUnroll, kGateUp>;
+  if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
+    return Status::error("q4k_dp4a: x does not fit in shared memory");
+  int dev = 0, sms = 0, per_sm = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, c.warps * 32, smem);
+  const int64_t rows_per_block = int64_t(c.warps) * kRows;
+  const int64_t needed = (p.n + rows_per_block - 1) / rows_per_block;
+  const unsigned grid = unsigned(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * std::max(per_sm, 1))));
+  const Epilogue ep{p.bias, p.residual, kGateUp};
+  kernel<<<grid, unsigned(c.warps * 32), smem, s>>>(static_cast<const uint8_t*>(p.w), static_cast<const uint8_t*>(p.w_up),
+                                                    p.x, p.y, p.n, p.k, p.batch, ep);
+  return launch_status("q4k_dp4a");
+}
+
+template <int kRows, int kUnroll>
+Status launch_gate(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+  return p.w_up ? launch_impl<kRows, kUnroll, true>(p, c, s) : launch_impl<kRows, kUnroll, false>(p, c, s);
+}
+
+Status run_q4k(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+  if (p.wtype != GgmlType::Q4_K) return Status::error("q4k_dp4a: q4_K only");
+  if (p.k % QK_K) return Status::error("q4k_dp4a: k must be a multiple of 256");
+  if (c.rows == 1 && c.unroll == 2) return launch_gate<1, 2>(p, c, s);
+  if (c.rows == 2 && c.unroll == 2) return launch_gate<2, 2>(p, c, s);
+  if (c.rows == 1 && c.unroll == 4) return launch_gate<1, 4>(p, c, s);
+  return Status::error("q4k_dp4a: no instance for config " + c.str());
+}
+
+bool q4k_only(GgmlType t) { return t == GgmlType::Q4_K; }
+
+}  // namespace
+
+void register_q4k_variants(std::vector<GemvVariant>& out) {
+  out.push_back({"q4k_dp4a", "q4_K in place: a 16-byte quant chunk per lane, int8 x in shared memory, dp4a",
+                 WeightLayout::Gguf, q4k_only, run_q4k,
+                 {GemvConfig{1, 8, 2}, GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 4, 2}},
+                 XRounding::Int8Blocks});
+}
+
+}  // namespace lamina::kernels
