@@ -54,4 +54,21 @@ struct Epilogue {
   }
 };
 
+// Reduces acc[mat][r][b] over the warp and stores rows row0..row0+kRows-1 of every batch row
+// through the epilogue (lane 0 writes). acc[1] is the up-projection when ep.gate_up.
+template <int kMats, int kRows>
+__device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][8], int64_t row0, int64_t n, int batch,
+                                           const Epilogue& ep, float* __restrict__ y) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int b = 0; b < 8; ++b) {
+      if (b >= batch) break;
+      const float g = warp_sum(acc[0][r][b]);
+      const float up = (kMats > 1 && ep.gate_up) ? warp_sum(acc[kMats - 1][r][b]) : 0.f;
+      if (lane == 0 && row0 + r < n) y[b * n + row0 + r] = ep.apply(g, up, row0 + r, b, n);
+    }
+}
+
 }  // namespace lamina::kernels::gemv_detail

@@ -117,35 +117,13 @@ __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, con
         }
       }
     }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-#pragma unroll
-      for (int b = 0; b < kGemvMaxBatch; ++b) {
-        if (b >= batch) break;
-        const float g = warp_sum(acc[0][r][b]);
-        const float up = kGateUp ? warp_sum(acc[kGateUp ? 1 : 0][r][b]) : 0.f;
-        if (lane == 0 && row0 + r < n) y[b * n + row0 + r] = ep.apply(g, up, row0 + r, b, n);
-      }
+    store_rows(acc, row0, n, batch, ep, y);
   }
 }
 
 template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp>
 Status launch_impl(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  const size_t smem = size_t(p.batch) * x8_bytes(p.k);
-  auto kernel = q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp>;
-  if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
-    return Status::error("q_dp4a: x does not fit in shared memory (" + std::to_string(smem) + " bytes)");
-  int dev = 0, sms = 0, per_sm = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, c.warps * 32, smem);
-  const int64_t rows_per_block = int64_t(c.warps) * kRows;
-  const int64_t needed = (p.n + rows_per_block - 1) / rows_per_block;
-  const unsigned grid = unsigned(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * std::max(per_sm, 1))));
-  const Epilogue ep{p.bias, p.residual, kGateUp};
-  kernel<<<grid, unsigned(c.warps * 32), smem, s>>>(static_cast<const uint8_t*>(p.w), static_cast<const uint8_t*>(p.w_up),
-                                                    p.x, p.y, p.n, p.k, p.batch, ep);
-  return launch_status("q_dp4a");
+  return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp>, "q_dp4a", p, c, kRows, s);
 }
 
 template <int kBits, bool kMin, int kRows, int kUnroll>

@@ -148,15 +148,7 @@ __global__ void __launch_bounds__(256) v5_stream(const T* __restrict__ w, const 
       }
     }
   }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int b = 0; b < kGemvMaxBatch; ++b) {
-      if (b >= batch) break;
-      const float g = warp_sum(acc[0][r][b]);
-      const float u = w_up ? warp_sum(acc[1][r][b]) : 0.f;
-      if (lane == 0 && row0 + r < n) y[b * n + row0 + r] = ep.apply(g, u, row0 + r, b, n);
-    }
+  store_rows(acc, row0, n, batch, ep, y);
 }
 
 // ---- launchers ------------------------------------------------------------------------------

@@ -168,15 +168,7 @@ __global__ void __launch_bounds__(256) q_repacked(const uint8_t* __restrict__ w,
       }
     }
   }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int b = 0; b < kGemvMaxBatch; ++b) {
-      if (b >= batch) break;
-      const float g = warp_sum(acc[0][r][b]);
-      const float u = w_up ? warp_sum(acc[1][r][b]) : 0.f;
-      if (lane == 0 && row0 + r < n) y[b * n + row0 + r] = ep.apply(g, u, row0 + r, b, n);
-    }
+  store_rows(acc, row0, n, batch, ep, y);
 }
 
 template <int kBits, int kRows, int kUnroll>

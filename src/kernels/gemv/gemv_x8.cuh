@@ -1,7 +1,13 @@
 // x as int8 blocks in shared memory, shared by the dp4a GEMV variants.
 #pragma once
 
+#include "kernels/gemv/gemv_internal.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
 #include <cstdint>
+#include <string>
 
 namespace lamina::kernels::gemv_detail {
 
@@ -55,5 +61,26 @@ struct X8Row {
         d(reinterpret_cast<const float*>(smem + size_t(b) * x8_bytes(k) + size_t(k))),
         sum(reinterpret_cast<const int*>(d + k / 32)) {}
 };
+
+// Launches a persistent-grid kernel that keeps x (batch x k) as int8 blocks in dynamic shared
+// memory: as many blocks as fit on the device, but no more than the rows need.
+template <class Kernel>
+Status launch_x8_persistent(Kernel kernel, const char* name, const GemvProblem& p, const GemvConfig& c, int rows_per_warp,
+                            cudaStream_t s) {
+  const size_t smem = size_t(p.batch) * x8_bytes(p.k);
+  if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
+    return Status::error(std::string(name) + ": x does not fit in shared memory (" + std::to_string(smem) + " bytes)");
+  int dev = 0, sms = 0, per_sm = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, c.warps * 32, smem);
+  const int64_t rows_per_block = int64_t(c.warps) * rows_per_warp;
+  const int64_t needed = (p.n + rows_per_block - 1) / rows_per_block;
+  const unsigned grid = unsigned(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * std::max(per_sm, 1))));
+  const Epilogue ep{p.bias, p.residual, p.w_up != nullptr};
+  kernel<<<grid, unsigned(c.warps * 32), smem, s>>>(static_cast<const uint8_t*>(p.w), static_cast<const uint8_t*>(p.w_up),
+                                                    p.x, p.y, p.n, p.k, p.batch, ep);
+  return launch_status(name);
+}
 
 }  // namespace lamina::kernels::gemv_detail
