@@ -31,6 +31,7 @@ const std::vector<GemvVariant>& gemv_variants() {
     register_dp4a_variants(out);
     register_mma_variants(out);
     register_q4k_variants(out);
+    register_q6k_variants(out);
     return out;
   }();
   return v;
@@ -73,7 +74,7 @@ static std::string tune_key(const GemvProblem& p) {
 
 // The default when a shape is untuned: the fastest rung that takes the problem.
 static const GemvVariant* default_variant(const GemvProblem& p) {
-  for (const char* name : {"q_dp4a", "q4k_dp4a", "v5_stream", "q_generic"}) {
+  for (const char* name : {"q_dp4a", "q4k_dp4a", "q6k_dp4a", "v5_stream", "q_generic"}) {
     const GemvVariant* v = find_gemv_variant(name);
     if (v && v->supports(p.wtype) && v->layout == p.layout) return v;
   }

@@ -72,9 +72,10 @@ Status gemv(const GemvProblem& p, cudaStream_t s);
 // Bytes of W (and W_up) a GEMV reads: the figure GB/s is computed from.
 size_t gemv_weight_bytes(const GemvProblem& p);
 
-// Repacked layout for Q4_0 / Q4_1 / Q8_0: separates the 16-byte-aligned quant plane from the
-// scale plane so that every lane loads 16 bytes at once.
-//   out: [n][k/2] (q4_0, q4_1) or [n][k] (q8_0) bytes, then [n][k/32] f16 d (q4_1: (d, m) pairs)
+// Repacked layouts: Q4_0 / Q4_1 / Q8_0 separate the 16-byte-aligned quant plane from the scale
+// plane so that every lane loads 16 bytes at once:
+//   [n][k/2] (q4_0, q4_1) or [n][k] (q8_0) bytes, then [n][k/32] f16 d (q4_1: (d, m) pairs);
+// Q6_K: ql [n][k/2] | qh [n][k/4] | scales int8 [n][k/16] | d f16 [n][k/256] (gemv_q6k.cu).
 size_t gemv_repacked_bytes(GgmlType t, int64_t n, int64_t k);
 Status gemv_repack(GgmlType t, const void* gguf_rows, int64_t n, int64_t k, void* out, cudaStream_t s);
 

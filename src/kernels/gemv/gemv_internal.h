@@ -20,5 +20,8 @@ void register_quant_variants(std::vector<GemvVariant>& out);   // gemv_quant.cu
 void register_dp4a_variants(std::vector<GemvVariant>& out);    // gemv_dp4a.cu
 void register_mma_variants(std::vector<GemvVariant>& out);     // gemv_mma.cu
 void register_q4k_variants(std::vector<GemvVariant>& out);     // gemv_q4k.cu
+void register_q6k_variants(std::vector<GemvVariant>& out);     // gemv_q6k.cu
+size_t gemv_q6k_repacked_bytes(int64_t n, int64_t k);                                   // gemv_q6k.cu
+Status gemv_q6k_repack(const void* src, int64_t n, int64_t k, void* out, cudaStream_t s);  // gemv_q6k.cu
 
 }  // namespace lamina::kernels

@@ -217,14 +217,16 @@ __global__ void repack_kernel(const uint8_t* __restrict__ src, int64_t n, int64_
 }  // namespace
 
 size_t gemv_repacked_bytes(GgmlType t, int64_t n, int64_t k) {
+  if (t == GgmlType::Q6_K) return gemv_q6k_repacked_bytes(n, k);
   const size_t bits = t == GgmlType::Q8_0 ? 8 : 4;
   const size_t header = t == GgmlType::Q4_1 ? 4 : 2;
   return size_t(n) * size_t(k) * bits / 8 + size_t(n) * size_t(k / 32) * header;
 }
 
 Status gemv_repack(GgmlType t, const void* src, int64_t n, int64_t k, void* out, cudaStream_t s) {
+  if (t == GgmlType::Q6_K) return gemv_q6k_repack(src, n, k, out, s);
   if (t != GgmlType::Q4_0 && t != GgmlType::Q4_1 && t != GgmlType::Q8_0)
-    return Status::error("gemv_repack: only q4_0, q4_1 and q8_0 have a repacked layout");
+    return Status::error("gemv_repack: only q4_0, q4_1, q6_K and q8_0 have a repacked layout");
   if (k % 32 || n <= 0) return Status::error("gemv_repack: bad shape");
   const int64_t blocks = n * (k / 32);
   const unsigned grid = unsigned(std::min<int64_t>((blocks + 255) / 256, 4096));

@@ -1,0 +1,166 @@
+// q6k_dp4a: Q6_K with int8 activations and dp4a, on a repacked layout (GGUF's 210-byte blocks
+// are not 16-byte aligned). Planes per matrix, made by gemv_repack:
+//   ql [n][k/2] | qh [n][k/4] | scales int8 [n][k/16] | d f16 [n][k/256]
+// Element e of a super-block (n = e/128, t = (e%128)/32, l = e%32): low 4 bits from ql byte
+// 64n + 32(t&1) + l (low nibble for t < 2, high for t >= 2), high 2 bits from qh byte 32n + l at
+// bit 2t; q = bits - 32. A lane takes a 16-byte ql chunk (n, m = t&1, h = l/16) and the matching
+// 16-byte qh chunk: its low nibbles are t = m, its high nibbles t = m + 2, 16 elements each, each
+// 16 with one scale:  d * dx * sc * (dp4a(q, xq) - 32 * sum(xq)).
+#include "kernels/gemv/gemv_common.cuh"
+#include "kernels/gemv/gemv_internal.h"
+#include "kernels/gemv/gemv_x8.cuh"
+
+#include <cuda_runtime.h>
+
+namespace lamina::kernels {
+namespace {
+
+using namespace gemv_detail;
+
+struct Q6Planes {  // byte offsets of the planes of an n x k matrix
+  size_t qh, sc, d;
+  __host__ __device__ Q6Planes(int64_t n, int64_t k)
+      : qh(size_t(n) * size_t(k) / 2), sc(qh + size_t(n) * size_t(k) / 4), d(sc + size_t(n) * size_t(k) / 16) {}
+};
+
+__device__ __forceinline__ int sum16(const int4& v) {
+  const int ones = 0x01010101;
+  return __dp4a(v.w, ones, __dp4a(v.z, ones, __dp4a(v.y, ones, __dp4a(v.x, ones, 0))));
+}
+
+__device__ __forceinline__ int dot16(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const int4& x) {
+  return __dp4a(int(a3), x.w, __dp4a(int(a2), x.z, __dp4a(int(a1), x.y, __dp4a(int(a0), x.x, 0))));
+}
+
+template <int kRows, int kUnroll, bool kGateUp>
+__global__ void __launch_bounds__(256) q6k_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
+                                                const float* __restrict__ x, float* __restrict__ y, int64_t n, int64_t k,
+                                                int batch, Epilogue ep) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  quantize_x_to_smem(x, k, batch, smem);
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+  const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / 32);
+  const Q6Planes pl(n, k);
+  const int64_t chunks = (k / 256) * 8;
+  for (int64_t row0 = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows; row0 < n;
+       row0 += warps_total * kRows) {
+    float acc[kGateUp ? 2 : 1][kRows][kGemvMaxBatch];
+#pragma unroll
+    for (int m = 0; m < (kGateUp ? 2 : 1); ++m)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int b = 0; b < kGemvMaxBatch; ++b) acc[m][r][b] = 0.f;
+#pragma unroll
+    for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat) {
+      const uint8_t* wm = mat ? w_up : w;
+      for (int64_t j0 = 0; j0 < chunks; j0 += 32 * kUnroll) {
+        uint4 ql[kRows][kUnroll], qh[kRows][kUnroll];
+        float dd[kRows][kUnroll];
+        int sc_lo[kRows][kUnroll], sc_hi[kRows][kUnroll];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            const int64_t j = j0 + u * 32 + lane;
+            const int64_t rr = row0 + r < n ? row0 + r : n - 1;
+            const bool in = j < chunks;
+            const int64_t sb = j / 8;
+            const int c = int(j % 8), hn = c / 4, m = (c / 2) % 2, h = c % 2;
+            ql[r][u] = in ? load_stream(wm + size_t(rr) * size_t(k / 2) + sb * 128 + 64 * hn + 32 * m + 16 * h)
+                          : make_uint4(0, 0, 0, 0);
+            qh[r][u] = in ? load_stream(wm + pl.qh + size_t(rr) * size_t(k / 4) + sb * 64 + 32 * hn + 16 * h)
+                          : make_uint4(0, 0, 0, 0);
+            const int8_t* sc = reinterpret_cast<const int8_t*>(wm + pl.sc + size_t(rr) * size_t(k / 16) + sb * 16);
+            sc_lo[r][u] = in ? sc[8 * hn + 2 * m + h] : 0;
+            sc_hi[r][u] = in ? sc[8 * hn + 2 * (m + 2) + h] : 0;
+            dd[r][u] = in ? __half2float(reinterpret_cast<const __half*>(wm + pl.d)[rr * (k / 256) + sb]) : 0.f;
+          }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t j = j0 + u * 32 + lane;
+          if (j >= chunks) break;
+          const int c = int(j % 8), hn = c / 4, m = (c / 2) % 2, h = c % 2;
+          const int64_t e_lo = (j / 8) * 256 + 128 * hn + 32 * m + 16 * h, e_hi = e_lo + 64;
+#pragma unroll
+          for (int b = 0; b < kGemvMaxBatch; ++b) {
+            if (b >= batch) break;
+            const X8Row xr(smem, b, k);
+            const int4 xl = *reinterpret_cast<const int4*>(xr.q + e_lo);
+            const int4 xh = *reinterpret_cast<const int4*>(xr.q + e_hi);
+            const float dxl = xr.d[e_lo / 32], dxh = xr.d[e_hi / 32];
+            const int sl = sum16(xl), sh = sum16(xh);
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+              const uint32_t* lo = &ql[r][u].x;
+              const uint32_t* hi = &qh[r][u].x;
+              const uint32_t n4 = 0x0F0F0F0Fu, n2 = 0x03030303u;
+              uint32_t a[4], bq[4];
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                a[i] = (lo[i] & n4) | (((hi[i] >> (2 * m)) & n2) << 4);
+                bq[i] = ((lo[i] >> 4) & n4) | (((hi[i] >> (2 * m + 4)) & n2) << 4);
+              }
+              const int dl = dot16(a[0], a[1], a[2], a[3], xl) - 32 * sl;
+              const int dh = dot16(bq[0], bq[1], bq[2], bq[3], xh) - 32 * sh;
+              acc[mat][r][b] += dd[r][u] * (dxl * float(sc_lo[r][u] * dl) + dxh * float(sc_hi[r][u] * dh));
+            }
+          }
+        }
+      }
+    }
+    store_rows(acc, row0, n, batch, ep, y);
+  }
+}
+
+template <int kRows, int kUnroll>
+Status launch_gate(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+  if (p.w_up) return launch_x8_persistent(q6k_dp4a<kRows, kUnroll, true>, "q6k_dp4a", p, c, kRows, s);
+  return launch_x8_persistent(q6k_dp4a<kRows, kUnroll, false>, "q6k_dp4a", p, c, kRows, s);
+}
+
+Status run_q6k(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+  if (p.wtype != GgmlType::Q6_K) return Status::error("q6k_dp4a: q6_K only");
+  if (p.k % 256) return Status::error("q6k_dp4a: k must be a multiple of 256");
+  if (c.rows == 1 && c.unroll == 2) return launch_gate<1, 2>(p, c, s);
+  if (c.rows == 2 && c.unroll == 2) return launch_gate<2, 2>(p, c, s);
+  if (c.rows == 1 && c.unroll == 4) return launch_gate<1, 4>(p, c, s);
+  return Status::error("q6k_dp4a: no instance for config " + c.str());
+}
+
+bool q6k_only(GgmlType t) { return t == GgmlType::Q6_K; }
+
+__global__ void repack_q6k_kernel(const uint8_t* __restrict__ src, int64_t n, int64_t k, uint8_t* __restrict__ dst) {
+  const Q6Planes pl(n, k);
+  const int64_t blocks = n * (k / 256);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < blocks; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint8_t* b = src + size_t(i) * 210;  // ql[128] qh[64] scales[16] d[2]
+    for (int j = 0; j < 128; ++j) dst[size_t(i) * 128 + j] = b[j];
+    for (int j = 0; j < 64; ++j) dst[pl.qh + size_t(i) * 64 + j] = b[128 + j];
+    for (int j = 0; j < 16; ++j) dst[pl.sc + size_t(i) * 16 + j] = b[192 + j];
+    dst[pl.d + size_t(i) * 2] = b[208];
+    dst[pl.d + size_t(i) * 2 + 1] = b[209];
+  }
+}
+
+}  // namespace
+
+size_t gemv_q6k_repacked_bytes(int64_t n, int64_t k) { return Q6Planes(n, k).d + size_t(n) * size_t(k / 256) * 2; }
+
+Status gemv_q6k_repack(const void* src, int64_t n, int64_t k, void* out, cudaStream_t s) {
+  if (k % 256 || n <= 0) return Status::error("gemv_repack: bad q6_K shape");
+  const int64_t blocks = n * (k / 256);
+  repack_q6k_kernel<<<unsigned(std::min<int64_t>((blocks + 255) / 256, 4096)), 256, 0, s>>>(
+      static_cast<const uint8_t*>(src), n, k, static_cast<uint8_t*>(out));
+  return launch_status("gemv_repack q6_K");
+}
+
+void register_q6k_variants(std::vector<GemvVariant>& out) {
+  out.push_back({"q6k_dp4a", "q6_K repacked into ql/qh/scale/d planes, int8 x in shared memory, dp4a",
+                 WeightLayout::Repacked, q6k_only, run_q6k,
+                 {GemvConfig{1, 8, 2}, GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 4, 2}},
+                 XRounding::Int8Blocks});
+}
+
+}  // namespace lamina::kernels
