@@ -49,6 +49,12 @@ size_t gemv_weight_bytes(const GemvProblem& p) {
   return one * (p.w_up ? 2 : 1);
 }
 
+// The ladder's teaching rungs: plain y = W x (no epilogues), not candidates for production.
+static bool teaching_rung(const GemvVariant& v) {
+  const std::string n = v.name;
+  return n.rfind("v", 0) == 0 && n != "v4_tuned" && n != "v5_stream" && n != "v6_mma";
+}
+
 Status gemv_validate(const GemvProblem& p, const GemvVariant& v) {
   const std::string name = v.name;
   if (!v.supports(p.wtype)) return Status::error(name + ": weight type " + std::string(type_name(p.wtype)) + " not supported");
@@ -58,8 +64,7 @@ Status gemv_validate(const GemvProblem& p, const GemvVariant& v) {
   if (p.batch < 1 || p.batch > kGemvMaxBatch) return Status::error(name + ": batch must be 1..8");
   if (p.k % traits(p.wtype).block_elems) return Status::error(name + ": k is not a multiple of the block size");
   const bool epilogue = p.bias || p.residual || p.w_up;
-  const bool ladder = name.rfind("v", 0) == 0 && name != "v5_stream" && name != "v6_mma";
-  if (epilogue && ladder) return Status::error(name + ": ladder rungs take no epilogue");
+  if (epilogue && (teaching_rung(v) || name == "v4_tuned")) return Status::error(name + ": ladder rungs take no epilogue");
   auto aligned = [](const void* q, size_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; };
   if (!aligned(p.w, 16) || (p.w_up && !aligned(p.w_up, 16)) || !aligned(p.x, 16))
     return Status::error(name + ": W and x must be 16-byte aligned");
@@ -146,8 +151,7 @@ std::optional<GemvTiming> gemv_tune(const GemvProblem& shape, cudaStream_t s) {
   const auto timings = gemv_time_variants(shape, true, s, 20);
   const GemvTiming* best = nullptr;
   for (const auto& t : timings) {
-    const std::string n = t.variant->name;
-    if (n.rfind("v", 0) == 0 && n != "v5_stream" && n != "v6_mma" && n != "v4_tuned") continue;  // teaching rungs
+    if (teaching_rung(*t.variant)) continue;
     if (!best || t.us < best->us) best = &t;
   }
   if (!best) return std::nullopt;

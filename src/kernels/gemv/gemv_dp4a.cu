@@ -40,13 +40,7 @@ __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, con
   const int64_t loads = k / kPer;
   for (int64_t row0 = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows; row0 < n;
        row0 += warps_total * kRows) {
-    float acc[kGateUp ? 2 : 1][kRows][kGemvMaxBatch];
-#pragma unroll
-    for (int m = 0; m < (kGateUp ? 2 : 1); ++m)
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-#pragma unroll
-        for (int b = 0; b < kGemvMaxBatch; ++b) acc[m][r][b] = 0.f;
+    float acc[kGateUp ? 2 : 1][kRows][kGemvMaxBatch] = {};
 #pragma unroll
     for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat) {
       const uint8_t* q = mat ? w_up : w;

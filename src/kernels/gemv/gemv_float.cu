@@ -102,13 +102,7 @@ __global__ void __launch_bounds__(256) v5_stream(const T* __restrict__ w, const 
   const int64_t row0 = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows;
   if (row0 >= n) return;
   const int nmat = w_up ? 2 : 1;
-  float acc[2][kRows][kGemvMaxBatch];
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-#pragma unroll
-      for (int b = 0; b < kGemvMaxBatch; ++b) acc[m][r][b] = 0.f;
+  float acc[2][kRows][kGemvMaxBatch] = {};
 
   for (int mat = 0; mat < nmat; ++mat) {
     const T* wm = mat ? w_up : w;

@@ -17,11 +17,6 @@ namespace {
 
 using namespace gemv_detail;
 
-__device__ __forceinline__ int sum16(const int4& v) {  // sum of 16 int8
-  const int ones = 0x01010101;
-  return __dp4a(v.w, ones, __dp4a(v.z, ones, __dp4a(v.y, ones, __dp4a(v.x, ones, 0))));
-}
-
 template <int kRows, int kUnroll, bool kGateUp>
 __global__ void __launch_bounds__(256) q4k_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
                                                 const float* __restrict__ x, float* __restrict__ y, int64_t n, int64_t k,
@@ -35,13 +30,7 @@ __global__ void __launch_bounds__(256) q4k_dp4a(const uint8_t* __restrict__ w, c
   const int64_t chunks = (k / QK_K) * 8;
   for (int64_t row0 = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows; row0 < n;
        row0 += warps_total * kRows) {
-    float acc[kGateUp ? 2 : 1][kRows][kGemvMaxBatch];
-#pragma unroll
-    for (int m = 0; m < (kGateUp ? 2 : 1); ++m)
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-#pragma unroll
-        for (int b = 0; b < kGemvMaxBatch; ++b) acc[m][r][b] = 0.f;
+    float acc[kGateUp ? 2 : 1][kRows][kGemvMaxBatch] = {};
 #pragma unroll
     for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat) {
       const uint8_t* wm = mat ? w_up : w;

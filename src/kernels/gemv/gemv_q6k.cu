@@ -23,11 +23,6 @@ struct Q6Planes {  // byte offsets of the planes of an n x k matrix
       : qh(size_t(n) * size_t(k) / 2), sc(qh + size_t(n) * size_t(k) / 4), d(sc + size_t(n) * size_t(k) / 16) {}
 };
 
-__device__ __forceinline__ int sum16(const int4& v) {
-  const int ones = 0x01010101;
-  return __dp4a(v.w, ones, __dp4a(v.z, ones, __dp4a(v.y, ones, __dp4a(v.x, ones, 0))));
-}
-
 __device__ __forceinline__ int dot16(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const int4& x) {
   return __dp4a(int(a3), x.w, __dp4a(int(a2), x.z, __dp4a(int(a1), x.y, __dp4a(int(a0), x.x, 0))));
 }
@@ -45,13 +40,7 @@ __global__ void __launch_bounds__(256) q6k_dp4a(const uint8_t* __restrict__ w, c
   const int64_t chunks = (k / 256) * 8;
   for (int64_t row0 = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows; row0 < n;
        row0 += warps_total * kRows) {
-    float acc[kGateUp ? 2 : 1][kRows][kGemvMaxBatch];
-#pragma unroll
-    for (int m = 0; m < (kGateUp ? 2 : 1); ++m)
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-#pragma unroll
-        for (int b = 0; b < kGemvMaxBatch; ++b) acc[m][r][b] = 0.f;
+    float acc[kGateUp ? 2 : 1][kRows][kGemvMaxBatch] = {};
 #pragma unroll
     for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat) {
       const uint8_t* wm = mat ? w_up : w;

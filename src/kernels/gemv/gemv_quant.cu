@@ -120,13 +120,7 @@ __global__ void __launch_bounds__(256) q_repacked(const uint8_t* __restrict__ w,
   if (row0 >= n) return;
   const size_t qrow = size_t(k) * kBits / 8;  // quant bytes per row
   const int64_t loads = k / kPer;             // 16-byte loads per row
-  float acc[2][kRows][kGemvMaxBatch];
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-#pragma unroll
-      for (int b = 0; b < kGemvMaxBatch; ++b) acc[m][r][b] = 0.f;
+  float acc[2][kRows][kGemvMaxBatch] = {};
   for (int mat = 0; mat < (w_up ? 2 : 1); ++mat) {
     const uint8_t* q = mat ? w_up : w;
     const __half* sc = reinterpret_cast<const __half*>(q + size_t(n) * qrow);

@@ -51,6 +51,11 @@ __device__ inline void quantize_x_to_smem(const float* __restrict__ x, int64_t k
 }
 
 
+__device__ __forceinline__ int sum16(const int4& v) {  // sum of 16 int8
+  const int ones = 0x01010101;
+  return __dp4a(v.w, ones, __dp4a(v.z, ones, __dp4a(v.y, ones, __dp4a(v.x, ones, 0))));
+}
+
 // The parts of one batch row of the shared-memory x: int8 values, block scales, block sums.
 struct X8Row {
   const int8_t* q;
