@@ -12,7 +12,7 @@ BUILD=build-gpu
 extra=()
 [ -f /usr/include/pcre2.h ] || extra+=("-DLAMINA_EXTRA_INCLUDE=$PWD/.carry/include")
 [ -d ../shared/data ] || extra+=("-DLAMINA_SHARED_DIR=$PWD/.carry/shared")
-export LAMINA_TUNE_CACHE="$OUT/tune-gemv.json"
+export LAMINA_TUNE_CACHE_DIR="$OUT"
 summary=()
 step() {  # step NAME COMMAND...: runs, logs to $OUT/NAME.log, records pass/fail
   local name=$1; shift
@@ -27,9 +27,12 @@ step gpu-tests ctest --test-dir "$BUILD" -L gpu --output-on-failure
 step cpu-tests ctest --test-dir "$BUILD" -L cpu --output-on-failure -j 16
 if [ "${GPU_CHECK_BENCH:-1}" = 1 ]; then
   step kbench-gemv "$BUILD/tools/lamina" kbench gemv
+  step kbench-gemm "$BUILD/tools/lamina" kbench gemm
 fi
 echo "== lamina gpu-check on $(cat "$OUT/gpu.txt")"
 grep -hE "tests passed|tests failed" "$OUT/gpu-tests.log" "$OUT/cpu-tests.log" 2>/dev/null
-[ -f "$OUT/kbench-gemv.log" ] && python3 scripts/kbench_summary.py "$OUT/kbench-gemv.log" | tee "$OUT/kbench-summary.txt"
+for fam in gemv gemm; do
+  [ -f "$OUT/kbench-$fam.log" ] && python3 scripts/kbench_summary.py "$OUT/kbench-$fam.log" | tee "$OUT/kbench-$fam-summary.txt"
+done
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
 ! grep -q FAIL "$OUT/summary.txt"

@@ -3,6 +3,7 @@
 // GB/s over the bytes read (W + x), % of the device-to-device copy bandwidth measured at start,
 // and the speed-up over cuBLAS (cublasGemmEx, same dtypes; f16 for quantised types).
 // lamina tune -m MODEL: tunes the model's matrix shapes for batch 1..8 into the tune cache.
+#include "cmd_kbench_gemm.h"
 #include "commands.h"
 #include "core/error.h"
 
@@ -27,10 +28,10 @@ namespace {
 
 struct KbenchArgs {
   std::string family;
-  std::string shapes = "4096x4096,12288x4096,11008x4096,4096x11008,14336x4096,4096x14336,32000x4096,128256x4096";
+  std::string shapes;  // family default when empty
   std::string batches = "1,2,4,8";
-  std::string types = "f16,bf16,f32,q8_0,q4_0,q4_1,q4_K,q6_K";
-  bool best = false;
+  std::string types;   // family default when empty
+  bool best = false, all = false;
   int reps = 20;
 };
 
@@ -82,8 +83,9 @@ double time_cublas(cublasHandle_t h, cudaDataType_t dt, size_t elt, int64_t n, i
   return us;
 }
 
-void run_kbench(const KbenchArgs& a) {
-  if (a.family != "gemv") fail("unknown kernel family '{}' (available: gemv)", a.family);
+void run_kbench_gemv(KbenchArgs a) {
+  if (a.shapes.empty()) a.shapes = "4096x4096,12288x4096,11008x4096,4096x11008,14336x4096,4096x14336,32000x4096,128256x4096";
+  if (a.types.empty()) a.types = "f16,bf16,f32,q8_0,q4_0,q4_1,q4_K,q6_K";
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaSetDevice(dev) != cudaSuccess) fail("no CUDA device available");
   cudaDeviceProp prop{};
@@ -180,20 +182,30 @@ void run_tune(const TuneArgs& a) {
   cudaStreamDestroy(s);
 }
 #else
-void run_kbench(const KbenchArgs&) { fail("this lamina was built without CUDA: kbench needs an NVIDIA GPU build"); }
+void run_kbench_gemv(const KbenchArgs&) { fail("this lamina was built without CUDA: kbench needs an NVIDIA GPU build"); }
 void run_tune(const TuneArgs&) { fail("this lamina was built without CUDA: tune needs an NVIDIA GPU build"); }
 #endif
+
+void run_kbench(const KbenchArgs& a) {
+  if (a.family == "gemv") return run_kbench_gemv(a);
+  if (a.family == "gemm") {
+    const int reps = a.reps == 20 ? 10 : a.reps;  // GEMMs are long: fewer repetitions by default
+    return run_kbench_gemm(KbenchGemmArgs{a.shapes, a.types, a.best, a.all, reps});
+  }
+  fail("unknown kernel family '{}' (available: gemv, gemm)", a.family);
+}
 
 }  // namespace
 
 Run add_kbench(CLI::App& app) {
   auto a = std::make_shared<KbenchArgs>();
   auto* sub = app.add_subcommand("kbench", "Benchmark a kernel family against cuBLAS (GPU)");
-  sub->add_option("family", a->family, "Kernel family: gemv")->required();
-  sub->add_option("--shapes", a->shapes, "Comma-separated NxK shapes");
-  sub->add_option("--batch", a->batches, "Comma-separated batch sizes (1..8)");
+  sub->add_option("family", a->family, "Kernel family: gemv or gemm")->required();
+  sub->add_option("--shapes", a->shapes, "Comma-separated shapes: NxK (gemv) or MxNxK (gemm)");
+  sub->add_option("--batch", a->batches, "Comma-separated batch sizes (gemv, 1..8)");
   sub->add_option("--types", a->types, "Comma-separated weight types");
   sub->add_flag("--best", a->best, "Show only the best variant per shape");
+  sub->add_flag("--all", a->all, "gemm: time the teaching rungs on the largest shapes too");
   sub->add_option("-r,--reps", a->reps, "Timed repetitions (median)")->check(CLI::Range(5, 1000));
   return [a] { run_kbench(*a); };
 }

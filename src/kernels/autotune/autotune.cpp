@@ -26,7 +26,7 @@ std::string device_key() {
 }
 
 std::string tune_cache_path(const std::string& family) {
-  if (const char* p = std::getenv("LAMINA_TUNE_CACHE")) return p;
+  if (const char* d = std::getenv("LAMINA_TUNE_CACHE_DIR"); d && *d) return std::string(d) + "/tune-" + family + ".json";
   const char* home = std::getenv("HOME");
   return std::string(home ? home : ".") + "/.cache/lamina/tune-" + family + ".json";
 }

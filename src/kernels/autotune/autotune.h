@@ -1,7 +1,7 @@
 // The autotuner shared by the kernel families: times every (variant, config) of a family on a
 // problem with CUDA events over rotated buffers and keeps the winner per
 // (family, dtype, layout, shape, batch, device name, compute capability) in a JSON cache:
-// $LAMINA_TUNE_CACHE, else ~/.cache/lamina/tune-<family>.json.
+// $LAMINA_TUNE_CACHE_DIR/tune-<family>.json, else ~/.cache/lamina/tune-<family>.json.
 #pragma once
 
 #include <memory>

@@ -12,6 +12,7 @@
 // rows and reduce through shared memory; `unroll` steps of loads in flight per lane.
 // x is rounded to the weights' 16-bit type (as cuBLAS's f16 GEMM takes it); the GPU test checks
 // against an fp64 reference of the same rounded x.
+#include "kernels/common/mma.cuh"
 #include "kernels/gemv/gemv_common.cuh"
 #include "kernels/gemv/gemv_internal.h"
 
@@ -22,28 +23,8 @@ namespace {
 
 using namespace gemv_detail;
 
-template <class T> __device__ __forceinline__ uint32_t pack2(float a, float b);
-template <> __device__ __forceinline__ uint32_t pack2<__half>(float a, float b) {
-  const __half2 h = __floats2half2_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float a, float b) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-template <class T>
-__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>)
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+using mma::mma16816;
+using mma::pack2;
 
 template <class T, int kUnroll, bool kGateUp>
 __global__ void __launch_bounds__(256) v6_mma(const T* __restrict__ w, const T* __restrict__ w_up,

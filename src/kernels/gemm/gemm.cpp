@@ -1,0 +1,139 @@
+// GEMM registry, argument validation, dispatch through the autotune cache, and timing.
+#include "kernels/gemm/gemm.h"
+
+#include "kernels/autotune/autotune.h"
+#include "kernels/common/timing.h"
+#include "kernels/gemm/gemm_internal.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+
+namespace lamina::kernels {
+
+std::string GemmConfig::str() const {
+  return "bm=" + std::to_string(bm) + ",bn=" + std::to_string(bn) + ",bk=" + std::to_string(bk) +
+         ",stages=" + std::to_string(stages);
+}
+
+static GemmConfig parse_config(const std::string& s) {
+  GemmConfig c;
+  std::sscanf(s.c_str(), "bm=%d,bn=%d,bk=%d,stages=%d", &c.bm, &c.bn, &c.bk, &c.stages);
+  return c;
+}
+
+const std::vector<GemmVariant>& gemm_variants() {
+  static const std::vector<GemmVariant> v = [] {
+    std::vector<GemmVariant> out;
+    register_sgemm_variants(out);
+    register_sgemm_async_variants(out);
+    register_hgemm_variants(out);
+    register_qgemm_variants(out);
+    return out;
+  }();
+  return v;
+}
+
+const GemmVariant* find_gemm_variant(const std::string& name) {
+  for (const auto& v : gemm_variants())
+    if (name == v.name) return &v;
+  return nullptr;
+}
+
+static bool is_quant(GgmlType t) { return t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16; }
+static size_t elt_bytes(GgmlType t) { return t == GgmlType::F32 ? 4 : 2; }
+
+size_t gemm_b_bytes(const GemmProblem& p) {
+  if (is_quant(p.b_type))
+    return p.b_layout == WeightLayout::Repacked ? gemv_repacked_bytes(p.b_type, p.n, p.k) : row_bytes(p.b_type, p.k) * size_t(p.n);
+  return size_t(p.b_col_major ? p.n : p.k) * size_t(p.ldb) * elt_bytes(p.b_type);
+}
+
+Status gemm_validate(const GemmProblem& p, const GemmVariant& v) {
+  const std::string name = v.name;
+  if (!v.supports(p))
+    return Status::error(name + ": does not take A " + std::string(type_name(p.a_type)) + (p.a_col_major ? " (col)" : " (row)") +
+                         ", B " + std::string(type_name(p.b_type)) + (p.b_col_major ? " (col)" : " (row)") + ", C " +
+                         std::string(type_name(p.c_type)));
+  if (!p.a || !p.b || !p.c) return Status::error(name + ": null pointer");
+  if (p.m <= 0 || p.n <= 0 || p.k <= 0) return Status::error(name + ": bad shape");
+  if (p.lda < (p.a_col_major ? p.m : p.k)) return Status::error(name + ": lda too small");
+  if (!is_quant(p.b_type) && p.ldb < (p.b_col_major ? p.k : p.n)) return Status::error(name + ": ldb too small");
+  if (p.ldc < p.n) return Status::error(name + ": ldc too small");
+  auto aligned = [](const void* q, size_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; };
+  if (p.a_type != GgmlType::F32) {  // tensor-core variants copy 16-byte chunks of A and B
+    if (p.k % 8 || p.lda % 8 || !aligned(p.a, 16) || !aligned(p.b, 16))
+      return Status::error(name + ": k and lda must be multiples of 8 and A, B 16-byte aligned");
+    if (!is_quant(p.b_type) && p.ldb % 8) return Status::error(name + ": ldb must be a multiple of 8");
+    if (is_quant(p.b_type) && p.k % traits(p.b_type).block_elems)
+      return Status::error(name + ": k is not a multiple of the weight block size");
+  }
+  return Status::success();
+}
+
+static std::string tune_key(const GemmProblem& p) {
+  return std::string("gemm|") + std::string(type_name(p.a_type)) + (p.a_col_major ? "c" : "r") + "|" +
+         std::string(type_name(p.b_type)) + (p.b_col_major ? "c" : "r") + (p.b_layout == WeightLayout::Repacked ? "p" : "") +
+         "|" + std::string(type_name(p.c_type)) + "|" + std::to_string(p.m) + "x" + std::to_string(p.n) + "x" +
+         std::to_string(p.k) + "|" + device_key();
+}
+
+Status gemm(const GemmProblem& p, cudaStream_t s) {
+  if (auto e = TuneCache::get("gemm").find(tune_key(p))) {
+    if (const GemmVariant* v = find_gemm_variant(e->variant)) {
+      if (Status st = gemm_validate(p, *v); !st) return st;
+      return v->launch(p, parse_config(e->config), s);
+    }
+  }
+  for (const char* name : {"q1_mma", "h1_mma", "s6_cp_async"}) {  // untuned: the top rung that takes it
+    const GemmVariant* v = find_gemm_variant(name);
+    if (v && v->supports(p)) {
+      if (Status st = gemm_validate(p, *v); !st) return st;
+      return v->launch(p, v->configs.front(), s);
+    }
+  }
+  return Status::error("gemm: no variant takes these types and layouts");
+}
+
+std::vector<GemmTiming> gemm_time_variants(const GemmProblem& shape, bool all_configs, bool record, cudaStream_t s,
+                                           int reps) {
+  std::vector<GemmTiming> out;
+  GemmProblem p = shape;
+  const size_t a_bytes = size_t(p.a_col_major ? p.k : p.m) * size_t(p.lda) * elt_bytes(p.a_type);
+  const size_t b_bytes = gemm_b_bytes(p), c_bytes = size_t(p.m) * size_t(p.ldc) * elt_bytes(p.c_type);
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  const bool ok = cudaMalloc(&a, a_bytes) == cudaSuccess && cudaMalloc(&b, b_bytes) == cudaSuccess &&
+                  cudaMalloc(&c, c_bytes) == cudaSuccess;
+  if (ok) {
+    // Fresh random data: f32 operands as floats; 16-bit and quantised ones as random bytes
+    // (the speed of the tensor cores does not depend on the values).
+    if (p.a_type == GgmlType::F32) fill_random_floats(static_cast<float*>(a), a_bytes / 4, 11, 1.f, s);
+    else fill_random_bytes(a, a_bytes, 11, s);
+    if (p.b_type == GgmlType::F32) fill_random_floats(static_cast<float*>(b), b_bytes / 4, 12, 1.f, s);
+    else fill_random_bytes(b, b_bytes, 12, s);
+    p.a = a, p.b = b, p.c = c;
+    for (const auto& v : gemm_variants()) {
+      if (!gemm_validate(p, v)) continue;
+      const size_t n_cfg = all_configs ? v.configs.size() : 1;
+      for (size_t ci = 0; ci < n_cfg; ++ci) {
+        bool launched = true;
+        const double us = median_time_us([&](int) { launched = v.launch(p, v.configs[ci], s).ok && launched; }, 2, reps, s);
+        if (launched && cudaGetLastError() == cudaSuccess) out.push_back({&v, v.configs[ci], us});
+      }
+    }
+  }
+  cudaStreamSynchronize(s);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  if (record) {
+    const GemmTiming* best = nullptr;
+    for (const auto& t : out)
+      if (!t.variant->teaching && (!best || t.us < best->us)) best = &t;
+    if (best) TuneCache::get("gemm").put(tune_key(shape), {best->variant->name, best->config.str(), best->us});
+  }
+  return out;
+}
+
+}  // namespace lamina::kernels

@@ -1,0 +1,80 @@
+// GEMM family (prefill): C = alpha * A B + beta * C, fp32 accumulation.
+//
+// Layouts (described as data):
+//   A  logically [m][k]: row-major a[i*lda + p], or column-major a[p*lda + i] (a_col_major).
+//   B  logically [k][n]: row-major b[p*ldb + j], or column-major b[j*ldb + p] (b_col_major) —
+//      the column-major B is a weight matrix W[n][k] as stored in a GGUF file.
+//   C  [m][n] row-major, c[i*ldc + j]. With beta == 0, C is only written (never read).
+// Types: SGEMM: A, B, C f32 in any of the four layouts. HGEMM: A row-major f16/bf16, B
+// column-major of the same type, C f32/f16/bf16. Quantised GEMM: A row-major f16/bf16, B a
+// weight matrix in Q8_0 / Q4_0 (the repacked planes of gemv_repack) or Q4_K (GGUF blocks).
+//
+// Variants are registered with a config space; the autotuner (kernels/autotune, family "gemm")
+// times them per shape and device and gemm() uses its choice.
+#pragma once
+
+#include "format/ggml_type.h"
+#include "kernels/common/status.h"
+#include "kernels/gemv/gemv.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lamina::kernels {
+
+struct GemmProblem {
+  GgmlType a_type = GgmlType::F32, b_type = GgmlType::F32, c_type = GgmlType::F32;
+  WeightLayout b_layout = WeightLayout::Gguf;  // Repacked: q8_0 / q4_0 planes of gemv_repack
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;  // device
+  int64_t lda = 0;
+  bool a_col_major = false;
+  const void* b = nullptr;  // device
+  int64_t ldb = 0;          // elements; ignored for quantised B (rows of k/32 blocks)
+  bool b_col_major = true;
+  void* c = nullptr;        // device
+  int64_t ldc = 0;
+  float alpha = 1.f, beta = 0.f;
+};
+
+struct GemmConfig {
+  int bm = 128, bn = 128, bk = 8;  // block tile
+  int stages = 1;                  // shared-memory pipeline depth
+  std::string str() const;
+};
+
+struct GemmVariant {
+  const char* name;
+  const char* summary;  // what it changes versus the previous rung
+  bool (*supports)(const GemmProblem& p);
+  Status (*launch)(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
+  std::vector<GemmConfig> configs;  // the autotuner's search space (first = default)
+  bool teaching = false;            // a ladder rung kept for the progression, not for production
+};
+
+const std::vector<GemmVariant>& gemm_variants();
+const GemmVariant* find_gemm_variant(const std::string& name);
+
+// Checks shapes, leading dimensions and pointers common to all variants.
+Status gemm_validate(const GemmProblem& p, const GemmVariant& v);
+
+// Runs the best known variant/config for the problem (autotune cache, else a default).
+Status gemm(const GemmProblem& p, cudaStream_t s);
+
+// Bytes of a B operand (for buffers in tests and benchmarks).
+size_t gemm_b_bytes(const GemmProblem& p);
+
+struct GemmTiming {
+  const GemmVariant* variant;
+  GemmConfig config;
+  double us;
+};
+
+// Times every variant (all configs, or the first only) on a shape; buffers are allocated here and
+// filled with fresh random data. Records the best production variant in the tune cache when
+// `record` is set (in memory; TuneCache::get("gemm").save() persists).
+std::vector<GemmTiming> gemm_time_variants(const GemmProblem& shape, bool all_configs, bool record, cudaStream_t s,
+                                           int reps = 10);
+
+}  // namespace lamina::kernels

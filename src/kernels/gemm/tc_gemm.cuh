@@ -1,0 +1,169 @@
+// The tensor-core GEMM mainloop (mma.sync m16n8k16, sm_80+), shared by the f16/bf16 HGEMM and
+// the quantised-weight GEMM: C[m][n] = alpha * A[m][k] * W[n][k]^T + beta * C.
+//
+//   block tile BM x BN x 32, 8 warps as 2 (m) x 4 (n), warp tile (BM/2) x (BN/4)
+//   A: [BM][32] f16/bf16 per stage, 64-byte rows, copied with 16-byte cp.async (zero-filled
+//      outside the matrix) into a Swizzle<2,3,3> layout: chunk c of row r lands in chunk
+//      c ^ ((r/2) % 4), so ldmatrix's 8 rows hit 8 different 16-byte bank groups
+//   B: a policy (BPolicy) fills a [BN][32] tile of the same type and layout: plain f16/bf16
+//      weights are copied like A; quantised weights are copied raw into a staging buffer and
+//      dequantised into the tile once per k-step (no dequantised copy of W in memory)
+//   STAGES-deep cp.async pipeline; blocks visit tiles in groups of 8 block-rows for L2 reuse
+//   epilogue: alpha, beta (C not read when beta = 0), C in f32 / f16 / bf16, edges masked
+#pragma once
+
+#include "core/layout.h"
+#include "kernels/common/mma.cuh"
+#include "kernels/gemm/gemm_internal.h"
+
+namespace lamina::kernels::tc_gemm {
+
+inline constexpr int kBk = 32, kThreads = 256;
+// Offsets (in elements) of a [rows][32] 16-bit tile: row-major, then the swizzle.
+using TileSwizzle = layout::Swizzle<2, 3, 3>;
+__device__ __forceinline__ int tile_off(int row, int col) { return int(TileSwizzle{}(row * kBk + col)); }
+
+struct Out {
+  void* c;
+  int64_t ldc, m, n;
+  int type;  // 0 f32, 1 f16, 2 bf16
+  float alpha, beta;
+};
+
+__device__ __forceinline__ float out_load(const Out& o, int64_t idx) {
+  if (o.type == 0) return static_cast<const float*>(o.c)[idx];
+  if (o.type == 1) return __half2float(static_cast<const __half*>(o.c)[idx]);
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(o.c)[idx]);
+}
+__device__ __forceinline__ void out_store(const Out& o, int64_t i, int64_t j, float v) {
+  if (i >= o.m || j >= o.n) return;
+  const int64_t idx = i * o.ldc + j;
+  v = o.beta == 0.f ? o.alpha * v : o.alpha * v + o.beta * out_load(o, idx);
+  if (o.type == 0) static_cast<float*>(o.c)[idx] = v;
+  else if (o.type == 1) static_cast<__half*>(o.c)[idx] = __float2half_rn(v);
+  else static_cast<__nv_bfloat16*>(o.c)[idx] = __float2bfloat16_rn(v);
+}
+
+// Copies a [rows][32] tile of a k-contiguous 16-bit matrix X[outer][k] (row stride ld) into a
+// swizzled shared tile: rows*4 chunks of 16 bytes spread over the block's threads.
+template <class T, int kRows>
+__device__ __forceinline__ void copy_tile(const T* x, int64_t ld, int64_t outer, int64_t k, int64_t o0, int64_t k0, T* s) {
+#pragma unroll
+  for (int r = 0; r < kRows * 4 / kThreads; ++r) {
+    const int f = int(threadIdx.x) + r * kThreads, row = f / 4, c = f % 4;
+    const bool in = o0 + row < outer && k0 + c * 8 < k;
+    mma::cp_async16(s + tile_off(row, c * 8), in ? x + (o0 + row) * ld + k0 + c * 8 : x, in ? 16 : 0);
+  }
+}
+
+// Plain f16/bf16 weights W[n][k]: copied like A, one tile per stage.
+template <class T>
+struct PlainB {
+  struct Args {
+    const T* w;
+    int64_t ld;
+  };
+  template <int kBn, int kStages>
+  static constexpr size_t smem_bytes() { return size_t(kStages) * kBn * kBk * sizeof(T); }
+  template <int kBn, int kStages>
+  __device__ static void issue(const Args& b, int64_t n, int64_t k, int64_t n0, int64_t kt, int stage, uint8_t* smem) {
+    copy_tile<T, kBn>(b.w, b.ld, n, k, n0, kt * kBk, reinterpret_cast<T*>(smem) + size_t(stage) * kBn * kBk);
+  }
+  template <int kBn, int kStages>
+  __device__ static const T* prepare(const Args&, int64_t, int64_t, int64_t, int64_t, int stage, uint8_t* smem) {
+    return reinterpret_cast<const T*>(smem) + size_t(stage) * kBn * kBk;
+  }
+};
+
+template <class T, int kBm, int kBn, int kStages, class BPolicy>
+__global__ void __launch_bounds__(kThreads) tc_gemm_kernel(const T* __restrict__ a, int64_t lda,
+                                                           typename BPolicy::Args b, Out out, int64_t m, int64_t n,
+                                                           int64_t k) {
+  constexpr int kWtm = kBm / 2, kWtn = kBn / 4, kMt = kWtm / 16, kNt = kWtn / 8;
+  static_assert(kNt % 2 == 0, "B fragments are loaded two n8 tiles at a time");
+  extern __shared__ __align__(128) uint8_t smem[];
+  T* as = reinterpret_cast<T*>(smem);
+  uint8_t* bsmem = smem + size_t(kStages) * kBm * kBk * sizeof(T);
+
+  // Grouped tile order: 8 block-rows share the B tiles they stream while they run together.
+  const int64_t grid_m = (m + kBm - 1) / kBm, grid_n = (n + kBn - 1) / kBn;
+  const int64_t pid = blockIdx.x, per_group = 8 * grid_n, first_m = (pid / per_group) * 8;
+  const int64_t group_m = grid_m - first_m < 8 ? grid_m - first_m : 8;
+  const int64_t m0 = (first_m + (pid % per_group) % group_m) * kBm, n0 = ((pid % per_group) / group_m) * kBn;
+
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int wm = warp / 4, wn = warp % 4;
+  const int64_t tiles = (k + kBk - 1) / kBk;
+  float acc[kMt][kNt][4] = {};
+
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < tiles) {
+      copy_tile<T, kBm>(a, lda, m, k, m0, st * kBk, as + size_t(st) * kBm * kBk);
+      BPolicy::template issue<kBn, kStages>(b, n, k, n0, st, st, bsmem);
+    }
+    mma::cp_async_commit();
+  }
+  for (int64_t kt = 0; kt < tiles; ++kt) {
+    mma::cp_async_wait<kStages - 2>();
+    __syncthreads();
+    const int64_t next = kt + kStages - 1;
+    if (next < tiles) {
+      const int st = int(next % kStages);
+      copy_tile<T, kBm>(a, lda, m, k, m0, next * kBk, as + size_t(st) * kBm * kBk);
+      BPolicy::template issue<kBn, kStages>(b, n, k, n0, next, st, bsmem);
+    }
+    mma::cp_async_commit();
+    const int st = int(kt % kStages);
+    const T* at = as + size_t(st) * kBm * kBk;
+    const T* bt = BPolicy::template prepare<kBn, kStages>(b, n, k, n0, kt, st, bsmem);
+#pragma unroll
+    for (int kk = 0; kk < kBk; kk += 16) {
+      uint32_t af[kMt][4], bf[kNt][2];
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt)
+        mma::ldmatrix_x4(af[mt], at + tile_off(wm * kWtm + mt * 16 + lane % 16, kk + (lane / 16) * 8));
+#pragma unroll
+      for (int np = 0; np < kNt / 2; ++np) {
+        uint32_t r[4];
+        mma::ldmatrix_x4(r, bt + tile_off(wn * kWtn + np * 16 + lane % 8 + (lane / 16) * 8, kk + ((lane / 8) % 2) * 8));
+        bf[2 * np][0] = r[0], bf[2 * np][1] = r[1], bf[2 * np + 1][0] = r[2], bf[2 * np + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNt; ++nt)
+          mma::mma16816<T>(acc[mt][nt], af[mt][0], af[mt][1], af[mt][2], af[mt][3], bf[nt][0], bf[nt][1]);
+    }
+  }
+  mma::cp_async_wait<0>();
+  // Accumulator fragment: c0, c1 at (row lane/4, cols 2(lane%4) + 0..1), c2, c3 eight rows down.
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+      const int64_t i = m0 + wm * kWtm + mt * 16 + lane / 4, j = n0 + wn * kWtn + nt * 8 + 2 * (lane % 4);
+      out_store(out, i, j, acc[mt][nt][0]);
+      out_store(out, i, j + 1, acc[mt][nt][1]);
+      out_store(out, i + 8, j, acc[mt][nt][2]);
+      out_store(out, i + 8, j + 1, acc[mt][nt][3]);
+    }
+}
+
+inline Out make_out(const GemmProblem& p) {
+  const int type = p.c_type == GgmlType::F32 ? 0 : p.c_type == GgmlType::F16 ? 1 : 2;
+  return {p.c, p.ldc, p.m, p.n, type, p.alpha, p.beta};
+}
+
+template <class T, int kBm, int kBn, int kStages, class BPolicy>
+Status launch(const GemmProblem& p, const typename BPolicy::Args& b, const char* name, cudaStream_t s) {
+  auto kernel = tc_gemm_kernel<T, kBm, kBn, kStages, BPolicy>;
+  const size_t smem = size_t(kStages) * kBm * kBk * sizeof(T) + BPolicy::template smem_bytes<kBn, kStages>();
+  if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
+    return Status::error(std::string(name) + ": shared memory of " + std::to_string(smem) + " bytes not available");
+  const int64_t blocks = ((p.m + kBm - 1) / kBm) * ((p.n + kBn - 1) / kBn);
+  kernel<<<unsigned(blocks), kThreads, smem, s>>>(static_cast<const T*>(p.a), p.lda, b, make_out(p), p.m, p.n, p.k);
+  return gemm_launch_status(name);
+}
+
+}  // namespace lamina::kernels::tc_gemm

@@ -1,0 +1,238 @@
+// Every GEMM variant against a CPU fp64 reference on fresh random inputs: all layouts (SGEMM),
+// edge shapes (M, N, K not multiples of the tiles), padded leading dimensions, alpha/beta, C
+// poisoned with NaN (and its padding checked untouched), every config, every output type.
+#include "core/half.h"
+#include "format/quant.h"
+#include "kernels/gemm/gemm.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+using namespace lamina;
+using namespace lamina::kernels;
+
+namespace {
+
+#define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << cudaGetErrorString(x)
+
+struct DeviceBuf {
+  void* p = nullptr;
+  explicit DeviceBuf(size_t n) { cudaMalloc(&p, n); }
+  ~DeviceBuf() { cudaFree(p); }
+};
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+// Values as the device sees them, stored in the operand's type.
+struct HostMatrix {
+  GgmlType type;
+  std::vector<uint8_t> bytes;   // device image
+  std::vector<double> value;    // logical values, [rows][cols] row-major (rows = m or k, cols = k or n)
+};
+
+uint16_t to16(GgmlType t, float f) { return t == GgmlType::BF16 ? f32_to_bf16(f) : f32_to_f16(f); }
+double from16(GgmlType t, uint16_t h) { return t == GgmlType::BF16 ? bf16_to_f32(h) : f16_to_f32(h); }
+double round_to(GgmlType t, float f) { return t == GgmlType::F32 ? f : from16(t, to16(t, f)); }
+
+// A dense [rows][cols] logical matrix stored column- or row-major with leading dimension ld.
+HostMatrix dense(GgmlType t, int64_t rows, int64_t cols, bool col_major, int64_t ld, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  HostMatrix h{t, {}, std::vector<double>(size_t(rows * cols))};
+  const size_t elt = t == GgmlType::F32 ? 4 : 2, count = size_t((col_major ? cols : rows) * ld);
+  h.bytes.resize(count * elt);
+  for (size_t i = 0; i < count; ++i) {  // padding gets random values too
+    const float f = nd(rng);
+    if (elt == 4) std::memcpy(&h.bytes[i * 4], &f, 4);
+    else { const uint16_t v = to16(t, f); std::memcpy(&h.bytes[i * 2], &v, 2); }
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t idx = size_t(col_major ? c * ld + r : r * ld + c);
+      double v;
+      if (elt == 4) { float f; std::memcpy(&f, &h.bytes[idx * 4], 4); v = f; }
+      else { uint16_t u; std::memcpy(&u, &h.bytes[idx * 2], 2); v = from16(t, u); }
+      h.value[size_t(r * cols + c)] = v;
+    }
+  return h;
+}
+
+struct GemmRun {
+  const GemmVariant* v;
+  GgmlType a_type, b_type, c_type;
+  bool a_col = false, b_col = true;
+  int64_t pad = 0;  // extra leading-dimension elements
+  float alpha = 1.f, beta = 0.f;
+};
+
+// b_values: logical B [k][n]; b_image: its device bytes (already in the variant's layout).
+void check(const GemmRun& r, const Shape& s, const HostMatrix& a, const std::vector<double>& b_values,
+           const std::vector<uint8_t>& b_image, int64_t ldb, std::mt19937& rng) {
+  SCOPED_TRACE(testing::Message() << r.v->name << " A " << type_name(r.a_type) << (r.a_col ? "c" : "r") << " B "
+                                  << type_name(r.b_type) << (r.b_col ? "c" : "r") << " C " << type_name(r.c_type)
+                                  << " m=" << s.m << " n=" << s.n << " k=" << s.k << " pad=" << r.pad
+                                  << " alpha=" << r.alpha << " beta=" << r.beta);
+  const int64_t ldc = s.n + r.pad;
+  const size_t c_elt = r.c_type == GgmlType::F32 ? 4 : 2, c_bytes = size_t(s.m * ldc) * c_elt;
+  // Initial C: random where beta != 0, NaN poison otherwise (it must not be read).
+  std::vector<uint8_t> c0(c_bytes, 0xFF);
+  std::vector<double> c0v(size_t(s.m * s.n), 0.0);
+  if (r.beta != 0.f) {
+    const HostMatrix cm = dense(r.c_type, s.m, s.n, false, ldc, rng);
+    c0 = cm.bytes;
+    c0v = cm.value;
+  }
+  std::vector<double> ref(size_t(s.m * s.n)), mag(size_t(s.m * s.n));
+  for (int64_t i = 0; i < s.m; ++i)
+    for (int64_t j = 0; j < s.n; ++j) {
+      double acc = 0, m = 0;
+      for (int64_t p = 0; p < s.k; ++p) {
+        const double t = a.value[size_t(i * s.k + p)] * b_values[size_t(p * s.n + j)];
+        acc += t;
+        m += std::fabs(t);
+      }
+      const double cv = c0v[size_t(i * s.n + j)];
+      ref[size_t(i * s.n + j)] = r.alpha * acc + r.beta * cv;
+      mag[size_t(i * s.n + j)] = std::fabs(r.alpha) * m + std::fabs(r.beta * cv);
+    }
+  DeviceBuf da(a.bytes.size()), db(b_image.size()), dc(c_bytes);
+  CUDA_OK(cudaMemcpy(da.p, a.bytes.data(), a.bytes.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(db.p, b_image.data(), b_image.size(), cudaMemcpyHostToDevice));
+  GemmProblem p;
+  p.a_type = r.a_type, p.b_type = r.b_type, p.c_type = r.c_type;
+  p.b_layout = (r.b_type == GgmlType::Q8_0 || r.b_type == GgmlType::Q4_0) ? WeightLayout::Repacked : WeightLayout::Gguf;
+  p.m = s.m, p.n = s.n, p.k = s.k;
+  p.a = da.p, p.lda = (r.a_col ? s.m : s.k) + r.pad, p.a_col_major = r.a_col;
+  p.b = db.p, p.ldb = ldb, p.b_col_major = r.b_col;
+  p.c = dc.p, p.ldc = ldc, p.alpha = r.alpha, p.beta = r.beta;
+  Status st = gemm_validate(p, *r.v);
+  ASSERT_TRUE(st.ok) << st.message;
+  const bool tc = r.a_type != GgmlType::F32;
+  const double tol = tc ? 1e-4 : 2e-5;
+  const double out_ulp = r.c_type == GgmlType::F32 ? 0 : r.c_type == GgmlType::F16 ? 1.0 / 1024 : 1.0 / 128;
+  for (const GemmConfig& cfg : r.v->configs) {
+    CUDA_OK(cudaMemcpy(dc.p, c0.data(), c_bytes, cudaMemcpyHostToDevice));
+    st = r.v->launch(p, cfg, nullptr);
+    ASSERT_TRUE(st.ok) << st.message;
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<uint8_t> got(c_bytes);
+    CUDA_OK(cudaMemcpy(got.data(), dc.p, c_bytes, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        const size_t idx = size_t(i * ldc + j);
+        double g;
+        if (c_elt == 4) { float f; std::memcpy(&f, &got[idx * 4], 4); g = f; }
+        else { uint16_t u; std::memcpy(&u, &got[idx * 2], 2); g = from16(r.c_type, u); }
+        const double want = ref[size_t(i * s.n + j)];
+        ASSERT_NEAR(g, want, tol * mag[size_t(i * s.n + j)] + out_ulp * std::fabs(want) + 1e-6)
+            << "config " << cfg.str() << " at (" << i << ", " << j << ")";
+      }
+      for (int64_t j = s.n; j < ldc; ++j)  // padding of C is never written
+        ASSERT_EQ(std::memcmp(&got[size_t(i * ldc + j) * c_elt], &c0[size_t(i * ldc + j) * c_elt], c_elt), 0)
+            << "config " << cfg.str() << " wrote padding at (" << i << ", " << j << ")";
+    }
+  }
+}
+
+void run_dense(const GemmRun& r, const Shape& s, std::mt19937& rng) {
+  const HostMatrix a = dense(r.a_type, s.m, s.k, r.a_col, (r.a_col ? s.m : s.k) + r.pad, rng);
+  const int64_t ldb = (r.b_col ? s.k : s.n) + r.pad;
+  // B logical [k][n]: column-major storage is W[n][k].
+  const HostMatrix b = dense(r.b_type, s.k, s.n, r.b_col, ldb, rng);
+  check(r, s, a, b.value, b.bytes, ldb, rng);
+}
+
+TEST(GemmGpu, SgemmEveryRungEveryLayout) {
+  std::mt19937 rng(1);
+  int checked = 0;
+  for (const auto& v : gemm_variants()) {
+    if (v.name[0] != 's') continue;
+    for (bool a_col : {false, true})
+      for (bool b_col : {false, true})
+        for (const Shape s : {Shape{67, 45, 37}, Shape{130, 257, 64}, Shape{1, 9, 5}, Shape{256, 128, 24}})
+          for (int64_t pad : {0, 3}) {
+            GemmRun r{&v, GgmlType::F32, GgmlType::F32, GgmlType::F32, a_col, b_col, pad};
+            if (pad) r.alpha = 0.75f, r.beta = -1.5f;
+            run_dense(r, s, rng);
+            ++checked;
+          }
+  }
+  EXPECT_EQ(checked, 7 * 4 * 4 * 2);  // seven rungs s0..s6
+}
+
+TEST(GemmGpu, HgemmTensorCores) {
+  std::mt19937 rng(2);
+  const GemmVariant* v = find_gemm_variant("h1_mma");
+  ASSERT_NE(v, nullptr);
+  for (GgmlType t : {GgmlType::F16, GgmlType::BF16})
+    for (GgmlType ct : {GgmlType::F32, GgmlType::F16, GgmlType::BF16})
+      for (const Shape s : {Shape{131, 75, 40}, Shape{64, 128, 256}, Shape{257, 190, 328}, Shape{1, 8, 8}})
+        for (int64_t pad : {0, 8}) {
+          GemmRun r{v, t, t, ct, false, true, pad};
+          if (pad) r.alpha = 0.5f, r.beta = 2.f;
+          run_dense(r, s, rng);
+        }
+}
+
+TEST(GemmGpu, QuantisedWeightsOnTensorCores) {
+  std::mt19937 rng(3);
+  const GemmVariant* v = find_gemm_variant("q1_mma");
+  ASSERT_NE(v, nullptr);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K})
+    for (GgmlType at : {GgmlType::F16, GgmlType::BF16})
+      for (const Shape s : {Shape{77, 67, wt == GgmlType::Q4_K ? 512 : 96}, Shape{130, 129, 256}, Shape{3, 200, 256}}) {
+        // W [n][k] quantised row by row; the reference uses the dequantised values rounded to
+        // A's type (what the kernel feeds the tensor cores).
+        const size_t rb = row_bytes(wt, s.k);
+        std::vector<uint8_t> w(rb * size_t(s.n));
+        std::vector<float> row(size_t(s.k)), deq(size_t(s.k));
+        std::vector<double> bvals(size_t(s.k * s.n));
+        for (int64_t j = 0; j < s.n; ++j) {
+          for (auto& f : row) f = nd(rng);
+          quantize_row(wt, row.data(), w.data() + size_t(j) * rb, s.k);
+          dequantize_row(wt, w.data() + size_t(j) * rb, deq.data(), s.k);
+          for (int64_t p = 0; p < s.k; ++p) bvals[size_t(p * s.n + j)] = round_to(at, deq[size_t(p)]);
+        }
+        std::vector<uint8_t> image = w;
+        if (wt != GgmlType::Q4_K) {  // the repacked planes, made on the device by gemv_repack
+          DeviceBuf raw(w.size()), out(gemv_repacked_bytes(wt, s.n, s.k));
+          CUDA_OK(cudaMemcpy(raw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+          const Status st = gemv_repack(wt, raw.p, s.n, s.k, out.p, nullptr);
+          ASSERT_TRUE(st.ok) << st.message;
+          image.resize(gemv_repacked_bytes(wt, s.n, s.k));
+          CUDA_OK(cudaMemcpy(image.data(), out.p, image.size(), cudaMemcpyDeviceToHost));
+        }
+        const HostMatrix a = dense(at, s.m, s.k, false, s.k, rng);
+        check(GemmRun{v, at, wt, GgmlType::F32}, s, a, bvals, image, 0, rng);
+      }
+}
+
+TEST(GemmGpu, BadArgumentsAreRejectedBeforeLaunch) {
+  const GemmVariant* h = find_gemm_variant("h1_mma");
+  ASSERT_NE(h, nullptr);
+  DeviceBuf a(4096), b(4096), c(4096);
+  GemmProblem p;
+  p.a_type = p.b_type = GgmlType::F16;
+  p.m = p.n = 8, p.k = 12;  // k not a multiple of 8
+  p.a = a.p, p.b = b.p, p.c = c.p, p.lda = p.ldb = 12, p.ldc = 8;
+  EXPECT_FALSE(gemm_validate(p, *h).ok);
+  p.k = 16, p.lda = p.ldb = 16;
+  EXPECT_TRUE(gemm_validate(p, *h).ok);
+  p.lda = 8;  // smaller than k
+  EXPECT_FALSE(gemm_validate(p, *h).ok);
+  p.lda = 16, p.b = nullptr;
+  EXPECT_FALSE(gemm_validate(p, *h).ok);
+  p.b = b.p, p.b_col_major = false;  // h1_mma takes W[n][k] only
+  EXPECT_FALSE(gemm_validate(p, *h).ok);
+  GemmProblem q = p;
+  q.b_col_major = true, q.b_type = GgmlType::Q4_K, q.k = 32, q.lda = 32;  // Q4_K needs k % 256
+  EXPECT_FALSE(gemm_validate(q, *find_gemm_variant("q1_mma")).ok);
+}
+
+}  // namespace

@@ -1,0 +1,17 @@
+// lamina kbench gemm (see cmd_kbench_gemm.cpp).
+#pragma once
+
+#include <string>
+
+namespace lamina::cli {
+
+struct KbenchGemmArgs {
+  std::string shapes;  // MxNxK list; empty: the default set
+  std::string types;   // with --shapes; default f16
+  bool best = false, all = false;
+  int reps = 10;
+};
+
+void run_kbench_gemm(const KbenchGemmArgs& a);
+
+}  // namespace lamina::cli
