@@ -165,9 +165,7 @@ TEST(GemmGpu, SgemmEveryRungEveryLayout) {
   EXPECT_EQ(checked, 7 * 4 * 4 * 2);  // seven rungs s0..s6
 }
 
-TEST(GemmGpu, HgemmTensorCores) {
-  std::mt19937 rng(2);
-  const GemmVariant* v = find_gemm_variant("h1_mma");
+void run_hgemm(const GemmVariant* v, std::mt19937& rng) {
   ASSERT_NE(v, nullptr);
   for (GgmlType t : {GgmlType::F16, GgmlType::BF16})
     for (GgmlType ct : {GgmlType::F32, GgmlType::F16, GgmlType::BF16})
@@ -177,6 +175,22 @@ TEST(GemmGpu, HgemmTensorCores) {
           if (pad) r.alpha = 0.5f, r.beta = 2.f;
           run_dense(r, s, rng);
         }
+}
+
+TEST(GemmGpu, HgemmMmaSync) {
+  std::mt19937 rng(2);
+  run_hgemm(find_gemm_variant("h1_mma"), rng);
+}
+
+TEST(GemmGpu, HgemmHopperWgmma) {
+  cudaDeviceProp prop{};
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9) GTEST_SKIP() << "h2_wgmma needs an sm_90 GPU (this is sm_" << prop.major << prop.minor << ")";
+  std::mt19937 rng(4);
+  run_hgemm(find_gemm_variant("h2_wgmma"), rng);
+  // A shape with several tiles per block of the persistent grid and a K tail.
+  GemmRun r{find_gemm_variant("h2_wgmma"), GgmlType::F16, GgmlType::F16, GgmlType::F32};
+  run_dense(r, Shape{1100, 2100, 200}, rng);
 }
 
 TEST(GemmGpu, QuantisedWeightsOnTensorCores) {

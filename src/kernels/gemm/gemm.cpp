@@ -29,6 +29,7 @@ const std::vector<GemmVariant>& gemm_variants() {
     register_sgemm_variants(out);
     register_sgemm_async_variants(out);
     register_hgemm_variants(out);
+    register_wgmma_variants(out);
     register_qgemm_variants(out);
     return out;
   }();
@@ -86,7 +87,7 @@ Status gemm(const GemmProblem& p, cudaStream_t s) {
       return v->launch(p, parse_config(e->config), s);
     }
   }
-  for (const char* name : {"q1_mma", "h1_mma", "s6_cp_async"}) {  // untuned: the top rung that takes it
+  for (const char* name : {"q1_mma", "h2_wgmma", "h1_mma", "s6_cp_async"}) {  // untuned: the top rung that takes it
     const GemmVariant* v = find_gemm_variant(name);
     if (v && v->supports(p)) {
       if (Status st = gemm_validate(p, *v); !st) return st;

@@ -18,6 +18,7 @@ inline Status gemm_launch_status(const char* what) {
 void register_sgemm_variants(std::vector<GemmVariant>& out);        // sgemm.cu
 void register_sgemm_async_variants(std::vector<GemmVariant>& out);  // sgemm_async.cu
 void register_hgemm_variants(std::vector<GemmVariant>& out);        // hgemm_mma.cu
+void register_wgmma_variants(std::vector<GemmVariant>& out);        // hgemm_wgmma.cu
 void register_qgemm_variants(std::vector<GemmVariant>& out);        // qgemm_mma.cu
 
 namespace gemm_detail {
