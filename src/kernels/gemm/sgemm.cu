@@ -45,7 +45,7 @@ __device__ __forceinline__ void tile_coord(const FOperand& x, int e, int& o, int
   else kk = e / kTile, o = e % kTile;
 }
 
-__global__ void __launch_bounds__(kThreads) s2_regtile(FOperand a, FOperand b, FOut c) {
+__global__ void __launch_bounds__(kThreads, 2) s2_regtile(FOperand a, FOperand b, FOut c) {
   constexpr int kBk = 8;
   constexpr layout::Layout kBlocked8 = blocked8();
   __shared__ float as[kTile][kBk + 1], bs[kBk][kTile];  // A not transposed yet: as[m][k]
@@ -97,7 +97,7 @@ struct Chunk {
 };
 
 template <bool kDbuf, bool kWarpArranged>
-__global__ void __launch_bounds__(kThreads) s3_to_s5(FOperand a, FOperand b, FOut c) {
+__global__ void __launch_bounds__(kThreads, 2) s3_to_s5(FOperand a, FOperand b, FOut c) {
   constexpr int kBk = 8, kBufs = kDbuf ? 2 : 1;
   constexpr layout::Layout kOwn = kWarpArranged ? strided4x2() : blocked8();  // a thread's rows / cols
   __shared__ __align__(16) float as[kBufs][kBk][kTile + kPad], bs[kBufs][kBk][kTile + kPad];

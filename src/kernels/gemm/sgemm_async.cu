@@ -45,7 +45,7 @@ __device__ __forceinline__ void issue_tile(const FOperand& x, int64_t o0, int64_
 }
 
 template <int kBk, int kStages>
-__global__ void __launch_bounds__(kThreads) s6_cp_async(FOperand a, FOperand b, FOut c) {
+__global__ void __launch_bounds__(kThreads, 2) s6_cp_async(FOperand a, FOperand b, FOut c) {
   constexpr layout::Layout kStrided4x2 = strided4x2();
   extern __shared__ __align__(16) float smem[];
   auto* as = reinterpret_cast<KTile<kBk>*>(smem);

@@ -76,7 +76,7 @@ struct PlainB {
 };
 
 template <class T, int kBm, int kBn, int kStages, class BPolicy>
-__global__ void __launch_bounds__(kThreads) tc_gemm_kernel(const T* __restrict__ a, int64_t lda,
+__global__ void __launch_bounds__(kThreads, 2) tc_gemm_kernel(const T* __restrict__ a, int64_t lda,
                                                            typename BPolicy::Args b, Out out, int64_t m, int64_t n,
                                                            int64_t k) {
   constexpr int kWtm = kBm / 2, kWtn = kBn / 4, kMt = kWtm / 16, kNt = kWtn / 8;
