@@ -20,7 +20,6 @@
 
 #include <map>
 #include <set>
-#include <sstream>
 #endif
 
 namespace lamina::cli {
@@ -42,14 +41,6 @@ struct TuneArgs {
 
 #if defined(LAMINA_HAVE_CUDA)
 using namespace lamina::kernels;
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string t;
-  while (std::getline(ss, t, ',')) if (!t.empty()) out.push_back(t);
-  return out;
-}
 
 void cuda_check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("{}: {}", what, cudaGetErrorString(e));
@@ -101,14 +92,14 @@ void run_kbench_gemv(KbenchArgs a) {
   fmt::print("| {:<12} | {:>2} | {:<5} | {:<34} | {:>9} | {:>7} | {:>6} | {:>8} |\n", "N x K", "b", "type",
              "variant (config)", "µs", "GB/s", "% copy", "vs cuBLAS");
   fmt::print("|{:-<14}|{:-<4}|{:-<7}|{:-<36}|{:->11}|{:->9}|{:->8}|{:->10}|\n", "", "", "", "", "", "", "", "");
-  for (const auto& shape : split(a.shapes)) {
+  for (const auto& shape : split_list(a.shapes)) {
     int64_t n = 0, k = 0;
     if (std::sscanf(shape.c_str(), "%ldx%ld", &n, &k) != 2 || n <= 0 || k <= 0) fail("bad shape '{}' (want NxK)", shape);
-    for (const auto& bs : split(a.batches)) {
+    for (const auto& bs : split_list(a.batches)) {
       const int batch = std::stoi(bs);
       if (batch < 1 || batch > kGemvMaxBatch) fail("batch {} out of range 1..8", batch);
       std::map<std::string, double> cublas_us;  // by dtype
-      for (const auto& tn : split(a.types)) {
+      for (const auto& tn : split_list(a.types)) {
         const auto t = parse_type(tn);
         if (!t) fail("unknown type '{}'", tn);
         if (k % traits(*t).block_elems) continue;
@@ -164,7 +155,7 @@ void run_tune(const TuneArgs& a) {
   if (const GgufTensor* te = f.find_tensor("token_embd.weight"); te && !f.find_tensor("output.weight"))
     shapes.insert({te->type, te->ne[1], te->ne[0]});  // tied output
   for (const auto& [type, n, k] : shapes)
-    for (const auto& bs : split(a.batches)) {
+    for (const auto& bs : split_list(a.batches)) {
       for (WeightLayout layout : {WeightLayout::Gguf, WeightLayout::Repacked}) {
         GemvProblem p;
         p.wtype = type;

@@ -19,15 +19,11 @@
 
 #include <algorithm>
 #include <map>
-#include <sstream>
 #endif
 
+#include <sstream>
+
 namespace lamina::cli {
-
-#if defined(LAMINA_HAVE_CUDA)
-using namespace lamina::kernels;
-
-namespace {
 
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
@@ -36,6 +32,11 @@ std::vector<std::string> split_list(const std::string& s) {
   while (std::getline(ss, t, ',')) if (!t.empty()) out.push_back(t);
   return out;
 }
+
+#if defined(LAMINA_HAVE_CUDA)
+using namespace lamina::kernels;
+
+namespace {
 
 struct Entry {
   int64_t m, n, k;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace lamina::cli {
 
@@ -13,5 +14,8 @@ struct KbenchGemmArgs {
 };
 
 void run_kbench_gemm(const KbenchGemmArgs& a);
+
+// "a,b,,c" -> {"a", "b", "c"} (the list options of kbench and tune).
+std::vector<std::string> split_list(const std::string& s);
 
 }  // namespace lamina::cli

@@ -2,6 +2,7 @@
 // edge shapes (M, N, K not multiples of the tiles), padded leading dimensions, alpha/beta, C
 // poisoned with NaN (and its padding checked untouched), every config, every output type.
 #include "core/half.h"
+#include "gpu_test_util.h"
 #include "format/quant.h"
 #include "kernels/gemm/gemm.h"
 
@@ -16,14 +17,6 @@ using namespace lamina;
 using namespace lamina::kernels;
 
 namespace {
-
-#define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << cudaGetErrorString(x)
-
-struct DeviceBuf {
-  void* p = nullptr;
-  explicit DeviceBuf(size_t n) { cudaMalloc(&p, n); }
-  ~DeviceBuf() { cudaFree(p); }
-};
 
 struct Shape {
   int64_t m, n, k;

@@ -1,6 +1,7 @@
 // Every GEMV variant against a CPU fp64 reference: every weight type it takes, batch 1..8, odd
 // N, K not a multiple of the vector width where the type allows, poisoned outputs, epilogues.
 #include "core/half.h"
+#include "gpu_test_util.h"
 #include "format/quant.h"
 #include "kernels/gemv/gemv.h"
 
@@ -16,15 +17,6 @@ using namespace lamina;
 using namespace lamina::kernels;
 
 namespace {
-
-#define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << cudaGetErrorString(x)
-
-struct DeviceBuf {
-  void* p = nullptr;
-  explicit DeviceBuf(size_t n) { cudaMalloc(&p, n); }
-  ~DeviceBuf() { cudaFree(p); }
-  template <class T> T* as() const { return static_cast<T*>(p); }
-};
 
 struct Case {
   std::string variant;

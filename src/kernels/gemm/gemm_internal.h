@@ -23,6 +23,11 @@ void register_qgemm_variants(std::vector<GemmVariant>& out);        // qgemm_mma
 
 namespace gemm_detail {
 
+// The SGEMM rungs take f32 A, B and C.
+inline bool f32_only(const GemmProblem& p) {
+  return p.a_type == GgmlType::F32 && p.b_type == GgmlType::F32 && p.c_type == GgmlType::F32;
+}
+
 // An f32 operand seen as X[outer][k]: A is (outer = m), B is (outer = n). k_contig says whether
 // k is the contiguous index (row-major A, column-major B).
 struct FOperand {

@@ -74,12 +74,7 @@ __global__ void __launch_bounds__(kThreads, 2) s2_regtile(FOperand a, FOperand b
     }
     __syncthreads();
   }
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-#pragma unroll
-    for (int j = 0; j < 8; j += 4)
-      store4(c, m0 + tr * 8 + kBlocked8(i), n0 + tc * 8 + kBlocked8(j),
-             make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]));
+  store_8x8<false>(c, m0 + tr * 8, n0 + tc * 8, acc);
 }
 
 // One float4 chunk of a kTile x 8 tile per thread: its coordinate and its store into the
@@ -99,7 +94,6 @@ struct Chunk {
 template <bool kDbuf, bool kWarpArranged>
 __global__ void __launch_bounds__(kThreads, 2) s3_to_s5(FOperand a, FOperand b, FOut c) {
   constexpr int kBk = 8, kBufs = kDbuf ? 2 : 1;
-  constexpr layout::Layout kOwn = kWarpArranged ? strided4x2() : blocked8();  // a thread's rows / cols
   __shared__ __align__(16) float as[kBufs][kBk][kTile + kPad], bs[kBufs][kBk][kTile + kPad];
   const int t = threadIdx.x;
   const int ty = kWarpArranged ? warp_arranged_ty(t) : t / 16, tx = kWarpArranged ? warp_arranged_tx(t) : t % 16;
@@ -109,18 +103,7 @@ __global__ void __launch_bounds__(kThreads, 2) s3_to_s5(FOperand a, FOperand b, 
   float acc[8][8] = {};
   auto compute = [&](int buf) {
 #pragma unroll
-    for (int p = 0; p < kBk; ++p) {
-      float av[8], bv[8];
-#pragma unroll
-      for (int h = 0; h < 8; h += 4) {
-        *reinterpret_cast<float4*>(&av[h]) = *reinterpret_cast<const float4*>(&as[buf][p][row0 + kOwn(h)]);
-        *reinterpret_cast<float4*>(&bv[h]) = *reinterpret_cast<const float4*>(&bs[buf][p][col0 + kOwn(h)]);
-      }
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] += av[i] * bv[j];
-    }
+    for (int p = 0; p < kBk; ++p) outer_product_8x8<kWarpArranged>(as[buf][p], bs[buf][p], row0, col0, acc);
   };
   const int64_t tiles = (a.k + kBk - 1) / kBk;
   if constexpr (kDbuf) {
@@ -144,11 +127,7 @@ __global__ void __launch_bounds__(kThreads, 2) s3_to_s5(FOperand a, FOperand b, 
       __syncthreads();
     }
   }
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-#pragma unroll
-    for (int j = 0; j < 8; j += 4)
-      store4(c, m0 + row0 + kOwn(i), n0 + col0 + kOwn(j), make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]));
+  store_8x8<kWarpArranged>(c, m0 + row0, n0 + col0, acc);
 }
 
 dim3 tiles_grid(const GemmProblem& p, int tile) {
@@ -171,10 +150,6 @@ template <bool kDbuf, bool kWarp>
 Status run_s3_5(const GemmProblem& p, const GemmConfig&, cudaStream_t s) {
   s3_to_s5<kDbuf, kWarp><<<tiles_grid(p, kTile), kThreads, 0, s>>>(operand_a(p), operand_b(p), out_c(p));
   return gemm_launch_status("s3..s5");
-}
-
-bool f32_only(const GemmProblem& p) {
-  return p.a_type == GgmlType::F32 && p.b_type == GgmlType::F32 && p.c_type == GgmlType::F32;
 }
 
 }  // namespace

@@ -46,7 +46,6 @@ __device__ __forceinline__ void issue_tile(const FOperand& x, int64_t o0, int64_
 
 template <int kBk, int kStages>
 __global__ void __launch_bounds__(kThreads, 2) s6_cp_async(FOperand a, FOperand b, FOut c) {
-  constexpr layout::Layout kStrided4x2 = strided4x2();
   extern __shared__ __align__(16) float smem[];
   auto* as = reinterpret_cast<KTile<kBk>*>(smem);
   auto* bs = as + kStages;
@@ -72,25 +71,9 @@ __global__ void __launch_bounds__(kThreads, 2) s6_cp_async(FOperand a, FOperand 
     mma::cp_async_commit();
     const int st = int(kt % kStages);
 #pragma unroll
-    for (int p = 0; p < kBk; ++p) {
-      float av[8], bv[8];
-#pragma unroll
-      for (int h = 0; h < 8; h += 4) {
-        *reinterpret_cast<float4*>(&av[h]) = *reinterpret_cast<const float4*>(&as[st][p][row0 + kStrided4x2(h)]);
-        *reinterpret_cast<float4*>(&bv[h]) = *reinterpret_cast<const float4*>(&bs[st][p][col0 + kStrided4x2(h)]);
-      }
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] += av[i] * bv[j];
-    }
+    for (int p = 0; p < kBk; ++p) outer_product_8x8<true>(as[st][p], bs[st][p], row0, col0, acc);
   }
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-#pragma unroll
-    for (int j = 0; j < 8; j += 4)
-      store4(c, m0 + row0 + kStrided4x2(i), n0 + col0 + kStrided4x2(j),
-             make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]));
+  store_8x8<true>(c, m0 + row0, n0 + col0, acc);
 }
 
 template <int kBk, int kStages>
@@ -110,10 +93,6 @@ Status run_s6(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
   if (c.bk == 16 && c.stages == 3) return launch<16, 3>(p, s);
   if (c.bk == 16 && c.stages == 4) return launch<16, 4>(p, s);
   return Status::error("s6_cp_async: no instance for config " + c.str());
-}
-
-bool f32_only(const GemmProblem& p) {
-  return p.a_type == GgmlType::F32 && p.b_type == GgmlType::F32 && p.c_type == GgmlType::F32;
 }
 
 }  // namespace

@@ -61,4 +61,33 @@ LAMINA_LHD layout::Layout strided4x2() { return layout::make_layout({4, 2}, {1, 
 __device__ __forceinline__ int warp_arranged_ty(int tid) { return 4 * ((tid / 32) / 2) + (tid % 32) / 8; }
 __device__ __forceinline__ int warp_arranged_tx(int tid) { return 8 * ((tid / 32) % 2) + (tid % 32) % 8; }
 
+// One k of the 8 x 8 outer product: a_k / b_k are row k of the k-major shared tiles; the thread's
+// rows and columns start at row0 / col0 and follow the blocked or strided layout (two float4 each).
+template <bool kStrided>
+__device__ __forceinline__ void outer_product_8x8(const float* a_k, const float* b_k, int row0, int col0,
+                                                  float (&acc)[8][8]) {
+  constexpr layout::Layout own = kStrided ? strided4x2() : blocked8();
+  float av[8], bv[8];
+#pragma unroll
+  for (int h = 0; h < 8; h += 4) {
+    *reinterpret_cast<float4*>(&av[h]) = *reinterpret_cast<const float4*>(a_k + row0 + own(h));
+    *reinterpret_cast<float4*>(&bv[h]) = *reinterpret_cast<const float4*>(b_k + col0 + own(h));
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] += av[i] * bv[j];
+}
+
+// The thread's 8 x 8 outputs into C (rows from r0, columns from c0, same layout as above).
+template <bool kStrided>
+__device__ __forceinline__ void store_8x8(const FOut& c, int64_t r0, int64_t c0, const float (&acc)[8][8]) {
+  constexpr layout::Layout own = kStrided ? strided4x2() : blocked8();
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; j += 4)
+      store4(c, r0 + own(i), c0 + own(j), make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]));
+}
+
 }  // namespace lamina::kernels::gemm_detail
