@@ -39,9 +39,9 @@ for line in open(sys.argv[1], encoding='utf-8'):
     elif entry['best'] is None or val[0] < entry['best'][0]:
         entry['best'] = val
 if gemm:
-    print(f"{'M x N x K':<18} {'type':<5} {'best lamina variant':<40} {'TFLOP/s':>8} {'cuBLAS':>8} {'% cuBLAS':>8}")
+    print(f"{'M x N x K':<18} {'type':<5} {'best lamina variant':<56} {'TFLOP/s':>8} {'cuBLAS':>8} {'% cuBLAS':>8}")
 for (shape, t), e in gemm.items():
     if not e['best'] or not e['cublas']:
         continue
     us, v, tf = e['best']
-    print(f"{shape:<18} {t:<5} {v:<40.40} {tf:>8.1f} {e['cublas'][2]:>8.1f} {100 * e['cublas'][0] / us:>7.1f}%")
+    print(f"{shape:<18} {t:<5} {v:<56.56} {tf:>8.1f} {e['cublas'][2]:>8.1f} {100 * e['cublas'][0] / us:>7.1f}%")

@@ -110,9 +110,9 @@ void run_kbench_gemm(const KbenchGemmArgs& a) {
     }
   }
   fmt::print("device: {} ({} SMs)\n\n", prop.name, prop.multiProcessorCount);
-  fmt::print("| {:<18} | {:<5} | {:<38} | {:>10} | {:>8} | {:>8} |\n", "M x N x K", "type", "variant (config)", "µs",
+  fmt::print("| {:<18} | {:<5} | {:<56} | {:>10} | {:>8} | {:>8} |\n", "M x N x K", "type", "variant (config)", "µs",
              "TFLOP/s", "% cuBLAS");
-  fmt::print("|{:-<20}|{:-<7}|{:-<40}|{:->12}|{:->10}|{:->10}|\n", "", "", "", "", "", "");
+  fmt::print("|{:-<20}|{:-<7}|{:-<58}|{:->12}|{:->10}|{:->10}|\n", "", "", "", "", "", "");
   for (const auto& e : entries) {
     const std::string shape = fmt::format("{}x{}x{}", e.m, e.n, e.k);
     const double flops = 2.0 * double(e.m) * double(e.n) * double(e.k);
@@ -125,7 +125,7 @@ void run_kbench_gemm(const KbenchGemmArgs& a) {
       if (!cublas.count(base_t)) cublas[base_t] = time_cublas(h, base_t, e.m, e.n, e.k, a.reps, s);
       const double base = cublas[base_t];
       auto row = [&](const std::string& name, double us) {
-        fmt::print("| {:<18} | {:<5} | {:<38.38} | {:>10.1f} | {:>8.1f} | {:>7.1f}% |\n", shape, tn, name, us,
+        fmt::print("| {:<18} | {:<5} | {:<56.56} | {:>10.1f} | {:>8.1f} | {:>7.1f}% |\n", shape, tn, name, us,
                    flops / (us * 1e-6) / 1e12, 100.0 * base / us);
       };
       row(fmt::format("cuBLAS ({} GemmEx)", type_name(base_t)), base);

@@ -10,7 +10,8 @@
 
 struct DeviceBuf {
   void* p = nullptr;
-  explicit DeviceBuf(size_t n) { cudaMalloc(&p, n); }
+  size_t n = 0;
+  explicit DeviceBuf(size_t bytes) : n(bytes) { cudaMalloc(&p, bytes); }
   ~DeviceBuf() { cudaFree(p); }
   DeviceBuf(const DeviceBuf&) = delete;
   DeviceBuf& operator=(const DeviceBuf&) = delete;

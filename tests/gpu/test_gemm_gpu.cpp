@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -109,6 +110,10 @@ void check(const GemmRun& r, const Shape& s, const HostMatrix& a, const std::vec
   const double tol = tc ? 1e-4 : 2e-5;
   const double out_ulp = r.c_type == GgmlType::F32 ? 0 : r.c_type == GgmlType::F16 ? 1.0 / 1024 : 1.0 / 128;
   for (const GemmConfig& cfg : r.v->configs) {
+    SCOPED_TRACE(cfg.str());
+    DeviceBuf ws(std::max<size_t>(gemm_workspace_bytes(p, cfg), 1));
+    CUDA_OK(cudaMemset(ws.p, 0xFF, ws.n));  // split-K partials: poisoned, every one must be written
+    p.workspace = ws.p, p.workspace_bytes = gemm_workspace_bytes(p, cfg);
     CUDA_OK(cudaMemcpy(dc.p, c0.data(), c_bytes, cudaMemcpyHostToDevice));
     st = r.v->launch(p, cfg, nullptr);
     ASSERT_TRUE(st.ok) << st.message;
@@ -186,38 +191,56 @@ TEST(GemmGpu, HgemmHopperWgmma) {
   run_dense(r, Shape{1100, 2100, 200}, rng);
 }
 
+// W [n][k] quantised row by row; the reference uses the dequantised values rounded to A's
+// type (what the kernels feed the tensor cores).
+void run_quant(const GemmVariant* v, GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const size_t rb = row_bytes(wt, s.k);
+  std::vector<uint8_t> w(rb * size_t(s.n));
+  std::vector<float> row(size_t(s.k)), deq(size_t(s.k));
+  std::vector<double> bvals(size_t(s.k * s.n));
+  for (int64_t j = 0; j < s.n; ++j) {
+    for (auto& f : row) f = nd(rng);
+    quantize_row(wt, row.data(), w.data() + size_t(j) * rb, s.k);
+    dequantize_row(wt, w.data() + size_t(j) * rb, deq.data(), s.k);
+    for (int64_t p = 0; p < s.k; ++p) bvals[size_t(p * s.n + j)] = round_to(at, deq[size_t(p)]);
+  }
+  std::vector<uint8_t> image = w;
+  if (wt != GgmlType::Q4_K) {  // the repacked planes, made on the device by gemv_repack
+    DeviceBuf raw(w.size()), out(gemv_repacked_bytes(wt, s.n, s.k));
+    CUDA_OK(cudaMemcpy(raw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+    const Status st = gemv_repack(wt, raw.p, s.n, s.k, out.p, nullptr);
+    ASSERT_TRUE(st.ok) << st.message;
+    image.resize(gemv_repacked_bytes(wt, s.n, s.k));
+    CUDA_OK(cudaMemcpy(image.data(), out.p, image.size(), cudaMemcpyDeviceToHost));
+  }
+  const HostMatrix a = dense(at, s.m, s.k, false, s.k, rng);
+  check(GemmRun{v, at, wt, GgmlType::F32}, s, a, bvals, image, 0, rng);
+}
+
 TEST(GemmGpu, QuantisedWeightsOnTensorCores) {
   std::mt19937 rng(3);
   const GemmVariant* v = find_gemm_variant("q1_mma");
   ASSERT_NE(v, nullptr);
-  std::normal_distribution<float> nd(0.f, 1.f);
   for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K})
     for (GgmlType at : {GgmlType::F16, GgmlType::BF16})
-      for (const Shape s : {Shape{77, 67, wt == GgmlType::Q4_K ? 512 : 96}, Shape{130, 129, 256}, Shape{3, 200, 256}}) {
-        // W [n][k] quantised row by row; the reference uses the dequantised values rounded to
-        // A's type (what the kernel feeds the tensor cores).
-        const size_t rb = row_bytes(wt, s.k);
-        std::vector<uint8_t> w(rb * size_t(s.n));
-        std::vector<float> row(size_t(s.k)), deq(size_t(s.k));
-        std::vector<double> bvals(size_t(s.k * s.n));
-        for (int64_t j = 0; j < s.n; ++j) {
-          for (auto& f : row) f = nd(rng);
-          quantize_row(wt, row.data(), w.data() + size_t(j) * rb, s.k);
-          dequantize_row(wt, w.data() + size_t(j) * rb, deq.data(), s.k);
-          for (int64_t p = 0; p < s.k; ++p) bvals[size_t(p * s.n + j)] = round_to(at, deq[size_t(p)]);
-        }
-        std::vector<uint8_t> image = w;
-        if (wt != GgmlType::Q4_K) {  // the repacked planes, made on the device by gemv_repack
-          DeviceBuf raw(w.size()), out(gemv_repacked_bytes(wt, s.n, s.k));
-          CUDA_OK(cudaMemcpy(raw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
-          const Status st = gemv_repack(wt, raw.p, s.n, s.k, out.p, nullptr);
-          ASSERT_TRUE(st.ok) << st.message;
-          image.resize(gemv_repacked_bytes(wt, s.n, s.k));
-          CUDA_OK(cudaMemcpy(image.data(), out.p, image.size(), cudaMemcpyDeviceToHost));
-        }
-        const HostMatrix a = dense(at, s.m, s.k, false, s.k, rng);
-        check(GemmRun{v, at, wt, GgmlType::F32}, s, a, bvals, image, 0, rng);
-      }
+      for (const Shape s : {Shape{77, 67, wt == GgmlType::Q4_K ? 512 : 96}, Shape{130, 129, 256}, Shape{3, 200, 256}})
+        run_quant(v, wt, at, s, rng);
+}
+
+TEST(GemmGpu, QuantisedWeightsHopperWgmma) {
+  cudaDeviceProp prop{};
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9) GTEST_SKIP() << "q2_wgmma needs an sm_90 GPU (this is sm_" << prop.major << prop.minor << ")";
+  std::mt19937 rng(5);
+  const GemmVariant* v = find_gemm_variant("q2_wgmma");
+  ASSERT_NE(v, nullptr);
+  // Edges: M and N not multiples of the tile (rows beyond N arrive as zeros), few k-steps
+  // (split-K units left empty), several tiles per block of the persistent grid. K is a multiple
+  // of 256 (q2_wgmma's TMA row-stride rule).
+  for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K})
+    for (const Shape s : {Shape{77, 67, 256}, Shape{130, 300, 512}, Shape{3, 200, 768}, Shape{700, 1500, 256}})
+      run_quant(v, wt, GgmlType::F16, s, rng);
 }
 
 TEST(GemmGpu, BadArgumentsAreRejectedBeforeLaunch) {

@@ -51,13 +51,30 @@ __device__ __forceinline__ uint64_t desc_k_major_sw128(const void* tile) {
   return ((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
-__device__ __forceinline__ void setmaxnreg_dec40() { asm volatile("setmaxnreg.dec.sync.aligned.u32 40;"); }
-__device__ __forceinline__ void setmaxnreg_inc232() { asm volatile("setmaxnreg.inc.sync.aligned.u32 232;"); }
+// Warpgroup register reallocation: a producer gives registers back, consumers take them.
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs)); }
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs)); }
+
+// Orders this thread's generic-proxy shared-memory writes before later async-proxy reads
+// (wgmma, TMA store) of the same bytes.
+__device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 // Host: a 2-D tensor map over a row-major [rows][cols] matrix of 16-bit elements with row stride
 // ld (elements), box [box_rows][box_cols] and 128-byte swizzle. Returns false when the driver
 // refuses (alignment, sizes) or the entry point is missing.
 bool encode_2d_sw128(CUtensorMap* map, bool bf16, const void* base, uint64_t rows, uint64_t cols, uint64_t ld,
                      uint32_t box_rows, uint32_t box_cols);
+
+// Host: a 2-D tensor map over a byte matrix [rows][cols] with row stride ld bytes (a multiple of
+// 16), box [box_rows][box_cols] and the given swizzle (box_cols at most the swizzle span).
+bool encode_2d_bytes(CUtensorMap* map, const void* base, uint64_t rows, uint64_t cols, uint64_t ld, uint32_t box_rows,
+                     uint32_t box_cols, CUtensorMapSwizzle swizzle);
+
+// Named barrier over a subset of the block's warps (id 1..15; 0 is __syncthreads).
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
 }  // namespace lamina::kernels::tma

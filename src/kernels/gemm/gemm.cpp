@@ -14,12 +14,12 @@ namespace lamina::kernels {
 
 std::string GemmConfig::str() const {
   return "bm=" + std::to_string(bm) + ",bn=" + std::to_string(bn) + ",bk=" + std::to_string(bk) +
-         ",stages=" + std::to_string(stages);
+         ",stages=" + std::to_string(stages) + (splits > 1 ? ",splits=" + std::to_string(splits) : "");
 }
 
 static GemmConfig parse_config(const std::string& s) {
   GemmConfig c;
-  std::sscanf(s.c_str(), "bm=%d,bn=%d,bk=%d,stages=%d", &c.bm, &c.bn, &c.bk, &c.stages);
+  std::sscanf(s.c_str(), "bm=%d,bn=%d,bk=%d,stages=%d,splits=%d", &c.bm, &c.bn, &c.bk, &c.stages, &c.splits);
   return c;
 }
 
@@ -30,6 +30,7 @@ const std::vector<GemmVariant>& gemm_variants() {
     register_sgemm_async_variants(out);
     register_hgemm_variants(out);
     register_wgmma_variants(out);
+    register_qgemm_wgmma_variants(out);
     register_qgemm_variants(out);
     return out;
   }();
@@ -49,6 +50,10 @@ size_t gemm_b_bytes(const GemmProblem& p) {
   if (is_quant(p.b_type))
     return p.b_layout == WeightLayout::Repacked ? gemv_repacked_bytes(p.b_type, p.n, p.k) : row_bytes(p.b_type, p.k) * size_t(p.n);
   return size_t(p.b_col_major ? p.n : p.k) * size_t(p.ldb) * elt_bytes(p.b_type);
+}
+
+size_t gemm_workspace_bytes(const GemmProblem& p, const GemmConfig& c) {
+  return c.splits > 1 ? size_t(c.splits) * size_t(p.m) * size_t(p.n) * sizeof(float) : 0;
 }
 
 Status gemm_validate(const GemmProblem& p, const GemmVariant& v) {
@@ -84,10 +89,12 @@ Status gemm(const GemmProblem& p, cudaStream_t s) {
   if (auto e = TuneCache::get("gemm").find(tune_key(p))) {
     if (const GemmVariant* v = find_gemm_variant(e->variant)) {
       if (Status st = gemm_validate(p, *v); !st) return st;
-      return v->launch(p, parse_config(e->config), s);
+      GemmConfig c = parse_config(e->config);
+      if (gemm_workspace_bytes(p, c) > p.workspace_bytes) c = v->configs.front();  // no room for split-K
+      return v->launch(p, c, s);
     }
   }
-  for (const char* name : {"q1_mma", "h2_wgmma", "h1_mma", "s6_cp_async"}) {  // untuned: the top rung that takes it
+  for (const char* name : {"q2_wgmma", "q1_mma", "h2_wgmma", "h1_mma", "s6_cp_async"}) {  // untuned: the top rung that takes it
     const GemmVariant* v = find_gemm_variant(name);
     if (v && v->supports(p)) {
       if (Status st = gemm_validate(p, *v); !st) return st;
@@ -103,9 +110,12 @@ std::vector<GemmTiming> gemm_time_variants(const GemmProblem& shape, bool all_co
   GemmProblem p = shape;
   const size_t a_bytes = size_t(p.a_col_major ? p.k : p.m) * size_t(p.lda) * elt_bytes(p.a_type);
   const size_t b_bytes = gemm_b_bytes(p), c_bytes = size_t(p.m) * size_t(p.ldc) * elt_bytes(p.c_type);
-  void *a = nullptr, *b = nullptr, *c = nullptr;
+  size_t ws_bytes = 0;
+  for (const auto& v : gemm_variants())
+    for (const auto& c : v.configs) ws_bytes = std::max(ws_bytes, gemm_workspace_bytes(p, c));
+  void *a = nullptr, *b = nullptr, *c = nullptr, *ws = nullptr;
   const bool ok = cudaMalloc(&a, a_bytes) == cudaSuccess && cudaMalloc(&b, b_bytes) == cudaSuccess &&
-                  cudaMalloc(&c, c_bytes) == cudaSuccess;
+                  cudaMalloc(&c, c_bytes) == cudaSuccess && (ws_bytes == 0 || cudaMalloc(&ws, ws_bytes) == cudaSuccess);
   if (ok) {
     // Fresh random data: f32 operands as floats; 16-bit and quantised ones as random bytes
     // (the speed of the tensor cores does not depend on the values).
@@ -113,7 +123,7 @@ std::vector<GemmTiming> gemm_time_variants(const GemmProblem& shape, bool all_co
     else fill_random_bytes(a, a_bytes, 11, s);
     if (p.b_type == GgmlType::F32) fill_random_floats(static_cast<float*>(b), b_bytes / 4, 12, 1.f, s);
     else fill_random_bytes(b, b_bytes, 12, s);
-    p.a = a, p.b = b, p.c = c;
+    p.a = a, p.b = b, p.c = c, p.workspace = ws, p.workspace_bytes = ws_bytes;
     for (const auto& v : gemm_variants()) {
       if (!gemm_validate(p, v)) continue;
       const size_t n_cfg = all_configs ? v.configs.size() : 1;
@@ -128,6 +138,7 @@ std::vector<GemmTiming> gemm_time_variants(const GemmProblem& shape, bool all_co
   cudaFree(a);
   cudaFree(b);
   cudaFree(c);
+  cudaFree(ws);
   if (record) {
     const GemmTiming* best = nullptr;
     for (const auto& t : out)

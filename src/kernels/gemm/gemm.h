@@ -8,6 +8,8 @@
 // Types: SGEMM: A, B, C f32 in any of the four layouts. HGEMM: A row-major f16/bf16, B
 // column-major of the same type, C f32/f16/bf16. Quantised GEMM: A row-major f16/bf16, B a
 // weight matrix in Q8_0 / Q4_0 (the repacked planes of gemv_repack) or Q4_K (GGUF blocks).
+// Split-K (GemmConfig::splits > 1): each K range writes f32 partials to the workspace
+// [splits][m][n]; a second kernel sums them and applies alpha, beta and C's type.
 //
 // Variants are registered with a config space; the autotuner (kernels/autotune, family "gemm")
 // times them per shape and device and gemm() uses its choice.
@@ -36,11 +38,16 @@ struct GemmProblem {
   void* c = nullptr;        // device
   int64_t ldc = 0;
   float alpha = 1.f, beta = 0.f;
+  // Scratch for split-K configs (f32 partial sums, gemm_workspace_bytes); a config that needs
+  // more than is given here is refused (gemm() then falls back to the variant's first config).
+  void* workspace = nullptr;  // device
+  size_t workspace_bytes = 0;
 };
 
 struct GemmConfig {
   int bm = 128, bn = 128, bk = 8;  // block tile
   int stages = 1;                  // shared-memory pipeline depth
+  int splits = 1;                  // split-K: K ranges computed by separate blocks, then summed
   std::string str() const;
 };
 
@@ -61,6 +68,9 @@ Status gemm_validate(const GemmProblem& p, const GemmVariant& v);
 
 // Runs the best known variant/config for the problem (autotune cache, else a default).
 Status gemm(const GemmProblem& p, cudaStream_t s);
+
+// Scratch a config needs for this problem (0 without split-K).
+size_t gemm_workspace_bytes(const GemmProblem& p, const GemmConfig& c);
 
 // Bytes of a B operand (for buffers in tests and benchmarks).
 size_t gemm_b_bytes(const GemmProblem& p);

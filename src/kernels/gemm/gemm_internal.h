@@ -20,6 +20,11 @@ void register_sgemm_async_variants(std::vector<GemmVariant>& out);  // sgemm_asy
 void register_hgemm_variants(std::vector<GemmVariant>& out);        // hgemm_mma.cu
 void register_wgmma_variants(std::vector<GemmVariant>& out);        // hgemm_wgmma.cu
 void register_qgemm_variants(std::vector<GemmVariant>& out);        // qgemm_mma.cu
+void register_qgemm_wgmma_variants(std::vector<GemmVariant>& out);  // qgemm_wgmma.cu
+
+// Split-K epilogue (gemm_splitk.cu): C = alpha * sum of the [splits][m][n] f32 partials in
+// p.workspace + beta * C, written in C's type.
+Status splitk_reduce(const GemmProblem& p, int splits, cudaStream_t s);
 
 namespace gemm_detail {
 

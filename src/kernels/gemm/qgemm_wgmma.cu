@@ -1,0 +1,32 @@
+// q2_wgmma registration and dispatch; the kernels are in qgemm_wgmma.cuh, instantiated per weight
+// type in qgemm_wgmma_<type>.cu (three translation units compile in parallel).
+#include "kernels/gemm/qgemm_wgmma.cuh"
+
+namespace lamina::kernels {
+namespace {
+
+Status run_q2(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
+  if (p.b_type == GgmlType::Q8_0) return qgemm_wgmma::run_q8_0(p, c, s);
+  if (p.b_type == GgmlType::Q4_0) return qgemm_wgmma::run_q4_0(p, c, s);
+  return qgemm_wgmma::run_q4_k(p, c, s);
+}
+
+// TMA needs 16-byte row strides: K a multiple of 256 (the d plane's rows are k/16 bytes).
+bool q2_supports(const GemmProblem& p) {
+  const bool repacked = (p.b_type == GgmlType::Q8_0 || p.b_type == GgmlType::Q4_0) && p.b_layout == WeightLayout::Repacked;
+  const bool q4k = p.b_type == GgmlType::Q4_K && p.b_layout == WeightLayout::Gguf;
+  return wgmma_gemm::hopper() && p.a_type == GgmlType::F16 && (repacked || q4k) && !p.a_col_major && p.b_col_major &&
+         p.k % 256 == 0;
+}
+
+}  // namespace
+
+void register_qgemm_wgmma_variants(std::vector<GemmVariant>& out) {
+  // Stages: what the shared memory holds next to the ring of raw weight bytes (2 x 4 k-steps).
+  GemmConfig split2{128, 128, 64, 4}, split4{128, 128, 64, 4};
+  split2.splits = 2, split4.splits = 4;
+  out.push_back({"q2_wgmma", "Hopper: the h2_wgmma pipeline with producer warpgroups dequantising W into the stage",
+                 q2_supports, run_q2, {GemmConfig{128, 128, 64, 4}, split2, split4}, false});
+}
+
+}  // namespace lamina::kernels

@@ -1,0 +1,253 @@
+// q2_wgmma: quantised weights on Hopper tensor cores — the wgmma_gemm.cuh mainloop with a
+// producer warpgroup that dequantises. A (f16 activations) arrives by TMA as in h2_wgmma. The
+// quantised bytes of W arrive by TMA too, up to 8 k-steps ahead, into a ring of raw slots; each
+// producer thread then owns part of the stage's rows (half a row or two): it reads their bytes from
+// the slot, converts them to f16 with integer tricks (no conversion instructions for Q8_0/Q4_0),
+// writes them in the 128-byte-swizzled layout wgmma reads, fences the async proxy and arrives
+// on the stage's "full" barrier. No dequantised copy of W exists in memory.
+//
+// Measured (ncu, M=512 Q8_0): an earlier version fetched the raw bytes with per-thread loads
+// (registers, then cp.async); the proxy fence each thread needs before its arrival then also
+// waited for those loads, one memory latency per k-step (1.1 us/step, 42 % of cuBLAS f16).
+// TMA copies are not the thread's generic-proxy accesses, so the fence only covers the stores.
+//
+// W as TMA boxes over byte views, 4 k-steps (256 weights per row) per ring slot:
+//   Q8_0, Q4_0: the repacked planes of gemv_repack (quants [n][k or k/2], then f16 d [n][k/32])
+//   Q4_K:       GGUF super-blocks read in place (d, dmin, 12 scale bytes, 128 quant bytes;
+//               sub-blocks 2j and 2j+1 are the low and high nibbles of quant bytes 32j..32j+31)
+// Slot layouts (issue_raw) keep each thread's 16-byte reads of its own row free of bank conflicts.
+// Values are rounded to f16 once after scaling, as a dequantised f16 copy would be.
+// Figures: docs/benchmarks.md (lamina kbench gemm).
+#pragma once
+
+#include "kernels/gemm/wgmma_gemm.cuh"
+
+namespace lamina::kernels::qgemm_wgmma {
+
+using wgmma_gemm::kBk;
+using wgmma_gemm::kWgThreads;
+
+enum QKind { kQ8_0, kQ4_0, kQ4_K };
+
+__device__ __forceinline__ __half2 as_h2(uint32_t u) { return *reinterpret_cast<const __half2*>(&u); }
+__device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
+__device__ __forceinline__ __half2 h2_const(uint16_t bits) { return as_h2(uint32_t(bits) * 0x10001u); }
+
+// Eight signed bytes (w0, w1) -> eight f16 q * d. Each byte, biased to q + 128, becomes the low
+// mantissa byte of f16 0x64xx = 1024 + q + 128, so subtracting 1152 leaves q exactly.
+__device__ __forceinline__ uint4 q8x8_to_f16(uint32_t w0, uint32_t w1, __half2 d) {
+  const uint32_t u0 = w0 ^ 0x80808080u, u1 = w1 ^ 0x80808080u;
+  const __half2 bias = h2_const(0x6480);  // 1152
+  const uint32_t h[4] = {__byte_perm(u0, 0x64646464u, 0x4140), __byte_perm(u0, 0x64646464u, 0x4342),
+                         __byte_perm(u1, 0x64646464u, 0x4140), __byte_perm(u1, 0x64646464u, 0x4342)};
+  uint32_t r[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) r[i] = as_u32(__hmul2(__hsub2(as_h2(h[i]), bias), d));
+  return {r[0], r[1], r[2], r[3]};
+}
+
+// Eight 4-bit values (the low or the high nibbles of the bytes of w0, w1) -> four half2 holding
+// the integers 0..15 exactly: the nibble sits under f16 exponent 0x64 (1024 + q, or 1024 + 16 q).
+__device__ __forceinline__ void nibbles_to_f16(uint32_t w0, uint32_t w1, bool high, __half2 (&q)[4]) {
+  const uint32_t w[2] = {w0, w1};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t pair = __byte_perm(w[i / 2], 0, i % 2 ? 0x4342 : 0x4140);  // bytes 2i', 2i'+1 -> low byte of each half
+    if (high) q[i] = __hfma2(as_h2((pair & 0x00F000F0u) | 0x64006400u), h2_const(0x2C00), h2_const(0xD400));  // /16 - 64
+    else q[i] = __hsub2(as_h2((pair & 0x000F000Fu) | 0x64006400u), h2_const(0x6400));                       // - 1024
+  }
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// Eight 4-bit values of Q4_K (low or high nibbles of the bytes of w0, w1) -> eight f16 of
+// q * ds - dm, computed in f32 as the reference dequantisation does (ds * q is exact in f32),
+// rounded to f16 once. The nibble becomes an f32 integer under exponent 0x4B (2^23 + q).
+__device__ __forceinline__ uint4 q4k_x8_to_f16(uint32_t w0, uint32_t w1, bool high, float ds, float dm) {
+  uint32_t r[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t w = i < 2 ? w0 : w1;
+    const int sh = 16 * (i % 2) + (high ? 4 : 0);
+    const float lo = __uint_as_float(0x4B000000u | ((w >> sh) & 15u)) - 8388608.f;
+    const float hi = __uint_as_float(0x4B000000u | ((w >> (sh + 8)) & 15u)) - 8388608.f;
+    r[i] = mma::pack2<__half>(fmaf(lo, ds, -dm), fmaf(hi, ds, -dm));
+  }
+  return {r[0], r[1], r[2], r[3]};
+}
+
+// Q4_K's 6-bit scale and min of sub-block j from the header words y, z, w (bytes 4..15).
+__device__ __forceinline__ void q4k_scale_min_words(int j, const uint4& h, float& sc, float& mn) {
+  auto byte = [&](int i) { return (word(h, 1 + i / 4) >> (8 * (i % 4))) & 0xFFu; };
+  if (j < 4) {
+    sc = float(byte(j) & 63u), mn = float(byte(j + 4) & 63u);
+  } else {
+    sc = float((byte(j + 4) & 0xFu) | ((byte(j - 4) >> 6) << 4));
+    mn = float((byte(j + 4) >> 4) | ((byte(j) >> 6) << 4));
+  }
+}
+
+template <QKind kKind, int kBn>
+struct DequantB {
+  static constexpr int kQBytes = kKind == kQ8_0 ? 64 : 32;  // quant bytes per row per k-step
+  struct Args {
+    CUtensorMap q;    // Q8_0, Q4_0: quant bytes, box [kBn][128]; Q4_K: whole super-blocks, box [kBn][144]
+    CUtensorMap aux;  // Q8_0, Q4_0: d words, box [kBn][16] (the d of 4 k-steps)
+  };
+  static constexpr uint32_t kTmaBytes = 0;
+  // Two producer warpgroups for BN = 128 (each thread converts half a row), one for BN = 256
+  // (each thread two rows).
+  static constexpr int kProducerWgs = kBn == 128 ? 2 : 1, kProducerThreads = kProducerWgs * kWgThreads;
+  static constexpr int kArrivals = kProducerThreads, kProducerRegs = 0;
+  static constexpr bool kAllThreads = true;
+  static constexpr int kRowSpan = kBn < kProducerThreads ? kBn : kProducerThreads;  // rows covered by one pass
+  static constexpr int kRows = kBn / kRowSpan;                                       // rows per thread
+  static constexpr int kParts = kProducerThreads / kRowSpan;                         // threads per row
+  static constexpr int kChunks = 8 / kParts;                                         // chunks per thread and row
+  // A ring slot holds 4 k-steps (256 weights per row: one Q4_K super-block), so that each TMA
+  // box row moves 128 or 144 bytes: with 32- or 64-byte box rows (one k-step) the copies were
+  // limited by the rate of row requests, not by bytes (Q8_0 and Q4_0 ran equally slowly).
+  static constexpr int kSlots = 2, kStepsPerSlot = 4;
+  static constexpr int kSlotRow = kKind == kQ8_0 ? 256 + 16 : 144;  // bytes per weight row per slot
+  template <int kB>
+  static constexpr size_t kSlotBytes = size_t(kB) * kSlotRow;
+
+  struct Row {
+    uint4 q[kQBytes / 16];
+    std::conditional_t<kKind == kQ4_K, uint4, uint32_t> aux;  // Q4_K header, or the two f16 d
+  };
+
+  // Thread 0: group g (k-steps 4g .. 4g+3) into a ring slot (rows beyond N arrive as zeros).
+  //   Q8_0  [2][kBn][128] quants (128-byte swizzle), then [kBn][16] d
+  //   Q4_0  [kBn][128] quants (128-byte swizzle), then [kBn][16] d
+  //   Q4_K  [kBn][144] super-blocks (16-byte header, 128 quant bytes), unswizzled: the 144-byte
+  //         row stride already spreads 8 rows over distinct bank groups
+  template <int>
+  __device__ static void issue_raw(const Args& b, int64_t n0, int g, uint8_t* slot, uint64_t* bar) {
+    tma::mbar_arrive_expect_tx(bar, uint32_t(kSlotBytes<kBn>));
+    if constexpr (kKind == kQ4_K) {
+      tma::load_2d(slot, &b.q, g * 144, int(n0), bar);
+    } else {
+      constexpr int kQ = 4 * kQBytes;  // quant bytes per row per slot
+      for (int h = 0; h < kQ / 128; ++h) tma::load_2d(slot + h * kBn * 128, &b.q, g * kQ + h * 128, int(n0), bar);
+      tma::load_2d(slot + kBn * kQ, &b.aux, g * 16, int(n0), bar);
+    }
+  }
+
+  // Row tr's bytes for k-step kt from its slot.
+  __device__ static Row read(const uint8_t* slot, int tr, int kt) {
+    Row x;
+    const int s4 = kt % 4;
+    if constexpr (kKind == kQ4_K) {
+      const uint8_t* row = slot + size_t(tr) * 144;
+      x.aux = *reinterpret_cast<const uint4*>(row);
+      x.q[0] = *reinterpret_cast<const uint4*>(row + 16 + 32 * s4);
+      x.q[1] = *reinterpret_cast<const uint4*>(row + 32 + 32 * s4);
+    } else {
+      // 16-byte chunk j of the step sits at logical chunk (s4 * kQBytes/16 + j) of a 128-byte
+      // swizzled row (physical chunk: logical ^ (tr % 8)); Q8_0 steps 2, 3 in the second half.
+      constexpr int kPer = kQBytes / 16;
+      const uint8_t* half = slot + (kKind == kQ8_0 ? (s4 / 2) * kBn * 128 : 0) + size_t(tr) * 128;
+      const int c0 = (kKind == kQ8_0 ? s4 % 2 : s4) * kPer;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) x.q[j] = *reinterpret_cast<const uint4*>(half + 16 * ((c0 + j) ^ (tr % 8)));
+      const uint4 a = *reinterpret_cast<const uint4*>(slot + size_t(kBn) * 4 * kQBytes + size_t(tr) * 16);
+      x.aux = word(a, s4);
+    }
+    return x;
+  }
+
+  // Chunk c (k = 8c .. 8c+7) of one row as eight f16.
+  __device__ static uint4 chunk(const Row& x, int c, const float (&ds)[2], const float (&dm)[2]) {
+    if constexpr (kKind == kQ8_0) {
+      const __half2 d = __half2half2(__ushort_as_half(uint16_t(x.aux >> (c < 4 ? 0 : 16))));
+      return q8x8_to_f16(word(x.q[c / 2], 2 * (c % 2)), word(x.q[c / 2], 2 * (c % 2) + 1), d);
+    } else if constexpr (kKind == kQ4_0) {
+      // block c/4; chunks 0, 1 of a block are the low nibbles of bytes 0..15, chunks 2, 3 the high
+      const int blk = c / 4, w0 = 2 * (c % 2);
+      __half2 v[4];
+      nibbles_to_f16(word(x.q[blk], w0), word(x.q[blk], w0 + 1), (c % 4) >= 2, v);
+      const __half2 d = __half2half2(__ushort_as_half(uint16_t(x.aux >> (16 * blk))));
+      const __half2 off = __hneg2(__hmul2(h2_const(0x4800), d));  // -8 d is exact: one rounding of (q - 8) d
+      uint32_t r[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) r[i] = as_u32(__hfma2(v[i], d, off));
+      return {r[0], r[1], r[2], r[3]};
+    } else {
+      // low nibbles of bytes 0..31 are sub-block 2j, the high nibbles sub-block 2j+1
+      const int byte0 = 8 * (c % 4), h = c >= 4 ? 1 : 0;
+      const uint4& q = x.q[byte0 / 16];
+      return q4k_x8_to_f16(word(q, (byte0 % 16) / 4), word(q, (byte0 % 16) / 4 + 1), h, ds[h], dm[h]);
+    }
+  }
+
+  // Chunks [kPart * kChunks, (kPart + 1) * kChunks) of row tr, converted and stored swizzled.
+  template <int kPart>
+  __device__ static void store_part(const uint8_t* slot, int tr, int kt, __half* stage) {
+    const Row x = read(slot, tr, kt);
+    float ds[2] = {}, dm[2] = {};
+    if constexpr (kKind == kQ4_K) {
+      const float d = __half2float(__ushort_as_half(uint16_t(x.aux.x)));
+      const float dmin = __half2float(__ushort_as_half(uint16_t(x.aux.x >> 16)));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float sc, mn;
+        q4k_scale_min_words(2 * (kt % 4) + h, x.aux, sc, mn);
+        ds[h] = d * sc, dm[h] = dmin * mn;
+      }
+    }
+    uint4* dst = reinterpret_cast<uint4*>(stage + size_t(tr) * kBk);  // a 128-byte row: 8 chunks
+#pragma unroll
+    for (int cc = 0; cc < kChunks; ++cc) {
+      const int c = kPart * kChunks + cc;
+      dst[c ^ (tr % 8)] = chunk(x, c, ds, dm);
+    }
+  }
+
+  template <int>
+  __device__ static void store(const Args&, int pt, int64_t, int kt, const uint8_t* slot, __half* stage, uint64_t* full) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int tr = pt % kRowSpan + r * kRowSpan;
+      if (kParts == 1 || pt < kRowSpan) store_part<0>(slot, tr, kt, stage);  // the part is uniform per warp
+      else store_part<kParts - 1>(slot, tr, kt, stage);
+    }
+    tma::fence_proxy_async_smem();  // the stores, before wgmma (async proxy) reads them
+    tma::mbar_arrive(full);
+  }
+};
+
+// Host: the tensor maps over W's bytes (false when the driver refuses them).
+template <QKind kKind, int kBn>
+bool make_args(const GemmProblem& p, typename DequantB<kKind, kBn>::Args& a) {
+  const auto* w = static_cast<const uint8_t*>(p.b);
+  const uint64_t n = uint64_t(p.n), k = uint64_t(p.k);
+  if constexpr (kKind == kQ4_K) {
+    const uint64_t row = k / 256 * 144;
+    return tma::encode_2d_bytes(&a.q, w, n, row, row, kBn, 144, CU_TENSOR_MAP_SWIZZLE_NONE);
+  } else {
+    const uint64_t row = kKind == kQ8_0 ? k : k / 2;
+    return tma::encode_2d_bytes(&a.q, w, n, row, row, kBn, 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
+           tma::encode_2d_bytes(&a.aux, w + n * row, n, k / 16, k / 16, kBn, 16, CU_TENSOR_MAP_SWIZZLE_NONE);
+  }
+}
+
+template <QKind kKind, int kBn, int kStages>
+Status launch(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
+  typename DequantB<kKind, kBn>::Args b{};
+  if (!make_args<kKind, kBn>(p, b)) return Status::error("q2_wgmma: the driver refused the TMA descriptors of W");
+  return wgmma_gemm::launch<__half, kBn, kStages, DequantB<kKind, kBn>>(p, c, b, "q2_wgmma", s);
+}
+
+// The instances of one weight type (one translation unit each: qgemm_wgmma_<type>.cu).
+template <QKind kKind>
+Status run_kind(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
+  if (c.bn == 128 && c.stages == 4) return launch<kKind, 128, 4>(p, c, s);
+  return Status::error("q2_wgmma: no instance for config " + c.str());
+}
+
+Status run_q8_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
+Status run_q4_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
+Status run_q4_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
+
+}  // namespace lamina::kernels::qgemm_wgmma

@@ -1,0 +1,8 @@
+// q2_wgmma instances for Q4_K weights (see qgemm_wgmma.cuh).
+#include "kernels/gemm/qgemm_wgmma.cuh"
+
+namespace lamina::kernels::qgemm_wgmma {
+
+Status run_q4_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) { return run_kind<kQ4_K>(p, c, s); }
+
+}  // namespace lamina::kernels::qgemm_wgmma

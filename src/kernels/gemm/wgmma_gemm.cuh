@@ -1,0 +1,257 @@
+// The Hopper GEMM mainloop (sm_90a), shared by h2_wgmma (f16/bf16 weights) and q2_wgmma
+// (quantised weights): C[m][n] = alpha * A[m][k] W[n][k]^T + beta * C.
+//
+//   block: the policy's producer warpgroups (1 or 2), then 2 consumer warpgroups: each owns 64
+//          rows of the 128 x BN tile and issues wgmma m64nBNk16 straight from shared memory
+//   stage: A [128][64] and W [BN][64] in the K-major 128-byte-swizzled layout of TMA (16-byte
+//          chunk c of row r stored at chunk c ^ (r % 8); rows of 128 bytes; tiles 1024-aligned)
+//   A:     one TMA box per stage (out-of-range elements arrive as zeros: any M, K tail)
+//   W:     a policy (BPolicy) fills the stage: TMA for f16/bf16 weights, or the producer
+//          warpgroup's 128 threads dequantising quantised rows into the swizzled layout
+//   sync:  full/empty mbarriers per stage; consumers release a stage once the wgmma reading it
+//          has retired (one wgmma batch kept in flight)
+//   grid:  persistent (one block per SM) over work units: output tiles in groups of 8
+//          block-rows for L2 reuse, each tile cut into `splits` K ranges (split-K for skinny
+//          shapes: partials go to the f32 workspace, splitk_reduce sums them)
+//   epilogue straight from the accumulator registers: alpha, beta, f32/f16/bf16, edges masked
+//
+// BPolicy provides:
+//   Args                     kernel argument (passed as __grid_constant__)
+//   kTmaBytes                bytes its TMA adds to a stage's transaction count
+//   kProducerWgs             producer warpgroups (1 or 2)
+//   kArrivals                producer-thread arrivals it adds to the "full" barrier
+//   kAllThreads              whether all 128 producer threads take part (else thread 0 only)
+//   kProducerRegs            setmaxnreg budget of the producer (0: no reallocation)
+//   kSlots, kSlotBytes<BN>,  a ring of raw weight bytes in shared memory (0: none), a slot per
+//   kStepsPerSlot            group of kStepsPerSlot k-steps; thread 0 refills a slot
+//                            (issue_raw(group), TMA on the slot's barrier) once all producer
+//                            threads are done with it (named barrier)
+//   store<BN>(b, pt, n0, kt, slot, stage, full)   fills a stage (from the slot, or by TMA) and
+//                            signals the full barrier
+#pragma once
+
+#include "kernels/common/tma.cuh"
+#include "kernels/common/wgmma_ops.cuh"
+#include "kernels/gemm/tc_gemm.cuh"
+
+#include <algorithm>
+
+namespace lamina::kernels::wgmma_gemm {
+
+inline constexpr int kBm = 128, kBk = 64, kWgThreads = 128;
+
+// Block size: the policy's producer warpgroups, then two consumer warpgroups.
+template <class BPolicy>
+inline constexpr int kThreadsOf = (BPolicy::kProducerWgs + 2) * kWgThreads;
+
+// Shared memory: [A stages][W stages][barriers: full, empty, raw_full (at most 64)][ring,
+// 1024-aligned for the swizzled TMA boxes], plus slack to align the base to 1024.
+template <class T, int kBn, int kStages>
+constexpr size_t ring_offset() {
+  return (size_t(kStages) * (kBm + kBn) * kBk * sizeof(T) + 64 * sizeof(uint64_t) + 1023) / 1024 * 1024;
+}
+template <class T, int kBn, int kStages, class BPolicy>
+constexpr size_t smem_bytes() {
+  static_assert(2 * kStages + BPolicy::kSlots <= 64, "barrier area");
+  return ring_offset<T, kBn, kStages>() + BPolicy::kSlots * BPolicy::template kSlotBytes<kBn> + 1024;
+}
+
+// Work unit u -> output tile (m0, n0), split index and k-step range [kt0, kt1).
+struct Schedule {
+  int64_t grid_m, grid_n, units;
+  int splits, ktiles, kt_per;
+  __device__ Schedule(int64_t m, int64_t n, int64_t k, int bn, int splits_)
+      : grid_m((m + kBm - 1) / kBm), grid_n((n + bn - 1) / bn), units(0), splits(splits_),
+        ktiles(int((k + kBk - 1) / kBk)), kt_per((ktiles + splits_ - 1) / splits_) {
+    units = grid_m * grid_n * splits;
+  }
+  __device__ void unit(int64_t u, int bn, int64_t& m0, int64_t& n0, int& split, int& kt0, int& kt1) const {
+    const int64_t t = u / splits, per_group = 8 * grid_n, first_m = (t / per_group) * 8;
+    const int64_t group_m = grid_m - first_m < 8 ? grid_m - first_m : 8;
+    split = int(u % splits);
+    m0 = (first_m + (t % per_group) % group_m) * kBm;
+    n0 = ((t % per_group) / group_m) * bn;
+    kt0 = split * kt_per;
+    kt1 = kt0 + kt_per < ktiles ? kt0 + kt_per : ktiles;
+  }
+};
+
+template <class T, int kBn, int kStages, class BPolicy>
+__global__ void __launch_bounds__(kThreadsOf<BPolicy>, 1)
+    wgmma_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ typename BPolicy::Args b,
+                      tc_gemm::Out out, int splits, int64_t m, int64_t n, int64_t k) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  T* sa = reinterpret_cast<T*>(smem);                  // [kStages][kBm][64], swizzled rows of 128 bytes
+  T* sw = sa + size_t(kStages) * kBm * kBk;            // [kStages][kBn][64]
+  uint64_t* full = reinterpret_cast<uint64_t*>(sw + size_t(kStages) * kBn * kBk);
+  uint64_t* empty = full + kStages;
+  uint64_t* raw_full = empty + kStages;  // [kSlots]
+  constexpr int kSlots = BPolicy::kSlots;
+  constexpr size_t kSlotBytes = BPolicy::template kSlotBytes<kBn>;
+  uint8_t* ring = smem + ring_offset<T, kBn, kStages>();  // [kSlots][kSlotBytes] raw weight bytes
+  constexpr int kConsumerWarps = 8;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s)
+      tma::mbar_init(&full[s], 1 + BPolicy::kArrivals), tma::mbar_init(&empty[s], kConsumerWarps);
+    for (int i = 0; i < kSlots; ++i) tma::mbar_init(&raw_full[i], 1);
+    tma::mbar_fence_init();
+  }
+  __syncthreads();
+  const Schedule sched(m, n, k, kBn, splits);
+  // First unit at or after u with a non-empty k range (split-K can leave the last ones empty).
+  auto seek = [&](int64_t& u, int64_t& m0, int64_t& n0, int& kt, int& kt1) {
+    for (int split; u < sched.units; u += gridDim.x) {
+      sched.unit(u, kBn, m0, n0, split, kt, kt1);
+      if (kt < kt1) return true;
+    }
+    return false;
+  };
+  constexpr int kProducerWgs = BPolicy::kProducerWgs, kThreads = kThreadsOf<BPolicy>;
+  const int wg = int(threadIdx.x) / kWgThreads;
+  if (wg < kProducerWgs) {  // producer
+    if constexpr (BPolicy::kProducerRegs > 0) tma::setmaxnreg_dec<BPolicy::kProducerRegs>();
+    const int pt = int(threadIdx.x);
+    if (!BPolicy::kAllThreads && pt != 0) return;
+    // Two cursors: `st` walks this block's k-steps, storing each into a stage; `ld` walks its
+    // raw groups (kGroup consecutive k-steps of one work unit, one ring slot each) kSlots
+    // groups ahead. Thread 0 refills a slot once `st` has left its group and every producer
+    // thread is done with it (named barrier).
+    constexpr int kGroup = BPolicy::kStepsPerSlot;
+    struct Step {
+      int64_t u, m0, n0;
+      int kt, kt0, kt1;  // current step (or group start) and the unit's k range
+      bool valid;
+    };
+    auto first = [&](Step& x) {
+      x.valid = seek(x.u, x.m0, x.n0, x.kt, x.kt1);
+      x.kt0 = x.kt;
+    };
+    auto next_step = [&](Step& x) {
+      if (++x.kt >= x.kt1) x.u += gridDim.x, first(x);
+    };
+    auto next_group = [&](Step& x) {
+      x.kt = (x.kt / kGroup + 1) * kGroup;
+      if (x.kt >= x.kt1) x.u += gridDim.x, first(x);
+    };
+    Step st{int64_t(blockIdx.x), 0, 0, 0, 0, 0, false};
+    first(st);
+    Step ld = st;
+    if constexpr (kSlots > 0)
+      for (int i = 0; i < kSlots && ld.valid; ++i, next_group(ld))
+        if (pt == 0) BPolicy::template issue_raw<kBn>(b, ld.n0, ld.kt / kGroup, ring + i * kSlotBytes, &raw_full[i]);
+    int s = 0, slot = 0;
+    uint32_t phase = 0, raw_phase = 0;
+    while (st.valid) {
+      tma::mbar_wait(&empty[s], phase ^ 1);
+      if (pt == 0) {
+        tma::mbar_arrive_expect_tx(&full[s], uint32_t(kBm * kBk * sizeof(T) + BPolicy::kTmaBytes));
+        tma::load_2d(sa + size_t(s) * kBm * kBk, &map_a, st.kt * kBk, int(st.m0), &full[s]);
+      }
+      if constexpr (kSlots > 0)
+        if (st.kt == st.kt0 || st.kt % kGroup == 0) tma::mbar_wait(&raw_full[slot], raw_phase);  // a new group
+      BPolicy::template store<kBn>(b, pt, st.n0, st.kt, ring + slot * kSlotBytes, sw + size_t(s) * kBn * kBk, &full[s]);
+      if constexpr (kSlots > 0) {
+        if (st.kt + 1 == st.kt1 || (st.kt + 1) % kGroup == 0) {  // leaving the group: refill its slot
+          tma::named_barrier_sync(1, kProducerWgs * kWgThreads);
+          if (ld.valid) {
+            if (pt == 0) BPolicy::template issue_raw<kBn>(b, ld.n0, ld.kt / kGroup, ring + slot * kSlotBytes, &raw_full[slot]);
+            next_group(ld);
+          }
+          if (++slot == kSlots) slot = 0, raw_phase ^= 1;
+        }
+      }
+      next_step(st);
+      if (++s == kStages) s = 0, phase ^= 1;
+    }
+    return;
+  }
+  if constexpr (BPolicy::kProducerRegs > 0) {
+    // Registers the producers gave back, shared by the two consumer warpgroups (of the 64 K
+    // registers of the SM, as __launch_bounds__(kThreads, 1) allocates them: 8-register units).
+    constexpr int kPerThread = (65536 / kThreads) / 8 * 8;
+    constexpr int kConsumerRegs =
+        ((kThreads * kPerThread - kProducerWgs * kWgThreads * BPolicy::kProducerRegs) / (2 * kWgThreads)) / 8 * 8;
+    tma::setmaxnreg_inc<kConsumerRegs>();
+  }
+  const int c = wg - kProducerWgs, warp = (int(threadIdx.x) / 32) % 4, lane = int(threadIdx.x) % 32;
+  int s = 0;
+  uint32_t phase = 0;
+  for (int64_t u = blockIdx.x; u < sched.units; u += gridDim.x) {
+    int64_t m0, n0;
+    int split, kt0, kt1;
+    sched.unit(u, kBn, m0, n0, split, kt0, kt1);
+    float acc[kBn / 2];
+#pragma unroll
+    for (int i = 0; i < kBn / 2; ++i) acc[i] = 0.f;
+    int prev = -1;
+    for (int kt = kt0; kt < kt1; ++kt) {
+      tma::mbar_wait(&full[s], phase);
+      const uint64_t da = tma::desc_k_major_sw128(sa + size_t(s) * kBm * kBk + size_t(c) * 64 * kBk);
+      const uint64_t dw = tma::desc_k_major_sw128(sw + size_t(s) * kBn * kBk);
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < kBk / 16; ++kk)  // +32 bytes per 16 elements of K: +2 in the descriptor
+        wgmma::wgmma_m64k16<kBn, T>(acc, da + 2 * kk, dw + 2 * kk, 1);
+      wgmma::commit();
+      wgmma::wait<1>();  // the previous k-step's wgmma has retired: release its stage
+      if (prev >= 0 && lane == 0) tma::mbar_arrive(&empty[prev]);
+      prev = s;
+      if (++s == kStages) s = 0, phase ^= 1;
+    }
+    wgmma::wait<0>();
+    if (prev >= 0 && lane == 0) tma::mbar_arrive(&empty[prev]);
+    tc_gemm::Out o = out;  // split-K: this split's f32 plane of the workspace
+    if (splits > 1) o.c = static_cast<float*>(out.c) + split * m * n;
+    // Accumulator layout (m64nN): register 4j + r of thread (warp, lane) holds row 16 warp +
+    // lane/4 + 8 (r/2), column 8 j + 2 (lane%4) + r%2.
+    const int64_t row = m0 + 64 * c + 16 * warp + lane / 4;
+#pragma unroll
+    for (int j = 0; j < kBn / 8; ++j) {
+      const int64_t col = n0 + 8 * j + 2 * (lane % 4);
+      tc_gemm::out_store(o, row, col, acc[4 * j]);
+      tc_gemm::out_store(o, row, col + 1, acc[4 * j + 1]);
+      tc_gemm::out_store(o, row + 8, col, acc[4 * j + 2]);
+      tc_gemm::out_store(o, row + 8, col + 1, acc[4 * j + 3]);
+    }
+  }
+#else
+  __trap();  // built for another architecture; the variants' supports() keep launches away
+#endif
+}
+
+bool hopper();  // the device is sm_90 (hgemm_wgmma.cu)
+
+// Launches the persistent grid; with split-K, the partials go to p.workspace and splitk_reduce
+// finishes C.
+template <class T, int kBn, int kStages, class BPolicy>
+Status launch(const GemmProblem& p, const GemmConfig& c, const typename BPolicy::Args& b, const char* name,
+              cudaStream_t s) {
+  const std::string who = name;
+  CUtensorMap ma{};
+  if (!tma::encode_2d_sw128(&ma, std::is_same_v<T, __nv_bfloat16>, p.a, uint64_t(p.m), uint64_t(p.k), uint64_t(p.lda),
+                            kBm, kBk))
+    return Status::error(who + ": the driver refused the TMA descriptor of A (alignment or size)");
+  if (c.splits < 1) return Status::error(who + ": splits must be >= 1");
+  if (gemm_workspace_bytes(p, c) > p.workspace_bytes || (c.splits > 1 && !p.workspace))
+    return Status::error(who + ": split-K needs " + std::to_string(gemm_workspace_bytes(p, c)) + " bytes of workspace");
+  int dev = 0, sms = 0, smem_optin = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  constexpr size_t smem = smem_bytes<T, kBn, kStages, BPolicy>();
+  auto kernel = wgmma_gemm_kernel<T, kBn, kStages, BPolicy>;
+  if (smem > size_t(smem_optin) ||
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
+    return Status::error(who + ": " + std::to_string(smem) + " bytes of shared memory not available");
+  const int64_t units = ((p.m + kBm - 1) / kBm) * ((p.n + kBn - 1) / kBn) * c.splits;
+  const unsigned grid = unsigned(std::min<int64_t>(units, sms));
+  tc_gemm::Out out = tc_gemm::make_out(p);
+  if (c.splits > 1) out = tc_gemm::Out{p.workspace, p.n, p.m, p.n, 0, 1.f, 0.f};
+  kernel<<<grid, kThreadsOf<BPolicy>, smem, s>>>(ma, b, out, c.splits, p.m, p.n, p.k);
+  if (Status st = gemm_launch_status(name); !st) return st;
+  return c.splits > 1 ? splitk_reduce(p, c.splits, s) : Status::success();
+}
+
+}  // namespace lamina::kernels::wgmma_gemm
