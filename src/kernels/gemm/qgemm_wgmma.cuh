@@ -1,7 +1,7 @@
 // q2_wgmma: quantised weights on Hopper tensor cores — the wgmma_gemm.cuh mainloop with a
-// producer warpgroup that dequantises. A (f16 activations) arrives by TMA as in h2_wgmma. The
+// producer warpgroups that dequantise. A (f16 activations) arrives by TMA as in h2_wgmma. The
 // quantised bytes of W arrive by TMA too, up to 8 k-steps ahead, into a ring of raw slots; each
-// producer thread then owns part of the stage's rows (half a row or two): it reads their bytes from
+// of the 256 producer threads then owns half a row of the 128-row stage: it reads its bytes from
 // the slot, converts them to f16 with integer tricks (no conversion instructions for Q8_0/Q4_0),
 // writes them in the 128-byte-swizzled layout wgmma reads, fences the async proxy and arrives
 // on the stage's "full" barrier. No dequantised copy of W exists in memory.
@@ -95,15 +95,14 @@ struct DequantB {
     CUtensorMap aux;  // Q8_0, Q4_0: d words, box [kBn][16] (the d of 4 k-steps)
   };
   static constexpr uint32_t kTmaBytes = 0;
-  // Two producer warpgroups for BN = 128 (each thread converts half a row), one for BN = 256
-  // (each thread two rows).
-  static constexpr int kProducerWgs = kBn == 128 ? 2 : 1, kProducerThreads = kProducerWgs * kWgThreads;
+  // Two producer warpgroups; thread pt converts half of row pt % kBn (chunks 0-3 or 4-7 of the
+  // k-step's eight 8-weight chunks). Only BN = 128 is built: a 4-step ring slot of BN = 256 rows
+  // leaves no shared memory for the f16 stages.
+  static_assert(kBn == 128, "q2_wgmma's producers cover 128 rows (2 warpgroups x 128 threads / 2 halves)");
+  static constexpr int kProducerWgs = 2, kProducerThreads = kProducerWgs * kWgThreads;
   static constexpr int kArrivals = kProducerThreads, kProducerRegs = 0;
   static constexpr bool kAllThreads = true;
-  static constexpr int kRowSpan = kBn < kProducerThreads ? kBn : kProducerThreads;  // rows covered by one pass
-  static constexpr int kRows = kBn / kRowSpan;                                       // rows per thread
-  static constexpr int kParts = kProducerThreads / kRowSpan;                         // threads per row
-  static constexpr int kChunks = 8 / kParts;                                         // chunks per thread and row
+  static constexpr int kChunks = 4;  // chunks per thread
   // A ring slot holds 4 k-steps (256 weights per row: one Q4_K super-block), so that each TMA
   // box row moves 128 or 144 bytes: with 32- or 64-byte box rows (one k-step) the copies were
   // limited by the rate of row requests, not by bytes (Q8_0 and Q4_0 ran equally slowly).
@@ -206,12 +205,9 @@ struct DequantB {
 
   template <int>
   __device__ static void store(const Args&, int pt, int64_t, int kt, const uint8_t* slot, __half* stage, uint64_t* full) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int tr = pt % kRowSpan + r * kRowSpan;
-      if (kParts == 1 || pt < kRowSpan) store_part<0>(slot, tr, kt, stage);  // the part is uniform per warp
-      else store_part<kParts - 1>(slot, tr, kt, stage);
-    }
+    // pt < kBn: first half of row pt; otherwise second half of row pt - kBn (uniform per warp)
+    if (pt < kBn) store_part<0>(slot, pt, kt, stage);
+    else store_part<1>(slot, pt - kBn, kt, stage);
     tma::fence_proxy_async_smem();  // the stores, before wgmma (async proxy) reads them
     tma::mbar_arrive(full);
   }
