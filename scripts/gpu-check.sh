@@ -3,7 +3,9 @@
 # kernel benchmarks, write logs under $OUT (or ./gpu-logs), and print a short summary last.
 # Runs on the lent H100 (Ubuntu 24.04 image, no apt): a pcre2.h carried in .carry/include is
 # used when the image lacks libpcre2-dev, and .carry/shared stands in for ../shared (README).
-# Set GPU_CHECK_BENCH=0 to skip the benchmarks.
+# Set GPU_CHECK_BENCH=0 to skip the kernel benchmarks, GPU_CHECK_MODELS=0 to skip the 7B-shape
+# model runs (gen-model files in $MODELS, default /tmp/lamina-models); LAMINA_MODEL names the
+# SmolLM2 file for the end-to-end tests (.carry/smollm2.gguf when carried there).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-logs}"
@@ -13,6 +15,9 @@ extra=()
 [ -f /usr/include/pcre2.h ] || extra+=("-DLAMINA_EXTRA_INCLUDE=$PWD/.carry/include")
 [ -d ../shared/data ] || extra+=("-DLAMINA_SHARED_DIR=$PWD/.carry/shared")
 export LAMINA_TUNE_CACHE_DIR="$OUT"
+[ -z "${LAMINA_MODEL:-}" ] && [ -f .carry/smollm2.gguf ] && export LAMINA_MODEL=$PWD/.carry/smollm2.gguf
+MODELS="${MODELS:-/tmp/lamina-models}"
+L="$PWD/$BUILD/tools/lamina"
 summary=()
 step() {  # step NAME COMMAND...: runs, logs to $OUT/NAME.log, records pass/fail
   local name=$1; shift
@@ -23,14 +28,35 @@ step() {  # step NAME COMMAND...: runs, logs to $OUT/NAME.log, records pass/fail
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 step configure cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLAMINA_CUDA=ON "${extra[@]}"
 step build cmake --build "$BUILD" -j 16
-step gpu-tests ctest --test-dir "$BUILD" -L gpu --output-on-failure
+step gpu-tests ctest --test-dir "$BUILD" -L gpu --output-on-failure -V
 step cpu-tests ctest --test-dir "$BUILD" -L cpu --output-on-failure -j 16
+# The same greedy tokens from the CPU and CUDA backends (run's own output, prompt echoed).
+same_tokens() {  # same_tokens MODEL N
+  "$L" run -m "$1" -p "The capital of France is" -n "$2" --temp 0 -d cpu --no-display-prompt > "$OUT/tok-cpu.txt" 2>/dev/null &&
+  "$L" run -m "$1" -p "The capital of France is" -n "$2" --temp 0 -d cuda --no-display-prompt > "$OUT/tok-cuda.txt" 2>/dev/null &&
+  cmp "$OUT/tok-cpu.txt" "$OUT/tok-cuda.txt"
+}
+if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
+  mkdir -p "$MODELS"
+  vocab=$(ls .carry/shared/data/vocab/ggml-vocab-llama-spm.gguf ../shared/data/vocab/ggml-vocab-llama-spm.gguf 2>/dev/null | head -1)
+  for t in ${GPU_CHECK_TYPES:-q4_0 q8_0 f16}; do
+    f="$MODELS/llama2-7b-$t.gguf"
+    [ -f "$f" ] || step "gen-7b-$t" "$L" gen-model --preset llama2-7b --type "$t" --vocab "$vocab" -o "$f"
+    step "bench-7b-$t" "$L" bench -m "$f" -p 512 -n 128 -r 3 -d cuda
+  done
+  [ -f "$MODELS/llama2-7b-q8_0.gguf" ] && step bench-7b-pg "$L" bench -m "$MODELS/llama2-7b-q8_0.gguf" -p 0 -n 0 --pg 4096,128 -r 2 -d cuda
+  [ -f "$MODELS/llama2-7b-q4_0.gguf" ] && step profile-7b-q4_0 "$L" bench -m "$MODELS/llama2-7b-q4_0.gguf" -p 512 -n 128 -r 1 -d cuda --profile
+  [ -f "$MODELS/llama2-7b-q4_0.gguf" ] && step same-tokens-7b same_tokens "$MODELS/llama2-7b-q4_0.gguf" 16
+  [ -n "${LAMINA_MODEL:-}" ] && step same-tokens-smol same_tokens "$LAMINA_MODEL" 32
+fi
 if [ "${GPU_CHECK_BENCH:-1}" = 1 ]; then
   step kbench-gemv "$BUILD/tools/lamina" kbench gemv
   step kbench-gemm "$BUILD/tools/lamina" kbench gemm
 fi
 echo "== lamina gpu-check on $(cat "$OUT/gpu.txt")"
 grep -hE "tests passed|tests failed" "$OUT/gpu-tests.log" "$OUT/cpu-tests.log" 2>/dev/null
+grep -h "smollm2 prompt" "$OUT/gpu-tests.log" 2>/dev/null
+grep -hE "^\| (llama|model)" "$OUT"/bench-7b-*.log 2>/dev/null | sort -u -r | head -12
 for fam in gemv gemm; do
   [ -f "$OUT/kbench-$fam.log" ] && python3 scripts/kbench_summary.py "$OUT/kbench-$fam.log" | tee "$OUT/kbench-$fam-summary.txt"
 done

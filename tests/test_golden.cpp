@@ -5,6 +5,7 @@
 //   fast path (activations quantised to 8 bits)   <= 3e-2   (llama.cpp sits ~2e-2 here too)
 #include "model/sampler.h"
 #include "model/session.h"
+#include "golden_util.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -19,52 +20,9 @@
 using namespace lamina;
 using json = nlohmann::json;
 
+using namespace lamina::test;
+
 namespace {
-
-const std::string kGolden = std::string(LAMINA_TEST_DATA) + "/../golden";
-const std::string kVocab = std::string(LAMINA_SHARED_DIR) + "/data/vocab/ggml-vocab-llama-spm.gguf";
-
-json manifest() {
-  std::ifstream in(kGolden + "/golden.json");
-  return json::parse(in);
-}
-
-std::vector<float> read_f32(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  std::vector<float> v(size_t(in.tellg()) / 4);
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * 4));
-  return v;
-}
-
-std::string shell(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[512];
-  while (p && fgets(buf, sizeof buf, p)) out += buf;
-  if (p) pclose(p);
-  return out;
-}
-
-std::string sha256(const std::string& path) {
-  const std::string out = shell("sha256sum '" + path + "'");
-  return out.substr(0, out.find(' '));
-}
-
-double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
-  double e = 0, n = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    e += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    n += double(want[i]) * want[i];
-  }
-  return std::sqrt(e / n);
-}
-
-std::string default_model() {
-  if (const char* p = std::getenv("LAMINA_MODEL")) return p;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "") + "/.cache/lamina/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
 
 std::vector<int32_t> ids_of(const json& c) { return c["tokens"].get<std::vector<int32_t>>(); }
 

@@ -1,14 +1,20 @@
 // lamina bench: a llama-bench-style table. pp<N>: one forward pass over N prompt tokens from an
 // empty cache; tg<N>: N single-token decode steps from an empty cache (as llama-bench); each
 // test runs -r times after one warm-up, and the table gives mean ± sd of tokens per second.
+// --pg P,N: a prompt of P tokens followed by N generated ones, timed together (llama-bench's -pg).
+// Generated tokens are sampled greedily where the backend samples (on the GPU: one id per step).
+// --profile: after the table, the per-op breakdown of one more run of each test.
 #include "commands.h"
 #include "core/error.h"
+#include "model/sampler.h"
 #include "session_args.h"
 
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <random>
 
 namespace lamina::cli {
@@ -17,6 +23,7 @@ namespace {
 struct BenchArgs {
   SessionArgs s;
   int n_prompt = 512, n_gen = 128, reps = 5;
+  std::string pg;  // "P,N"
 };
 
 using Clock = std::chrono::steady_clock;
@@ -35,21 +42,39 @@ double time_prompt(Session& s, const std::vector<int32_t>& toks) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// n decode steps after the history the session already holds.
+void generate(Session& s, int n, size_t n_vocab) {
+  SamplerParams greedy;
+  greedy.temperature = 0;
+  Sampler sampler(greedy);
+  int32_t t = int32_t(n_vocab / 2);
+  for (int i = 0; i < n; ++i) t = s.eval_sample(std::span<const int32_t>(&t, 1), sampler);
+}
+
 double time_gen(Session& s, int n, size_t n_vocab) {
   s.reset();
-  int32_t t = int32_t(n_vocab / 2);
   const auto t0 = Clock::now();
-  for (int i = 0; i < n; ++i) {
-    const auto& logits = s.eval(std::span<const int32_t>(&t, 1));
-    t = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
+  generate(s, n, n_vocab);
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double time_prompt_gen(Session& s, const std::vector<int32_t>& toks, int n, size_t n_vocab) {
+  s.reset();
+  const auto t0 = Clock::now();
+  s.eval(toks);
+  generate(s, n, n_vocab);
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 void run_bench(const BenchArgs& a) {
   SessionOptions o = a.s.resolve();
-  if (o.n_ctx == 0) o.n_ctx = std::max(a.n_prompt, a.n_gen) + 16;
-  o.n_batch = std::max(o.n_batch, a.n_prompt);
+  int pg_p = 0, pg_n = 0;
+  if (!a.pg.empty() && (std::sscanf(a.pg.c_str(), "%d,%d", &pg_p, &pg_n) != 2 || pg_p < 1 || pg_n < 1))
+    fail("-pg wants two positive numbers 'P,N', got '{}'", a.pg);
+  if (o.n_ctx == 0) o.n_ctx = std::max({a.n_prompt, a.n_gen, pg_p + pg_n}) + 16;
+  o.n_batch = std::max(o.n_batch, std::max(a.n_prompt, pg_p));
+  const bool profile = o.profile;
+  o.profile = false;  // timed runs without per-op events; profiled runs after the table
   Session sess(o);
   const ModelConfig& c = sess.config();
   uint64_t params = 0;
@@ -58,7 +83,9 @@ void run_bench(const BenchArgs& a) {
   const std::string model = fmt::format("{} {}", c.arch, c.name.empty() ? "" : c.name);
   fmt::print("| {:<34} | {:>10} | {:>8} | {:<28} | {:>8} | {:>18} |\n", "model", "size", "params", "backend", "test", "t/s");
   fmt::print("| {:-<34} | {:->10} | {:->8} | {:-<28} | {:->8} | {:->18} |\n", "", "", "", "", "", "");
+  std::vector<std::pair<std::string, std::function<double()>>> profiled;
   auto row = [&](const std::string& test, int n, auto fn) {
+    profiled.emplace_back(test, fn);
     fn();  // warm-up
     std::vector<double> tps;
     for (int r = 0; r < a.reps; ++r) tps.push_back(double(n) / fn());
@@ -74,6 +101,19 @@ void run_bench(const BenchArgs& a) {
     row(fmt::format("pp{}", a.n_prompt), a.n_prompt, [&] { return time_prompt(sess, toks); });
   }
   if (a.n_gen > 0) row(fmt::format("tg{}", a.n_gen), a.n_gen, [&] { return time_gen(sess, a.n_gen, c.n_vocab); });
+  if (pg_p > 0) {
+    const auto toks = random_tokens(size_t(pg_p), c.n_vocab, 2);
+    row(fmt::format("pp{}+tg{}", pg_p, pg_n), pg_p + pg_n, [&] { return time_prompt_gen(sess, toks, pg_n, c.n_vocab); });
+  }
+  print_memory_summary(sess);
+  if (!profile) return;
+  sess.backend().set_profiling(true);
+  for (auto& [test, fn] : profiled) {
+    sess.backend().profile_reset();
+    const double sec = fn();
+    fmt::print("\n{} ({:.2f} ms wall):\n{}", test, sec * 1e3, sess.backend().profile_report());
+  }
+  sess.backend().set_profiling(false);
 }
 
 }  // namespace
@@ -85,6 +125,7 @@ Run add_bench(CLI::App& app) {
   sub->add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (0: skip)")->check(CLI::Range(0, 1 << 16));
   sub->add_option("-n,--n-gen", a->n_gen, "Generated tokens (0: skip)")->check(CLI::Range(0, 1 << 16));
   sub->add_option("-r,--repetitions", a->reps, "Repetitions per test")->check(CLI::Range(1, 1000));
+  sub->add_option("--pg", a->pg, "Prompt then generation, timed together: P,N (e.g. 4096,128)");
   return [a] { run_bench(*a); };
 }
 

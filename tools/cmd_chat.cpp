@@ -77,12 +77,11 @@ void run_chat(const ChatArgs& a) {
       continue;
     }
     sess.rewind(int(common));
-    std::vector<float> logits = sess.eval(std::span<const int32_t>(ids).subspan(common));
+    int32_t next = sess.eval_sample(std::span<const int32_t>(ids).subspan(common), sampler);
     Utf8Stream out;
     std::string reply;
     int n = 0;
-    while (!g_interrupted && (a.n_predict < 0 || n < a.n_predict) && sess.n_past() < sess.n_ctx()) {
-      const int32_t next = sampler.sample(logits, sess.history());
+    while (!g_interrupted && (a.n_predict < 0 || n < a.n_predict)) {
       if (tok.is_eog(next)) break;
       const std::string piece = tok.token_to_piece(next);
       reply += piece;
@@ -90,7 +89,7 @@ void run_chat(const ChatArgs& a) {
       std::fflush(stdout);
       ++n;
       if (sess.n_past() >= sess.n_ctx()) break;
-      logits = sess.eval(std::span<const int32_t>(&next, 1));
+      next = sess.eval_sample(std::span<const int32_t>(&next, 1), sampler);
     }
     std::fputs(out.flush().c_str(), stdout);
     std::fputs("\n", stdout);

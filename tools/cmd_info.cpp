@@ -5,6 +5,7 @@
 #include "format/gguf.h"
 #include "format/tokenizer.h"
 #include "model/config.h"
+#include "model/session.h"
 
 #include <fmt/format.h>
 
@@ -17,6 +18,7 @@ struct InfoArgs {
   std::string model;
   bool all_kv = false;
   bool no_tensors = false;
+  std::string device;  // when set: the memory this model needs there, and what is free
 };
 
 std::string human_bytes(double b) {
@@ -74,6 +76,21 @@ void run_info(const InfoArgs& a) {
   fmt::print("parameters:    {} ({:.1f} M)\n", params, double(params) / 1e6);
   for (const auto& [name, e] : per_type)
     fmt::print("  {:<6} {:>12} params  {:>12}\n", name, e.first, human_bytes(double(e.second)));
+  if (!a.device.empty()) {
+    SessionOptions o;
+    o.device = a.device;
+    const std::unique_ptr<Backend> be = make_backend(o);
+    uint64_t weights = 0;
+    for (const auto& t : f.tensors()) weights += t.nbytes;
+    fmt::print("device:        {}\n  available     {}\n  weights       {}\n", be->name(), format_bytes(be->memory_available()),
+               format_bytes(weights));
+    if (arch == "llama" || arch == "qwen2") {
+      const ModelConfig c = ModelConfig::from_gguf(f);
+      const size_t per_pos = kv_bytes_per_position(c, GgmlType::F16);
+      fmt::print("  KV cache      {} per 1k positions (f16); {} for the training context of {}\n",
+                 format_bytes(per_pos * 1024), format_bytes(per_pos * c.n_ctx_train), c.n_ctx_train);
+    }
+  }
 }
 
 }  // namespace
@@ -84,6 +101,8 @@ Run add_info(CLI::App& app) {
   sub->add_option("-m,--model", a->model, "GGUF file")->required();
   sub->add_flag("--kv", a->all_kv, "Print every metadata key");
   sub->add_flag("--no-tensors", a->no_tensors, "Omit the tensor table");
+  sub->add_option("-d,--device", a->device, "Also report the memory the model needs on cuda or cpu, and what is free")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   return [a] { run_info(*a); };
 }
 

@@ -36,20 +36,22 @@ void run_run(const RunArgs& a) {
     std::fputs(a.prompt.c_str(), stdout);
     std::fflush(stdout);
   }
+  if (a.s.opt.profile) sess.backend().profile_reset();
   const auto t0 = Clock::now();
-  std::vector<float> logits = sess.eval(prompt);
+  int32_t next = sess.eval_sample(prompt, sampler);
   const auto t1 = Clock::now();
+  const std::string prompt_profile = a.s.opt.profile ? sess.backend().profile_report() : "";
+  if (a.s.opt.profile) sess.backend().profile_reset();
   Utf8Stream out;
   int n_gen = 0;
   const int limit = a.n_predict < 0 ? sess.n_ctx() : a.n_predict;
   while (n_gen < limit) {
-    const int32_t next = sampler.sample(logits, sess.history());
     if (tok.is_eog(next)) break;
     ++n_gen;
     std::fputs(out.push(tok.token_to_piece(next)).c_str(), stdout);
     std::fflush(stdout);
-    if (sess.n_past() >= sess.n_ctx()) break;  // context full
-    logits = sess.eval(std::span<const int32_t>(&next, 1));
+    if (sess.n_past() >= sess.n_ctx() || n_gen == limit) break;  // context full, or enough
+    next = sess.eval_sample(std::span<const int32_t>(&next, 1), sampler);
   }
   std::fputs(out.flush().c_str(), stdout);
   std::fputs("\n", stdout);
@@ -57,6 +59,10 @@ void run_run(const RunArgs& a) {
   fmt::print(stderr, "\nprompt: {} tokens in {:.2f} s ({:.1f} t/s) | generated: {} tokens in {:.2f} s ({:.1f} t/s) | {}\n",
              prompt.size(), seconds(t0, t1), double(prompt.size()) / seconds(t0, t1), n_gen, seconds(t1, t2),
              n_gen ? double(n_gen) / seconds(t1, t2) : 0.0, sess.backend().name());
+  print_memory_summary(sess);
+  if (a.s.opt.profile)
+    fmt::print(stderr, "\nprompt ({} tokens):\n{}\ngeneration ({} tokens):\n{}", prompt.size(), prompt_profile, n_gen,
+               sess.backend().profile_report());
 }
 
 }  // namespace

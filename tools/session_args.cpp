@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 
+#include <fmt/format.h>
+
 #include <random>
 #include <sstream>
 
@@ -14,8 +16,18 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
   sub->add_option("-t,--threads", a.opt.n_threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   sub->add_option("-b,--batch", a.opt.n_batch, "Prompt tokens per forward pass")->check(CLI::Range(1, 8192));
   sub->add_option("--kv-type", a.kv_type, "KV cache type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}));
+  sub->add_option("-d,--device", a.opt.device, "cuda, cpu or auto (cuda when a GPU is present)")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  sub->add_flag("--profile", a.opt.profile, "Per-op GPU time breakdown with achieved GB/s, TFLOP/s and % of roofline");
   sub->add_flag("--exact-matmul", a.opt.exact_matmul,
                 "Keep activations in f32 for quantised weights (slower; for reference checks)");
+}
+
+void print_memory_summary(Session& s) {
+  Backend& be = s.backend();
+  fmt::print(stderr, "memory ({}): {} in use ({} KV cache for {} positions), {} still available\n", be.name(),
+             be.memory_used() ? format_bytes(be.memory_used()) : std::string("n/a"), format_bytes(be.kv_cache_bytes()),
+             s.n_ctx(), format_bytes(be.memory_available()));
 }
 
 SessionOptions SessionArgs::resolve() const {

@@ -14,6 +14,8 @@ struct SessionArgs {
   SessionOptions resolve() const;  // validates kv_type
 };
 void add_session_options(CLI::App* sub, SessionArgs& a);
+// "memory: weights X, KV cache Y (n positions), activations Z | GPU: used/total" on stderr.
+void print_memory_summary(Session& s);
 
 struct SamplingArgs {
   SamplerParams p;

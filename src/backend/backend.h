@@ -7,6 +7,7 @@
 // A matmul computes out[t][r] = sum_c W[r][c] * x[t][c]: W is [rows=ne1][cols=ne0] as stored.
 #pragma once
 
+#include "core/error.h"
 #include "format/ggml_type.h"
 
 #include <cstdint>
@@ -39,6 +40,13 @@ struct RopeParams {
   const float* freq_factors = nullptr;  // [n_rot/2] divisors (Llama 3 rope_freqs), host memory
 };
 
+// What a weight is used for, so a backend can choose its layout (a GPU repacks matmul weights
+// but keeps the embedding table in GGUF blocks for row lookups). A tied output matrix is bound
+// twice: as Embedding and as Matmul.
+enum class WeightUse { Matmul, Embedding, Vector };
+
+struct SamplerParams;
+
 struct AttentionParams {
   int n_head = 0, n_head_kv = 0, head_dim = 0;
   float scale = 1.f;         // 1/sqrt(head_dim)
@@ -50,13 +58,21 @@ class Backend {
   virtual std::string name() const = 0;
 
   // Weights: called once per tensor at load time.
-  virtual Weight load_weight(const GgufTensor& t) = 0;
+  virtual Weight load_weight(const GgufTensor& t, WeightUse use) = 0;
+  // Bytes the backend can still give to weights, KV cache and activations.
+  virtual size_t memory_available() const = 0;
+  // Bytes held now (weights, cache, scratch); 0 where not tracked.
+  virtual size_t memory_used() const { return 0; }
   // Scratch activations, valid until reset_scratch().
   virtual Tensor alloc(int64_t rows, int64_t cols) = 0;
   virtual void reset_scratch() = 0;
   // KV cache: n_layer x n_ctx positions x (n_head_kv * head_dim), F16 or F32.
   virtual void init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type) = 0;
   virtual size_t kv_cache_bytes() const = 0;
+
+  // Called first in every forward pass with its token ids and positions; the ops that take
+  // `pos` receive the same span. A GPU backend uploads both here.
+  virtual void begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> pos) {}
 
   // Ops. `pos[t]` is the position of row t (one sequence; causal).
   virtual void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) = 0;
@@ -66,6 +82,20 @@ class Backend {
   // share the input's conversion and one parallel pass; the default calls matmul per weight.
   virtual void matmul_multi(std::span<const Weight* const> w, Tensor x, std::span<const Tensor> out) {
     for (size_t i = 0; i < w.size(); ++i) matmul(*w[i], x, out[i]);
+  }
+  // inout += x . w^T (a residual add fused into the matmul where the backend can).
+  virtual void matmul_add(const Weight& w, Tensor x, Tensor inout) {
+    Tensor t = alloc(x.rows, w.rows);
+    matmul(w, x, t);
+    add(inout, t);
+  }
+  // out = silu(x . gate^T) * (x . up^T) (SwiGLU fused into the matmul where the backend can).
+  virtual void ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Tensor out) {
+    Tensor u = alloc(x.rows, up.rows);
+    const Weight* w[] = {&gate, &up};
+    const Tensor o[] = {out, u};
+    matmul_multi(w, x, o);
+    swiglu(out, u);
   }
   virtual void add_bias(Tensor x, const Weight& b) = 0;           // x[t] += b
   virtual void add(Tensor x, Tensor y) = 0;                        // x += y
@@ -77,6 +107,27 @@ class Backend {
                          const AttentionParams& p, Tensor out) = 0;
   virtual void swiglu(Tensor gate, Tensor up) = 0;                 // gate = silu(gate) * up
   virtual void read(Tensor t, float* host) = 0;                    // copy rows to host
+
+  // Step recording (CUDA graphs). The model brackets a forward pass that it may repeat with the
+  // same shapes (a decode step) with capture_begin/capture_end; a backend that records returns
+  // true from capture_begin when this pass is being recorded, and replay(key) later re-runs the
+  // recording with the inputs given to begin_forward. capture_abort ends a failed recording.
+  virtual bool replay(uint64_t key) { return false; }
+  virtual bool capture_begin(uint64_t key) { return false; }
+  virtual void capture_end() {}
+  virtual void capture_abort() {}
+
+  // Sampling in backend memory: the host then waits for one token id, not a logits row.
+  // `u` is the uniform draw in [0, 1); `penalty_ids` the distinct ids the penalty applies to.
+  virtual bool samples_on_device() const { return false; }
+  virtual int32_t sample(Tensor logits, const SamplerParams& p, std::span<const int32_t> penalty_ids, double u) {
+    fail("the {} backend does not sample in its own memory", name());
+  }
+
+  // Per-op timing (--profile): off by default; a report of the ops timed since the last reset.
+  virtual void set_profiling(bool on) {}
+  virtual std::string profile_report() { return {}; }
+  virtual void profile_reset() {}
 };
 
 }  // namespace lamina

@@ -18,7 +18,7 @@ namespace lamina {
 namespace {
 
 Weight bind(const GgufFile& f, Backend& be, const std::string& name, std::vector<int64_t> shape,
-            bool required = true) {
+            bool required = true, WeightUse use = WeightUse::Matmul) {
   const GgufTensor* t = f.find_tensor(name);
   if (!t) {
     if (required) fail("{}: missing tensor '{}'", f.path(), name);
@@ -35,7 +35,7 @@ Weight bind(const GgufFile& f, Backend& be, const std::string& name, std::vector
   const bool is_vector = shape.size() == 1;
   if (is_vector && t->type != GgmlType::F32)
     fail("{}: tensor '{}' has type {}, expected f32", f.path(), name, type_name(t->type));
-  return be.load_weight(*t);
+  return be.load_weight(*t, is_vector ? WeightUse::Vector : use);
 }
 
 }  // namespace
@@ -44,10 +44,10 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be) : cfg_(ModelConfig::from_
   const int64_t E = cfg_.n_embd, V = cfg_.n_vocab, F = cfg_.n_ff;
   const int64_t QD = int64_t(cfg_.n_head) * cfg_.head_dim, KVD = int64_t(cfg_.n_head_kv) * cfg_.head_dim;
   if (V == 0) fail("{}: vocabulary size unknown (no tokenizer.ggml.tokens or {}.vocab_size)", f.path(), cfg_.arch);
-  tok_embd_ = bind(f, be, "token_embd.weight", {E, V});
+  tok_embd_ = bind(f, be, "token_embd.weight", {E, V}, true, WeightUse::Embedding);
   out_norm_ = bind(f, be, "output_norm.weight", {E});
   output_ = bind(f, be, "output.weight", {E, V}, false);
-  if (!output_) output_ = tok_embd_;  // tied embeddings
+  if (!output_) output_ = bind(f, be, "token_embd.weight", {E, V});  // tied embeddings, as a matmul weight
   const bool qwen = cfg_.arch == "qwen2";
   for (uint32_t l = 0; l < cfg_.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -82,20 +82,46 @@ void LlamaModel::init_cache(int n_ctx, GgmlType kv_type) {
 
 void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int32_t> pos, bool all_logits,
                          std::vector<float>& logits) {
+  const Tensor out = forward(tokens, pos, all_logits ? Logits::All : Logits::Last);
+  logits.resize(size_t(out.rows * out.cols));
+  be_.read(out, logits.data());
+}
+
+Tensor LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode) {
   const int64_t T = int64_t(tokens.size());
   if (T == 0) fail("forward: no tokens");
+  if (pos.size() != tokens.size()) fail("forward: {} tokens but {} positions", tokens.size(), pos.size());
   if (n_ctx_ == 0) fail("forward: KV cache not initialised");
   for (int32_t tk : tokens)
     if (tk < 0 || uint32_t(tk) >= cfg_.n_vocab) fail("token id {} is outside the vocabulary of {}", tk, cfg_.n_vocab);
-  if (pos.back() >= n_ctx_) fail("position {} exceeds the context size {}", pos.back(), n_ctx_);
+  if (pos.front() < 0 || pos.back() >= n_ctx_) fail("position {} exceeds the context size {}", pos.back(), n_ctx_);
 
+  be_.begin_forward(tokens, pos);
+  constexpr uint64_t kDecodeStep = 1;
+  const bool step = T == 1 && mode == Logits::Last;
+  if (step && be_.replay(kDecodeStep)) return step_logits_;
+  const bool recording = step && be_.capture_begin(kDecodeStep);
+  try {
+    const Tensor out = run_layers(tokens, pos, mode);
+    if (recording) {
+      be_.capture_end();
+      step_logits_ = out;
+    }
+    return out;
+  } catch (...) {
+    if (recording) be_.capture_abort();
+    throw;
+  }
+}
+
+Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode) {
+  const int64_t T = int64_t(tokens.size());
   const int64_t E = cfg_.n_embd, F = cfg_.n_ff;
   const int64_t QD = int64_t(cfg_.n_head) * cfg_.head_dim, KVD = int64_t(cfg_.n_head_kv) * cfg_.head_dim;
   Backend& be = be_;
   be.reset_scratch();
   Tensor x = be.alloc(T, E), h = be.alloc(T, E), q = be.alloc(T, QD), k = be.alloc(T, KVD),
-         v = be.alloc(T, KVD), att = be.alloc(T, QD), proj = be.alloc(T, E), gate = be.alloc(T, F),
-         up = be.alloc(T, F);
+         v = be.alloc(T, KVD), att = be.alloc(T, QD), gate = be.alloc(T, F);
   const RopeParams rope{int(cfg_.n_rot), cfg_.rope_base, cfg_.rope_freq_scale, cfg_.rope_neox,
                         rope_freqs_.empty() ? nullptr : rope_freqs_.data()};
   const AttentionParams ap{int(cfg_.n_head), int(cfg_.n_head_kv), int(cfg_.head_dim),
@@ -114,25 +140,27 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int32_
     be.rope(q, int(cfg_.n_head), int(cfg_.head_dim), pos, rope);
     be.rope(k, int(cfg_.n_head_kv), int(cfg_.head_dim), pos, rope);
     be.attention(int(l), q, k, v, pos, ap, att);
-    be.matmul(w.wo, att, proj);
-    if (w.bo) be.add_bias(proj, w.bo);
-    be.add(x, proj);
+    if (w.bo) {  // x += Wo att + bo
+      Tensor proj = be.alloc(T, E);
+      be.matmul(w.wo, att, proj);
+      be.add_bias(proj, w.bo);
+      be.add(x, proj);
+    } else {
+      be.matmul_add(w.wo, att, x);
+    }
     be.rmsnorm(x, w.ffn_norm, cfg_.rms_eps, h);
-    const Weight* ffn_w[] = {&w.w_gate, &w.w_up};
-    const Tensor ffn_out[] = {gate, up};
-    be.matmul_multi(ffn_w, h, ffn_out);
-    be.swiglu(gate, up);
-    be.matmul(w.w_down, gate, proj);
-    be.add(x, proj);
+    be.ffn_gate_up(w.w_gate, w.w_up, h, gate);
+    be.matmul_add(w.w_down, gate, x);
   }
+  if (mode == Logits::None) return Tensor{nullptr, 0, int64_t(cfg_.n_vocab)};
   // Logits for every row, or only the last (prompt processing needs only the last).
-  const Tensor xs = all_logits ? x : x.rows_view(T - 1, 1);
-  const Tensor hs = all_logits ? h : h.rows_view(T - 1, 1);
+  const bool all = mode == Logits::All;
+  const Tensor xs = all ? x : x.rows_view(T - 1, 1);
+  const Tensor hs = all ? h : h.rows_view(T - 1, 1);
   be.rmsnorm(xs, out_norm_, cfg_.rms_eps, hs);
   Tensor out = be.alloc(xs.rows, int64_t(cfg_.n_vocab));
   be.matmul(output_, hs, out);
-  logits.resize(size_t(out.rows * out.cols));
-  be.read(out, logits.data());
+  return out;
 }
 
 }  // namespace lamina

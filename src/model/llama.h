@@ -30,8 +30,13 @@ class LlamaModel {
   void init_cache(int n_ctx, GgmlType kv_type);
   int n_ctx() const { return n_ctx_; }
 
-  // Runs tokens at positions pos[i] (one sequence, positions increasing). Writes the logits of
-  // every row (all_logits) or of the last row only into `logits` ([rows][n_vocab] or [n_vocab]).
+  enum class Logits { None, Last, All };
+  // Runs tokens at positions pos[i] (one sequence, positions increasing) and returns the logits
+  // in backend memory ([rows][n_vocab]: every row, the last only, or none), valid until the
+  // next forward. A single-token pass with the last row's logits (a decode step) is recorded
+  // by backends that can (CUDA graphs) and replayed from then on.
+  Tensor forward(std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode);
+  // The same, copying the logits to host memory.
   void forward(std::span<const int32_t> tokens, std::span<const int32_t> pos, bool all_logits,
                std::vector<float>& logits);
 
@@ -42,6 +47,9 @@ class LlamaModel {
   std::vector<LayerWeights> layers_;
   std::vector<float> rope_freqs_;  // Llama 3 frequency factors (host copy), empty if none
   int n_ctx_ = 0;
+  Tensor step_logits_;  // where a recorded decode step leaves its logits
+
+  Tensor run_layers(std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode);
 };
 
 }  // namespace lamina

@@ -12,6 +12,17 @@ int32_t argmax(std::span<const float> logits) {
 
 Sampler::Sampler(SamplerParams p) : p_(p), rng_(p.seed) {}
 
+std::vector<int32_t> Sampler::penalty_ids(std::span<const int32_t> history) const {
+  if (p_.repeat_penalty == 1.f || p_.repeat_last_n == 0) return {};
+  const size_t n = p_.repeat_last_n < 0 ? history.size() : std::min(history.size(), size_t(p_.repeat_last_n));
+  std::vector<int32_t> ids(history.end() - long(n), history.end());
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+double Sampler::next_uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+
 int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
   cand_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) cand_[i] = {logits[i], int32_t(i)};

@@ -21,7 +21,11 @@ struct SessionOptions {
   int n_batch = 512;        // prompt tokens per forward pass
   GgmlType kv_type = GgmlType::F16;
   bool exact_matmul = false;  // f32 activations for quantised weights (see CpuBackend)
+  std::string device = "auto";  // "cuda", "cpu", or "auto" (cuda when a GPU is present)
+  bool profile = false;         // per-op timing in the backend (Backend::profile_report)
 };
+
+class Sampler;
 
 class Session {
  public:
@@ -39,6 +43,9 @@ class Session {
   // Appends tokens to the conversation (in batches of n_batch) and returns the logits of the
   // last one (all_logits: of every token, [n][n_vocab]). Throws if the context would overflow.
   const std::vector<float>& eval(std::span<const int32_t> tokens, bool all_logits = false);
+  // Appends tokens and samples the next one from the last token's logits — in backend memory
+  // when the backend can (the host then waits only for the id), else on the host.
+  int32_t eval_sample(std::span<const int32_t> tokens, Sampler& sampler);
   void reset() { history_.clear(); }  // forget the conversation (the cache is overwritten)
   // Drops the last n tokens (e.g. to re-run a prompt); positions are simply reused.
   void rewind(int n_past) { history_.resize(size_t(n_past)); }
@@ -51,7 +58,14 @@ class Session {
   std::unique_ptr<LlamaModel> model_;
   std::vector<int32_t> history_;
   std::vector<float> logits_, chunk_;
+
+  Tensor eval_device(std::span<const int32_t> tokens, bool all_logits);
 };
+
+// The backend a session would use for `device` ("auto": cuda when a GPU is present).
+std::unique_ptr<Backend> make_backend(const SessionOptions& o);
+// "NNN.N MiB" / "N.NN GiB" for memory summaries.
+std::string format_bytes(size_t b);
 
 // Bytes of KV cache one position needs.
 size_t kv_bytes_per_position(const ModelConfig& c, GgmlType kv_type);

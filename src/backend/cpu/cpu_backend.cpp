@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 
 namespace lamina {
 
@@ -42,10 +43,24 @@ uint8_t* CpuBackend::arena_alloc(size_t bytes) {
 
 // Weights are copied out of the file mapping into memory advised for huge pages: decode streams
 // every weight once per token, and with 4 KiB file pages it ran ~1.3x slower (benchmarks.md).
-Weight CpuBackend::load_weight(const GgufTensor& t) {
-  uint8_t* dst = arena_alloc(t.nbytes);
-  std::memcpy(dst, t.data, t.nbytes);
-  return Weight{t.type, t.ne[0], t.nrows(), dst};
+Weight CpuBackend::load_weight(const GgufTensor& t, WeightUse) {
+  auto [it, fresh] = loaded_.try_emplace(t.data, nullptr);
+  if (fresh) {  // a tied matrix is bound twice (embedding and output) but copied once
+    it->second = arena_alloc(t.nbytes);
+    std::memcpy(it->second, t.data, t.nbytes);
+  }
+  return Weight{t.type, t.ne[0], t.nrows(), it->second};
+}
+
+size_t CpuBackend::memory_available() const {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  size_t kb = 0;
+  while (in >> key >> kb) {
+    if (key == "MemAvailable:") return kb * 1024;
+    in.ignore(256, '\n');
+  }
+  return size_t(8) << 30;
 }
 
 Tensor CpuBackend::alloc(int64_t rows, int64_t cols) {

@@ -6,6 +6,7 @@
 #include "backend/cpu/thread_pool.h"
 
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 namespace lamina {
@@ -19,7 +20,8 @@ class CpuBackend final : public Backend {
   std::string name() const override;
   int threads() const { return pool_.size(); }
 
-  Weight load_weight(const GgufTensor& t) override;
+  Weight load_weight(const GgufTensor& t, WeightUse use) override;
+  size_t memory_available() const override;
   Tensor alloc(int64_t rows, int64_t cols) override;
   void reset_scratch() override;
   void init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type) override;
@@ -53,6 +55,7 @@ class CpuBackend final : public Backend {
     size_t size = 0, used = 0;
   };
   std::vector<Arena> arenas_;
+  std::unordered_map<const void*, uint8_t*> loaded_;  // file bytes -> their copy
   uint8_t* arena_alloc(size_t bytes);
   // Scratch: a bump allocator over chunks kept across forward passes (no page faults per token).
   std::vector<std::vector<float>> scratch_;

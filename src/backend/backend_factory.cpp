@@ -1,0 +1,36 @@
+// Backend selection: "cpu", "cuda", or "auto" (cuda when this build has CUDA and a GPU is
+// present). Lives outside lamina_core so that the CPU-only library does not depend on CUDA.
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "model/session.h"
+
+#if LAMINA_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
+namespace lamina {
+
+std::unique_ptr<Backend> make_backend(const SessionOptions& o) {
+  std::string dev = o.device;
+  // LAMINA_DEVICE picks for "auto" (the CPU test suite sets it to cpu on GPU machines).
+  if (const char* env = std::getenv("LAMINA_DEVICE"); env && dev == "auto" && *env) dev = env;
+  if (dev != "auto" && dev != "cpu" && dev != "cuda") fail("unknown device '{}' (cpu, cuda or auto)", dev);
+#if LAMINA_HAVE_CUDA
+  if (dev == "auto") dev = cuda_device_count() > 0 ? "cuda" : "cpu";
+  if (dev == "cuda") {
+    if (cuda_device_count() == 0) fail("--device cuda: no CUDA GPU is available");
+    return std::make_unique<CudaBackend>(0, o.exact_matmul);
+  }
+#else
+  if (dev == "auto") dev = "cpu";
+  if (dev == "cuda") fail("--device cuda: this lamina was built without CUDA");
+#endif
+  const int threads = o.n_threads > 0 ? o.n_threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  return std::make_unique<CpuBackend>(threads, o.exact_matmul);
+}
+
+}  // namespace lamina

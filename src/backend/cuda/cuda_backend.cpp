@@ -1,0 +1,561 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include "format/gguf.h"
+#include "kernels/common/timing.h"
+#include "kernels/dequant/dequant.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemv/gemv.h"
+#include "kernels/ops/ops.h"
+#include "model/sampler.h"
+#include "model/session.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace lamina {
+
+namespace kn = kernels;
+
+namespace {
+
+constexpr int kMaxPenalty = 4096;        // distinct ids the repetition penalty can cover
+constexpr size_t kGemmWorkBytes = size_t(64) << 20;  // split-K partials
+constexpr size_t kMinScratch = size_t(64) << 20;
+
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("CUDA error in {}: {}", what, cudaGetErrorString(e));
+}
+
+// Matmul weights the GEMV/GEMM kernels want in the repacked plane layout.
+bool repacks(GgmlType t) {
+  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q6_K;
+}
+
+// The GEMV that keeps x in f32 (--exact-matmul): per-element decode for quantised blocks.
+kn::Status gemv_exact(const kn::GemvProblem& p, cudaStream_t s) {
+  const bool flt = p.wtype == GgmlType::F16 || p.wtype == GgmlType::BF16 || p.wtype == GgmlType::F32;
+  const kn::GemvVariant* v = kn::find_gemv_variant(flt ? "v5_stream" : "q_generic");
+  if (!v) return kn::Status::error("no exact GEMV variant");
+  if (kn::Status st = kn::gemv_validate(p, *v); !st) return st;
+  return v->launch(p, v->configs.front(), s);
+}
+
+}  // namespace
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n;
+}
+
+CudaBackend::CudaBackend(int device, bool exact) : device_(device), exact_(exact) {
+  cuda_check(cudaSetDevice(device), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  cuda_check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  gpu_name_ = prop.name;
+  sm_count_ = prop.multiProcessorCount;
+  cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  cuda_check(cudaEventCreateWithFlags(&in_copied_, cudaEventDisableTiming), "cudaEventCreate");
+  cuda_check(cudaMallocHost(&host_id_, sizeof(int32_t)), "cudaMallocHost");
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_);
+  for (auto& [k, g] : graphs_)
+    if (g.exec) cudaGraphExecDestroy(g.exec);
+  for (void* p : owned_) cudaFree(p);
+  for (auto& e : event_pool_) cudaEventDestroy(e);
+  for (auto& c : scratch_) cudaFree(c.base);
+  for (auto& [h, d] : freq_factors_) cudaFree(d);
+  cudaFree(dev_in_);
+  cudaFreeHost(host_in_);
+  cudaFreeHost(host_id_);
+  cudaEventDestroy(in_copied_);
+  cudaStreamDestroy(stream_);
+}
+
+std::string CudaBackend::name() const { return "CUDA " + gpu_name_; }
+
+void* CudaBackend::dev_alloc(size_t bytes, const char* what) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, std::max<size_t>(bytes, 256)) != cudaSuccess) {
+    cudaGetLastError();
+    fail("out of GPU memory allocating {} for {} ({} available, {} in use by lamina)", format_bytes(bytes), what,
+         format_bytes(memory_available()), format_bytes(memory_used()));
+  }
+  return p;
+}
+
+size_t CudaBackend::memory_available() const {
+  size_t free_b = 0, total = 0;
+  if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) return 0;
+  const size_t reserve = size_t(512) << 20;  // CUDA context, graphs, cuBLAS-free library workspaces
+  return free_b > reserve ? free_b - reserve : 0;
+}
+
+size_t CudaBackend::memory_used() const {
+  size_t s = 0;
+  for (const auto& c : scratch_) s += c.size;
+  return weight_bytes_ + kv_cache_bytes() + s + gemm_work_bytes_;
+}
+
+void CudaBackend::check(const char* op, bool ok, const std::string& msg) const {
+  if (!ok) fail("CUDA backend, {}: {}", op, msg);
+}
+
+Weight CudaBackend::load_weight(const GgufTensor& t, WeightUse use) {
+  const bool repack = use == WeightUse::Matmul && repacks(t.type) && !exact_;
+  const size_t bytes = repack ? kn::gemv_repacked_bytes(t.type, t.nrows(), t.ne[0]) : t.nbytes;
+  void* dst = dev_alloc(bytes, t.name.c_str());
+  owned_.push_back(dst);
+  if (repack) {
+    void* tmp = dev_alloc(t.nbytes, "a weight upload");
+    cuda_check(cudaMemcpy(tmp, t.data, t.nbytes, cudaMemcpyHostToDevice), "weight upload");
+    const kn::Status st = kn::gemv_repack(t.type, tmp, t.nrows(), t.ne[0], dst, stream_);
+    cuda_check(cudaStreamSynchronize(stream_), "weight repack");
+    cudaFree(tmp);
+    check("load", st.ok, st.message);
+  } else {
+    cuda_check(cudaMemcpy(dst, t.data, t.nbytes, cudaMemcpyHostToDevice), "weight upload");
+  }
+  if (use == WeightUse::Matmul && t.type == GgmlType::BF16) act16_ = GgmlType::BF16;
+  weight_bytes_ += bytes;
+  weights_[dst] = DevWeight{repack, bytes};
+  return Weight{t.type, t.ne[0], t.nrows(), dst};
+}
+
+const CudaBackend::DevWeight& CudaBackend::info(const Weight& w) const {
+  auto it = weights_.find(w.data);
+  if (it == weights_.end()) fail("CUDA backend: a weight that was not loaded by it");
+  return it->second;
+}
+
+// ---- scratch -------------------------------------------------------------------------------
+
+void* CudaBackend::scratch_bytes(size_t bytes) {
+  bytes = (bytes + 255) & ~size_t(255);
+  if (scratch_.empty() || scratch_used_ + bytes > scratch_.back().size) {
+    check("alloc", capturing_ == 0, "scratch memory grew while a graph was being recorded");
+    const size_t size = std::max({bytes, kMinScratch, scratch_.empty() ? size_t(0) : scratch_.back().size});
+    scratch_.push_back({dev_alloc(size, "activations"), size});
+    scratch_used_ = 0;
+    ++generation_;
+  }
+  void* p = static_cast<char*>(scratch_.back().base) + scratch_used_;
+  scratch_used_ += bytes;
+  return p;
+}
+
+Tensor CudaBackend::alloc(int64_t rows, int64_t cols) {
+  return Tensor{static_cast<float*>(scratch_bytes(size_t(rows * cols) * sizeof(float))), rows, cols};
+}
+
+void CudaBackend::reset_scratch() {
+  if (scratch_.size() > 1) {  // grew during the last pass: one chunk large enough for all of it
+    size_t total = 0;
+    cuda_check(cudaStreamSynchronize(stream_), "scratch reset");
+    for (auto& c : scratch_) total += c.size, cudaFree(c.base);
+    scratch_.clear();
+    scratch_.push_back({dev_alloc(total, "activations"), total});
+    ++generation_;
+  }
+  scratch_used_ = 0;
+  shadow_ = {};
+}
+
+void CudaBackend::init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type) {
+  if (type != GgmlType::F16 && type != GgmlType::F32) fail("KV cache type must be f16 or f32");
+  kv_type_ = type, kv_layers_ = n_layer, kv_ctx_ = n_ctx, kv_dim_ = kv_dim;
+  const size_t half = kv_cache_bytes() / 2;
+  k_cache_ = dev_alloc(half, "the K cache");
+  owned_.push_back(k_cache_);
+  v_cache_ = dev_alloc(half, "the V cache");
+  owned_.push_back(v_cache_);
+  gemm_work_bytes_ = kGemmWorkBytes;
+  gemm_work_ = dev_alloc(gemm_work_bytes_, "GEMM split-K workspace");
+  owned_.push_back(gemm_work_);
+  graphs_.clear();
+}
+
+size_t CudaBackend::kv_cache_bytes() const {
+  return 2 * size_t(kv_layers_) * size_t(kv_ctx_) * size_t(kv_dim_) * (kv_type_ == GgmlType::F16 ? 2 : 4);
+}
+
+// ---- inputs --------------------------------------------------------------------------------
+
+void CudaBackend::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> pos) {
+  const size_t n = tokens.size();
+  if (n > in_capacity_) {
+    cuda_check(cudaStreamSynchronize(stream_), "input buffers");
+    cudaFree(dev_in_);
+    cudaFreeHost(host_in_);
+    in_capacity_ = std::max<size_t>(n, 512);
+    cuda_check(cudaMallocHost(&host_in_, 2 * in_capacity_ * sizeof(int32_t)), "cudaMallocHost");
+    dev_in_ = static_cast<int32_t*>(dev_alloc(2 * in_capacity_ * sizeof(int32_t), "token inputs"));
+    ++generation_;
+  } else {
+    cuda_check(cudaEventSynchronize(in_copied_), "input copy");  // the last copy has read the staging
+  }
+  std::memcpy(host_in_, tokens.data(), n * sizeof(int32_t));
+  std::memcpy(host_in_ + in_capacity_, pos.data(), n * sizeof(int32_t));
+  n_in_ = int64_t(n);
+  // One copy of the whole staging area: the same node serves every replay of a graph.
+  cuda_check(cudaMemcpyAsync(dev_in_, host_in_, 2 * in_capacity_ * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+             "input copy");
+  cuda_check(cudaEventRecord(in_copied_, stream_), "input copy");
+}
+
+// ---- graphs --------------------------------------------------------------------------------
+
+bool CudaBackend::replay(uint64_t key) {
+  if (!graphs_enabled_ || profiling_) return false;
+  auto it = graphs_.find(key);
+  if (it == graphs_.end() || !it->second.exec) return false;
+  if (it->second.generation != generation_) {  // buffers moved since it was recorded
+    cudaGraphExecDestroy(it->second.exec);
+    graphs_.erase(it);
+    return false;
+  }
+  cuda_check(cudaGraphLaunch(it->second.exec, stream_), "cudaGraphLaunch");
+  cuda_check(cudaEventRecord(in_copied_, stream_), "graph");  // the graph's input copy is done
+  return true;
+}
+
+bool CudaBackend::capture_begin(uint64_t key) {
+  if (!graphs_enabled_ || profiling_) return false;
+  Recorded& r = graphs_[key];
+  if (++r.seen < 2) return false;  // the first pass runs eagerly: it sizes scratch and warms caches
+  // The inputs were copied outside the capture (begin_forward ran first): record the copy again
+  // inside, so that replays fetch the fresh staging contents.
+  cuda_check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  capturing_ = key;
+  cuda_check(cudaMemcpyAsync(dev_in_, host_in_, 2 * in_capacity_ * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+             "input copy");
+  return true;
+}
+
+void CudaBackend::capture_end() {
+  cudaGraph_t g = nullptr;
+  const uint64_t key = capturing_;
+  capturing_ = 0;
+  cuda_check(cudaStreamEndCapture(stream_, &g), "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+  cudaGraphDestroy(g);
+  cuda_check(e, "cudaGraphInstantiate");
+  Recorded& r = graphs_[key];
+  r.exec = exec;
+  r.generation = generation_;
+  cuda_check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
+  cuda_check(cudaEventRecord(in_copied_, stream_), "graph");
+}
+
+void CudaBackend::capture_abort() {
+  cudaGraph_t g = nullptr;
+  cudaStreamEndCapture(stream_, &g);
+  if (g) cudaGraphDestroy(g);
+  cudaGetLastError();
+  capturing_ = 0;
+}
+
+// ---- ops -----------------------------------------------------------------------------------
+
+void CudaBackend::embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) {
+  check("embed", int64_t(tokens.size()) == n_in_, "token ids differ from begin_forward's");
+  check("embed", !info(table).repacked, "the embedding table must stay in GGUF blocks");
+  op_begin();
+  const kn::Status st = kn::dequantize_rows(table.type, table.data, table.cols, dev_tokens(), out.rows, out.data, stream_);
+  check("embed", st.ok, st.message);
+  op_end("embed", double(out.rows) * (double(row_bytes(table.type, table.cols)) + out.cols * 4.0), 0);
+}
+
+void CudaBackend::rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) {
+  // Rows that will feed a GEMM get a 16-bit copy made in the same pass.
+  void* h = nullptr;
+  if (out.rows > kn::kGemvMaxBatch && !exact_) h = scratch_bytes(size_t(out.rows * out.cols) * 2);
+  op_begin();
+  const kn::Status st = kn::rmsnorm(x.data, static_cast<const float*>(w.data), x.rows, x.cols, eps, out.data, h, act16_, stream_);
+  check("rmsnorm", st.ok, st.message);
+  op_end("rmsnorm", double(x.rows * x.cols) * (h ? 10.0 : 8.0), 0);
+  shadow_ = h ? Shadow{out.data, out.rows * out.cols, h, act16_} : Shadow{};
+}
+
+const void* CudaBackend::x16(Tensor x, GgmlType type) {
+  if (shadow_.src == x.data && shadow_.n == x.rows * x.cols && shadow_.type == type) return shadow_.data;
+  void* h = scratch_bytes(size_t(x.rows * x.cols) * 2);
+  op_begin();
+  const kn::Status st = kn::convert_f32(x.data, x.rows * x.cols, type, h, stream_);
+  check("convert", st.ok, st.message);
+  op_end("convert", double(x.rows * x.cols) * 6.0, 0);
+  return h;
+}
+
+// out = x . w^T (+ out when accumulate).
+void CudaBackend::run_matmul(const Weight& w, Tensor x, Tensor out, bool accumulate) {
+  const DevWeight& d = info(w);
+  const kn::WeightLayout layout = d.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
+  const double flops = 2.0 * double(x.rows) * double(w.rows) * double(w.cols);
+  if (x.rows > kn::kGemvMaxBatch && !exact_) {
+    kn::GemmProblem p;
+    p.b_type = w.type;
+    p.b_layout = layout;
+    p.a_type = w.type == GgmlType::F32 ? GgmlType::F32 : w.type == GgmlType::BF16 ? GgmlType::BF16 : GgmlType::F16;
+    p.c_type = GgmlType::F32;
+    p.m = x.rows, p.n = w.rows, p.k = w.cols;
+    p.a = p.a_type == GgmlType::F32 ? static_cast<const void*>(x.data) : x16(x, p.a_type);
+    p.lda = x.cols;
+    p.b = w.data;
+    p.ldb = w.cols;
+    p.c = out.data;
+    p.ldc = out.cols;
+    p.beta = accumulate ? 1.f : 0.f;
+    p.workspace = gemm_work_, p.workspace_bytes = gemm_work_bytes_;
+    op_begin();
+    const kn::Status st = kn::gemm(p, stream_);
+    if (st.ok) {
+      op_end(op_name(accumulate ? "gemm+res" : "gemm", w), double(d.bytes) + double(x.rows * (x.cols * 2 + out.cols * 4)), flops);
+      return;
+    }
+    // no GEMM variant for this type: GEMVs over 8-row slices below
+  }
+  op_begin();
+  for (int64_t r0 = 0; r0 < x.rows; r0 += kn::kGemvMaxBatch) {
+    const int64_t n = std::min<int64_t>(kn::kGemvMaxBatch, x.rows - r0);
+    kn::GemvProblem p;
+    p.wtype = w.type;
+    p.layout = layout;
+    p.w = w.data;
+    p.n = w.rows, p.k = w.cols;
+    p.x = x.data + r0 * x.cols;
+    p.batch = int(n);
+    p.y = out.data + r0 * out.cols;
+    p.residual = accumulate ? p.y : nullptr;
+    const kn::Status st = exact_ ? gemv_exact(p, stream_) : kn::gemv(p, stream_);
+    check("matmul", st.ok, st.message);
+  }
+  op_end(op_name(accumulate ? "gemv+res" : "gemv", w), double(d.bytes) * double((x.rows + 7) / 8) + x.rows * x.cols * 4.0, flops);
+}
+
+void CudaBackend::matmul(const Weight& w, Tensor x, Tensor out) { run_matmul(w, x, out, false); }
+
+void CudaBackend::matmul_add(const Weight& w, Tensor x, Tensor inout) { run_matmul(w, x, inout, true); }
+
+void CudaBackend::ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Tensor out) {
+  const DevWeight& dg = info(gate);
+  if (x.rows <= kn::kGemvMaxBatch && gate.type == up.type && dg.repacked == info(up).repacked && !exact_) {
+    kn::GemvProblem p;
+    p.wtype = gate.type;
+    p.layout = dg.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
+    p.w = gate.data, p.w_up = up.data;
+    p.n = gate.rows, p.k = gate.cols;
+    p.x = x.data, p.batch = int(x.rows), p.y = out.data;
+    op_begin();
+    const kn::Status st = kn::gemv(p, stream_);
+    check("ffn_gate_up", st.ok, st.message);
+    op_end(op_name("gemv gate/up", gate), 2.0 * double(dg.bytes), 4.0 * double(x.rows * gate.rows * gate.cols));
+    return;
+  }
+  Tensor u = alloc(x.rows, up.rows);
+  run_matmul(gate, x, out, false);
+  run_matmul(up, x, u, false);
+  swiglu(out, u);
+}
+
+void CudaBackend::add_bias(Tensor x, const Weight& b) {
+  op_begin();
+  const kn::Status st = kn::add_bias(x.data, static_cast<const float*>(b.data), x.rows, x.cols, stream_);
+  check("add_bias", st.ok, st.message);
+  op_end("add_bias", double(x.rows * x.cols) * 8.0, 0);
+  if (shadow_.src == x.data) shadow_ = {};
+}
+
+void CudaBackend::add(Tensor x, Tensor y) {
+  op_begin();
+  const kn::Status st = kn::add(x.data, y.data, x.rows * x.cols, stream_);
+  check("add", st.ok, st.message);
+  op_end("add", double(x.rows * x.cols) * 12.0, 0);
+  if (shadow_.src == x.data) shadow_ = {};
+}
+
+void CudaBackend::swiglu(Tensor gate, Tensor up) {
+  op_begin();
+  const kn::Status st = kn::swiglu(gate.data, up.data, gate.rows * gate.cols, stream_);
+  check("swiglu", st.ok, st.message);
+  op_end("swiglu", double(gate.rows * gate.cols) * 12.0, 0);
+  if (shadow_.src == gate.data) shadow_ = {};
+}
+
+void CudaBackend::rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t> pos, const RopeParams& p) {
+  check("rope", int64_t(pos.size()) == n_in_ && x.rows == n_in_, "positions differ from begin_forward's");
+  kn::RopeArgs a;
+  a.n_heads = n_heads, a.head_dim = head_dim, a.n_rot = p.n_rot;
+  a.base = p.base, a.freq_scale = p.freq_scale, a.neox = p.neox;
+  if (p.freq_factors) {
+    auto [it, fresh] = freq_factors_.try_emplace(p.freq_factors, nullptr);
+    if (fresh) {
+      const size_t bytes = size_t(p.n_rot / 2) * sizeof(float);
+      it->second = static_cast<float*>(dev_alloc(bytes, "rope factors"));
+      cuda_check(cudaMemcpy(it->second, p.freq_factors, bytes, cudaMemcpyHostToDevice), "rope factors");
+    }
+    a.freq_factors = it->second;
+  }
+  op_begin();
+  const kn::Status st = kn::rope(x.data, x.rows, dev_pos(), a, stream_);
+  check("rope", st.ok, st.message);
+  op_end("rope", double(x.rows * x.cols) * 8.0, 0);
+}
+
+void CudaBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
+                            const AttentionParams& p, Tensor out) {
+  check("attention", int64_t(pos.size()) == n_in_ && q.rows == n_in_, "positions differ from begin_forward's");
+  check("attention", layer >= 0 && layer < kv_layers_, "layer outside the KV cache");
+  if (pos.back() >= kv_ctx_) fail("position {} is outside the context of {} tokens", pos.back(), kv_ctx_);
+  kn::AttentionArgs a;
+  a.n_head = p.n_head, a.n_head_kv = p.n_head_kv, a.head_dim = p.head_dim, a.scale = p.scale;
+  a.kv_type = kv_type_, a.n_ctx = kv_ctx_;
+  const size_t esz = kv_type_ == GgmlType::F16 ? 2 : 4;
+  const size_t layer_off = size_t(layer) * size_t(kv_ctx_) * size_t(kv_dim_) * esz;
+  void* kc = static_cast<char*>(k_cache_) + layer_off;
+  void* vc = static_cast<char*>(v_cache_) + layer_off;
+  op_begin();
+  kn::Status st = kn::kv_store(k.data, v.data, k.rows, dev_pos(), kc, vc, a, stream_);
+  check("kv_store", st.ok, st.message);
+  op_end("kv_store", double(k.rows * k.cols) * (8.0 + 2 * esz), 0);
+  // Attention reads K and V of every position up to the last one (the host knows the positions).
+  const double kv_read = 2.0 * double(pos.back() + 1) * double(kv_dim_) * double(esz);
+  const double flops = 4.0 * double(q.rows) * double(pos.back() + 1) * double(p.n_head) * p.head_dim;
+  // Splits: enough blocks for two waves over the SMs, at least 64 positions per split.
+  const int64_t blocks = int64_t(p.n_head_kv) * q.rows;
+  const int splits = int(std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, std::max(1, kv_ctx_ / 64)));
+  float* work = static_cast<float*>(scratch_bytes(kn::attention_work_floats(a, q.rows, splits) * sizeof(float)));
+  op_begin();
+  st = kn::attention_decode(q.data, q.rows, dev_pos(), kc, vc, a, splits, work, out.data, stream_);
+  check("attention", st.ok, st.message);
+  op_end("attention (decode)", kv_read + double(q.rows * q.cols) * 8.0, flops);
+}
+
+void CudaBackend::read(Tensor t, float* host) {
+  cuda_check(cudaMemcpyAsync(host, t.data, size_t(t.rows * t.cols) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+             "read");
+  cuda_check(cudaStreamSynchronize(stream_), "read");
+  collect_profile();
+}
+
+int32_t CudaBackend::sample(Tensor logits, const SamplerParams& p, std::span<const int32_t> penalty_ids, double u) {
+  const Tensor row = logits.rows_view(logits.rows - 1, 1);
+  if (!sample_ids_) {
+    sample_ids_ = static_cast<int32_t*>(dev_alloc((kMaxPenalty + 1) * sizeof(int32_t), "sampling"));
+    owned_.push_back(sample_ids_);
+  }
+  if (!sample_scratch_) {
+    sample_scratch_ = static_cast<float*>(dev_alloc(kn::sample_scratch_floats(int(row.cols)) * sizeof(float), "sampling"));
+    owned_.push_back(sample_scratch_);
+  }
+  kn::SampleArgs a;
+  a.temperature = p.temperature, a.top_k = p.top_k, a.top_p = p.top_p, a.min_p = p.min_p;
+  a.repeat_penalty = p.repeat_penalty, a.u = u;
+  // the most recent ids when more than the buffer holds (the caller passes them sorted)
+  const size_t n = std::min(penalty_ids.size(), size_t(kMaxPenalty));
+  if (n && p.repeat_penalty != 1.f) {
+    cuda_check(cudaMemcpyAsync(sample_ids_, penalty_ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+               "penalty ids");
+    cuda_check(cudaStreamSynchronize(stream_), "penalty ids");  // the host span may not outlive this call
+    a.penalty_ids = sample_ids_, a.n_penalty = int(n);
+  }
+  op_begin();
+  const kn::Status st = kn::sample(row.data, int(row.cols), a, sample_scratch_, sample_ids_ + kMaxPenalty, stream_);
+  check("sample", st.ok, st.message);
+  op_end("sample", double(row.cols) * 8.0, 0);
+  cuda_check(cudaMemcpyAsync(host_id_, sample_ids_ + kMaxPenalty, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
+             "sample");
+  cuda_check(cudaStreamSynchronize(stream_), "sample");
+  collect_profile();
+  return *host_id_;
+}
+
+// ---- profile -------------------------------------------------------------------------------
+// Events around every op, recorded back to back (no synchronisation between ops) and read
+// after the pass. Profiling runs the pass eagerly (no graph), so where the GPU waits for the
+// host's launches that gap is counted in the next op's time.
+
+void CudaBackend::set_profiling(bool on) {
+  profiling_ = on;
+  if (!on || copy_gbps_ > 0) return;
+  // Rooflines measured here, once: device copy bandwidth and an f16 GEMM at 4096^3.
+  copy_gbps_ = kn::copy_bandwidth_gbs(size_t(1) << 30, stream_);
+  const int64_t n = 4096;
+  void* a = dev_alloc(size_t(n * n) * 2, "profile roofline");
+  void* b = dev_alloc(size_t(n * n) * 2, "profile roofline");
+  void* c = dev_alloc(size_t(n * n) * 4, "profile roofline");
+  kn::fill_random_bytes(a, size_t(n * n) * 2, 1, stream_);
+  kn::fill_random_bytes(b, size_t(n * n) * 2, 2, stream_);
+  kn::GemmProblem p;
+  p.a_type = p.b_type = GgmlType::F16, p.c_type = GgmlType::F32;
+  p.m = p.n = p.k = n, p.a = a, p.lda = n, p.b = b, p.ldb = n, p.c = c, p.ldc = n;
+  // random bytes as f16 include NaN/Inf patterns; the time does not depend on the values
+  const double us = kn::median_time_us([&](int) { kn::gemm(p, stream_); }, 2, 10, stream_);
+  gemm_tflops_ = 2.0 * double(n) * double(n) * double(n) / us * 1e-6;
+  cudaFree(a), cudaFree(b), cudaFree(c);
+}
+
+void CudaBackend::op_begin() {
+  if (!profiling_) return;
+  while (event_pool_.size() < pending_.size() * 2 + 2) {
+    cudaEvent_t e;
+    cuda_check(cudaEventCreate(&e), "cudaEventCreate");
+    event_pool_.push_back(e);
+  }
+  cuda_check(cudaEventRecord(event_pool_[pending_.size() * 2], stream_), "profile");
+}
+
+std::string CudaBackend::op_name(const char* kind, const Weight& w) const {
+  if (!profiling_) return {};
+  return fmt::format("{} {}x{} {}", kind, w.rows, w.cols, type_name(w.type));
+}
+
+void CudaBackend::op_end(const std::string& name, double bytes, double flops) {
+  if (!profiling_) return;
+  cuda_check(cudaEventRecord(event_pool_[pending_.size() * 2 + 1], stream_), "profile");
+  pending_.push_back({name, bytes, flops});
+}
+
+void CudaBackend::collect_profile() {
+  if (pending_.empty()) return;
+  cuda_check(cudaStreamSynchronize(stream_), "profile");
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    float ms = 0;
+    cudaEventElapsedTime(&ms, event_pool_[2 * i], event_pool_[2 * i + 1]);
+    OpTimes& o = profile_[pending_[i].name];
+    o.ms += ms, o.bytes += pending_[i].bytes, o.flops += pending_[i].flops, ++o.calls;
+  }
+  pending_.clear();
+}
+
+void CudaBackend::profile_reset() {
+  collect_profile();
+  profile_.clear();
+}
+
+std::string CudaBackend::profile_report() {
+  collect_profile();
+  double total = 0;
+  for (const auto& [n, o] : profile_) total += o.ms;
+  std::vector<std::pair<std::string, OpTimes>> rows(profile_.begin(), profile_.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.second.ms > y.second.ms; });
+  std::string r = fmt::format("per-op profile on {} (rooflines measured now: copy {:.0f} GB/s, f16 GEMM 4096^3 {:.0f} TFLOP/s)\n",
+                              gpu_name_, copy_gbps_, gemm_tflops_);
+  r += fmt::format("| {:<22} | {:>7} | {:>10} | {:>6} | {:>9} | {:>6} | {:>9} | {:>6} |\n", "op", "calls", "ms", "%",
+                   "GB/s", "% BW", "TFLOP/s", "% MMA");
+  r += fmt::format("|{:-<24}|{:->9}|{:->12}|{:->8}|{:->11}|{:->8}|{:->11}|{:->8}|\n", "", "", "", "", "", "", "", "");
+  for (const auto& [n, o] : rows) {
+    const double gbs = o.bytes / (o.ms * 1e-3) * 1e-9, tf = o.flops / (o.ms * 1e-3) * 1e-12;
+    r += fmt::format("| {:<22} | {:>7} | {:>10.3f} | {:>5.1f}% | {:>9.0f} | {:>5.1f}% | {:>9.2f} | {:>5.1f}% |\n", n, o.calls,
+                     o.ms, 100 * o.ms / total, gbs, 100 * gbs / copy_gbps_, tf, o.flops > 0 ? 100 * tf / gemm_tflops_ : 0.0);
+  }
+  r += fmt::format("| {:<22} | {:>7} | {:>10.3f} |\n", "total (GPU time)", "", total);
+  return r;
+}
+
+}  // namespace lamina

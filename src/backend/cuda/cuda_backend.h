@@ -1,0 +1,168 @@
+// CUDA backend: the whole forward pass on one GPU over the kernel library (kernels/).
+//
+// Memory: weights are uploaded once from the mapped GGUF (matmul weights of Q4_0/Q4_1/Q8_0/
+// Q6_K repacked into the GEMV/GEMM plane layout on the device); the KV cache is preallocated;
+// activations come from a device bump allocator kept across passes. When that allocator has to
+// grow, recorded graphs are dropped (their addresses would be stale).
+//
+// Matmuls: <= 8 rows go to gemv() (fused epilogues: residual add, SwiGLU of the gate/up pair);
+// more rows go to gemm() with the input rounded to f16/bf16 (by the RMSNorm that produced it
+// where possible) and beta = 1 for the residual add. Weight types without a GEMM variant run as
+// GEMVs over 8-row slices.
+//
+// A decode step is captured as a CUDA graph once and replayed: token ids and positions are read
+// from device buffers that begin_forward fills from pinned host memory, and every kernel takes
+// its sequence length from those positions, so the graph needs no update between steps.
+#pragma once
+
+#include "backend/backend.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+typedef struct CUstream_st* cudaStream_t;
+typedef struct CUevent_st* cudaEvent_t;
+typedef struct CUgraphExec_st* cudaGraphExec_t;
+
+namespace lamina {
+
+int cuda_device_count();
+
+class CudaBackend final : public Backend {
+ public:
+  // exact: f32 activations for every matmul (GEMV variants that keep x in f32), for checks.
+  CudaBackend(int device, bool exact = false);
+  ~CudaBackend() override;
+  std::string name() const override;
+
+  Weight load_weight(const GgufTensor& t, WeightUse use) override;
+  size_t memory_available() const override;
+  size_t memory_used() const override;
+  Tensor alloc(int64_t rows, int64_t cols) override;
+  void reset_scratch() override;
+  void init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type) override;
+  size_t kv_cache_bytes() const override;
+
+  void begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> pos) override;
+  void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) override;
+  void rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) override;
+  void matmul(const Weight& w, Tensor x, Tensor out) override;
+  void matmul_add(const Weight& w, Tensor x, Tensor inout) override;
+  void ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Tensor out) override;
+  void add_bias(Tensor x, const Weight& b) override;
+  void add(Tensor x, Tensor y) override;
+  void rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t> pos, const RopeParams& p) override;
+  void attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
+                 const AttentionParams& p, Tensor out) override;
+  void swiglu(Tensor gate, Tensor up) override;
+  void read(Tensor t, float* host) override;
+
+  bool replay(uint64_t key) override;
+  bool capture_begin(uint64_t key) override;
+  void capture_end() override;
+  void capture_abort() override;
+
+  bool samples_on_device() const override { return true; }
+  int32_t sample(Tensor logits, const SamplerParams& p, std::span<const int32_t> penalty_ids, double u) override;
+
+  void set_profiling(bool on) override;
+  std::string profile_report() override;
+  void profile_reset() override;
+
+  cudaStream_t stream() const { return stream_; }
+  void set_graphs(bool on) { graphs_enabled_ = on; }  // off: every pass runs eagerly (tests)
+
+ private:
+  struct DevWeight {
+    bool repacked = false;  // the GEMV/GEMM plane layout (gemv_repack) instead of GGUF blocks
+    size_t bytes = 0;
+  };
+  struct Chunk {
+    void* base = nullptr;
+    size_t size = 0;
+  };
+  struct OpTimes {  // --profile: CUDA events around each op
+    double ms = 0;
+    double bytes = 0, flops = 0;
+    int calls = 0;
+  };
+
+  void* dev_alloc(size_t bytes, const char* what);
+  void* scratch_bytes(size_t bytes);
+  const DevWeight& info(const Weight& w) const;
+  // 16-bit copy of x for a GEMM (the RMSNorm's copy when it made one).
+  const void* x16(Tensor x, GgmlType type);
+  void run_matmul(const Weight& w, Tensor x, Tensor out, bool accumulate);
+  void check(const char* op, bool ok, const std::string& msg) const;
+  // --profile
+  void op_begin();
+  void op_end(const std::string& name, double bytes, double flops);
+  std::string op_name(const char* kind, const Weight& w) const;
+  void collect_profile();
+
+  int device_ = 0;
+  bool exact_ = false;
+  std::string gpu_name_;
+  int sm_count_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unordered_map<const void*, DevWeight> weights_;
+  std::vector<void*> owned_;  // weight and cache allocations
+  size_t weight_bytes_ = 0;
+  GgmlType act16_ = GgmlType::F16;  // the 16-bit type GEMM inputs are rounded to
+  // Scratch: chunks of device memory, bump-allocated; merged into one at reset after growth.
+  std::vector<Chunk> scratch_;
+  size_t scratch_used_ = 0;
+  uint64_t generation_ = 0;  // bumped whenever scratch or input buffers move
+  // The RMSNorm's 16-bit copy of its output, valid until something else writes that tensor.
+  struct Shadow {
+    const float* src = nullptr;
+    int64_t n = 0;
+    const void* data = nullptr;
+    GgmlType type = GgmlType::F16;
+  } shadow_;
+  // Inputs of the current pass: pinned host staging and device copies ([tokens | positions]).
+  int32_t* host_in_ = nullptr;
+  int32_t* dev_in_ = nullptr;
+  size_t in_capacity_ = 0;
+  int64_t n_in_ = 0;
+  cudaEvent_t in_copied_ = nullptr;
+  const int32_t* dev_tokens() const { return dev_in_; }
+  const int32_t* dev_pos() const { return dev_in_ + in_capacity_; }
+  // KV cache
+  GgmlType kv_type_ = GgmlType::F16;
+  int kv_layers_ = 0, kv_ctx_ = 0, kv_dim_ = 0;
+  void* k_cache_ = nullptr;
+  void* v_cache_ = nullptr;
+  void* gemm_work_ = nullptr;
+  size_t gemm_work_bytes_ = 0;
+  std::unordered_map<const float*, float*> freq_factors_;  // host Llama 3 factors -> device copy
+  // Sampling
+  float* sample_scratch_ = nullptr;
+  int32_t* sample_ids_ = nullptr;  // device: penalty ids, then the result at [kMaxPenalty]
+  int32_t* host_id_ = nullptr;     // pinned
+  // Graphs
+  struct Recorded {
+    cudaGraphExec_t exec = nullptr;
+    uint64_t generation = 0;
+    int seen = 0;  // passes seen for this key; recorded on the second (the first warms up)
+  };
+  std::map<uint64_t, Recorded> graphs_;
+  uint64_t capturing_ = 0;
+  bool graphs_enabled_ = true;
+  // Profile
+  bool profiling_ = false;
+  struct Pending {
+    std::string name;
+    double bytes, flops;
+  };
+  std::vector<cudaEvent_t> event_pool_;  // [2i], [2i+1]: start and stop of pending_[i]
+  std::vector<Pending> pending_;
+  std::map<std::string, OpTimes> profile_;
+  double copy_gbps_ = 0, gemm_tflops_ = 0;  // rooflines measured when profiling is switched on
+};
+
+}  // namespace lamina

@@ -1,0 +1,254 @@
+// KV-cache store and flash-decoding attention.
+//
+// attn_split_kernel: grid (KV head, split, token), 4 warps. A block owns one KV head and all
+// G = n_head / n_head_kv query heads that read it, so each K/V row is loaded once per group.
+// Lane l holds elements [l*E, l*E + E) of a head (E = head_dim / 32); a warp takes 4 positions
+// at a time (8 row loads in flight), scores them with warp-sum reductions and folds them into
+// its running (max, sum, output) — the online softmax. The block's 4 warps are merged through
+// shared memory and written as one split's partial; attn_merge_kernel combines the splits:
+//   M = max_s m_s,  L = sum_s l_s e^(m_s - M),  out = sum_s o_s e^(m_s - M) / L.
+// Each split's share of positions is computed on the device from pos[t], so a captured graph
+// replays correctly while the sequence grows.
+#include "kernels/ops/ops.h"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+namespace lamina::kernels {
+namespace {
+
+constexpr int kWarps = 4, kPosPerWarp = 4, kMaxGroup = 8;
+constexpr float kNoScore = -1e30f;  // "minus infinity" that keeps exp(m_old - m_new) finite
+
+template <class KT>
+__device__ __forceinline__ float to_f32(KT v) {
+  if constexpr (std::is_same_v<KT, __half>) return __half2float(v);
+  else return v;
+}
+
+// E consecutive elements of a row from global memory as f32.
+template <class KT, int E>
+__device__ __forceinline__ void load_row(const KT* __restrict__ p, float (&o)[E]) {
+  if constexpr (std::is_same_v<KT, __half> && E % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < E; i += 4) {
+      const uint2 u = *reinterpret_cast<const uint2*>(p + i);
+      const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+      const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+      o[i] = a.x, o[i + 1] = a.y, o[i + 2] = b.x, o[i + 3] = b.y;
+    }
+  } else if constexpr (std::is_same_v<KT, __half> && E % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < E; i += 2) {
+      const float2 a = __half22float2(*reinterpret_cast<const __half2*>(p + i));
+      o[i] = a.x, o[i + 1] = a.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < E; ++i) o[i] = to_f32(p[i]);
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(~0u, v, o);
+  return v;
+}
+
+// work, per (token, head, split): [m, l, o[head_dim]]
+template <class KT, int HD>
+__global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(const float* __restrict__ q, const int32_t* __restrict__ pos,
+                                                                 const KT* __restrict__ kc, const KT* __restrict__ vc,
+                                                                 AttentionArgs a, int splits, float* __restrict__ work) {
+  constexpr int E = HD / 32;
+  const int kvh = blockIdx.x, sp = blockIdx.y, t = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int G = a.n_head / a.n_head_kv;
+  const int64_t kvd = int64_t(a.n_head_kv) * HD;
+  const int len = pos[t] + 1;
+  const int chunk = (len + splits - 1) / splits;
+  const int begin = sp * chunk, end = min(len, begin + chunk);
+
+  float qr[kMaxGroup][E], m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][E];
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    m[g] = kNoScore, l[g] = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[g][e] = 0.f, qr[g][e] = 0.f;
+    if (g < G) {
+      const float* qh = q + int64_t(t) * a.n_head * HD + int64_t(kvh * G + g) * HD + lane * E;
+#pragma unroll
+      for (int e = 0; e < E; ++e) qr[g][e] = qh[e];
+    }
+  }
+  const KT* kbase = kc + int64_t(kvh) * HD + lane * E;
+  const KT* vbase = vc + int64_t(kvh) * HD + lane * E;
+  for (int j0 = begin + warp * kPosPerWarp; j0 < end; j0 += kWarps * kPosPerWarp) {
+    float kr[kPosPerWarp][E], vr[kPosPerWarp][E];
+#pragma unroll
+    for (int p = 0; p < kPosPerWarp; ++p) {
+      const int j = min(j0 + p, end - 1);  // clamp: a valid row, masked below
+      load_row<KT, E>(kbase + int64_t(j) * kvd, kr[p]);
+      load_row<KT, E>(vbase + int64_t(j) * kvd, vr[p]);
+    }
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g >= G) break;
+      float s[kPosPerWarp], mx = m[g];
+#pragma unroll
+      for (int p = 0; p < kPosPerWarp; ++p) {
+        float d = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) d += qr[g][e] * kr[p][e];
+        s[p] = j0 + p < end ? warp_sum(d) * a.scale : kNoScore;
+        mx = fmaxf(mx, s[p]);
+      }
+      const float corr = __expf(m[g] - mx);
+      l[g] *= corr;
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[g][e] *= corr;
+#pragma unroll
+      for (int p = 0; p < kPosPerWarp; ++p) {
+        const float w = j0 + p < end ? __expf(s[p] - mx) : 0.f;
+        l[g] += w;
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[g][e] += w * vr[p][e];
+      }
+      m[g] = mx;
+    }
+  }
+
+  // Merge the warps: shared [warp][group] (m, l) and [warp][group][HD] outputs.
+  __shared__ float sm_ml[kWarps][kMaxGroup][2];
+  __shared__ float sm_o[kWarps][kMaxGroup][HD];
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    if (g >= G) break;
+    if (lane == 0) sm_ml[warp][g][0] = m[g], sm_ml[warp][g][1] = l[g];
+#pragma unroll
+    for (int e = 0; e < E; ++e) sm_o[warp][g][lane * E + e] = acc[g][e];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+    const int g = i / HD, d = i % HD;
+    float M = kNoScore;
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_ml[w][g][0]);
+    float L = 0.f, O = 0.f;
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = __expf(sm_ml[w][g][0] - M);
+      L += sm_ml[w][g][1] * f;
+      O += sm_o[w][g][d] * f;
+    }
+    float* dst = work + ((int64_t(t) * a.n_head + kvh * G + g) * splits + sp) * (HD + 2);
+    if (d == 0) dst[0] = M, dst[1] = L;
+    dst[2 + d] = O;
+  }
+}
+
+// grid (head, token), head_dim threads.  out: [rows][n_head * head_dim]
+__global__ void attn_merge_kernel(const float* __restrict__ work, int head_dim, int n_head, int splits,
+                                  float* __restrict__ out) {
+  const int h = blockIdx.x, t = blockIdx.y;
+  const float* w = work + (int64_t(t) * n_head + h) * splits * (head_dim + 2);
+  float M = kNoScore;
+  for (int s = 0; s < splits; ++s) M = fmaxf(M, w[s * (head_dim + 2)]);
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float L = 0.f, O = 0.f;
+    for (int s = 0; s < splits; ++s) {
+      const float* ws = w + s * (head_dim + 2);
+      const float f = __expf(ws[0] - M);
+      L += ws[1] * f;
+      O += ws[2 + d] * f;
+    }
+    out[(int64_t(t) * n_head + h) * head_dim + d] = L > 0.f ? O / L : 0.f;
+  }
+}
+
+template <class KT>
+__global__ void kv_store_kernel(const float* __restrict__ k, const float* __restrict__ v, int64_t rows, int64_t kvd,
+                                const int32_t* __restrict__ pos, KT* __restrict__ kc, KT* __restrict__ vc) {
+  const int64_t n = rows * kvd;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = i / kvd, c = i % kvd;
+    const int64_t dst = int64_t(pos[t]) * kvd + c;
+    if constexpr (std::is_same_v<KT, __half>) {
+      kc[dst] = __float2half_rn(k[i]);
+      vc[dst] = __float2half_rn(v[i]);
+    } else {
+      kc[dst] = k[i];
+      vc[dst] = v[i];
+    }
+  }
+}
+
+Status check_args(const AttentionArgs& a) {
+  if (a.n_head <= 0 || a.n_head_kv <= 0 || a.n_head % a.n_head_kv) return Status::error("attention: bad head counts");
+  if (a.n_head / a.n_head_kv > kMaxGroup) return Status::error("attention: more than 8 query heads per KV head");
+  if (a.kv_type != GgmlType::F16 && a.kv_type != GgmlType::F32) return Status::error("attention: KV cache must be f16 or f32");
+  if (a.n_ctx <= 0) return Status::error("attention: empty cache");
+  return Status::success();
+}
+
+template <class KT, int HD>
+void launch_split(const float* q, int64_t rows, const int32_t* pos, const void* kc, const void* vc, const AttentionArgs& a,
+                  int splits, float* work, cudaStream_t s) {
+  const dim3 grid(unsigned(a.n_head_kv), unsigned(splits), unsigned(rows));
+  attn_split_kernel<KT, HD><<<grid, kWarps * 32, 0, s>>>(q, pos, static_cast<const KT*>(kc), static_cast<const KT*>(vc), a,
+                                                         splits, work);
+}
+
+template <class KT>
+bool launch_split_hd(const float* q, int64_t rows, const int32_t* pos, const void* kc, const void* vc, const AttentionArgs& a,
+                     int splits, float* work, cudaStream_t s) {
+  switch (a.head_dim) {
+    case 64: launch_split<KT, 64>(q, rows, pos, kc, vc, a, splits, work, s); return true;
+    case 96: launch_split<KT, 96>(q, rows, pos, kc, vc, a, splits, work, s); return true;
+    case 128: launch_split<KT, 128>(q, rows, pos, kc, vc, a, splits, work, s); return true;
+    case 256: launch_split<KT, 256>(q, rows, pos, kc, vc, a, splits, work, s); return true;
+    default: return false;
+  }
+}
+
+Status launched(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return Status::error(std::string(what) + ": launch failed: " + cudaGetErrorString(e));
+  return Status::success();
+}
+
+}  // namespace
+
+Status kv_store(const float* k, const float* v, int64_t rows, const int32_t* pos, void* k_cache, void* v_cache,
+                const AttentionArgs& a, cudaStream_t s) {
+  if (Status st = check_args(a); !st) return st;
+  if (!k || !v || !pos || !k_cache || !v_cache) return Status::error("kv_store: null pointer");
+  if (rows <= 0) return Status::success();
+  const int64_t kvd = int64_t(a.n_head_kv) * a.head_dim, n = rows * kvd;
+  const unsigned grid = unsigned(std::min<int64_t>((n + 255) / 256, 65535));
+  if (a.kv_type == GgmlType::F16)
+    kv_store_kernel<<<grid, 256, 0, s>>>(k, v, rows, kvd, pos, static_cast<__half*>(k_cache), static_cast<__half*>(v_cache));
+  else
+    kv_store_kernel<<<grid, 256, 0, s>>>(k, v, rows, kvd, pos, static_cast<float*>(k_cache), static_cast<float*>(v_cache));
+  return launched("kv_store");
+}
+
+size_t attention_work_floats(const AttentionArgs& a, int64_t rows, int splits) {
+  return size_t(rows) * size_t(a.n_head) * size_t(splits) * size_t(a.head_dim + 2);
+}
+
+Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
+                        const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s) {
+  if (Status st = check_args(a); !st) return st;
+  if (!q || !pos || !k_cache || !v_cache || !work || !out) return Status::error("attention_decode: null pointer");
+  if (splits < 1 || splits > 65535 || rows > 65535) return Status::error("attention_decode: bad split count or rows");
+  if (rows <= 0) return Status::success();
+  const bool ok = a.kv_type == GgmlType::F16
+                      ? launch_split_hd<__half>(q, rows, pos, k_cache, v_cache, a, splits, work, s)
+                      : launch_split_hd<float>(q, rows, pos, k_cache, v_cache, a, splits, work, s);
+  if (!ok) return Status::error("attention_decode: head_dim " + std::to_string(a.head_dim) + " is not 64, 96, 128 or 256");
+  attn_merge_kernel<<<dim3(unsigned(a.n_head), unsigned(rows)), 128, 0, s>>>(work, a.head_dim, a.n_head, splits, out);
+  return launched("attention_decode");
+}
+
+}  // namespace lamina::kernels

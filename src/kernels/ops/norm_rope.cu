@@ -1,0 +1,165 @@
+// RMSNorm (one block per row, f64 sum of squares as ggml), RoPE (one thread per rotated pair)
+// and the element-wise ops (grid-stride loops over float4 where the size allows).
+#include "kernels/ops/ops.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+namespace lamina::kernels {
+namespace {
+
+constexpr int kNormThreads = 256;
+
+// x, out: [rows][cols];  w: [cols];  out16: [rows][cols] in T16 (optional)
+template <class T16>
+__global__ void rmsnorm_kernel(const float* __restrict__ x, const float* __restrict__ w, int64_t cols, float eps,
+                               float* __restrict__ out, T16* __restrict__ out16) {
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * cols;
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) ss += double(xr[i]) * xr[i];
+  __shared__ double part[kNormThreads / 32];
+  for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(~0u, ss, o);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    double v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0;
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(~0u, v, o);
+    if (threadIdx.x == 0) part[0] = v;
+  }
+  __syncthreads();
+  const float scale = float(1.0 / sqrt(part[0] / double(cols) + double(eps)));
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float v = xr[i] * scale * w[i];
+    out[row * cols + i] = v;
+    if constexpr (!std::is_same_v<T16, float>) {
+      if (out16) {
+        if constexpr (std::is_same_v<T16, __half>) out16[row * cols + i] = __float2half_rn(v);
+        else out16[row * cols + i] = __float2bfloat16_rn(v);
+      }
+    }
+  }
+}
+
+// One thread per (row, head, pair).  x: [rows][n_heads * head_dim];  pos: [rows]
+__global__ void rope_kernel(float* __restrict__ x, int64_t rows, const int32_t* __restrict__ pos, RopeArgs a,
+                            float theta_scale) {
+  const int half = a.n_rot / 2;
+  const int64_t total = rows * a.n_heads * half;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int i = int(idx % half);
+    const int64_t th = idx / half;  // row * n_heads + head
+    const int64_t t = th / a.n_heads;
+    // theta_i = pos * theta_scale^i as a running product in f32 (ggml's CPU rope, bit for bit)
+    float theta = float(pos[t]);
+    for (int j = 0; j < i; ++j) theta *= theta_scale;
+    if (a.freq_factors) theta /= a.freq_factors[i];
+    theta *= a.freq_scale;
+    float sn, cs;
+    sincosf(theta, &sn, &cs);
+    float* v = x + th * a.head_dim;
+    const int i0 = a.neox ? i : 2 * i, i1 = a.neox ? i + half : 2 * i + 1;
+    const float p = v[i0], q = v[i1];
+    v[i0] = p * cs - q * sn;
+    v[i1] = p * sn + q * cs;
+  }
+}
+
+enum class Ew { Add, Swiglu };
+
+template <Ew kOp>
+__global__ void binary_kernel(float* __restrict__ x, const float* __restrict__ y, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    if constexpr (kOp == Ew::Add) {
+      x[i] += y[i];
+    } else {
+      const float g = x[i];
+      x[i] = g / (1.f + expf(-g)) * y[i];
+    }
+  }
+}
+
+__global__ void bias_kernel(float* __restrict__ x, const float* __restrict__ b, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] += b[i % cols];
+}
+
+template <class T>
+__global__ void convert_kernel(const float* __restrict__ x, int64_t n, T* __restrict__ out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    if constexpr (std::is_same_v<T, __half>) out[i] = __float2half_rn(x[i]);
+    else out[i] = __float2bfloat16_rn(x[i]);
+  }
+}
+
+unsigned grid_for(int64_t n, int threads) {
+  return unsigned(std::clamp<int64_t>((n + threads - 1) / threads, 1, 65535));
+}
+
+Status launched(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return Status::error(std::string(what) + ": launch failed: " + cudaGetErrorString(e));
+  return Status::success();
+}
+
+}  // namespace
+
+Status rmsnorm(const float* x, const float* w, int64_t rows, int64_t cols, float eps, float* out, void* out16,
+               GgmlType t16, cudaStream_t s) {
+  if (!x || !w || !out) return Status::error("rmsnorm: null pointer");
+  if (rows < 0 || cols <= 0 || rows > 0x7fffffff) return Status::error("rmsnorm: bad shape");
+  if (out16 && t16 != GgmlType::F16 && t16 != GgmlType::BF16) return Status::error("rmsnorm: out16 must be f16 or bf16");
+  if (rows == 0) return Status::success();
+  if (out16 && t16 == GgmlType::BF16)
+    rmsnorm_kernel<__nv_bfloat16><<<unsigned(rows), kNormThreads, 0, s>>>(x, w, cols, eps, out, static_cast<__nv_bfloat16*>(out16));
+  else if (out16)
+    rmsnorm_kernel<__half><<<unsigned(rows), kNormThreads, 0, s>>>(x, w, cols, eps, out, static_cast<__half*>(out16));
+  else
+    rmsnorm_kernel<float><<<unsigned(rows), kNormThreads, 0, s>>>(x, w, cols, eps, out, nullptr);
+  return launched("rmsnorm");
+}
+
+Status add(float* x, const float* y, int64_t n, cudaStream_t s) {
+  if (!x || !y || n < 0) return Status::error("add: bad arguments");
+  if (n) binary_kernel<Ew::Add><<<grid_for(n, 256), 256, 0, s>>>(x, y, n);
+  return launched("add");
+}
+
+Status swiglu(float* gate, const float* up, int64_t n, cudaStream_t s) {
+  if (!gate || !up || n < 0) return Status::error("swiglu: bad arguments");
+  if (n) binary_kernel<Ew::Swiglu><<<grid_for(n, 256), 256, 0, s>>>(gate, up, n);
+  return launched("swiglu");
+}
+
+Status add_bias(float* x, const float* b, int64_t rows, int64_t cols, cudaStream_t s) {
+  if (!x || !b || rows < 0 || cols <= 0) return Status::error("add_bias: bad arguments");
+  if (rows) bias_kernel<<<grid_for(rows * cols, 256), 256, 0, s>>>(x, b, rows, cols);
+  return launched("add_bias");
+}
+
+Status convert_f32(const float* x, int64_t n, GgmlType to, void* out, cudaStream_t s) {
+  if (!x || !out || n < 0) return Status::error("convert_f32: bad arguments");
+  if (n == 0) return Status::success();
+  if (to == GgmlType::F16) convert_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, n, static_cast<__half*>(out));
+  else if (to == GgmlType::BF16) convert_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, n, static_cast<__nv_bfloat16*>(out));
+  else return Status::error("convert_f32: target must be f16 or bf16");
+  return launched("convert_f32");
+}
+
+Status rope(float* x, int64_t rows, const int32_t* pos, const RopeArgs& a, cudaStream_t s) {
+  if (!x || !pos) return Status::error("rope: null pointer");
+  if (a.n_heads <= 0 || a.head_dim <= 0 || a.n_rot <= 0 || a.n_rot % 2 || a.n_rot > a.head_dim)
+    return Status::error("rope: bad head geometry");
+  if (rows <= 0) return Status::success();
+  const float theta_scale = powf(a.base, -2.0f / float(a.n_rot));
+  rope_kernel<<<grid_for(rows * a.n_heads * (a.n_rot / 2), 256), 256, 0, s>>>(x, rows, pos, a, theta_scale);
+  return launched("rope");
+}
+
+}  // namespace lamina::kernels

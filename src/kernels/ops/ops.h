@@ -1,0 +1,76 @@
+// The forward pass's non-matmul ops on the GPU: normalisation, RoPE, element-wise epilogues,
+// the KV cache and attention, sampling. Like the GEMV/GEMM families these take raw device
+// pointers and sizes, validate them, and return a Status instead of launching on bad input.
+//
+// Layouts (described as data):
+//   activations  f32 [rows][cols], row-major, contiguous (one row per token)
+//   KV cache     one layer: [n_ctx][n_head_kv * head_dim] of K and the same of V, f16 or f32
+//   positions    int32 [rows] on the device (the token's position in the sequence)
+#pragma once
+
+#include "format/ggml_type.h"
+#include "kernels/common/status.h"
+
+#include <cstdint>
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace lamina::kernels {
+
+// out[t][i] = x[t][i] / sqrt(mean_i x[t][i]^2 + eps) * w[i]   (sum of squares in f64, as ggml)
+// out16 (optional) receives the same values rounded to `t16` (F16 or BF16) for a following GEMM.
+Status rmsnorm(const float* x, const float* w, int64_t rows, int64_t cols, float eps, float* out,
+               void* out16, GgmlType t16, cudaStream_t s);
+
+Status add(float* x, const float* y, int64_t n, cudaStream_t s);                          // x += y
+Status add_bias(float* x, const float* b, int64_t rows, int64_t cols, cudaStream_t s);    // x[t] += b
+Status swiglu(float* gate, const float* up, int64_t n, cudaStream_t s);                   // gate = silu(gate) * up
+// out = x rounded to F16 or BF16 (the A operand of the tensor-core GEMMs).
+Status convert_f32(const float* x, int64_t n, GgmlType to, void* out, cudaStream_t s);
+
+struct RopeArgs {
+  int n_heads = 0, head_dim = 0, n_rot = 0;
+  float base = 10000.f, freq_scale = 1.f;
+  bool neox = false;
+  const float* freq_factors = nullptr;  // device [n_rot/2] divisors (Llama 3), optional
+};
+// In place on x [rows][n_heads * head_dim]; angles as ggml's CPU rope (running product in f32).
+Status rope(float* x, int64_t rows, const int32_t* pos, const RopeArgs& a, cudaStream_t s);
+
+struct AttentionArgs {
+  int n_head = 0, n_head_kv = 0, head_dim = 0;  // head_dim: 64, 80, 96, 128, 256 (a multiple of 16)
+  float scale = 1.f;
+  GgmlType kv_type = GgmlType::F16;  // F16 or F32
+  int n_ctx = 0;                     // positions in the cache
+};
+// Writes k, v [rows][n_head_kv * head_dim] into the cache at their positions.
+Status kv_store(const float* k, const float* v, int64_t rows, const int32_t* pos, void* k_cache, void* v_cache,
+                const AttentionArgs& a, cudaStream_t s);
+
+// Causal attention of q [rows][n_head * head_dim] over cache positions 0..pos[t] (GQA: head h
+// reads KV head h / (n_head / n_head_kv)): out[t] = concat_h softmax(q_h K^T scale) V.
+//
+// Flash-decoding: each (KV head, token) has `splits` blocks, each block takes a contiguous
+// share of the positions (sized on the device from pos[t], so a captured graph stays valid as
+// the sequence grows) and writes (max, sum, unnormalised output) to `work`; a second kernel
+// merges the splits. `work` holds attention_work_floats(...) floats.
+size_t attention_work_floats(const AttentionArgs& a, int64_t rows, int splits);
+Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
+                        const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s);
+
+// Sampling over one logits row (n_vocab f32, device). Matches model/sampler.h's rules; the draw
+// uses `u` (uniform in [0, 1)) over the kept tokens in token order. Writes the id to *out.
+struct SampleArgs {
+  float temperature = 0.f;  // <= 0: greedy (lowest id among equal maxima)
+  int top_k = 0;            // <= 0: off
+  float top_p = 1.f;        // >= 1: off
+  float min_p = 0.f;        // <= 0: off
+  float repeat_penalty = 1.f;
+  const int32_t* penalty_ids = nullptr;  // device, distinct token ids to penalise
+  int n_penalty = 0;
+  double u = 0.0;
+};
+Status sample(const float* logits, int n_vocab, const SampleArgs& a, float* scratch, int32_t* out, cudaStream_t s);
+size_t sample_scratch_floats(int n_vocab);
+
+}  // namespace lamina::kernels

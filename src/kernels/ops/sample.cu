@@ -1,0 +1,230 @@
+// Sampling on the GPU, one block of 1024 threads over the logits row (model/sampler.cpp's rules):
+//   1. copy the row to scratch and apply the repetition penalty to the given (distinct) ids;
+//   2. greedy: block argmax (lowest id among equal maxima) — done;
+//   3. otherwise the top n = min(top_k or V, kMaxCand) tokens in the order (logit desc, id asc):
+//      a radix select over order-preserving 32-bit keys (4 passes of 8-bit histograms) finds the
+//      n-th key; tokens above it, and the first tied ones in id order, are gathered to shared
+//      memory and bitonic-sorted;
+//   4. top-p, min-p, temperature and the draw run over the sorted candidates in double, exactly
+//      as the CPU sampler does, with r = u * sum.
+// top_k = 0 (off) keeps at most kMaxCand candidates on the GPU; what lies beyond the 2048th token
+// is left out of top-p's nucleus.
+#include "kernels/ops/ops.h"
+
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <climits>
+
+namespace lamina::kernels {
+namespace {
+
+constexpr int kThreads = 1024, kMaxCand = 2048;  // candidates: 32 KiB of shared memory
+
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Block-wide exclusive prefix sum of one int per thread (returns the exclusive sum; *total the sum).
+__device__ int block_exclusive_scan(int v, int* sh, int* total) {
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  int x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(~0u, x, o);
+    if (lane >= o) x += y;
+  }
+  if (lane == 31) sh[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    int w = sh[lane];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(~0u, w, o);
+      if (lane >= o) w += y;
+    }
+    sh[lane] = w;  // inclusive per warp
+  }
+  __syncthreads();
+  const int before = (warp ? sh[warp - 1] : 0) + x - v;
+  *total = sh[31];
+  __syncthreads();
+  return before;
+}
+
+__global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restrict__ logits, int V, SampleArgs a,
+                                                          float* __restrict__ work, int32_t* __restrict__ out) {
+  __shared__ int hist[256];
+  __shared__ int scan_sh[32];
+  __shared__ float red_v[32];
+  __shared__ int red_i[32];
+  __shared__ float cand_v[kMaxCand];
+  __shared__ int cand_i[kMaxCand];
+  __shared__ double prob[kMaxCand];
+  __shared__ int n_cand;
+  const int tid = threadIdx.x;
+  const int seg = (V + kThreads - 1) / kThreads, lo = min(V, tid * seg), hi = min(V, lo + seg);
+
+  // 1. penalised copy
+  for (int i = tid; i < V; i += kThreads) work[i] = logits[i];
+  __syncthreads();
+  if (a.repeat_penalty != 1.f)
+    for (int i = tid; i < a.n_penalty; i += kThreads) {
+      const int id = a.penalty_ids[i];
+      if (id < 0 || id >= V) continue;
+      const float l = work[id];
+      work[id] = l > 0 ? l / a.repeat_penalty : l * a.repeat_penalty;
+    }
+  __syncthreads();
+
+  // 2. argmax (first index of the maximum)
+  float bv = -FLT_MAX;
+  int bi = INT_MAX;
+  for (int i = lo; i < hi; ++i)
+    if (work[i] > bv) bv = work[i], bi = i;
+  for (int o = 16; o; o >>= 1) {
+    const float ov = __shfl_xor_sync(~0u, bv, o);
+    const int oi = __shfl_xor_sync(~0u, bi, o);
+    if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+  }
+  if (tid % 32 == 0) red_v[tid / 32] = bv, red_i[tid / 32] = bi;
+  __syncthreads();
+  if (tid < 32) {
+    bv = red_v[tid], bi = red_i[tid];
+    for (int o = 16; o; o >>= 1) {
+      const float ov = __shfl_xor_sync(~0u, bv, o);
+      const int oi = __shfl_xor_sync(~0u, bi, o);
+      if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+    }
+    if (tid == 0) red_v[0] = bv, red_i[0] = bi == INT_MAX ? 0 : bi;
+  }
+  __syncthreads();
+  if (a.temperature <= 0.f) {
+    if (tid == 0) *out = red_i[0];
+    return;
+  }
+  const float mx = red_v[0];
+
+  // 3. radix select of the n-th largest key
+  const int n = min(V, min(a.top_k > 0 ? a.top_k : V, kMaxCand));
+  uint32_t prefix = 0, mask = 0;
+  int want = n;  // how many still to take at or below the current prefix
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = tid; i < 256; i += kThreads) hist[i] = 0;
+    __syncthreads();
+    for (int i = lo; i < hi; ++i) {
+      const uint32_t k = order_key(work[i]);
+      if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255], 1);
+    }
+    __syncthreads();
+    // digit d: the highest with count(digits > d) < want <= count(digits >= d)
+    int above = 0, d = 255;
+    for (; d > 0; --d) {
+      if (above + hist[d] >= want) break;
+      above += hist[d];
+    }
+    want -= above;
+    prefix |= uint32_t(d) << shift;
+    mask |= 255u << shift;
+    __syncthreads();
+  }
+  const uint32_t tau = prefix;  // the n-th key; `want` tied tokens at tau are kept (lowest ids)
+
+  // gather: keys above tau in any order, then ties in id order
+  if (tid == 0) n_cand = 0;
+  __syncthreads();
+  int ties = 0;
+  for (int i = lo; i < hi; ++i) {
+    const uint32_t k = order_key(work[i]);
+    if (k > tau) {
+      const int slot = atomicAdd(&n_cand, 1);
+      cand_v[slot] = work[i], cand_i[slot] = i;
+    } else if (k == tau) {
+      ++ties;
+    }
+  }
+  int total = 0;
+  int rank = block_exclusive_scan(ties, scan_sh, &total);
+  const int n_above = n_cand;  // every thread passed the scan's barriers after the atomics
+  for (int i = lo; i < hi && rank < want; ++i)
+    if (order_key(work[i]) == tau) {
+      cand_v[n_above + rank] = work[i], cand_i[n_above + rank] = i;
+      ++rank;
+    }
+  __syncthreads();
+
+  // bitonic sort of the n candidates (padded to a power of two) by (logit desc, id asc)
+  int p2 = 1;
+  while (p2 < n) p2 <<= 1;
+  for (int i = n + tid; i < p2; i += kThreads) cand_v[i] = -FLT_MAX, cand_i[i] = INT_MAX;
+  __syncthreads();
+  for (int size = 2; size <= p2; size <<= 1)
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int i = tid; i < p2; i += kThreads) {
+        const int j = i ^ stride;
+        if (j <= i) continue;
+        const bool up = (i & size) == 0;  // this pair sorts "first before second" when up
+        const bool first_before = cand_v[i] > cand_v[j] || (cand_v[i] == cand_v[j] && cand_i[i] < cand_i[j]);
+        if (first_before != up) {
+          const float tv = cand_v[i];
+          cand_v[i] = cand_v[j], cand_v[j] = tv;
+          const int ti = cand_i[i];
+          cand_i[i] = cand_i[j], cand_i[j] = ti;
+        }
+      }
+      __syncthreads();
+    }
+
+  // 4. top-p, min-p, temperature, draw (model/sampler.cpp, in double)
+  for (int i = tid; i < n; i += kThreads) prob[i] = exp(double(cand_v[i]) - double(mx));
+  __syncthreads();
+  if (tid == 0) {
+    int m = n;
+    double sum = 0;
+    for (int i = 0; i < m; ++i) sum += prob[i];
+    if (a.top_p < 1.f) {
+      double cum = 0;
+      for (int i = 0; i < m; ++i) {
+        cum += prob[i] / sum;
+        if (cum >= a.top_p) {
+          m = i + 1;
+          break;
+        }
+      }
+    }
+    if (a.min_p > 0.f) {
+      int keep = 1;
+      while (keep < m && prob[keep] >= a.min_p * prob[0]) ++keep;
+      m = keep;
+    }
+    sum = 0;
+    for (int i = 0; i < m; ++i) sum += prob[i] = exp((double(cand_v[i]) - double(mx)) / a.temperature);
+    double r = double(a.u) * sum;
+    int pick = cand_i[m - 1];
+    for (int i = 0; i < m; ++i) {
+      r -= prob[i];
+      if (r <= 0) {
+        pick = cand_i[i];
+        break;
+      }
+    }
+    *out = pick;
+  }
+}
+
+}  // namespace
+
+size_t sample_scratch_floats(int n_vocab) { return size_t(n_vocab); }
+
+Status sample(const float* logits, int n_vocab, const SampleArgs& a, float* scratch, int32_t* out, cudaStream_t s) {
+  if (!logits || !scratch || !out) return Status::error("sample: null pointer");
+  if (n_vocab <= 0) return Status::error("sample: empty vocabulary");
+  if (a.n_penalty < 0 || (a.n_penalty > 0 && !a.penalty_ids)) return Status::error("sample: bad penalty ids");
+  sample_kernel<<<1, kThreads, 0, s>>>(logits, n_vocab, a, scratch, out);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return Status::error(std::string("sample: launch failed: ") + cudaGetErrorString(e));
+  return Status::success();
+}
+
+}  // namespace lamina::kernels
