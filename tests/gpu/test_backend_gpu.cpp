@@ -51,7 +51,7 @@ struct Both {
   Tensor put(Backend& be, const std::vector<float>& h, int64_t rows, int64_t cols) {
     Tensor t = be.alloc(rows, cols);
     if (&be == &cpu) std::copy(h.begin(), h.end(), t.data);
-    else cudaMemcpy(t.data, h.data(), h.size() * 4, cudaMemcpyHostToDevice);
+    else cudaMemcpy(t.data, h.data(), h.size() * 4, cudaMemcpyHostToDevice), cudaDeviceSynchronize();
     return t;
   }
   std::vector<float> get(Backend& be, Tensor t) {
@@ -270,6 +270,7 @@ TEST(BackendOps, SampleMatchesHostRules) {
       gpu.reset_scratch();
       Tensor t = gpu.alloc(1, V);
       cudaMemcpy(t.data, l.data(), size_t(V) * 4, cudaMemcpyHostToDevice);
+      cudaDeviceSynchronize();
       EXPECT_EQ(gpu.sample(t, p, pen, u), host_sample(l, p, pen, u))
           << "temp " << pp.temp << " top_k " << pp.k << " trial " << trial;
     }

@@ -55,6 +55,8 @@ TEST_P(CudaTiny, LogitsMatchReferenceAndCpu) {
   ASSERT_EQ(sha256(path), c["sha256"].get<std::string>());
   const std::string type = c["gen"]["type"];
   const bool flt = type == "f32" || type == "f16" || type == "bf16";
+  // bf16 weights: the prompt's GEMM rounds activations to bf16 (8-bit mantissa): 6e-3 measured
+  const double tol_flt = type == "bf16" ? 1e-2 : 1e-3;
   const std::vector<float> want = read_f32(kGolden + "/" + c["logits"].get<std::string>());
   const std::vector<int32_t> prompt = c["tokens"].get<std::vector<int32_t>>();
 
@@ -64,9 +66,9 @@ TEST_P(CudaTiny, LogitsMatchReferenceAndCpu) {
   cpu->reset();
   const auto lf = run(*fast, prompt, follow), le = run(*exact, prompt, follow), lc = run(*cpu, prompt, follow);
   EXPECT_LE(rel_l2(le[0], want), 1e-3) << "exact";
-  EXPECT_LE(rel_l2(lf[0], want), flt ? 1e-3 : 3e-2) << "fast";
+  EXPECT_LE(rel_l2(lf[0], want), flt ? tol_flt : 3e-2) << "fast";
   for (size_t i = 1; i < lf.size(); ++i) {
-    EXPECT_LE(rel_l2(lf[i], lc[i]), flt ? 1e-3 : 4e-2) << "decode step " << i << " CUDA vs CPU";
+    EXPECT_LE(rel_l2(lf[i], lc[i]), flt ? tol_flt : 4e-2) << "decode step " << i << " CUDA vs CPU";
     EXPECT_LE(rel_l2(le[i], lc[i]), flt ? 1e-3 : 4e-2) << "decode step " << i << " CUDA exact vs CPU";
   }
   // Recorded graphs (steps 2 on) give what eager passes give.

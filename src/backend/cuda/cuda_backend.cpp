@@ -112,18 +112,25 @@ Weight CudaBackend::load_weight(const GgufTensor& t, WeightUse use) {
   owned_.push_back(dst);
   if (repack) {
     void* tmp = dev_alloc(t.nbytes, "a weight upload");
-    cuda_check(cudaMemcpy(tmp, t.data, t.nbytes, cudaMemcpyHostToDevice), "weight upload");
+    upload(tmp, t.data, t.nbytes);
     const kn::Status st = kn::gemv_repack(t.type, tmp, t.nrows(), t.ne[0], dst, stream_);
     cuda_check(cudaStreamSynchronize(stream_), "weight repack");
     cudaFree(tmp);
     check("load", st.ok, st.message);
   } else {
-    cuda_check(cudaMemcpy(dst, t.data, t.nbytes, cudaMemcpyHostToDevice), "weight upload");
+    upload(dst, t.data, t.nbytes);
   }
   if (use == WeightUse::Matmul && t.type == GgmlType::BF16) act16_ = GgmlType::BF16;
   weight_bytes_ += bytes;
   weights_[dst] = DevWeight{repack, bytes};
   return Weight{t.type, t.ne[0], t.nrows(), dst};
+}
+
+// Host to device on the backend's stream, complete on return (a pageable cudaMemcpy may still
+// be in flight when it returns, and the non-blocking stream does not wait for it).
+void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
+  cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+  cuda_check(cudaStreamSynchronize(stream_), "upload");
 }
 
 const CudaBackend::DevWeight& CudaBackend::info(const Weight& w) const {
@@ -397,7 +404,7 @@ void CudaBackend::rope(Tensor x, int n_heads, int head_dim, std::span<const int3
     if (fresh) {
       const size_t bytes = size_t(p.n_rot / 2) * sizeof(float);
       it->second = static_cast<float*>(dev_alloc(bytes, "rope factors"));
-      cuda_check(cudaMemcpy(it->second, p.freq_factors, bytes, cudaMemcpyHostToDevice), "rope factors");
+      upload(it->second, p.freq_factors, bytes);
     }
     a.freq_factors = it->second;
   }

@@ -93,6 +93,7 @@ class CudaBackend final : public Backend {
 
   void* dev_alloc(size_t bytes, const char* what);
   void* scratch_bytes(size_t bytes);
+  void upload(void* dst, const void* src, size_t bytes);
   const DevWeight& info(const Weight& w) const;
   // 16-bit copy of x for a GEMM (the RMSNorm's copy when it made one).
   const void* x16(Tensor x, GgmlType type);
