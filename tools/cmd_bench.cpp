@@ -96,14 +96,15 @@ void run_bench(const BenchArgs& a) {
                double(params) / 1e6, sess.backend().name(), test, mean, std::sqrt(var));
     std::fflush(stdout);
   };
+  // token lists outlive the rows: --profile runs each test again after the table
+  const auto toks = random_tokens(size_t(a.n_prompt), c.n_vocab, 1);
+  const auto pg_toks = random_tokens(size_t(pg_p), c.n_vocab, 2);
   if (a.n_prompt > 0) {
-    const auto toks = random_tokens(size_t(a.n_prompt), c.n_vocab, 1);
     row(fmt::format("pp{}", a.n_prompt), a.n_prompt, [&] { return time_prompt(sess, toks); });
   }
   if (a.n_gen > 0) row(fmt::format("tg{}", a.n_gen), a.n_gen, [&] { return time_gen(sess, a.n_gen, c.n_vocab); });
   if (pg_p > 0) {
-    const auto toks = random_tokens(size_t(pg_p), c.n_vocab, 2);
-    row(fmt::format("pp{}+tg{}", pg_p, pg_n), pg_p + pg_n, [&] { return time_prompt_gen(sess, toks, pg_n, c.n_vocab); });
+    row(fmt::format("pp{}+tg{}", pg_p, pg_n), pg_p + pg_n, [&] { return time_prompt_gen(sess, pg_toks, pg_n, c.n_vocab); });
   }
   print_memory_summary(sess);
   if (!profile) return;

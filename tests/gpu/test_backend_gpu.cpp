@@ -6,6 +6,7 @@
 //   matmuls with int8-rounded x (quantised weights, GEMV)    <= 2e-2
 //   matmuls with f16-rounded x (GEMM, > 8 rows)              <= 5e-3
 //   attention (f16 or f32 cache, same rounding both sides)   <= 1e-4
+//   tensor-core prefill attention (q and P rounded to f16)   <= 3e-3
 // Sampling is checked for the exact token against a host implementation of the same rules.
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
@@ -20,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 
 using namespace lamina;
@@ -59,9 +61,13 @@ struct Both {
     be.read(t, h.data());
     return h;
   }
-  // A weight from host bytes (a GgufTensor over them), loaded by both backends.
-  std::pair<Weight, Weight> weight(GgmlType type, int64_t rows, int64_t cols, const std::vector<uint8_t>& bytes,
+  // A weight from host bytes (a GgufTensor over them), loaded by both backends. The bytes are
+  // kept: the CPU backend recognises a tensor it already holds by its address.
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> kept;
+  std::pair<Weight, Weight> weight(GgmlType type, int64_t rows, int64_t cols, const std::vector<uint8_t>& src,
                                    WeightUse use = WeightUse::Matmul) {
+    kept.push_back(std::make_unique<std::vector<uint8_t>>(src));
+    const std::vector<uint8_t>& bytes = *kept.back();
     GgufTensor t;
     t.name = "w";
     t.n_dims = rows > 1 ? 2 : 1;
@@ -212,7 +218,9 @@ TEST(BackendOps, AttentionPrefillThenDecode) {
       Tensor vc = b.put(b.cpu, vh, rows, kvd), vg = b.put(b.gpu, vh, rows, kvd);
       Tensor oc = b.cpu.alloc(rows, qd), og = b.gpu.alloc(rows, qd);
       b.cpu.attention(0, qc, kc, vc, pos, ap, oc), b.gpu.attention(0, qg, kg, vg, pos, ap, og);
-      EXPECT_LE(rel(b.get(b.gpu, og), b.get(b.cpu, oc)), 1e-4)
+      // the tensor-core prefill rounds q and the probabilities to f16
+      const bool tc = rows > 8 && c.kv == GgmlType::F16 && (c.head_dim == 64 || c.head_dim == 128);
+      EXPECT_LE(rel(b.get(b.gpu, og), b.get(b.cpu, oc)), tc ? 3e-3 : 1e-4)
           << "heads " << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim << " rows " << rows << " at " << past;
       past += rows;
     }

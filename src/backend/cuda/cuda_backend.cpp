@@ -430,9 +430,18 @@ void CudaBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<c
   kn::Status st = kn::kv_store(k.data, v.data, k.rows, dev_pos(), kc, vc, a, stream_);
   check("kv_store", st.ok, st.message);
   op_end("kv_store", double(k.rows * k.cols) * (8.0 + 2 * esz), 0);
-  // Attention reads K and V of every position up to the last one (the host knows the positions).
+  // Attention reads K and V of every position up to the last one (the host knows the positions);
+  // flops: QK^T and PV over every (query, key) pair, causal pairs only.
   const double kv_read = 2.0 * double(pos.back() + 1) * double(kv_dim_) * double(esz);
   const double flops = 4.0 * double(q.rows) * double(pos.back() + 1) * double(p.n_head) * p.head_dim;
+  if (q.rows > kn::kGemvMaxBatch && kn::attention_prefill_supported(a) && pos.back() - pos.front() + 1 == q.rows) {
+    op_begin();
+    st = kn::attention_prefill(q.data, q.rows, dev_pos(), kc, vc, a, out.data, stream_);
+    check("attention", st.ok, st.message);
+    // causal: each query reads on average half of the new keys plus every earlier one
+    op_end("attention (prefill)", kv_read + double(q.rows * q.cols) * 8.0, flops / 2 + flops * pos.front() / (2.0 * (pos.back() + 1)));
+    return;
+  }
   // Splits: enough blocks for two waves over the SMs, at least 64 positions per split.
   const int64_t blocks = int64_t(p.n_head_kv) * q.rows;
   const int splits = int(std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, std::max(1, kv_ctx_ / 64)));

@@ -58,6 +58,13 @@ size_t attention_work_floats(const AttentionArgs& a, int64_t rows, int splits);
 Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
                         const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s);
 
+// Prompt attention on tensor cores (flash-attention: tiles of 64 queries, K/V tiles streamed
+// through shared memory, online softmax, f16 mma.sync). Requires an F16 cache, head_dim 64 or
+// 128, and the rows at consecutive positions pos[0] .. pos[0] + rows - 1.
+bool attention_prefill_supported(const AttentionArgs& a);
+Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
+                         const AttentionArgs& a, float* out, cudaStream_t s);
+
 // Sampling over one logits row (n_vocab f32, device). Matches model/sampler.h's rules; the draw
 // uses `u` (uniform in [0, 1)) over the kept tokens in token order. Writes the id to *out.
 struct SampleArgs {
