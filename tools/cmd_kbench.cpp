@@ -149,12 +149,24 @@ void run_tune(const TuneArgs& a) {
   const GgufFile f = GgufFile::open(a.model);
   cudaStream_t s;
   cuda_check(cudaStreamCreate(&s), "no CUDA device available");
-  std::set<std::tuple<GgmlType, int64_t, int64_t>> shapes;
+  // (type, n, k, gate/up pair): every matmul weight, plus the shapes the CUDA backend runs:
+  // Q/K/V stacked into one matrix, and the gate/up pair with its fused SwiGLU.
+  std::set<std::tuple<GgmlType, int64_t, int64_t, bool>> shapes;
   for (const auto& t : f.tensors())
-    if (t.n_dims == 2 && t.name.ends_with(".weight") && t.name != "token_embd.weight") shapes.insert({t.type, t.ne[1], t.ne[0]});
+    if (t.n_dims == 2 && t.name.ends_with(".weight") && t.name != "token_embd.weight")
+      shapes.insert({t.type, t.ne[1], t.ne[0], false});
   if (const GgufTensor* te = f.find_tensor("token_embd.weight"); te && !f.find_tensor("output.weight"))
-    shapes.insert({te->type, te->ne[1], te->ne[0]});  // tied output
-  for (const auto& [type, n, k] : shapes)
+    shapes.insert({te->type, te->ne[1], te->ne[0], false});  // tied output
+  for (int l = 0; const GgufTensor* q = f.find_tensor("blk." + std::to_string(l) + ".attn_q.weight"); ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    const GgufTensor *k = f.find_tensor(b + "attn_k.weight"), *v = f.find_tensor(b + "attn_v.weight");
+    if (k && v && k->type == q->type && v->type == q->type) shapes.insert({q->type, q->ne[1] + k->ne[1] + v->ne[1], q->ne[0], false});
+    const GgufTensor *g = f.find_tensor(b + "ffn_gate.weight"), *u = f.find_tensor(b + "ffn_up.weight");
+    if (g && u && g->type == u->type) shapes.insert({g->type, g->ne[1], g->ne[0], true});
+  }
+  // a placeholder address: gemv_time_variants allocates its own W_up when this is set
+  static const int gate_up_marker = 0;
+  for (const auto& [type, n, k, pair] : shapes)
     for (const auto& bs : split_list(a.batches)) {
       for (WeightLayout layout : {WeightLayout::Gguf, WeightLayout::Repacked}) {
         GemvProblem p;
@@ -163,9 +175,11 @@ void run_tune(const TuneArgs& a) {
         p.n = n;
         p.k = k;
         p.batch = std::stoi(bs);
+        p.w_up = pair ? &gate_up_marker : nullptr;
         if (auto best = gemv_tune(p, s))
-          fmt::print("{:<6} {:>6} x {:<6} b{} {:<8}: {} ({}) {:.2f} µs\n", type_name(type), n, k, p.batch,
-                     layout == WeightLayout::Repacked ? "repacked" : "gguf", best->variant->name, best->config.str(), best->us);
+          fmt::print("{:<6} {:>6} x {:<6} b{} {:<8}{}: {} ({}) {:.2f} µs\n", type_name(type), n, k, p.batch,
+                     layout == WeightLayout::Repacked ? "repacked" : "gguf", pair ? " gate/up" : "", best->variant->name,
+                     best->config.str(), best->us);
       }
     }
   TuneCache::get("gemv").save();

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace lamina {
 
@@ -59,6 +60,13 @@ class Backend {
 
   // Weights: called once per tensor at load time.
   virtual Weight load_weight(const GgufTensor& t, WeightUse use) = 0;
+  // Matmul weights that always multiply the same input (Q, K, V) — a backend may store them as
+  // one stacked matrix and run matmul_multi over them as one matmul. One Weight per tensor.
+  virtual std::vector<Weight> load_stacked(std::span<const GgufTensor* const> ts) {
+    std::vector<Weight> w;
+    for (const GgufTensor* t : ts) w.push_back(load_weight(*t, WeightUse::Matmul));
+    return w;
+  }
   // Bytes the backend can still give to weights, KV cache and activations.
   virtual size_t memory_available() const = 0;
   // Bytes held now (weights, cache, scratch); 0 where not tracked.

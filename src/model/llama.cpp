@@ -17,12 +17,13 @@ namespace lamina {
 
 namespace {
 
-Weight bind(const GgufFile& f, Backend& be, const std::string& name, std::vector<int64_t> shape,
-            bool required = true, WeightUse use = WeightUse::Matmul) {
+// The tensor `name` after checking its shape (and type, for vectors); nullptr if absent and
+// not required.
+const GgufTensor* checked(const GgufFile& f, const std::string& name, std::vector<int64_t> shape, bool required) {
   const GgufTensor* t = f.find_tensor(name);
   if (!t) {
     if (required) fail("{}: missing tensor '{}'", f.path(), name);
-    return {};
+    return nullptr;
   }
   bool ok = t->n_dims <= int(shape.size()) || (t->n_dims == 2 && shape.size() == 1 && t->ne[1] == 1);
   for (size_t d = 0; d < shape.size() && ok; ++d) ok = t->ne[d] == shape[d];
@@ -32,10 +33,16 @@ Weight bind(const GgufFile& f, Backend& be, const std::string& name, std::vector
     for (size_t d = 0; d < shape.size(); ++d) want += (d ? ", " : "") + std::to_string(shape[d]);
     fail("{}: tensor '{}' has shape {}, expected {}]", f.path(), name, t->shape_string(), want);
   }
-  const bool is_vector = shape.size() == 1;
-  if (is_vector && t->type != GgmlType::F32)
+  if (shape.size() == 1 && t->type != GgmlType::F32)
     fail("{}: tensor '{}' has type {}, expected f32", f.path(), name, type_name(t->type));
-  return be.load_weight(*t, is_vector ? WeightUse::Vector : use);
+  return t;
+}
+
+Weight bind(const GgufFile& f, Backend& be, const std::string& name, std::vector<int64_t> shape,
+            bool required = true, WeightUse use = WeightUse::Matmul) {
+  const GgufTensor* t = checked(f, name, shape, required);
+  if (!t) return {};
+  return be.load_weight(*t, shape.size() == 1 ? WeightUse::Vector : use);
 }
 
 }  // namespace
@@ -53,9 +60,10 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be) : cfg_(ModelConfig::from_
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights w;
     w.attn_norm = bind(f, be, p + "attn_norm.weight", {E});
-    w.wq = bind(f, be, p + "attn_q.weight", {E, QD});
-    w.wk = bind(f, be, p + "attn_k.weight", {E, KVD});
-    w.wv = bind(f, be, p + "attn_v.weight", {E, KVD});
+    const GgufTensor* qkv[] = {checked(f, p + "attn_q.weight", {E, QD}, true), checked(f, p + "attn_k.weight", {E, KVD}, true),
+                               checked(f, p + "attn_v.weight", {E, KVD}, true)};
+    const std::vector<Weight> wqkv = be.load_stacked(qkv);
+    w.wq = wqkv[0], w.wk = wqkv[1], w.wv = wqkv[2];
     w.wo = bind(f, be, p + "attn_output.weight", {QD, E});
     w.bq = bind(f, be, p + "attn_q.bias", {QD}, qwen);
     w.bk = bind(f, be, p + "attn_k.bias", {KVD}, qwen);

@@ -193,6 +193,38 @@ TEST(BackendOps, MatmulEveryTypeAndEpilogue) {
   }
 }
 
+// Q/K/V stacked into one matrix on the GPU: matmul_multi against three CPU matmuls, one row
+// (outputs back to back: one GEMV in place) and 20 rows (one GEMM, then split by columns).
+TEST(BackendOps, StackedMatmulMulti) {
+  std::mt19937 rng(7);
+  for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    for (int64_t rows : {1, 20}) {
+      Both b;
+      const int64_t K = 512, n[3] = {256, 128, 128};
+      std::vector<std::vector<uint8_t>> bytes;
+      std::vector<GgufTensor> ts(3);
+      for (int i = 0; i < 3; ++i) bytes.push_back(quantised(t, n[i], K, rng));
+      for (int i = 0; i < 3; ++i) {
+        ts[size_t(i)].name = "w", ts[size_t(i)].n_dims = 2, ts[size_t(i)].ne[0] = K, ts[size_t(i)].ne[1] = n[i];
+        ts[size_t(i)].type = t, ts[size_t(i)].nbytes = bytes[size_t(i)].size(), ts[size_t(i)].data = bytes[size_t(i)].data();
+      }
+      const GgufTensor* tp[] = {&ts[0], &ts[1], &ts[2]};
+      const std::vector<Weight> wc = b.cpu.load_stacked(tp), wg = b.gpu.load_stacked(tp);
+      const auto xh = randn(size_t(rows * K), rng);
+      b.cpu.reset_scratch(), b.gpu.reset_scratch();
+      Tensor xc = b.put(b.cpu, xh, rows, K), xg = b.put(b.gpu, xh, rows, K);
+      const Tensor oc[] = {b.cpu.alloc(rows, n[0]), b.cpu.alloc(rows, n[1]), b.cpu.alloc(rows, n[2])};
+      const Tensor og[] = {b.gpu.alloc(rows, n[0]), b.gpu.alloc(rows, n[1]), b.gpu.alloc(rows, n[2])};
+      const Weight* pc[] = {&wc[0], &wc[1], &wc[2]};
+      const Weight* pg[] = {&wg[0], &wg[1], &wg[2]};
+      b.cpu.matmul_multi(pc, xc, oc), b.gpu.matmul_multi(pg, xg, og);
+      for (int i = 0; i < 3; ++i)
+        EXPECT_LE(rel(b.get(b.gpu, og[i]), b.get(b.cpu, oc[i])), int8_x(t) ? 2e-2 : 5e-3)
+            << type_name(t) << " rows " << rows << " part " << i;
+    }
+  }
+}
+
 struct AttnCase {
   int n_head, n_head_kv, head_dim;
   GgmlType kv;

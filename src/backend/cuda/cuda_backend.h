@@ -40,6 +40,7 @@ class CudaBackend final : public Backend {
   std::string name() const override;
 
   Weight load_weight(const GgufTensor& t, WeightUse use) override;
+  std::vector<Weight> load_stacked(std::span<const GgufTensor* const> ts) override;
   size_t memory_available() const override;
   size_t memory_used() const override;
   Tensor alloc(int64_t rows, int64_t cols) override;
@@ -51,6 +52,7 @@ class CudaBackend final : public Backend {
   void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) override;
   void rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) override;
   void matmul(const Weight& w, Tensor x, Tensor out) override;
+  void matmul_multi(std::span<const Weight* const> w, Tensor x, std::span<const Tensor> out) override;
   void matmul_add(const Weight& w, Tensor x, Tensor inout) override;
   void ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Tensor out) override;
   void add_bias(Tensor x, const Weight& b) override;
@@ -80,6 +82,12 @@ class CudaBackend final : public Backend {
   struct DevWeight {
     bool repacked = false;  // the GEMV/GEMM plane layout (gemv_repack) instead of GGUF blocks
     size_t bytes = 0;
+    // Part of a stack (load_stacked): the whole matrix, this part's first row, the part index.
+    // A part's Weight::data points at its first row in the quant plane (a key, not a matrix,
+    // when repacked).
+    const void* stack = nullptr;
+    int64_t stack_rows = 0, row0 = 0;
+    int part = 0;
   };
   struct Chunk {
     void* base = nullptr;
@@ -97,7 +105,8 @@ class CudaBackend final : public Backend {
   const DevWeight& info(const Weight& w) const;
   // 16-bit copy of x for a GEMM (the RMSNorm's copy when it made one).
   const void* x16(Tensor x, GgmlType type);
-  void run_matmul(const Weight& w, Tensor x, Tensor out, bool accumulate);
+  void run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tensor out, bool accumulate);
+  void upload_matrix(const GgufTensor& t, const void* host, int64_t rows, bool repack, void* dst);
   void check(const char* op, bool ok, const std::string& msg) const;
   // --profile
   void op_begin();

@@ -90,6 +90,13 @@ __global__ void bias_kernel(float* __restrict__ x, const float* __restrict__ b, 
     x[i] += b[i % cols];
 }
 
+__global__ void copy_columns_kernel(const float* __restrict__ src, int64_t rows, int64_t src_cols, int64_t col0,
+                                    int64_t n_cols, float* __restrict__ dst) {
+  const int64_t n = rows * n_cols;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = src[(i / n_cols) * src_cols + col0 + i % n_cols];
+}
+
 template <class T>
 __global__ void convert_kernel(const float* __restrict__ x, int64_t n, T* __restrict__ out) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -141,6 +148,14 @@ Status add_bias(float* x, const float* b, int64_t rows, int64_t cols, cudaStream
   if (!x || !b || rows < 0 || cols <= 0) return Status::error("add_bias: bad arguments");
   if (rows) bias_kernel<<<grid_for(rows * cols, 256), 256, 0, s>>>(x, b, rows, cols);
   return launched("add_bias");
+}
+
+Status copy_columns(const float* src, int64_t rows, int64_t src_cols, int64_t col0, int64_t n_cols, float* dst,
+                    cudaStream_t s) {
+  if (!src || !dst || rows < 0 || n_cols <= 0 || col0 < 0 || col0 + n_cols > src_cols)
+    return Status::error("copy_columns: bad arguments");
+  if (rows) copy_columns_kernel<<<grid_for(rows * n_cols, 256), 256, 0, s>>>(src, rows, src_cols, col0, n_cols, dst);
+  return launched("copy_columns");
 }
 
 Status convert_f32(const float* x, int64_t n, GgmlType to, void* out, cudaStream_t s) {

@@ -25,6 +25,9 @@ Status rmsnorm(const float* x, const float* w, int64_t rows, int64_t cols, float
 Status add(float* x, const float* y, int64_t n, cudaStream_t s);                          // x += y
 Status add_bias(float* x, const float* b, int64_t rows, int64_t cols, cudaStream_t s);    // x[t] += b
 Status swiglu(float* gate, const float* up, int64_t n, cudaStream_t s);                   // gate = silu(gate) * up
+// dst[t][c] = src[t][col0 + c] for c < n_cols (splitting a stacked matmul's output).
+Status copy_columns(const float* src, int64_t rows, int64_t src_cols, int64_t col0, int64_t n_cols, float* dst,
+                    cudaStream_t s);
 // out = x rounded to F16 or BF16 (the A operand of the tensor-core GEMMs).
 Status convert_f32(const float* x, int64_t n, GgmlType to, void* out, cudaStream_t s);
 
