@@ -9,6 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -125,5 +128,37 @@ TEST_P(CudaSmol, GreedyTokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Prompts, CudaSmol, ::testing::Values(0, 1, 2));
+
+// A generated 7B-shape model (scripts/gpu-check.sh sets LAMINA_7B_MODEL): 16 greedy tokens from
+// CUDA and CPU, both exact (f32 activations). Random weights give flat logits, so the check is
+// the golden tests' rule: identical up to the first step where the CPU's own top-2 margin is a
+// near tie (< 1e-3 of the logits' spread), which either backend may break either way.
+TEST(CudaLlama7B, GreedyTokensMatchCpu) {
+  const char* model = std::getenv("LAMINA_7B_MODEL");
+  if (!model) GTEST_SKIP() << "LAMINA_7B_MODEL is not set (scripts/gpu-check.sh sets it)";
+  ASSERT_TRUE(std::filesystem::exists(model)) << model;
+  auto gpu = open(model, "cuda", true), cpu = open(model, "cpu", true);
+  const std::vector<int32_t> prompt = {1, 450, 7483, 310, 3444, 338};  // "<s> The capital of France is" (llama spm)
+  std::vector<float> lg = gpu->eval(prompt), lc = cpu->eval(prompt);
+  size_t same = 0;
+  for (; same < 16; ++same) {
+    const int32_t tg = argmax(lg), tc = argmax(lc);
+    if (tg != tc) {
+      std::vector<float> sorted = lc;
+      std::nth_element(sorted.begin(), sorted.begin() + 1, sorted.end(), std::greater<float>());
+      const float margin = sorted[0] - sorted[1];
+      double mean = 0, var = 0;
+      for (float v : lc) mean += v / double(lc.size());
+      for (float v : lc) var += (v - mean) * (v - mean) / double(lc.size());
+      std::printf("7B: CUDA and CPU (exact) agree on %zu tokens; at step %zu the CPU's top-2 margin is %.3g (logit sd %.3g)\n",
+                  same, same, double(margin), std::sqrt(var));
+      EXPECT_LT(margin, 1e-3 * std::sqrt(var)) << "CUDA and CPU differ at step " << same << " without a near tie";
+      return;
+    }
+    lg = gpu->eval(std::span<const int32_t>(&tg, 1));
+    lc = cpu->eval(std::span<const int32_t>(&tc, 1));
+  }
+  std::printf("7B: CUDA and CPU (exact) agree on all %zu tokens\n", same);
+}
 
 }  // namespace

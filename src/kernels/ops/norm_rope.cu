@@ -1,4 +1,4 @@
-// RMSNorm (one block per row, f64 sum of squares as ggml), RoPE (one thread per rotated pair)
+// RMSNorm (one block of 1024 threads per row, f64 sum of squares as ggml), RoPE (one thread per rotated pair)
 // and the element-wise ops (grid-stride loops over float4 where the size allows).
 #include "kernels/ops/ops.h"
 
@@ -12,11 +12,11 @@
 namespace lamina::kernels {
 namespace {
 
-constexpr int kNormThreads = 256;
+constexpr int kNormThreads = 1024;  // a decode step normalises one row: one block, all of it busy
 
 // x, out: [rows][cols];  w: [cols];  out16: [rows][cols] in T16 (optional)
 template <class T16>
-__global__ void rmsnorm_kernel(const float* __restrict__ x, const float* __restrict__ w, int64_t cols, float eps,
+__global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* __restrict__ x, const float* __restrict__ w, int64_t cols, float eps,
                                float* __restrict__ out, T16* __restrict__ out16) {
   const int64_t row = blockIdx.x;
   const float* xr = x + row * cols;
