@@ -102,7 +102,8 @@ Tensor LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int3
   if (n_ctx_ == 0) fail("forward: KV cache not initialised");
   for (int32_t tk : tokens)
     if (tk < 0 || uint32_t(tk) >= cfg_.n_vocab) fail("token id {} is outside the vocabulary of {}", tk, cfg_.n_vocab);
-  if (pos.front() < 0 || pos.back() >= n_ctx_) fail("position {} exceeds the context size {}", pos.back(), n_ctx_);
+  if (pos.front() < 0) fail("forward: negative position {}", pos.front());
+  if (pos.back() >= n_ctx_) fail("position {} exceeds the context size {}", pos.back(), n_ctx_);
 
   be_.begin_forward(tokens, pos);
   constexpr uint64_t kDecodeStep = 1;

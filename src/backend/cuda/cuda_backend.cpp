@@ -541,7 +541,8 @@ int32_t CudaBackend::sample(Tensor logits, const SamplerParams& p, std::span<con
   kn::SampleArgs a;
   a.temperature = p.temperature, a.top_k = p.top_k, a.top_p = p.top_p, a.min_p = p.min_p;
   a.repeat_penalty = p.repeat_penalty, a.u = u;
-  // the most recent ids when more than the buffer holds (the caller passes them sorted)
+  // At most kMaxPenalty distinct ids are penalised: with more (only possible with
+  // --repeat-last-n above 4096 or -1) the sorted list is cut and the highest ids go unpenalised.
   const size_t n = std::min(penalty_ids.size(), size_t(kMaxPenalty));
   if (n && p.repeat_penalty != 1.f) {
     cuda_check(cudaMemcpyAsync(sample_ids_, penalty_ids.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
