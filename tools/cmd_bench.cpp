@@ -70,7 +70,7 @@ void run_bench(const BenchArgs& a) {
   SessionOptions o = a.s.resolve();
   int pg_p = 0, pg_n = 0;
   if (!a.pg.empty() && (std::sscanf(a.pg.c_str(), "%d,%d", &pg_p, &pg_n) != 2 || pg_p < 1 || pg_n < 1))
-    fail("-pg wants two positive numbers 'P,N', got '{}'", a.pg);
+    fail("--pg wants two positive numbers 'P,N', got '{}'", a.pg);
   if (o.n_ctx == 0) o.n_ctx = std::max({a.n_prompt, a.n_gen, pg_p + pg_n}) + 16;
   o.n_batch = std::max(o.n_batch, std::max(a.n_prompt, pg_p));
   const bool profile = o.profile;
