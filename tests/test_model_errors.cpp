@@ -66,12 +66,19 @@ TEST_F(ModelErrors, PromptLongerThanContext) {
 
 TEST_F(ModelErrors, BadSamplingFlagsAreUsageErrors) {
   for (const char* flags : {"--temp -1", "--temp abc", "--top-p 1.5", "--min-p -0.1", "--top-k -3", "--seed x",
-                            "--repeat-penalty 99", "--ctx -5", "--kv-type q4_0"}) {
+                            "--repeat-penalty 99", "--ctx -5", "--kv-type q4_0", "-d tpu", "--device gpu"}) {
     SCOPED_TRACE(flags);
     const Result r = run("run -m " + dir_ + "/tiny.gguf -p hi " + flags);
     EXPECT_EQ(r.status, 1);
     EXPECT_EQ(lines(r.err), 1) << r.err;
   }
+}
+
+TEST_F(ModelErrors, ContextThatDoesNotFitAndBadBenchFlags) {
+  // ~1 KiB of KV cache per position for the tiny model: 2^31-1 positions need ~2 TiB.
+  expect_error("run -m " + dir_ + "/tiny.gguf -p hi -n 1 -d cpu --ctx 2147483647", "of KV cache on cpu");
+  expect_error("bench -m " + dir_ + "/tiny.gguf -d cpu --pg 12", "--pg wants two positive numbers");
+  expect_error("bench -m " + dir_ + "/tiny.gguf -d cpu --pg 0,5", "--pg wants two positive numbers");
 }
 
 TEST_F(ModelErrors, ChatTemplateProblemsAreNamed) {
