@@ -305,33 +305,50 @@ void CudaBackend::capture_abort() {
 
 // ---- ops -----------------------------------------------------------------------------------
 
+// One kernel-library call as a named op: timed under --profile (bytes and FLOPs give its GB/s and
+// TFLOP/s), its Status returned (try_op) or turned into a lamina::Error (run_op).
+template <class F>
+kn::Status CudaBackend::try_op(const std::string& name, double bytes, double flops, F&& launch) {
+  op_begin();
+  const kn::Status st = launch();
+  if (st.ok) op_end(name, bytes, flops);
+  return st;
+}
+
+template <class F>
+void CudaBackend::run_op(const std::string& name, double bytes, double flops, F&& launch) {
+  const kn::Status st = try_op(name, bytes, flops, std::forward<F>(launch));
+  check(name.c_str(), st.ok, st.message);
+}
+
+// An op wrote `t`: the RMSNorm's 16-bit copy of it, if any, is stale.
+void CudaBackend::wrote(Tensor t) {
+  if (shadow_.src == t.data) shadow_ = {};
+}
+
 void CudaBackend::embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) {
   check("embed", int64_t(tokens.size()) == n_in_, "token ids differ from begin_forward's");
   check("embed", !info(table).repacked, "the embedding table must stay in GGUF blocks");
-  op_begin();
-  const kn::Status st = kn::dequantize_rows(table.type, table.data, table.cols, dev_tokens(), out.rows, out.data, stream_);
-  check("embed", st.ok, st.message);
-  op_end("embed", double(out.rows) * (double(row_bytes(table.type, table.cols)) + out.cols * 4.0), 0);
+  run_op("embed", double(out.rows) * (double(row_bytes(table.type, table.cols)) + out.cols * 4.0), 0, [&] {
+    return kn::dequantize_rows(table.type, table.data, table.cols, dev_tokens(), out.rows, out.data, stream_);
+  });
+  wrote(out);
 }
 
 void CudaBackend::rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) {
   // Rows that will feed a GEMM get a 16-bit copy made in the same pass.
   void* h = nullptr;
   if (out.rows > kn::kGemvMaxBatch && !exact_) h = scratch_bytes(size_t(out.rows * out.cols) * 2);
-  op_begin();
-  const kn::Status st = kn::rmsnorm(x.data, static_cast<const float*>(w.data), x.rows, x.cols, eps, out.data, h, act16_, stream_);
-  check("rmsnorm", st.ok, st.message);
-  op_end("rmsnorm", double(x.rows * x.cols) * (h ? 10.0 : 8.0), 0);
+  run_op("rmsnorm", double(x.rows * x.cols) * (h ? 10.0 : 8.0), 0, [&] {
+    return kn::rmsnorm(x.data, static_cast<const float*>(w.data), x.rows, x.cols, eps, out.data, h, act16_, stream_);
+  });
   shadow_ = h ? Shadow{out.data, out.rows * out.cols, h, act16_} : Shadow{};
 }
 
 const void* CudaBackend::x16(Tensor x, GgmlType type) {
   if (shadow_.src == x.data && shadow_.n == x.rows * x.cols && shadow_.type == type) return shadow_.data;
   void* h = scratch_bytes(size_t(x.rows * x.cols) * 2);
-  op_begin();
-  const kn::Status st = kn::convert_f32(x.data, x.rows * x.cols, type, h, stream_);
-  check("convert", st.ok, st.message);
-  op_end("convert", double(x.rows * x.cols) * 6.0, 0);
+  run_op("convert", double(x.rows * x.cols) * 6.0, 0, [&] { return kn::convert_f32(x.data, x.rows * x.cols, type, h, stream_); });
   return h;
 }
 
@@ -340,6 +357,7 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
   check("matmul", !d.stack || !d.repacked, "a part of a repacked stack is only multiplied together with the other parts");
   const kn::WeightLayout layout = d.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
   const double flops = 2.0 * double(x.rows) * double(w.rows) * double(w.cols);
+  wrote(out);
   if (x.rows > kn::kGemvMaxBatch && !exact_) {
     kn::GemmProblem p;
     p.b_type = w.type;
@@ -355,16 +373,13 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
     p.ldc = out.cols;
     p.beta = accumulate ? 1.f : 0.f;
     p.workspace = gemm_work_, p.workspace_bytes = gemm_work_bytes_;
-    op_begin();
-    const kn::Status st = kn::gemm(p, stream_);
-    if (st.ok) {
-      op_end(op_name(accumulate ? "gemm+res" : "gemm", w), double(d.bytes) + double(x.rows * (x.cols * 2 + out.cols * 4)), flops);
-      return;
-    }
+    const double bytes = double(d.bytes) + double(x.rows * (x.cols * 2 + out.cols * 4));
+    if (try_op(op_name(accumulate ? "gemm+res" : "gemm", w), bytes, flops, [&] { return kn::gemm(p, stream_); }).ok) return;
     // no GEMM variant for this type: GEMVs over 8-row slices below
   }
-  op_begin();
-  for (int64_t r0 = 0; r0 < x.rows; r0 += kn::kGemvMaxBatch) {
+  const double bytes = double(d.bytes) * double((x.rows + 7) / 8) + double(x.rows * x.cols) * 4.0;
+  run_op(op_name(accumulate ? "gemv+res" : "gemv", w), bytes, flops, [&] {
+    for (int64_t r0 = 0; r0 < x.rows; r0 += kn::kGemvMaxBatch) {
     const int64_t n = std::min<int64_t>(kn::kGemvMaxBatch, x.rows - r0);
     kn::GemvProblem p;
     p.wtype = w.type;
@@ -375,10 +390,10 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
     p.batch = int(n);
     p.y = out.data + r0 * out.cols;
     p.residual = accumulate ? p.y : nullptr;
-    const kn::Status st = exact_ ? gemv_exact(p, stream_) : kn::gemv(p, stream_);
-    check("matmul", st.ok, st.message);
-  }
-  op_end(op_name(accumulate ? "gemv+res" : "gemv", w), double(d.bytes) * double((x.rows + 7) / 8) + x.rows * x.cols * 4.0, flops);
+      if (kn::Status st = exact_ ? gemv_exact(p, stream_) : kn::gemv(p, stream_); !st) return st;
+    }
+    return kn::Status::success();
+  });
 }
 
 void CudaBackend::matmul(const Weight& w, Tensor x, Tensor out) { run_matmul(w, info(w), x, out, false); }
@@ -408,10 +423,9 @@ void CudaBackend::matmul_multi(std::span<const Weight* const> w, Tensor x, std::
   run_matmul(stacked, ds, x, all, false);
   int64_t c0 = 0;
   for (const Tensor& o : out) {
-    op_begin();
-    const kn::Status st = kn::copy_columns(all.data, all.rows, all.cols, c0, o.cols, o.data, stream_);
-    check("matmul_multi", st.ok, st.message);
-    op_end("split columns", double(o.rows * o.cols) * 8.0, 0);
+    run_op("split columns", double(o.rows * o.cols) * 8.0, 0,
+           [&] { return kn::copy_columns(all.data, all.rows, all.cols, c0, o.cols, o.data, stream_); });
+    wrote(o);
     c0 += o.cols;
   }
 }
@@ -427,10 +441,9 @@ void CudaBackend::ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Te
     p.w = gate.data, p.w_up = up.data;
     p.n = gate.rows, p.k = gate.cols;
     p.x = x.data, p.batch = int(x.rows), p.y = out.data;
-    op_begin();
-    const kn::Status st = kn::gemv(p, stream_);
-    check("ffn_gate_up", st.ok, st.message);
-    op_end(op_name("gemv gate/up", gate), 2.0 * double(dg.bytes), 4.0 * double(x.rows * gate.rows * gate.cols));
+    run_op(op_name("gemv gate/up", gate), 2.0 * double(dg.bytes), 4.0 * double(x.rows * gate.rows * gate.cols),
+           [&] { return kn::gemv(p, stream_); });
+    wrote(out);
     return;
   }
   Tensor u = alloc(x.rows, up.rows);
@@ -440,27 +453,20 @@ void CudaBackend::ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Te
 }
 
 void CudaBackend::add_bias(Tensor x, const Weight& b) {
-  op_begin();
-  const kn::Status st = kn::add_bias(x.data, static_cast<const float*>(b.data), x.rows, x.cols, stream_);
-  check("add_bias", st.ok, st.message);
-  op_end("add_bias", double(x.rows * x.cols) * 8.0, 0);
-  if (shadow_.src == x.data) shadow_ = {};
+  run_op("add_bias", double(x.rows * x.cols) * 8.0, 0,
+         [&] { return kn::add_bias(x.data, static_cast<const float*>(b.data), x.rows, x.cols, stream_); });
+  wrote(x);
 }
 
 void CudaBackend::add(Tensor x, Tensor y) {
-  op_begin();
-  const kn::Status st = kn::add(x.data, y.data, x.rows * x.cols, stream_);
-  check("add", st.ok, st.message);
-  op_end("add", double(x.rows * x.cols) * 12.0, 0);
-  if (shadow_.src == x.data) shadow_ = {};
+  run_op("add", double(x.rows * x.cols) * 12.0, 0, [&] { return kn::add(x.data, y.data, x.rows * x.cols, stream_); });
+  wrote(x);
 }
 
 void CudaBackend::swiglu(Tensor gate, Tensor up) {
-  op_begin();
-  const kn::Status st = kn::swiglu(gate.data, up.data, gate.rows * gate.cols, stream_);
-  check("swiglu", st.ok, st.message);
-  op_end("swiglu", double(gate.rows * gate.cols) * 12.0, 0);
-  if (shadow_.src == gate.data) shadow_ = {};
+  run_op("swiglu", double(gate.rows * gate.cols) * 12.0, 0,
+         [&] { return kn::swiglu(gate.data, up.data, gate.rows * gate.cols, stream_); });
+  wrote(gate);
 }
 
 void CudaBackend::rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t> pos, const RopeParams& p) {
@@ -477,10 +483,8 @@ void CudaBackend::rope(Tensor x, int n_heads, int head_dim, std::span<const int3
     }
     a.freq_factors = it->second;
   }
-  op_begin();
-  const kn::Status st = kn::rope(x.data, x.rows, dev_pos(), a, stream_);
-  check("rope", st.ok, st.message);
-  op_end("rope", double(x.rows * x.cols) * 8.0, 0);
+  run_op("rope", double(x.rows * x.cols) * 8.0, 0, [&] { return kn::rope(x.data, x.rows, dev_pos(), a, stream_); });
+  wrote(x);
 }
 
 void CudaBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
@@ -495,30 +499,26 @@ void CudaBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<c
   const size_t layer_off = size_t(layer) * size_t(kv_ctx_) * size_t(kv_dim_) * esz;
   void* kc = static_cast<char*>(k_cache_) + layer_off;
   void* vc = static_cast<char*>(v_cache_) + layer_off;
-  op_begin();
-  kn::Status st = kn::kv_store(k.data, v.data, k.rows, dev_pos(), kc, vc, a, stream_);
-  check("kv_store", st.ok, st.message);
-  op_end("kv_store", double(k.rows * k.cols) * (8.0 + 2 * esz), 0);
+  run_op("kv_store", double(k.rows * k.cols) * (8.0 + 2 * esz), 0,
+         [&] { return kn::kv_store(k.data, v.data, k.rows, dev_pos(), kc, vc, a, stream_); });
+  wrote(out);
   // Attention reads K and V of every position up to the last one (the host knows the positions);
   // flops: QK^T and PV over every (query, key) pair, causal pairs only.
   const double kv_read = 2.0 * double(pos.back() + 1) * double(kv_dim_) * double(esz);
   const double flops = 4.0 * double(q.rows) * double(pos.back() + 1) * double(p.n_head) * p.head_dim;
   if (q.rows > kn::kGemvMaxBatch && kn::attention_prefill_supported(a) && pos.back() - pos.front() + 1 == q.rows) {
-    op_begin();
-    st = kn::attention_prefill(q.data, q.rows, dev_pos(), kc, vc, a, out.data, stream_);
-    check("attention", st.ok, st.message);
     // causal: each query reads on average half of the new keys plus every earlier one
-    op_end("attention (prefill)", kv_read + double(q.rows * q.cols) * 8.0, flops / 2 + flops * pos.front() / (2.0 * (pos.back() + 1)));
+    const double causal = flops / 2 + flops * pos.front() / (2.0 * (pos.back() + 1));
+    run_op("attention (prefill)", kv_read + double(q.rows * q.cols) * 8.0, causal,
+           [&] { return kn::attention_prefill(q.data, q.rows, dev_pos(), kc, vc, a, out.data, stream_); });
     return;
   }
   // Splits: enough blocks for two waves over the SMs, at least 64 positions per split.
   const int64_t blocks = int64_t(p.n_head_kv) * q.rows;
   const int splits = int(std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, std::max(1, kv_ctx_ / 64)));
   float* work = static_cast<float*>(scratch_bytes(kn::attention_work_floats(a, q.rows, splits) * sizeof(float)));
-  op_begin();
-  st = kn::attention_decode(q.data, q.rows, dev_pos(), kc, vc, a, splits, work, out.data, stream_);
-  check("attention", st.ok, st.message);
-  op_end("attention (decode)", kv_read + double(q.rows * q.cols) * 8.0, flops);
+  run_op("attention (decode)", kv_read + double(q.rows * q.cols) * 8.0, flops,
+         [&] { return kn::attention_decode(q.data, q.rows, dev_pos(), kc, vc, a, splits, work, out.data, stream_); });
 }
 
 void CudaBackend::read(Tensor t, float* host) {
@@ -550,10 +550,8 @@ int32_t CudaBackend::sample(Tensor logits, const SamplerParams& p, std::span<con
     cuda_check(cudaStreamSynchronize(stream_), "penalty ids");  // the host span may not outlive this call
     a.penalty_ids = sample_ids_, a.n_penalty = int(n);
   }
-  op_begin();
-  const kn::Status st = kn::sample(row.data, int(row.cols), a, sample_scratch_, sample_ids_ + kMaxPenalty, stream_);
-  check("sample", st.ok, st.message);
-  op_end("sample", double(row.cols) * 8.0, 0);
+  run_op("sample", double(row.cols) * 8.0, 0,
+         [&] { return kn::sample(row.data, int(row.cols), a, sample_scratch_, sample_ids_ + kMaxPenalty, stream_); });
   cuda_check(cudaMemcpyAsync(host_id_, sample_ids_ + kMaxPenalty, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
              "sample");
   cuda_check(cudaStreamSynchronize(stream_), "sample");

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "kernels/common/status.h"
 
 #include <cstdint>
 #include <map>
@@ -111,6 +112,9 @@ class CudaBackend final : public Backend {
   // --profile
   void op_begin();
   void op_end(const std::string& name, double bytes, double flops);
+  template <class F> kernels::Status try_op(const std::string& name, double bytes, double flops, F&& launch);
+  template <class F> void run_op(const std::string& name, double bytes, double flops, F&& launch);
+  void wrote(Tensor t);
   std::string op_name(const char* kind, const Weight& w) const;
   void collect_profile();
 
