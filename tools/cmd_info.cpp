@@ -21,18 +21,11 @@ struct InfoArgs {
   std::string device;  // when set: the memory this model needs there, and what is free
 };
 
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) { b /= 1024; ++u; }
-  return fmt::format("{:.2f} {}", b, units[u]);
-}
-
 void run_info(const InfoArgs& a) {
   const GgufFile f = GgufFile::open(a.model);
   fmt::print("file:          {}\n", a.model);
   fmt::print("gguf:          version {}, {} metadata keys, {} tensors, alignment {}, {}\n",
-             f.version(), f.kvs().size(), f.tensors().size(), f.alignment(), human_bytes(double(f.file_size())));
+             f.version(), f.kvs().size(), f.tensors().size(), f.alignment(), format_bytes(f.file_size()));
   const std::string arch = f.get_string("general.architecture").value_or("(none)");
   fmt::print("architecture:  {}\n", arch);
   if (auto name = f.get_string("general.name")) fmt::print("name:          {}\n", *name);
@@ -75,7 +68,7 @@ void run_info(const InfoArgs& a) {
   }
   fmt::print("parameters:    {} ({:.1f} M)\n", params, double(params) / 1e6);
   for (const auto& [name, e] : per_type)
-    fmt::print("  {:<6} {:>12} params  {:>12}\n", name, e.first, human_bytes(double(e.second)));
+    fmt::print("  {:<6} {:>12} params  {:>12}\n", name, e.first, format_bytes(e.second));
   if (!a.device.empty()) {
     SessionOptions o;
     o.device = a.device;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_set>
 
 namespace lamina {
 
@@ -27,14 +26,10 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   cand_.resize(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) cand_[i] = {logits[i], int32_t(i)};
   // Repetition penalty (llama.cpp's rule): divide positive logits, multiply negative ones.
-  if (p_.repeat_penalty != 1.f && p_.repeat_last_n != 0) {
-    const size_t n = p_.repeat_last_n < 0 ? history.size() : std::min(history.size(), size_t(p_.repeat_last_n));
-    std::unordered_set<int32_t> seen(history.end() - long(n), history.end());
-    for (int32_t t : seen) {
-      if (t < 0 || size_t(t) >= cand_.size()) continue;
-      float& l = cand_[size_t(t)].first;
-      l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
-    }
+  for (int32_t t : penalty_ids(history)) {
+    if (t < 0 || size_t(t) >= cand_.size()) continue;
+    float& l = cand_[size_t(t)].first;
+    l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
   }
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   if (p_.temperature <= 0.f)

@@ -11,9 +11,12 @@ size_t kv_bytes_per_position(const ModelConfig& c, GgmlType kv_type) {
   return 2 * size_t(c.n_layer) * size_t(c.n_head_kv) * size_t(c.head_dim) * (kv_type == GgmlType::F16 ? 2 : 4);
 }
 
-std::string format_bytes(size_t b) {
-  return b >= (size_t(1) << 30) ? fmt::format("{:.2f} GiB", double(b) / double(1 << 30))
-                                : fmt::format("{:.1f} MiB", double(b) / double(1 << 20));
+std::string format_bytes(size_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double b = double(bytes);
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  return fmt::format("{:.2f} {}", b, units[u]);
 }
 
 namespace {

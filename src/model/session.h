@@ -64,7 +64,7 @@ class Session {
 
 // The backend a session would use for `device` ("auto": cuda when a GPU is present).
 std::unique_ptr<Backend> make_backend(const SessionOptions& o);
-// "NNN.N MiB" / "N.NN GiB" for memory summaries.
+// "N.NN <unit>" (B, KiB, MiB, GiB, TiB) for sizes in messages and summaries.
 std::string format_bytes(size_t b);
 
 // Bytes of KV cache one position needs.
