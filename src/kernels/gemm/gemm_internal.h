@@ -3,17 +3,13 @@
 
 #include "kernels/gemm/gemm.h"
 
+#include "kernels/common/launch_status.h"
+
 #include <cuda_runtime.h>
 
 #include <string>
 
 namespace lamina::kernels {
-
-inline Status gemm_launch_status(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return Status::error(std::string(what) + ": launch failed: " + cudaGetErrorString(e));
-  return Status::success();
-}
 
 void register_sgemm_variants(std::vector<GemmVariant>& out);        // sgemm.cu
 void register_sgemm_async_variants(std::vector<GemmVariant>& out);  // sgemm_async.cu

@@ -39,7 +39,7 @@ Status splitk_reduce(const GemmProblem& p, int splits, cudaStream_t s) {
   const auto* partials = static_cast<const float*>(p.workspace);
   if (vec) splitk_reduce_kernel<4><<<blocks, threads, 0, s>>>(partials, splits, p.m, p.n, tc_gemm::make_out(p));
   else splitk_reduce_kernel<1><<<blocks, threads, 0, s>>>(partials, splits, p.m, p.n, tc_gemm::make_out(p));
-  return gemm_launch_status("splitk_reduce");
+  return launch_status("splitk_reduce");
 }
 
 }  // namespace lamina::kernels

@@ -136,20 +136,20 @@ dim3 tiles_grid(const GemmProblem& p, int tile) {
 
 Status run_s0(const GemmProblem& p, const GemmConfig&, cudaStream_t s) {
   s0_naive<<<tiles_grid(p, 16), dim3(16, 16), 0, s>>>(operand_a(p), operand_b(p), out_c(p));
-  return gemm_launch_status("s0_naive");
+  return launch_status("s0_naive");
 }
 Status run_s1(const GemmProblem& p, const GemmConfig&, cudaStream_t s) {
   s1_smem<<<tiles_grid(p, 32), dim3(32, 32), 0, s>>>(operand_a(p), operand_b(p), out_c(p));
-  return gemm_launch_status("s1_smem");
+  return launch_status("s1_smem");
 }
 Status run_s2(const GemmProblem& p, const GemmConfig&, cudaStream_t s) {
   s2_regtile<<<tiles_grid(p, kTile), kThreads, 0, s>>>(operand_a(p), operand_b(p), out_c(p));
-  return gemm_launch_status("s2_regtile");
+  return launch_status("s2_regtile");
 }
 template <bool kDbuf, bool kWarp>
 Status run_s3_5(const GemmProblem& p, const GemmConfig&, cudaStream_t s) {
   s3_to_s5<kDbuf, kWarp><<<tiles_grid(p, kTile), kThreads, 0, s>>>(operand_a(p), operand_b(p), out_c(p));
-  return gemm_launch_status("s3..s5");
+  return launch_status("s3..s5");
 }
 
 }  // namespace

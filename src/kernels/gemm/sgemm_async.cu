@@ -84,7 +84,7 @@ Status launch(const GemmProblem& p, cudaStream_t s) {
     return Status::error("s6_cp_async: shared memory of " + std::to_string(smem) + " bytes not available");
   const dim3 grid(unsigned((p.n + kTile - 1) / kTile), unsigned((p.m + kTile - 1) / kTile));
   kernel<<<grid, kThreads, smem, s>>>(operand_a(p), operand_b(p), out_c(p));
-  return gemm_launch_status("s6_cp_async");
+  return launch_status("s6_cp_async");
 }
 
 Status run_s6(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {

@@ -163,7 +163,7 @@ Status launch(const GemmProblem& p, const typename BPolicy::Args& b, const char*
     return Status::error(std::string(name) + ": shared memory of " + std::to_string(smem) + " bytes not available");
   const int64_t blocks = ((p.m + kBm - 1) / kBm) * ((p.n + kBn - 1) / kBn);
   kernel<<<unsigned(blocks), kThreads, smem, s>>>(static_cast<const T*>(p.a), p.lda, b, make_out(p), p.m, p.n, p.k);
-  return gemm_launch_status(name);
+  return launch_status(name);
 }
 
 }  // namespace lamina::kernels::tc_gemm

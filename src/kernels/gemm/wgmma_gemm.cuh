@@ -250,7 +250,7 @@ Status launch(const GemmProblem& p, const GemmConfig& c, const typename BPolicy:
   tc_gemm::Out out = tc_gemm::make_out(p);
   if (c.splits > 1) out = tc_gemm::Out{p.workspace, p.n, p.m, p.n, 0, 1.f, 0.f};
   kernel<<<grid, kThreadsOf<BPolicy>, smem, s>>>(ma, b, out, c.splits, p.m, p.n, p.k);
-  if (Status st = gemm_launch_status(name); !st) return st;
+  if (Status st = launch_status(name); !st) return st;
   return c.splits > 1 ? splitk_reduce(p, c.splits, s) : Status::success();
 }
 

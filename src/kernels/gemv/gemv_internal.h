@@ -3,17 +3,13 @@
 
 #include "kernels/gemv/gemv.h"
 
+#include "kernels/common/launch_status.h"
+
 #include <cuda_runtime.h>
 
 #include <string>
 
 namespace lamina::kernels {
-
-inline Status launch_status(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return Status::error(std::string(what) + ": launch failed: " + cudaGetErrorString(e));
-  return Status::success();
-}
 
 void register_float_variants(std::vector<GemvVariant>& out);   // gemv_float.cu
 void register_quant_variants(std::vector<GemvVariant>& out);   // gemv_quant.cu

@@ -9,6 +9,7 @@
 //   M = max_s m_s,  L = sum_s l_s e^(m_s - M),  out = sum_s o_s e^(m_s - M) / L.
 // Each split's share of positions is computed on the device from pos[t], so a captured graph
 // replays correctly while the sequence grows.
+#include "kernels/common/launch_status.h"
 #include "kernels/ops/ops.h"
 
 #include <cuda_fp16.h>
@@ -211,12 +212,6 @@ bool launch_split_hd(const float* q, int64_t rows, const int32_t* pos, const voi
   }
 }
 
-Status launched(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return Status::error(std::string(what) + ": launch failed: " + cudaGetErrorString(e));
-  return Status::success();
-}
-
 }  // namespace
 
 Status kv_store(const float* k, const float* v, int64_t rows, const int32_t* pos, void* k_cache, void* v_cache,
@@ -230,7 +225,7 @@ Status kv_store(const float* k, const float* v, int64_t rows, const int32_t* pos
     kv_store_kernel<<<grid, 256, 0, s>>>(k, v, rows, kvd, pos, static_cast<__half*>(k_cache), static_cast<__half*>(v_cache));
   else
     kv_store_kernel<<<grid, 256, 0, s>>>(k, v, rows, kvd, pos, static_cast<float*>(k_cache), static_cast<float*>(v_cache));
-  return launched("kv_store");
+  return launch_status("kv_store");
 }
 
 size_t attention_work_floats(const AttentionArgs& a, int64_t rows, int splits) {
@@ -248,7 +243,7 @@ Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const 
                       : launch_split_hd<float>(q, rows, pos, k_cache, v_cache, a, splits, work, s);
   if (!ok) return Status::error("attention_decode: head_dim " + std::to_string(a.head_dim) + " is not 64, 96, 128 or 256");
   attn_merge_kernel<<<dim3(unsigned(a.n_head), unsigned(rows)), 128, 0, s>>>(work, a.head_dim, a.n_head, splits, out);
-  return launched("attention_decode");
+  return launch_status("attention_decode");
 }
 
 }  // namespace lamina::kernels

@@ -9,6 +9,7 @@
 // only touches the tiles that cross the diagonal; later tiles are skipped.
 //
 // Layouts: q [rows][n_head][HD] f32; caches [n_ctx][n_head_kv][HD] f16; out like q.
+#include "kernels/common/launch_status.h"
 #include "kernels/common/mma.cuh"
 #include "kernels/ops/ops.h"
 
@@ -168,9 +169,7 @@ Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const
   const auto* vc = static_cast<const __half*>(v_cache);
   if (a.head_dim == 64) flash_prefill_kernel<64><<<grid, kWarps * 32, 0, s>>>(q, int(rows), pos, kc, vc, a, out);
   else flash_prefill_kernel<128><<<grid, kWarps * 32, 0, s>>>(q, int(rows), pos, kc, vc, a, out);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return Status::error(std::string("attention_prefill: launch failed: ") + cudaGetErrorString(e));
-  return Status::success();
+  return launch_status("attention_prefill");
 }
 
 }  // namespace lamina::kernels

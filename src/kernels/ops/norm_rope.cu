@@ -1,5 +1,6 @@
 // RMSNorm (one block of 1024 threads per row, f64 sum of squares as ggml), RoPE (one thread per rotated pair)
 // and the element-wise ops (grid-stride loops over float4 where the size allows).
+#include "kernels/common/launch_status.h"
 #include "kernels/ops/ops.h"
 
 #include <cuda_bf16.h>
@@ -109,12 +110,6 @@ unsigned grid_for(int64_t n, int threads) {
   return unsigned(std::clamp<int64_t>((n + threads - 1) / threads, 1, 65535));
 }
 
-Status launched(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return Status::error(std::string(what) + ": launch failed: " + cudaGetErrorString(e));
-  return Status::success();
-}
-
 }  // namespace
 
 Status rmsnorm(const float* x, const float* w, int64_t rows, int64_t cols, float eps, float* out, void* out16,
@@ -129,25 +124,25 @@ Status rmsnorm(const float* x, const float* w, int64_t rows, int64_t cols, float
     rmsnorm_kernel<__half><<<unsigned(rows), kNormThreads, 0, s>>>(x, w, cols, eps, out, static_cast<__half*>(out16));
   else
     rmsnorm_kernel<float><<<unsigned(rows), kNormThreads, 0, s>>>(x, w, cols, eps, out, nullptr);
-  return launched("rmsnorm");
+  return launch_status("rmsnorm");
 }
 
 Status add(float* x, const float* y, int64_t n, cudaStream_t s) {
   if (!x || !y || n < 0) return Status::error("add: bad arguments");
   if (n) binary_kernel<Ew::Add><<<grid_for(n, 256), 256, 0, s>>>(x, y, n);
-  return launched("add");
+  return launch_status("add");
 }
 
 Status swiglu(float* gate, const float* up, int64_t n, cudaStream_t s) {
   if (!gate || !up || n < 0) return Status::error("swiglu: bad arguments");
   if (n) binary_kernel<Ew::Swiglu><<<grid_for(n, 256), 256, 0, s>>>(gate, up, n);
-  return launched("swiglu");
+  return launch_status("swiglu");
 }
 
 Status add_bias(float* x, const float* b, int64_t rows, int64_t cols, cudaStream_t s) {
   if (!x || !b || rows < 0 || cols <= 0) return Status::error("add_bias: bad arguments");
   if (rows) bias_kernel<<<grid_for(rows * cols, 256), 256, 0, s>>>(x, b, rows, cols);
-  return launched("add_bias");
+  return launch_status("add_bias");
 }
 
 Status copy_columns(const float* src, int64_t rows, int64_t src_cols, int64_t col0, int64_t n_cols, float* dst,
@@ -155,7 +150,7 @@ Status copy_columns(const float* src, int64_t rows, int64_t src_cols, int64_t co
   if (!src || !dst || rows < 0 || n_cols <= 0 || col0 < 0 || col0 + n_cols > src_cols)
     return Status::error("copy_columns: bad arguments");
   if (rows) copy_columns_kernel<<<grid_for(rows * n_cols, 256), 256, 0, s>>>(src, rows, src_cols, col0, n_cols, dst);
-  return launched("copy_columns");
+  return launch_status("copy_columns");
 }
 
 Status convert_f32(const float* x, int64_t n, GgmlType to, void* out, cudaStream_t s) {
@@ -164,7 +159,7 @@ Status convert_f32(const float* x, int64_t n, GgmlType to, void* out, cudaStream
   if (to == GgmlType::F16) convert_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, n, static_cast<__half*>(out));
   else if (to == GgmlType::BF16) convert_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, n, static_cast<__nv_bfloat16*>(out));
   else return Status::error("convert_f32: target must be f16 or bf16");
-  return launched("convert_f32");
+  return launch_status("convert_f32");
 }
 
 Status rope(float* x, int64_t rows, const int32_t* pos, const RopeArgs& a, cudaStream_t s) {
@@ -174,7 +169,7 @@ Status rope(float* x, int64_t rows, const int32_t* pos, const RopeArgs& a, cudaS
   if (rows <= 0) return Status::success();
   const float theta_scale = powf(a.base, -2.0f / float(a.n_rot));
   rope_kernel<<<grid_for(rows * a.n_heads * (a.n_rot / 2), 256), 256, 0, s>>>(x, rows, pos, a, theta_scale);
-  return launched("rope");
+  return launch_status("rope");
 }
 
 }  // namespace lamina::kernels

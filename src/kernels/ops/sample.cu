@@ -9,6 +9,7 @@
 //      as the CPU sampler does, with r = u * sum.
 // top_k = 0 (off) keeps at most kMaxCand candidates on the GPU; what lies beyond the 2048th token
 // is left out of top-p's nucleus.
+#include "kernels/common/launch_status.h"
 #include "kernels/ops/ops.h"
 
 #include <cuda_runtime.h>
@@ -222,9 +223,7 @@ Status sample(const float* logits, int n_vocab, const SampleArgs& a, float* scra
   if (n_vocab <= 0) return Status::error("sample: empty vocabulary");
   if (a.n_penalty < 0 || (a.n_penalty > 0 && !a.penalty_ids)) return Status::error("sample: bad penalty ids");
   sample_kernel<<<1, kThreads, 0, s>>>(logits, n_vocab, a, scratch, out);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return Status::error(std::string("sample: launch failed: ") + cudaGetErrorString(e));
-  return Status::success();
+  return launch_status("sample");
 }
 
 }  // namespace lamina::kernels
