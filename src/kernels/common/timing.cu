@@ -28,6 +28,21 @@ double median_time_us(const std::function<void(int)>& run, int warmup, int reps,
   return us[size_t(reps / 2)];
 }
 
+double graph_time_us(const std::function<void(int)>& run, int launches, int reps, cudaStream_t s) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) != cudaSuccess) return -1;
+  for (int i = 0; i < launches; ++i) run(i);
+  const bool captured = cudaStreamEndCapture(s, &graph) == cudaSuccess && graph;
+  const bool ready = captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  double us = -1;
+  if (ready) us = median_time_us([&](int) { cudaGraphLaunch(exec, s); }, 1, reps, s) / launches;
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  if (!ready) cudaGetLastError();  // clear the capture error for the caller's next launch
+  return us;
+}
+
 double copy_bandwidth_gbs(size_t bytes, cudaStream_t s) {
   void *a = nullptr, *b = nullptr;
   if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) {

@@ -13,6 +13,11 @@ namespace lamina::kernels {
 
 double median_time_us(const std::function<void(int)>& run, int warmup, int reps, cudaStream_t s);
 
+// The time one launch takes inside a CUDA graph, as in a decode step: `launches` back-to-back
+// calls of run(i) are captured into one graph (no events between them), the graph is replayed
+// `reps` times, and the median replay is divided by `launches`. Negative if capture failed.
+double graph_time_us(const std::function<void(int)>& run, int launches, int reps, cudaStream_t s);
+
 // Device-to-device copy bandwidth (bytes read + written per second), measured on `bytes`.
 double copy_bandwidth_gbs(size_t bytes, cudaStream_t s);
 

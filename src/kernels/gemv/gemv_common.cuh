@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/half.h"
+#include "kernels/common/pdl.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

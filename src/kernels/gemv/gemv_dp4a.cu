@@ -29,17 +29,13 @@ __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, con
   const int lane = threadIdx.x % 32;
   const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / 32);
   const size_t qrow = size_t(k) * kBits / 8;
-  {  // Start this warp's first rows moving into L2 while the block converts x.
-    const int64_t first = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows;
-    for (int r = 0; r < kRows; ++r)
-      if (first + r < n)
-        for (size_t off = size_t(lane) * 128; off < qrow; off += 32 * 128) prefetch_l2(w + size_t(first + r) * qrow + off);
-  }
+  pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
   quantize_x_to_smem(x, k, batch, smem);
   __syncthreads();
   const int64_t loads = k / kPer;
   for (int64_t row0 = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows; row0 < n;
        row0 += warps_total * kRows) {
+    if (row0 + warps_total * kRows >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
     float acc[kGateUp ? 2 : 1][kRows][kGemvMaxBatch] = {};
 #pragma unroll
     for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat) {

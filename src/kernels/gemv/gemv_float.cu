@@ -100,6 +100,7 @@ __global__ void __launch_bounds__(256) v5_stream(const T* __restrict__ w, const 
   constexpr int kStep = 32 * kVec * kUnroll;  // elements a warp covers per iteration
   const int lane = threadIdx.x % 32;
   const int64_t row0 = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows;
+  pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
   if (row0 >= n) return;
   const int nmat = w_up ? 2 : 1;
   float acc[2][kRows][kGemvMaxBatch] = {};
@@ -142,6 +143,7 @@ __global__ void __launch_bounds__(256) v5_stream(const T* __restrict__ w, const 
       }
     }
   }
+  pdl_launch_dependents();  // all weights are in: the next kernel may launch
   store_rows(acc, row0, n, batch, ep, y);
 }
 
@@ -177,8 +179,8 @@ template <class T, int kRows, int kUnroll>
 Status launch_v5_impl(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   const int64_t rows_per_block = int64_t(c.warps) * kRows;
   const Epilogue ep{p.bias, p.residual, p.w_up != nullptr};
-  v5_stream<T, kRows, kUnroll><<<unsigned((p.n + rows_per_block - 1) / rows_per_block), unsigned(c.warps * 32), 0, s>>>(
-      wptr<T>(p.w), wptr<T>(p.w_up), p.x, p.y, p.n, p.k, p.batch, ep);
+  launch_pdl(v5_stream<T, kRows, kUnroll>, unsigned((p.n + rows_per_block - 1) / rows_per_block), unsigned(c.warps * 32), 0,
+             s, wptr<T>(p.w), wptr<T>(p.w_up), p.x, p.y, p.n, p.k, p.batch, ep);
   return launch_status("v5_stream");
 }
 

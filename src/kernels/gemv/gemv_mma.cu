@@ -34,6 +34,7 @@ __global__ void __launch_bounds__(256) v6_mma(const T* __restrict__ w, const T* 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int g = lane / 4, q = lane % 4;
   const int64_t row0 = int64_t(blockIdx.x) * 16;
+  pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
   const int64_t ra = min(row0 + g, n - 1), rb = min(row0 + g + 8, n - 1);  // clamp: loads stay in bounds
   const bool has_x = g < batch;
   const float* xg = x + int64_t(has_x ? g : 0) * k;
@@ -65,6 +66,7 @@ __global__ void __launch_bounds__(256) v6_mma(const T* __restrict__ w, const T* 
       }
     }
   }
+  pdl_launch_dependents();  // all weights are in: the next kernel may launch
   // C fragment: c0,c1 = rows g, columns (batch) 2q, 2q+1; c2,c3 = row g+8.
 #pragma unroll
   for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat) {
@@ -94,8 +96,8 @@ Status launch_t(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   const unsigned grid = unsigned((p.n + 15) / 16);
   const auto* w = static_cast<const T*>(p.w);
   const auto* wu = static_cast<const T*>(p.w_up);
-  if (p.w_up) v6_mma<T, kUnroll, true><<<grid, unsigned(c.warps * 32), 0, s>>>(w, wu, p.x, p.y, p.n, p.k, p.batch, ep);
-  else v6_mma<T, kUnroll, false><<<grid, unsigned(c.warps * 32), 0, s>>>(w, wu, p.x, p.y, p.n, p.k, p.batch, ep);
+  if (p.w_up) launch_pdl(v6_mma<T, kUnroll, true>, grid, unsigned(c.warps * 32), 0, s, w, wu, p.x, p.y, p.n, p.k, p.batch, ep);
+  else launch_pdl(v6_mma<T, kUnroll, false>, grid, unsigned(c.warps * 32), 0, s, w, wu, p.x, p.y, p.n, p.k, p.batch, ep);
   return launch_status("v6_mma");
 }
 

@@ -22,6 +22,7 @@ __global__ void __launch_bounds__(256) q4k_dp4a(const uint8_t* __restrict__ w, c
                                                 const float* __restrict__ x, float* __restrict__ y, int64_t n, int64_t k,
                                                 int batch, Epilogue ep) {
   extern __shared__ __align__(16) uint8_t smem[];
+  pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
   quantize_x_to_smem(x, k, batch, smem);
   __syncthreads();
   const int lane = threadIdx.x % 32;
@@ -30,6 +31,7 @@ __global__ void __launch_bounds__(256) q4k_dp4a(const uint8_t* __restrict__ w, c
   const int64_t chunks = (k / QK_K) * 8;
   for (int64_t row0 = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows; row0 < n;
        row0 += warps_total * kRows) {
+    if (row0 + warps_total * kRows >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
     float acc[kGateUp ? 2 : 1][kRows][kGemvMaxBatch] = {};
 #pragma unroll
     for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat) {

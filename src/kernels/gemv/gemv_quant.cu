@@ -117,8 +117,9 @@ __global__ void __launch_bounds__(256) q_repacked(const uint8_t* __restrict__ w,
   constexpr int kPer = R::kPerLoad;
   const int lane = threadIdx.x % 32;
   const int64_t row0 = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows;
-  if (row0 >= n) return;
   const size_t qrow = size_t(k) * kBits / 8;  // quant bytes per row
+  pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
+  if (row0 >= n) return;
   const int64_t loads = k / kPer;             // 16-byte loads per row
   float acc[2][kRows][kGemvMaxBatch] = {};
   for (int mat = 0; mat < (w_up ? 2 : 1); ++mat) {
@@ -162,6 +163,7 @@ __global__ void __launch_bounds__(256) q_repacked(const uint8_t* __restrict__ w,
       }
     }
   }
+  pdl_launch_dependents();  // all weights are in: the next kernel may launch
   store_rows(acc, row0, n, batch, ep, y);
 }
 
@@ -169,8 +171,9 @@ template <int kBits, int kRows, int kUnroll>
 Status launch_repacked_impl(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   const int64_t rows_per_block = int64_t(c.warps) * kRows;
   const Epilogue ep{p.bias, p.residual, p.w_up != nullptr};
-  q_repacked<kBits, kRows, kUnroll><<<unsigned((p.n + rows_per_block - 1) / rows_per_block), unsigned(c.warps * 32), 0, s>>>(
-      static_cast<const uint8_t*>(p.w), static_cast<const uint8_t*>(p.w_up), p.x, p.y, p.n, p.k, p.batch, ep);
+  launch_pdl(q_repacked<kBits, kRows, kUnroll>, unsigned((p.n + rows_per_block - 1) / rows_per_block),
+             unsigned(c.warps * 32), 0, s, static_cast<const uint8_t*>(p.w), static_cast<const uint8_t*>(p.w_up), p.x, p.y,
+             p.n, p.k, p.batch, ep);
   return launch_status("q_repacked");
 }
 

@@ -1,6 +1,7 @@
 // x as int8 blocks in shared memory, shared by the dp4a GEMV variants.
 #pragma once
 
+#include "kernels/common/pdl.cuh"
 #include "kernels/gemv/gemv_internal.h"
 
 #include <cuda_runtime.h>
@@ -15,7 +16,6 @@ namespace lamina::kernels::gemv_detail {
 // bytes so that every row's int8 blocks stay 16-byte aligned for vector loads.
 __host__ __device__ inline size_t x8_bytes(int64_t k) { return (size_t(k) + size_t(k / 32) * 8 + 15) & ~size_t(15); }
 
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 __device__ inline void quantize_x_to_smem(const float* __restrict__ x, int64_t k, int batch, uint8_t* smem) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -83,8 +83,8 @@ Status launch_x8_persistent(Kernel kernel, const char* name, const GemvProblem& 
   const int64_t needed = (p.n + rows_per_block - 1) / rows_per_block;
   const unsigned grid = unsigned(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * std::max(per_sm, 1))));
   const Epilogue ep{p.bias, p.residual, p.w_up != nullptr};
-  kernel<<<grid, unsigned(c.warps * 32), smem, s>>>(static_cast<const uint8_t*>(p.w), static_cast<const uint8_t*>(p.w_up),
-                                                    p.x, p.y, p.n, p.k, p.batch, ep);
+  launch_pdl(kernel, grid, unsigned(c.warps * 32), smem, s, static_cast<const uint8_t*>(p.w),
+             static_cast<const uint8_t*>(p.w_up), p.x, p.y, p.n, p.k, p.batch, ep);
   return launch_status(name);
 }
 

@@ -10,6 +10,7 @@
 // Each split's share of positions is computed on the device from pos[t], so a captured graph
 // replays correctly while the sequence grows.
 #include "kernels/common/launch_status.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/ops/ops.h"
 
 #include <cuda_fp16.h>
@@ -63,6 +64,7 @@ template <class KT, int HD>
 __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(const float* __restrict__ q, const int32_t* __restrict__ pos,
                                                                  const KT* __restrict__ kc, const KT* __restrict__ vc,
                                                                  AttentionArgs a, int splits, float* __restrict__ work) {
+  pdl_enter();
   constexpr int E = HD / 32;
   const int kvh = blockIdx.x, sp = blockIdx.y, t = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -151,6 +153,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(const float* __
 // grid (head, token), head_dim threads.  out: [rows][n_head * head_dim]
 __global__ void attn_merge_kernel(const float* __restrict__ work, int head_dim, int n_head, int splits,
                                   float* __restrict__ out) {
+  pdl_enter();
   const int h = blockIdx.x, t = blockIdx.y;
   const float* w = work + (int64_t(t) * n_head + h) * splits * (head_dim + 2);
   float M = kNoScore;
@@ -170,6 +173,7 @@ __global__ void attn_merge_kernel(const float* __restrict__ work, int head_dim, 
 template <class KT>
 __global__ void kv_store_kernel(const float* __restrict__ k, const float* __restrict__ v, int64_t rows, int64_t kvd,
                                 const int32_t* __restrict__ pos, KT* __restrict__ kc, KT* __restrict__ vc) {
+  pdl_enter();
   const int64_t n = rows * kvd;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / kvd, c = i % kvd;
@@ -196,7 +200,7 @@ template <class KT, int HD>
 void launch_split(const float* q, int64_t rows, const int32_t* pos, const void* kc, const void* vc, const AttentionArgs& a,
                   int splits, float* work, cudaStream_t s) {
   const dim3 grid(unsigned(a.n_head_kv), unsigned(splits), unsigned(rows));
-  attn_split_kernel<KT, HD><<<grid, kWarps * 32, 0, s>>>(q, pos, static_cast<const KT*>(kc), static_cast<const KT*>(vc), a,
+  launch_pdl(attn_split_kernel<KT, HD>, grid, kWarps * 32, 0, s, q, pos, static_cast<const KT*>(kc), static_cast<const KT*>(vc), a,
                                                          splits, work);
 }
 
@@ -222,9 +226,9 @@ Status kv_store(const float* k, const float* v, int64_t rows, const int32_t* pos
   const int64_t kvd = int64_t(a.n_head_kv) * a.head_dim, n = rows * kvd;
   const unsigned grid = unsigned(std::min<int64_t>((n + 255) / 256, 65535));
   if (a.kv_type == GgmlType::F16)
-    kv_store_kernel<<<grid, 256, 0, s>>>(k, v, rows, kvd, pos, static_cast<__half*>(k_cache), static_cast<__half*>(v_cache));
+    launch_pdl(kv_store_kernel<__half>, grid, 256, 0, s, k, v, rows, kvd, pos, static_cast<__half*>(k_cache), static_cast<__half*>(v_cache));
   else
-    kv_store_kernel<<<grid, 256, 0, s>>>(k, v, rows, kvd, pos, static_cast<float*>(k_cache), static_cast<float*>(v_cache));
+    launch_pdl(kv_store_kernel<float>, grid, 256, 0, s, k, v, rows, kvd, pos, static_cast<float*>(k_cache), static_cast<float*>(v_cache));
   return launch_status("kv_store");
 }
 
@@ -242,7 +246,7 @@ Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const 
                       ? launch_split_hd<__half>(q, rows, pos, k_cache, v_cache, a, splits, work, s)
                       : launch_split_hd<float>(q, rows, pos, k_cache, v_cache, a, splits, work, s);
   if (!ok) return Status::error("attention_decode: head_dim " + std::to_string(a.head_dim) + " is not 64, 96, 128 or 256");
-  attn_merge_kernel<<<dim3(unsigned(a.n_head), unsigned(rows)), 128, 0, s>>>(work, a.head_dim, a.n_head, splits, out);
+  launch_pdl(attn_merge_kernel, dim3(unsigned(a.n_head), unsigned(rows)), 128, 0, s, work, a.head_dim, a.n_head, splits, out);
   return launch_status("attention_decode");
 }
 

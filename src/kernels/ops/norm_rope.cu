@@ -1,6 +1,7 @@
 // RMSNorm (one block of 1024 threads per row, f64 sum of squares as ggml), RoPE (one thread per rotated pair)
 // and the element-wise ops (grid-stride loops over float4 where the size allows).
 #include "kernels/common/launch_status.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/ops/ops.h"
 
 #include <cuda_bf16.h>
@@ -19,6 +20,7 @@ constexpr int kNormThreads = 1024;  // a decode step normalises one row: one blo
 template <class T16>
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* __restrict__ x, const float* __restrict__ w, int64_t cols, float eps,
                                float* __restrict__ out, T16* __restrict__ out16) {
+  pdl_enter();
   const int64_t row = blockIdx.x;
   const float* xr = x + row * cols;
   double ss = 0;
@@ -49,6 +51,7 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* __re
 // One thread per (row, head, pair).  x: [rows][n_heads * head_dim];  pos: [rows]
 __global__ void rope_kernel(float* __restrict__ x, int64_t rows, const int32_t* __restrict__ pos, RopeArgs a,
                             float theta_scale) {
+  pdl_enter();
   const int half = a.n_rot / 2;
   const int64_t total = rows * a.n_heads * half;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
@@ -75,6 +78,7 @@ enum class Ew { Add, Swiglu };
 
 template <Ew kOp>
 __global__ void binary_kernel(float* __restrict__ x, const float* __restrict__ y, int64_t n) {
+  pdl_enter();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     if constexpr (kOp == Ew::Add) {
       x[i] += y[i];
@@ -86,6 +90,7 @@ __global__ void binary_kernel(float* __restrict__ x, const float* __restrict__ y
 }
 
 __global__ void bias_kernel(float* __restrict__ x, const float* __restrict__ b, int64_t rows, int64_t cols) {
+  pdl_enter();
   const int64_t n = rows * cols;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     x[i] += b[i % cols];
@@ -93,6 +98,7 @@ __global__ void bias_kernel(float* __restrict__ x, const float* __restrict__ b, 
 
 __global__ void copy_columns_kernel(const float* __restrict__ src, int64_t rows, int64_t src_cols, int64_t col0,
                                     int64_t n_cols, float* __restrict__ dst) {
+  pdl_enter();
   const int64_t n = rows * n_cols;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     dst[i] = src[(i / n_cols) * src_cols + col0 + i % n_cols];
@@ -100,6 +106,7 @@ __global__ void copy_columns_kernel(const float* __restrict__ src, int64_t rows,
 
 template <class T>
 __global__ void convert_kernel(const float* __restrict__ x, int64_t n, T* __restrict__ out) {
+  pdl_enter();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     if constexpr (std::is_same_v<T, __half>) out[i] = __float2half_rn(x[i]);
     else out[i] = __float2bfloat16_rn(x[i]);
@@ -119,29 +126,29 @@ Status rmsnorm(const float* x, const float* w, int64_t rows, int64_t cols, float
   if (out16 && t16 != GgmlType::F16 && t16 != GgmlType::BF16) return Status::error("rmsnorm: out16 must be f16 or bf16");
   if (rows == 0) return Status::success();
   if (out16 && t16 == GgmlType::BF16)
-    rmsnorm_kernel<__nv_bfloat16><<<unsigned(rows), kNormThreads, 0, s>>>(x, w, cols, eps, out, static_cast<__nv_bfloat16*>(out16));
+    launch_pdl(rmsnorm_kernel<__nv_bfloat16>, unsigned(rows), kNormThreads, 0, s, x, w, cols, eps, out, static_cast<__nv_bfloat16*>(out16));
   else if (out16)
-    rmsnorm_kernel<__half><<<unsigned(rows), kNormThreads, 0, s>>>(x, w, cols, eps, out, static_cast<__half*>(out16));
+    launch_pdl(rmsnorm_kernel<__half>, unsigned(rows), kNormThreads, 0, s, x, w, cols, eps, out, static_cast<__half*>(out16));
   else
-    rmsnorm_kernel<float><<<unsigned(rows), kNormThreads, 0, s>>>(x, w, cols, eps, out, nullptr);
+    launch_pdl(rmsnorm_kernel<float>, unsigned(rows), kNormThreads, 0, s, x, w, cols, eps, out, nullptr);
   return launch_status("rmsnorm");
 }
 
 Status add(float* x, const float* y, int64_t n, cudaStream_t s) {
   if (!x || !y || n < 0) return Status::error("add: bad arguments");
-  if (n) binary_kernel<Ew::Add><<<grid_for(n, 256), 256, 0, s>>>(x, y, n);
+  if (n) launch_pdl(binary_kernel<Ew::Add>, grid_for(n, 256), 256, 0, s, x, y, n);
   return launch_status("add");
 }
 
 Status swiglu(float* gate, const float* up, int64_t n, cudaStream_t s) {
   if (!gate || !up || n < 0) return Status::error("swiglu: bad arguments");
-  if (n) binary_kernel<Ew::Swiglu><<<grid_for(n, 256), 256, 0, s>>>(gate, up, n);
+  if (n) launch_pdl(binary_kernel<Ew::Swiglu>, grid_for(n, 256), 256, 0, s, gate, up, n);
   return launch_status("swiglu");
 }
 
 Status add_bias(float* x, const float* b, int64_t rows, int64_t cols, cudaStream_t s) {
   if (!x || !b || rows < 0 || cols <= 0) return Status::error("add_bias: bad arguments");
-  if (rows) bias_kernel<<<grid_for(rows * cols, 256), 256, 0, s>>>(x, b, rows, cols);
+  if (rows) launch_pdl(bias_kernel, grid_for(rows * cols, 256), 256, 0, s, x, b, rows, cols);
   return launch_status("add_bias");
 }
 
@@ -149,15 +156,15 @@ Status copy_columns(const float* src, int64_t rows, int64_t src_cols, int64_t co
                     cudaStream_t s) {
   if (!src || !dst || rows < 0 || n_cols <= 0 || col0 < 0 || col0 + n_cols > src_cols)
     return Status::error("copy_columns: bad arguments");
-  if (rows) copy_columns_kernel<<<grid_for(rows * n_cols, 256), 256, 0, s>>>(src, rows, src_cols, col0, n_cols, dst);
+  if (rows) launch_pdl(copy_columns_kernel, grid_for(rows * n_cols, 256), 256, 0, s, src, rows, src_cols, col0, n_cols, dst);
   return launch_status("copy_columns");
 }
 
 Status convert_f32(const float* x, int64_t n, GgmlType to, void* out, cudaStream_t s) {
   if (!x || !out || n < 0) return Status::error("convert_f32: bad arguments");
   if (n == 0) return Status::success();
-  if (to == GgmlType::F16) convert_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, n, static_cast<__half*>(out));
-  else if (to == GgmlType::BF16) convert_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, n, static_cast<__nv_bfloat16*>(out));
+  if (to == GgmlType::F16) launch_pdl(convert_kernel<__half>, grid_for(n, 256), 256, 0, s, x, n, static_cast<__half*>(out));
+  else if (to == GgmlType::BF16) launch_pdl(convert_kernel<__nv_bfloat16>, grid_for(n, 256), 256, 0, s, x, n, static_cast<__nv_bfloat16*>(out));
   else return Status::error("convert_f32: target must be f16 or bf16");
   return launch_status("convert_f32");
 }
@@ -168,7 +175,7 @@ Status rope(float* x, int64_t rows, const int32_t* pos, const RopeArgs& a, cudaS
     return Status::error("rope: bad head geometry");
   if (rows <= 0) return Status::success();
   const float theta_scale = powf(a.base, -2.0f / float(a.n_rot));
-  rope_kernel<<<grid_for(rows * a.n_heads * (a.n_rot / 2), 256), 256, 0, s>>>(x, rows, pos, a, theta_scale);
+  launch_pdl(rope_kernel, grid_for(rows * a.n_heads * (a.n_rot / 2), 256), 256, 0, s, x, rows, pos, a, theta_scale);
   return launch_status("rope");
 }
 

@@ -10,6 +10,7 @@
 // top_k = 0 (off) keeps at most kMaxCand candidates on the GPU; what lies beyond the 2048th token
 // is left out of top-p's nucleus.
 #include "kernels/common/launch_status.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/ops/ops.h"
 
 #include <cuda_runtime.h>
@@ -56,6 +57,7 @@ __device__ int block_exclusive_scan(int v, int* sh, int* total) {
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restrict__ logits, int V, SampleArgs a,
                                                           float* __restrict__ work, int32_t* __restrict__ out) {
+  pdl_enter();
   __shared__ int hist[256];
   __shared__ int scan_sh[32];
   __shared__ float red_v[32];
@@ -222,7 +224,7 @@ Status sample(const float* logits, int n_vocab, const SampleArgs& a, float* scra
   if (!logits || !scratch || !out) return Status::error("sample: null pointer");
   if (n_vocab <= 0) return Status::error("sample: empty vocabulary");
   if (a.n_penalty < 0 || (a.n_penalty > 0 && !a.penalty_ids)) return Status::error("sample: bad penalty ids");
-  sample_kernel<<<1, kThreads, 0, s>>>(logits, n_vocab, a, scratch, out);
+  launch_pdl(sample_kernel, 1, kThreads, 0, s, logits, n_vocab, a, scratch, out);
   return launch_status("sample");
 }
 
