@@ -113,6 +113,14 @@ class Backend {
   // of q against every cached position <= its own: out[t] = concat_h softmax(q_h K^T s) V.
   virtual void attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
                          const AttentionParams& p, Tensor out) = 0;
+  // RoPE on q (n_head heads) and k (n_head_kv heads), then attention (which stores k and v):
+  // the attention block of a layer. Backends may fuse the rotation with the cache store.
+  virtual void rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
+                              const RopeParams& rope_p, const AttentionParams& p, Tensor out) {
+    rope(q, p.n_head, p.head_dim, pos, rope_p);
+    rope(k, p.n_head_kv, p.head_dim, pos, rope_p);
+    attention(layer, q, k, v, pos, p, out);
+  }
   virtual void swiglu(Tensor gate, Tensor up) = 0;                 // gate = silu(gate) * up
   virtual void read(Tensor t, float* host) = 0;                    // copy rows to host
 

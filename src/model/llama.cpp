@@ -146,9 +146,7 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
     if (w.bq) be.add_bias(q, w.bq);
     if (w.bk) be.add_bias(k, w.bk);
     if (w.bv) be.add_bias(v, w.bv);
-    be.rope(q, int(cfg_.n_head), int(cfg_.head_dim), pos, rope);
-    be.rope(k, int(cfg_.n_head_kv), int(cfg_.head_dim), pos, rope);
-    be.attention(int(l), q, k, v, pos, ap, att);
+    be.rope_attention(int(l), q, k, v, pos, rope, ap, att);  // rope(q), rope(k); attention
     if (w.bo) {  // x += Wo att + bo
       Tensor proj = be.alloc(T, E);
       be.matmul(w.wo, att, proj);

@@ -193,6 +193,42 @@ TEST(BackendOps, MatmulEveryTypeAndEpilogue) {
   }
 }
 
+// RMSNorm and decode attention also write their output as int8 blocks for the next GEMV. The
+// matmul that reads that copy must give bit for bit what it gives when it quantises the output
+// itself (the copy made stale by adding zeros).
+TEST(BackendOps, Int8CopiesMatchInKernelQuantisation) {
+  Both b;
+  std::mt19937 rng(9);
+  b.gpu.init_kv_cache(1, 64, 2 * 128, GgmlType::F16);  // kv_heads * hd below
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    for (int64_t rows : {1, 3}) {
+      const int64_t N = 96, K = 512, heads = 4, kv_heads = 2, hd = K / heads;
+      auto [wc, wg] = b.weight(t, N, K, quantised(t, N, K, rng));
+      const auto nh = randn(size_t(K), rng), xh = randn(size_t(rows * K), rng), zh = std::vector<float>(size_t(rows * K));
+      auto [nc, ng] = b.weight(GgmlType::F32, 1, K, f32_bytes(nh), WeightUse::Vector);
+      std::vector<int32_t> pos(static_cast<size_t>(rows)), toks(static_cast<size_t>(rows), 0);
+      for (int64_t i = 0; i < rows; ++i) pos[size_t(i)] = int32_t(i);
+      b.gpu.reset_scratch();
+      b.gpu.begin_forward(toks, pos);
+      Tensor x = b.put(b.gpu, xh, rows, K), zeros = b.put(b.gpu, zh, rows, K), h = b.gpu.alloc(rows, K);
+      Tensor y1 = b.gpu.alloc(rows, N), y2 = b.gpu.alloc(rows, N);
+      b.gpu.rmsnorm(x, ng, 1e-5f, h);
+      b.gpu.matmul(wg, h, y1);  // reads the RMSNorm's int8 copy
+      b.gpu.add(h, zeros);      // same values, copy stale
+      b.gpu.matmul(wg, h, y2);  // quantises h itself
+      EXPECT_EQ(b.get(b.gpu, y1), b.get(b.gpu, y2)) << "rmsnorm copy, " << type_name(t) << " rows " << rows;
+      const auto kh = randn(size_t(rows * kv_heads * hd), rng), vh = randn(size_t(rows * kv_heads * hd), rng);
+      Tensor k = b.put(b.gpu, kh, rows, kv_heads * hd), v = b.put(b.gpu, vh, rows, kv_heads * hd), o = b.gpu.alloc(rows, K);
+      const AttentionParams ap{int(heads), int(kv_heads), int(hd), 0.1f};
+      b.gpu.attention(0, x, k, v, pos, ap, o);
+      b.gpu.matmul(wg, o, y1);  // reads the attention's int8 copy
+      b.gpu.add(o, zeros);
+      b.gpu.matmul(wg, o, y2);
+      EXPECT_EQ(b.get(b.gpu, y1), b.get(b.gpu, y2)) << "attention copy, " << type_name(t) << " rows " << rows;
+    }
+  }
+}
+
 // Q/K/V stacked into one matrix on the GPU: matmul_multi against three CPU matmuls, one row
 // (outputs back to back: one GEMV in place) and 20 rows (one GEMM, then split by columns).
 TEST(BackendOps, StackedMatmulMulti) {
@@ -254,6 +290,46 @@ TEST(BackendOps, AttentionPrefillThenDecode) {
       const bool tc = rows > 8 && c.kv == GgmlType::F16 && (c.head_dim == 64 || c.head_dim == 128);
       EXPECT_LE(rel(b.get(b.gpu, og), b.get(b.cpu, oc)), tc ? 3e-3 : 1e-4)
           << "heads " << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim << " rows " << rows << " at " << past;
+      past += rows;
+    }
+  }
+}
+
+// rope_attention: the CUDA backend's fused RoPE + cache store kernel, then attention, against
+// the CPU's rope, rope, attention. Partial rotary (n_rot < head_dim) stores the unrotated tail of
+// k as it is; later passes read the cache the fused kernel wrote.
+TEST(BackendOps, RopeAttentionFused) {
+  std::mt19937 rng(6);
+  struct Case {
+    int n_head, n_head_kv, head_dim, n_rot;
+    bool neox;
+    GgmlType kv;
+  };
+  for (const Case& c : {Case{4, 2, 64, 64, false, GgmlType::F16}, Case{8, 2, 128, 128, true, GgmlType::F16},
+                        Case{6, 3, 64, 32, true, GgmlType::F32}, Case{4, 4, 96, 48, false, GgmlType::F16}}) {
+    Both b;
+    const int n_ctx = 128, kvd = c.n_head_kv * c.head_dim, qd = c.n_head * c.head_dim;
+    b.cpu.init_kv_cache(1, n_ctx, kvd, c.kv), b.gpu.init_kv_cache(1, n_ctx, kvd, c.kv);
+    const AttentionParams ap{c.n_head, c.n_head_kv, c.head_dim, 1.f / std::sqrt(float(c.head_dim))};
+    const RopeParams rp{c.n_rot, 10000.f, 1.f, c.neox, nullptr};
+    int past = 0;
+    for (int rows : {23, 1, 1, 3}) {
+      std::vector<int32_t> pos(static_cast<size_t>(rows)), toks(static_cast<size_t>(rows), 0);
+      for (int i = 0; i < rows; ++i) pos[size_t(i)] = past + i;
+      const auto qh = randn(size_t(rows * qd), rng), kh = randn(size_t(rows * kvd), rng), vh = randn(size_t(rows * kvd), rng);
+      b.begin(toks, pos);
+      Tensor qc = b.put(b.cpu, qh, rows, qd), qg = b.put(b.gpu, qh, rows, qd);
+      Tensor kc = b.put(b.cpu, kh, rows, kvd), kg = b.put(b.gpu, kh, rows, kvd);
+      Tensor vc = b.put(b.cpu, vh, rows, kvd), vg = b.put(b.gpu, vh, rows, kvd);
+      Tensor oc = b.cpu.alloc(rows, qd), og = b.gpu.alloc(rows, qd);
+      b.cpu.Backend::rope_attention(0, qc, kc, vc, pos, rp, ap, oc);
+      b.gpu.rope_attention(0, qg, kg, vg, pos, rp, ap, og);
+      const std::string at = "hd " + std::to_string(c.head_dim) + " n_rot " + std::to_string(c.n_rot) + " rows " +
+                             std::to_string(rows) + " at " + std::to_string(past);
+      EXPECT_LE(rel(b.get(b.gpu, qg), b.get(b.cpu, qc)), 2e-6) << "q " << at;
+      EXPECT_LE(rel(b.get(b.gpu, kg), b.get(b.cpu, kc)), 2e-6) << "k " << at;
+      const bool tc = rows > 8 && c.kv == GgmlType::F16 && (c.head_dim == 64 || c.head_dim == 128);
+      EXPECT_LE(rel(b.get(b.gpu, og), b.get(b.cpu, oc)), tc ? 3e-3 : 1e-4) << "out " << at;
       past += rows;
     }
   }

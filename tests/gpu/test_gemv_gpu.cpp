@@ -3,6 +3,7 @@
 #include "core/half.h"
 #include "gpu_test_util.h"
 #include "format/quant.h"
+#include "kernels/common/q8_blocks.h"
 #include "kernels/gemv/gemv.h"
 
 #include <cuda_runtime.h>
@@ -62,12 +63,26 @@ void run_case(const GemvVariant& v, GgmlType type, int64_t n, int64_t k, int bat
   std::vector<float> xr = x;
   if (v.x_rounding == XRounding::WeightType)  // tensor-core variants take x in the weights' type
     for (auto& f : xr) f = type == GgmlType::BF16 ? bf16_to_f32(f32_to_bf16(f)) : f16_to_f32(f32_to_f16(f));
-  if (v.x_rounding == XRounding::Int8Blocks)
+  // The same blocks in the x8 layout (q8_blocks.h), given to the variant as GemvProblem::x8 in a
+  // second launch: its output must not change by a bit.
+  const bool int8_x = v.x_rounding == XRounding::Int8Blocks;
+  std::vector<uint8_t> x8(int8_x ? size_t(batch) * x8_bytes(k) : 0);
+  if (int8_x)
     for (size_t blk = 0; blk < xr.size() / 32; ++blk) {
       float amax = 0;
       for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xr[blk * 32 + size_t(j)]));
       const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
-      for (int j = 0; j < 32; ++j) xr[blk * 32 + size_t(j)] = d * std::roundf(xr[blk * 32 + size_t(j)] * id);
+      const size_t b = blk / size_t(k / 32), j0 = blk % size_t(k / 32);
+      uint8_t* row = x8.data() + b * x8_bytes(k);
+      int sum = 0;
+      for (int j = 0; j < 32; ++j) {
+        const float q = std::roundf(xr[blk * 32 + size_t(j)] * id);
+        row[j0 * 32 + size_t(j)] = uint8_t(int8_t(q));
+        sum += int(q);
+        xr[blk * 32 + size_t(j)] = d * q;
+      }
+      std::memcpy(row + k + j0 * 4, &d, 4);
+      std::memcpy(row + k + (k / 32) * 4 + j0 * 4, &sum, 4);
     }
   for (auto& f : bias) f = nd(rng);
   for (auto& f : res) f = nd(rng);
@@ -105,6 +120,8 @@ void run_case(const GemvVariant& v, GgmlType type, int64_t n, int64_t k, int bat
     }
   }
   CUDA_OK(cudaMemcpy(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+  DeviceBuf dx8(std::max<size_t>(x8.size(), 16));
+  if (int8_x) CUDA_OK(cudaMemcpy(dx8.p, x8.data(), x8.size(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(db.p, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dr.p, res.data(), res.size() * 4, cudaMemcpyHostToDevice));
   for (const GemvConfig& cfg : v.configs) {
@@ -131,6 +148,16 @@ void run_case(const GemvVariant& v, GgmlType type, int64_t n, int64_t k, int bat
     for (size_t i = 0; i < ref.size(); ++i)
       ASSERT_NEAR(got[i], ref[i], 2e-5 * mag[i] + 1e-5) << "config " << cfg.str() << " output " << i;
     for (size_t i = ref.size(); i < got.size(); ++i) ASSERT_TRUE(std::isnan(got[i])) << "wrote past y";
+    if (!int8_x) continue;
+    CUDA_OK(cudaMemset(dy.p, 0xFF, (size_t(batch * n) + 32) * 4));
+    p.x8 = dx8.p;
+    st = v.launch(p, cfg, nullptr);
+    ASSERT_TRUE(st.ok) << st.message;
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> got8(got.size());
+    CUDA_OK(cudaMemcpy(got8.data(), dy.p, got8.size() * 4, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(got8[i], got[i]) << "x8 given, config " << cfg.str() << " output " << i;
+    for (size_t i = ref.size(); i < got8.size(); ++i) ASSERT_TRUE(std::isnan(got8[i])) << "wrote past y (x8 given)";
   }
 }
 

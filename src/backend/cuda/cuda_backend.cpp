@@ -1,6 +1,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include "format/gguf.h"
+#include "kernels/common/q8_blocks.h"
 #include "kernels/common/timing.h"
 #include "kernels/dequant/dequant.h"
 #include "kernels/gemm/gemm.h"
@@ -324,6 +325,19 @@ void CudaBackend::run_op(const std::string& name, double bytes, double flops, F&
 // An op wrote `t`: the RMSNorm's 16-bit copy of it, if any, is stale.
 void CudaBackend::wrote(Tensor t) {
   if (shadow_.src == t.data) shadow_ = {};
+  if (shadow8_.src == t.data) shadow8_ = {};
+}
+
+// Rows a GEMV will take (<= 8, the fast path, whole int8 blocks) get an int8 copy made by the
+// op that writes them; the copy becomes the shadow once that op has run.
+void* CudaBackend::make_x8(Tensor out) {
+  if (exact_ || out.rows > kn::kGemvMaxBatch || out.cols % 32) return nullptr;
+  return scratch_bytes(size_t(out.rows) * kn::x8_bytes(out.cols));
+}
+
+const void* CudaBackend::x8(Tensor x) const {
+  const bool same = shadow8_.src == x.data && shadow8_.rows == x.rows && shadow8_.cols == x.cols;
+  return same ? shadow8_.data : nullptr;
 }
 
 void CudaBackend::embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) {
@@ -337,12 +351,16 @@ void CudaBackend::embed(const Weight& table, std::span<const int32_t> tokens, Te
 
 void CudaBackend::rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) {
   // Rows that will feed a GEMM get a 16-bit copy made in the same pass.
+  // Rows that will feed a GEMV get an int8-block copy.
   void* h = nullptr;
   if (out.rows > kn::kGemvMaxBatch && !exact_) h = scratch_bytes(size_t(out.rows * out.cols) * 2);
+  void* q8 = make_x8(out);
+  wrote(out);
   run_op("rmsnorm", double(x.rows * x.cols) * (h ? 10.0 : 8.0), 0, [&] {
-    return kn::rmsnorm(x.data, static_cast<const float*>(w.data), x.rows, x.cols, eps, out.data, h, act16_, stream_);
+    return kn::rmsnorm(x.data, static_cast<const float*>(w.data), x.rows, x.cols, eps, out.data, h, act16_, stream_, q8);
   });
   shadow_ = h ? Shadow{out.data, out.rows * out.cols, h, act16_} : Shadow{};
+  if (q8) shadow8_ = {out.data, out.rows, out.cols, q8};
 }
 
 const void* CudaBackend::x16(Tensor x, GgmlType type) {
@@ -387,6 +405,7 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
     p.w = w.data;
     p.n = w.rows, p.k = w.cols;
     p.x = x.data + r0 * x.cols;
+    p.x8 = x.rows <= kn::kGemvMaxBatch ? x8(x) : nullptr;
     p.batch = int(n);
     p.y = out.data + r0 * out.cols;
     p.residual = accumulate ? p.y : nullptr;
@@ -440,7 +459,7 @@ void CudaBackend::ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Te
     p.layout = dg.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
     p.w = gate.data, p.w_up = up.data;
     p.n = gate.rows, p.k = gate.cols;
-    p.x = x.data, p.batch = int(x.rows), p.y = out.data;
+    p.x = x.data, p.x8 = x8(x), p.batch = int(x.rows), p.y = out.data;
     run_op(op_name("gemv gate/up", gate), 2.0 * double(dg.bytes), 4.0 * double(x.rows * gate.rows * gate.cols),
            [&] { return kn::gemv(p, stream_); });
     wrote(out);
@@ -469,8 +488,7 @@ void CudaBackend::swiglu(Tensor gate, Tensor up) {
   wrote(gate);
 }
 
-void CudaBackend::rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t> pos, const RopeParams& p) {
-  check("rope", int64_t(pos.size()) == n_in_ && x.rows == n_in_, "positions differ from begin_forward's");
+kn::RopeArgs CudaBackend::rope_args(int n_heads, int head_dim, const RopeParams& p) {
   kn::RopeArgs a;
   a.n_heads = n_heads, a.head_dim = head_dim, a.n_rot = p.n_rot;
   a.base = p.base, a.freq_scale = p.freq_scale, a.neox = p.neox;
@@ -483,42 +501,74 @@ void CudaBackend::rope(Tensor x, int n_heads, int head_dim, std::span<const int3
     }
     a.freq_factors = it->second;
   }
+  return a;
+}
+
+void CudaBackend::rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t> pos, const RopeParams& p) {
+  check("rope", int64_t(pos.size()) == n_in_ && x.rows == n_in_, "positions differ from begin_forward's");
+  const kn::RopeArgs a = rope_args(n_heads, head_dim, p);
   run_op("rope", double(x.rows * x.cols) * 8.0, 0, [&] { return kn::rope(x.data, x.rows, dev_pos(), a, stream_); });
   wrote(x);
 }
 
-void CudaBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
-                            const AttentionParams& p, Tensor out) {
+CudaBackend::LayerCache CudaBackend::layer_cache(int layer, Tensor q, std::span<const int32_t> pos,
+                                                 const AttentionParams& p) {
   check("attention", int64_t(pos.size()) == n_in_ && q.rows == n_in_, "positions differ from begin_forward's");
   check("attention", layer >= 0 && layer < kv_layers_, "layer outside the KV cache");
   if (pos.back() >= kv_ctx_) fail("position {} is outside the context of {} tokens", pos.back(), kv_ctx_);
-  kn::AttentionArgs a;
-  a.n_head = p.n_head, a.n_head_kv = p.n_head_kv, a.head_dim = p.head_dim, a.scale = p.scale;
-  a.kv_type = kv_type_, a.n_ctx = kv_ctx_;
-  const size_t esz = kv_type_ == GgmlType::F16 ? 2 : 4;
-  const size_t layer_off = size_t(layer) * size_t(kv_ctx_) * size_t(kv_dim_) * esz;
-  void* kc = static_cast<char*>(k_cache_) + layer_off;
-  void* vc = static_cast<char*>(v_cache_) + layer_off;
-  run_op("kv_store", double(k.rows * k.cols) * (8.0 + 2 * esz), 0,
-         [&] { return kn::kv_store(k.data, v.data, k.rows, dev_pos(), kc, vc, a, stream_); });
+  LayerCache c;
+  c.a.n_head = p.n_head, c.a.n_head_kv = p.n_head_kv, c.a.head_dim = p.head_dim, c.a.scale = p.scale;
+  c.a.kv_type = kv_type_, c.a.n_ctx = kv_ctx_;
+  const size_t layer_off = size_t(layer) * size_t(kv_ctx_) * size_t(kv_dim_) * kv_elem_bytes();
+  c.k = static_cast<char*>(k_cache_) + layer_off;
+  c.v = static_cast<char*>(v_cache_) + layer_off;
+  return c;
+}
+
+void CudaBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
+                            const AttentionParams& p, Tensor out) {
+  const LayerCache c = layer_cache(layer, q, pos, p);
+  run_op("kv_store", double(k.rows * k.cols) * (8.0 + 2 * kv_elem_bytes()), 0,
+         [&] { return kn::kv_store(k.data, v.data, k.rows, dev_pos(), c.k, c.v, c.a, stream_); });
+  attend(c, q, pos, p, out);
+}
+
+// RoPE and the cache store in one kernel, then the attention kernels.
+void CudaBackend::rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
+                                 const RopeParams& rope_p, const AttentionParams& p, Tensor out) {
+  const LayerCache c = layer_cache(layer, q, pos, p);
+  const kn::RopeArgs r = rope_args(p.n_head, p.head_dim, rope_p);
+  const double bytes = double(q.rows * q.cols) * 8.0 + double(k.rows * k.cols) * (8.0 + 2 * kv_elem_bytes());
+  run_op("rope+kv_store", bytes, 0,
+         [&] { return kn::rope_kv_store(q.data, k.data, v.data, q.rows, dev_pos(), r, c.k, c.v, c.a, stream_); });
+  wrote(q);
+  wrote(k);
+  attend(c, q, pos, p, out);
+}
+
+void CudaBackend::attend(const LayerCache& c, Tensor q, std::span<const int32_t> pos, const AttentionParams& p,
+                         Tensor out) {
   wrote(out);
   // Attention reads K and V of every position up to the last one (the host knows the positions);
   // flops: QK^T and PV over every (query, key) pair, causal pairs only.
-  const double kv_read = 2.0 * double(pos.back() + 1) * double(kv_dim_) * double(esz);
+  const double kv_read = 2.0 * double(pos.back() + 1) * double(kv_dim_) * double(kv_elem_bytes());
   const double flops = 4.0 * double(q.rows) * double(pos.back() + 1) * double(p.n_head) * p.head_dim;
-  if (q.rows > kn::kGemvMaxBatch && kn::attention_prefill_supported(a) && pos.back() - pos.front() + 1 == q.rows) {
+  if (q.rows > kn::kGemvMaxBatch && kn::attention_prefill_supported(c.a) && pos.back() - pos.front() + 1 == q.rows) {
     // causal: each query reads on average half of the new keys plus every earlier one
     const double causal = flops / 2 + flops * pos.front() / (2.0 * (pos.back() + 1));
     run_op("attention (prefill)", kv_read + double(q.rows * q.cols) * 8.0, causal,
-           [&] { return kn::attention_prefill(q.data, q.rows, dev_pos(), kc, vc, a, out.data, stream_); });
+           [&] { return kn::attention_prefill(q.data, q.rows, dev_pos(), c.k, c.v, c.a, out.data, stream_); });
     return;
   }
   // Splits: enough blocks for two waves over the SMs, at least 64 positions per split.
   const int64_t blocks = int64_t(p.n_head_kv) * q.rows;
   const int splits = int(std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, std::max(1, kv_ctx_ / 64)));
-  float* work = static_cast<float*>(scratch_bytes(kn::attention_work_floats(a, q.rows, splits) * sizeof(float)));
-  run_op("attention (decode)", kv_read + double(q.rows * q.cols) * 8.0, flops,
-         [&] { return kn::attention_decode(q.data, q.rows, dev_pos(), kc, vc, a, splits, work, out.data, stream_); });
+  float* work = static_cast<float*>(scratch_bytes(kn::attention_work_floats(c.a, q.rows, splits) * sizeof(float)));
+  void* q8 = make_x8(out);
+  run_op("attention (decode)", kv_read + double(q.rows * q.cols) * 8.0, flops, [&] {
+    return kn::attention_decode(q.data, q.rows, dev_pos(), c.k, c.v, c.a, splits, work, out.data, stream_, q8);
+  });
+  if (q8) shadow8_ = {out.data, out.rows, out.cols, q8};
 }
 
 void CudaBackend::read(Tensor t, float* host) {

@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "kernels/common/status.h"
+#include "kernels/ops/ops.h"
 
 #include <cstdint>
 #include <map>
@@ -61,6 +62,8 @@ class CudaBackend final : public Backend {
   void rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t> pos, const RopeParams& p) override;
   void attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
                  const AttentionParams& p, Tensor out) override;
+  void rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
+                      const RopeParams& rope_p, const AttentionParams& p, Tensor out) override;
   void swiglu(Tensor gate, Tensor up) override;
   void read(Tensor t, float* host) override;
 
@@ -115,6 +118,17 @@ class CudaBackend final : public Backend {
   template <class F> kernels::Status try_op(const std::string& name, double bytes, double flops, F&& launch);
   template <class F> void run_op(const std::string& name, double bytes, double flops, F&& launch);
   void wrote(Tensor t);
+  // Attention: the layer's cache and kernel arguments (after checking the positions), and the
+  // attention kernels over it (prefill or flash-decoding) once k and v are stored.
+  struct LayerCache {
+    kernels::AttentionArgs a;
+    void* k = nullptr;
+    void* v = nullptr;
+  };
+  LayerCache layer_cache(int layer, Tensor q, std::span<const int32_t> pos, const AttentionParams& p);
+  void attend(const LayerCache& c, Tensor q, std::span<const int32_t> pos, const AttentionParams& p, Tensor out);
+  kernels::RopeArgs rope_args(int n_heads, int head_dim, const RopeParams& p);
+  size_t kv_elem_bytes() const { return kv_type_ == GgmlType::F16 ? 2 : 4; }
   std::string op_name(const char* kind, const Weight& w) const;
   void collect_profile();
 
@@ -138,6 +152,15 @@ class CudaBackend final : public Backend {
     const void* data = nullptr;
     GgmlType type = GgmlType::F16;
   } shadow_;
+  // The int8-block copy (kernels/common/q8_blocks.cuh) an op wrote next to its output for the
+  // dp4a GEMVs of the next matmul (RMSNorm, attention in decode), valid until `src` is written.
+  struct Shadow8 {
+    const float* src = nullptr;
+    int64_t rows = 0, cols = 0;
+    void* data = nullptr;
+  } shadow8_;
+  void* make_x8(Tensor out);               // scratch for out's int8 copy, or null where none pays
+  const void* x8(Tensor x) const;          // the int8 copy of x, if one is valid
   // Inputs of the current pass: pinned host staging and device copies ([tokens | positions]).
   int32_t* host_in_ = nullptr;
   int32_t* dev_in_ = nullptr;

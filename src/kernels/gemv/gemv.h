@@ -33,6 +33,9 @@ struct GemvProblem {
   const void* w_up = nullptr;    // device, optional (gate/up pair)
   int64_t n = 0, k = 0;
   const float* x = nullptr;      // device [batch][k]
+  // device, optional: x already as int8 blocks (kernels/common/q8_blocks.cuh, x8_bytes(k) bytes
+  // per batch row), the same values the dp4a variants would make from x; others ignore it.
+  const void* x8 = nullptr;
   int batch = 1;
   float* y = nullptr;            // device [batch][n]
   const float* bias = nullptr;   // device [n], optional

@@ -22,7 +22,8 @@ using namespace gemv_detail;
 
 template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp>
 __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
-                                              const float* __restrict__ x, float* __restrict__ y, int64_t n, int64_t k,
+                                              const float* __restrict__ x, const uint8_t* __restrict__ x8,
+                                              float* __restrict__ y, int64_t n, int64_t k,
                                               int batch, Epilogue ep) {
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr int kPer = kBits == 4 ? 32 : 16;  // weights per 16-byte load
@@ -30,8 +31,7 @@ __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, con
   const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / 32);
   const size_t qrow = size_t(k) * kBits / 8;
   pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
-  quantize_x_to_smem(x, k, batch, smem);
-  __syncthreads();
+  const uint8_t* xs = x8_source(x, x8, k, batch, smem);
   const int64_t loads = k / kPer;
   for (int64_t row0 = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows; row0 < n;
        row0 += warps_total * kRows) {
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, con
 #pragma unroll
           for (int b = 0; b < kGemvMaxBatch; ++b) {
             if (b >= batch) break;
-            const uint8_t* xb = smem + size_t(b) * x8_bytes(k);
+            const uint8_t* xb = xs + size_t(b) * x8_bytes(k);
             const float dx = reinterpret_cast<const float*>(xb + k)[xblk];
             const int4 xlo = *reinterpret_cast<const int4*>(xb + l * kPer);  // 16 int8
             int4 xhi = make_int4(0, 0, 0, 0);

@@ -19,12 +19,12 @@ using namespace gemv_detail;
 
 template <int kRows, int kUnroll, bool kGateUp>
 __global__ void __launch_bounds__(256) q4k_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
-                                                const float* __restrict__ x, float* __restrict__ y, int64_t n, int64_t k,
+                                                const float* __restrict__ x, const uint8_t* __restrict__ x8,
+                                                float* __restrict__ y, int64_t n, int64_t k,
                                                 int batch, Epilogue ep) {
   extern __shared__ __align__(16) uint8_t smem[];
   pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
-  quantize_x_to_smem(x, k, batch, smem);
-  __syncthreads();
+  const uint8_t* xs = x8_source(x, x8, k, batch, smem);
   const int lane = threadIdx.x % 32;
   const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / 32);
   const size_t row_bytes = size_t(k / QK_K) * sizeof(block_q4_K);
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(256) q4k_dp4a(const uint8_t* __restrict__ w, c
 #pragma unroll
           for (int b = 0; b < kGemvMaxBatch; ++b) {
             if (b >= batch) break;
-            const X8Row xr(smem, b, k);
+            const X8Row xr(xs, b, k);
             const int4 xl = *reinterpret_cast<const int4*>(xr.q + e_lo);
             const int4 xh = *reinterpret_cast<const int4*>(xr.q + e_hi);
             const float dxl = xr.d[e_lo / 32], dxh = xr.d[e_hi / 32];

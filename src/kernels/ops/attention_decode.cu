@@ -11,6 +11,7 @@
 // replays correctly while the sequence grows.
 #include "kernels/common/launch_status.h"
 #include "kernels/common/pdl.cuh"
+#include "kernels/common/q8_blocks.cuh"
 #include "kernels/ops/ops.h"
 
 #include <cuda_fp16.h>
@@ -150,15 +151,19 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(const float* __
   }
 }
 
-// grid (head, token), head_dim threads.  out: [rows][n_head * head_dim]
+// grid (head, token), 128 threads.  out: [rows][n_head * head_dim];  out8 (optional):
+// [rows][x8_bytes(n_head * head_dim)], each warp quantising the 32-column blocks it wrote.
 __global__ void attn_merge_kernel(const float* __restrict__ work, int head_dim, int n_head, int splits,
-                                  float* __restrict__ out) {
+                                  float* __restrict__ out, uint8_t* __restrict__ out8) {
   pdl_enter();
   const int h = blockIdx.x, t = blockIdx.y;
   const float* w = work + (int64_t(t) * n_head + h) * splits * (head_dim + 2);
   float M = kNoScore;
   for (int s = 0; s < splits; ++s) M = fmaxf(M, w[s * (head_dim + 2)]);
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+  const int64_t width = int64_t(n_head) * head_dim;
+  // warp-uniform steps over whole 32-column blocks (head_dim is a multiple of 32)
+  for (int d0 = threadIdx.x - threadIdx.x % 32; d0 < head_dim; d0 += blockDim.x) {
+    const int d = d0 + threadIdx.x % 32;
     float L = 0.f, O = 0.f;
     for (int s = 0; s < splits; ++s) {
       const float* ws = w + s * (head_dim + 2);
@@ -166,7 +171,10 @@ __global__ void attn_merge_kernel(const float* __restrict__ work, int head_dim, 
       L += ws[1] * f;
       O += ws[2 + d] * f;
     }
-    out[(int64_t(t) * n_head + h) * head_dim + d] = L > 0.f ? O / L : 0.f;
+    const float o = L > 0.f ? O / L : 0.f;
+    const int64_t col = int64_t(h) * head_dim + d;
+    out[int64_t(t) * width + col] = o;
+    if (out8) quantize_block32(o, width, col / 32, out8 + size_t(t) * x8_bytes(width));
   }
 }
 
@@ -237,7 +245,7 @@ size_t attention_work_floats(const AttentionArgs& a, int64_t rows, int splits) {
 }
 
 Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
-                        const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s) {
+                        const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s, void* out8) {
   if (Status st = check_args(a); !st) return st;
   if (!q || !pos || !k_cache || !v_cache || !work || !out) return Status::error("attention_decode: null pointer");
   if (splits < 1 || splits > 65535 || rows > 65535) return Status::error("attention_decode: bad split count or rows");
@@ -246,7 +254,8 @@ Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const 
                       ? launch_split_hd<__half>(q, rows, pos, k_cache, v_cache, a, splits, work, s)
                       : launch_split_hd<float>(q, rows, pos, k_cache, v_cache, a, splits, work, s);
   if (!ok) return Status::error("attention_decode: head_dim " + std::to_string(a.head_dim) + " is not 64, 96, 128 or 256");
-  launch_pdl(attn_merge_kernel, dim3(unsigned(a.n_head), unsigned(rows)), 128, 0, s, work, a.head_dim, a.n_head, splits, out);
+  launch_pdl(attn_merge_kernel, dim3(unsigned(a.n_head), unsigned(rows)), 128, 0, s, work, a.head_dim, a.n_head, splits,
+             out, static_cast<uint8_t*>(out8));
   return launch_status("attention_decode");
 }
 

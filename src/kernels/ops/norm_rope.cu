@@ -2,7 +2,9 @@
 // and the element-wise ops (grid-stride loops over float4 where the size allows).
 #include "kernels/common/launch_status.h"
 #include "kernels/common/pdl.cuh"
+#include "kernels/common/q8_blocks.cuh"
 #include "kernels/ops/ops.h"
+#include "kernels/ops/rope.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -17,9 +19,11 @@ namespace {
 constexpr int kNormThreads = 1024;  // a decode step normalises one row: one block, all of it busy
 
 // x, out: [rows][cols];  w: [cols];  out16: [rows][cols] in T16 (optional)
+// out8: [rows][x8_bytes(cols)] int8 blocks (cols % 32 == 0), optional
 template <class T16>
-__global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* __restrict__ x, const float* __restrict__ w, int64_t cols, float eps,
-                               float* __restrict__ out, T16* __restrict__ out16) {
+__global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* __restrict__ x, const float* __restrict__ w,
+                                                               int64_t cols, float eps, float* __restrict__ out,
+                                                               T16* __restrict__ out16, uint8_t* __restrict__ out8) {
   pdl_enter();
   const int64_t row = blockIdx.x;
   const float* xr = x + row * cols;
@@ -36,9 +40,11 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* __re
   }
   __syncthreads();
   const float scale = float(1.0 / sqrt(part[0] / double(cols) + double(eps)));
+  // A warp's 32 lanes take 32 consecutive columns: one int8 block of out8 per warp and step.
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
     const float v = xr[i] * scale * w[i];
     out[row * cols + i] = v;
+    if (out8) quantize_block32(v, cols, i / 32, out8 + size_t(row) * x8_bytes(cols));
     if constexpr (!std::is_same_v<T16, float>) {
       if (out16) {
         if constexpr (std::is_same_v<T16, __half>) out16[row * cols + i] = __float2half_rn(v);
@@ -59,18 +65,7 @@ __global__ void rope_kernel(float* __restrict__ x, int64_t rows, const int32_t* 
     const int i = int(idx % half);
     const int64_t th = idx / half;  // row * n_heads + head
     const int64_t t = th / a.n_heads;
-    // theta_i = pos * theta_scale^i as a running product in f32 (ggml's CPU rope, bit for bit)
-    float theta = float(pos[t]);
-    for (int j = 0; j < i; ++j) theta *= theta_scale;
-    if (a.freq_factors) theta /= a.freq_factors[i];
-    theta *= a.freq_scale;
-    float sn, cs;
-    sincosf(theta, &sn, &cs);
-    float* v = x + th * a.head_dim;
-    const int i0 = a.neox ? i : 2 * i, i1 = a.neox ? i + half : 2 * i + 1;
-    const float p = v[i0], q = v[i1];
-    v[i0] = p * cs - q * sn;
-    v[i1] = p * sn + q * cs;
+    rope_detail::rotate_pair(x + th * a.head_dim, i, pos[t], theta_scale, a);
   }
 }
 
@@ -120,17 +115,19 @@ unsigned grid_for(int64_t n, int threads) {
 }  // namespace
 
 Status rmsnorm(const float* x, const float* w, int64_t rows, int64_t cols, float eps, float* out, void* out16,
-               GgmlType t16, cudaStream_t s) {
+               GgmlType t16, cudaStream_t s, void* out8) {
   if (!x || !w || !out) return Status::error("rmsnorm: null pointer");
   if (rows < 0 || cols <= 0 || rows > 0x7fffffff) return Status::error("rmsnorm: bad shape");
   if (out16 && t16 != GgmlType::F16 && t16 != GgmlType::BF16) return Status::error("rmsnorm: out16 must be f16 or bf16");
+  if (out8 && cols % 32) return Status::error("rmsnorm: out8 needs a multiple of 32 columns");
   if (rows == 0) return Status::success();
+  uint8_t* o8 = static_cast<uint8_t*>(out8);
   if (out16 && t16 == GgmlType::BF16)
-    launch_pdl(rmsnorm_kernel<__nv_bfloat16>, unsigned(rows), kNormThreads, 0, s, x, w, cols, eps, out, static_cast<__nv_bfloat16*>(out16));
+    launch_pdl(rmsnorm_kernel<__nv_bfloat16>, unsigned(rows), kNormThreads, 0, s, x, w, cols, eps, out, static_cast<__nv_bfloat16*>(out16), o8);
   else if (out16)
-    launch_pdl(rmsnorm_kernel<__half>, unsigned(rows), kNormThreads, 0, s, x, w, cols, eps, out, static_cast<__half*>(out16));
+    launch_pdl(rmsnorm_kernel<__half>, unsigned(rows), kNormThreads, 0, s, x, w, cols, eps, out, static_cast<__half*>(out16), o8);
   else
-    launch_pdl(rmsnorm_kernel<float>, unsigned(rows), kNormThreads, 0, s, x, w, cols, eps, out, nullptr);
+    launch_pdl(rmsnorm_kernel<float>, unsigned(rows), kNormThreads, 0, s, x, w, cols, eps, out, nullptr, o8);
   return launch_status("rmsnorm");
 }
 

@@ -18,9 +18,11 @@ typedef struct CUstream_st* cudaStream_t;
 namespace lamina::kernels {
 
 // out[t][i] = x[t][i] / sqrt(mean_i x[t][i]^2 + eps) * w[i]   (sum of squares in f64, as ggml)
-// out16 (optional) receives the same values rounded to `t16` (F16 or BF16) for a following GEMM.
+// out16 (optional) receives the same values rounded to `t16` (F16 or BF16) for a following GEMM;
+// out8 (optional, cols a multiple of 32) the same values as int8 blocks for a following dp4a GEMV
+// (kernels/common/q8_blocks.cuh: x8_bytes(cols) bytes per row).
 Status rmsnorm(const float* x, const float* w, int64_t rows, int64_t cols, float eps, float* out,
-               void* out16, GgmlType t16, cudaStream_t s);
+               void* out16, GgmlType t16, cudaStream_t s, void* out8 = nullptr);
 
 Status add(float* x, const float* y, int64_t n, cudaStream_t s);                          // x += y
 Status add_bias(float* x, const float* b, int64_t rows, int64_t cols, cudaStream_t s);    // x[t] += b
@@ -50,16 +52,24 @@ struct AttentionArgs {
 Status kv_store(const float* k, const float* v, int64_t rows, const int32_t* pos, void* k_cache, void* v_cache,
                 const AttentionArgs& a, cudaStream_t s);
 
+// rope() on q [rows][n_head * head_dim] and k [rows][n_head_kv * head_dim] (in place), then
+// kv_store() of the rotated k and v: one kernel. r.n_heads is ignored (q has a.n_head heads,
+// k a.n_head_kv).
+Status rope_kv_store(float* q, float* k, const float* v, int64_t rows, const int32_t* pos, const RopeArgs& r,
+                     void* k_cache, void* v_cache, const AttentionArgs& a, cudaStream_t s);
+
 // Causal attention of q [rows][n_head * head_dim] over cache positions 0..pos[t] (GQA: head h
 // reads KV head h / (n_head / n_head_kv)): out[t] = concat_h softmax(q_h K^T scale) V.
 //
 // Flash-decoding: each (KV head, token) has `splits` blocks, each block takes a contiguous
 // share of the positions (sized on the device from pos[t], so a captured graph stays valid as
 // the sequence grows) and writes (max, sum, unnormalised output) to `work`; a second kernel
-// merges the splits. `work` holds attention_work_floats(...) floats.
+// merges the splits. `work` holds attention_work_floats(...) floats. out8 (optional) also
+// receives out as int8 blocks (q8_blocks.cuh, x8_bytes(n_head * head_dim) bytes per row).
 size_t attention_work_floats(const AttentionArgs& a, int64_t rows, int splits);
 Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
-                        const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s);
+                        const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s,
+                        void* out8 = nullptr);
 
 // Prompt attention on tensor cores (flash-attention: tiles of 64 queries, K/V tiles streamed
 // through shared memory, online softmax, f16 mma.sync). Requires an F16 cache, head_dim 64 or
