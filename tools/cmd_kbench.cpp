@@ -172,10 +172,14 @@ void run_tune(const TuneArgs& a) {
     if (g && u && g->type == u->type) shapes.insert({g->type, g->ne[1], g->ne[0], true});
   }
   // a placeholder address: gemv_time_variants allocates its own W_up when this is set
-  static const int gate_up_marker = 0;
+  // Each shape twice: with x as f32 only, and with x also given as int8 blocks (what the CUDA
+  // backend passes after an RMSNorm or the decode attention).
+  static const int gate_up_marker = 0, x8_marker = 0;
   for (const auto& [type, n, k, pair] : shapes)
     for (const auto& bs : split_list(a.batches)) {
-      for (WeightLayout layout : {WeightLayout::Gguf, WeightLayout::Repacked}) {
+      for (WeightLayout layout : {WeightLayout::Gguf, WeightLayout::Repacked})
+      for (bool with_x8 : {false, true}) {
+        if (with_x8 && k % 32) continue;
         GemvProblem p;
         p.wtype = type;
         p.layout = layout;
@@ -183,10 +187,11 @@ void run_tune(const TuneArgs& a) {
         p.k = k;
         p.batch = std::stoi(bs);
         p.w_up = pair ? &gate_up_marker : nullptr;
+        p.x8 = with_x8 ? &x8_marker : nullptr;
         if (auto best = gemv_tune(p, s))
-          fmt::print("{:<6} {:>6} x {:<6} b{} {:<8}{}: {} ({}) {:.2f} µs\n", type_name(type), n, k, p.batch,
-                     layout == WeightLayout::Repacked ? "repacked" : "gguf", pair ? " gate/up" : "", best->variant->name,
-                     best->config.str(), best->us);
+          fmt::print("{:<6} {:>6} x {:<6} b{} {:<8}{}{}: {} ({}) {:.2f} µs\n", type_name(type), n, k, p.batch,
+                     layout == WeightLayout::Repacked ? "repacked" : "gguf", pair ? " gate/up" : "", with_x8 ? " x8" : "",
+                     best->variant->name, best->config.str(), best->best_us());
       }
     }
   TuneCache::get("gemv").save();

@@ -2,6 +2,7 @@
 #include "kernels/gemv/gemv.h"
 
 #include "kernels/autotune/autotune.h"
+#include "kernels/common/q8_blocks.h"
 #include "kernels/common/timing.h"
 #include "kernels/gemv/gemv_internal.h"
 #include "kernels/gemv/gemv_tune.h"
@@ -68,13 +69,14 @@ Status gemv_validate(const GemvProblem& p, const GemvVariant& v) {
   auto aligned = [](const void* q, size_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; };
   if (!aligned(p.w, 16) || (p.w_up && !aligned(p.w_up, 16)) || !aligned(p.x, 16))
     return Status::error(name + ": W and x must be 16-byte aligned");
+  if (p.x8 && (!aligned(p.x8, 16) || p.k % 32)) return Status::error(name + ": x8 must be 16-byte aligned, k a multiple of 32");
   return Status::success();
 }
 
 static std::string tune_key(const GemvProblem& p) {
   return std::string("gemv|") + std::string(type_name(p.wtype)) + (p.layout == WeightLayout::Repacked ? "|repacked" : "|gguf") +
          "|" + std::to_string(p.n) + "x" + std::to_string(p.k) + "|b" + std::to_string(p.batch) +
-         (p.w_up ? "|gateup" : "") + "|" + device_key();
+         (p.w_up ? "|gateup" : "") + (p.x8 ? "|x8" : "") + "|" + device_key();
 }
 
 // The default when a shape is untuned: the fastest rung that takes the problem.
@@ -87,7 +89,11 @@ static const GemvVariant* default_variant(const GemvProblem& p) {
 }
 
 Status gemv(const GemvProblem& p, cudaStream_t s) {
-  if (auto e = TuneCache::get("gemv").find(tune_key(p))) {
+  GemvProblem plain = p;  // a shape tuned without x8 serves when none was tuned with it
+  plain.x8 = nullptr;
+  auto e = TuneCache::get("gemv").find(tune_key(p));
+  if (!e && p.x8) e = TuneCache::get("gemv").find(tune_key(plain));
+  if (e) {
     if (const GemvVariant* v = find_gemv_variant(e->variant)) {
       if (Status st = gemv_validate(p, *v); !st) return st;
       return v->launch(p, parse_config(e->config), s);
@@ -106,8 +112,13 @@ std::vector<GemvTiming> gemv_time_variants(const GemvProblem& shape, bool all_co
   const int copies = int(std::clamp<size_t>(2 * l2_cache_bytes() / std::max<size_t>(wbytes, 1) + 1, 1, 64));
   std::vector<void*> ws(size_t(copies), nullptr), ups(size_t(copies), nullptr);
   float *x = nullptr, *y = nullptr;
+  void* x8 = nullptr;  // when shape.x8 is set: random int8 blocks (the timing does not depend on them)
   bool ok = cudaMalloc(&x, size_t(shape.batch) * size_t(shape.k) * 4) == cudaSuccess &&
             cudaMalloc(&y, size_t(shape.batch) * size_t(shape.n) * 4) == cudaSuccess;
+  if (ok && shape.x8) {
+    ok = cudaMalloc(&x8, size_t(shape.batch) * x8_bytes(shape.k)) == cudaSuccess;
+    if (ok) fill_random_bytes(x8, size_t(shape.batch) * x8_bytes(shape.k), 8, s);
+  }
   for (int i = 0; i < copies && ok; ++i) {
     ok = cudaMalloc(&ws[size_t(i)], wbytes) == cudaSuccess;
     if (ok) fill_random_bytes(ws[size_t(i)], wbytes, 100 + uint64_t(i), s);
@@ -123,6 +134,7 @@ std::vector<GemvTiming> gemv_time_variants(const GemvProblem& shape, bool all_co
       p.w = ws[0];
       p.w_up = shape.w_up ? ups[0] : nullptr;
       p.x = x;
+      p.x8 = x8;
       p.y = y;
       if (!gemv_validate(p, v)) continue;
       const size_t n_cfg = all_configs ? v.configs.size() : 1;
@@ -145,6 +157,7 @@ std::vector<GemvTiming> gemv_time_variants(const GemvProblem& shape, bool all_co
   for (void* u : ups) cudaFree(u);
   cudaFree(x);
   cudaFree(y);
+  cudaFree(x8);
   return out;
 }
 

@@ -17,7 +17,8 @@ struct GemvTiming {
 };
 
 // Times the variants that take `shape` (its pointers are ignored: buffers are allocated and
-// filled with fresh random data here). all_configs=false times each variant's default only.
+// filled with fresh random data here, W_up and x8 too when they are set). all_configs=false
+// times each variant's default only.
 std::vector<GemvTiming> gemv_time_variants(const GemvProblem& shape, bool all_configs, cudaStream_t s, int reps = 20);
 
 // Tunes the shape over the production variants (by their time inside a graph, as decode runs
