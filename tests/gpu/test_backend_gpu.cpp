@@ -77,6 +77,15 @@ struct Both {
     t.data = bytes.data();
     return {cpu.load_weight(t, use), gpu.load_weight(t, use)};
   }
+  // Random q [rows][qd], k and v [rows][kvd], the same values on both backends.
+  struct Qkv {
+    Tensor qc, qg, kc, kg, vc, vg;
+  };
+  Qkv put_qkv(int rows, int qd, int kvd, std::mt19937& rng) {
+    const auto qh = randn(size_t(rows * qd), rng), kh = randn(size_t(rows * kvd), rng), vh = randn(size_t(rows * kvd), rng);
+    return {put(cpu, qh, rows, qd), put(gpu, qh, rows, qd), put(cpu, kh, rows, kvd),
+            put(gpu, kh, rows, kvd), put(cpu, vh, rows, kvd), put(gpu, vh, rows, kvd)};
+  }
   void begin(std::span<const int32_t> tokens, std::span<const int32_t> pos) {
     cpu.reset_scratch(), gpu.reset_scratch();
     cpu.begin_forward(tokens, pos), gpu.begin_forward(tokens, pos);
@@ -279,11 +288,8 @@ TEST(BackendOps, AttentionPrefillThenDecode) {
     for (int rows : {37, 1, 1, 5, 200, 1}) {  // a prompt, decode steps, a small batch, a long chunk
       std::vector<int32_t> pos(static_cast<size_t>(rows)), toks(static_cast<size_t>(rows), 0);
       for (int i = 0; i < rows; ++i) pos[size_t(i)] = past + i;
-      const auto qh = randn(size_t(rows * qd), rng), kh = randn(size_t(rows * kvd), rng), vh = randn(size_t(rows * kvd), rng);
       b.begin(toks, pos);
-      Tensor qc = b.put(b.cpu, qh, rows, qd), qg = b.put(b.gpu, qh, rows, qd);
-      Tensor kc = b.put(b.cpu, kh, rows, kvd), kg = b.put(b.gpu, kh, rows, kvd);
-      Tensor vc = b.put(b.cpu, vh, rows, kvd), vg = b.put(b.gpu, vh, rows, kvd);
+      const auto [qc, qg, kc, kg, vc, vg] = b.put_qkv(rows, qd, kvd, rng);
       Tensor oc = b.cpu.alloc(rows, qd), og = b.gpu.alloc(rows, qd);
       b.cpu.attention(0, qc, kc, vc, pos, ap, oc), b.gpu.attention(0, qg, kg, vg, pos, ap, og);
       // the tensor-core prefill rounds q and the probabilities to f16
@@ -316,11 +322,8 @@ TEST(BackendOps, RopeAttentionFused) {
     for (int rows : {23, 1, 1, 3}) {
       std::vector<int32_t> pos(static_cast<size_t>(rows)), toks(static_cast<size_t>(rows), 0);
       for (int i = 0; i < rows; ++i) pos[size_t(i)] = past + i;
-      const auto qh = randn(size_t(rows * qd), rng), kh = randn(size_t(rows * kvd), rng), vh = randn(size_t(rows * kvd), rng);
       b.begin(toks, pos);
-      Tensor qc = b.put(b.cpu, qh, rows, qd), qg = b.put(b.gpu, qh, rows, qd);
-      Tensor kc = b.put(b.cpu, kh, rows, kvd), kg = b.put(b.gpu, kh, rows, kvd);
-      Tensor vc = b.put(b.cpu, vh, rows, kvd), vg = b.put(b.gpu, vh, rows, kvd);
+      const auto [qc, qg, kc, kg, vc, vg] = b.put_qkv(rows, qd, kvd, rng);
       Tensor oc = b.cpu.alloc(rows, qd), og = b.gpu.alloc(rows, qd);
       b.cpu.Backend::rope_attention(0, qc, kc, vc, pos, rp, ap, oc);
       b.gpu.rope_attention(0, qg, kg, vg, pos, rp, ap, og);
