@@ -322,7 +322,7 @@ void CudaBackend::run_op(const std::string& name, double bytes, double flops, F&
   check(name.c_str(), st.ok, st.message);
 }
 
-// An op wrote `t`: the RMSNorm's 16-bit copy of it, if any, is stale.
+// An op wrote `t`: its 16-bit and int8-block copies, if any, are stale.
 void CudaBackend::wrote(Tensor t) {
   if (shadow_.src == t.data) shadow_ = {};
   if (shadow8_.src == t.data) shadow8_ = {};

@@ -152,15 +152,15 @@ class CudaBackend final : public Backend {
     const void* data = nullptr;
     GgmlType type = GgmlType::F16;
   } shadow_;
-  // The int8-block copy (kernels/common/q8_blocks.cuh) an op wrote next to its output for the
+  // The int8-block copy (kernels/common/q8_blocks.h) an op wrote next to its output for the
   // dp4a GEMVs of the next matmul (RMSNorm, attention in decode), valid until `src` is written.
   struct Shadow8 {
     const float* src = nullptr;
     int64_t rows = 0, cols = 0;
     void* data = nullptr;
   } shadow8_;
-  void* make_x8(Tensor out);               // scratch for out's int8 copy, or null where none pays
-  const void* x8(Tensor x) const;          // the int8 copy of x, if one is valid
+  void* make_x8(Tensor out);       // scratch for out's int8 copy, or null where none pays
+  const void* x8(Tensor x) const;  // the int8 copy of x, if one is valid
   // Inputs of the current pass: pinned host staging and device copies ([tokens | positions]).
   int32_t* host_in_ = nullptr;
   int32_t* dev_in_ = nullptr;
