@@ -29,8 +29,7 @@
 
 namespace lamina::kernels {
 
-bool pdl_enabled();  // on unless LAMINA_PDL=0 or set_pdl(false)
-void set_pdl(bool on);
+bool pdl_enabled();  // on unless LAMINA_PDL=0 (read once)
 
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -89,10 +89,13 @@ static const GemvVariant* default_variant(const GemvProblem& p) {
 }
 
 Status gemv(const GemvProblem& p, cudaStream_t s) {
-  GemvProblem plain = p;  // a shape tuned without x8 serves when none was tuned with it
-  plain.x8 = nullptr;
-  auto e = TuneCache::get("gemv").find(tune_key(p));
-  if (!e && p.x8) e = TuneCache::get("gemv").find(tune_key(plain));
+  auto& cache = TuneCache::get("gemv");
+  auto e = cache.find(tune_key(p));
+  if (!e && p.x8) {  // a shape tuned without x8 serves when none was tuned with it
+    GemvProblem plain = p;
+    plain.x8 = nullptr;
+    e = cache.find(tune_key(plain));
+  }
   if (e) {
     if (const GemvVariant* v = find_gemv_variant(e->variant)) {
       if (Status st = gemv_validate(p, *v); !st) return st;
