@@ -115,10 +115,10 @@ void run_kbench_gemv(KbenchArgs a) {
         const std::string key = fp ? std::string(type_name(*t)) : "f16";
         if (!cublas_us.count(key)) cublas_us[key] = time_cublas(h, dt, elt, n, k, batch, a.reps, s);
         const Times base = cublas_us[key];
-        auto row = [&](const std::string& name, Times t, size_t wbytes) {
-          const double gbs = double(wbytes + size_t(batch) * size_t(k) * 4) / (t.best() * 1e-6) / 1e9;
+        auto row = [&](const std::string& name, Times tm, size_t wbytes) {
+          const double gbs = double(wbytes + size_t(batch) * size_t(k) * 4) / (tm.best() * 1e-6) / 1e9;
           fmt::print("| {:<12} | {:>2} | {:<5} | {:<34.34} | {:>9.2f} | {:>9.2f} | {:>7.0f} | {:>5.1f}% | {:>8.2f}x |\n",
-                     shape, batch, tn, name, t.us, t.graph_us, gbs, 100.0 * gbs / copy_gbs, base.best() / t.best());
+                     shape, batch, tn, name, tm.us, tm.graph_us, gbs, 100.0 * gbs / copy_gbs, base.best() / tm.best());
         };
         row("cuBLAS (" + key + " GemmEx)", base, size_t(n) * size_t(k) * elt);
         for (WeightLayout layout : {WeightLayout::Gguf, WeightLayout::Repacked}) {

@@ -202,9 +202,9 @@ TEST(BackendOps, MatmulEveryTypeAndEpilogue) {
   }
 }
 
-// RMSNorm and decode attention also write their output as int8 blocks for the next GEMV. The
-// matmul that reads that copy must give bit for bit what it gives when it quantises the output
-// itself (the copy made stale by adding zeros).
+// RMSNorm, decode attention and the gate/up GEMV also write their output as int8 blocks for the
+// next GEMV. The matmul that reads that copy must give bit for bit what it gives when it
+// quantises the output itself (the copy made stale by adding zeros).
 TEST(BackendOps, Int8CopiesMatchInKernelQuantisation) {
   Both b;
   std::mt19937 rng(9);
@@ -234,6 +234,16 @@ TEST(BackendOps, Int8CopiesMatchInKernelQuantisation) {
       b.gpu.add(o, zeros);
       b.gpu.matmul(wg, o, y2);
       EXPECT_EQ(b.get(b.gpu, y1), b.get(b.gpu, y2)) << "attention copy, " << type_name(t) << " rows " << rows;
+      const int64_t F = 256;  // FFN width: whole K-quant blocks
+      auto [gc, gg] = b.weight(t, F, K, quantised(t, F, K, rng));
+      auto [uc, ug] = b.weight(t, F, K, quantised(t, F, K, rng));
+      auto [dc, dg] = b.weight(t, N, F, quantised(t, N, F, rng));
+      Tensor f = b.gpu.alloc(rows, F), fzeros = b.put(b.gpu, std::vector<float>(size_t(rows * F)), rows, F);
+      b.gpu.ffn_gate_up(gg, ug, h, f);
+      b.gpu.matmul(dg, f, y1);  // reads the gate/up GEMV's int8 copy of its output
+      b.gpu.add(f, fzeros);
+      b.gpu.matmul(dg, f, y2);
+      EXPECT_EQ(b.get(b.gpu, y1), b.get(b.gpu, y2)) << "gate/up copy, " << type_name(t) << " rows " << rows;
     }
   }
 }

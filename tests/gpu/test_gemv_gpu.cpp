@@ -50,6 +50,59 @@ std::vector<uint8_t> random_matrix(GgmlType t, int64_t n, int64_t k, std::mt1993
 
 class GemvGpu : public ::testing::TestWithParam<Case> {};
 
+// Rows of x [batch][k] as int8 blocks (q8_blocks.h), by the rule every producer on the device
+// follows: d = amax of the 32-block / 127, q = round-half-away(x / d). When `rounded` is given,
+// it receives d * q.
+std::vector<uint8_t> host_x8(const std::vector<float>& x, int64_t k, std::vector<float>* rounded = nullptr) {
+  const size_t rows = x.size() / size_t(k);
+  std::vector<uint8_t> out(rows * x8_bytes(k));
+  for (size_t blk = 0; blk < x.size() / 32; ++blk) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[blk * 32 + size_t(j)]));
+    const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+    const size_t b = blk / size_t(k / 32), j0 = blk % size_t(k / 32);
+    uint8_t* row = out.data() + b * x8_bytes(k);
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      const float q = std::roundf(x[blk * 32 + size_t(j)] * id);
+      row[j0 * 32 + size_t(j)] = uint8_t(int8_t(q));
+      sum += int(q);
+      if (rounded) (*rounded)[blk * 32 + size_t(j)] = d * q;
+    }
+    std::memcpy(row + k + j0 * 4, &d, 4);
+    std::memcpy(row + k + (k / 32) * 4 + j0 * 4, &sum, 4);
+  }
+  return out;
+}
+
+// The bytes of x8 rows that carry data (values, scales, sums; not the padding to 16 bytes).
+std::vector<uint8_t> x8_data(const std::vector<uint8_t>& rows, int64_t k) {
+  std::vector<uint8_t> out;
+  for (size_t r = 0; r < rows.size() / x8_bytes(k); ++r)
+    out.insert(out.end(), rows.begin() + long(r * x8_bytes(k)), rows.begin() + long(r * x8_bytes(k) + size_t(k + k / 32 * 8)));
+  return out;
+}
+
+// The int8 copy of y a variant made in its epilogue (GemvProblem::y8): equal, byte for byte, to
+// y quantised on the host, and the same again on a second launch (the counters were left zero).
+void check_y8(const GemvVariant& v, GemvProblem p, const GemvConfig& cfg, const std::vector<float>& y) {
+  const size_t bytes = size_t(p.batch) * x8_bytes(p.n);
+  const std::vector<uint8_t> want = x8_data(host_x8(std::vector<float>(y.begin(), y.begin() + p.batch * p.n), p.n), p.n);
+  DeviceBuf y8(bytes), count(size_t(p.n / 32) * sizeof(unsigned));
+  CUDA_OK(cudaMemset(count.p, 0, size_t(p.n / 32) * sizeof(unsigned)));
+  p.y8 = y8.p, p.y8_count = count.as<unsigned>();
+  for (int launch = 0; launch < 2; ++launch) {
+    CUDA_OK(cudaMemset(y8.p, 0xA5, bytes));  // poison
+    const Status st = v.launch(p, cfg, nullptr);
+    ASSERT_TRUE(st.ok) << st.message;
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<uint8_t> all(bytes);
+    CUDA_OK(cudaMemcpy(all.data(), y8.p, bytes, cudaMemcpyDeviceToHost));
+    const std::vector<uint8_t> got = x8_data(all, p.n);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "y8 byte " << i << ", launch " << launch << ", config " << cfg.str();
+  }
+}
+
 void run_case(const GemvVariant& v, GgmlType type, int64_t n, int64_t k, int batch, bool epilogues, bool gate_up,
               std::mt19937& rng) {
   SCOPED_TRACE(testing::Message() << v.name << " " << type_name(type) << " n=" << n << " k=" << k << " b=" << batch
@@ -66,24 +119,7 @@ void run_case(const GemvVariant& v, GgmlType type, int64_t n, int64_t k, int bat
   // The same blocks in the x8 layout (q8_blocks.h), given to the variant as GemvProblem::x8 in a
   // second launch: its output must not change by a bit.
   const bool int8_x = v.x_rounding == XRounding::Int8Blocks;
-  std::vector<uint8_t> x8(int8_x ? size_t(batch) * x8_bytes(k) : 0);
-  if (int8_x)
-    for (size_t blk = 0; blk < xr.size() / 32; ++blk) {
-      float amax = 0;
-      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xr[blk * 32 + size_t(j)]));
-      const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
-      const size_t b = blk / size_t(k / 32), j0 = blk % size_t(k / 32);
-      uint8_t* row = x8.data() + b * x8_bytes(k);
-      int sum = 0;
-      for (int j = 0; j < 32; ++j) {
-        const float q = std::roundf(xr[blk * 32 + size_t(j)] * id);
-        row[j0 * 32 + size_t(j)] = uint8_t(int8_t(q));
-        sum += int(q);
-        xr[blk * 32 + size_t(j)] = d * q;
-      }
-      std::memcpy(row + k + j0 * 4, &d, 4);
-      std::memcpy(row + k + (k / 32) * 4 + j0 * 4, &sum, 4);
-    }
+  const std::vector<uint8_t> x8 = int8_x ? host_x8(x, k, &xr) : std::vector<uint8_t>{};
   for (auto& f : bias) f = nd(rng);
   for (auto& f : res) f = nd(rng);
   // CPU fp64 reference from the dequantised rows.
@@ -148,7 +184,8 @@ void run_case(const GemvVariant& v, GgmlType type, int64_t n, int64_t k, int bat
     for (size_t i = 0; i < ref.size(); ++i)
       ASSERT_NEAR(got[i], ref[i], 2e-5 * mag[i] + 1e-5) << "config " << cfg.str() << " output " << i;
     for (size_t i = ref.size(); i < got.size(); ++i) ASSERT_TRUE(std::isnan(got[i])) << "wrote past y";
-    if (!int8_x) continue;
+    if (v.writes_y8 && n % 32 == 0) check_y8(v, p, cfg, got);
+    if (::testing::Test::HasFatalFailure() || !int8_x) continue;
     CUDA_OK(cudaMemset(dy.p, 0xFF, (size_t(batch * n) + 32) * 4));
     p.x8 = dx8.p;
     st = v.launch(p, cfg, nullptr);
@@ -178,6 +215,7 @@ TEST_P(GemvGpu, MatchesFp64Reference) {
     run_case(*v, type, 67, k_big, 2, true, false, rng);
     run_case(*v, type, 67, k_big, 3, false, true, rng);
     run_case(*v, type, 64, k_big, 1, true, true, rng);
+    run_case(*v, type, 96, k_big, 3, false, false, rng);  // n a multiple of 32: the int8 copy of y
   }
 }
 
@@ -195,6 +233,54 @@ std::vector<Case> all_cases() {
 INSTANTIATE_TEST_SUITE_P(Variants, GemvGpu, ::testing::ValuesIn(all_cases()), [](const auto& info) {
   return info.param.variant + "_" + std::string(type_name(info.param.type));
 });
+
+// gemv() with y8 but no counters (and so for any variant that cannot make it itself) quantises y
+// in a kernel of its own; with counters, the variant's epilogue does. Either way y8 equals y
+// quantised on the host.
+TEST(GemvY8, GemvMakesTheInt8CopyOfY) {
+  std::mt19937 rng(5);
+  const int64_t n = 160, k = 512;
+  const int batch = 2;
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::F16}) {
+    for (bool counters : {false, true}) {
+      SCOPED_TRACE(testing::Message() << type_name(t) << (counters ? " with counters" : " without counters"));
+      const auto w = random_matrix(t, n, k, rng);
+      std::normal_distribution<float> nd(0.f, 1.f);
+      std::vector<float> x(size_t(batch * k));
+      for (auto& f : x) f = nd(rng);
+      const bool repack = t == GgmlType::Q4_0;
+      DeviceBuf raw(w.size()), dw(repack ? gemv_repacked_bytes(t, n, k) : w.size()), dx(x.size() * 4),
+          dy(size_t(batch * n) * 4), y8(size_t(batch) * x8_bytes(n)), count(size_t(n / 32) * 4);
+      CUDA_OK(cudaMemcpy(raw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+      if (repack) ASSERT_TRUE(gemv_repack(t, raw.p, n, k, dw.p, nullptr).ok);
+      else CUDA_OK(cudaMemcpy(dw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemcpy(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemset(y8.p, 0xA5, size_t(batch) * x8_bytes(n)));
+      CUDA_OK(cudaMemset(count.p, 0, size_t(n / 32) * 4));
+      GemvProblem p;
+      p.wtype = t;
+      p.layout = repack ? WeightLayout::Repacked : WeightLayout::Gguf;
+      p.w = dw.p, p.n = n, p.k = k, p.x = dx.as<float>(), p.batch = batch, p.y = dy.as<float>();
+      p.y8 = y8.p;
+      p.y8_count = counters ? count.as<unsigned>() : nullptr;
+      const Status st = gemv(p, nullptr);
+      ASSERT_TRUE(st.ok) << st.message;
+      CUDA_OK(cudaDeviceSynchronize());
+      std::vector<float> y(size_t(batch * n));
+      std::vector<uint8_t> got(size_t(batch) * x8_bytes(n));
+      CUDA_OK(cudaMemcpy(y.data(), dy.p, y.size() * 4, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(got.data(), y8.p, got.size(), cudaMemcpyDeviceToHost));
+      EXPECT_EQ(x8_data(got, n), x8_data(host_x8(y, n), n));
+      std::vector<unsigned> left(size_t(n / 32));
+      CUDA_OK(cudaMemcpy(left.data(), count.p, left.size() * 4, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(left, std::vector<unsigned>(size_t(n / 32), 0u)) << "counters not left zero";
+    }
+  }
+  GemvProblem bad;  // n not a multiple of 32
+  DeviceBuf w(1 << 14), x(1 << 12), y(1 << 12);
+  bad.w = w.p, bad.x = x.as<float>(), bad.y = y.as<float>(), bad.n = 40, bad.k = 64, bad.y8 = x.p;
+  EXPECT_FALSE(gemv_validate(bad, *find_gemv_variant("v5_stream")).ok);
+}
 
 TEST(GemvArgs, RejectsBadInput) {
   DeviceBuf w(1 << 16), x(1 << 12), y(1 << 12);

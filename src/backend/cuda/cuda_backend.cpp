@@ -29,6 +29,8 @@ void cuda_check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("CUDA error in {}: {}", what, cudaGetErrorString(e));
 }
 
+bool float_type(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
+
 // Matmul weights the GEMV/GEMM kernels want in the repacked plane layout.
 bool repacks(GgmlType t) {
   return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q6_K;
@@ -125,6 +127,7 @@ Weight CudaBackend::load_weight(const GgufTensor& t, WeightUse use) {
   owned_.push_back(dst);
   upload_matrix(t, t.data, t.nrows(), repack, dst);
   if (use == WeightUse::Matmul && t.type == GgmlType::BF16) act16_ = GgmlType::BF16;
+  if (use == WeightUse::Matmul && !float_type(t.type)) int8_x_ = true;
   weight_bytes_ += bytes;
   weights_[dst] = DevWeight{repack, bytes};
   return Weight{t.type, t.ne[0], t.nrows(), dst};
@@ -148,6 +151,7 @@ std::vector<Weight> CudaBackend::load_stacked(std::span<const GgufTensor* const>
   owned_.push_back(dst);
   upload_matrix(t0, host.data(), rows, repack, dst);
   if (t0.type == GgmlType::BF16) act16_ = GgmlType::BF16;
+  if (!float_type(t0.type)) int8_x_ = true;
   weight_bytes_ += bytes;
   std::vector<Weight> out;
   int64_t row0 = 0;
@@ -220,6 +224,9 @@ void CudaBackend::init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType typ
   gemm_work_bytes_ = kGemmWorkBytes;
   gemm_work_ = dev_alloc(gemm_work_bytes_, "GEMM split-K workspace");
   owned_.push_back(gemm_work_);
+  y8_count_ = static_cast<unsigned*>(dev_alloc(kY8Counters * sizeof(unsigned), "GEMV y8 counters"));
+  owned_.push_back(y8_count_);
+  cuda_check(cudaMemset(y8_count_, 0, kY8Counters * sizeof(unsigned)), "cudaMemset");
   graphs_.clear();
 }
 
@@ -331,7 +338,7 @@ void CudaBackend::wrote(Tensor t) {
 // Rows a GEMV will take (<= 8, the fast path, whole int8 blocks) get an int8 copy made by the
 // op that writes them; the copy becomes the shadow once that op has run.
 void* CudaBackend::make_x8(Tensor out) {
-  if (exact_ || out.rows > kn::kGemvMaxBatch || out.cols % 32) return nullptr;
+  if (!int8_x_ || exact_ || out.rows > kn::kGemvMaxBatch || out.cols % 32) return nullptr;
   return scratch_bytes(size_t(out.rows) * kn::x8_bytes(out.cols));
 }
 
@@ -460,9 +467,14 @@ void CudaBackend::ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Te
     p.w = gate.data, p.w_up = up.data;
     p.n = gate.rows, p.k = gate.cols;
     p.x = x.data, p.x8 = x8(x), p.batch = int(x.rows), p.y = out.data;
+    // The down projection multiplies out next: its int8 copy is made in the same kernel, by the
+    // warps that complete each 32-row block (counters in y8_count_).
+    wrote(out);
+    p.y8 = make_x8(out);
+    p.y8_count = out.cols / 32 <= int64_t(kY8Counters) ? y8_count_ : nullptr;
     run_op(op_name("gemv gate/up", gate), 2.0 * double(dg.bytes), 4.0 * double(x.rows * gate.rows * gate.cols),
            [&] { return kn::gemv(p, stream_); });
-    wrote(out);
+    if (p.y8) shadow8_ = {out.data, out.rows, out.cols, p.y8};
     return;
   }
   Tensor u = alloc(x.rows, up.rows);

@@ -159,7 +159,13 @@ class CudaBackend final : public Backend {
     int64_t rows = 0, cols = 0;
     void* data = nullptr;
   } shadow8_;
+  // Only quantised matrices are multiplied by dp4a GEMVs: the copies are made once one is loaded.
+  bool int8_x_ = false;
   void* make_x8(Tensor out);       // scratch for out's int8 copy, or null where none pays
+  // Zeroed counters a GEMV uses to make its output's int8 copy in its own epilogue
+  // (GemvProblem::y8_count): one per 32 output rows.
+  static constexpr size_t kY8Counters = 16384;
+  unsigned* y8_count_ = nullptr;
   const void* x8(Tensor x) const;  // the int8 copy of x, if one is valid
   // Inputs of the current pass: pinned host staging and device copies ([tokens | positions]).
   int32_t* host_in_ = nullptr;

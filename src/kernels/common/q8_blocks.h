@@ -10,12 +10,20 @@
 // padded to 16 bytes so that every row's q stays 16-byte aligned for vector loads.
 #pragma once
 
+#include "kernels/common/status.h"
+
 #include <cstddef>
 #include <cstdint>
+
+typedef struct CUstream_st* cudaStream_t;
 
 namespace lamina::kernels {
 
 // Bytes of one row of k values (constexpr: host and device code use it).
 constexpr size_t x8_bytes(int64_t k) { return (size_t(k) + size_t(k / 32) * 8 + 15) & ~size_t(15); }
+
+// out [rows][x8_bytes(cols)] = x [rows][cols] as int8 blocks, cols a multiple of 32: for an x
+// whose producer made none (q8_blocks.cu).
+Status quantize_x8(const float* x, int64_t rows, int64_t cols, void* out, cudaStream_t s);
 
 }  // namespace lamina::kernels

@@ -70,6 +70,7 @@ Status gemv_validate(const GemvProblem& p, const GemvVariant& v) {
   if (!aligned(p.w, 16) || (p.w_up && !aligned(p.w_up, 16)) || !aligned(p.x, 16))
     return Status::error(name + ": W and x must be 16-byte aligned");
   if (p.x8 && (!aligned(p.x8, 16) || p.k % 32)) return Status::error(name + ": x8 must be 16-byte aligned, k a multiple of 32");
+  if (p.y8 && (!aligned(p.y8, 16) || p.n % 32)) return Status::error(name + ": y8 must be 16-byte aligned, n a multiple of 32");
   return Status::success();
 }
 
@@ -96,16 +97,13 @@ Status gemv(const GemvProblem& p, cudaStream_t s) {
     plain.x8 = nullptr;
     e = cache.find(tune_key(plain));
   }
-  if (e) {
-    if (const GemvVariant* v = find_gemv_variant(e->variant)) {
-      if (Status st = gemv_validate(p, *v); !st) return st;
-      return v->launch(p, parse_config(e->config), s);
-    }
-  }
-  const GemvVariant* v = default_variant(p);
-  if (!v) return Status::error("gemv: no variant for weight type " + std::string(type_name(p.wtype)));
+  const GemvVariant* v = e ? find_gemv_variant(e->variant) : nullptr;
+  const bool tuned = v != nullptr;
+  if (!v && !(v = default_variant(p))) return Status::error("gemv: no variant for weight type " + std::string(type_name(p.wtype)));
   if (Status st = gemv_validate(p, *v); !st) return st;
-  return v->launch(p, v->configs.front(), s);
+  if (Status st = v->launch(p, tuned ? parse_config(e->config) : v->configs.front(), s); !st) return st;
+  if (p.y8 && !(v->writes_y8 && p.y8_count)) return quantize_x8(p.y, p.batch, p.n, p.y8, s);
+  return Status::success();
 }
 
 std::vector<GemvTiming> gemv_time_variants(const GemvProblem& shape, bool all_configs, cudaStream_t s, int reps) {

@@ -38,6 +38,12 @@ struct GemvProblem {
   const void* x8 = nullptr;
   int batch = 1;
   float* y = nullptr;            // device [batch][n]
+  // device, optional: y also as int8 blocks (x8 layout, x8_bytes(n) bytes per batch row; n a
+  // multiple of 32), the x8 of a GEMV that multiplies y next. With y8_count (device, n/32
+  // counters, zero, left zero) a variant that can makes the blocks in its own epilogue;
+  // otherwise gemv() quantises y after the variant, in a kernel of its own.
+  void* y8 = nullptr;
+  unsigned* y8_count = nullptr;
   const float* bias = nullptr;   // device [n], optional
   const float* residual = nullptr;  // device [batch][n], optional
 };
@@ -61,6 +67,7 @@ struct GemvVariant {
   Status (*launch)(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
   std::vector<GemvConfig> configs;  // the autotuner's search space (first = default)
   XRounding x_rounding = XRounding::None;  // what the variant does to x before multiplying
+  bool writes_y8 = false;  // makes GemvProblem::y8 in its epilogue (given y8_count)
 };
 
 const std::vector<GemvVariant>& gemv_variants();
@@ -69,7 +76,8 @@ const GemvVariant* find_gemv_variant(const std::string& name);
 // Checks shapes, pointers and alignment common to all variants.
 Status gemv_validate(const GemvProblem& p, const GemvVariant& v);
 
-// Runs the best known variant/config for the problem (autotune cache, else a default).
+// Runs the best known variant/config for the problem (autotune cache, else a default), then
+// makes y8 if one was asked for and the variant did not.
 Status gemv(const GemvProblem& p, cudaStream_t s);
 
 // Bytes of W (and W_up) a GEMV reads: the figure GB/s is computed from.

@@ -3,6 +3,8 @@
 
 #include "core/half.h"
 #include "kernels/common/pdl.cuh"
+#include "kernels/common/q8_blocks.cuh"
+#include "kernels/gemv/gemv.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -42,11 +44,14 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 __device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
 
-// The epilogue every production variant applies to one output: bias, residual, or silu * up.
+// The epilogue every production variant applies to one output: bias, residual, or silu * up;
+// and, with y8, the int8-block copy of y (publish_y8 below).
 struct Epilogue {
   const float* bias;
   const float* residual;
   bool gate_up;
+  uint8_t* y8;         // GemvProblem::y8 when the variant makes it itself, else null
+  unsigned* y8_count;  // [n / 32] counters, zero between launches
   __device__ __forceinline__ float apply(float acc, float up, int64_t row, int64_t b, int64_t n) const {
     float v = gate_up ? silu(acc) * up : acc;
     if (bias) v += bias[row];
@@ -55,8 +60,35 @@ struct Epilogue {
   }
 };
 
+inline Epilogue epilogue_of(const GemvProblem& p) {
+  const bool y8 = p.y8 && p.y8_count;
+  return {p.bias, p.residual, p.w_up != nullptr, y8 ? static_cast<uint8_t*>(p.y8) : nullptr, y8 ? p.y8_count : nullptr};
+}
+
+// The int8-block copy of y, made by the warps that write y: a warp that has stored its rows
+// (kRows of them, row0 a multiple of kRows, kRows dividing 32, n a multiple of 32: all in one
+// 32-row block) adds them to the block's counter; the warp that completes the block reads it
+// back from L2, quantises it like any x8 producer (q8_blocks.cuh) and zeroes the counter for the
+// next launch. y: [batch][n];  y8: [batch][x8_bytes(n)].
+__device__ __forceinline__ void publish_y8(const float* y, const Epilogue& ep, int64_t row0, int rows, int64_t n,
+                                           int batch) {
+  const int lane = threadIdx.x % 32;
+  const int64_t blk = row0 / 32;
+  unsigned before = 0;
+  if (lane == 0) {
+    __threadfence();  // lane 0 stored this warp's rows: make them visible before counting them
+    before = atomicAdd(ep.y8_count + blk, unsigned(rows));
+  }
+  if (__shfl_sync(0xffffffffu, before, 0) + unsigned(rows) != 32) return;
+  __threadfence();  // the block is complete: the other warps' rows are visible from here on
+  for (int b = 0; b < batch; ++b)
+    quantize_block32(__ldcg(y + b * n + blk * 32 + lane), n, blk, ep.y8 + size_t(b) * x8_bytes(n));
+  if (lane == 0) ep.y8_count[blk] = 0;
+}
+
 // Reduces acc[mat][r][b] over the warp and stores rows row0..row0+kRows-1 of every batch row
-// through the epilogue (lane 0 writes). acc[1] is the up-projection when ep.gate_up.
+// through the epilogue (lane 0 writes), then publishes them to y8 when asked. acc[1] is the
+// up-projection when ep.gate_up. row0 is a multiple of kRows, and kRows divides 32.
 template <int kMats, int kRows>
 __device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][8], int64_t row0, int64_t n, int batch,
                                            const Epilogue& ep, float* __restrict__ y) {
@@ -70,6 +102,7 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][8], 
       const float up = (kMats > 1 && ep.gate_up) ? warp_sum(acc[kMats - 1][r][b]) : 0.f;
       if (lane == 0 && row0 + r < n) y[b * n + row0 + r] = ep.apply(g, up, row0 + r, b, n);
     }
+  if (ep.y8) publish_y8(y, ep, row0, kRows, n, batch);
 }
 
 }  // namespace lamina::kernels::gemv_detail

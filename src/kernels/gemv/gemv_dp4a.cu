@@ -7,9 +7,16 @@
 //     `unroll` steps in flight, `rows` rows per warp sharing the x loads from shared memory.
 //   - sum_i (q_i - 8) * x_i = d_w * d_x * (dp4a(q, xq) - 8 * sum(xq))   (Q4_0)
 //   - sum_i (d_w q_i + m_w) * x_i = d_x * (d_w * dp4a(q, xq) + m_w * sum(xq))   (Q4_1)
+//   - the first step's weights are loaded before the PDL wait (weights never depend on an
+//     earlier kernel), so they overlap the kernel before and the making of x: tg128 on the 7B
+//     q4_0 preset 360 -> 378 t/s, q8_0 241 -> 247 (H100, 2026-11-22; f16's v5_stream: no change).
+//   - with GemvProblem::y8 the epilogue also writes y as int8 blocks (publish_y8): the gate/up
+//     pair makes the down projection's x, so that GEMV no longer quantises 11008 values in
+//     every block (in-graph 23.0 -> 9.8 µs on 4096 x 11008 q4_0).
 // Activations lose precision to 8 bits (as in llama.cpp): the GPU test checks this variant
 // against an fp64 reference of the same quantised x.
 #include "kernels/gemv/gemv_common.cuh"
+#include "kernels/gemv/gemv_dp4a.cuh"
 #include "kernels/gemv/gemv_internal.h"
 #include "kernels/gemv/gemv_x8.cuh"
 
@@ -26,87 +33,26 @@ __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, con
                                               float* __restrict__ y, int64_t n, int64_t k,
                                               int batch, Epilogue ep) {
   extern __shared__ __align__(16) uint8_t smem[];
-  constexpr int kPer = kBits == 4 ? 32 : 16;  // weights per 16-byte load
-  const int lane = threadIdx.x % 32;
+  using Step = Dp4aStep<kBits, kMin, kRows, kUnroll>;
   const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / 32);
-  const size_t qrow = size_t(k) * kBits / 8;
+  const int64_t first = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows;
+  typename Step::Regs regs;
+  // The weights never depend on an earlier kernel: the first step's loads go out before the
+  // wait, so they overlap the kernel before (PDL) and the making of x.
+  bool loaded = first < n;
+  if (loaded) Step::template load<false>(Step::global(w, n, k), first, n, 0, k, regs);
   pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
   const uint8_t* xs = x8_source(x, x8, k, batch, smem);
-  const int64_t loads = k / kPer;
-  for (int64_t row0 = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows; row0 < n;
-       row0 += warps_total * kRows) {
+  for (int64_t row0 = first; row0 < n; row0 += warps_total * kRows) {
     if (row0 + warps_total * kRows >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
     float acc[kGateUp ? 2 : 1][kRows][kGemvMaxBatch] = {};
 #pragma unroll
-    for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat) {
-      const uint8_t* q = mat ? w_up : w;
-      // scale plane: f16 d per block, or (d, m) pairs for Q4_1
-      const __half* sc = reinterpret_cast<const __half*>(q + size_t(n) * qrow);
-      for (int64_t l0 = 0; l0 < loads; l0 += 32 * kUnroll) {
-        uint4 raw[kRows][kUnroll];
-        float dw[kRows][kUnroll], mw[kRows][kUnroll];
-#pragma unroll
-        for (int r = 0; r < kRows; ++r)
-#pragma unroll
-          for (int u = 0; u < kUnroll; ++u) {
-            const int64_t l = l0 + u * 32 + lane;
-            const int64_t rr = row0 + r < n ? row0 + r : n - 1;
-            const bool in = l < loads;
-            raw[r][u] = in ? load_stream(q + size_t(rr) * qrow + size_t(l) * 16) : make_uint4(0, 0, 0, 0);
-            const int64_t si = rr * (k / 32) + l * kPer / 32;
-            if constexpr (kMin) {
-              const __half2 dm = in ? reinterpret_cast<const __half2*>(sc)[si] : __floats2half2_rn(0.f, 0.f);
-              dw[r][u] = __low2float(dm);
-              mw[r][u] = __high2float(dm);
-            } else {
-              dw[r][u] = in ? __half2float(sc[si]) : 0.f;
-              mw[r][u] = 0.f;
-            }
-          }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int64_t l = l0 + u * 32 + lane;
-          if (l >= loads) break;
-          const int64_t xblk = l * kPer / 32;  // the x block these weights meet
-#pragma unroll
-          for (int b = 0; b < kGemvMaxBatch; ++b) {
-            if (b >= batch) break;
-            const uint8_t* xb = xs + size_t(b) * x8_bytes(k);
-            const float dx = reinterpret_cast<const float*>(xb + k)[xblk];
-            const int4 xlo = *reinterpret_cast<const int4*>(xb + l * kPer);  // 16 int8
-            int4 xhi = make_int4(0, 0, 0, 0);
-            int xsum = 0;
-            if constexpr (kBits == 4) {
-              xhi = *reinterpret_cast<const int4*>(xb + l * kPer + 16);
-              xsum = reinterpret_cast<const int*>(xb + k + (k / 32) * 4)[xblk];
-            }
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) {
-              const uint4 v = raw[r][u];
-              int sumi;
-              if constexpr (kBits == 4) {
-                const uint32_t m = 0x0F0F0F0Fu;
-                sumi = __dp4a(int(v.x & m), xlo.x, 0);
-                sumi = __dp4a(int(v.y & m), xlo.y, sumi);
-                sumi = __dp4a(int(v.z & m), xlo.z, sumi);
-                sumi = __dp4a(int(v.w & m), xlo.w, sumi);
-                sumi = __dp4a(int((v.x >> 4) & m), xhi.x, sumi);
-                sumi = __dp4a(int((v.y >> 4) & m), xhi.y, sumi);
-                sumi = __dp4a(int((v.z >> 4) & m), xhi.z, sumi);
-                sumi = __dp4a(int((v.w >> 4) & m), xhi.w, sumi);
-                if constexpr (!kMin) sumi -= 8 * xsum;
-              } else {
-                sumi = __dp4a(int(v.x), xlo.x, 0);
-                sumi = __dp4a(int(v.y), xlo.y, sumi);
-                sumi = __dp4a(int(v.z), xlo.z, sumi);
-                sumi = __dp4a(int(v.w), xlo.w, sumi);
-              }
-              acc[mat][r][b] += dx * (dw[r][u] * float(sumi) + (kMin ? mw[r][u] * float(xsum) : 0.f));
-            }
-          }
-        }
+    for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat)
+      for (int64_t l0 = 0; l0 < Step::loads(k); l0 += 32 * kUnroll) {
+        if (!loaded) Step::template load<false>(Step::global(mat ? w_up : w, n, k), row0, n, l0, k, regs);
+        loaded = false;
+        Step::dot(regs, xs, k, l0, batch, acc[mat]);
       }
-    }
     store_rows(acc, row0, n, batch, ep, y);
   }
 }
@@ -148,7 +94,7 @@ void register_dp4a_variants(std::vector<GemvVariant>& out) {
                  WeightLayout::Repacked, dp4a_types, run_dp4a,
                  {GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 8, 4}, GemvConfig{4, 8, 2},
                   GemvConfig{2, 4, 2}, GemvConfig{1, 4, 4}},
-                 XRounding::Int8Blocks});
+                 XRounding::Int8Blocks, /*writes_y8=*/true});
 }
 
 }  // namespace lamina::kernels

@@ -91,7 +91,23 @@ __global__ void v34_warp_reduce(const T* __restrict__ w, const float* __restrict
 
 // ---- v5: rows per warp, unrolled streaming loads, fused batch and epilogue -------------------
 // Each lane keeps rows * unroll 16-byte loads in flight; x is read as float4 through L1 and
-// shared by the warp's rows; acc[row][batch] stays in registers.
+// shared by the warp's rows; acc[row][batch] stays in registers. The first step's weights are
+// loaded before the PDL wait (they never depend on an earlier kernel; f16 decode: no change).
+template <class T, int kRows, int kUnroll>
+__device__ __forceinline__ void v5_load(const T* __restrict__ wm, int64_t row0, int64_t k0, int64_t n, int64_t k,
+                                        uint4 (&raw)[kRows][kUnroll]) {
+  constexpr int kVec = 16 / sizeof(T);
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t kk = k0 + (int64_t(u) * 32 + lane) * kVec;
+      const int64_t rr = row0 + r < n ? row0 + r : n - 1;  // clamp: keep loads in bounds
+      raw[r][u] = kk < k ? load_stream(wm + rr * k + kk) : make_uint4(0, 0, 0, 0);
+    }
+}
+
 template <class T, int kRows, int kUnroll>
 __global__ void __launch_bounds__(256) v5_stream(const T* __restrict__ w, const T* __restrict__ w_up,
                                                  const float* __restrict__ x, float* __restrict__ y, int64_t n,
@@ -100,6 +116,9 @@ __global__ void __launch_bounds__(256) v5_stream(const T* __restrict__ w, const 
   constexpr int kStep = 32 * kVec * kUnroll;  // elements a warp covers per iteration
   const int lane = threadIdx.x % 32;
   const int64_t row0 = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows;
+  uint4 raw[kRows][kUnroll];
+  bool loaded = row0 < n;
+  if (loaded) v5_load<T>(w, row0, 0, n, k, raw);
   pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
   if (row0 >= n) return;
   const int nmat = w_up ? 2 : 1;
@@ -108,15 +127,8 @@ __global__ void __launch_bounds__(256) v5_stream(const T* __restrict__ w, const 
   for (int mat = 0; mat < nmat; ++mat) {
     const T* wm = mat ? w_up : w;
     for (int64_t k0 = 0; k0 < k; k0 += kStep) {
-      uint4 raw[kRows][kUnroll];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int64_t kk = k0 + (int64_t(u) * 32 + lane) * kVec;
-          const int64_t rr = row0 + r < n ? row0 + r : n - 1;  // clamp: keep loads in bounds
-          raw[r][u] = kk < k ? load_stream(wm + rr * k + kk) : make_uint4(0, 0, 0, 0);
-        }
+      if (!loaded) v5_load<T>(wm, row0, k0, n, k, raw);
+      loaded = false;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t kk = k0 + (int64_t(u) * 32 + lane) * kVec;
@@ -178,7 +190,7 @@ Status launch_v34(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
 template <class T, int kRows, int kUnroll>
 Status launch_v5_impl(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   const int64_t rows_per_block = int64_t(c.warps) * kRows;
-  const Epilogue ep{p.bias, p.residual, p.w_up != nullptr};
+  const Epilogue ep = epilogue_of(p);
   launch_pdl(v5_stream<T, kRows, kUnroll>, unsigned((p.n + rows_per_block - 1) / rows_per_block), unsigned(c.warps * 32), 0,
              s, wptr<T>(p.w), wptr<T>(p.w_up), p.x, p.y, p.n, p.k, p.batch, ep);
   return launch_status("v5_stream");
@@ -246,7 +258,8 @@ void register_float_variants(std::vector<GemvVariant>& out) {
   out.push_back({"v5_stream", "rows per warp, unrolled streaming 16-byte loads, fused batch and epilogues",
                  WeightLayout::Gguf, float_types, run_v5,
                  {GemvConfig{2, 4, 4}, GemvConfig{1, 4, 4}, GemvConfig{2, 4, 2}, GemvConfig{4, 4, 2},
-                  GemvConfig{2, 8, 4}, GemvConfig{1, 8, 4}, GemvConfig{2, 2, 4}}});
+                  GemvConfig{2, 8, 4}, GemvConfig{1, 8, 4}, GemvConfig{2, 2, 4}},
+                 XRounding::None, /*writes_y8=*/true});
 }
 
 }  // namespace lamina::kernels

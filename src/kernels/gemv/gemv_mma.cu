@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(256) v6_mma(const T* __restrict__ w, const T* 
 
 template <class T, int kUnroll>
 Status launch_t(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  const Epilogue ep{p.bias, p.residual, p.w_up != nullptr};
+  const Epilogue ep = epilogue_of(p);
   const unsigned grid = unsigned((p.n + 15) / 16);
   const auto* w = static_cast<const T*>(p.w);
   const auto* wu = static_cast<const T*>(p.w_up);

@@ -119,7 +119,7 @@ void register_q4k_variants(std::vector<GemvVariant>& out) {
   out.push_back({"q4k_dp4a", "q4_K in place: a 16-byte quant chunk per lane, int8 x in shared memory, dp4a",
                  WeightLayout::Gguf, q4k_only, run_q4k,
                  {GemvConfig{1, 8, 2}, GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 4, 2}},
-                 XRounding::Int8Blocks});
+                 XRounding::Int8Blocks, /*writes_y8=*/true});
 }
 
 }  // namespace lamina::kernels

@@ -151,7 +151,7 @@ void register_q6k_variants(std::vector<GemvVariant>& out) {
   out.push_back({"q6k_dp4a", "q6_K repacked into ql/qh/scale/d planes, int8 x in shared memory, dp4a",
                  WeightLayout::Repacked, q6k_only, run_q6k,
                  {GemvConfig{1, 8, 2}, GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 4, 2}},
-                 XRounding::Int8Blocks});
+                 XRounding::Int8Blocks, /*writes_y8=*/true});
 }
 
 }  // namespace lamina::kernels

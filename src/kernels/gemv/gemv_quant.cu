@@ -50,7 +50,7 @@ __global__ void q_generic(const uint8_t* __restrict__ w, const uint8_t* __restri
 
 template <class Block, int kBlockElems, float (*Decode)(const Block&, int)>
 Status launch_generic(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  const Epilogue ep{p.bias, p.residual, p.w_up != nullptr};
+  const Epilogue ep = epilogue_of(p);
   q_generic<Block, kBlockElems, Decode><<<unsigned((p.n + c.warps - 1) / c.warps), unsigned(c.warps * 32), 0, s>>>(
       static_cast<const uint8_t*>(p.w), static_cast<const uint8_t*>(p.w_up), p.x, p.y, p.n, p.k, p.batch, ep);
   return launch_status("q_generic");
@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(256) q_repacked(const uint8_t* __restrict__ w,
 template <int kBits, int kRows, int kUnroll>
 Status launch_repacked_impl(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   const int64_t rows_per_block = int64_t(c.warps) * kRows;
-  const Epilogue ep{p.bias, p.residual, p.w_up != nullptr};
+  const Epilogue ep = epilogue_of(p);
   launch_pdl(q_repacked<kBits, kRows, kUnroll>, unsigned((p.n + rows_per_block - 1) / rows_per_block),
              unsigned(c.warps * 32), 0, s, static_cast<const uint8_t*>(p.w), static_cast<const uint8_t*>(p.w_up), p.x, p.y,
              p.n, p.k, p.batch, ep);
@@ -241,7 +241,8 @@ void register_quant_variants(std::vector<GemvVariant>& out) {
   out.push_back({"q_repacked", "q4_0/q8_0 quant+scale planes, 16-byte streaming loads, rows per warp",
                  WeightLayout::Repacked, repacked_types, run_repacked,
                  {GemvConfig{2, 4, 2}, GemvConfig{1, 4, 4}, GemvConfig{2, 4, 4}, GemvConfig{4, 4, 2},
-                  GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}}});
+                  GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}},
+                 XRounding::None, /*writes_y8=*/true});
 }
 
 }  // namespace lamina::kernels

@@ -77,7 +77,7 @@ Status launch_x8_persistent(Kernel kernel, const char* name, const GemvProblem& 
   const int64_t rows_per_block = int64_t(c.warps) * rows_per_warp;
   const int64_t needed = (p.n + rows_per_block - 1) / rows_per_block;
   const unsigned grid = unsigned(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * std::max(per_sm, 1))));
-  const Epilogue ep{p.bias, p.residual, p.w_up != nullptr};
+  const Epilogue ep = epilogue_of(p);
   launch_pdl(kernel, grid, unsigned(c.warps * 32), smem, s, static_cast<const uint8_t*>(p.w),
              static_cast<const uint8_t*>(p.w_up), p.x, static_cast<const uint8_t*>(p.x8), p.y, p.n, p.k, p.batch, ep);
   return launch_status(name);

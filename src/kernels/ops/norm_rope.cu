@@ -18,17 +18,57 @@ namespace {
 
 constexpr int kNormThreads = 1024;  // a decode step normalises one row: one block, all of it busy
 
+constexpr int kNormPer = 8;  // values per thread kept in registers: rows of up to 8192 columns
+
+// One normalised value: out, and its 16-bit and int8-block copies. Every lane of a warp calls it
+// for 32 consecutive columns when out8 is given.
+template <class T16>
+__device__ __forceinline__ void rmsnorm_store(float v, int64_t row, int64_t i, int64_t cols, float* __restrict__ out,
+                                              T16* __restrict__ out16, uint8_t* __restrict__ out8) {
+  out[row * cols + i] = v;
+  if (out8) quantize_block32(v, cols, i / 32, out8 + size_t(row) * x8_bytes(cols));
+  if constexpr (!std::is_same_v<T16, float>) {
+    if (out16) {
+      if constexpr (std::is_same_v<T16, __half>) out16[row * cols + i] = __float2half_rn(v);
+      else out16[row * cols + i] = __float2bfloat16_rn(v);
+    }
+  }
+}
+
 // x, out: [rows][cols];  w: [cols];  out16: [rows][cols] in T16 (optional)
 // out8: [rows][x8_bytes(cols)] int8 blocks (cols % 32 == 0), optional
+// Rows of up to kNormPer * blockDim.x columns are read once into registers, all loads in flight
+// together, and the weights are loaded before the PDL wait (they never depend on the kernel
+// before); the decode step waits on this kernel twice per layer. Longer rows take a strided loop.
+// The sum of squares adds the same terms in the same order either way.
 template <class T16>
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* __restrict__ x, const float* __restrict__ w,
                                                                int64_t cols, float eps, float* __restrict__ out,
                                                                T16* __restrict__ out16, uint8_t* __restrict__ out8) {
-  pdl_enter();
+  pdl_launch_dependents();
   const int64_t row = blockIdx.x;
   const float* xr = x + row * cols;
+  const bool held = cols <= int64_t(kNormPer) * blockDim.x;
+  float wv[kNormPer], xv[kNormPer];
+  if (held)
+#pragma unroll
+    for (int u = 0; u < kNormPer; ++u) {
+      const int64_t i = threadIdx.x + int64_t(u) * blockDim.x;
+      wv[u] = i < cols ? w[i] : 0.f;
+    }
+  pdl_wait();
   double ss = 0;
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) ss += double(xr[i]) * xr[i];
+  if (held) {
+#pragma unroll
+    for (int u = 0; u < kNormPer; ++u) {
+      const int64_t i = threadIdx.x + int64_t(u) * blockDim.x;
+      xv[u] = i < cols ? xr[i] : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kNormPer; ++u) ss += double(xv[u]) * xv[u];
+  } else {
+    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) ss += double(xr[i]) * xr[i];
+  }
   __shared__ double part[kNormThreads / 32];
   for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(~0u, ss, o);
   if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
@@ -41,16 +81,14 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* __re
   __syncthreads();
   const float scale = float(1.0 / sqrt(part[0] / double(cols) + double(eps)));
   // A warp's 32 lanes take 32 consecutive columns: one int8 block of out8 per warp and step.
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
-    const float v = xr[i] * scale * w[i];
-    out[row * cols + i] = v;
-    if (out8) quantize_block32(v, cols, i / 32, out8 + size_t(row) * x8_bytes(cols));
-    if constexpr (!std::is_same_v<T16, float>) {
-      if (out16) {
-        if constexpr (std::is_same_v<T16, __half>) out16[row * cols + i] = __float2half_rn(v);
-        else out16[row * cols + i] = __float2bfloat16_rn(v);
-      }
+  if (held) {
+#pragma unroll
+    for (int u = 0; u < kNormPer; ++u) {
+      const int64_t i = threadIdx.x + int64_t(u) * blockDim.x;
+      if (i < cols) rmsnorm_store(xv[u] * scale * wv[u], row, i, cols, out, out16, out8);
     }
+  } else {
+    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) rmsnorm_store(xr[i] * scale * w[i], row, i, cols, out, out16, out8);
   }
 }
 
