@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, con
   // The weights never depend on an earlier kernel: the first step's loads go out before the
   // wait, so they overlap the kernel before (PDL) and the making of x.
   bool loaded = first < n;
-  if (loaded) Step::template load<false>(Step::global(w, n, k), first, n, 0, k, regs);
+  if (loaded) Step::load(Step::global(w, n, k), first, n, 0, k, regs);
   pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
   const uint8_t* xs = x8_source(x, x8, k, batch, smem);
   for (int64_t row0 = first; row0 < n; row0 += warps_total * kRows) {
@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, con
 #pragma unroll
     for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat)
       for (int64_t l0 = 0; l0 < Step::loads(k); l0 += 32 * kUnroll) {
-        if (!loaded) Step::template load<false>(Step::global(mat ? w_up : w, n, k), row0, n, l0, k, regs);
+        if (!loaded) Step::load(Step::global(mat ? w_up : w, n, k), row0, n, l0, k, regs);
         loaded = false;
         Step::dot(regs, xs, k, l0, batch, acc[mat]);
       }

@@ -23,8 +23,7 @@ struct Dp4aStep {
   static __host__ __device__ __forceinline__ size_t quant_row(int64_t k) { return size_t(k) * kBits / 8; }
   static __host__ __device__ __forceinline__ size_t scale_row(int64_t k) { return size_t(k / 32) * kScaleBytes; }
 
-  // Rows of a matrix in the repacked layout: quant rows, then scale rows (global memory, or a
-  // copy of some rows in shared memory laid out the same way).
+  // Rows of a matrix in the repacked layout: quant rows, then scale rows.
   struct Rows {
     const uint8_t* q;
     const uint8_t* sc;
@@ -39,7 +38,6 @@ struct Dp4aStep {
   };
 
   // Rows i0..i0+kRows-1 of `rows` (clamped to limit-1: loads stay in bounds), chunks l0 + u*32 + lane.
-  template <bool kShared>
   static __device__ __forceinline__ void load(Rows rows, int64_t i0, int64_t limit, int64_t l0, int64_t k, Regs& g) {
     const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -51,8 +49,7 @@ struct Dp4aStep {
         const bool in = l < loads(k);
         const uint8_t* qp = rows.q + size_t(i) * quant_row(k) + size_t(l) * 16;
         const uint8_t* sp = rows.sc + size_t(i) * scale_row(k) + size_t(l * kPer / 32) * kScaleBytes;
-        if constexpr (kShared) g.raw[r][u] = in ? *reinterpret_cast<const uint4*>(qp) : make_uint4(0, 0, 0, 0);
-        else g.raw[r][u] = in ? load_stream(qp) : make_uint4(0, 0, 0, 0);
+        g.raw[r][u] = in ? load_stream(qp) : make_uint4(0, 0, 0, 0);
         if constexpr (kMin) {
           const __half2 dm = in ? *reinterpret_cast<const __half2*>(sp) : __floats2half2_rn(0.f, 0.f);
           g.dw[r][u] = __low2float(dm);
