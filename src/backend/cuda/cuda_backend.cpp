@@ -38,7 +38,7 @@ bool repacks(GgmlType t) {
 
 // The GEMV that keeps x in f32 (--exact-matmul): per-element decode for quantised blocks.
 kn::Status gemv_exact(const kn::GemvProblem& p, cudaStream_t s) {
-  const bool flt = p.wtype == GgmlType::F16 || p.wtype == GgmlType::BF16 || p.wtype == GgmlType::F32;
+  const bool flt = float_type(p.wtype);
   const kn::GemvVariant* v = kn::find_gemv_variant(flt ? "v5_stream" : "q_generic");
   if (!v) return kn::Status::error("no exact GEMV variant");
   if (kn::Status st = kn::gemv_validate(p, *v); !st) return st;
