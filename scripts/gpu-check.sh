@@ -61,7 +61,8 @@ same_tokens() {  # same_tokens MODEL N NAME STRICT
 if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
   for f in "$MODELS"/llama2-7b-*.gguf "$MODELS"/llama3-8b-*.gguf; do
     n=$(basename "$f" .gguf)
-    step "tune-$n" "$L" tune -m "$f" --batch 1
+    prompts=512; [ "$n" = llama2-7b-q8_0 ] && prompts=512,4096  # the GEMM rows of pp512 and pp4096
+    step "tune-$n" "$L" tune -m "$f" --batch 1 --prompt $prompts
     step "bench-$n" "$L" bench -m "$f" -p 512 -n 128 -r 3 -d cuda
   done
   # a context that cannot fit: one line naming what is needed and what is available, exit 1

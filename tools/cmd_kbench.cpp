@@ -4,7 +4,8 @@
 // as a decode step runs them), then from the graph time: GB/s over the bytes read (W + x), % of
 // the device-to-device copy bandwidth measured at start, and the speed-up over cuBLAS
 // (cublasGemmEx, same dtypes; f16 for quantised types; also timed both ways).
-// lamina tune -m MODEL: tunes the model's matrix shapes for batch 1..8 into the tune cache.
+// lamina tune -m MODEL: tunes the model's matrix shapes for batch 1..8 (GEMV) and for prompt
+// passes of --prompt rows (GEMM, default 512) into the tune cache.
 #include "cmd_kbench_gemm.h"
 #include "commands.h"
 #include "core/error.h"
@@ -15,11 +16,13 @@
 #include "format/gguf.h"
 #include "kernels/autotune/autotune.h"
 #include "kernels/common/timing.h"
+#include "kernels/gemm/gemm.h"
 #include "kernels/gemv/gemv_tune.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #endif
@@ -39,6 +42,7 @@ struct KbenchArgs {
 struct TuneArgs {
   std::string model;
   std::string batches = "1,2,4,8";
+  std::string prompts = "512";  // GEMM rows (prompt tokens per pass) to tune for
 };
 
 #if defined(LAMINA_HAVE_CUDA)
@@ -152,6 +156,35 @@ void run_kbench_gemv(KbenchArgs a) {
   cudaStreamDestroy(s);
 }
 
+// The GEMMs a prompt of m rows runs, as the CUDA backend sets them up: A in f16 (bf16 for bf16
+// weights, f32 for f32), quantised weights in the layout it loads them in, C in f32.
+void tune_prompt_gemms(const std::set<std::tuple<GgmlType, int64_t, int64_t, bool>>& shapes, const std::string& prompts,
+                       cudaStream_t s) {
+  if (prompts.empty()) return;
+  std::set<std::tuple<GgmlType, int64_t, int64_t>> done;
+  for (const auto& ms : split_list(prompts)) {
+    const int64_t m = std::stoll(ms);
+    if (m <= kGemvMaxBatch) fail("--prompt {}: prompt passes of up to {} rows run GEMVs", m, kGemvMaxBatch);
+    for (const auto& [type, n, k, pair] : shapes) {
+      (void)pair;
+      if (!done.insert({type, n, k}).second) continue;  // the gate/up pair: the gate's shape
+      GemmProblem p;
+      p.b_type = type;
+      p.a_type = type == GgmlType::F32 ? GgmlType::F32 : type == GgmlType::BF16 ? GgmlType::BF16 : GgmlType::F16;
+      p.b_layout = repacked_layout_preferred(type) ? WeightLayout::Repacked : WeightLayout::Gguf;
+      p.m = m, p.n = n, p.k = k, p.lda = k, p.ldb = k, p.ldc = n;
+      const auto t = gemm_time_variants(p, true, true, s);
+      if (t.empty()) continue;
+      const auto best = *std::min_element(t.begin(), t.end(), [](auto& x, auto& y) { return x.us < y.us; });
+      fmt::print("{:<6} {:>5} x {:>6} x {:<6} gemm: {} ({}) {:.2f} µs\n", type_name(type), m, n, k, best.variant->name,
+                 best.config.str(), best.us);
+    }
+    done.clear();
+  }
+  TuneCache::get("gemm").save();
+  fmt::print("saved to {}\n", tune_cache_path("gemm"));
+}
+
 void run_tune(const TuneArgs& a) {
   const GgufFile f = GgufFile::open(a.model);
   cudaStream_t s;
@@ -196,6 +229,7 @@ void run_tune(const TuneArgs& a) {
     }
   TuneCache::get("gemv").save();
   fmt::print("saved to {}\n", tune_cache_path("gemv"));
+  tune_prompt_gemms(shapes, a.prompts, s);
   cudaStreamDestroy(s);
 }
 #else
@@ -229,9 +263,10 @@ Run add_kbench(CLI::App& app) {
 
 Run add_tune(CLI::App& app) {
   auto a = std::make_shared<TuneArgs>();
-  auto* sub = app.add_subcommand("tune", "Autotune a model's GEMV shapes on this GPU (writes the tune cache)");
+  auto* sub = app.add_subcommand("tune", "Autotune a model's GEMV and prompt GEMM shapes on this GPU (writes the tune cache)");
   sub->add_option("-m,--model", a->model, "GGUF model")->required();
   sub->add_option("--batch", a->batches, "Comma-separated batch sizes (1..8)");
+  sub->add_option("--prompt", a->prompts, "Comma-separated prompt rows per pass to tune the GEMMs for ('' for none)");
   return [a] { run_tune(*a); };
 }
 

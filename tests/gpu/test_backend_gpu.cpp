@@ -311,6 +311,31 @@ TEST(BackendOps, AttentionPrefillThenDecode) {
   }
 }
 
+// Decode past 1024 and 2048 positions, where the backend splits the sequence into more parts
+// (one per 128 positions of the length bucket): GQA and plain heads, the per-group instances.
+TEST(BackendOps, LongContextDecode) {
+  std::mt19937 rng(9);
+  for (const AttnCase& c : {AttnCase{8, 8, 128, GgmlType::F16}, AttnCase{8, 2, 64, GgmlType::F16},
+                            AttnCase{6, 1, 64, GgmlType::F16}}) {
+    Both b;
+    const int n_ctx = 2200, kvd = c.n_head_kv * c.head_dim, qd = c.n_head * c.head_dim;
+    b.cpu.init_kv_cache(1, n_ctx, kvd, c.kv), b.gpu.init_kv_cache(1, n_ctx, kvd, c.kv);
+    const AttentionParams ap{c.n_head, c.n_head_kv, c.head_dim, 1.f / std::sqrt(float(c.head_dim))};
+    int past = 0;
+    for (int rows : {1100, 1, 2, 950, 1, 1}) {
+      std::vector<int32_t> pos(static_cast<size_t>(rows)), toks(static_cast<size_t>(rows), 0);
+      for (int i = 0; i < rows; ++i) pos[size_t(i)] = past + i;
+      b.begin(toks, pos);
+      const auto [qc, qg, kc, kg, vc, vg] = b.put_qkv(rows, qd, kvd, rng);
+      Tensor oc = b.cpu.alloc(rows, qd), og = b.gpu.alloc(rows, qd);
+      b.cpu.attention(0, qc, kc, vc, pos, ap, oc), b.gpu.attention(0, qg, kg, vg, pos, ap, og);
+      EXPECT_LE(rel(b.get(b.gpu, og), b.get(b.cpu, oc)), rows > 8 ? 3e-3 : 1e-4)
+          << "heads " << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim << " rows " << rows << " at " << past;
+      past += rows;
+    }
+  }
+}
+
 // rope_attention: the CUDA backend's fused RoPE + cache store kernel, then attention, against
 // the CPU's rope, rope, attention. Partial rotary (n_rot < head_dim) stores the unrotated tail of
 // k as it is; later passes read the cache the fused kernel wrote.

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace lamina {
@@ -32,9 +33,7 @@ void cuda_check(cudaError_t e, const char* what) {
 bool float_type(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
 
 // Matmul weights the GEMV/GEMM kernels want in the repacked plane layout.
-bool repacks(GgmlType t) {
-  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q6_K;
-}
+bool repacks(GgmlType t) { return kn::repacked_layout_preferred(t); }
 
 // The GEMV that keeps x in f32 (--exact-matmul): per-element decode for quantised blocks.
 kn::Status gemv_exact(const kn::GemvProblem& p, cudaStream_t s) {
@@ -59,6 +58,12 @@ CudaBackend::CudaBackend(int device, bool exact) : device_(device), exact_(exact
   cuda_check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
   gpu_name_ = prop.name;
   sm_count_ = prop.multiProcessorCount;
+  if (const char* v = std::getenv("LAMINA_ATTN_PREFILL")) {
+    bool known = false;
+    for (auto r : {kn::PrefillAttention::V1Mma, kn::PrefillAttention::V2Pipelined})
+      if (std::string(v) == kn::prefill_attention_name(r)) prefill_attention_ = r, known = true;
+    check("init", known, fmt::format("LAMINA_ATTN_PREFILL={} names no prompt-attention kernel", v));
+  }
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   cuda_check(cudaEventCreateWithFlags(&in_copied_, cudaEventDisableTiming), "cudaEventCreate");
   cuda_check(cudaMallocHost(&host_id_, sizeof(int32_t)), "cudaMallocHost");
@@ -252,6 +257,8 @@ void CudaBackend::begin_forward(std::span<const int32_t> tokens, std::span<const
   std::memcpy(host_in_, tokens.data(), n * sizeof(int32_t));
   std::memcpy(host_in_ + in_capacity_, pos.data(), n * sizeof(int32_t));
   n_in_ = int64_t(n);
+  kv_bucket_ = 1024;
+  if (n) while (kv_bucket_ < int64_t(pos.back()) + 1) kv_bucket_ *= 2;
   // One copy of the whole staging area: the same node serves every replay of a graph.
   cuda_check(cudaMemcpyAsync(dev_in_, host_in_, 2 * in_capacity_ * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
              "input copy");
@@ -260,8 +267,12 @@ void CudaBackend::begin_forward(std::span<const int32_t> tokens, std::span<const
 
 // ---- graphs --------------------------------------------------------------------------------
 
+// A recorded pass is valid for one length bucket (the attention's split count depends on it).
+uint64_t CudaBackend::graph_key(uint64_t key) const { return key << 32 | uint64_t(kv_bucket_ >> 10); }
+
 bool CudaBackend::replay(uint64_t key) {
   if (!graphs_enabled_ || profiling_) return false;
+  key = graph_key(key);
   auto it = graphs_.find(key);
   if (it == graphs_.end() || !it->second.exec) return false;
   if (it->second.generation != generation_) {  // buffers moved since it was recorded
@@ -276,6 +287,7 @@ bool CudaBackend::replay(uint64_t key) {
 
 bool CudaBackend::capture_begin(uint64_t key) {
   if (!graphs_enabled_ || profiling_) return false;
+  key = graph_key(key);
   Recorded& r = graphs_[key];
   if (++r.seen < 2) return false;  // the first pass runs eagerly: it sizes scratch and warms caches
   // The inputs were copied outside the capture (begin_forward ran first): record the copy again
@@ -440,6 +452,13 @@ void CudaBackend::matmul_multi(std::span<const Weight* const> w, Tensor x, std::
     for (size_t i = 0; i < w.size(); ++i) matmul(*w[i], x, out[i]);
     return;
   }
+  // Prompt rows of a plain (not repacked) stack: one GEMM per part straight into its output.
+  // Measured at pp512 on the 7B f16 model: three 4096-wide GEMMs cost less than the stacked
+  // GEMM plus the three column copies (see docs/benchmarks.md).
+  if (x.rows > kn::kGemvMaxBatch && !d0.repacked) {
+    for (size_t i = 0; i < w.size(); ++i) matmul(*w[i], x, out[i]);
+    return;
+  }
   const Weight stacked{w[0]->type, w[0]->cols, rows, d0.stack};
   const DevWeight ds{d0.repacked, d0.bytes * size_t(rows) / size_t(w[0]->rows)};
   bool adjacent = x.rows == 1;
@@ -495,9 +514,13 @@ void CudaBackend::add(Tensor x, Tensor y) {
 }
 
 void CudaBackend::swiglu(Tensor gate, Tensor up) {
-  run_op("swiglu", double(gate.rows * gate.cols) * 12.0, 0,
-         [&] { return kn::swiglu(gate.data, up.data, gate.rows * gate.cols, stream_); });
+  // Rows that will feed a GEMM (the down projection) get their 16-bit copy in the same pass.
+  const int64_t n = gate.rows * gate.cols;
+  void* h = gate.rows > kn::kGemvMaxBatch && !exact_ && n % 4 == 0 ? scratch_bytes(size_t(n) * 2) : nullptr;
   wrote(gate);
+  run_op("swiglu", double(n) * (h ? 14.0 : 12.0), 0,
+         [&] { return kn::swiglu(gate.data, up.data, n, stream_, h, act16_); });
+  if (h) shadow_ = Shadow{gate.data, n, h, act16_};
 }
 
 kn::RopeArgs CudaBackend::rope_args(int n_heads, int head_dim, const RopeParams& p) {
@@ -568,19 +591,34 @@ void CudaBackend::attend(const LayerCache& c, Tensor q, std::span<const int32_t>
   if (q.rows > kn::kGemvMaxBatch && kn::attention_prefill_supported(c.a) && pos.back() - pos.front() + 1 == q.rows) {
     // causal: each query reads on average half of the new keys plus every earlier one
     const double causal = flops / 2 + flops * pos.front() / (2.0 * (pos.back() + 1));
-    run_op("attention (prefill)", kv_read + double(q.rows * q.cols) * 8.0, causal,
-           [&] { return kn::attention_prefill(q.data, q.rows, dev_pos(), c.k, c.v, c.a, out.data, stream_); });
+    // The Wo GEMM reads the output in 16 bits: the kernel writes that copy too.
+    void* h = exact_ ? nullptr : scratch_bytes(size_t(out.rows * out.cols) * 2);
+    run_op("attention (prefill)", kv_read + double(q.rows * q.cols) * (h ? 10.0 : 8.0), causal, [&] {
+      return kn::attention_prefill(q.data, q.rows, dev_pos(), c.k, c.v, c.a, out.data, stream_, h, act16_,
+                                   prefill_attention_);
+    });
+    if (h) shadow_ = Shadow{out.data, out.rows * out.cols, h, act16_};
     return;
   }
-  // Splits: enough blocks for two waves over the SMs, at least 64 positions per split.
-  const int64_t blocks = int64_t(p.n_head_kv) * q.rows;
-  const int splits = int(std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, std::max(1, kv_ctx_ / 64)));
+  const int splits = decode_splits(p.n_head_kv, q.rows);
   float* work = static_cast<float*>(scratch_bytes(kn::attention_work_floats(c.a, q.rows, splits) * sizeof(float)));
   void* q8 = make_x8(out);
   run_op("attention (decode)", kv_read + double(q.rows * q.cols) * 8.0, flops, [&] {
     return kn::attention_decode(q.data, q.rows, dev_pos(), c.k, c.v, c.a, splits, work, out.data, stream_, q8);
   });
   if (q8) shadow8_ = {out.data, out.rows, out.cols, q8};
+}
+
+// Flash-decoding splits per (KV head, row): enough blocks for two waves over the SMs, at least
+// 64 positions per split; past 1024 positions, one split per 128 positions of the length
+// rounded up to a power of two (kv_bucket_), up to eight waves, so that a long context keeps
+// enough rows in flight. A decode graph is recorded per bucket (graph_key), so it only changes
+// at 1024, 2048, 4096, ... positions.
+int CudaBackend::decode_splits(int n_head_kv, int64_t rows) const {
+  const int64_t blocks = int64_t(n_head_kv) * rows;
+  const int64_t base = std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, std::max(1, kv_ctx_ / 64));
+  const int64_t most = std::max<int64_t>(base, (8 * sm_count_ + blocks - 1) / blocks);
+  return int(std::clamp<int64_t>(kv_bucket_ / 128, base, most));
 }
 
 void CudaBackend::read(Tensor t, float* host) {

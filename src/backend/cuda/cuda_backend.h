@@ -141,6 +141,8 @@ class CudaBackend final : public Backend {
   std::vector<void*> owned_;  // weight and cache allocations
   size_t weight_bytes_ = 0;
   GgmlType act16_ = GgmlType::F16;  // the 16-bit type GEMM inputs are rounded to
+  // Prompt-attention rung: the newest, or the one LAMINA_ATTN_PREFILL names (for A/B timing).
+  kernels::PrefillAttention prefill_attention_ = kernels::PrefillAttention::V2Pipelined;
   // Scratch: chunks of device memory, bump-allocated; merged into one at reset after growth.
   std::vector<Chunk> scratch_;
   size_t scratch_used_ = 0;
@@ -178,6 +180,9 @@ class CudaBackend final : public Backend {
   // KV cache
   GgmlType kv_type_ = GgmlType::F16;
   int kv_layers_ = 0, kv_ctx_ = 0, kv_dim_ = 0;
+  int64_t kv_bucket_ = 1024;  // the pass's last position + 1, rounded up to a power of two >= 1024
+  int decode_splits(int n_head_kv, int64_t rows) const;
+  uint64_t graph_key(uint64_t key) const;
   void* k_cache_ = nullptr;
   void* v_cache_ = nullptr;
   void* gemm_work_ = nullptr;

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 
 namespace lamina::kernels {
@@ -85,6 +86,27 @@ static std::string tune_key(const GemmProblem& p) {
          std::to_string(p.k) + "|" + device_key();
 }
 
+// Untuned: the config (without split-K) whose tiles fill the SMs best — the fewest waves of
+// tiles times the tile's area, ties to the earlier (larger-tile) config. At M = 512, N = 4096
+// the default 128x256 tile gives 64 tiles for 132 SMs; 128x128 gives 128.
+static GemmConfig untuned_config(const GemmProblem& p, const GemmVariant& v) {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return std::max(n, 1);
+  }();
+  GemmConfig best = v.configs.front();
+  int64_t best_cost = INT64_MAX;
+  for (const GemmConfig& c : v.configs) {
+    if (c.splits > 1) continue;
+    const int64_t tiles = ((p.m + c.bm - 1) / c.bm) * ((p.n + c.bn - 1) / c.bn);
+    const int64_t cost = (tiles + sms - 1) / sms * int64_t(c.bm) * c.bn;
+    if (cost < best_cost) best = c, best_cost = cost;
+  }
+  return best;
+}
+
 Status gemm(const GemmProblem& p, cudaStream_t s) {
   if (auto e = TuneCache::get("gemm").find(tune_key(p))) {
     if (const GemmVariant* v = find_gemm_variant(e->variant)) {
@@ -98,7 +120,7 @@ Status gemm(const GemmProblem& p, cudaStream_t s) {
     const GemmVariant* v = find_gemm_variant(name);
     if (v && v->supports(p)) {
       if (Status st = gemm_validate(p, *v); !st) return st;
-      return v->launch(p, v->configs.front(), s);
+      return v->launch(p, untuned_config(p, *v), s);
     }
   }
   return Status::error("gemm: no variant takes these types and layouts");

@@ -88,6 +88,10 @@ size_t gemv_weight_bytes(const GemvProblem& p);
 //   [n][k/2] (q4_0, q4_1) or [n][k] (q8_0) bytes, then [n][k/32] f16 d (q4_1: (d, m) pairs);
 // Q6_K: ql [n][k/2] | qh [n][k/4] | scales int8 [n][k/16] | d f16 [n][k/256] (gemv_q6k.cu).
 size_t gemv_repacked_bytes(GgmlType t, int64_t n, int64_t k);
+// The weight types whose matmul kernels (GEMV and GEMM) want the repacked layout.
+inline bool repacked_layout_preferred(GgmlType t) {
+  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q6_K;
+}
 Status gemv_repack(GgmlType t, const void* gguf_rows, int64_t n, int64_t k, void* out, cudaStream_t s);
 
 }  // namespace lamina::kernels

@@ -2,9 +2,11 @@
 //
 // attn_split_kernel: grid (KV head, split, token), 4 warps. A block owns one KV head and all
 // G = n_head / n_head_kv query heads that read it, so each K/V row is loaded once per group.
-// Lane l holds elements [l*E, l*E + E) of a head (E = head_dim / 32); a warp takes 4 positions
-// at a time (8 row loads in flight), scores them with warp-sum reductions and folds them into
-// its running (max, sum, output) — the online softmax. The block's 4 warps are merged through
+// The kernel is compiled for at most MAXG = 1, 4 or 8 query heads per KV head: per-head state
+// lives in registers, and sizing it for 8 heads held a Llama-2 block (G = 1) to 128 registers
+// per thread. Lane l holds elements [l*E, l*E + E) of a head (E = head_dim / 32); a warp takes
+// P positions at a time (2P row loads in flight; P = 8 for G = 1, else 4), scores them with
+// warp-sum reductions and folds them into its running (max, sum, output) — the online softmax. The block's 4 warps are merged through
 // shared memory and written as one split's partial; attn_merge_kernel combines the splits:
 //   M = max_s m_s,  L = sum_s l_s e^(m_s - M),  out = sum_s o_s e^(m_s - M) / L.
 // Each split's share of positions is computed on the device from pos[t], so a captured graph
@@ -22,7 +24,7 @@
 namespace lamina::kernels {
 namespace {
 
-constexpr int kWarps = 4, kPosPerWarp = 4, kMaxGroup = 8;
+constexpr int kWarps = 4, kMaxGroup = 8;
 constexpr float kNoScore = -1e30f;  // "minus infinity" that keeps exp(m_old - m_new) finite
 
 template <class KT>
@@ -61,12 +63,12 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // work, per (token, head, split): [m, l, o[head_dim]]
-template <class KT, int HD>
+template <class KT, int HD, int MAXG>
 __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(const float* __restrict__ q, const int32_t* __restrict__ pos,
                                                                  const KT* __restrict__ kc, const KT* __restrict__ vc,
                                                                  AttentionArgs a, int splits, float* __restrict__ work) {
   pdl_enter();
-  constexpr int E = HD / 32;
+  constexpr int E = HD / 32, kPosPerWarp = MAXG == 1 ? 8 : 4;
   const int kvh = blockIdx.x, sp = blockIdx.y, t = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int G = a.n_head / a.n_head_kv;
@@ -75,9 +77,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(const float* __
   const int chunk = (len + splits - 1) / splits;
   const int begin = sp * chunk, end = min(len, begin + chunk);
 
-  float qr[kMaxGroup][E], m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][E];
+  float qr[MAXG][E], m[MAXG], l[MAXG], acc[MAXG][E];
 #pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
+  for (int g = 0; g < MAXG; ++g) {
     m[g] = kNoScore, l[g] = 0.f;
 #pragma unroll
     for (int e = 0; e < E; ++e) acc[g][e] = 0.f, qr[g][e] = 0.f;
@@ -98,7 +100,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(const float* __
       load_row<KT, E>(vbase + int64_t(j) * kvd, vr[p]);
     }
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
+    for (int g = 0; g < MAXG; ++g) {
       if (g >= G) break;
       float s[kPosPerWarp], mx = m[g];
 #pragma unroll
@@ -125,10 +127,10 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(const float* __
   }
 
   // Merge the warps: shared [warp][group] (m, l) and [warp][group][HD] outputs.
-  __shared__ float sm_ml[kWarps][kMaxGroup][2];
-  __shared__ float sm_o[kWarps][kMaxGroup][HD];
+  __shared__ float sm_ml[kWarps][MAXG][2];
+  __shared__ float sm_o[kWarps][MAXG][HD];
 #pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
+  for (int g = 0; g < MAXG; ++g) {
     if (g >= G) break;
     if (lane == 0) sm_ml[warp][g][0] = m[g], sm_ml[warp][g][1] = l[g];
 #pragma unroll
@@ -208,8 +210,15 @@ template <class KT, int HD>
 void launch_split(const float* q, int64_t rows, const int32_t* pos, const void* kc, const void* vc, const AttentionArgs& a,
                   int splits, float* work, cudaStream_t s) {
   const dim3 grid(unsigned(a.n_head_kv), unsigned(splits), unsigned(rows));
-  launch_pdl(attn_split_kernel<KT, HD>, grid, kWarps * 32, 0, s, q, pos, static_cast<const KT*>(kc), static_cast<const KT*>(vc), a,
-                                                         splits, work);
+  const int G = a.n_head / a.n_head_kv;
+  const auto* k = static_cast<const KT*>(kc);
+  const auto* v = static_cast<const KT*>(vc);
+  // f32 caches (a debugging option) get the one general instance; f16 caches the one that fits G.
+  if constexpr (std::is_same_v<KT, __half>) {
+    if (G == 1) return launch_pdl(attn_split_kernel<KT, HD, 1>, grid, kWarps * 32, 0, s, q, pos, k, v, a, splits, work);
+    if (G <= 4) return launch_pdl(attn_split_kernel<KT, HD, 4>, grid, kWarps * 32, 0, s, q, pos, k, v, a, splits, work);
+  }
+  launch_pdl(attn_split_kernel<KT, HD, kMaxGroup>, grid, kWarps * 32, 0, s, q, pos, k, v, a, splits, work);
 }
 
 template <class KT>

@@ -1,18 +1,28 @@
 // Prompt attention on tensor cores (flash-attention 2 on mma.sync m16n8k16, f16 in, f32 out).
+// Two rungs, both kept and tested (PrefillAttention in ops.h):
 //
-// grid (query tile of 64, head); 4 warps, each owning 16 query rows. Q is read once from the f32
-// activations into A fragments (scaled by scale * log2 e, so the softmax uses exp2). KV tiles of
-// 64 positions stream through shared memory, K as [key][d] and V transposed to [d][key], so
-// every B fragment of S = Q K^T and of O += P V is one 32-bit shared load; rows are padded by 8
-// halves so that the 8 rows x 4 columns of a fragment load fall in distinct banks. S's
-// accumulator layout is P's A-fragment layout, so P never leaves registers. Causal masking
-// only touches the tiles that cross the diagonal; later tiles are skipped.
+// v1_mma: grid (query tile of 64, head); 4 warps, each owning 16 query rows. KV tiles of 64
+//   positions are loaded synchronously into shared memory, K as [key][d] and V transposed to
+//   [d][key] element by element, so every B fragment is one 32-bit shared load.
+//   Measured at pp512 (q4_0 7B, H100): 38.9 TFLOP/s, 6.8 % of the f16 tensor-core roofline.
+// v2_pipelined: grid (head, query tile of 128), the longest tiles first; 8 warps. K and V tiles
+//   stay [key][d] as in the cache and stream through two shared-memory stages with cp.async (the
+//   next tile is in flight while this one is multiplied); B fragments come from ldmatrix (K) and
+//   ldmatrix.trans (V), four 8x8 matrices per instruction. A KV tile now serves 128 queries.
 //
-// Layouts: q [rows][n_head][HD] f32; caches [n_ctx][n_head_kv][HD] f16; out like q.
+// Common to both: Q is read once from the f32 activations into A fragments (scaled by scale *
+// log2 e, so the softmax uses exp2). Shared rows are padded by 8 halves so that the 8 rows of a
+// fragment or ldmatrix load fall in distinct banks. S's accumulator layout is P's A-fragment
+// layout, so P never leaves registers. Causal masking only touches the tiles that cross the
+// diagonal; later tiles are skipped. The output may also be written in f16/bf16 (out16), the A
+// operand of the next GEMM.
+//
+// Layouts: q [rows][n_head][HD] f32; caches [n_ctx][n_head_kv][HD] f16; out (and out16) like q.
 #include "kernels/common/launch_status.h"
 #include "kernels/common/mma.cuh"
 #include "kernels/ops/ops.h"
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -24,26 +34,14 @@ namespace {
 using mma::mma16816;
 using mma::pack2;
 
-constexpr int kTileQ = 64, kTileK = 64, kWarps = 4, kPad = 8;
+constexpr int kTileK = 64, kPad = 8;
+constexpr int kTileQ1 = 64, kWarps1 = 4;   // v1
 
+// Q fragments of rows r0+g and r0+g+8 for each 16-wide chunk of d, scaled and rounded to f16.
 template <int HD>
-__global__ void __launch_bounds__(kWarps * 32) flash_prefill_kernel(const float* __restrict__ q, int rows,
-                                                                    const int32_t* __restrict__ pos,
-                                                                    const __half* __restrict__ kc,
-                                                                    const __half* __restrict__ vc, AttentionArgs a,
-                                                                    float* __restrict__ out) {
-  __shared__ __align__(16) __half k_s[kTileK][HD + kPad];
-  __shared__ __align__(16) __half vt_s[HD][kTileK + kPad];
-  const int tile = int(gridDim.x - 1 - blockIdx.x);  // the longest (latest) tiles first
-  const int h = blockIdx.y, kvh = h / (a.n_head / a.n_head_kv);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-  const int p0 = pos[0];
-  const int64_t qd = int64_t(a.n_head) * HD, kvd = int64_t(a.n_head_kv) * HD;
-  const int r0 = tile * kTileQ + warp * 16;  // this warp's first query row
-  const float qscale = a.scale * 1.4426950408889634f;
-
-  // Q fragments: rows r0+g and r0+g+8, for each 16-wide chunk of d.
-  uint32_t qf[HD / 16][4];
+__device__ __forceinline__ void load_q(const float* __restrict__ q, int rows, int64_t qd, int h, int r0, float qscale,
+                                       uint32_t (&qf)[HD / 16][4]) {
+  const int g = threadIdx.x % 32 / 4, t4 = threadIdx.x % 4;
 #pragma unroll
   for (int kk = 0; kk < HD / 16; ++kk)
 #pragma unroll
@@ -53,17 +51,110 @@ __global__ void __launch_bounds__(kWarps * 32) flash_prefill_kernel(const float*
       if (r < rows) v = *reinterpret_cast<const float2*>(q + int64_t(r) * qd + int64_t(h) * HD + d);
       qf[kk][i] = pack2<__half>(v.x * qscale, v.y * qscale);
     }
+}
+
+// Causal mask of a 16 x 64 score tile whose keys start at k0 (query rows from qpos0).
+__device__ __forceinline__ void mask_tile(float (&s)[kTileK / 8][4], int k0, int qpos0) {
+  const int g = threadIdx.x % 32 / 4, t4 = threadIdx.x % 4;
+  if (k0 + kTileK - 1 <= qpos0) return;  // the whole tile is visible to every row
+#pragma unroll
+  for (int j = 0; j < kTileK / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int key = k0 + j * 8 + 2 * t4 + (i % 2), qpos = qpos0 + g + (i / 2) * 8;
+      if (key > qpos) s[j][i] = -1e30f;
+    }
+}
+
+// Online softmax per row (row g: elements 0, 1; row g+8: elements 2, 3; a row spans a quad):
+// s becomes P, and the running max m, partial sum l and output o are rescaled.
+template <int HD>
+__device__ __forceinline__ void softmax_step(float (&s)[kTileK / 8][4], float (&m)[2], float (&l)[2],
+                                             float (&o)[HD / 8][4]) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float mx = m[hr];
+#pragma unroll
+    for (int j = 0; j < kTileK / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * hr], s[j][2 * hr + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, 2));
+    const float corr = exp2f(m[hr] - mx);
+    m[hr] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kTileK / 8; ++j) {
+      s[j][2 * hr] = exp2f(s[j][2 * hr] - mx);
+      s[j][2 * hr + 1] = exp2f(s[j][2 * hr + 1] - mx);
+      sum += s[j][2 * hr] + s[j][2 * hr + 1];
+    }
+    l[hr] = l[hr] * corr + sum;  // per-thread partial; the quad's partials are summed at the end
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) o[n][2 * hr] *= corr, o[n][2 * hr + 1] *= corr;
+  }
+}
+
+// P (16 x 64, from s) as the A fragments of k-step kc.
+__device__ __forceinline__ void p_fragments(const float (&s)[kTileK / 8][4], int kc, uint32_t (&a)[4]) {
+  a[0] = pack2<__half>(s[2 * kc][0], s[2 * kc][1]);
+  a[1] = pack2<__half>(s[2 * kc][2], s[2 * kc][3]);
+  a[2] = pack2<__half>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+  a[3] = pack2<__half>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+}
+
+// out[r] = o / l for the warp's rows r0+g and r0+g+8 (and its 16-bit copy when out16 is given).
+template <int HD>
+__device__ __forceinline__ void store_rows(float (&o)[HD / 8][4], float (&l)[2], int rows, int64_t qd, int h, int r0,
+                                           float* __restrict__ out, void* __restrict__ out16, bool bf16) {
+  const int g = threadIdx.x % 32 / 4, t4 = threadIdx.x % 4;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    l[hr] += __shfl_xor_sync(~0u, l[hr], 1);
+    l[hr] += __shfl_xor_sync(~0u, l[hr], 2);
+    const int r = r0 + g + hr * 8;
+    if (r >= rows) continue;
+    const float inv = 1.f / l[hr];
+    const int64_t row = int64_t(r) * qd + int64_t(h) * HD;
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+      const float2 v = make_float2(o[n][2 * hr] * inv, o[n][2 * hr + 1] * inv);
+      const int64_t i = row + n * 8 + 2 * t4;
+      *reinterpret_cast<float2*>(out + i) = v;
+      if (out16) {
+        if (bf16) *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(out16) + i) = __floats2bfloat162_rn(v.x, v.y);
+        else *reinterpret_cast<__half2*>(static_cast<__half*>(out16) + i) = __floats2half2_rn(v.x, v.y);
+      }
+    }
+  }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kWarps1 * 32) flash_prefill_v1(const float* __restrict__ q, int rows,
+                                                                 const int32_t* __restrict__ pos,
+                                                                 const __half* __restrict__ kc,
+                                                                 const __half* __restrict__ vc, AttentionArgs a,
+                                                                 float* __restrict__ out, void* __restrict__ out16,
+                                                                 bool bf16) {
+  __shared__ __align__(16) __half k_s[kTileK][HD + kPad];
+  __shared__ __align__(16) __half vt_s[HD][kTileK + kPad];
+  const int tile = int(gridDim.x - 1 - blockIdx.x);  // the longest (latest) tiles first
+  const int h = blockIdx.y, kvh = h / (a.n_head / a.n_head_kv);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int p0 = pos[0];
+  const int64_t qd = int64_t(a.n_head) * HD, kvd = int64_t(a.n_head_kv) * HD;
+  const int r0 = tile * kTileQ1 + warp * 16;  // this warp's first query row
+  uint32_t qf[HD / 16][4];
+  load_q<HD>(q, rows, qd, h, r0, a.scale * 1.4426950408889634f, qf);
 
   float o[HD / 8][4] = {};
   float m[2] = {-1e30f, -1e30f}, l[2] = {0.f, 0.f};
-  const int q_hi = min(rows, (tile + 1) * kTileQ) - 1;  // the block's last query row
+  const int q_hi = min(rows, (tile + 1) * kTileQ1) - 1;  // the block's last query row
   const int n_keys = p0 + q_hi + 1;
   for (int k0 = 0; k0 < n_keys; k0 += kTileK) {
     __syncthreads();  // the previous tile is consumed
     // K tile [key][d] and V tile transposed [d][key]; 16-byte chunks, zeros beyond n_keys.
     // Consecutive threads take consecutive keys, so the transposed stores of a warp fill one
     // row of vt_s (two keys per bank word) instead of 16 rows of the same bank.
-    for (int c = threadIdx.x; c < kTileK * HD / 8; c += kWarps * 32) {
+    for (int c = threadIdx.x; c < kTileK * HD / 8; c += kWarps1 * 32) {
       const int key = c % kTileK, d = (c / kTileK) * 8;
       uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
       if (k0 + key < n_keys) {
@@ -90,68 +181,137 @@ __global__ void __launch_bounds__(kWarps * 32) flash_prefill_kernel(const float*
         mma16816<__half>(s[j], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b0, b1);
       }
     }
-    // Causal mask (and keys past the end) where the tile reaches the diagonal.
-    if (k0 + kTileK - 1 > p0 + r0) {
-#pragma unroll
-      for (int j = 0; j < kTileK / 8; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int key = k0 + j * 8 + 2 * t4 + (i % 2), qpos = p0 + r0 + g + (i / 2) * 8;
-          if (key > qpos) s[j][i] = -1e30f;
-        }
-    }
-    // Online softmax per row (row g: elements 0, 1; row g+8: elements 2, 3; a row spans a quad).
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      float mx = m[hr];
-#pragma unroll
-      for (int j = 0; j < kTileK / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * hr], s[j][2 * hr + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, 2));
-      const float corr = exp2f(m[hr] - mx);
-      m[hr] = mx;
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < kTileK / 8; ++j) {
-        s[j][2 * hr] = exp2f(s[j][2 * hr] - mx);
-        s[j][2 * hr + 1] = exp2f(s[j][2 * hr + 1] - mx);
-        sum += s[j][2 * hr] + s[j][2 * hr + 1];
-      }
-      l[hr] = l[hr] * corr + sum;  // per-thread partial; the quad's partials are summed at the end
-#pragma unroll
-      for (int n = 0; n < HD / 8; ++n) o[n][2 * hr] *= corr, o[n][2 * hr + 1] *= corr;
-    }
-    // O += P V: P (16 x 64) as A fragments straight from s; B from the transposed V tile.
+    mask_tile(s, k0, p0 + r0);
+    softmax_step<HD>(s, m, l, o);
+    // O += P V: B from the transposed V tile.
 #pragma unroll
     for (int kc2 = 0; kc2 < kTileK / 16; ++kc2) {
-      const uint32_t a0 = pack2<__half>(s[2 * kc2][0], s[2 * kc2][1]);
-      const uint32_t a1 = pack2<__half>(s[2 * kc2][2], s[2 * kc2][3]);
-      const uint32_t a2 = pack2<__half>(s[2 * kc2 + 1][0], s[2 * kc2 + 1][1]);
-      const uint32_t a3 = pack2<__half>(s[2 * kc2 + 1][2], s[2 * kc2 + 1][3]);
+      uint32_t pa[4];
+      p_fragments(s, kc2, pa);
 #pragma unroll
       for (int n = 0; n < HD / 8; ++n) {
         const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&vt_s[n * 8 + g][kc2 * 16 + 2 * t4]);
         const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&vt_s[n * 8 + g][kc2 * 16 + 2 * t4 + 8]);
-        mma16816<__half>(o[n], a0, a1, a2, a3, b0, b1);
+        mma16816<__half>(o[n], pa[0], pa[1], pa[2], pa[3], b0, b1);
       }
     }
   }
-  if (r0 >= rows) return;
+  if (r0 < rows) store_rows<HD>(o, l, rows, qd, h, r0, out, out16, bf16);
+}
+
+// v2's shared memory: two stages of K and V tiles, [key][d] padded.
+template <int HD>
+struct KvStages {
+  __half k[2][kTileK][HD + kPad];
+  __half v[2][kTileK][HD + kPad];
+};
+
+template <int HD, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32) flash_prefill_v2(const float* __restrict__ q, int rows,
+                                                                 const int32_t* __restrict__ pos,
+                                                                 const __half* __restrict__ kc,
+                                                                 const __half* __restrict__ vc, AttentionArgs a,
+                                                                 float* __restrict__ out, void* __restrict__ out16,
+                                                                 bool bf16) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  KvStages<HD>& sm = *reinterpret_cast<KvStages<HD>*>(smem_raw);
+  const int h = blockIdx.x, tile = int(gridDim.y - 1 - blockIdx.y);  // the longest (latest) tiles first
+  const int kvh = h / (a.n_head / a.n_head_kv);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int p0 = pos[0];
+  const int64_t qd = int64_t(a.n_head) * HD, kvd = int64_t(a.n_head_kv) * HD;
+  const int r0 = tile * WARPS * 16 + warp * 16;  // this warp's first query row
+  const int q_hi = min(rows, (tile + 1) * WARPS * 16) - 1;
+  const int n_keys = p0 + q_hi + 1, n_tiles = (n_keys + kTileK - 1) / kTileK;
+  const __half* kh = kc + int64_t(kvh) * HD;
+  const __half* vh = vc + int64_t(kvh) * HD;
+
+  // Tile i into stage i % 2: 16-byte cp.async chunks, consecutive threads along a row; keys past
+  // n_keys are zero-filled (their scores are masked, and zero V rows keep P V finite).
+  auto stage = [&](int i) {
+    const int k0 = i * kTileK, st = i % 2;
+    for (int c = threadIdx.x; c < kTileK * HD / 8; c += WARPS * 32) {
+      const int key = c / (HD / 8), d = (c % (HD / 8)) * 8;
+      const bool in = k0 + key < n_keys;
+      const int64_t off = int64_t(in ? k0 + key : 0) * kvd + d;
+      mma::cp_async16(&sm.k[st][key][d], kh + off, in ? 16 : 0);
+      mma::cp_async16(&sm.v[st][key][d], vh + off, in ? 16 : 0);
+    }
+    mma::cp_async_commit();
+  };
+  stage(0);
+
+  uint32_t qf[HD / 16][4];
+  load_q<HD>(q, rows, qd, h, r0, a.scale * 1.4426950408889634f, qf);
+  float o[HD / 8][4] = {};
+  float m[2] = {-1e30f, -1e30f}, l[2] = {0.f, 0.f};
+  // ldmatrix lane roles: lane i addresses row i % 8 of matrix i / 8.
+  const int lm_row = lane % 8, lm_mat = lane / 8;
+  for (int i = 0; i < n_tiles; ++i) {
+    if (i + 1 < n_tiles) {
+      stage(i + 1);
+      mma::cp_async_wait<1>();
+    } else {
+      mma::cp_async_wait<0>();
+    }
+    __syncthreads();  // tile i is in stage i % 2 for every thread
+    const int k0 = i * kTileK, st = i % 2;
+    if (r0 < rows && k0 <= p0 + r0 + 15) {
+      // S = Q K^T (16 x 64 per warp). One ldmatrix.x4 gives b0, b1 of key tiles j and j + 1:
+      // matrices (keys j*8.., d), (keys j*8.., d+8), (keys j*8+8.., d), (keys j*8+8.., d+8).
+      float s[kTileK / 8][4] = {};
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    l[hr] += __shfl_xor_sync(~0u, l[hr], 1);
-    l[hr] += __shfl_xor_sync(~0u, l[hr], 2);
-    const int r = r0 + g + hr * 8;
-    if (r >= rows) continue;
-    const float inv = 1.f / l[hr];
-    float* dst = out + int64_t(r) * qd + int64_t(h) * HD;
+      for (int kk = 0; kk < HD / 16; ++kk)
 #pragma unroll
-    for (int n = 0; n < HD / 8; ++n)
-      *reinterpret_cast<float2*>(dst + n * 8 + 2 * t4) = make_float2(o[n][2 * hr] * inv, o[n][2 * hr + 1] * inv);
+        for (int j = 0; j < kTileK / 8; j += 2) {
+          uint32_t b[4];
+          mma::ldmatrix_x4(b, &sm.k[st][j * 8 + (lm_mat / 2) * 8 + lm_row][kk * 16 + (lm_mat % 2) * 8]);
+          mma16816<__half>(s[j], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b[0], b[1]);
+          mma16816<__half>(s[j + 1], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b[2], b[3]);
+        }
+      mask_tile(s, k0, p0 + r0);
+      softmax_step<HD>(s, m, l, o);
+      // O += P V. ldmatrix.trans of the [key][d] tile gives V's B fragments: matrices
+      // (keys kc*16.., d n*8), (keys kc*16+8.., d n*8), (keys kc*16.., d n*8+8), (keys kc*16+8.., d n*8+8).
+#pragma unroll
+      for (int kc2 = 0; kc2 < kTileK / 16; ++kc2) {
+        uint32_t pa[4];
+        p_fragments(s, kc2, pa);
+#pragma unroll
+        for (int n = 0; n < HD / 8; n += 2) {
+          uint32_t b[4];
+          mma::ldmatrix_x4_trans(b, &sm.v[st][kc2 * 16 + (lm_mat % 2) * 8 + lm_row][(n + lm_mat / 2) * 8]);
+          mma16816<__half>(o[n], pa[0], pa[1], pa[2], pa[3], b[0], b[1]);
+          mma16816<__half>(o[n + 1], pa[0], pa[1], pa[2], pa[3], b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // stage i % 2 is refilled with tile i + 2 in the next iteration
   }
+  if (r0 < rows) store_rows<HD>(o, l, rows, qd, h, r0, out, out16, bf16);
+}
+
+template <int HD, int WARPS>
+Status launch_v2(const float* q, int rows, const int32_t* pos, const __half* kc, const __half* vc,
+                 const AttentionArgs& a, float* out, void* out16, bool bf16, cudaStream_t s) {
+  const size_t smem = sizeof(KvStages<HD>);
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(flash_prefill_v2<HD, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (attr != cudaSuccess) return Status::error("attention_prefill: " + std::to_string(smem) + " bytes of shared memory refused");
+  const dim3 grid(unsigned(a.n_head), unsigned((rows + WARPS * 16 - 1) / (WARPS * 16)));
+  flash_prefill_v2<HD, WARPS><<<grid, WARPS * 32, smem, s>>>(q, rows, pos, kc, vc, a, out, out16, bf16);
+  return launch_status("attention_prefill");
 }
 
 }  // namespace
+
+const char* prefill_attention_name(PrefillAttention v) {
+  switch (v) {
+    case PrefillAttention::V1Mma: return "v1_mma";
+    case PrefillAttention::V2Pipelined: return "v2_pipelined";
+  }
+  return "?";
+}
 
 bool attention_prefill_supported(const AttentionArgs& a) {
   return a.kv_type == GgmlType::F16 && (a.head_dim == 64 || a.head_dim == 128) && a.n_head_kv > 0 &&
@@ -159,16 +319,22 @@ bool attention_prefill_supported(const AttentionArgs& a) {
 }
 
 Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
-                         const AttentionArgs& a, float* out, cudaStream_t s) {
+                         const AttentionArgs& a, float* out, cudaStream_t s, void* out16, GgmlType t16,
+                         PrefillAttention variant) {
   if (!attention_prefill_supported(a)) return Status::error("attention_prefill: needs an f16 cache and head_dim 64 or 128");
   if (!q || !pos || !k_cache || !v_cache || !out) return Status::error("attention_prefill: null pointer");
+  if (out16 && t16 != GgmlType::F16 && t16 != GgmlType::BF16) return Status::error("attention_prefill: out16 must be f16 or bf16");
   if (rows <= 0) return Status::success();
   if (rows > a.n_ctx) return Status::error("attention_prefill: more rows than cache positions");
-  const dim3 grid(unsigned((rows + kTileQ - 1) / kTileQ), unsigned(a.n_head));
   const auto* kc = static_cast<const __half*>(k_cache);
   const auto* vc = static_cast<const __half*>(v_cache);
-  if (a.head_dim == 64) flash_prefill_kernel<64><<<grid, kWarps * 32, 0, s>>>(q, int(rows), pos, kc, vc, a, out);
-  else flash_prefill_kernel<128><<<grid, kWarps * 32, 0, s>>>(q, int(rows), pos, kc, vc, a, out);
+  const bool bf16 = t16 == GgmlType::BF16;
+  if (variant == PrefillAttention::V2Pipelined)
+    return a.head_dim == 64 ? launch_v2<64, 8>(q, int(rows), pos, kc, vc, a, out, out16, bf16, s)
+                            : launch_v2<128, 8>(q, int(rows), pos, kc, vc, a, out, out16, bf16, s);
+  const dim3 grid(unsigned((rows + kTileQ1 - 1) / kTileQ1), unsigned(a.n_head));
+  if (a.head_dim == 64) flash_prefill_v1<64><<<grid, kWarps1 * 32, 0, s>>>(q, int(rows), pos, kc, vc, a, out, out16, bf16);
+  else flash_prefill_v1<128><<<grid, kWarps1 * 32, 0, s>>>(q, int(rows), pos, kc, vc, a, out, out16, bf16);
   return launch_status("attention_prefill");
 }
 

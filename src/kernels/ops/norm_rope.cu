@@ -122,6 +122,30 @@ __global__ void binary_kernel(float* __restrict__ x, const float* __restrict__ y
   }
 }
 
+// gate = silu(gate) * up on float4s, and the result rounded to T16 in out16: the down
+// projection's GEMM input made in the same pass (n % 4 == 0).
+template <class T16>
+__global__ void swiglu16_kernel(float4* __restrict__ gate, const float4* __restrict__ up, int64_t n4,
+                                T16* __restrict__ out16) {
+  pdl_enter();
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += int64_t(gridDim.x) * blockDim.x) {
+    float4 g = gate[i];
+    const float4 u = up[i];
+    g.x = g.x / (1.f + expf(-g.x)) * u.x;
+    g.y = g.y / (1.f + expf(-g.y)) * u.y;
+    g.z = g.z / (1.f + expf(-g.z)) * u.z;
+    g.w = g.w / (1.f + expf(-g.w)) * u.w;
+    gate[i] = g;
+    if constexpr (std::is_same_v<T16, __half>) {
+      reinterpret_cast<__half2*>(out16)[2 * i] = __floats2half2_rn(g.x, g.y);
+      reinterpret_cast<__half2*>(out16)[2 * i + 1] = __floats2half2_rn(g.z, g.w);
+    } else {
+      reinterpret_cast<__nv_bfloat162*>(out16)[2 * i] = __floats2bfloat162_rn(g.x, g.y);
+      reinterpret_cast<__nv_bfloat162*>(out16)[2 * i + 1] = __floats2bfloat162_rn(g.z, g.w);
+    }
+  }
+}
+
 __global__ void bias_kernel(float* __restrict__ x, const float* __restrict__ b, int64_t rows, int64_t cols) {
   pdl_enter();
   const int64_t n = rows * cols;
@@ -175,9 +199,18 @@ Status add(float* x, const float* y, int64_t n, cudaStream_t s) {
   return launch_status("add");
 }
 
-Status swiglu(float* gate, const float* up, int64_t n, cudaStream_t s) {
+Status swiglu(float* gate, const float* up, int64_t n, cudaStream_t s, void* out16, GgmlType t16) {
   if (!gate || !up || n < 0) return Status::error("swiglu: bad arguments");
-  if (n) launch_pdl(binary_kernel<Ew::Swiglu>, grid_for(n, 256), 256, 0, s, gate, up, n);
+  if (out16 && (n % 4 || (t16 != GgmlType::F16 && t16 != GgmlType::BF16)))
+    return Status::error("swiglu: out16 needs n % 4 == 0 and type f16 or bf16");
+  if (n && out16) {
+    auto* g4 = reinterpret_cast<float4*>(gate);
+    const auto* u4 = reinterpret_cast<const float4*>(up);
+    if (t16 == GgmlType::F16) launch_pdl(swiglu16_kernel<__half>, grid_for(n / 4, 256), 256, 0, s, g4, u4, n / 4, static_cast<__half*>(out16));
+    else launch_pdl(swiglu16_kernel<__nv_bfloat16>, grid_for(n / 4, 256), 256, 0, s, g4, u4, n / 4, static_cast<__nv_bfloat16*>(out16));
+  } else if (n) {
+    launch_pdl(binary_kernel<Ew::Swiglu>, grid_for(n, 256), 256, 0, s, gate, up, n);
+  }
   return launch_status("swiglu");
 }
 

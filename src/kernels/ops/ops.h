@@ -26,7 +26,9 @@ Status rmsnorm(const float* x, const float* w, int64_t rows, int64_t cols, float
 
 Status add(float* x, const float* y, int64_t n, cudaStream_t s);                          // x += y
 Status add_bias(float* x, const float* b, int64_t rows, int64_t cols, cudaStream_t s);    // x[t] += b
-Status swiglu(float* gate, const float* up, int64_t n, cudaStream_t s);                   // gate = silu(gate) * up
+// gate = silu(gate) * up; out16 (optional, n % 4 == 0) also receives it rounded to t16 (F16/BF16).
+Status swiglu(float* gate, const float* up, int64_t n, cudaStream_t s, void* out16 = nullptr,
+              GgmlType t16 = GgmlType::F16);
 // dst[t][c] = src[t][col0 + c] for c < n_cols (splitting a stacked matmul's output).
 Status copy_columns(const float* src, int64_t rows, int64_t src_cols, int64_t col0, int64_t n_cols, float* dst,
                     cudaStream_t s);
@@ -71,12 +73,17 @@ Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const 
                         const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s,
                         void* out8 = nullptr);
 
-// Prompt attention on tensor cores (flash-attention: tiles of 64 queries, K/V tiles streamed
-// through shared memory, online softmax, f16 mma.sync). Requires an F16 cache, head_dim 64 or
-// 128, and the rows at consecutive positions pos[0] .. pos[0] + rows - 1.
+// Prompt attention on tensor cores (flash-attention: query tiles, K/V tiles streamed through
+// shared memory, online softmax, f16 mma.sync). Requires an F16 cache, head_dim 64 or 128, and the
+// rows at consecutive positions pos[0] .. pos[0] + rows - 1. out16 (optional) also receives the
+// output rounded to t16 (F16 or BF16), the A operand of the next GEMM. The variants are the
+// family's ladder (attention_prefill.cu says what each changes); the last is the default.
+enum class PrefillAttention { V1Mma, V2Pipelined };
+const char* prefill_attention_name(PrefillAttention v);
 bool attention_prefill_supported(const AttentionArgs& a);
 Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
-                         const AttentionArgs& a, float* out, cudaStream_t s);
+                         const AttentionArgs& a, float* out, cudaStream_t s, void* out16 = nullptr,
+                         GgmlType t16 = GgmlType::F16, PrefillAttention variant = PrefillAttention::V2Pipelined);
 
 // Sampling over one logits row (n_vocab f32, device). Matches model/sampler.h's rules; the draw
 // uses `u` (uniform in [0, 1)) over the kept tokens in token order. Writes the id to *out.
