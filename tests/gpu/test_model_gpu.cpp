@@ -102,8 +102,11 @@ std::vector<int32_t> greedy(Session& s, const std::vector<int32_t>& prompt, size
 
 class CudaSmol : public ::testing::TestWithParam<int> {};
 
-// The exact path reproduces all 32 reference tokens; the fast path agrees up to the reference's
-// first near tie (top-2 margin < 0.1), as on the CPU; CUDA and CPU fast paths are compared too.
+// The exact path reproduces all 32 reference tokens. The fast path (int8-block activations)
+// agrees up to the reference's first near tie: the first step whose top-2 margin is below 0.1,
+// or below twice the fast path's largest logit error on the prompt if that is larger (that error
+// itself bounded: rel. L2 <= 3e-2, as for the tiny models). A margin within the error can flip
+// on a last-bit change anywhere upstream of an int8 rounding. CUDA and CPU fast are compared too.
 TEST_P(CudaSmol, GreedyTokens) {
   const std::string model = default_model();
   ASSERT_TRUE(std::filesystem::exists(model)) << "SmolLM2 not found at " << model << " (set LAMINA_MODEL)";
@@ -116,15 +119,25 @@ TEST_P(CudaSmol, GreedyTokens) {
   auto ex = open(model, "cuda", true), fast = open(model, "cuda", false), cpu = open(model, "cpu", false);
   EXPECT_EQ(greedy(*ex, prompt, want.size()), want) << "CUDA exact";
   const auto f = greedy(*fast, prompt, want.size()), fc = greedy(*cpu, prompt, want.size());
+  const std::vector<float> ref_logits = read_f32(kGolden + "/" + c["logits"].get<std::string>());
+  auto fast2 = open(model, "cuda", false);
+  const std::vector<float> fast_logits = fast2->eval(prompt);
+  EXPECT_LE(rel_l2(fast_logits, ref_logits), 3e-2) << "CUDA fast, prompt logits";
+  double max_err = 0;
+  for (size_t i = 0; i < ref_logits.size() && i < fast_logits.size(); ++i)
+    max_err = std::max(max_err, std::fabs(double(fast_logits[i]) - ref_logits[i]));
+  const double near_tie = std::max(0.1, 2 * max_err);
   size_t must = 0;
-  while (must < want.size() && margins[must] >= 0.1) ++must;
+  while (must < want.size() && margins[must] >= near_tie) ++must;
   for (size_t i = 0; i < must; ++i) ASSERT_EQ(f[i], want[i]) << "CUDA fast, step " << i;
   const size_t same = size_t(std::mismatch(f.begin(), f.end(), fc.begin()).first - f.begin());
-  std::printf("smollm2 prompt %d: CUDA fast = reference for %zu/%zu tokens (first near tie at %zu), = CPU fast for %zu\n",
-              GetParam(), size_t(std::mismatch(f.begin(), f.end(), want.begin()).first - f.begin()), want.size(), must, same);
+  std::printf("smollm2 prompt %d: CUDA fast = reference for %zu/%zu tokens (first near tie at %zu: margin < %.3f; "
+              "fast prompt logits rel. L2 %.2e, max error %.3f), = CPU fast for %zu\n",
+              GetParam(), size_t(std::mismatch(f.begin(), f.end(), want.begin()).first - f.begin()), want.size(), must,
+              near_tie, rel_l2(fast_logits, ref_logits), max_err, same);
   // logits of the prompt against the reference
   auto ex2 = open(model, "cuda", true);
-  EXPECT_LE(rel_l2(ex2->eval(prompt), read_f32(kGolden + "/" + c["logits"].get<std::string>())), 1e-3);
+  EXPECT_LE(rel_l2(ex2->eval(prompt), ref_logits), 1e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Prompts, CudaSmol, ::testing::Values(0, 1, 2));
