@@ -32,9 +32,6 @@ void cuda_check(cudaError_t e, const char* what) {
 
 bool float_type(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
 
-// Matmul weights the GEMV/GEMM kernels want in the repacked plane layout.
-bool repacks(GgmlType t) { return kn::repacked_layout_preferred(t); }
-
 // The GEMV that keeps x in f32 (--exact-matmul): per-element decode for quantised blocks.
 kn::Status gemv_exact(const kn::GemvProblem& p, cudaStream_t s) {
   const bool flt = float_type(p.wtype);
@@ -126,7 +123,7 @@ void CudaBackend::upload_matrix(const GgufTensor& t, const void* host, int64_t r
 }
 
 Weight CudaBackend::load_weight(const GgufTensor& t, WeightUse use) {
-  const bool repack = use == WeightUse::Matmul && repacks(t.type) && !exact_;
+  const bool repack = use == WeightUse::Matmul && kn::repacked_layout_preferred(t.type) && !exact_;
   const size_t bytes = repack ? kn::gemv_repacked_bytes(t.type, t.nrows(), t.ne[0]) : t.nbytes;
   void* dst = dev_alloc(bytes, t.name.c_str());
   owned_.push_back(dst);
@@ -150,7 +147,7 @@ std::vector<Weight> CudaBackend::load_stacked(std::span<const GgufTensor* const>
   std::vector<uint8_t> host;  // GGUF rows are contiguous: stacking matrices is concatenating bytes
   host.reserve(row_bytes(t0.type, t0.ne[0]) * size_t(rows));
   for (const GgufTensor* t : ts) host.insert(host.end(), t->data, t->data + t->nbytes);
-  const bool repack = repacks(t0.type) && !exact_;
+  const bool repack = kn::repacked_layout_preferred(t0.type) && !exact_;
   const size_t bytes = repack ? kn::gemv_repacked_bytes(t0.type, rows, t0.ne[0]) : host.size();
   void* dst = dev_alloc(bytes, t0.name.c_str());
   owned_.push_back(dst);

@@ -6,8 +6,9 @@
 // lives in registers, and sizing it for 8 heads held a Llama-2 block (G = 1) to 128 registers
 // per thread. Lane l holds elements [l*E, l*E + E) of a head (E = head_dim / 32); a warp takes
 // P positions at a time (2P row loads in flight; P = 8 for G = 1, else 4), scores them with
-// warp-sum reductions and folds them into its running (max, sum, output) — the online softmax. The block's 4 warps are merged through
-// shared memory and written as one split's partial; attn_merge_kernel combines the splits:
+// warp-sum reductions and folds them into its running (max, sum, output) — the online softmax.
+// The block's 4 warps are merged through shared memory and written as one split's partial;
+// attn_merge_kernel combines the splits:
 //   M = max_s m_s,  L = sum_s l_s e^(m_s - M),  out = sum_s o_s e^(m_s - M) / L.
 // Each split's share of positions is computed on the device from pos[t], so a captured graph
 // replays correctly while the sequence grows.
