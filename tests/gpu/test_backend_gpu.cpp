@@ -248,6 +248,84 @@ TEST(BackendOps, Int8CopiesMatchInKernelQuantisation) {
   }
 }
 
+// A decode RMSNorm is deferred into the GEMV that reads its output (the norm in its prologue):
+// matmul, the gate/up pair and a stacked Q/K/V matmul_multi after rmsnorm, against the CPU and,
+// bit for bit, against the default backend, which runs the norm as a kernel of its own (the
+// deferral is opt-in: LAMINA_FUSED_NORM=1).
+// Then the norm's output is read as a tensor (written by the fused GEMV), and an op that
+// overwrites the norm's input before any GEMV ran makes the backend run the norm first.
+TEST(BackendOps, NormFusedIntoTheNextGemv) {
+  std::mt19937 rng(12);
+  setenv("LAMINA_FUSED_NORM", "1", 1);
+  auto fused = std::make_unique<CudaBackend>(0, false);
+  unsetenv("LAMINA_FUSED_NORM");
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    for (int64_t rows : {1, 3}) {
+      Both b;
+      CudaBackend& s = *fused;
+      const int64_t K = 512, F = 256, n[3] = {256, 128, 128};
+      SCOPED_TRACE(testing::Message() << type_name(t) << " rows " << rows);
+      std::vector<std::vector<uint8_t>> bytes;
+      std::vector<GgufTensor> ts(5);
+      const int64_t out_rows[5] = {n[0], n[1], n[2], F, F};
+      for (int i = 0; i < 5; ++i) bytes.push_back(quantised(t, out_rows[i], K, rng));
+      for (int i = 0; i < 5; ++i) {
+        GgufTensor& g = ts[size_t(i)];
+        g.name = "w", g.n_dims = 2, g.ne[0] = K, g.ne[1] = out_rows[i], g.type = t;
+        g.nbytes = bytes[size_t(i)].size(), g.data = bytes[size_t(i)].data();
+      }
+      const GgufTensor* tp[] = {&ts[0], &ts[1], &ts[2]};
+      const std::vector<Weight> qc = b.cpu.load_stacked(tp), qg = b.gpu.load_stacked(tp), qs = s.load_stacked(tp);
+      const Weight gc = b.cpu.load_weight(ts[3], WeightUse::Matmul), gg = b.gpu.load_weight(ts[3], WeightUse::Matmul),
+                   gs = s.load_weight(ts[3], WeightUse::Matmul);
+      const Weight uc = b.cpu.load_weight(ts[4], WeightUse::Matmul), ug = b.gpu.load_weight(ts[4], WeightUse::Matmul),
+                   us = s.load_weight(ts[4], WeightUse::Matmul);
+      const auto nh = randn(size_t(K), rng, 0.5f), xh = randn(size_t(rows * K), rng, 3.f);
+      GgufTensor nt;
+      nt.name = "norm", nt.n_dims = 1, nt.ne[0] = K, nt.ne[1] = 1, nt.type = GgmlType::F32, nt.nbytes = size_t(K) * 4;
+      const std::vector<uint8_t> nb = f32_bytes(nh);
+      nt.data = nb.data();
+      const Weight nc = b.cpu.load_weight(nt, WeightUse::Vector), ng = b.gpu.load_weight(nt, WeightUse::Vector),
+                   ns = s.load_weight(nt, WeightUse::Vector);
+      std::vector<int32_t> pos(static_cast<size_t>(rows)), toks(static_cast<size_t>(rows), 0);
+      for (int64_t i = 0; i < rows; ++i) pos[size_t(i)] = int32_t(i);
+      b.begin(toks, pos);
+      s.reset_scratch(), s.begin_forward(toks, pos);
+      // out[0..2]: Q/K/V, out[3]: gate/up, out[4]: the norm's output read back
+      auto pass = [&](Backend& be, const std::vector<Weight>& q, const Weight& g, const Weight& u, const Weight& nw) {
+        std::vector<std::vector<float>> out;
+        Tensor x = be.alloc(rows, K), h = be.alloc(rows, K), h2 = be.alloc(rows, K);
+        if (&be == &b.cpu) std::copy(xh.begin(), xh.end(), x.data);
+        else cudaMemcpy(x.data, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice);
+        const Tensor o[] = {be.alloc(rows, n[0]), be.alloc(rows, n[1]), be.alloc(rows, n[2])};
+        const Weight* pw[] = {&q[0], &q[1], &q[2]};
+        be.rmsnorm(x, nw, 1e-5f, h);
+        be.matmul_multi(pw, h, o);
+        for (const Tensor& t : o) out.push_back(b.get(be, t));
+        be.rmsnorm(x, nw, 1e-5f, h2);
+        Tensor f = be.alloc(rows, F);
+        be.ffn_gate_up(g, u, h2, f);
+        out.push_back(b.get(be, f));
+        out.push_back(b.get(be, h2));
+        // the norm's input overwritten before any GEMV read the norm: the norm runs first
+        Tensor h3 = be.alloc(rows, K);
+        be.rmsnorm(x, nw, 1e-5f, h3);
+        be.add(x, x);
+        Tensor f2 = be.alloc(rows, F);
+        be.ffn_gate_up(g, u, h3, f2);
+        out.push_back(b.get(be, f2));
+        return out;
+      };
+      const auto want = pass(b.cpu, qc, gc, uc, nc), got = pass(s, qs, gs, us, ns), sep = pass(b.gpu, qg, gg, ug, ng);
+      for (size_t i = 0; i < want.size(); ++i) {
+        const double tol = i == 4 ? 1e-6 : i == 3 || i == 5 ? 4e-2 : 2e-2;
+        EXPECT_LE(rel(got[i], want[i]), tol) << "output " << i;
+        EXPECT_EQ(got[i], sep[i]) << "output " << i << ": fused and separate norm differ";
+      }
+    }
+  }
+}
+
 // Q/K/V stacked into one matrix on the GPU: matmul_multi against three CPU matmuls, one row
 // (outputs back to back: one GEMV in place) and 20 rows (one GEMM, then split by columns).
 TEST(BackendOps, StackedMatmulMulti) {
@@ -338,23 +416,31 @@ TEST(BackendOps, LongContextDecode) {
 
 // rope_attention: the CUDA backend's fused RoPE + cache store kernel, then attention, against
 // the CPU's rope, rope, attention. Partial rotary (n_rot < head_dim) stores the unrotated tail of
-// k as it is; later passes read the cache the fused kernel wrote.
+// k as it is; later passes read the cache the fused kernel wrote. Single decode rows below 256
+// positions take the one-kernel path (attention_decode_rope: every group-size instance, head
+// sizes 64/96/128/256, Llama 3 frequency factors), the rows at 254 and 255 its last bucket's
+// end, the row at 256 the split path again.
 TEST(BackendOps, RopeAttentionFused) {
   std::mt19937 rng(6);
   struct Case {
     int n_head, n_head_kv, head_dim, n_rot;
     bool neox;
     GgmlType kv;
+    bool factors = false;
   };
   for (const Case& c : {Case{4, 2, 64, 64, false, GgmlType::F16}, Case{8, 2, 128, 128, true, GgmlType::F16},
-                        Case{6, 3, 64, 32, true, GgmlType::F32}, Case{4, 4, 96, 48, false, GgmlType::F16}}) {
+                        Case{6, 3, 64, 32, true, GgmlType::F32}, Case{4, 4, 96, 48, false, GgmlType::F16},
+                        Case{16, 2, 128, 128, false, GgmlType::F16, true}, Case{2, 2, 256, 256, true, GgmlType::F16},
+                        Case{8, 1, 64, 64, false, GgmlType::F16}, Case{12, 12, 128, 64, false, GgmlType::F16}}) {
     Both b;
-    const int n_ctx = 128, kvd = c.n_head_kv * c.head_dim, qd = c.n_head * c.head_dim;
+    const int n_ctx = 300, kvd = c.n_head_kv * c.head_dim, qd = c.n_head * c.head_dim;
     b.cpu.init_kv_cache(1, n_ctx, kvd, c.kv), b.gpu.init_kv_cache(1, n_ctx, kvd, c.kv);
     const AttentionParams ap{c.n_head, c.n_head_kv, c.head_dim, 1.f / std::sqrt(float(c.head_dim))};
-    const RopeParams rp{c.n_rot, 10000.f, 1.f, c.neox, nullptr};
+    std::vector<float> ff(size_t(c.n_rot / 2));
+    for (size_t i = 0; i < ff.size(); ++i) ff[i] = 1.f + float(i % 7);
+    const RopeParams rp{c.n_rot, 10000.f, 1.f, c.neox, c.factors ? ff.data() : nullptr};
     int past = 0;
-    for (int rows : {23, 1, 1, 3}) {
+    for (int rows : {23, 1, 1, 3, 226, 1, 1, 1}) {
       std::vector<int32_t> pos(static_cast<size_t>(rows)), toks(static_cast<size_t>(rows), 0);
       for (int i = 0; i < rows; ++i) pos[size_t(i)] = past + i;
       b.begin(toks, pos);

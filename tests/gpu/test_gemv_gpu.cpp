@@ -75,6 +75,19 @@ std::vector<uint8_t> host_x8(const std::vector<float>& x, int64_t k, std::vector
   return out;
 }
 
+// rmsnorm(x) * w per row of k, as ops' rmsnorm and the GEMVs' fused prologue compute it (sum of
+// squares in f64, scale = 1 / sqrt(mean + eps) rounded to f32, v = x * scale * w in f32).
+std::vector<float> host_rmsnorm(const std::vector<float>& x, const std::vector<float>& w, int64_t k, float eps) {
+  std::vector<float> out(x.size());
+  for (size_t r = 0; r < x.size() / size_t(k); ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < k; ++i) ss += double(x[r * size_t(k) + size_t(i)]) * x[r * size_t(k) + size_t(i)];
+    const float scale = float(1.0 / std::sqrt(ss / double(k) + double(eps)));
+    for (int64_t i = 0; i < k; ++i) out[r * size_t(k) + size_t(i)] = x[r * size_t(k) + size_t(i)] * scale * w[size_t(i)];
+  }
+  return out;
+}
+
 // The bytes of x8 rows that carry data (values, scales, sums; not the padding to 16 bytes).
 std::vector<uint8_t> x8_data(const std::vector<uint8_t>& rows, int64_t k) {
   std::vector<uint8_t> out;
@@ -120,6 +133,10 @@ void run_case(const GemvVariant& v, GgmlType type, int64_t n, int64_t k, int bat
   // second launch: its output must not change by a bit.
   const bool int8_x = v.x_rounding == XRounding::Int8Blocks;
   const std::vector<uint8_t> x8 = int8_x ? host_x8(x, k, &xr) : std::vector<uint8_t>{};
+  // For variants that fuse an RMSNorm: its weight, and the int8 blocks of rmsnorm(x) * gamma.
+  std::vector<float> gamma(static_cast<size_t>(k));
+  for (auto& f : gamma) f = 0.5f + std::fabs(nd(rng));
+  const std::vector<uint8_t> xn8 = int8_x && v.fuses_norm ? host_x8(host_rmsnorm(x, gamma, k, 1e-5f), k) : std::vector<uint8_t>{};
   for (auto& f : bias) f = nd(rng);
   for (auto& f : res) f = nd(rng);
   // CPU fp64 reference from the dequantised rows.
@@ -195,6 +212,36 @@ void run_case(const GemvVariant& v, GgmlType type, int64_t n, int64_t k, int bat
     CUDA_OK(cudaMemcpy(got8.data(), dy.p, got8.size() * 4, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(got8[i], got[i]) << "x8 given, config " << cfg.str() << " output " << i;
     for (size_t i = ref.size(); i < got8.size(); ++i) ASSERT_TRUE(std::isnan(got8[i])) << "wrote past y (x8 given)";
+    if (!v.fuses_norm) continue;
+    // RMSNorm in the prologue (GemvProblem::norm_w): x taken as the norm's input. The output must
+    // equal, bit for bit, a launch given the int8 blocks of the host's rmsnorm(x) * g, and the
+    // normalised x (norm_out) and its blocks (norm_out8) those of the host.
+    DeviceBuf dg(size_t(k) * 4), dn(x.size() * 4), dxn8(std::max<size_t>(x8.size(), 16)), dn8(std::max<size_t>(x8.size(), 16));
+    CUDA_OK(cudaMemset(dn.p, 0xFF, x.size() * 4));
+    CUDA_OK(cudaMemset(dn8.p, 0xA5, x8.size()));
+    CUDA_OK(cudaMemcpy(dg.p, gamma.data(), gamma.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dxn8.p, xn8.data(), xn8.size(), cudaMemcpyHostToDevice));
+    std::vector<float> want(got.size()), gotn(got.size());
+    for (int pass = 0; pass < 2; ++pass) {
+      CUDA_OK(cudaMemset(dy.p, 0xFF, (size_t(batch * n) + 32) * 4));
+      GemvProblem q = p;
+      if (pass == 0) q.x8 = dxn8.p;
+      else q.x8 = dx8.p, q.norm_w = dg.as<float>(), q.norm_eps = 1e-5f, q.norm_out = dn.as<float>(), q.norm_out8 = dn8.p;  // x8 ignored
+      st = gemv_validate(q, v);
+      ASSERT_TRUE(st.ok) << st.message;
+      st = v.launch(q, cfg, nullptr);
+      ASSERT_TRUE(st.ok) << st.message;
+      CUDA_OK(cudaDeviceSynchronize());
+      CUDA_OK(cudaMemcpy((pass ? gotn : want).data(), dy.p, got.size() * 4, cudaMemcpyDeviceToHost));
+    }
+    for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(gotn[i], want[i]) << "norm fused, config " << cfg.str() << " output " << i;
+    for (size_t i = ref.size(); i < gotn.size(); ++i) ASSERT_TRUE(std::isnan(gotn[i])) << "wrote past y (norm fused)";
+    std::vector<float> normed(x.size());
+    std::vector<uint8_t> normed8(x8.size());
+    CUDA_OK(cudaMemcpy(normed.data(), dn.p, normed.size() * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(normed8.data(), dn8.p, normed8.size(), cudaMemcpyDeviceToHost));
+    ASSERT_EQ(normed, host_rmsnorm(x, gamma, k, 1e-5f)) << "norm_out, config " << cfg.str();
+    ASSERT_EQ(x8_data(normed8, k), x8_data(xn8, k)) << "norm_out8, config " << cfg.str();
   }
 }
 
@@ -279,6 +326,59 @@ TEST(GemvY8, GemvMakesTheInt8CopyOfY) {
   GemvProblem bad;  // n not a multiple of 32
   DeviceBuf w(1 << 14), x(1 << 12), y(1 << 12);
   bad.w = w.p, bad.x = x.as<float>(), bad.y = y.as<float>(), bad.n = 40, bad.k = 64, bad.y8 = x.p;
+  EXPECT_FALSE(gemv_validate(bad, *find_gemv_variant("v5_stream")).ok);
+}
+
+// gemv() with norm_w: a variant that fuses the norm (q_dp4a for q4_0) does it in its prologue;
+// for one that cannot (v5_stream for f16) gemv() first writes rmsnorm(x) * g to norm_out. Both
+// against the fp64 reference of the host's normalised x (int8-rounded for the dp4a variant).
+TEST(GemvNorm, FusedOrInAKernelOfItsOwn) {
+  std::mt19937 rng(11);
+  const int64_t n = 96, k = 1024;
+  const int batch = 2;
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::F16}) {
+    SCOPED_TRACE(type_name(t));
+    const auto w = random_matrix(t, n, k, rng);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> x(size_t(batch * k)), g(static_cast<size_t>(k));
+    for (auto& f : x) f = 3.f * nd(rng);
+    for (auto& f : g) f = 0.5f + std::fabs(nd(rng));
+    const bool repack = t == GgmlType::Q4_0;
+    std::vector<float> xn = host_rmsnorm(x, g, k, 1e-6f);
+    if (repack) host_x8(std::vector<float>(xn), k, &xn);  // the variant multiplies the int8-rounded values
+    DeviceBuf raw(w.size()), dw(repack ? gemv_repacked_bytes(t, n, k) : w.size()), dx(x.size() * 4), dg(g.size() * 4),
+        dn(x.size() * 4), dy(size_t(batch * n) * 4);
+    CUDA_OK(cudaMemcpy(raw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+    if (repack) ASSERT_TRUE(gemv_repack(t, raw.p, n, k, dw.p, nullptr).ok);
+    else CUDA_OK(cudaMemcpy(dw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dg.p, g.data(), g.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(dy.p, 0xFF, size_t(batch * n) * 4));
+    GemvProblem p;
+    p.wtype = t;
+    p.layout = repack ? WeightLayout::Repacked : WeightLayout::Gguf;
+    p.w = dw.p, p.n = n, p.k = k, p.x = dx.as<float>(), p.batch = batch, p.y = dy.as<float>();
+    p.norm_w = dg.as<float>(), p.norm_eps = 1e-6f, p.norm_out = dn.as<float>();
+    const Status st = gemv(p, nullptr);
+    ASSERT_TRUE(st.ok) << st.message;
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> y(size_t(batch * n)), wd(static_cast<size_t>(k));
+    CUDA_OK(cudaMemcpy(y.data(), dy.p, y.size() * 4, cudaMemcpyDeviceToHost));
+    for (int64_t r = 0; r < n; ++r) {
+      dequantize_row(t, w.data() + size_t(r) * row_bytes(t, k), wd.data(), k);
+      for (int b = 0; b < batch; ++b) {
+        double ref = 0, mag = 0;
+        for (int64_t i = 0; i < k; ++i) {
+          ref += double(wd[size_t(i)]) * xn[size_t(b * k + i)];
+          mag += std::fabs(double(wd[size_t(i)]) * xn[size_t(b * k + i)]);
+        }
+        ASSERT_NEAR(y[size_t(b * n + r)], ref, 2e-5 * mag + 1e-5) << "row " << r << " batch " << b;
+      }
+    }
+  }
+  GemvProblem bad;  // norm_w without norm_out
+  DeviceBuf w(1 << 14), x(1 << 12), y(1 << 12);
+  bad.w = w.p, bad.x = x.as<float>(), bad.y = y.as<float>(), bad.n = 32, bad.k = 64, bad.norm_w = x.as<float>();
   EXPECT_FALSE(gemv_validate(bad, *find_gemv_variant("v5_stream")).ok);
 }
 

@@ -61,6 +61,12 @@ CudaBackend::CudaBackend(int device, bool exact) : device_(device), exact_(exact
       if (std::string(v) == kn::prefill_attention_name(r)) prefill_attention_ = r, known = true;
     check("init", known, fmt::format("LAMINA_ATTN_PREFILL={} names no prompt-attention kernel", v));
   }
+  if (const char* v = std::getenv("LAMINA_FUSED_NORM")) defer_norm_ = std::string(v) == "1";
+  if (const char* v = std::getenv("LAMINA_ATTN_DECODE")) {
+    check("init", std::string(v) == "single" || std::string(v) == "split",
+          fmt::format("LAMINA_ATTN_DECODE={}: expected single or split", v));
+    single_pass_attention_ = std::string(v) == "single";
+  }
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   cuda_check(cudaEventCreateWithFlags(&in_copied_, cudaEventDisableTiming), "cudaEventCreate");
   cuda_check(cudaMallocHost(&host_id_, sizeof(int32_t)), "cudaMallocHost");
@@ -213,6 +219,7 @@ void CudaBackend::reset_scratch() {
   }
   scratch_used_ = 0;
   shadow_ = {};
+  pending_norm_ = {};  // its tensors are dead with the scratch
 }
 
 void CudaBackend::init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type) {
@@ -239,6 +246,7 @@ size_t CudaBackend::kv_cache_bytes() const {
 // ---- inputs --------------------------------------------------------------------------------
 
 void CudaBackend::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> pos) {
+  settle_all();
   const size_t n = tokens.size();
   if (n > in_capacity_) {
     cuda_check(cudaStreamSynchronize(stream_), "input buffers");
@@ -254,7 +262,7 @@ void CudaBackend::begin_forward(std::span<const int32_t> tokens, std::span<const
   std::memcpy(host_in_, tokens.data(), n * sizeof(int32_t));
   std::memcpy(host_in_ + in_capacity_, pos.data(), n * sizeof(int32_t));
   n_in_ = int64_t(n);
-  kv_bucket_ = 1024;
+  kv_bucket_ = kMinBucket;
   if (n) while (kv_bucket_ < int64_t(pos.back()) + 1) kv_bucket_ *= 2;
   // One copy of the whole staging area: the same node serves every replay of a graph.
   cuda_check(cudaMemcpyAsync(dev_in_, host_in_, 2 * in_capacity_ * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
@@ -265,7 +273,7 @@ void CudaBackend::begin_forward(std::span<const int32_t> tokens, std::span<const
 // ---- graphs --------------------------------------------------------------------------------
 
 // A recorded pass is valid for one length bucket (the attention's split count depends on it).
-uint64_t CudaBackend::graph_key(uint64_t key) const { return key << 32 | uint64_t(kv_bucket_ >> 10); }
+uint64_t CudaBackend::graph_key(uint64_t key) const { return key << 32 | uint64_t(kv_bucket_); }
 
 bool CudaBackend::replay(uint64_t key) {
   if (!graphs_enabled_ || profiling_) return false;
@@ -297,6 +305,7 @@ bool CudaBackend::capture_begin(uint64_t key) {
 }
 
 void CudaBackend::capture_end() {
+  settle_all();
   cudaGraph_t g = nullptr;
   const uint64_t key = capturing_;
   capturing_ = 0;
@@ -346,9 +355,12 @@ void CudaBackend::wrote(Tensor t) {
 
 // Rows a GEMV will take (<= 8, the fast path, whole int8 blocks) get an int8 copy made by the
 // op that writes them; the copy becomes the shadow once that op has run.
+bool CudaBackend::wants_x8(Tensor out) const {
+  return int8_x_ && !exact_ && out.rows <= kn::kGemvMaxBatch && out.cols % 32 == 0;
+}
+
 void* CudaBackend::make_x8(Tensor out) {
-  if (!int8_x_ || exact_ || out.rows > kn::kGemvMaxBatch || out.cols % 32) return nullptr;
-  return scratch_bytes(size_t(out.rows) * kn::x8_bytes(out.cols));
+  return wants_x8(out) ? scratch_bytes(size_t(out.rows) * kn::x8_bytes(out.cols)) : nullptr;
 }
 
 const void* CudaBackend::x8(Tensor x) const {
@@ -357,6 +369,7 @@ const void* CudaBackend::x8(Tensor x) const {
 }
 
 void CudaBackend::embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) {
+  settle(out);
   check("embed", int64_t(tokens.size()) == n_in_, "token ids differ from begin_forward's");
   check("embed", !info(table).repacked, "the embedding table must stay in GGUF blocks");
   run_op("embed", double(out.rows) * (double(row_bytes(table.type, table.cols)) + out.cols * 4.0), 0, [&] {
@@ -366,17 +379,53 @@ void CudaBackend::embed(const Weight& table, std::span<const int32_t> tokens, Te
 }
 
 void CudaBackend::rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) {
+  settle(x, out);
+  wrote(out);
+  const auto* wf = static_cast<const float*>(w.data);
+  const bool apart = x.data + x.rows * x.cols <= out.data || out.data + out.rows * out.cols <= x.data;
+  if (defer_norm_ && apart && wants_x8(out)) {  // rows for a dp4a GEMV: the norm goes into it
+    pending_norm_ = {x, out, wf, eps};
+    return;
+  }
+  run_rmsnorm(x, wf, eps, out);
+}
+
+void CudaBackend::run_rmsnorm(Tensor x, const float* w, float eps, Tensor out) {
   // Rows that will feed a GEMM get a 16-bit copy made in the same pass.
   // Rows that will feed a GEMV get an int8-block copy.
   void* h = nullptr;
   if (out.rows > kn::kGemvMaxBatch && !exact_) h = scratch_bytes(size_t(out.rows * out.cols) * 2);
   void* q8 = make_x8(out);
-  wrote(out);
   run_op("rmsnorm", double(x.rows * x.cols) * (h ? 10.0 : 8.0), 0, [&] {
-    return kn::rmsnorm(x.data, static_cast<const float*>(w.data), x.rows, x.cols, eps, out.data, h, act16_, stream_, q8);
+    return kn::rmsnorm(x.data, w, x.rows, x.cols, eps, out.data, h, act16_, stream_, q8);
   });
   shadow_ = h ? Shadow{out.data, out.rows * out.cols, h, act16_} : Shadow{};
   if (q8) shadow8_ = {out.data, out.rows, out.cols, q8};
+}
+
+static bool overlaps(const Tensor& a, const Tensor& b) {
+  return a.data && b.data && a.data < b.data + b.rows * b.cols && b.data < a.data + a.rows * a.cols;
+}
+
+void CudaBackend::settle_one(const Tensor& t) {
+  if (pending_norm_.w && (overlaps(t, pending_norm_.x) || overlaps(t, pending_norm_.out))) settle_all();
+}
+
+void CudaBackend::settle_all() {
+  if (!pending_norm_.w) return;
+  const PendingNorm n = pending_norm_;
+  pending_norm_ = {};
+  run_rmsnorm(n.x, n.w, n.eps, n.out);
+}
+
+void CudaBackend::take_norm(Tensor x, kn::GemvProblem& p) {
+  const PendingNorm& n = pending_norm_;
+  if (!n.w || x.data != n.out.data || x.rows != n.out.rows || x.cols != n.out.cols) return;
+  p.x = n.x.data, p.x8 = nullptr;
+  p.norm_w = n.w, p.norm_eps = n.eps, p.norm_out = n.out.data;
+  p.norm_out8 = make_x8(n.out);
+  if (p.norm_out8) shadow8_ = {n.out.data, n.out.rows, n.out.cols, p.norm_out8};
+  pending_norm_ = {};
 }
 
 const void* CudaBackend::x16(Tensor x, GgmlType type) {
@@ -391,6 +440,9 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
   check("matmul", !d.stack || !d.repacked, "a part of a repacked stack is only multiplied together with the other parts");
   const kn::WeightLayout layout = d.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
   const double flops = 2.0 * double(x.rows) * double(w.rows) * double(w.cols);
+  kn::GemvProblem norm;  // the pending RMSNorm of x, if any (decode rows)
+  if (x.rows <= kn::kGemvMaxBatch) take_norm(x, norm);
+  settle(x, out);
   wrote(out);
   if (x.rows > kn::kGemvMaxBatch && !exact_) {
     kn::GemmProblem p;
@@ -412,7 +464,8 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
     // no GEMM variant for this type: GEMVs over 8-row slices below
   }
   const double bytes = double(d.bytes) * double((x.rows + 7) / 8) + double(x.rows * x.cols) * 4.0;
-  run_op(op_name(accumulate ? "gemv+res" : "gemv", w), bytes, flops, [&] {
+  const char* kind = norm.norm_w ? (accumulate ? "gemv+norm+res" : "gemv+norm") : accumulate ? "gemv+res" : "gemv";
+  run_op(op_name(kind, w), bytes, flops, [&] {
     for (int64_t r0 = 0; r0 < x.rows; r0 += kn::kGemvMaxBatch) {
     const int64_t n = std::min<int64_t>(kn::kGemvMaxBatch, x.rows - r0);
     kn::GemvProblem p;
@@ -422,6 +475,10 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
     p.n = w.rows, p.k = w.cols;
     p.x = x.data + r0 * x.cols;
     p.x8 = x.rows <= kn::kGemvMaxBatch ? x8(x) : nullptr;
+    if (norm.norm_w) {
+      p.x = norm.x, p.x8 = nullptr;
+      p.norm_w = norm.norm_w, p.norm_eps = norm.norm_eps, p.norm_out = norm.norm_out, p.norm_out8 = norm.norm_out8;
+    }
     p.batch = int(n);
     p.y = out.data + r0 * out.cols;
     p.residual = accumulate ? p.y : nullptr;
@@ -437,6 +494,7 @@ void CudaBackend::matmul(const Weight& w, Tensor x, Tensor out) { run_matmul(w, 
 // in place when the outputs lie back to back (one row: q, k, v allocated one after the other),
 // else into scratch and split by columns.
 void CudaBackend::matmul_multi(std::span<const Weight* const> w, Tensor x, std::span<const Tensor> out) {
+  for (const Tensor& o : out) settle(o);
   const DevWeight& d0 = info(*w[0]);
   bool whole = d0.stack != nullptr;
   int64_t rows = 0;
@@ -483,12 +541,14 @@ void CudaBackend::ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Te
     p.w = gate.data, p.w_up = up.data;
     p.n = gate.rows, p.k = gate.cols;
     p.x = x.data, p.x8 = x8(x), p.batch = int(x.rows), p.y = out.data;
+    take_norm(x, p);
+    settle(x, out);
     // The down projection multiplies out next: its int8 copy is made in the same kernel, by the
     // warps that complete each 32-row block (counters in y8_count_).
     wrote(out);
     p.y8 = make_x8(out);
     p.y8_count = out.cols / 32 <= int64_t(kY8Counters) ? y8_count_ : nullptr;
-    run_op(op_name("gemv gate/up", gate), 2.0 * double(dg.bytes), 4.0 * double(x.rows * gate.rows * gate.cols),
+    run_op(op_name(p.norm_w ? "gemv+norm gate/up" : "gemv gate/up", gate), 2.0 * double(dg.bytes), 4.0 * double(x.rows * gate.rows * gate.cols),
            [&] { return kn::gemv(p, stream_); });
     if (p.y8) shadow8_ = {out.data, out.rows, out.cols, p.y8};
     return;
@@ -500,17 +560,20 @@ void CudaBackend::ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Te
 }
 
 void CudaBackend::add_bias(Tensor x, const Weight& b) {
+  settle(x);
   run_op("add_bias", double(x.rows * x.cols) * 8.0, 0,
          [&] { return kn::add_bias(x.data, static_cast<const float*>(b.data), x.rows, x.cols, stream_); });
   wrote(x);
 }
 
 void CudaBackend::add(Tensor x, Tensor y) {
+  settle(x, y);
   run_op("add", double(x.rows * x.cols) * 12.0, 0, [&] { return kn::add(x.data, y.data, x.rows * x.cols, stream_); });
   wrote(x);
 }
 
 void CudaBackend::swiglu(Tensor gate, Tensor up) {
+  settle(gate, up);
   // Rows that will feed a GEMM (the down projection) get their 16-bit copy in the same pass.
   const int64_t n = gate.rows * gate.cols;
   void* h = gate.rows > kn::kGemvMaxBatch && !exact_ && n % 4 == 0 ? scratch_bytes(size_t(n) * 2) : nullptr;
@@ -537,6 +600,7 @@ kn::RopeArgs CudaBackend::rope_args(int n_heads, int head_dim, const RopeParams&
 }
 
 void CudaBackend::rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t> pos, const RopeParams& p) {
+  settle(x);
   check("rope", int64_t(pos.size()) == n_in_ && x.rows == n_in_, "positions differ from begin_forward's");
   const kn::RopeArgs a = rope_args(n_heads, head_dim, p);
   run_op("rope", double(x.rows * x.cols) * 8.0, 0, [&] { return kn::rope(x.data, x.rows, dev_pos(), a, stream_); });
@@ -559,18 +623,33 @@ CudaBackend::LayerCache CudaBackend::layer_cache(int layer, Tensor q, std::span<
 
 void CudaBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
                             const AttentionParams& p, Tensor out) {
+  settle(q, k, v, out);
   const LayerCache c = layer_cache(layer, q, pos, p);
   run_op("kv_store", double(k.rows * k.cols) * (8.0 + 2 * kv_elem_bytes()), 0,
          [&] { return kn::kv_store(k.data, v.data, k.rows, dev_pos(), c.k, c.v, c.a, stream_); });
   attend(c, q, pos, p, out);
 }
 
-// RoPE and the cache store in one kernel, then the attention kernels.
+// One decode token at short context (the smallest length bucket): RoPE, the cache store and the
+// attention in one kernel. Otherwise RoPE and the cache store in one kernel, then the attention
+// kernels.
 void CudaBackend::rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
                                  const RopeParams& rope_p, const AttentionParams& p, Tensor out) {
+  settle(q, k, v, out);
   const LayerCache c = layer_cache(layer, q, pos, p);
   const kn::RopeArgs r = rope_args(p.n_head, p.head_dim, rope_p);
   const double bytes = double(q.rows * q.cols) * 8.0 + double(k.rows * k.cols) * (8.0 + 2 * kv_elem_bytes());
+  if (kv_bucket_ == kMinBucket && single_pass_attention_ && kn::attention_decode_rope_supported(c.a, r, q.rows)) {
+    const double kv_read = 2.0 * double(pos.back() + 1) * double(kv_dim_) * double(kv_elem_bytes());
+    const double flops = 4.0 * double(pos.back() + 1) * double(p.n_head) * p.head_dim;
+    wrote(q), wrote(k), wrote(out);
+    void* q8 = make_x8(out);
+    run_op("rope+attention (decode)", bytes + kv_read + double(out.cols) * 4.0, flops, [&] {
+      return kn::attention_decode_rope(q.data, k.data, v.data, dev_pos(), r, c.k, c.v, c.a, out.data, stream_, q8);
+    });
+    if (q8) shadow8_ = {out.data, out.rows, out.cols, q8};
+    return;
+  }
   run_op("rope+kv_store", bytes, 0,
          [&] { return kn::rope_kv_store(q.data, k.data, v.data, q.rows, dev_pos(), r, c.k, c.v, c.a, stream_); });
   wrote(q);
@@ -619,6 +698,7 @@ int CudaBackend::decode_splits(int n_head_kv, int64_t rows) const {
 }
 
 void CudaBackend::read(Tensor t, float* host) {
+  settle(t);
   cuda_check(cudaMemcpyAsync(host, t.data, size_t(t.rows * t.cols) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
              "read");
   cuda_check(cudaStreamSynchronize(stream_), "read");
@@ -626,6 +706,7 @@ void CudaBackend::read(Tensor t, float* host) {
 }
 
 int32_t CudaBackend::sample(Tensor logits, const SamplerParams& p, std::span<const int32_t> penalty_ids, double u) {
+  settle(logits);
   const Tensor row = logits.rows_view(logits.rows - 1, 1);
   if (!sample_ids_) {
     sample_ids_ = static_cast<int32_t*>(dev_alloc((kMaxPenalty + 1) * sizeof(int32_t), "sampling"));

@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "kernels/common/status.h"
+#include "kernels/gemv/gemv.h"
 #include "kernels/ops/ops.h"
 
 #include <cstdint>
@@ -118,6 +119,20 @@ class CudaBackend final : public Backend {
   template <class F> kernels::Status try_op(const std::string& name, double bytes, double flops, F&& launch);
   template <class F> void run_op(const std::string& name, double bytes, double flops, F&& launch);
   void wrote(Tensor t);
+  // A decode RMSNorm is deferred to the GEMV that reads its output next (GemvProblem::norm_w:
+  // the norm in that GEMV's prologue, which also writes the output and its int8 copy). Any other
+  // op that touches its input or output first runs it as a kernel of its own (settle).
+  struct PendingNorm {
+    Tensor x, out;
+    const float* w = nullptr;
+    float eps = 0.f;
+  };
+  template <class... T> void settle(const T&... ts) { (settle_one(ts), ...); }
+  void settle_one(const Tensor& t);
+  void settle_all();
+  void run_rmsnorm(Tensor x, const float* w, float eps, Tensor out);
+  // The pending norm whose output is x, if any: fills p's norm fields, clears it.
+  void take_norm(Tensor x, kernels::GemvProblem& p);
   // Attention: the layer's cache and kernel arguments (after checking the positions), and the
   // attention kernels over it (prefill or flash-decoding) once k and v are stored.
   struct LayerCache {
@@ -143,6 +158,13 @@ class CudaBackend final : public Backend {
   GgmlType act16_ = GgmlType::F16;  // the 16-bit type GEMM inputs are rounded to
   // Prompt-attention rung: the newest, or the one LAMINA_ATTN_PREFILL names (for A/B timing).
   kernels::PrefillAttention prefill_attention_ = kernels::PrefillAttention::V2Pipelined;
+  // Decode attention at short context in one kernel (default), or always the split path
+  // (LAMINA_ATTN_DECODE=split, for A/B timing).
+  bool single_pass_attention_ = true;
+  // Deferred decode RMSNorms, the norm in the next GEMV's prologue: off unless
+  // LAMINA_FUSED_NORM=1 (measured slower in the decode chain: docs/benchmarks.md).
+  bool defer_norm_ = false;
+  PendingNorm pending_norm_;
   // Scratch: chunks of device memory, bump-allocated; merged into one at reset after growth.
   std::vector<Chunk> scratch_;
   size_t scratch_used_ = 0;
@@ -163,6 +185,7 @@ class CudaBackend final : public Backend {
   } shadow8_;
   // Only quantised matrices are multiplied by dp4a GEMVs: the copies are made once one is loaded.
   bool int8_x_ = false;
+  bool wants_x8(Tensor out) const;  // out's rows will feed a dp4a GEMV
   void* make_x8(Tensor out);       // scratch for out's int8 copy, or null where none pays
   // Zeroed counters a GEMV uses to make its output's int8 copy in its own epilogue
   // (GemvProblem::y8_count): one per 32 output rows.
@@ -180,7 +203,10 @@ class CudaBackend final : public Backend {
   // KV cache
   GgmlType kv_type_ = GgmlType::F16;
   int kv_layers_ = 0, kv_ctx_ = 0, kv_dim_ = 0;
-  int64_t kv_bucket_ = 1024;  // the pass's last position + 1, rounded up to a power of two >= 1024
+  // The pass's last position + 1, rounded up to a power of two >= kMinBucket. Decode in the
+  // smallest bucket takes the one-kernel attention (attention_decode_rope).
+  static constexpr int64_t kMinBucket = 256;
+  int64_t kv_bucket_ = kMinBucket;
   int decode_splits(int n_head_kv, int64_t rows) const;
   uint64_t graph_key(uint64_t key) const;
   void* k_cache_ = nullptr;

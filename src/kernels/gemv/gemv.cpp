@@ -6,6 +6,7 @@
 #include "kernels/common/timing.h"
 #include "kernels/gemv/gemv_internal.h"
 #include "kernels/gemv/gemv_tune.h"
+#include "kernels/ops/ops.h"
 
 #include <cuda_runtime.h>
 
@@ -71,13 +72,16 @@ Status gemv_validate(const GemvProblem& p, const GemvVariant& v) {
     return Status::error(name + ": W and x must be 16-byte aligned");
   if (p.x8 && (!aligned(p.x8, 16) || p.k % 32)) return Status::error(name + ": x8 must be 16-byte aligned, k a multiple of 32");
   if (p.y8 && (!aligned(p.y8, 16) || p.n % 32)) return Status::error(name + ": y8 must be 16-byte aligned, n a multiple of 32");
+  if (p.norm_w && (!p.norm_out || !aligned(p.norm_out, 16))) return Status::error(name + ": norm_w needs a 16-byte aligned norm_out");
+  if (p.norm_w && p.norm_out8 && (!aligned(p.norm_out8, 16) || p.k % 32))
+    return Status::error(name + ": norm_out8 must be 16-byte aligned, k a multiple of 32");
   return Status::success();
 }
 
 static std::string tune_key(const GemvProblem& p) {
   return std::string("gemv|") + std::string(type_name(p.wtype)) + (p.layout == WeightLayout::Repacked ? "|repacked" : "|gguf") +
          "|" + std::to_string(p.n) + "x" + std::to_string(p.k) + "|b" + std::to_string(p.batch) +
-         (p.w_up ? "|gateup" : "") + (p.x8 ? "|x8" : "") + "|" + device_key();
+         (p.w_up ? "|gateup" : "") + (p.x8 ? "|x8" : "") + (p.norm_w ? "|norm" : "") + "|" + device_key();
 }
 
 // The default when a shape is untuned: the fastest rung that takes the problem.
@@ -89,19 +93,40 @@ static const GemvVariant* default_variant(const GemvProblem& p) {
   return nullptr;
 }
 
-Status gemv(const GemvProblem& p, cudaStream_t s) {
+// The tuned entry for p: its own shape's; with norm_w, the same shape's with x8 given; then the
+// shape's without x8.
+static std::optional<TuneEntry> tuned_entry(const GemvProblem& p) {
   auto& cache = TuneCache::get("gemv");
-  auto e = cache.find(tune_key(p));
-  if (!e && p.x8) {  // a shape tuned without x8 serves when none was tuned with it
-    GemvProblem plain = p;
-    plain.x8 = nullptr;
-    e = cache.find(tune_key(plain));
+  GemvProblem q = p;
+  auto e = cache.find(tune_key(q));
+  if (!e && q.norm_w) {
+    static const char marker = 0;
+    q.norm_w = nullptr, q.x8 = &marker;
+    e = cache.find(tune_key(q));
   }
+  if (!e && q.x8) {
+    q.x8 = nullptr;
+    e = cache.find(tune_key(q));
+  }
+  return e;
+}
+
+Status gemv(const GemvProblem& p, cudaStream_t s) {
+  const auto e = tuned_entry(p);
   const GemvVariant* v = e ? find_gemv_variant(e->variant) : nullptr;
   const bool tuned = v != nullptr;
   if (!v && !(v = default_variant(p))) return Status::error("gemv: no variant for weight type " + std::string(type_name(p.wtype)));
   if (Status st = gemv_validate(p, *v); !st) return st;
-  if (Status st = v->launch(p, tuned ? parse_config(e->config) : v->configs.front(), s); !st) return st;
+  const GemvConfig c = tuned ? parse_config(e->config) : v->configs.front();
+  if (p.norm_w && !v->fuses_norm) {  // the norm in a kernel of its own, then the variant on its output
+    if (Status st = rmsnorm(p.x, p.norm_w, p.batch, p.k, p.norm_eps, p.norm_out, nullptr, GgmlType::F16, s, p.norm_out8); !st)
+      return st;
+    GemvProblem q = p;
+    q.x = p.norm_out, q.x8 = nullptr, q.norm_w = nullptr;
+    if (Status st = v->launch(q, c, s); !st) return st;
+  } else if (Status st = v->launch(p, c, s); !st) {
+    return st;
+  }
   if (p.y8 && !(v->writes_y8 && p.y8_count)) return quantize_x8(p.y, p.batch, p.n, p.y8, s);
   return Status::success();
 }

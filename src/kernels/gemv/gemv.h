@@ -46,6 +46,16 @@ struct GemvProblem {
   unsigned* y8_count = nullptr;
   const float* bias = nullptr;   // device [n], optional
   const float* residual = nullptr;  // device [batch][n], optional
+  // device [k], optional: the GEMV multiplies rmsnorm(x) * norm_w (eps norm_eps; ops' rmsnorm)
+  // instead of x, and x8 is ignored. The normalised x is also written to norm_out (device
+  // [batch][k], required) and, when given, as int8 blocks to norm_out8 ([batch][x8_bytes(k)]),
+  // for any later use: as ops' rmsnorm(x, norm_w, ..., norm_out, out8 = norm_out8) would. A
+  // variant with fuses_norm does all of it in its prologue; for others gemv() runs that rmsnorm
+  // first.
+  const float* norm_w = nullptr;
+  float norm_eps = 0.f;
+  float* norm_out = nullptr;
+  void* norm_out8 = nullptr;
 };
 
 // Precision of x inside a variant: exact f32, 8-bit blocks of 32 with an f32 scale (d =
@@ -68,6 +78,7 @@ struct GemvVariant {
   std::vector<GemvConfig> configs;  // the autotuner's search space (first = default)
   XRounding x_rounding = XRounding::None;  // what the variant does to x before multiplying
   bool writes_y8 = false;  // makes GemvProblem::y8 in its epilogue (given y8_count)
+  bool fuses_norm = false;  // takes GemvProblem::norm_w (RMSNorm of x in its prologue)
 };
 
 const std::vector<GemvVariant>& gemv_variants();
@@ -77,7 +88,8 @@ const GemvVariant* find_gemv_variant(const std::string& name);
 Status gemv_validate(const GemvProblem& p, const GemvVariant& v);
 
 // Runs the best known variant/config for the problem (autotune cache, else a default), then
-// makes y8 if one was asked for and the variant did not.
+// makes y8 if one was asked for and the variant did not. With norm_w the lookup falls back to
+// the shape tuned with x8 (the same x8 made in the prologue), then without.
 Status gemv(const GemvProblem& p, cudaStream_t s);
 
 // Bytes of W (and W_up) a GEMV reads: the figure GB/s is computed from.

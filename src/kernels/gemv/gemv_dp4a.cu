@@ -118,7 +118,7 @@ struct Dp4aStep {
 
 template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp>
 __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
-                                              const float* __restrict__ x, const uint8_t* __restrict__ x8,
+                                              XSource xin,
                                               float* __restrict__ y, int64_t n, int64_t k,
                                               int batch, Epilogue ep) {
   extern __shared__ __align__(16) uint8_t smem[];
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, con
   bool loaded = first < n;
   if (loaded) Step::load(w, first, n, 0, k, regs);
   pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
-  const uint8_t* xs = x8_source(x, x8, k, batch, smem);
+  const uint8_t* xs = x8_source(xin, k, batch, smem);
   for (int64_t row0 = first; row0 < n; row0 += warps_total * kRows) {
     if (row0 + warps_total * kRows >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
     float acc[kGateUp ? 2 : 1][kRows][kGemvMaxBatch] = {};
@@ -183,7 +183,7 @@ void register_dp4a_variants(std::vector<GemvVariant>& out) {
                  WeightLayout::Repacked, dp4a_types, run_dp4a,
                  {GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 8, 4}, GemvConfig{4, 8, 2},
                   GemvConfig{2, 4, 2}, GemvConfig{1, 4, 4}},
-                 XRounding::Int8Blocks, /*writes_y8=*/true});
+                 XRounding::Int8Blocks, /*writes_y8=*/true, /*fuses_norm=*/true});
 }
 
 }  // namespace lamina::kernels

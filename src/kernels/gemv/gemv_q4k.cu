@@ -19,12 +19,12 @@ using namespace gemv_detail;
 
 template <int kRows, int kUnroll, bool kGateUp>
 __global__ void __launch_bounds__(256) q4k_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
-                                                const float* __restrict__ x, const uint8_t* __restrict__ x8,
+                                                XSource xin,
                                                 float* __restrict__ y, int64_t n, int64_t k,
                                                 int batch, Epilogue ep) {
   extern __shared__ __align__(16) uint8_t smem[];
   pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
-  const uint8_t* xs = x8_source(x, x8, k, batch, smem);
+  const uint8_t* xs = x8_source(xin, k, batch, smem);
   const int lane = threadIdx.x % 32;
   const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / 32);
   const size_t row_bytes = size_t(k / QK_K) * sizeof(block_q4_K);
@@ -119,7 +119,7 @@ void register_q4k_variants(std::vector<GemvVariant>& out) {
   out.push_back({"q4k_dp4a", "q4_K in place: a 16-byte quant chunk per lane, int8 x in shared memory, dp4a",
                  WeightLayout::Gguf, q4k_only, run_q4k,
                  {GemvConfig{1, 8, 2}, GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 4, 2}},
-                 XRounding::Int8Blocks, /*writes_y8=*/true});
+                 XRounding::Int8Blocks, /*writes_y8=*/true, /*fuses_norm=*/true});
 }
 
 }  // namespace lamina::kernels

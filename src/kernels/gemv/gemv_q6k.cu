@@ -29,12 +29,12 @@ __device__ __forceinline__ int dot16(uint32_t a0, uint32_t a1, uint32_t a2, uint
 
 template <int kRows, int kUnroll, bool kGateUp>
 __global__ void __launch_bounds__(256) q6k_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
-                                                const float* __restrict__ x, const uint8_t* __restrict__ x8,
+                                                XSource xin,
                                                 float* __restrict__ y, int64_t n, int64_t k,
                                                 int batch, Epilogue ep) {
   extern __shared__ __align__(16) uint8_t smem[];
   pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
-  const uint8_t* xs = x8_source(x, x8, k, batch, smem);
+  const uint8_t* xs = x8_source(xin, k, batch, smem);
   const int lane = threadIdx.x % 32;
   const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / 32);
   const Q6Planes pl(n, k);
@@ -151,7 +151,7 @@ void register_q6k_variants(std::vector<GemvVariant>& out) {
   out.push_back({"q6k_dp4a", "q6_K repacked into ql/qh/scale/d planes, int8 x in shared memory, dp4a",
                  WeightLayout::Repacked, q6k_only, run_q6k,
                  {GemvConfig{1, 8, 2}, GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 4, 2}},
-                 XRounding::Int8Blocks, /*writes_y8=*/true});
+                 XRounding::Int8Blocks, /*writes_y8=*/true, /*fuses_norm=*/true});
 }
 
 }  // namespace lamina::kernels

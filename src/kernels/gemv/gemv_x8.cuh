@@ -36,12 +36,81 @@ __device__ inline void quantize_x_to_smem(const float* __restrict__ x, int64_t k
   }
 }
 
-// The x the kernel reads: the caller's x8 when given, else x quantised by this block into smem
-// (then every thread of the block must call this, before anything else touches smem).
-__device__ inline const uint8_t* x8_source(const float* __restrict__ x, const uint8_t* __restrict__ x8, int64_t k,
-                                           int batch, uint8_t* smem) {
-  if (x8) return x8;
-  quantize_x_to_smem(x, k, batch, smem);
+// Where a dp4a kernel's x comes from: x8 (int8 blocks made by the kernel before), or x (f32),
+// quantised by each block into shared memory; with norm_w, x is first normalised by RMSNorm with
+// that weight (GemvProblem::norm_w: the norm fused into the GEMV that consumes it).
+struct XSource {
+  const float* x;
+  const uint8_t* x8;
+  const float* norm_w;
+  float norm_eps;
+  float* norm_out;     // with norm_w: block 0 writes the normalised x here ([batch][k] f32)
+  uint8_t* norm_out8;  // optional: and its int8 blocks ([batch][x8_bytes(k)])
+};
+
+// RMSNorm of each batch row of x, then the int8 blocks of the result into smem: the values of
+// ops' rmsnorm (f64 sum of squares, v = x * scale * w), the blocks of quantize_x_to_smem. The
+// second read of x hits L1.
+__device__ inline void norm_quantize_x_to_smem(const XSource& in, int64_t k, int batch, uint8_t* smem) {
+  __shared__ double part[32];
+  __shared__ float scale_s;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  for (int b = 0; b < batch; ++b) {
+    const float* xr = in.x + b * k;
+    double ss = 0;
+    if (k % 4 == 0) {
+#pragma unroll 4
+      for (int64_t i = int64_t(threadIdx.x) * 4; i < k; i += int64_t(blockDim.x) * 4) {
+        const float4 v = *reinterpret_cast<const float4*>(xr + i);
+        ss += double(v.x) * v.x + double(v.y) * v.y + double(v.z) * v.z + double(v.w) * v.w;
+      }
+    } else {
+      for (int64_t i = threadIdx.x; i < k; i += blockDim.x) ss += double(xr[i]) * xr[i];
+    }
+    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(~0u, ss, o);
+    if (lane == 0) part[warp] = ss;
+    __syncthreads();
+    if (warp == 0) {
+      double v = lane < warps ? part[lane] : 0.0;
+      for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(~0u, v, o);
+      if (lane == 0) scale_s = float(1.0 / sqrt(v / double(k) + double(in.norm_eps)));
+    }
+    __syncthreads();
+    const float scale = scale_s;
+    constexpr int kInFlight = 16;  // blocks per warp whose x and w loads go out together
+    for (int64_t blk0 = warp; blk0 < k / 32; blk0 += int64_t(warps) * kInFlight) {
+      float xv[kInFlight], wv[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const int64_t blk = blk0 + int64_t(u) * warps;
+        xv[u] = blk < k / 32 ? xr[blk * 32 + lane] : 0.f;
+        wv[u] = blk < k / 32 ? in.norm_w[blk * 32 + lane] : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const int64_t blk = blk0 + int64_t(u) * warps;
+        if (blk >= k / 32) break;
+        const float v = xv[u] * scale * wv[u];
+        if (blockIdx.x == 0) in.norm_out[b * k + blk * 32 + lane] = v;
+        quantize_block32(v, k, blk, smem + size_t(b) * x8_bytes(k));
+      }
+    }
+    __syncthreads();  // part and scale_s are reused by the next row
+  }
+  if (blockIdx.x == 0 && in.norm_out8) {  // the int8 copy for later GEMVs of the same x
+    const size_t n16 = size_t(batch) * x8_bytes(k) / 16;
+    for (size_t i = threadIdx.x; i < n16; i += blockDim.x)
+      reinterpret_cast<uint4*>(in.norm_out8)[i] = reinterpret_cast<const uint4*>(smem)[i];
+  }
+}
+
+// The x the kernel reads: the caller's x8 when given, else x (normalised when norm_w is set)
+// quantised by this block into smem (then every thread of the block must call this, before
+// anything else touches smem).
+__device__ inline const uint8_t* x8_source(const XSource& in, int64_t k, int batch, uint8_t* smem) {
+  if (in.x8) return in.x8;
+  if (in.norm_w) norm_quantize_x_to_smem(in, k, batch, smem);
+  else quantize_x_to_smem(in.x, k, batch, smem);
   __syncthreads();
   return smem;
 }
@@ -67,7 +136,7 @@ struct X8Row {
 template <class Kernel>
 Status launch_x8_persistent(Kernel kernel, const char* name, const GemvProblem& p, const GemvConfig& c, int rows_per_warp,
                             cudaStream_t s) {
-  const size_t smem = p.x8 ? 0 : size_t(p.batch) * x8_bytes(p.k);
+  const size_t smem = p.x8 && !p.norm_w ? 0 : size_t(p.batch) * x8_bytes(p.k);
   if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
     return Status::error(std::string(name) + ": x does not fit in shared memory (" + std::to_string(smem) + " bytes)");
   int dev = 0, sms = 0, per_sm = 0;
@@ -78,8 +147,10 @@ Status launch_x8_persistent(Kernel kernel, const char* name, const GemvProblem& 
   const int64_t needed = (p.n + rows_per_block - 1) / rows_per_block;
   const unsigned grid = unsigned(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * std::max(per_sm, 1))));
   const Epilogue ep = epilogue_of(p);
+  const XSource xin{p.x, p.norm_w ? nullptr : static_cast<const uint8_t*>(p.x8), p.norm_w, p.norm_eps, p.norm_out,
+                    static_cast<uint8_t*>(p.norm_out8)};
   launch_pdl(kernel, grid, unsigned(c.warps * 32), smem, s, static_cast<const uint8_t*>(p.w),
-             static_cast<const uint8_t*>(p.w_up), p.x, static_cast<const uint8_t*>(p.x8), p.y, p.n, p.k, p.batch, ep);
+             static_cast<const uint8_t*>(p.w_up), xin, p.y, p.n, p.k, p.batch, ep);
   return launch_status(name);
 }
 

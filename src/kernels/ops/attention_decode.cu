@@ -15,6 +15,7 @@
 #include "kernels/common/launch_status.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/q8_blocks.cuh"
+#include "kernels/ops/attention_decode.cuh"
 #include "kernels/ops/ops.h"
 
 #include <cuda_fp16.h>
@@ -25,43 +26,9 @@
 namespace lamina::kernels {
 namespace {
 
+using namespace attn_detail;
+
 constexpr int kWarps = 4, kMaxGroup = 8;
-constexpr float kNoScore = -1e30f;  // "minus infinity" that keeps exp(m_old - m_new) finite
-
-template <class KT>
-__device__ __forceinline__ float to_f32(KT v) {
-  if constexpr (std::is_same_v<KT, __half>) return __half2float(v);
-  else return v;
-}
-
-// E consecutive elements of a row from global memory as f32.
-template <class KT, int E>
-__device__ __forceinline__ void load_row(const KT* __restrict__ p, float (&o)[E]) {
-  if constexpr (std::is_same_v<KT, __half> && E % 4 == 0) {
-#pragma unroll
-    for (int i = 0; i < E; i += 4) {
-      const uint2 u = *reinterpret_cast<const uint2*>(p + i);
-      const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
-      const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
-      o[i] = a.x, o[i + 1] = a.y, o[i + 2] = b.x, o[i + 3] = b.y;
-    }
-  } else if constexpr (std::is_same_v<KT, __half> && E % 2 == 0) {
-#pragma unroll
-    for (int i = 0; i < E; i += 2) {
-      const float2 a = __half22float2(*reinterpret_cast<const __half2*>(p + i));
-      o[i] = a.x, o[i + 1] = a.y;
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < E; ++i) o[i] = to_f32(p[i]);
-  }
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(~0u, v, o);
-  return v;
-}
 
 // work, per (token, head, split): [m, l, o[head_dim]]
 template <class KT, int HD, int MAXG>
@@ -69,7 +36,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(const float* __
                                                                  const KT* __restrict__ kc, const KT* __restrict__ vc,
                                                                  AttentionArgs a, int splits, float* __restrict__ work) {
   pdl_enter();
-  constexpr int E = HD / 32, kPosPerWarp = MAXG == 1 ? 8 : 4;
+  constexpr int E = HD / 32, P = MAXG == 1 ? 8 : 4;
   const int kvh = blockIdx.x, sp = blockIdx.y, t = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int G = a.n_head / a.n_head_kv;
@@ -78,80 +45,23 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(const float* __
   const int chunk = (len + splits - 1) / splits;
   const int begin = sp * chunk, end = min(len, begin + chunk);
 
-  float qr[MAXG][E], m[MAXG], l[MAXG], acc[MAXG][E];
-#pragma unroll
-  for (int g = 0; g < MAXG; ++g) {
-    m[g] = kNoScore, l[g] = 0.f;
-#pragma unroll
-    for (int e = 0; e < E; ++e) acc[g][e] = 0.f, qr[g][e] = 0.f;
-    if (g < G) {
-      const float* qh = q + int64_t(t) * a.n_head * HD + int64_t(kvh * G + g) * HD + lane * E;
-#pragma unroll
-      for (int e = 0; e < E; ++e) qr[g][e] = qh[e];
-    }
-  }
-  const KT* kbase = kc + int64_t(kvh) * HD + lane * E;
-  const KT* vbase = vc + int64_t(kvh) * HD + lane * E;
-  for (int j0 = begin + warp * kPosPerWarp; j0 < end; j0 += kWarps * kPosPerWarp) {
-    float kr[kPosPerWarp][E], vr[kPosPerWarp][E];
-#pragma unroll
-    for (int p = 0; p < kPosPerWarp; ++p) {
-      const int j = min(j0 + p, end - 1);  // clamp: a valid row, masked below
-      load_row<KT, E>(kbase + int64_t(j) * kvd, kr[p]);
-      load_row<KT, E>(vbase + int64_t(j) * kvd, vr[p]);
-    }
-#pragma unroll
-    for (int g = 0; g < MAXG; ++g) {
-      if (g >= G) break;
-      float s[kPosPerWarp], mx = m[g];
-#pragma unroll
-      for (int p = 0; p < kPosPerWarp; ++p) {
-        float d = 0.f;
-#pragma unroll
-        for (int e = 0; e < E; ++e) d += qr[g][e] * kr[p][e];
-        s[p] = j0 + p < end ? warp_sum(d) * a.scale : kNoScore;
-        mx = fmaxf(mx, s[p]);
-      }
-      const float corr = __expf(m[g] - mx);
-      l[g] *= corr;
-#pragma unroll
-      for (int e = 0; e < E; ++e) acc[g][e] *= corr;
-#pragma unroll
-      for (int p = 0; p < kPosPerWarp; ++p) {
-        const float w = j0 + p < end ? __expf(s[p] - mx) : 0.f;
-        l[g] += w;
-#pragma unroll
-        for (int e = 0; e < E; ++e) acc[g][e] += w * vr[p][e];
-      }
-      m[g] = mx;
-    }
-  }
-
-  // Merge the warps: shared [warp][group] (m, l) and [warp][group][HD] outputs.
-  __shared__ float sm_ml[kWarps][MAXG][2];
-  __shared__ float sm_o[kWarps][MAXG][HD];
+  WarpState<E, MAXG> st;
+  st.reset();
 #pragma unroll
   for (int g = 0; g < MAXG; ++g) {
     if (g >= G) break;
-    if (lane == 0) sm_ml[warp][g][0] = m[g], sm_ml[warp][g][1] = l[g];
+    const float* qh = q + int64_t(t) * a.n_head * HD + int64_t(kvh * G + g) * HD + lane * E;
 #pragma unroll
-    for (int e = 0; e < E; ++e) sm_o[warp][g][lane * E + e] = acc[g][e];
+    for (int e = 0; e < E; ++e) st.q[g][e] = qh[e];
   }
-  __syncthreads();
-  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
-    const int g = i / HD, d = i % HD;
-    float M = kNoScore;
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_ml[w][g][0]);
-    float L = 0.f, O = 0.f;
-    for (int w = 0; w < kWarps; ++w) {
-      const float f = __expf(sm_ml[w][g][0] - M);
-      L += sm_ml[w][g][1] * f;
-      O += sm_o[w][g][d] * f;
-    }
+  attend_positions<KT, E, MAXG, P>(st, kc + int64_t(kvh) * HD + lane * E, vc + int64_t(kvh) * HD + lane * E, kvd,
+                                   begin + warp * P, end, kWarps * P, G, a.scale);
+  __shared__ MergeSmem<kWarps, MAXG, HD> sm;
+  merge_warps<kWarps>(st, G, sm, [&](int g, int d, float M, float L, float O) {
     float* dst = work + ((int64_t(t) * a.n_head + kvh * G + g) * splits + sp) * (HD + 2);
     if (d == 0) dst[0] = M, dst[1] = L;
     dst[2 + d] = O;
-  }
+  });
 }
 
 // grid (head, token), 128 threads.  out: [rows][n_head * head_dim];  out8 (optional):

@@ -73,6 +73,14 @@ Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const 
                         const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s,
                         void* out8 = nullptr);
 
+// A decode token's attention block in one kernel: rope_kv_store() then attention_decode() for
+// one row, without splits (one block per KV head), so meant for short contexts; same results as
+// those two up to float summation order (q and k rotated in place, the cache row written).
+// Supported: one row, an F16 cache, head_dim 64/96/128/256, <= 8 query heads per KV head.
+bool attention_decode_rope_supported(const AttentionArgs& a, const RopeArgs& r, int64_t rows);
+Status attention_decode_rope(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, void* k_cache,
+                             void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8 = nullptr);
+
 // Prompt attention on tensor cores (flash-attention: query tiles, K/V tiles streamed through
 // shared memory, online softmax, f16 mma.sync). Requires an F16 cache, head_dim 64 or 128, and the
 // rows at consecutive positions pos[0] .. pos[0] + rows - 1. out16 (optional) also receives the

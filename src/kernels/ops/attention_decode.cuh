@@ -1,0 +1,147 @@
+// Device pieces of the decode attention kernels (attention_decode.cu: flash-decoding splits and
+// their merge; attention_decode_rope.cu: one pass with RoPE and the cache store in front).
+//
+// Layout of a block's work: lane l of a warp holds elements [l*E, l*E + E) of a head
+// (E = head_dim / 32) for each of the G <= MAXG query heads that read one KV head; a warp takes P
+// positions at a time (2P row loads in flight) and folds them into its running (max m, sum l,
+// output acc) — the online softmax. merge_warps combines the block's warps through shared memory.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace lamina::kernels::attn_detail {
+
+constexpr float kNoScore = -1e30f;  // "minus infinity" that keeps exp(m_old - m_new) finite
+
+template <class KT>
+__device__ __forceinline__ float to_f32(KT v) {
+  if constexpr (std::is_same_v<KT, __half>) return __half2float(v);
+  else return v;
+}
+
+// E consecutive elements of a row from global memory as f32.
+template <class KT, int E>
+__device__ __forceinline__ void load_row(const KT* __restrict__ p, float (&o)[E]) {
+  if constexpr (std::is_same_v<KT, __half> && E % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < E; i += 4) {
+      const uint2 u = *reinterpret_cast<const uint2*>(p + i);
+      const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+      const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+      o[i] = a.x, o[i + 1] = a.y, o[i + 2] = b.x, o[i + 3] = b.y;
+    }
+  } else if constexpr (std::is_same_v<KT, __half> && E % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < E; i += 2) {
+      const float2 a = __half22float2(*reinterpret_cast<const __half2*>(p + i));
+      o[i] = a.x, o[i + 1] = a.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < E; ++i) o[i] = to_f32(p[i]);
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(~0u, v, o);
+  return v;
+}
+
+// Per-warp state of G query heads.
+template <int E, int MAXG>
+struct WarpState {
+  float q[MAXG][E], m[MAXG], l[MAXG], acc[MAXG][E];
+  __device__ void reset() {
+#pragma unroll
+    for (int g = 0; g < MAXG; ++g) {
+      m[g] = kNoScore, l[g] = 0.f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[g][e] = 0.f, q[g][e] = 0.f;
+    }
+  }
+};
+
+// Folds positions j0, j0 + stride, ... (P at a time, j0 = first + p) below `end` into s.
+// kbase, vbase: the lane's first element of position 0 of this KV head; kvd: row stride.
+template <class KT, int E, int MAXG, int P>
+__device__ __forceinline__ void attend_positions(WarpState<E, MAXG>& s, const KT* __restrict__ kbase,
+                                                 const KT* __restrict__ vbase, int64_t kvd, int first, int end,
+                                                 int stride, int G, float scale) {
+  for (int j0 = first; j0 < end; j0 += stride) {
+    float kr[P][E], vr[P][E];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int j = min(j0 + p, end - 1);  // clamp: a valid row, masked below
+      load_row<KT, E>(kbase + int64_t(j) * kvd, kr[p]);
+      load_row<KT, E>(vbase + int64_t(j) * kvd, vr[p]);
+    }
+#pragma unroll
+    for (int g = 0; g < MAXG; ++g) {
+      if (g >= G) break;
+      float sc[P], mx = s.m[g];
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        float d = 0.f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) d += s.q[g][e] * kr[p][e];
+        sc[p] = j0 + p < end ? warp_sum(d) * scale : kNoScore;
+        mx = fmaxf(mx, sc[p]);
+      }
+      const float corr = __expf(s.m[g] - mx);
+      s.l[g] *= corr;
+#pragma unroll
+      for (int e = 0; e < E; ++e) s.acc[g][e] *= corr;
+#pragma unroll
+      for (int p = 0; p < P; ++p) {
+        const float w = j0 + p < end ? __expf(sc[p] - mx) : 0.f;
+        s.l[g] += w;
+#pragma unroll
+        for (int e = 0; e < E; ++e) s.acc[g][e] += w * vr[p][e];
+      }
+      s.m[g] = mx;
+    }
+  }
+}
+
+// Shared memory for merging kW warps: [warp][group] (m, l) and [warp][group][HD] outputs.
+template <int kW, int MAXG, int HD>
+struct MergeSmem {
+  float ml[kW][MAXG][2];
+  float o[kW][MAXG][HD];
+};
+
+// Combines the block's warps: for every (g < G, d < HD), emit(g, d, M, L, O) with
+//   M = max_w m_w,  L = sum_w l_w e^(m_w - M),  O = sum_w o_w[d] e^(m_w - M).
+// Items go to threads in order (i = g * HD + d), so a warp's 32 lanes take 32 consecutive d of
+// one head (HD is a multiple of 32): emit may use warp collectives.
+template <int kW, int MAXG, int HD, int E, class Emit>
+__device__ __forceinline__ void merge_warps(const WarpState<E, MAXG>& s, int G, MergeSmem<kW, MAXG, HD>& sm, Emit&& emit) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int g = 0; g < MAXG; ++g) {
+    if (g >= G) break;
+    if (lane == 0) sm.ml[warp][g][0] = s.m[g], sm.ml[warp][g][1] = s.l[g];
+#pragma unroll
+    for (int e = 0; e < E; ++e) sm.o[warp][g][lane * E + e] = s.acc[g][e];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+    const int g = i / HD, d = i % HD;
+    float M = kNoScore;
+    for (int w = 0; w < kW; ++w) M = fmaxf(M, sm.ml[w][g][0]);
+    float L = 0.f, O = 0.f;
+    for (int w = 0; w < kW; ++w) {
+      const float f = __expf(sm.ml[w][g][0] - M);
+      L += sm.ml[w][g][1] * f;
+      O += sm.o[w][g][d] * f;
+    }
+    emit(g, d, M, L, O);
+  }
+}
+
+}  // namespace lamina::kernels::attn_detail

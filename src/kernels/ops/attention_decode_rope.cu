@@ -1,0 +1,138 @@
+// attention_decode_rope: a decode token's whole attention block in one kernel — RoPE on q and
+// k, the cache store of k and v, attention over positions 0..pos, the normalised output (and
+// its int8 blocks for the Wo GEMV). The split path (rope_kv_store, attn_split_kernel,
+// attn_merge_kernel) takes three launches; in the decode chain each launch boundary costs
+// microseconds of drain and ramp (docs/benchmarks.md), far more than the work at short context.
+//
+// Grid: one block per KV head (all G query heads that read it), kW warps; no splits, so the
+// backend takes it while the context is short (a few hundred positions: each warp then folds a
+// few rounds of P positions) and the split path beyond.
+//   1. the n_rot/2 angles of the position into shared memory (before the PDL wait: pos is the
+//      pass's input copy, written before the pass's first kernel ran);
+//   2. q's G heads and k's head into shared memory, rotated there (pairs (2i, 2i+1), or (i,
+//      i + n_rot/2) for NEOX; rope.cuh, the same arithmetic as rope() bit for bit), written
+//      back to q and k, k and v stored in the cache row; __syncthreads makes that row visible;
+//   3. warps take positions warp*P, warp*P + kW*P, ... (attention_decode.cuh), merged through
+//      shared memory, out = O / L.
+#include "kernels/common/launch_status.h"
+#include "kernels/common/pdl.cuh"
+#include "kernels/common/q8_blocks.cuh"
+#include "kernels/ops/attention_decode.cuh"
+#include "kernels/ops/ops.h"
+#include "kernels/ops/rope.cuh"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+namespace lamina::kernels {
+namespace {
+
+using namespace attn_detail;
+
+// Warps per block: 16 where the merge buffer [kW][MAXG][HD] f32 fits in 32 KiB, else fewer;
+// at most 8 for head_dim 256 (16 warps would cap the registers at 128 and spill).
+constexpr int rope_attn_warps(int maxg, int hd) {
+  return hd <= 128 && 16 * maxg * hd * 4 <= 32768 ? 16 : 8 * maxg * hd * 4 <= 32768 ? 8 : 4;
+}
+
+// q: [n_head * HD] (in place), k: [n_head_kv * HD] (in place), v: [n_head_kv * HD];
+// kc, vc: [n_ctx][n_head_kv * HD] f16; out: [n_head * HD]; out8: x8_bytes(n_head * HD) or null.
+template <int HD, int MAXG>
+__global__ void __launch_bounds__(rope_attn_warps(MAXG, HD) * 32)
+    attn_rope_kernel(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v,
+                     const int32_t* __restrict__ pos, RopeArgs r, AttentionArgs a, float theta_scale,
+                     __half* __restrict__ kc, __half* __restrict__ vc, float* __restrict__ out,
+                     uint8_t* __restrict__ out8) {
+  constexpr int kW = rope_attn_warps(MAXG, HD), E = HD / 32, P = MAXG == 1 ? 8 : 4;
+  __shared__ float cs_s[HD / 2], sn_s[HD / 2];
+  __shared__ float qs[MAXG][HD], ks[HD];
+  __shared__ MergeSmem<kW, MAXG, HD> sm;
+  const int kvh = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int G = a.n_head / a.n_head_kv, half = r.n_rot / 2, position = pos[0];
+  for (int i = threadIdx.x; i < half; i += blockDim.x) rope_detail::angle(i, position, theta_scale, r, cs_s[i], sn_s[i]);
+  pdl_enter();
+
+  const int64_t kvd = int64_t(a.n_head_kv) * HD;
+  float* qh = q + int64_t(kvh) * G * HD;  // the group's heads kvh*G .. kvh*G + G-1, back to back
+  float* kh = k + int64_t(kvh) * HD;
+  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) qs[i / HD][i % HD] = qh[i];
+  for (int i = threadIdx.x; i < HD; i += blockDim.x) ks[i] = kh[i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < (G + 1) * half; i += blockDim.x) {
+    const int h = i / half, p = i % half;
+    rope_detail::rotate(h < G ? qs[h] : ks, p, cs_s[p], sn_s[p], r);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) qh[i] = qs[i / HD][i % HD];
+  __half* krow = kc + int64_t(position) * kvd + int64_t(kvh) * HD;
+  __half* vrow = vc + int64_t(position) * kvd + int64_t(kvh) * HD;
+  for (int i = threadIdx.x; i < HD; i += blockDim.x) {
+    kh[i] = ks[i];
+    krow[i] = __float2half_rn(ks[i]);
+    vrow[i] = __float2half_rn(v[int64_t(kvh) * HD + i]);
+  }
+  __syncthreads();  // the block's own cache row, written above, is read below
+
+  WarpState<E, MAXG> st;
+  st.reset();
+#pragma unroll
+  for (int g = 0; g < MAXG; ++g) {
+    if (g >= G) break;
+#pragma unroll
+    for (int e = 0; e < E; ++e) st.q[g][e] = qs[g][lane * E + e];
+  }
+  attend_positions<__half, E, MAXG, P>(st, kc + int64_t(kvh) * HD + lane * E, vc + int64_t(kvh) * HD + lane * E, kvd,
+                                       warp * P, position + 1, kW * P, G, a.scale);
+  const int64_t width = int64_t(a.n_head) * HD;
+  merge_warps<kW>(st, G, sm, [&](int g, int d, float, float L, float O) {
+    const float o = L > 0.f ? O / L : 0.f;
+    const int64_t col = int64_t(kvh * G + g) * HD + d;
+    out[col] = o;
+    if (out8) quantize_block32(o, width, col / 32, out8);
+  });
+}
+
+template <int HD>
+void launch_hd(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, const AttentionArgs& a,
+               float theta_scale, __half* kc, __half* vc, float* out, uint8_t* out8, cudaStream_t s) {
+  const int G = a.n_head / a.n_head_kv;
+  const dim3 grid(unsigned(a.n_head_kv));
+  if (G == 1)
+    launch_pdl(attn_rope_kernel<HD, 1>, grid, rope_attn_warps(1, HD) * 32, 0, s, q, k, v, pos, r, a, theta_scale, kc, vc, out, out8);
+  else if (G <= 4)
+    launch_pdl(attn_rope_kernel<HD, 4>, grid, rope_attn_warps(4, HD) * 32, 0, s, q, k, v, pos, r, a, theta_scale, kc, vc, out, out8);
+  else
+    launch_pdl(attn_rope_kernel<HD, 8>, grid, rope_attn_warps(8, HD) * 32, 0, s, q, k, v, pos, r, a, theta_scale, kc, vc, out, out8);
+}
+
+}  // namespace
+
+bool attention_decode_rope_supported(const AttentionArgs& a, const RopeArgs& r, int64_t rows) {
+  const bool hd = a.head_dim == 64 || a.head_dim == 96 || a.head_dim == 128 || a.head_dim == 256;
+  return rows == 1 && hd && a.kv_type == GgmlType::F16 && a.n_head > 0 && a.n_head_kv > 0 &&
+         a.n_head % a.n_head_kv == 0 && a.n_head / a.n_head_kv <= 8 && r.n_rot > 0 && r.n_rot % 2 == 0 &&
+         r.n_rot <= a.head_dim;
+}
+
+Status attention_decode_rope(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, void* k_cache,
+                             void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8) {
+  if (!attention_decode_rope_supported(a, r, 1))
+    return Status::error("attention_decode_rope: needs an f16 cache, head_dim 64/96/128/256, <= 8 query heads per "
+                         "KV head and 0 < n_rot <= head_dim (even)");
+  if (!q || !k || !v || !pos || !k_cache || !v_cache || !out) return Status::error("attention_decode_rope: null pointer");
+  const float theta_scale = powf(r.base, -2.0f / float(r.n_rot));
+  auto* kc = static_cast<__half*>(k_cache);
+  auto* vc = static_cast<__half*>(v_cache);
+  auto* o8 = static_cast<uint8_t*>(out8);
+  switch (a.head_dim) {
+    case 64: launch_hd<64>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, s); break;
+    case 96: launch_hd<96>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, s); break;
+    case 128: launch_hd<128>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, s); break;
+    default: launch_hd<256>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, s); break;
+  }
+  return launch_status("attention_decode_rope");
+}
+
+}  // namespace lamina::kernels
