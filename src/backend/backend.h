@@ -97,6 +97,12 @@ class Backend {
     matmul(w, x, t);
     add(inout, t);
   }
+  // inout += x . w^T, then out = rmsnorm(inout) * norm: the residual add and the norm that reads
+  // it next (a backend may fuse them).
+  virtual void matmul_add_norm(const Weight& w, Tensor x, Tensor inout, const Weight& norm, float eps, Tensor out) {
+    matmul_add(w, x, inout);
+    rmsnorm(inout, norm, eps, out);
+  }
   // out = silu(x . gate^T) * (x . up^T) (SwiGLU fused into the matmul where the backend can).
   virtual void ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Tensor out) {
     Tensor u = alloc(x.rows, up.rows);

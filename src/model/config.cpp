@@ -33,6 +33,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.n_ctx_train = u32("context_length");
   c.n_embd = u32("embedding_length");
   c.n_layer = u32("block_count");
+  if (c.n_layer == 0) fail("{}: block_count is 0", f.path());
   c.n_ff = u32_or_array("feed_forward_length");
   c.n_head = u32_or_array("attention.head_count");
   c.n_head_kv = f.find(a + "attention.head_count_kv") ? u32_or_array("attention.head_count_kv") : c.n_head;

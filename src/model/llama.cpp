@@ -137,9 +137,9 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
                            1.f / std::sqrt(float(cfg_.head_dim))};
 
   be.embed(tok_embd_, tokens, x);
+  be.rmsnorm(x, layers_[0].attn_norm, cfg_.rms_eps, h);
   for (size_t l = 0; l < layers_.size(); ++l) {
-    const LayerWeights& w = layers_[l];
-    be.rmsnorm(x, w.attn_norm, cfg_.rms_eps, h);
+    const LayerWeights& w = layers_[l];  // h = rmsnorm(x) * attn_norm here
     const Weight* qkv_w[] = {&w.wq, &w.wk, &w.wv};
     const Tensor qkv_out[] = {q, k, v};
     be.matmul_multi(qkv_w, h, qkv_out);
@@ -152,12 +152,13 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
       be.matmul(w.wo, att, proj);
       be.add_bias(proj, w.bo);
       be.add(x, proj);
+      be.rmsnorm(x, w.ffn_norm, cfg_.rms_eps, h);
     } else {
-      be.matmul_add(w.wo, att, x);
+      be.matmul_add_norm(w.wo, att, x, w.ffn_norm, cfg_.rms_eps, h);
     }
-    be.rmsnorm(x, w.ffn_norm, cfg_.rms_eps, h);
     be.ffn_gate_up(w.w_gate, w.w_up, h, gate);
-    be.matmul_add(w.w_down, gate, x);
+    if (l + 1 < layers_.size()) be.matmul_add_norm(w.w_down, gate, x, layers_[l + 1].attn_norm, cfg_.rms_eps, h);
+    else be.matmul_add(w.w_down, gate, x);
   }
   if (mode == Logits::None) return Tensor{nullptr, 0, int64_t(cfg_.n_vocab)};
   // Logits for every row, or only the last (prompt processing needs only the last).

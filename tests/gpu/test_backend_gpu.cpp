@@ -326,6 +326,56 @@ TEST(BackendOps, NormFusedIntoTheNextGemv) {
   }
 }
 
+// matmul_add_norm on one decode row: the GEMV that adds Wo x to the residual also writes the
+// int8 blocks of residual * norm weight and their sums of squares; the GEMVs that read the norm's
+// output (stacked Q/K/V, the gate/up pair, twice over) scale by the RMS; reading the output
+// itself makes the backend run the norm. Against the CPU (matmul_add, rmsnorm), and in the
+// last step against a fused GEMV tuned for another variant (q4_K: the norm kernel runs instead).
+TEST(BackendOps, MatmulAddNormFeedsTheNextGemvs) {
+  std::mt19937 rng(13);
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q4_K}) {
+    Both b;
+    const int64_t E = 512, F = 256, n[3] = {256, 128, 128};
+    SCOPED_TRACE(type_name(t));
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<GgufTensor> ts(6);
+    const int64_t out_rows[6] = {n[0], n[1], n[2], F, F, E};
+    for (int i = 0; i < 6; ++i) bytes.push_back(quantised(t, out_rows[i], E, rng));
+    for (int i = 0; i < 6; ++i) {
+      GgufTensor& g = ts[size_t(i)];
+      g.name = "w", g.n_dims = 2, g.ne[0] = E, g.ne[1] = out_rows[i], g.type = t;
+      g.nbytes = bytes[size_t(i)].size(), g.data = bytes[size_t(i)].data();
+    }
+    const GgufTensor* tp[] = {&ts[0], &ts[1], &ts[2]};
+    const std::vector<Weight> qc = b.cpu.load_stacked(tp), qg = b.gpu.load_stacked(tp);
+    Weight wc[3], wg[3];
+    for (int i = 0; i < 3; ++i) wc[i] = b.cpu.load_weight(ts[size_t(3 + i)], WeightUse::Matmul), wg[i] = b.gpu.load_weight(ts[size_t(3 + i)], WeightUse::Matmul);
+    auto [nc, ng] = b.weight(GgmlType::F32, 1, E, f32_bytes(randn(size_t(E), rng, 0.5f)), WeightUse::Vector);
+    const auto xh = randn(size_t(E), rng, 2.f), ah = randn(size_t(E), rng);
+    const std::vector<int32_t> pos{0}, toks{0};
+    b.begin(toks, pos);
+    auto pass = [&](Backend& be, const std::vector<Weight>& q, const Weight (&w)[3], const Weight& nw) {
+      std::vector<std::vector<float>> out;
+      Tensor x = b.put(be, xh, 1, E), a = b.put(be, ah, 1, E), h = be.alloc(1, E), f = be.alloc(1, F);
+      const Tensor o[] = {be.alloc(1, n[0]), be.alloc(1, n[1]), be.alloc(1, n[2])};
+      const Weight* pw[] = {&q[0], &q[1], &q[2]};
+      for (int step = 0; step < 2; ++step) {  // the second step drops the first's pending norm
+        be.matmul_add_norm(w[2], a, x, nw, 1e-5f, h);
+        be.matmul_multi(pw, h, o);
+        be.ffn_gate_up(w[0], w[1], h, f);
+      }
+      for (const Tensor& t : o) out.push_back(b.get(be, t));
+      out.push_back(b.get(be, f));
+      out.push_back(b.get(be, x));
+      out.push_back(b.get(be, h));  // read: the norm runs
+      return out;
+    };
+    const auto want = pass(b.cpu, qc, wc, nc), got = pass(b.gpu, qg, wg, ng);
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_LE(rel(got[i], want[i]), i == 3 ? 4e-2 : 2e-2) << "output " << i;
+  }
+}
+
 // Q/K/V stacked into one matrix on the GPU: matmul_multi against three CPU matmuls, one row
 // (outputs back to back: one GEMV in place) and 20 rows (one GEMM, then split by columns).
 TEST(BackendOps, StackedMatmulMulti) {

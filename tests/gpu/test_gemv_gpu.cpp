@@ -114,6 +114,74 @@ void check_y8(const GemvVariant& v, GemvProblem p, const GemvConfig& cfg, const 
     const std::vector<uint8_t> got = x8_data(all, p.n);
     for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "y8 byte " << i << ", launch " << launch << ", config " << cfg.str();
   }
+  // With y8_gain and y8_ss (matmul_add_norm's producer): the blocks of y * gain, and each
+  // block's sum of squares of y.
+  std::vector<float> gain(size_t(p.n)), yg(size_t(p.batch * p.n));
+  std::vector<double> ss_want(size_t(p.batch * p.n / 32), 0.0), ss_got(ss_want.size());
+  for (int64_t i = 0; i < p.n; ++i) gain[size_t(i)] = 0.25f + float(i % 13) * 0.125f;
+  for (int64_t i = 0; i < p.batch * p.n; ++i) {
+    yg[size_t(i)] = y[size_t(i)] * gain[size_t(i % p.n)];
+    ss_want[size_t(i / 32)] += double(y[size_t(i)]) * y[size_t(i)];
+  }
+  DeviceBuf dgain(gain.size() * 4), dss(ss_want.size() * 8);
+  CUDA_OK(cudaMemcpy(dgain.p, gain.data(), gain.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(y8.p, 0xA5, bytes));
+  CUDA_OK(cudaMemset(dss.p, 0xFF, ss_want.size() * 8));
+  p.y8_gain = dgain.as<float>(), p.y8_ss = dss.as<double>();
+  const Status st = v.launch(p, cfg, nullptr);
+  ASSERT_TRUE(st.ok) << st.message;
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint8_t> all(bytes);
+  CUDA_OK(cudaMemcpy(all.data(), y8.p, bytes, cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(ss_got.data(), dss.p, ss_got.size() * 8, cudaMemcpyDeviceToHost));
+  ASSERT_EQ(x8_data(all, p.n), x8_data(host_x8(yg, p.n), p.n)) << "y8 of y * gain, config " << cfg.str();
+  for (size_t i = 0; i < ss_want.size(); ++i)
+    ASSERT_NEAR(ss_got[i], ss_want[i], 1e-12 * ss_want[i]) << "y8_ss block " << i << ", config " << cfg.str();
+}
+
+// A variant with takes_x8_ss, given x8 = the int8 blocks of x * g and x8_ss = the blocks' sums
+// of squares of x (batch 1): y = W (x8 values) / rms(x), against the fp64 reference.
+void check_x8_ss(const GemvVariant& v, GemvProblem p, const GemvConfig& cfg, const std::vector<float>& wd_rows,
+                 std::mt19937& rng) {
+  if (p.batch != 1 || p.k > 4096 || p.k % 32) return;
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> x(size_t(p.k)), g(size_t(p.k)), xg(size_t(p.k)), xr(size_t(p.k));
+  std::vector<double> ss(size_t(p.k / 32), 0.0);
+  double total = 0;
+  for (int64_t i = 0; i < p.k; ++i) {
+    x[size_t(i)] = 2.f * nd(rng), g[size_t(i)] = 0.5f + std::fabs(nd(rng));
+    xg[size_t(i)] = x[size_t(i)] * g[size_t(i)];
+    ss[size_t(i / 32)] += double(x[size_t(i)]) * x[size_t(i)];
+  }
+  for (double b : ss) total += b;
+  const std::vector<uint8_t> x8 = host_x8(xg, p.k, &xr);
+  const double inv = 1.0 / std::sqrt(total / double(p.k) + 1e-5);
+  DeviceBuf dx(x.size() * 4), dg(g.size() * 4), dx8(x8.size()), dss(ss.size() * 8), dn(x.size() * 4),
+      dy((size_t(p.n) + 32) * 4);
+  CUDA_OK(cudaMemcpy(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dg.p, g.data(), g.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dx8.p, x8.data(), x8.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dss.p, ss.data(), ss.size() * 8, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(dy.p, 0xFF, (size_t(p.n) + 32) * 4));
+  p.x = dx.as<float>(), p.x8 = dx8.p, p.x8_ss = dss.as<double>(), p.y = dy.as<float>();
+  p.norm_w = dg.as<float>(), p.norm_eps = 1e-5f, p.norm_out = dn.as<float>();
+  p.bias = nullptr, p.residual = nullptr, p.w_up = nullptr, p.y8 = nullptr, p.y8_count = nullptr;
+  Status st = gemv_validate(p, v);
+  ASSERT_TRUE(st.ok) << st.message;
+  st = v.launch(p, cfg, nullptr);
+  ASSERT_TRUE(st.ok) << st.message;
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<float> y(size_t(p.n) + 32);
+  CUDA_OK(cudaMemcpy(y.data(), dy.p, y.size() * 4, cudaMemcpyDeviceToHost));
+  for (int64_t r = 0; r < p.n; ++r) {
+    double ref = 0, mag = 0;
+    for (int64_t i = 0; i < p.k; ++i) {
+      ref += double(wd_rows[size_t(r * p.k + i)]) * xr[size_t(i)];
+      mag += std::fabs(double(wd_rows[size_t(r * p.k + i)]) * xr[size_t(i)]);
+    }
+    ASSERT_NEAR(y[size_t(r)], ref * inv, (2e-5 * mag + 1e-5) * inv) << "x8_ss, config " << cfg.str() << " row " << r;
+  }
+  for (size_t i = size_t(p.n); i < y.size(); ++i) ASSERT_TRUE(std::isnan(y[i])) << "wrote past y (x8_ss)";
 }
 
 void run_case(const GemvVariant& v, GgmlType type, int64_t n, int64_t k, int batch, bool epilogues, bool gate_up,
@@ -140,7 +208,11 @@ void run_case(const GemvVariant& v, GgmlType type, int64_t n, int64_t k, int bat
   for (auto& f : bias) f = nd(rng);
   for (auto& f : res) f = nd(rng);
   // CPU fp64 reference from the dequantised rows.
-  std::vector<float> wd(static_cast<size_t>(k)), wd2(static_cast<size_t>(k));
+  std::vector<float> wd(static_cast<size_t>(k)), wd2(static_cast<size_t>(k)), wd_all;
+  if (v.takes_x8_ss) {
+    wd_all.resize(size_t(n * k));
+    for (int64_t r = 0; r < n; ++r) dequantize_row(type, w.data() + size_t(r) * row_bytes(type, k), wd_all.data() + r * k, k);
+  }
   std::vector<double> ref(size_t(batch * n)), mag(size_t(batch * n));
   const size_t rb = row_bytes(type, k);
   for (int64_t r = 0; r < n; ++r) {
@@ -202,6 +274,7 @@ void run_case(const GemvVariant& v, GgmlType type, int64_t n, int64_t k, int bat
       ASSERT_NEAR(got[i], ref[i], 2e-5 * mag[i] + 1e-5) << "config " << cfg.str() << " output " << i;
     for (size_t i = ref.size(); i < got.size(); ++i) ASSERT_TRUE(std::isnan(got[i])) << "wrote past y";
     if (v.writes_y8 && n % 32 == 0) check_y8(v, p, cfg, got);
+    if (v.takes_x8_ss && !epilogues && !gate_up) check_x8_ss(v, p, cfg, wd_all, rng);
     if (::testing::Test::HasFatalFailure() || !int8_x) continue;
     CUDA_OK(cudaMemset(dy.p, 0xFF, (size_t(batch * n) + 32) * 4));
     p.x8 = dx8.p;

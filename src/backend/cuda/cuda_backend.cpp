@@ -62,6 +62,7 @@ CudaBackend::CudaBackend(int device, bool exact) : device_(device), exact_(exact
     check("init", known, fmt::format("LAMINA_ATTN_PREFILL={} names no prompt-attention kernel", v));
   }
   if (const char* v = std::getenv("LAMINA_FUSED_NORM")) defer_norm_ = std::string(v) == "1";
+  if (const char* v = std::getenv("LAMINA_SPLIT_NORM")) split_norm_ = std::string(v) != "0";
   if (const char* v = std::getenv("LAMINA_ATTN_DECODE")) {
     check("init", std::string(v) == "single" || std::string(v) == "split",
           fmt::format("LAMINA_ATTN_DECODE={}: expected single or split", v));
@@ -379,6 +380,7 @@ void CudaBackend::embed(const Weight& table, std::span<const int32_t> tokens, Te
 }
 
 void CudaBackend::rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) {
+  drop_overwritten_norm(out, x);
   settle(x, out);
   wrote(out);
   const auto* wf = static_cast<const float*>(w.data);
@@ -418,11 +420,22 @@ void CudaBackend::settle_all() {
   run_rmsnorm(n.x, n.w, n.eps, n.out);
 }
 
+// A pending norm whose output is about to be overwritten (and is not read by the op) is dead.
+void CudaBackend::drop_overwritten_norm(Tensor out, Tensor reads) {
+  const PendingNorm& n = pending_norm_;
+  if (n.w && out.data == n.out.data && out.rows == n.out.rows && out.cols == n.out.cols && !overlaps(reads, n.out))
+    pending_norm_ = {};
+}
+
 void CudaBackend::take_norm(Tensor x, kn::GemvProblem& p) {
   const PendingNorm& n = pending_norm_;
   if (!n.w || x.data != n.out.data || x.rows != n.out.rows || x.cols != n.out.cols) return;
   p.x = n.x.data, p.x8 = nullptr;
   p.norm_w = n.w, p.norm_eps = n.eps, p.norm_out = n.out.data;
+  if (n.ss) {  // made by the GEMV that wrote x: out stays unwritten, the norm pending for others
+    p.x8 = n.x8, p.x8_ss = n.ss, p.norm_out8 = nullptr;
+    return;
+  }
   p.norm_out8 = make_x8(n.out);
   if (p.norm_out8) shadow8_ = {n.out.data, n.out.rows, n.out.cols, p.norm_out8};
   pending_norm_ = {};
@@ -436,13 +449,15 @@ const void* CudaBackend::x16(Tensor x, GgmlType type) {
 }
 
 // out = x . w^T (+ out when accumulate).
-void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tensor out, bool accumulate) {
+void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tensor out, bool accumulate,
+                             const kn::GemvProblem* norm_y) {
   check("matmul", !d.stack || !d.repacked, "a part of a repacked stack is only multiplied together with the other parts");
   const kn::WeightLayout layout = d.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
   const double flops = 2.0 * double(x.rows) * double(w.rows) * double(w.cols);
   kn::GemvProblem norm;  // the pending RMSNorm of x, if any (decode rows)
   if (x.rows <= kn::kGemvMaxBatch) take_norm(x, norm);
-  settle(x, out);
+  if (!norm.norm_w) settle(x);  // x is the pending norm's output, taken as its parts
+  settle(out);
   wrote(out);
   if (x.rows > kn::kGemvMaxBatch && !exact_) {
     kn::GemmProblem p;
@@ -464,7 +479,10 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
     // no GEMM variant for this type: GEMVs over 8-row slices below
   }
   const double bytes = double(d.bytes) * double((x.rows + 7) / 8) + double(x.rows * x.cols) * 4.0;
-  const char* kind = norm.norm_w ? (accumulate ? "gemv+norm+res" : "gemv+norm") : accumulate ? "gemv+res" : "gemv";
+  const char* kind = norm_y          ? "gemv+res+norm"
+                     : norm.norm_w   ? (accumulate ? "gemv+norm+res" : "gemv+norm")
+                     : accumulate    ? "gemv+res"
+                                     : "gemv";
   run_op(op_name(kind, w), bytes, flops, [&] {
     for (int64_t r0 = 0; r0 < x.rows; r0 += kn::kGemvMaxBatch) {
     const int64_t n = std::min<int64_t>(kn::kGemvMaxBatch, x.rows - r0);
@@ -476,9 +494,10 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
     p.x = x.data + r0 * x.cols;
     p.x8 = x.rows <= kn::kGemvMaxBatch ? x8(x) : nullptr;
     if (norm.norm_w) {
-      p.x = norm.x, p.x8 = nullptr;
+      p.x = norm.x, p.x8 = norm.x8, p.x8_ss = norm.x8_ss;
       p.norm_w = norm.norm_w, p.norm_eps = norm.norm_eps, p.norm_out = norm.norm_out, p.norm_out8 = norm.norm_out8;
     }
+    if (norm_y) p.y8 = norm_y->y8, p.y8_count = norm_y->y8_count, p.y8_gain = norm_y->y8_gain, p.y8_ss = norm_y->y8_ss;
     p.batch = int(n);
     p.y = out.data + r0 * out.cols;
     p.residual = accumulate ? p.y : nullptr;
@@ -532,6 +551,33 @@ void CudaBackend::matmul_multi(std::span<const Weight* const> w, Tensor x, std::
 
 void CudaBackend::matmul_add(const Weight& w, Tensor x, Tensor inout) { run_matmul(w, info(w), x, inout, true); }
 
+// One decode row: the GEMV that adds to inout also writes the int8 blocks of inout * norm and
+// their sums of squares (GemvProblem::y8_gain, y8_ss); the norm stays pending, and the GEMVs
+// that read out take those (x8_ss) and scale by the RMS. Otherwise matmul_add, then rmsnorm.
+void CudaBackend::matmul_add_norm(const Weight& w, Tensor x, Tensor inout, const Weight& norm, float eps, Tensor out) {
+  drop_overwritten_norm(out, x);
+  const DevWeight& d = info(w);
+  kn::GemvProblem p;
+  p.wtype = w.type, p.layout = d.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
+  p.n = w.rows, p.k = w.cols, p.batch = 1, p.x8 = x8(x);
+  p.y8_count = y8_count_;
+  const bool fits = split_norm_ && x.rows == 1 && wants_x8(out) && !d.stack && inout.rows == 1 && out.rows == 1 &&
+                    inout.cols == out.cols && w.rows == out.cols && out.cols <= 4096 &&
+                    out.cols / 32 <= int64_t(kY8Counters) && !overlaps(out, inout) && !overlaps(out, x);
+  if (!fits || !kn::gemv_makes_y8(p)) {
+    matmul_add(w, x, inout);
+    rmsnorm(inout, norm, eps, out);
+    return;
+  }
+  settle(out);
+  p.y8 = make_x8(out);
+  p.y8_gain = static_cast<const float*>(norm.data);
+  p.y8_ss = static_cast<double*>(scratch_bytes(size_t(out.cols / 32) * sizeof(double)));
+  run_matmul(w, d, x, inout, true, &p);
+  wrote(out);
+  pending_norm_ = {inout, out, p.y8_gain, eps, p.y8, p.y8_ss};
+}
+
 void CudaBackend::ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Tensor out) {
   const DevWeight& dg = info(gate);
   if (x.rows <= kn::kGemvMaxBatch && gate.type == up.type && dg.repacked == info(up).repacked && !exact_) {
@@ -542,7 +588,8 @@ void CudaBackend::ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Te
     p.n = gate.rows, p.k = gate.cols;
     p.x = x.data, p.x8 = x8(x), p.batch = int(x.rows), p.y = out.data;
     take_norm(x, p);
-    settle(x, out);
+    if (!p.norm_w) settle(x);
+    settle(out);
     // The down projection multiplies out next: its int8 copy is made in the same kernel, by the
     // warps that complete each 32-row block (counters in y8_count_).
     wrote(out);

@@ -57,6 +57,7 @@ class CudaBackend final : public Backend {
   void matmul(const Weight& w, Tensor x, Tensor out) override;
   void matmul_multi(std::span<const Weight* const> w, Tensor x, std::span<const Tensor> out) override;
   void matmul_add(const Weight& w, Tensor x, Tensor inout) override;
+  void matmul_add_norm(const Weight& w, Tensor x, Tensor inout, const Weight& norm, float eps, Tensor out) override;
   void ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Tensor out) override;
   void add_bias(Tensor x, const Weight& b) override;
   void add(Tensor x, Tensor y) override;
@@ -110,7 +111,10 @@ class CudaBackend final : public Backend {
   const DevWeight& info(const Weight& w) const;
   // 16-bit copy of x for a GEMM (the RMSNorm's copy when it made one).
   const void* x16(Tensor x, GgmlType type);
-  void run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tensor out, bool accumulate);
+  // norm (optional): the producer side of matmul_add_norm (y8, y8_count, y8_gain, y8_ss).
+  void run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tensor out, bool accumulate,
+                  const kernels::GemvProblem* norm = nullptr);
+  void drop_overwritten_norm(Tensor out, Tensor reads);
   void upload_matrix(const GgufTensor& t, const void* host, int64_t rows, bool repack, void* dst);
   void check(const char* op, bool ok, const std::string& msg) const;
   // --profile
@@ -122,10 +126,15 @@ class CudaBackend final : public Backend {
   // A decode RMSNorm is deferred to the GEMV that reads its output next (GemvProblem::norm_w:
   // the norm in that GEMV's prologue, which also writes the output and its int8 copy). Any other
   // op that touches its input or output first runs it as a kernel of its own (settle).
+  // Two kinds: the norm made in the next GEMV's prologue (opt-in), or (x8, ss set) made by the
+  // GEMV that wrote x (matmul_add_norm: int8 blocks of x * w and their sums of squares), the next
+  // GEMV scaling its sums by the RMS; out itself is then only written if something reads it.
   struct PendingNorm {
     Tensor x, out;
     const float* w = nullptr;
     float eps = 0.f;
+    void* x8 = nullptr;
+    double* ss = nullptr;
   };
   template <class... T> void settle(const T&... ts) { (settle_one(ts), ...); }
   void settle_one(const Tensor& t);
@@ -164,6 +173,8 @@ class CudaBackend final : public Backend {
   // Deferred decode RMSNorms, the norm in the next GEMV's prologue: off unless
   // LAMINA_FUSED_NORM=1 (measured slower in the decode chain: docs/benchmarks.md).
   bool defer_norm_ = false;
+  // matmul_add_norm fused (on unless LAMINA_SPLIT_NORM=0, for A/B timing).
+  bool split_norm_ = true;
   PendingNorm pending_norm_;
   // Scratch: chunks of device memory, bump-allocated; merged into one at reset after growth.
   std::vector<Chunk> scratch_;

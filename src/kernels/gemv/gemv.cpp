@@ -75,6 +75,10 @@ Status gemv_validate(const GemvProblem& p, const GemvVariant& v) {
   if (p.norm_w && (!p.norm_out || !aligned(p.norm_out, 16))) return Status::error(name + ": norm_w needs a 16-byte aligned norm_out");
   if (p.norm_w && p.norm_out8 && (!aligned(p.norm_out8, 16) || p.k % 32))
     return Status::error(name + ": norm_out8 must be 16-byte aligned, k a multiple of 32");
+  if (p.x8_ss && (!p.norm_w || !p.x8)) return Status::error(name + ": x8_ss goes with norm_w and x8");
+  if (p.x8_ss && v.takes_x8_ss && (p.batch != 1 || p.k > 4096))
+    return Status::error(name + ": x8_ss is taken for batch 1 and k <= 4096 only");
+  if ((p.y8_gain || p.y8_ss) && (!p.y8 || p.n % 32)) return Status::error(name + ": y8_gain / y8_ss go with y8");
   return Status::success();
 }
 
@@ -111,22 +115,40 @@ static std::optional<TuneEntry> tuned_entry(const GemvProblem& p) {
   return e;
 }
 
-Status gemv(const GemvProblem& p, cudaStream_t s) {
+// The variant and config gemv() runs for p.
+static const GemvVariant* dispatch(const GemvProblem& p, GemvConfig& c) {
   const auto e = tuned_entry(p);
-  const GemvVariant* v = e ? find_gemv_variant(e->variant) : nullptr;
-  const bool tuned = v != nullptr;
-  if (!v && !(v = default_variant(p))) return Status::error("gemv: no variant for weight type " + std::string(type_name(p.wtype)));
-  if (Status st = gemv_validate(p, *v); !st) return st;
-  const GemvConfig c = tuned ? parse_config(e->config) : v->configs.front();
-  if (p.norm_w && !v->fuses_norm) {  // the norm in a kernel of its own, then the variant on its output
+  if (const GemvVariant* v = e ? find_gemv_variant(e->variant) : nullptr) {
+    c = parse_config(e->config);
+    return v;
+  }
+  const GemvVariant* v = default_variant(p);
+  if (v) c = v->configs.front();
+  return v;
+}
+
+bool gemv_makes_y8(const GemvProblem& p) {
+  GemvConfig c;
+  const GemvVariant* v = dispatch(p, c);
+  return v && v->writes_y8 && p.y8_count;
+}
+
+Status gemv(const GemvProblem& p, cudaStream_t s) {
+  GemvConfig c;
+  const GemvVariant* v = dispatch(p, c);
+  if (!v) return Status::error("gemv: no variant for weight type " + std::string(type_name(p.wtype)));
+  if ((p.y8_gain || p.y8_ss) && !(v->writes_y8 && p.y8_count))
+    return Status::error(std::string("gemv: y8_gain / y8_ss need a variant that makes y8 (") + v->name + " does not)");
+  const bool split = p.norm_w && p.x8 && p.x8_ss && v->takes_x8_ss && p.batch == 1 && p.k <= 4096;
+  GemvProblem q = p;
+  if (!split) q.x8_ss = nullptr;
+  if (p.norm_w && !split && !v->fuses_norm) {  // the norm in a kernel of its own, then the variant on its output
     if (Status st = rmsnorm(p.x, p.norm_w, p.batch, p.k, p.norm_eps, p.norm_out, nullptr, GgmlType::F16, s, p.norm_out8); !st)
       return st;
-    GemvProblem q = p;
-    q.x = p.norm_out, q.x8 = nullptr, q.norm_w = nullptr;
-    if (Status st = v->launch(q, c, s); !st) return st;
-  } else if (Status st = v->launch(p, c, s); !st) {
-    return st;
+    q.x = p.norm_out, q.x8 = p.norm_out8, q.norm_w = nullptr;
   }
+  if (Status st = gemv_validate(q, *v); !st) return st;
+  if (Status st = v->launch(q, c, s); !st) return st;
   if (p.y8 && !(v->writes_y8 && p.y8_count)) return quantize_x8(p.y, p.batch, p.n, p.y8, s);
   return Status::success();
 }

@@ -44,6 +44,11 @@ struct GemvProblem {
   // otherwise gemv() quantises y after the variant, in a kernel of its own.
   void* y8 = nullptr;
   unsigned* y8_count = nullptr;
+  // With y8 (and a variant that makes it itself): the blocks are those of y * y8_gain (device
+  // [n]: the weight of an RMSNorm of y that comes next), and y8_ss (device [batch][n/32] f64)
+  // receives each 32-row block's sum of squares of y. Together they are a GEMV's x8 and x8_ss.
+  const float* y8_gain = nullptr;
+  double* y8_ss = nullptr;
   const float* bias = nullptr;   // device [n], optional
   const float* residual = nullptr;  // device [batch][n], optional
   // device [k], optional: the GEMV multiplies rmsnorm(x) * norm_w (eps norm_eps; ops' rmsnorm)
@@ -56,6 +61,11 @@ struct GemvProblem {
   float norm_eps = 0.f;
   float* norm_out = nullptr;
   void* norm_out8 = nullptr;
+  // device [batch][k/32], optional with norm_w and x8: x8 holds the blocks of x * norm_w (not of
+  // the normalised x) and x8_ss the blocks' sums of squares of x (a producer's y8_gain, y8_ss). A
+  // variant with takes_x8_ss scales its sums by 1 / sqrt(sum(x8_ss) / k + norm_eps) instead of
+  // normalising x; norm_out is then left unwritten. Others take the norm_w path above.
+  const double* x8_ss = nullptr;
 };
 
 // Precision of x inside a variant: exact f32, 8-bit blocks of 32 with an f32 scale (d =
@@ -79,7 +89,12 @@ struct GemvVariant {
   XRounding x_rounding = XRounding::None;  // what the variant does to x before multiplying
   bool writes_y8 = false;  // makes GemvProblem::y8 in its epilogue (given y8_count)
   bool fuses_norm = false;  // takes GemvProblem::norm_w (RMSNorm of x in its prologue)
+  bool takes_x8_ss = false;  // takes GemvProblem::x8_ss (batch 1, k <= 4096)
 };
+
+// Whether gemv() would make p.y8 inside the GEMV (the variant it dispatches writes y8 and
+// p.y8_count is given); y8_gain and y8_ss need that.
+bool gemv_makes_y8(const GemvProblem& p);
 
 const std::vector<GemvVariant>& gemv_variants();
 const GemvVariant* find_gemv_variant(const std::string& name);

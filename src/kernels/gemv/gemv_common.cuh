@@ -52,6 +52,8 @@ struct Epilogue {
   bool gate_up;
   uint8_t* y8;         // GemvProblem::y8 when the variant makes it itself, else null
   unsigned* y8_count;  // [n / 32] counters, zero between launches
+  const float* y8_gain;  // [n] or null: y8 holds the blocks of y * y8_gain
+  double* y8_ss;         // [batch][n / 32] or null: each block's sum of squares of y
   __device__ __forceinline__ float apply(float acc, float up, int64_t row, int64_t b, int64_t n) const {
     float v = gate_up ? silu(acc) * up : acc;
     if (bias) v += bias[row];
@@ -62,7 +64,8 @@ struct Epilogue {
 
 inline Epilogue epilogue_of(const GemvProblem& p) {
   const bool y8 = p.y8 && p.y8_count;
-  return {p.bias, p.residual, p.w_up != nullptr, y8 ? static_cast<uint8_t*>(p.y8) : nullptr, y8 ? p.y8_count : nullptr};
+  return {p.bias,      p.residual, p.w_up != nullptr, y8 ? static_cast<uint8_t*>(p.y8) : nullptr, y8 ? p.y8_count : nullptr,
+          y8 ? p.y8_gain : nullptr, y8 ? p.y8_ss : nullptr};
 }
 
 // The int8-block copy of y, made by the warps that write y: a warp that has stored its rows
@@ -81,25 +84,52 @@ __device__ __forceinline__ void publish_y8(const float* y, const Epilogue& ep, i
   }
   if (__shfl_sync(0xffffffffu, before, 0) + unsigned(rows) != 32) return;
   __threadfence();  // the block is complete: the other warps' rows are visible from here on
-  for (int b = 0; b < batch; ++b)
-    quantize_block32(__ldcg(y + b * n + blk * 32 + lane), n, blk, ep.y8 + size_t(b) * x8_bytes(n));
+  const float gain = ep.y8_gain ? ep.y8_gain[blk * 32 + lane] : 1.f;
+  for (int b = 0; b < batch; ++b) {
+    const float v = __ldcg(y + b * n + blk * 32 + lane);
+    quantize_block32(ep.y8_gain ? v * gain : v, n, blk, ep.y8 + size_t(b) * x8_bytes(n));
+    if (ep.y8_ss) {
+      double ss = double(v) * v;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (lane == 0) ep.y8_ss[b * (n / 32) + blk] = ss;
+    }
+  }
   if (lane == 0) ep.y8_count[blk] = 0;
 }
+
+// The RMS scale of x from its blocks' sums of squares (GemvProblem::x8_ss, batch row 0, k <= 4096:
+// 4 per lane): 1 / sqrt(sum / k + eps), the same value in every lane. RmsParts holds the lane's
+// loads, issued early (after the PDL wait) and summed when the epilogue needs them.
+struct RmsParts {
+  double p[4];
+  __device__ __forceinline__ void load(const double* ss, int64_t k) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) p[u] = ss && lane + 32 * u < k / 32 ? ss[lane + 32 * u] : 0.0;
+  }
+  __device__ __forceinline__ float scale(int64_t k, float eps) const {
+    double t = (p[0] + p[1]) + (p[2] + p[3]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    return float(1.0 / sqrt(t / double(k) + double(eps)));
+  }
+};
 
 // Reduces acc[mat][r][b] over the warp and stores rows row0..row0+kRows-1 of every batch row
 // through the epilogue (lane 0 writes), then publishes them to y8 when asked. acc[1] is the
 // up-projection when ep.gate_up. row0 is a multiple of kRows, and kRows divides 32.
 template <int kMats, int kRows>
 __device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][8], int64_t row0, int64_t n, int batch,
-                                           const Epilogue& ep, float* __restrict__ y) {
+                                           const Epilogue& ep, float* __restrict__ y, float scale = 1.f) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int b = 0; b < 8; ++b) {
       if (b >= batch) break;
-      const float g = warp_sum(acc[0][r][b]);
-      const float up = (kMats > 1 && ep.gate_up) ? warp_sum(acc[kMats - 1][r][b]) : 0.f;
+      const float g = warp_sum(acc[0][r][b]) * scale;
+      const float up = (kMats > 1 && ep.gate_up) ? warp_sum(acc[kMats - 1][r][b]) * scale : 0.f;
       if (lane == 0 && row0 + r < n) y[b * n + row0 + r] = ep.apply(g, up, row0 + r, b, n);
     }
   if (ep.y8) publish_y8(y, ep, row0, kRows, n, batch);

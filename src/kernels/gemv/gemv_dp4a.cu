@@ -131,6 +131,8 @@ __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, con
   bool loaded = first < n;
   if (loaded) Step::load(w, first, n, 0, k, regs);
   pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
+  RmsParts rms;  // x8 = blocks of x * w: the RMS scale from the producer's sums of squares
+  if (xin.ss) rms.load(xin.ss, k);
   const uint8_t* xs = x8_source(xin, k, batch, smem);
   for (int64_t row0 = first; row0 < n; row0 += warps_total * kRows) {
     if (row0 + warps_total * kRows >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
@@ -142,7 +144,7 @@ __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, con
         loaded = false;
         Step::dot(regs, xs, k, l0, batch, acc[mat]);
       }
-    store_rows(acc, row0, n, batch, ep, y);
+    store_rows(acc, row0, n, batch, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f);
   }
 }
 
@@ -183,7 +185,7 @@ void register_dp4a_variants(std::vector<GemvVariant>& out) {
                  WeightLayout::Repacked, dp4a_types, run_dp4a,
                  {GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 8, 4}, GemvConfig{4, 8, 2},
                   GemvConfig{2, 4, 2}, GemvConfig{1, 4, 4}},
-                 XRounding::Int8Blocks, /*writes_y8=*/true, /*fuses_norm=*/true});
+                 XRounding::Int8Blocks, /*writes_y8=*/true, /*fuses_norm=*/true, /*takes_x8_ss=*/true});
 }
 
 }  // namespace lamina::kernels

@@ -46,6 +46,7 @@ struct XSource {
   float norm_eps;
   float* norm_out;     // with norm_w: block 0 writes the normalised x here ([batch][k] f32)
   uint8_t* norm_out8;  // optional: and its int8 blocks ([batch][x8_bytes(k)])
+  const double* ss;    // GemvProblem::x8_ss (x8 holds x * w): scale the sums by the RMS (RmsParts)
 };
 
 // RMSNorm of each batch row of x, then the int8 blocks of the result into smem: the values of
@@ -136,7 +137,8 @@ struct X8Row {
 template <class Kernel>
 Status launch_x8_persistent(Kernel kernel, const char* name, const GemvProblem& p, const GemvConfig& c, int rows_per_warp,
                             cudaStream_t s) {
-  const size_t smem = p.x8 && !p.norm_w ? 0 : size_t(p.batch) * x8_bytes(p.k);
+  const bool split = p.x8_ss != nullptr;  // x8 and its sums of squares given (takes_x8_ss variants)
+  const size_t smem = p.x8 && (!p.norm_w || split) ? 0 : size_t(p.batch) * x8_bytes(p.k);
   if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
     return Status::error(std::string(name) + ": x does not fit in shared memory (" + std::to_string(smem) + " bytes)");
   int dev = 0, sms = 0, per_sm = 0;
@@ -147,8 +149,13 @@ Status launch_x8_persistent(Kernel kernel, const char* name, const GemvProblem& 
   const int64_t needed = (p.n + rows_per_block - 1) / rows_per_block;
   const unsigned grid = unsigned(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * std::max(per_sm, 1))));
   const Epilogue ep = epilogue_of(p);
-  const XSource xin{p.x, p.norm_w ? nullptr : static_cast<const uint8_t*>(p.x8), p.norm_w, p.norm_eps, p.norm_out,
-                    static_cast<uint8_t*>(p.norm_out8)};
+  const XSource xin{p.x,
+                    p.norm_w && !split ? nullptr : static_cast<const uint8_t*>(p.x8),
+                    split ? nullptr : p.norm_w,
+                    p.norm_eps,
+                    p.norm_out,
+                    static_cast<uint8_t*>(p.norm_out8),
+                    p.x8_ss};
   launch_pdl(kernel, grid, unsigned(c.warps * 32), smem, s, static_cast<const uint8_t*>(p.w),
              static_cast<const uint8_t*>(p.w_up), xin, p.y, p.n, p.k, p.batch, ep);
   return launch_status(name);
