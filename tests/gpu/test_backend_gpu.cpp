@@ -467,9 +467,9 @@ TEST(BackendOps, LongContextDecode) {
 // rope_attention: the CUDA backend's fused RoPE + cache store kernel, then attention, against
 // the CPU's rope, rope, attention. Partial rotary (n_rot < head_dim) stores the unrotated tail of
 // k as it is; later passes read the cache the fused kernel wrote. Single decode rows below 256
-// positions take the one-kernel path (attention_decode_rope: every group-size instance, head
-// sizes 64/96/128/256, Llama 3 frequency factors), the rows at 254 and 255 its last bucket's
-// end, the row at 256 the split path again.
+// positions without GQA take the one-kernel path (attention_decode_rope: head sizes 64/96/128/
+// 256, partial rotary, Llama 3 frequency factors), the rows at 254 and 255 its last bucket's
+// end, the row at 256 the split path again; GQA cases the split path throughout.
 TEST(BackendOps, RopeAttentionFused) {
   std::mt19937 rng(6);
   struct Case {
@@ -481,7 +481,8 @@ TEST(BackendOps, RopeAttentionFused) {
   for (const Case& c : {Case{4, 2, 64, 64, false, GgmlType::F16}, Case{8, 2, 128, 128, true, GgmlType::F16},
                         Case{6, 3, 64, 32, true, GgmlType::F32}, Case{4, 4, 96, 48, false, GgmlType::F16},
                         Case{16, 2, 128, 128, false, GgmlType::F16, true}, Case{2, 2, 256, 256, true, GgmlType::F16},
-                        Case{8, 1, 64, 64, false, GgmlType::F16}, Case{12, 12, 128, 64, false, GgmlType::F16}}) {
+                        Case{8, 1, 64, 64, false, GgmlType::F16}, Case{12, 12, 128, 64, false, GgmlType::F16},
+                        Case{6, 6, 128, 128, false, GgmlType::F16, true}}) {
     Both b;
     const int n_ctx = 300, kvd = c.n_head_kv * c.head_dim, qd = c.n_head * c.head_dim;
     b.cpu.init_kv_cache(1, n_ctx, kvd, c.kv), b.gpu.init_kv_cache(1, n_ctx, kvd, c.kv);

@@ -686,6 +686,7 @@ void CudaBackend::rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::s
   const LayerCache c = layer_cache(layer, q, pos, p);
   const kn::RopeArgs r = rope_args(p.n_head, p.head_dim, rope_p);
   const double bytes = double(q.rows * q.cols) * 8.0 + double(k.rows * k.cols) * (8.0 + 2 * kv_elem_bytes());
+  // (Without GQA only: see attention_decode_rope.cu.)
   if (kv_bucket_ == kMinBucket && single_pass_attention_ && kn::attention_decode_rope_supported(c.a, r, q.rows)) {
     const double kv_read = 2.0 * double(pos.back() + 1) * double(kv_dim_) * double(kv_elem_bytes());
     const double flops = 4.0 * double(pos.back() + 1) * double(p.n_head) * p.head_dim;
@@ -736,12 +737,12 @@ void CudaBackend::attend(const LayerCache& c, Tensor q, std::span<const int32_t>
 // 64 positions per split; past 1024 positions, one split per 128 positions of the length
 // rounded up to a power of two (kv_bucket_), up to eight waves, so that a long context keeps
 // enough rows in flight. A decode graph is recorded per bucket (graph_key), so it only changes
-// at 1024, 2048, 4096, ... positions.
+// at 256, 512, 1024, 2048, ... positions (below 1024 the split count is that of 1024).
 int CudaBackend::decode_splits(int n_head_kv, int64_t rows) const {
   const int64_t blocks = int64_t(n_head_kv) * rows;
   const int64_t base = std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, std::max(1, kv_ctx_ / 64));
   const int64_t most = std::max<int64_t>(base, (8 * sm_count_ + blocks - 1) / blocks);
-  return int(std::clamp<int64_t>(kv_bucket_ / 128, base, most));
+  return int(std::clamp<int64_t>(std::max<int64_t>(kv_bucket_, 1024) / 128, base, most));
 }
 
 void CudaBackend::read(Tensor t, float* host) {

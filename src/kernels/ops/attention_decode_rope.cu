@@ -4,7 +4,7 @@
 // attn_merge_kernel) takes three launches; in the decode chain each launch boundary costs
 // microseconds of drain and ramp (docs/benchmarks.md), far more than the work at short context.
 //
-// Grid: one block per KV head (all G query heads that read it), kW warps; no splits, so the
+// Grid: one block per KV head (the G query heads that read it; G = 1 is instantiated), kW warps; no splits, so the
 // backend takes it while the context is short (a few hundred positions: each warp then folds a
 // few rounds of P positions) and the split path beyond.
 //   1. the n_rot/2 angles of the position into shared memory (before the PDL wait: pos is the
@@ -94,33 +94,29 @@ __global__ void __launch_bounds__(rope_attn_warps(MAXG, HD) * 32)
   });
 }
 
+// Instantiated for one query head per KV head only: with GQA (Llama-3: 8 KV heads of 4 query
+// heads) the grid has n_head_kv blocks, and the 8-block kernel measured slower than the split
+// path (tg128 333 vs 372 t/s, docs/benchmarks.md). The kernel itself takes G <= MAXG.
 template <int HD>
 void launch_hd(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, const AttentionArgs& a,
                float theta_scale, __half* kc, __half* vc, float* out, uint8_t* out8, cudaStream_t s) {
-  const int G = a.n_head / a.n_head_kv;
-  const dim3 grid(unsigned(a.n_head_kv));
-  if (G == 1)
-    launch_pdl(attn_rope_kernel<HD, 1>, grid, rope_attn_warps(1, HD) * 32, 0, s, q, k, v, pos, r, a, theta_scale, kc, vc, out, out8);
-  else if (G <= 4)
-    launch_pdl(attn_rope_kernel<HD, 4>, grid, rope_attn_warps(4, HD) * 32, 0, s, q, k, v, pos, r, a, theta_scale, kc, vc, out, out8);
-  else
-    launch_pdl(attn_rope_kernel<HD, 8>, grid, rope_attn_warps(8, HD) * 32, 0, s, q, k, v, pos, r, a, theta_scale, kc, vc, out, out8);
+  launch_pdl(attn_rope_kernel<HD, 1>, dim3(unsigned(a.n_head_kv)), rope_attn_warps(1, HD) * 32, 0, s, q, k, v, pos, r, a,
+             theta_scale, kc, vc, out, out8);
 }
 
 }  // namespace
 
 bool attention_decode_rope_supported(const AttentionArgs& a, const RopeArgs& r, int64_t rows) {
   const bool hd = a.head_dim == 64 || a.head_dim == 96 || a.head_dim == 128 || a.head_dim == 256;
-  return rows == 1 && hd && a.kv_type == GgmlType::F16 && a.n_head > 0 && a.n_head_kv > 0 &&
-         a.n_head % a.n_head_kv == 0 && a.n_head / a.n_head_kv <= 8 && r.n_rot > 0 && r.n_rot % 2 == 0 &&
-         r.n_rot <= a.head_dim;
+  return rows == 1 && hd && a.kv_type == GgmlType::F16 && a.n_head > 0 && a.n_head == a.n_head_kv && r.n_rot > 0 &&
+         r.n_rot % 2 == 0 && r.n_rot <= a.head_dim;
 }
 
 Status attention_decode_rope(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, void* k_cache,
                              void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8) {
   if (!attention_decode_rope_supported(a, r, 1))
-    return Status::error("attention_decode_rope: needs an f16 cache, head_dim 64/96/128/256, <= 8 query heads per "
-                         "KV head and 0 < n_rot <= head_dim (even)");
+    return Status::error("attention_decode_rope: needs an f16 cache, head_dim 64/96/128/256, one query head per KV "
+                         "head and 0 < n_rot <= head_dim (even)");
   if (!q || !k || !v || !pos || !k_cache || !v_cache || !out) return Status::error("attention_decode_rope: null pointer");
   const float theta_scale = powf(r.base, -2.0f / float(r.n_rot));
   auto* kc = static_cast<__half*>(k_cache);

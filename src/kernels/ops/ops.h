@@ -76,7 +76,7 @@ Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const 
 // A decode token's attention block in one kernel: rope_kv_store() then attention_decode() for
 // one row, without splits (one block per KV head), so meant for short contexts; same results as
 // those two up to float summation order (q and k rotated in place, the cache row written).
-// Supported: one row, an F16 cache, head_dim 64/96/128/256, <= 8 query heads per KV head.
+// Supported: one row, an F16 cache, head_dim 64/96/128/256, no GQA (one query head per KV head).
 bool attention_decode_rope_supported(const AttentionArgs& a, const RopeArgs& r, int64_t rows);
 Status attention_decode_rope(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, void* k_cache,
                              void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8 = nullptr);
