@@ -78,7 +78,7 @@ __device__ inline void norm_quantize_x_to_smem(const XSource& in, int64_t k, int
     }
     __syncthreads();
     const float scale = scale_s;
-    constexpr int kInFlight = 16;  // blocks per warp whose x and w loads go out together
+    constexpr int kInFlight = 4;  // blocks per warp whose x and w loads go out together (registers: 2 per block)
     for (int64_t blk0 = warp; blk0 < k / 32; blk0 += int64_t(warps) * kInFlight) {
       float xv[kInFlight], wv[kInFlight];
 #pragma unroll
