@@ -99,6 +99,20 @@ std::vector<uint8_t> quantised(GgmlType t, int64_t rows, int64_t cols, std::mt19
   return b;
 }
 
+// Random `t` matrices of `rows[i]` x `cols` as GgufTensors over bytes the caller keeps.
+std::vector<GgufTensor> random_matrices(GgmlType t, std::span<const int64_t> rows, int64_t cols,
+                                        std::vector<std::vector<uint8_t>>& bytes, std::mt19937& rng) {
+  std::vector<GgufTensor> ts(rows.size());
+  bytes.clear();
+  for (int64_t r : rows) bytes.push_back(quantised(t, r, cols, rng));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    GgufTensor& g = ts[i];
+    g.name = "w", g.n_dims = 2, g.ne[0] = cols, g.ne[1] = rows[i], g.type = t;
+    g.nbytes = bytes[i].size(), g.data = bytes[i].data();
+  }
+  return ts;
+}
+
 std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
   std::vector<uint8_t> b(v.size() * 4);
   std::memcpy(b.data(), v.data(), b.size());
@@ -266,14 +280,8 @@ TEST(BackendOps, NormFusedIntoTheNextGemv) {
       const int64_t K = 512, F = 256, n[3] = {256, 128, 128};
       SCOPED_TRACE(testing::Message() << type_name(t) << " rows " << rows);
       std::vector<std::vector<uint8_t>> bytes;
-      std::vector<GgufTensor> ts(5);
       const int64_t out_rows[5] = {n[0], n[1], n[2], F, F};
-      for (int i = 0; i < 5; ++i) bytes.push_back(quantised(t, out_rows[i], K, rng));
-      for (int i = 0; i < 5; ++i) {
-        GgufTensor& g = ts[size_t(i)];
-        g.name = "w", g.n_dims = 2, g.ne[0] = K, g.ne[1] = out_rows[i], g.type = t;
-        g.nbytes = bytes[size_t(i)].size(), g.data = bytes[size_t(i)].data();
-      }
+      const std::vector<GgufTensor> ts = random_matrices(t, out_rows, K, bytes, rng);
       const GgufTensor* tp[] = {&ts[0], &ts[1], &ts[2]};
       const std::vector<Weight> qc = b.cpu.load_stacked(tp), qg = b.gpu.load_stacked(tp), qs = s.load_stacked(tp);
       const Weight gc = b.cpu.load_weight(ts[3], WeightUse::Matmul), gg = b.gpu.load_weight(ts[3], WeightUse::Matmul),
@@ -338,14 +346,8 @@ TEST(BackendOps, MatmulAddNormFeedsTheNextGemvs) {
     const int64_t E = 512, F = 256, n[3] = {256, 128, 128};
     SCOPED_TRACE(type_name(t));
     std::vector<std::vector<uint8_t>> bytes;
-    std::vector<GgufTensor> ts(6);
     const int64_t out_rows[6] = {n[0], n[1], n[2], F, F, E};
-    for (int i = 0; i < 6; ++i) bytes.push_back(quantised(t, out_rows[i], E, rng));
-    for (int i = 0; i < 6; ++i) {
-      GgufTensor& g = ts[size_t(i)];
-      g.name = "w", g.n_dims = 2, g.ne[0] = E, g.ne[1] = out_rows[i], g.type = t;
-      g.nbytes = bytes[size_t(i)].size(), g.data = bytes[size_t(i)].data();
-    }
+    const std::vector<GgufTensor> ts = random_matrices(t, out_rows, E, bytes, rng);
     const GgufTensor* tp[] = {&ts[0], &ts[1], &ts[2]};
     const std::vector<Weight> qc = b.cpu.load_stacked(tp), qg = b.gpu.load_stacked(tp);
     Weight wc[3], wg[3];
@@ -385,12 +387,7 @@ TEST(BackendOps, StackedMatmulMulti) {
       Both b;
       const int64_t K = 512, n[3] = {256, 128, 128};
       std::vector<std::vector<uint8_t>> bytes;
-      std::vector<GgufTensor> ts(3);
-      for (int i = 0; i < 3; ++i) bytes.push_back(quantised(t, n[i], K, rng));
-      for (int i = 0; i < 3; ++i) {
-        ts[size_t(i)].name = "w", ts[size_t(i)].n_dims = 2, ts[size_t(i)].ne[0] = K, ts[size_t(i)].ne[1] = n[i];
-        ts[size_t(i)].type = t, ts[size_t(i)].nbytes = bytes[size_t(i)].size(), ts[size_t(i)].data = bytes[size_t(i)].data();
-      }
+      const std::vector<GgufTensor> ts = random_matrices(t, n, K, bytes, rng);
       const GgufTensor* tp[] = {&ts[0], &ts[1], &ts[2]};
       const std::vector<Weight> wc = b.cpu.load_stacked(tp), wg = b.gpu.load_stacked(tp);
       const auto xh = randn(size_t(rows * K), rng);

@@ -454,9 +454,15 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
   check("matmul", !d.stack || !d.repacked, "a part of a repacked stack is only multiplied together with the other parts");
   const kn::WeightLayout layout = d.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
   const double flops = 2.0 * double(x.rows) * double(w.rows) * double(w.cols);
-  kn::GemvProblem norm;  // the pending RMSNorm of x, if any (decode rows)
-  if (x.rows <= kn::kGemvMaxBatch) take_norm(x, norm);
-  if (!norm.norm_w) settle(x);  // x is the pending norm's output, taken as its parts
+  // The GEMV fields every 8-row slice shares: weight, decode rows' int8 x or the pending RMSNorm
+  // of x, and matmul_add_norm's y8 fields (norm_y).
+  kn::GemvProblem base = norm_y ? *norm_y : kn::GemvProblem{};
+  base.wtype = w.type, base.layout = layout, base.w = w.data, base.n = w.rows, base.k = w.cols;
+  if (x.rows <= kn::kGemvMaxBatch) {
+    base.x8 = x8(x);
+    take_norm(x, base);
+  }
+  if (!base.norm_w) settle(x);  // x is the pending norm's output, taken as its parts
   settle(out);
   wrote(out);
   if (x.rows > kn::kGemvMaxBatch && !exact_) {
@@ -480,27 +486,16 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
   }
   const double bytes = double(d.bytes) * double((x.rows + 7) / 8) + double(x.rows * x.cols) * 4.0;
   const char* kind = norm_y          ? "gemv+res+norm"
-                     : norm.norm_w   ? (accumulate ? "gemv+norm+res" : "gemv+norm")
+                     : base.norm_w   ? (accumulate ? "gemv+norm+res" : "gemv+norm")
                      : accumulate    ? "gemv+res"
                                      : "gemv";
   run_op(op_name(kind, w), bytes, flops, [&] {
     for (int64_t r0 = 0; r0 < x.rows; r0 += kn::kGemvMaxBatch) {
-    const int64_t n = std::min<int64_t>(kn::kGemvMaxBatch, x.rows - r0);
-    kn::GemvProblem p;
-    p.wtype = w.type;
-    p.layout = layout;
-    p.w = w.data;
-    p.n = w.rows, p.k = w.cols;
-    p.x = x.data + r0 * x.cols;
-    p.x8 = x.rows <= kn::kGemvMaxBatch ? x8(x) : nullptr;
-    if (norm.norm_w) {
-      p.x = norm.x, p.x8 = norm.x8, p.x8_ss = norm.x8_ss;
-      p.norm_w = norm.norm_w, p.norm_eps = norm.norm_eps, p.norm_out = norm.norm_out, p.norm_out8 = norm.norm_out8;
-    }
-    if (norm_y) p.y8 = norm_y->y8, p.y8_count = norm_y->y8_count, p.y8_gain = norm_y->y8_gain, p.y8_ss = norm_y->y8_ss;
-    p.batch = int(n);
-    p.y = out.data + r0 * out.cols;
-    p.residual = accumulate ? p.y : nullptr;
+      kn::GemvProblem p = base;
+      if (!base.norm_w) p.x = x.data + r0 * x.cols;  // (a pending norm's x: decode rows, one slice)
+      p.batch = int(std::min<int64_t>(kn::kGemvMaxBatch, x.rows - r0));
+      p.y = out.data + r0 * out.cols;
+      p.residual = accumulate ? p.y : nullptr;
       if (kn::Status st = exact_ ? gemv_exact(p, stream_) : kn::gemv(p, stream_); !st) return st;
     }
     return kn::Status::success();
@@ -688,8 +683,7 @@ void CudaBackend::rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::s
   const double bytes = double(q.rows * q.cols) * 8.0 + double(k.rows * k.cols) * (8.0 + 2 * kv_elem_bytes());
   // (Without GQA only: see attention_decode_rope.cu.)
   if (kv_bucket_ == kMinBucket && single_pass_attention_ && kn::attention_decode_rope_supported(c.a, r, q.rows)) {
-    const double kv_read = 2.0 * double(pos.back() + 1) * double(kv_dim_) * double(kv_elem_bytes());
-    const double flops = 4.0 * double(pos.back() + 1) * double(p.n_head) * p.head_dim;
+    const auto [kv_read, flops] = attention_cost(q, pos, p);
     wrote(q), wrote(k), wrote(out);
     void* q8 = make_x8(out);
     run_op("rope+attention (decode)", bytes + kv_read + double(out.cols) * 4.0, flops, [&] {
@@ -705,13 +699,18 @@ void CudaBackend::rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::s
   attend(c, q, pos, p, out);
 }
 
+// Attention reads K and V of every position up to the last one (the host knows the positions);
+// flops: QK^T and PV over every (query, key) pair (the prompt path counts causal pairs only).
+std::pair<double, double> CudaBackend::attention_cost(Tensor q, std::span<const int32_t> pos,
+                                                      const AttentionParams& p) const {
+  const double len = double(pos.back() + 1);
+  return {2.0 * len * double(kv_dim_) * double(kv_elem_bytes()), 4.0 * double(q.rows) * len * double(p.n_head) * p.head_dim};
+}
+
 void CudaBackend::attend(const LayerCache& c, Tensor q, std::span<const int32_t> pos, const AttentionParams& p,
                          Tensor out) {
   wrote(out);
-  // Attention reads K and V of every position up to the last one (the host knows the positions);
-  // flops: QK^T and PV over every (query, key) pair, causal pairs only.
-  const double kv_read = 2.0 * double(pos.back() + 1) * double(kv_dim_) * double(kv_elem_bytes());
-  const double flops = 4.0 * double(q.rows) * double(pos.back() + 1) * double(p.n_head) * p.head_dim;
+  const auto [kv_read, flops] = attention_cost(q, pos, p);
   if (q.rows > kn::kGemvMaxBatch && kn::attention_prefill_supported(c.a) && pos.back() - pos.front() + 1 == q.rows) {
     // causal: each query reads on average half of the new keys plus every earlier one
     const double causal = flops / 2 + flops * pos.front() / (2.0 * (pos.back() + 1));

@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 typedef struct CUstream_st* cudaStream_t;
@@ -151,6 +152,8 @@ class CudaBackend final : public Backend {
   };
   LayerCache layer_cache(int layer, Tensor q, std::span<const int32_t> pos, const AttentionParams& p);
   void attend(const LayerCache& c, Tensor q, std::span<const int32_t> pos, const AttentionParams& p, Tensor out);
+  // (bytes, flops) of attention over the cache for the profile.
+  std::pair<double, double> attention_cost(Tensor q, std::span<const int32_t> pos, const AttentionParams& p) const;
   kernels::RopeArgs rope_args(int n_heads, int head_dim, const RopeParams& p);
   size_t kv_elem_bytes() const { return kv_type_ == GgmlType::F16 ? 2 : 4; }
   std::string op_name(const char* kind, const Weight& w) const;

@@ -4,12 +4,12 @@
 // attn_merge_kernel) takes three launches; in the decode chain each launch boundary costs
 // microseconds of drain and ramp (docs/benchmarks.md), far more than the work at short context.
 //
-// Grid: one block per KV head (the G query heads that read it; G = 1 is instantiated), kW warps; no splits, so the
-// backend takes it while the context is short (a few hundred positions: each warp then folds a
-// few rounds of P positions) and the split path beyond.
+// Grid: one block per head (no GQA), kW warps; no splits, so the backend takes it while the
+// context is short (a few hundred positions: each warp then folds a few rounds of P positions)
+// and the split path beyond.
 //   1. the n_rot/2 angles of the position into shared memory (before the PDL wait: pos is the
 //      pass's input copy, written before the pass's first kernel ran);
-//   2. q's G heads and k's head into shared memory, rotated there (pairs (2i, 2i+1), or (i,
+//   2. the head's q and k into shared memory, rotated there (pairs (2i, 2i+1), or (i,
 //      i + n_rot/2) for NEOX; rope.cuh, the same arithmetic as rope() bit for bit), written
 //      back to q and k, k and v stored in the cache row; __syncthreads makes that row visible;
 //   3. warps take positions warp*P, warp*P + kW*P, ... (attention_decode.cuh), merged through
@@ -31,76 +31,63 @@ namespace {
 
 using namespace attn_detail;
 
-// Warps per block: 16 where the merge buffer [kW][MAXG][HD] f32 fits in 32 KiB, else fewer;
-// at most 8 for head_dim 256 (16 warps would cap the registers at 128 and spill).
-constexpr int rope_attn_warps(int maxg, int hd) {
-  return hd <= 128 && 16 * maxg * hd * 4 <= 32768 ? 16 : 8 * maxg * hd * 4 <= 32768 ? 8 : 4;
-}
+// Warps per block: 16 (a merge buffer of 16 x HD f32), 8 for head_dim 256 (16 warps would cap
+// the registers at 128 and spill).
+constexpr int rope_attn_warps(int hd) { return hd <= 128 ? 16 : 8; }
 
-// q: [n_head * HD] (in place), k: [n_head_kv * HD] (in place), v: [n_head_kv * HD];
-// kc, vc: [n_ctx][n_head_kv * HD] f16; out: [n_head * HD]; out8: x8_bytes(n_head * HD) or null.
-template <int HD, int MAXG>
-__global__ void __launch_bounds__(rope_attn_warps(MAXG, HD) * 32)
+// One query head per KV head (no GQA: with Llama-3's 8 KV heads of 4 query heads the grid had 8
+// blocks and measured slower than the split path, tg128 333 vs 372 t/s, docs/benchmarks.md).
+// q, k: [n_head * HD] (in place), v: [n_head * HD]; kc, vc: [n_ctx][n_head * HD] f16;
+// out: [n_head * HD]; out8: x8_bytes(n_head * HD) or null. Block h: head h.
+template <int HD>
+__global__ void __launch_bounds__(rope_attn_warps(HD) * 32)
     attn_rope_kernel(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v,
                      const int32_t* __restrict__ pos, RopeArgs r, AttentionArgs a, float theta_scale,
                      __half* __restrict__ kc, __half* __restrict__ vc, float* __restrict__ out,
                      uint8_t* __restrict__ out8) {
-  constexpr int kW = rope_attn_warps(MAXG, HD), E = HD / 32, P = MAXG == 1 ? 8 : 4;
+  constexpr int kW = rope_attn_warps(HD), E = HD / 32, P = 8;
   __shared__ float cs_s[HD / 2], sn_s[HD / 2];
-  __shared__ float qs[MAXG][HD], ks[HD];
-  __shared__ MergeSmem<kW, MAXG, HD> sm;
-  const int kvh = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int G = a.n_head / a.n_head_kv, half = r.n_rot / 2, position = pos[0];
+  __shared__ float qk_s[2][HD];  // the head's q and k, rotated in place
+  __shared__ MergeSmem<kW, 1, HD> sm;
+  const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int half = r.n_rot / 2, position = pos[0];
   for (int i = threadIdx.x; i < half; i += blockDim.x) rope_detail::angle(i, position, theta_scale, r, cs_s[i], sn_s[i]);
   pdl_enter();
 
   const int64_t kvd = int64_t(a.n_head_kv) * HD;
-  float* qh = q + int64_t(kvh) * G * HD;  // the group's heads kvh*G .. kvh*G + G-1, back to back
-  float* kh = k + int64_t(kvh) * HD;
-  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) qs[i / HD][i % HD] = qh[i];
-  for (int i = threadIdx.x; i < HD; i += blockDim.x) ks[i] = kh[i];
+  float* qk[2] = {q + int64_t(h) * HD, k + int64_t(h) * HD};
+  for (int i = threadIdx.x; i < 2 * HD; i += blockDim.x) qk_s[i / HD][i % HD] = qk[i / HD][i % HD];
   __syncthreads();
-  for (int i = threadIdx.x; i < (G + 1) * half; i += blockDim.x) {
-    const int h = i / half, p = i % half;
-    rope_detail::rotate(h < G ? qs[h] : ks, p, cs_s[p], sn_s[p], r);
-  }
+  for (int i = threadIdx.x; i < 2 * half; i += blockDim.x) rope_detail::rotate(qk_s[i / half], i % half, cs_s[i % half], sn_s[i % half], r);
   __syncthreads();
-  for (int i = threadIdx.x; i < G * HD; i += blockDim.x) qh[i] = qs[i / HD][i % HD];
-  __half* krow = kc + int64_t(position) * kvd + int64_t(kvh) * HD;
-  __half* vrow = vc + int64_t(position) * kvd + int64_t(kvh) * HD;
+  __half* krow = kc + int64_t(position) * kvd + int64_t(h) * HD;
+  __half* vrow = vc + int64_t(position) * kvd + int64_t(h) * HD;
   for (int i = threadIdx.x; i < HD; i += blockDim.x) {
-    kh[i] = ks[i];
-    krow[i] = __float2half_rn(ks[i]);
-    vrow[i] = __float2half_rn(v[int64_t(kvh) * HD + i]);
+    qk[0][i] = qk_s[0][i], qk[1][i] = qk_s[1][i];
+    krow[i] = __float2half_rn(qk_s[1][i]);
+    vrow[i] = __float2half_rn(v[int64_t(h) * HD + i]);
   }
   __syncthreads();  // the block's own cache row, written above, is read below
 
-  WarpState<E, MAXG> st;
+  WarpState<E, 1> st;
   st.reset();
 #pragma unroll
-  for (int g = 0; g < MAXG; ++g) {
-    if (g >= G) break;
-#pragma unroll
-    for (int e = 0; e < E; ++e) st.q[g][e] = qs[g][lane * E + e];
-  }
-  attend_positions<__half, E, MAXG, P>(st, kc + int64_t(kvh) * HD + lane * E, vc + int64_t(kvh) * HD + lane * E, kvd,
-                                       warp * P, position + 1, kW * P, G, a.scale);
+  for (int e = 0; e < E; ++e) st.q[0][e] = qk_s[0][lane * E + e];
+  attend_positions<__half, E, 1, P>(st, kc + int64_t(h) * HD + lane * E, vc + int64_t(h) * HD + lane * E, kvd, warp * P,
+                                    position + 1, kW * P, 1, a.scale);
   const int64_t width = int64_t(a.n_head) * HD;
-  merge_warps<kW>(st, G, sm, [&](int g, int d, float, float L, float O) {
+  merge_warps<kW>(st, 1, sm, [&](int, int d, float, float L, float O) {
     const float o = L > 0.f ? O / L : 0.f;
-    const int64_t col = int64_t(kvh * G + g) * HD + d;
+    const int64_t col = int64_t(h) * HD + d;
     out[col] = o;
     if (out8) quantize_block32(o, width, col / 32, out8);
   });
 }
 
-// Instantiated for one query head per KV head only: with GQA (Llama-3: 8 KV heads of 4 query
-// heads) the grid has n_head_kv blocks, and the 8-block kernel measured slower than the split
-// path (tg128 333 vs 372 t/s, docs/benchmarks.md). The kernel itself takes G <= MAXG.
 template <int HD>
 void launch_hd(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, const AttentionArgs& a,
                float theta_scale, __half* kc, __half* vc, float* out, uint8_t* out8, cudaStream_t s) {
-  launch_pdl(attn_rope_kernel<HD, 1>, dim3(unsigned(a.n_head_kv)), rope_attn_warps(1, HD) * 32, 0, s, q, k, v, pos, r, a,
+  launch_pdl(attn_rope_kernel<HD>, dim3(unsigned(a.n_head)), rope_attn_warps(HD) * 32, 0, s, q, k, v, pos, r, a,
              theta_scale, kc, vc, out, out8);
 }
 
