@@ -136,6 +136,8 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
   const AttentionParams ap{int(cfg_.n_head), int(cfg_.n_head_kv), int(cfg_.head_dim),
                            1.f / std::sqrt(float(cfg_.head_dim))};
 
+  // One row (decode): the last W_down's matmul_add_norm makes the output norm (xs = x, hs = h).
+  const bool final_norm_fused = T == 1 && mode != Logits::None;
   be.embed(tok_embd_, tokens, x);
   be.rmsnorm(x, layers_[0].attn_norm, cfg_.rms_eps, h);
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -158,6 +160,7 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
     }
     be.ffn_gate_up(w.w_gate, w.w_up, h, gate);
     if (l + 1 < layers_.size()) be.matmul_add_norm(w.w_down, gate, x, layers_[l + 1].attn_norm, cfg_.rms_eps, h);
+    else if (final_norm_fused) be.matmul_add_norm(w.w_down, gate, x, out_norm_, cfg_.rms_eps, h);
     else be.matmul_add(w.w_down, gate, x);
   }
   if (mode == Logits::None) return Tensor{nullptr, 0, int64_t(cfg_.n_vocab)};
@@ -165,7 +168,7 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
   const bool all = mode == Logits::All;
   const Tensor xs = all ? x : x.rows_view(T - 1, 1);
   const Tensor hs = all ? h : h.rows_view(T - 1, 1);
-  be.rmsnorm(xs, out_norm_, cfg_.rms_eps, hs);
+  if (!final_norm_fused) be.rmsnorm(xs, out_norm_, cfg_.rms_eps, hs);
   Tensor out = be.alloc(xs.rows, int64_t(cfg_.n_vocab));
   be.matmul(output_, hs, out);
   return out;

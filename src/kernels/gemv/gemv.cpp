@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 namespace lamina::kernels {
 
@@ -31,6 +32,7 @@ const std::vector<GemvVariant>& gemv_variants() {
     register_float_variants(out);
     register_quant_variants(out);
     register_dp4a_variants(out);
+    register_dp4a_pipe_variants(out);
     register_mma_variants(out);
     register_q4k_variants(out);
     register_q6k_variants(out);
@@ -212,8 +214,12 @@ std::vector<GemvTiming> gemv_time_variants(const GemvProblem& shape, bool all_co
 std::optional<GemvTiming> gemv_tune(const GemvProblem& shape, cudaStream_t s) {
   const auto timings = gemv_time_variants(shape, true, s, 20);
   const GemvTiming* best = nullptr;
+  // LAMINA_TUNE_SKIP=name,name: variants the tuner leaves out (A/B measurements of a new rung).
+  const char* skip_env = std::getenv("LAMINA_TUNE_SKIP");
+  const std::string skip = skip_env ? std::string(",") + skip_env + "," : "";
   for (const auto& t : timings) {
     if (teaching_rung(*t.variant)) continue;
+    if (skip.find(std::string(",") + t.variant->name + ",") != std::string::npos) continue;
     if (!best || t.best_us() < best->best_us()) best = &t;
   }
   if (!best) return std::nullopt;

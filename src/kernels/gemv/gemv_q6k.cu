@@ -34,6 +34,8 @@ __global__ void __launch_bounds__(256) q6k_dp4a(const uint8_t* __restrict__ w, c
                                                 int batch, Epilogue ep) {
   extern __shared__ __align__(16) uint8_t smem[];
   pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
+  RmsParts rms;  // x8 = blocks of x * w: the RMS scale from the producer's sums of squares
+  if (xin.ss) rms.load(xin.ss, k);
   const uint8_t* xs = x8_source(xin, k, batch, smem);
   const int lane = threadIdx.x % 32;
   const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / 32);
@@ -101,7 +103,7 @@ __global__ void __launch_bounds__(256) q6k_dp4a(const uint8_t* __restrict__ w, c
         }
       }
     }
-    store_rows(acc, row0, n, batch, ep, y);
+    store_rows(acc, row0, n, batch, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f);
   }
 }
 
@@ -151,7 +153,7 @@ void register_q6k_variants(std::vector<GemvVariant>& out) {
   out.push_back({"q6k_dp4a", "q6_K repacked into ql/qh/scale/d planes, int8 x in shared memory, dp4a",
                  WeightLayout::Repacked, q6k_only, run_q6k,
                  {GemvConfig{1, 8, 2}, GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 4, 2}},
-                 XRounding::Int8Blocks, /*writes_y8=*/true, /*fuses_norm=*/true});
+                 XRounding::Int8Blocks, /*writes_y8=*/true, /*fuses_norm=*/true, /*takes_x8_ss=*/true});
 }
 
 }  // namespace lamina::kernels
