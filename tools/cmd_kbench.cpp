@@ -204,14 +204,18 @@ void run_tune(const TuneArgs& a) {
     const GgufTensor *g = f.find_tensor(b + "ffn_gate.weight"), *u = f.find_tensor(b + "ffn_up.weight");
     if (g && u && g->type == u->type) shapes.insert({g->type, g->ne[1], g->ne[0], true});
   }
-  // a placeholder address: gemv_time_variants allocates its own W_up when this is set
-  // Each shape twice: with x as f32 only, and with x also given as int8 blocks (what the CUDA
-  // backend passes after an RMSNorm or the decode attention).
+  // Placeholder addresses: gemv_time_variants allocates its own W_up, x8 and y8 when these are set.
+  // Each shape with x as f32 only, with x also given as int8 blocks (what the CUDA backend passes
+  // after an RMSNorm or the decode attention), and, for one row with x8, also with y's int8 copy
+  // made in the epilogue (decode's Wo, gate/up and W_down make their consumer's x8).
   static const int gate_up_marker = 0, x8_marker = 0;
+  static int y8_marker = 0;
+  static unsigned y8_count_marker = 0;
   for (const auto& [type, n, k, pair] : shapes)
     for (const auto& bs : split_list(a.batches)) {
       for (WeightLayout layout : {WeightLayout::Gguf, WeightLayout::Repacked})
-      for (bool with_x8 : {false, true}) {
+      for (int mode : {0, 1, 2}) {  // x; x8; x8 and y8
+        const bool with_x8 = mode > 0, with_y8 = mode == 2;
         if (with_x8 && k % 32) continue;
         GemvProblem p;
         p.wtype = type;
@@ -219,12 +223,15 @@ void run_tune(const TuneArgs& a) {
         p.n = n;
         p.k = k;
         p.batch = std::stoi(bs);
+        if (with_y8 && (p.batch != 1 || n % 32 || layout != WeightLayout::Repacked)) continue;
         p.w_up = pair ? &gate_up_marker : nullptr;
         p.x8 = with_x8 ? &x8_marker : nullptr;
+        p.y8 = with_y8 ? &y8_marker : nullptr;
+        p.y8_count = with_y8 ? &y8_count_marker : nullptr;
         if (auto best = gemv_tune(p, s))
-          fmt::print("{:<6} {:>6} x {:<6} b{} {:<8}{}{}: {} ({}) {:.2f} µs\n", type_name(type), n, k, p.batch,
+          fmt::print("{:<6} {:>6} x {:<6} b{} {:<8}{}{}{}: {} ({}) {:.2f} µs\n", type_name(type), n, k, p.batch,
                      layout == WeightLayout::Repacked ? "repacked" : "gguf", pair ? " gate/up" : "", with_x8 ? " x8" : "",
-                     best->variant->name, best->config.str(), best->best_us());
+                     with_y8 ? " y8" : "", best->variant->name, best->config.str(), best->best_us());
       }
     }
   TuneCache::get("gemv").save();

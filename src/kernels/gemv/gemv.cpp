@@ -87,7 +87,8 @@ Status gemv_validate(const GemvProblem& p, const GemvVariant& v) {
 static std::string tune_key(const GemvProblem& p) {
   return std::string("gemv|") + std::string(type_name(p.wtype)) + (p.layout == WeightLayout::Repacked ? "|repacked" : "|gguf") +
          "|" + std::to_string(p.n) + "x" + std::to_string(p.k) + "|b" + std::to_string(p.batch) +
-         (p.w_up ? "|gateup" : "") + (p.x8 ? "|x8" : "") + (p.norm_w ? "|norm" : "") + "|" + device_key();
+         (p.w_up ? "|gateup" : "") + (p.x8 ? "|x8" : "") + (p.norm_w ? "|norm" : "") + (p.y8 && p.y8_count ? "|y8" : "") +
+         "|" + device_key();
 }
 
 // The default when a shape is untuned: the fastest rung that takes the problem.
@@ -99,12 +100,16 @@ static const GemvVariant* default_variant(const GemvProblem& p) {
   return nullptr;
 }
 
-// The tuned entry for p: its own shape's; with norm_w, the same shape's with x8 given; then the
-// shape's without x8.
+// The tuned entry for p: its own shape's; without the int8 copy of y; with norm_w, the same
+// shape's with x8 given; then the shape's without x8.
 static std::optional<TuneEntry> tuned_entry(const GemvProblem& p) {
   auto& cache = TuneCache::get("gemv");
   GemvProblem q = p;
   auto e = cache.find(tune_key(q));
+  if (!e && q.y8) {
+    q.y8 = nullptr;
+    e = cache.find(tune_key(q));
+  }
   if (!e && q.norm_w) {
     static const char marker = 0;
     q.norm_w = nullptr, q.x8 = &marker;
@@ -169,6 +174,19 @@ std::vector<GemvTiming> gemv_time_variants(const GemvProblem& shape, bool all_co
     ok = cudaMalloc(&x8, size_t(shape.batch) * x8_bytes(shape.k)) == cudaSuccess;
     if (ok) fill_random_bytes(x8, size_t(shape.batch) * x8_bytes(shape.k), 8, s);
   }
+  // When shape.y8 and y8_count are set: y's int8 copy made in the epilogue, with a gain and the
+  // sums of squares (matmul_add_norm's producer), as decode's Wo, gate/up and W_down run.
+  void *y8 = nullptr, *y8_count = nullptr, *y8_ss = nullptr;
+  float* y8_gain = nullptr;
+  const bool with_y8 = shape.y8 && shape.y8_count && shape.n % 32 == 0;
+  if (ok && with_y8) {
+    ok = cudaMalloc(&y8, size_t(shape.batch) * x8_bytes(shape.n)) == cudaSuccess &&
+         cudaMalloc(&y8_count, size_t(shape.n / 32) * sizeof(unsigned)) == cudaSuccess &&
+         cudaMalloc(&y8_ss, size_t(shape.batch) * size_t(shape.n / 32) * sizeof(double)) == cudaSuccess &&
+         cudaMalloc(&y8_gain, size_t(shape.n) * sizeof(float)) == cudaSuccess &&
+         cudaMemsetAsync(y8_count, 0, size_t(shape.n / 32) * sizeof(unsigned), s) == cudaSuccess;
+    if (ok) fill_random_floats(y8_gain, size_t(shape.n), 9, 1.f, s);
+  }
   for (int i = 0; i < copies && ok; ++i) {
     ok = cudaMalloc(&ws[size_t(i)], wbytes) == cudaSuccess;
     if (ok) fill_random_bytes(ws[size_t(i)], wbytes, 100 + uint64_t(i), s);
@@ -186,6 +204,9 @@ std::vector<GemvTiming> gemv_time_variants(const GemvProblem& shape, bool all_co
       p.x = x;
       p.x8 = x8;
       p.y = y;
+      p.y8 = y8, p.y8_count = static_cast<unsigned*>(y8_count);
+      p.y8_gain = y8_gain, p.y8_ss = static_cast<double*>(y8_ss);
+      if (with_y8 && !v.writes_y8) continue;
       if (!gemv_validate(p, v)) continue;
       const size_t n_cfg = all_configs ? v.configs.size() : 1;
       for (size_t c = 0; c < n_cfg; ++c) {
@@ -208,18 +229,27 @@ std::vector<GemvTiming> gemv_time_variants(const GemvProblem& shape, bool all_co
   cudaFree(x);
   cudaFree(y);
   cudaFree(x8);
+  cudaFree(y8);
+  cudaFree(y8_count);
+  cudaFree(y8_ss);
+  cudaFree(y8_gain);
   return out;
 }
 
 std::optional<GemvTiming> gemv_tune(const GemvProblem& shape, cudaStream_t s) {
   const auto timings = gemv_time_variants(shape, true, s, 20);
   const GemvTiming* best = nullptr;
-  // LAMINA_TUNE_SKIP=name,name: variants the tuner leaves out (A/B measurements of a new rung).
+  // LAMINA_TUNE_SKIP=a;b;...: variants ("q_dp4a_pipe") or configs ("q_dp4a(rows=2,warps=16,unroll=4)")
+  // the tuner leaves out, for A/B measurements of a new rung.
   const char* skip_env = std::getenv("LAMINA_TUNE_SKIP");
-  const std::string skip = skip_env ? std::string(",") + skip_env + "," : "";
+  const std::string skip = skip_env ? std::string(";") + skip_env + ";" : "";
+  const auto skipped = [&](const GemvTiming& t) {
+    const std::string name = t.variant->name;
+    return skip.find(";" + name + ";") != std::string::npos ||
+           skip.find(";" + name + "(" + t.config.str() + ");") != std::string::npos;
+  };
   for (const auto& t : timings) {
-    if (teaching_rung(*t.variant)) continue;
-    if (skip.find(std::string(",") + t.variant->name + ",") != std::string::npos) continue;
+    if (teaching_rung(*t.variant) || skipped(t)) continue;
     if (!best || t.best_us() < best->best_us()) best = &t;
   }
   if (!best) return std::nullopt;

@@ -116,12 +116,37 @@ struct RmsParts {
   }
 };
 
+// The int8-block copy of y made inside one thread block, for kernels whose block covers whole
+// 32-row blocks of y in every pass (warps x rows per warp = 32, n a multiple of 32): each warp
+// has put its rows' outputs in yv (shared memory, [batch][32]); after a barrier warp 0
+// quantises them. No global counters, fences or L2 re-reads (publish_y8). The caller
+// alternates two yv buffers between passes, so one barrier per pass suffices.
+__device__ __forceinline__ void publish_y8_block(const float (*yv)[32], const Epilogue& ep, int64_t blk, int64_t n,
+                                                 int batch) {
+  __syncthreads();
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x;
+  const float gain = ep.y8_gain ? ep.y8_gain[blk * 32 + lane] : 1.f;
+  for (int b = 0; b < batch; ++b) {
+    const float v = yv[b][lane];
+    quantize_block32(ep.y8_gain ? v * gain : v, n, blk, ep.y8 + size_t(b) * x8_bytes(n));
+    if (ep.y8_ss) {
+      double ss = double(v) * v;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (lane == 0) ep.y8_ss[b * (n / 32) + blk] = ss;
+    }
+  }
+}
+
 // Reduces acc[mat][r][b] over the warp and stores rows row0..row0+kRows-1 of every batch row
-// through the epilogue (lane 0 writes), then publishes them to y8 when asked. acc[1] is the
-// up-projection when ep.gate_up. row0 is a multiple of kRows, and kRows divides 32.
+// through the epilogue (lane 0 writes), then publishes them to y8 when asked: through yv
+// (publish_y8_block) when the caller's block covers whole 32-row blocks, else publish_y8.
+// acc[1] is the up-projection when ep.gate_up. row0 is a multiple of kRows, and kRows divides 32.
 template <int kMats, int kRows>
 __device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][8], int64_t row0, int64_t n, int batch,
-                                           const Epilogue& ep, float* __restrict__ y, float scale = 1.f) {
+                                           const Epilogue& ep, float* __restrict__ y, float scale = 1.f,
+                                           float (*yv)[32] = nullptr) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
@@ -130,9 +155,15 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][8], 
       if (b >= batch) break;
       const float g = warp_sum(acc[0][r][b]) * scale;
       const float up = (kMats > 1 && ep.gate_up) ? warp_sum(acc[kMats - 1][r][b]) * scale : 0.f;
-      if (lane == 0 && row0 + r < n) y[b * n + row0 + r] = ep.apply(g, up, row0 + r, b, n);
+      if (lane == 0 && row0 + r < n) {
+        const float v = ep.apply(g, up, row0 + r, b, n);
+        y[b * n + row0 + r] = v;
+        if (yv) yv[b][(row0 + r) % 32] = v;
+      }
     }
-  if (ep.y8) publish_y8(y, ep, row0, kRows, n, batch);
+  if (!ep.y8) return;
+  if (yv) publish_y8_block(yv, ep, row0 / 32, n, batch);
+  else publish_y8(y, ep, row0, kRows, n, batch);
 }
 
 }  // namespace lamina::kernels::gemv_detail

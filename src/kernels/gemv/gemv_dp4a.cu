@@ -29,8 +29,11 @@ namespace {
 
 using namespace gemv_detail;
 
-template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp>
-__global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
+// kBlock32: 32 / kRows warps per block, so that a block's rows of one pass are one 32-row block
+// of y and the int8 copy of y is made in the block (publish_y8_block) instead of through global
+// counters and fences.
+template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp, bool kBlock32 = false>
+__global__ void __launch_bounds__(kBlock32 ? 32 / kRows * 32 : 256) q_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
                                               XSource xin,
                                               float* __restrict__ y, int64_t n, int64_t k,
                                               int batch, Epilogue ep) {
@@ -47,7 +50,9 @@ __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, con
   RmsParts rms;  // x8 = blocks of x * w: the RMS scale from the producer's sums of squares
   if (xin.ss) rms.load(xin.ss, k);
   const uint8_t* xs = x8_source(xin, k, batch, smem);
-  for (int64_t row0 = first; row0 < n; row0 += warps_total * kRows) {
+  __shared__ float yv[kBlock32 ? 2 : 1][kBlock32 ? kGemvMaxBatch : 1][32];  // kBlock32: y of the pass, two buffers
+  int pass = 0;
+  for (int64_t row0 = first; row0 < n; row0 += warps_total * kRows, ++pass) {
     if (row0 + warps_total * kRows >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
     float acc[kGateUp ? 2 : 1][kRows][kGemvMaxBatch] = {};
 #pragma unroll
@@ -57,12 +62,19 @@ __global__ void __launch_bounds__(256) q_dp4a(const uint8_t* __restrict__ w, con
         loaded = false;
         Step::dot(regs, xs, k, l0, batch, acc[mat]);
       }
-    store_rows(acc, row0, n, batch, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f);
+    store_rows(acc, row0, n, batch, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f, kBlock32 ? yv[pass & 1] : nullptr);
   }
 }
 
 template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp>
 Status launch_impl(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+  if (c.warps * kRows == 32) {  // one 32-row block of y per block and pass (kBlock32)
+    if constexpr (kRows == 2) {
+      if (p.n % 32 == 0 || !p.y8)
+        return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp, true>, "q_dp4a", p, c, kRows, s);
+    }
+    return Status::error("q_dp4a: no 32-row block instance for config " + c.str());
+  }
   return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp>, "q_dp4a", p, c, kRows, s);
 }
 
@@ -91,7 +103,7 @@ void register_dp4a_variants(std::vector<GemvVariant>& out) {
   out.push_back({"q_dp4a", "q4_0/q4_1/q8_0 repacked; x as int8 blocks in shared memory, dp4a, persistent grid",
                  WeightLayout::Repacked, dp4a_types, run_dp4a,
                  {GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 8, 4}, GemvConfig{4, 8, 2},
-                  GemvConfig{2, 4, 2}, GemvConfig{1, 4, 4}},
+                  GemvConfig{2, 4, 2}, GemvConfig{1, 4, 4}, GemvConfig{2, 16, 4}, GemvConfig{2, 16, 2}},
                  XRounding::Int8Blocks, /*writes_y8=*/true, /*fuses_norm=*/true, /*takes_x8_ss=*/true});
 }
 
