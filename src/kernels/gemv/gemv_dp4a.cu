@@ -68,12 +68,9 @@ __global__ void __launch_bounds__(kBlock32 ? 32 / kRows * 32 : 256) q_dp4a(const
 
 template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp>
 Status launch_impl(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  if (c.warps * kRows == 32) {  // one 32-row block of y per block and pass (kBlock32)
-    if constexpr (kRows == 2) {
-      if (p.n % 32 == 0 || !p.y8)
-        return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp, true>, "q_dp4a", p, c, kRows, s);
-    }
-    return Status::error("q_dp4a: no 32-row block instance for config " + c.str());
+  if constexpr (kRows >= 2) {
+    if (c.warps * kRows == 32)  // one 32-row block of y per block and pass (kBlock32)
+      return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp, true>, "q_dp4a", p, c, kRows, s);
   }
   return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp>, "q_dp4a", p, c, kRows, s);
 }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 namespace lamina::kernels::gemv_detail {
@@ -134,6 +135,16 @@ struct X8Row {
 
 // Launches a persistent-grid kernel that keeps x (batch x k) as int8 blocks in dynamic shared
 // memory: as many blocks as fit on the device, but no more than the rows need.
+// LAMINA_GEMV_BLOCKS_PER_SM=n caps the persistent grids at n blocks per SM (0 or unset: as many
+// as fit), for A/B measurements of leaving room for the next kernel's blocks (PDL).
+inline int gemv_blocks_per_sm_cap() {
+  static const int cap = [] {
+    const char* e = std::getenv("LAMINA_GEMV_BLOCKS_PER_SM");
+    return e ? std::atoi(e) : 0;
+  }();
+  return cap;
+}
+
 template <class Kernel>
 Status launch_x8_persistent(Kernel kernel, const char* name, const GemvProblem& p, const GemvConfig& c, int rows_per_warp,
                             cudaStream_t s) {
@@ -145,6 +156,7 @@ Status launch_x8_persistent(Kernel kernel, const char* name, const GemvProblem& 
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, c.warps * 32, smem);
+  if (const int cap = gemv_blocks_per_sm_cap(); cap > 0) per_sm = std::min(per_sm, cap);
   const int64_t rows_per_block = int64_t(c.warps) * rows_per_warp;
   const int64_t needed = (p.n + rows_per_block - 1) / rows_per_block;
   const unsigned grid = unsigned(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * std::max(per_sm, 1))));
