@@ -70,9 +70,9 @@ template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp>
 Status launch_impl(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   if constexpr (kRows >= 2) {
     if (c.warps * kRows == 32)  // one 32-row block of y per block and pass (kBlock32)
-      return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp, true>, "q_dp4a", p, c, kRows, s);
+      return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp, true>, "q_dp4a", p, c, kRows, s, kDp4aBlocksPerSm);
   }
-  return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp>, "q_dp4a", p, c, kRows, s);
+  return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp>, "q_dp4a", p, c, kRows, s, kDp4aBlocksPerSm);
 }
 
 template <int kBits, bool kMin, int kRows, int kUnroll>

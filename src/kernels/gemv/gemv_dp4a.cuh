@@ -99,6 +99,13 @@ struct Dp4aStep {
   }
 };
 
+// Persistent grids of the dp4a GEMVs: one block per SM. Measured in the decode chain (tg128,
+// llama2-7b presets, H100, 2026-11-23; each tuned so, LAMINA_GEMV_BLOCKS_PER_SM=1 on every
+// persistent GEMV): q4_0 456.6 -> 463.8 t/s, q8_0 296.7 -> 312.1, over as many blocks as fit. The
+// tuner then takes the 16-warp, 32-row configs (one block fills an SM's registers), which in the
+// chain beat the two 8-warp blocks per SM it picks otherwise by a hair in isolation.
+inline constexpr int kDp4aBlocksPerSm = 1;
+
 inline bool dp4a_types(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0; }
 
 // A dp4a variant's launch by weight type (one launcher per type, each dispatching on the config).

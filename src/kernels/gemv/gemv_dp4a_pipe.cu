@@ -85,8 +85,8 @@ __global__ void __launch_bounds__(256) q_dp4a_pipe(const uint8_t* __restrict__ w
 
 template <int kBits, bool kMin, int kRows, int kUnroll>
 Status launch_gate(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  if (p.w_up) return launch_x8_persistent(q_dp4a_pipe<kBits, kMin, kRows, kUnroll, true>, "q_dp4a_pipe", p, c, kRows, s);
-  return launch_x8_persistent(q_dp4a_pipe<kBits, kMin, kRows, kUnroll, false>, "q_dp4a_pipe", p, c, kRows, s);
+  if (p.w_up) return launch_x8_persistent(q_dp4a_pipe<kBits, kMin, kRows, kUnroll, true>, "q_dp4a_pipe", p, c, kRows, s, kDp4aBlocksPerSm);
+  return launch_x8_persistent(q_dp4a_pipe<kBits, kMin, kRows, kUnroll, false>, "q_dp4a_pipe", p, c, kRows, s, kDp4aBlocksPerSm);
 }
 
 template <int kBits, bool kMin>

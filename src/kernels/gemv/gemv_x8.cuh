@@ -133,21 +133,23 @@ struct X8Row {
         sum(reinterpret_cast<const int*>(d + k / 32)) {}
 };
 
-// Launches a persistent-grid kernel that keeps x (batch x k) as int8 blocks in dynamic shared
-// memory: as many blocks as fit on the device, but no more than the rows need.
-// LAMINA_GEMV_BLOCKS_PER_SM=n caps the persistent grids at n blocks per SM (0 or unset: as many
-// as fit), for A/B measurements of leaving room for the next kernel's blocks (PDL).
-inline int gemv_blocks_per_sm_cap() {
-  static const int cap = [] {
+// Blocks per SM of a persistent grid: as many as fit, or at most `max_per_sm` (> 0) as the variant
+// asks; LAMINA_GEMV_BLOCKS_PER_SM=n overrides both (0: as many as fit), for A/B measurements.
+inline int gemv_blocks_per_sm(int fit, int max_per_sm) {
+  static const int env = [] {
     const char* e = std::getenv("LAMINA_GEMV_BLOCKS_PER_SM");
-    return e ? std::atoi(e) : 0;
+    return e && *e ? std::atoi(e) : -1;
   }();
-  return cap;
+  const int cap = env >= 0 ? env : max_per_sm;
+  return std::max(1, cap > 0 ? std::min(fit, cap) : fit);
 }
 
+// Launches a persistent-grid kernel that keeps x (batch x k) as int8 blocks in dynamic shared
+// memory: as many blocks as fit on the device (at most max_per_sm per SM when > 0), but no more
+// than the rows need.
 template <class Kernel>
 Status launch_x8_persistent(Kernel kernel, const char* name, const GemvProblem& p, const GemvConfig& c, int rows_per_warp,
-                            cudaStream_t s) {
+                            cudaStream_t s, int max_per_sm = 0) {
   const bool split = p.x8_ss != nullptr;  // x8 and its sums of squares given (takes_x8_ss variants)
   const size_t smem = p.x8 && (!p.norm_w || split) ? 0 : size_t(p.batch) * x8_bytes(p.k);
   if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
@@ -156,10 +158,10 @@ Status launch_x8_persistent(Kernel kernel, const char* name, const GemvProblem& 
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, c.warps * 32, smem);
-  if (const int cap = gemv_blocks_per_sm_cap(); cap > 0) per_sm = std::min(per_sm, cap);
   const int64_t rows_per_block = int64_t(c.warps) * rows_per_warp;
   const int64_t needed = (p.n + rows_per_block - 1) / rows_per_block;
-  const unsigned grid = unsigned(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * std::max(per_sm, 1))));
+  const unsigned grid =
+      unsigned(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * gemv_blocks_per_sm(per_sm, max_per_sm))));
   const Epilogue ep = epilogue_of(p);
   const XSource xin{p.x,
                     p.norm_w && !split ? nullptr : static_cast<const uint8_t*>(p.x8),
