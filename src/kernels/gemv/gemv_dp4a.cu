@@ -14,6 +14,10 @@
 //   - with GemvProblem::y8 the epilogue also writes y as int8 blocks (publish_y8): the gate/up
 //     pair makes the down projection's x, so that GEMV no longer quantises 11008 values in
 //     every block (in-graph 23.0 -> 9.8 µs on 4096 x 11008 q4_0).
+//   - configs with 32 rows per block (rows=2 x 16 warps, rows=4 x 8) make y8 in the block
+//     (publish_y8_block: shared memory and one barrier per pass) instead of through global
+//     counters and fences; tuner, in-graph with the y8 epilogue (q4_0, H100, 2026-11-23): Wo
+//     6.16 -> 5.46 µs, W_down 12.06 -> 11.00, gate/up 24.84 -> 21.72.
 // Activations lose precision to 8 bits (as in llama.cpp): the GPU test checks this variant
 // against an fp64 reference of the same quantised x.
 #include "kernels/gemv/gemv_common.cuh"

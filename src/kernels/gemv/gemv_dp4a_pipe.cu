@@ -7,9 +7,11 @@
 //     step of weights in flight. Same bytes in flight per warp at half the unroll, twice the
 //     weight registers.
 //   - same arithmetic, epilogue and x sources as q_dp4a (bit-identical outputs).
-// Measured (trace of the decode chain, H100, 2026-11-23, before this variant): the q4_0 gate/up
-// GEMV ran at 60 % of copy bandwidth inside the chain (28 µs for 50.7 MB), the down projection
-// at 58 %, the stacked Q/K/V at 82 %.
+// Why (CUPTI trace of the decode graph, H100, 2026-11-23): inside the chain the q4_0 gate/up GEMV
+// ran at 60 % of copy bandwidth (28 µs for 50.7 MB), the down projection at 58 %, Q/K/V at 82 %.
+// Measured: in the tuner's in-graph timing it wins none of the 7B decode shapes that make y8 and
+// only q8_0 4096 x 4096 without (7.46 vs 7.52 µs); where the tuner took it for Wo (before the
+// tuner timed y8) the decode chain lost (q4_0 tg128 426 vs 435 t/s): kept as a measured rung.
 #include "kernels/gemv/gemv_common.cuh"
 #include "kernels/gemv/gemv_dp4a.cuh"
 #include "kernels/gemv/gemv_internal.h"
