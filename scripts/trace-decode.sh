@@ -7,11 +7,12 @@ set -euo pipefail
 model=${1:?usage: scripts/trace-decode.sh MODEL.gguf [BUILD_DIR]}
 build=${2:-build-gpu}
 here=$(cd "$(dirname "$0")" && pwd)
-hdr=$(find / -name cupti_activity.h -not -path "/proc/*" 2>/dev/null | head -1)
-lib=$(find / -name "libcupti.so*" -not -path "/proc/*" 2>/dev/null | head -1)
+hdr=$(find / -name cupti_activity.h -not -path "/proc/*" 2>/dev/null | head -1 || true)
+lib=$(find / -name "libcupti.so*" -not -path "/proc/*" 2>/dev/null | head -1 || true)
 [ -n "$hdr" ] && [ -n "$lib" ] || { echo "trace-decode: CUPTI headers or library not found" >&2; exit 1; }
 # the newest kernel record struct this CUPTI declares
-krec=$(grep -oE "\} CUpti_ActivityKernel[0-9]+;" "$hdr" | tail -1 | grep -oE "CUpti_ActivityKernel[0-9]+")
+krec=$(grep -oE "\} CUpti_ActivityKernel[0-9]+;" "$hdr" | tail -1 | grep -oE "CUpti_ActivityKernel[0-9]+" || true)
+[ -n "$krec" ] || { echo "trace-decode: no kernel record type in $hdr" >&2; exit 1; }
 tmp=$(mktemp -d)
 g++ -O2 -shared -fPIC -DKREC="$krec" -I"$(dirname "$hdr")" -I/usr/local/cuda/include "$here/trace/cupti_trace.cpp" \
   -o "$tmp/libtrace.so" "$lib" -Wl,-rpath,"$(dirname "$lib")"
