@@ -68,6 +68,25 @@ inline Epilogue epilogue_of(const GemvProblem& p) {
           y8 ? p.y8_gain : nullptr, y8 ? p.y8_ss : nullptr};
 }
 
+// Block blk (32 rows) of y's int8 copy for every batch row, made by one warp: lane i holds
+// value(b) = y[b][blk * 32 + i]; the blocks are those of y * y8_gain when a gain is set, and with
+// y8_ss each block's sum of squares of y is stored too.
+template <class Value>
+__device__ __forceinline__ void write_y8_block(const Epilogue& ep, int64_t blk, int64_t n, int batch, Value value) {
+  const int lane = threadIdx.x % 32;
+  const float gain = ep.y8_gain ? ep.y8_gain[blk * 32 + lane] : 1.f;
+  for (int b = 0; b < batch; ++b) {
+    const float v = value(b);
+    quantize_block32(ep.y8_gain ? v * gain : v, n, blk, ep.y8 + size_t(b) * x8_bytes(n));
+    if (ep.y8_ss) {
+      double ss = double(v) * v;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (lane == 0) ep.y8_ss[b * (n / 32) + blk] = ss;
+    }
+  }
+}
+
 // The int8-block copy of y, made by the warps that write y: a warp that has stored its rows
 // (kRows of them, row0 a multiple of kRows, kRows dividing 32, n a multiple of 32: all in one
 // 32-row block) adds them to the block's counter; the warp that completes the block reads it
@@ -84,17 +103,7 @@ __device__ __forceinline__ void publish_y8(const float* y, const Epilogue& ep, i
   }
   if (__shfl_sync(0xffffffffu, before, 0) + unsigned(rows) != 32) return;
   __threadfence();  // the block is complete: the other warps' rows are visible from here on
-  const float gain = ep.y8_gain ? ep.y8_gain[blk * 32 + lane] : 1.f;
-  for (int b = 0; b < batch; ++b) {
-    const float v = __ldcg(y + b * n + blk * 32 + lane);
-    quantize_block32(ep.y8_gain ? v * gain : v, n, blk, ep.y8 + size_t(b) * x8_bytes(n));
-    if (ep.y8_ss) {
-      double ss = double(v) * v;
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-      if (lane == 0) ep.y8_ss[b * (n / 32) + blk] = ss;
-    }
-  }
+  write_y8_block(ep, blk, n, batch, [&](int b) { return __ldcg(y + b * n + blk * 32 + lane); });
   if (lane == 0) ep.y8_count[blk] = 0;
 }
 
@@ -125,18 +134,7 @@ __device__ __forceinline__ void publish_y8_block(const float (*yv)[32], const Ep
                                                  int batch) {
   __syncthreads();
   if (threadIdx.x >= 32) return;
-  const int lane = threadIdx.x;
-  const float gain = ep.y8_gain ? ep.y8_gain[blk * 32 + lane] : 1.f;
-  for (int b = 0; b < batch; ++b) {
-    const float v = yv[b][lane];
-    quantize_block32(ep.y8_gain ? v * gain : v, n, blk, ep.y8 + size_t(b) * x8_bytes(n));
-    if (ep.y8_ss) {
-      double ss = double(v) * v;
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-      if (lane == 0) ep.y8_ss[b * (n / 32) + blk] = ss;
-    }
-  }
+  write_y8_block(ep, blk, n, batch, [&](int b) { return yv[b][threadIdx.x]; });
 }
 
 // Reduces acc[mat][r][b] over the warp and stores rows row0..row0+kRows-1 of every batch row
