@@ -127,6 +127,14 @@ class Backend {
     rope(k, p.n_head_kv, p.head_dim, pos, rope_p);
     attention(layer, q, k, v, pos, p, out);
   }
+  // The attention half of a layer without an output bias: rope_attention into att, then
+  // x += Wo att and out = rmsnorm(x) * norm (matmul_add_norm). Backends may fuse the two.
+  virtual void attention_out(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
+                             const RopeParams& rope_p, const AttentionParams& p, Tensor att, const Weight& wo,
+                             Tensor x, const Weight& norm, float eps, Tensor out) {
+    rope_attention(layer, q, k, v, pos, rope_p, p, att);
+    matmul_add_norm(wo, att, x, norm, eps, out);
+  }
   virtual void swiglu(Tensor gate, Tensor up) = 0;                 // gate = silu(gate) * up
   virtual void read(Tensor t, float* host) = 0;                    // copy rows to host
 

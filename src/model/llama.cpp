@@ -148,15 +148,15 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
     if (w.bq) be.add_bias(q, w.bq);
     if (w.bk) be.add_bias(k, w.bk);
     if (w.bv) be.add_bias(v, w.bv);
-    be.rope_attention(int(l), q, k, v, pos, rope, ap, att);  // rope(q), rope(k); attention
-    if (w.bo) {  // x += Wo att + bo
+    if (w.bo) {  // rope(q), rope(k); attention; x += Wo att + bo
+      be.rope_attention(int(l), q, k, v, pos, rope, ap, att);
       Tensor proj = be.alloc(T, E);
       be.matmul(w.wo, att, proj);
       be.add_bias(proj, w.bo);
       be.add(x, proj);
       be.rmsnorm(x, w.ffn_norm, cfg_.rms_eps, h);
-    } else {
-      be.matmul_add_norm(w.wo, att, x, w.ffn_norm, cfg_.rms_eps, h);
+    } else {  // the same without the bias: one op a backend may fuse
+      be.attention_out(int(l), q, k, v, pos, rope, ap, att, w.wo, x, w.ffn_norm, cfg_.rms_eps, h);
     }
     be.ffn_gate_up(w.w_gate, w.w_up, h, gate);
     if (l + 1 < layers_.size()) be.matmul_add_norm(w.w_down, gate, x, layers_[l + 1].attn_norm, cfg_.rms_eps, h);

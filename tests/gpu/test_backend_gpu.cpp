@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -505,6 +506,68 @@ TEST(BackendOps, RopeAttentionFused) {
       past += rows;
     }
   }
+}
+
+// attention_out: on one decode row at short context with a dp4a Wo and no GQA the CUDA backend
+// (with LAMINA_ATTN_WO=1) runs attention and Wo in one kernel (attention_wo: Wo split over heads, the heads' partial
+// products summed by the last block of each row range); elsewhere rope_attention then
+// matmul_add_norm. Against the CPU's rope, attention, matmul_add, rmsnorm: the attention output,
+// the residual, the norm's output read back, and a GEMV that takes the pending norm (x8_ss).
+// The profile names the fused op where it must have run.
+TEST(BackendOps, AttentionOutFused) {
+  std::mt19937 rng(21);
+  setenv("LAMINA_ATTN_WO", "1", 1);  // opt-in (measured slower in the decode chain)
+  struct Case {
+    int n_head, n_head_kv, head_dim, n_rot;
+    bool neox;
+    GgmlType wt;
+    int64_t E;
+  };
+  for (const Case& c : {Case{8, 8, 128, 128, false, GgmlType::Q4_0, 512}, Case{4, 4, 64, 64, true, GgmlType::Q8_0, 256},
+                        Case{6, 6, 64, 32, false, GgmlType::Q4_1, 384}, Case{32, 32, 128, 128, false, GgmlType::Q4_0, 4096},
+                        Case{8, 2, 64, 64, false, GgmlType::Q8_0, 256}, Case{4, 4, 128, 128, false, GgmlType::Q4_K, 512}}) {
+    Both b;
+    const int n_ctx = 300, kvd = c.n_head_kv * c.head_dim, qd = c.n_head * c.head_dim;
+    const int64_t F = 64;
+    SCOPED_TRACE(testing::Message() << type_name(c.wt) << " heads " << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim);
+    b.cpu.init_kv_cache(1, n_ctx, kvd, GgmlType::F16), b.gpu.init_kv_cache(1, n_ctx, kvd, GgmlType::F16);
+    const AttentionParams ap{c.n_head, c.n_head_kv, c.head_dim, 1.f / std::sqrt(float(c.head_dim))};
+    const RopeParams rp{c.n_rot, 10000.f, 1.f, c.neox, nullptr};
+    std::vector<std::vector<uint8_t>> bytes;
+    const int64_t out_rows[2] = {c.E, F};
+    const std::vector<GgufTensor> wo = random_matrices(c.wt, std::span<const int64_t>(out_rows, 1), qd, bytes, rng);
+    std::vector<std::vector<uint8_t>> bytes2;
+    const std::vector<GgufTensor> wf = random_matrices(GgmlType::Q8_0, std::span<const int64_t>(out_rows + 1, 1), c.E, bytes2, rng);
+    const Weight woc = b.cpu.load_weight(wo[0], WeightUse::Matmul), wog = b.gpu.load_weight(wo[0], WeightUse::Matmul);
+    const Weight wfc = b.cpu.load_weight(wf[0], WeightUse::Matmul), wfg = b.gpu.load_weight(wf[0], WeightUse::Matmul);
+    auto [nc, ng] = b.weight(GgmlType::F32, 1, c.E, f32_bytes(randn(size_t(c.E), rng, 0.5f)), WeightUse::Vector);
+    const bool fusable = c.n_head == c.n_head_kv && c.wt != GgmlType::Q4_K;
+    int past = 0;
+    for (int rows : {23, 1, 1, 3, 229, 1, 1}) {  // the last two rows: past the 256-position bucket
+      std::vector<int32_t> pos(static_cast<size_t>(rows)), toks(static_cast<size_t>(rows), 0);
+      for (int i = 0; i < rows; ++i) pos[size_t(i)] = past + i;
+      b.begin(toks, pos);
+      b.gpu.profile_reset();
+      b.gpu.set_profiling(true);
+      const auto [qc, qg, kc, kg, vc, vg] = b.put_qkv(rows, qd, kvd, rng);
+      const auto xh = randn(size_t(rows * c.E), rng, 2.f);
+      auto pass = [&](Backend& be, Tensor q, Tensor k, Tensor v, const Weight& w, const Weight& nw, const Weight& f) {
+        Tensor x = b.put(be, xh, rows, c.E), att = be.alloc(rows, qd), h = be.alloc(rows, c.E), y = be.alloc(rows, F);
+        be.attention_out(0, q, k, v, pos, rp, ap, att, w, x, nw, 1e-5f, h);
+        be.matmul(f, h, y);
+        return std::vector<std::vector<float>>{b.get(be, att), b.get(be, x), b.get(be, y), b.get(be, h)};
+      };
+      const auto want = pass(b.cpu, qc, kc, vc, woc, nc, wfc), got = pass(b.gpu, qg, kg, vg, wog, ng, wfg);
+      b.gpu.set_profiling(false);
+      const std::string at = "rows " + std::to_string(rows) + " at " + std::to_string(past);
+      EXPECT_LE(rel(got[0], want[0]), rows > 8 ? 3e-3 : 1e-4) << "attention " << at;
+      for (size_t i = 1; i < 4; ++i) EXPECT_LE(rel(got[i], want[i]), 2e-2) << "output " << i << " " << at;
+      const bool fused = b.gpu.profile_report().find("rope+attention+wo") != std::string::npos;
+      EXPECT_EQ(fused, fusable && rows == 1 && past < 256) << at;
+      past += rows;
+    }
+  }
+  unsetenv("LAMINA_ATTN_WO");
 }
 
 // The sampling rules of model/sampler.cpp with the draw r = u * sum (the GPU's).

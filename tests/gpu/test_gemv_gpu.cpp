@@ -339,6 +339,13 @@ TEST_P(GemvGpu, MatchesFp64Reference) {
     // More rows than a persistent grid covers at once (132 SMs: up to 8448 rows per pass), so
     // every warp goes on to a second row group (and a pipelined variant loads across groups).
     if (name.rfind("q_dp4a", 0) == 0) run_case(*v, type, 8512, 256, 1, true, true, rng);
+    // q_dp4a_prefetch with a first pass larger than shared memory: q8_0 gate/up at k = 4096
+    // (the up matrix's last step from global memory) and one matrix at k = 11264 (part of the
+    // gate's steps); q4_0 / q4_1 fit whole.
+    if (name == "q_dp4a_prefetch") {
+      run_case(*v, type, 64, 4096, 2, true, true, rng);
+      run_case(*v, type, 96, 11264, 1, false, false, rng);
+    }
   }
 }
 

@@ -63,6 +63,7 @@ CudaBackend::CudaBackend(int device, bool exact) : device_(device), exact_(exact
   }
   if (const char* v = std::getenv("LAMINA_FUSED_NORM")) defer_norm_ = std::string(v) == "1";
   if (const char* v = std::getenv("LAMINA_SPLIT_NORM")) split_norm_ = std::string(v) != "0";
+  if (const char* v = std::getenv("LAMINA_ATTN_WO")) attn_wo_ = std::string(v) == "1";
   if (const char* v = std::getenv("LAMINA_ATTN_DECODE")) {
     check("init", std::string(v) == "single" || std::string(v) == "split",
           fmt::format("LAMINA_ATTN_DECODE={}: expected single or split", v));
@@ -80,6 +81,7 @@ CudaBackend::~CudaBackend() {
   for (void* p : owned_) cudaFree(p);
   for (auto& e : event_pool_) cudaEventDestroy(e);
   for (auto& c : scratch_) cudaFree(c.base);
+  cudaFree(attn_wo_partial_);
   for (auto& [h, d] : freq_factors_) cudaFree(d);
   cudaFree(dev_in_);
   cudaFreeHost(host_in_);
@@ -700,6 +702,55 @@ void CudaBackend::rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::s
   wrote(q);
   wrote(k);
   attend(c, q, pos, p, out);
+}
+
+// One decode token at short context with a dp4a Wo and no bias: attention and Wo in one kernel
+// (attention_wo), which also makes matmul_add_norm's int8 blocks of x * norm. Otherwise
+// rope_attention, then matmul_add_norm.
+void CudaBackend::attention_out(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
+                                const RopeParams& rope_p, const AttentionParams& p, Tensor att, const Weight& wo,
+                                Tensor x, const Weight& norm, float eps, Tensor out) {
+  const kn::RopeArgs r = rope_args(p.n_head, p.head_dim, rope_p);
+  const LayerCache c = layer_cache(layer, q, pos, p);
+  const DevWeight& d = info(wo);
+  const int splits = kn::attention_wo_splits(p.n_head, x.cols, sm_count_);
+  const size_t floats = size_t(p.n_head) * size_t(x.cols);
+  const bool room = attn_wo_floats_ >= floats || capturing_ == 0;  // the workspace may be (re)allocated
+  const bool fits = attn_wo_ && split_norm_ && !exact_ && q.rows == 1 && kv_bucket_ == kMinBucket &&
+                    single_pass_attention_ && d.repacked && !d.stack && splits > 0 && x.cols / 32 <= kAttnWoCounters &&
+                    room && kn::attention_wo_supported(c.a, r, wo.type, x.cols) && x.rows == 1 && out.rows == 1 &&
+                    att.rows == 1 && wo.rows == x.cols && wo.cols == q.cols && x.cols == out.cols && wants_x8(out) &&
+                    !overlaps(out, x) && !overlaps(out, q) && !overlaps(out, att);
+  if (!fits) {
+    Backend::attention_out(layer, q, k, v, pos, rope_p, p, att, wo, x, norm, eps, out);
+    return;
+  }
+  if (attn_wo_floats_ < floats) {
+    if (attn_wo_partial_) cudaFree(attn_wo_partial_);
+    attn_wo_partial_ = static_cast<float*>(dev_alloc(floats * sizeof(float), "attention_wo workspace"));
+    attn_wo_floats_ = floats;
+    ++generation_;  // graphs recorded with the old workspace are stale
+    if (!attn_wo_count_) {
+      attn_wo_count_ = static_cast<unsigned*>(dev_alloc(kAttnWoCounters * sizeof(unsigned), "attention_wo counters"));
+      owned_.push_back(attn_wo_count_);
+      cuda_check(cudaMemset(attn_wo_count_, 0, kAttnWoCounters * sizeof(unsigned)), "cudaMemset");
+    }
+  }
+  drop_overwritten_norm(out, x);
+  settle(q, k, v, att, x, out);
+  kn::AttnWoArgs wa;
+  wa.wo = wo.data, wa.wtype = wo.type, wa.n = x.cols, wa.x = x.data;
+  wa.y8 = make_x8(out);
+  wa.gain = static_cast<const float*>(norm.data);
+  wa.y8_ss = static_cast<double*>(scratch_bytes(size_t(out.cols / 32) * sizeof(double)));
+  wa.partial = attn_wo_partial_, wa.counters = attn_wo_count_, wa.splits = splits;
+  const auto [kv_read, flops] = attention_cost(q, pos, p);
+  const double bytes = double(d.bytes) + double(q.cols) * 12.0 + kv_read + double(x.cols) * 8.0;
+  run_op(op_name("rope+attention+wo+res+norm", wo), bytes, flops + 2.0 * double(wo.rows) * double(wo.cols), [&] {
+    return kn::attention_wo(q.data, k.data, v.data, dev_pos(), r, c.k, c.v, c.a, att.data, wa, stream_);
+  });
+  wrote(att), wrote(x), wrote(out);
+  pending_norm_ = {x, out, wa.gain, eps, wa.y8, wa.y8_ss};
 }
 
 // Attention reads K and V of every position up to the last one (the host knows the positions);

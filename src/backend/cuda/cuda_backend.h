@@ -67,6 +67,9 @@ class CudaBackend final : public Backend {
                  const AttentionParams& p, Tensor out) override;
   void rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
                       const RopeParams& rope_p, const AttentionParams& p, Tensor out) override;
+  void attention_out(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos, const RopeParams& rope_p,
+                     const AttentionParams& p, Tensor att, const Weight& wo, Tensor x, const Weight& norm, float eps,
+                     Tensor out) override;
   void swiglu(Tensor gate, Tensor up) override;
   void read(Tensor t, float* host) override;
 
@@ -178,6 +181,13 @@ class CudaBackend final : public Backend {
   bool defer_norm_ = false;
   // matmul_add_norm fused (on unless LAMINA_SPLIT_NORM=0, for A/B timing).
   bool split_norm_ = true;
+  // Decode attention fused with the Wo GEMV (attention_wo; off unless LAMINA_ATTN_WO=1: measured
+  // slower in the decode chain, docs/benchmarks.md): its partial products and counters.
+  bool attn_wo_ = false;
+  float* attn_wo_partial_ = nullptr;
+  size_t attn_wo_floats_ = 0;
+  unsigned* attn_wo_count_ = nullptr;
+  static constexpr int64_t kAttnWoCounters = 1024;  // one per 32 rows of x
   PendingNorm pending_norm_;
   // Scratch: chunks of device memory, bump-allocated; merged into one at reset after growth.
   std::vector<Chunk> scratch_;

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <unordered_set>
 
 namespace lamina::kernels {
 
@@ -11,6 +12,21 @@ bool pdl_enabled() {
     return !(env && std::strcmp(env, "0") == 0);
   }();
   return on;
+}
+
+int smem_carveout() {
+  static const int pct = [] {
+    const char* env = std::getenv("LAMINA_CARVEOUT");
+    return env && *env ? std::atoi(env) : -1;
+  }();
+  return pct;
+}
+
+void apply_carveout(const void* kernel) {
+  static std::unordered_set<const void*> done;
+  const int pct = smem_carveout();
+  if (pct < 0 || !done.insert(kernel).second) return;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, pct);
 }
 
 }  // namespace lamina::kernels

@@ -43,6 +43,17 @@ __device__ __forceinline__ void load_2d(void* smem, const CUtensorMap* map, int 
       : "memory");
 }
 
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory into shared
+// memory by the TMA engine, counted on `bar`; `policy` is an L2 cache-hint policy
+// (createpolicy).
+__device__ __forceinline__ void load_1d(void* smem, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          smem_u32(smem)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
+      : "memory");
+}
+
 // wgmma descriptor of a K-major tile written by TMA with 128-byte swizzle: rows of 128 bytes,
 // 8-row groups 1024 bytes apart (stride byte offset), tile base 1024-byte aligned. Advancing K
 // by 16 elements inside the 128-byte row adds 32 bytes to the start address.

@@ -33,6 +33,7 @@ const std::vector<GemvVariant>& gemv_variants() {
     register_quant_variants(out);
     register_dp4a_variants(out);
     register_dp4a_pipe_variants(out);
+    register_dp4a_prefetch_variants(out);
     register_mma_variants(out);
     register_q4k_variants(out);
     register_q6k_variants(out);
@@ -249,7 +250,7 @@ std::optional<GemvTiming> gemv_tune(const GemvProblem& shape, cudaStream_t s) {
            skip.find(";" + name + "(" + t.config.str() + ");") != std::string::npos;
   };
   for (const auto& t : timings) {
-    if (teaching_rung(*t.variant) || skipped(t)) continue;
+    if (teaching_rung(*t.variant) || !t.variant->tuner_picks || skipped(t)) continue;
     if (!best || t.best_us() < best->best_us()) best = &t;
   }
   if (!best) return std::nullopt;

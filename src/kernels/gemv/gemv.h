@@ -90,6 +90,9 @@ struct GemvVariant {
   bool writes_y8 = false;  // makes GemvProblem::y8 in its epilogue (given y8_count)
   bool fuses_norm = false;  // takes GemvProblem::norm_w (RMSNorm of x in its prologue)
   bool takes_x8_ss = false;  // takes GemvProblem::x8_ss (batch 1, k <= 4096)
+  // false: a measured rung the tuner leaves out (it can win a back-to-back timing by noise but
+  // lost in the decode chain; kbench still times it)
+  bool tuner_picks = true;
 };
 
 // Whether gemv() would make p.y8 inside the GEMV (the variant it dispatches writes y8 and

@@ -71,10 +71,11 @@ inline Epilogue epilogue_of(const GemvProblem& p) {
 // Block blk (32 rows) of y's int8 copy for every batch row, made by one warp: lane i holds
 // value(b) = y[b][blk * 32 + i]; the blocks are those of y * y8_gain when a gain is set, and with
 // y8_ss each block's sum of squares of y is stored too.
+// (write_y8_gained: the same with the lane's gain given, 1 when ep.y8_gain is null.)
 template <class Value>
-__device__ __forceinline__ void write_y8_block(const Epilogue& ep, int64_t blk, int64_t n, int batch, Value value) {
+__device__ __forceinline__ void write_y8_gained(const Epilogue& ep, int64_t blk, int64_t n, int batch, Value value,
+                                                float gain) {
   const int lane = threadIdx.x % 32;
-  const float gain = ep.y8_gain ? ep.y8_gain[blk * 32 + lane] : 1.f;
   for (int b = 0; b < batch; ++b) {
     const float v = value(b);
     quantize_block32(ep.y8_gain ? v * gain : v, n, blk, ep.y8 + size_t(b) * x8_bytes(n));
@@ -85,6 +86,11 @@ __device__ __forceinline__ void write_y8_block(const Epilogue& ep, int64_t blk, 
       if (lane == 0) ep.y8_ss[b * (n / 32) + blk] = ss;
     }
   }
+}
+
+template <class Value>
+__device__ __forceinline__ void write_y8_block(const Epilogue& ep, int64_t blk, int64_t n, int batch, Value value) {
+  write_y8_gained(ep, blk, n, batch, value, ep.y8_gain ? ep.y8_gain[blk * 32 + threadIdx.x % 32] : 1.f);
 }
 
 // The int8-block copy of y, made by the warps that write y: a warp that has stored its rows

@@ -27,18 +27,28 @@ struct Dp4aStep {
   // Rows row0..row0+kRows-1 of w [n][k] in the repacked layout (quant rows, then scale rows;
   // rows past n clamped to n-1 so that loads stay in bounds), chunks l0 + u*32 + lane.
   static __device__ __forceinline__ void load(const uint8_t* w, int64_t row0, int64_t n, int64_t l0, int64_t k, Regs& g) {
-    const int lane = threadIdx.x % 32;
     const size_t qrow = size_t(k) * kBits / 8, srow = size_t(k / 32) * kScaleBytes;
+    load_at<false>(
+        [&](int r, int64_t l) { return w + size_t(row0 + r < n ? row0 + r : n - 1) * qrow + size_t(l) * 16; },
+        [&](int r, int64_t blk) { return w + size_t(n) * qrow + size_t(row0 + r < n ? row0 + r : n - 1) * srow + size_t(blk) * kScaleBytes; },
+        l0, k, g);
+  }
+
+  // The same chunks from copies in shared memory: q(r, l) is the address of row r's chunk l,
+  // s(r, blk) that of its block blk's scale (16-byte and 2- or 4-byte aligned).
+  template <bool kShared, class QAt, class SAt>
+  static __device__ __forceinline__ void load_at(QAt q, SAt s, int64_t l0, int64_t k, Regs& g) {
+    const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t l = l0 + u * 32 + lane;
-        const int64_t i = row0 + r < n ? row0 + r : n - 1;
         const bool in = l < loads(k);
-        const uint8_t* qp = w + size_t(i) * qrow + size_t(l) * 16;
-        const uint8_t* sp = w + size_t(n) * qrow + size_t(i) * srow + size_t(l * kPer / 32) * kScaleBytes;
-        g.raw[r][u] = in ? load_stream(qp) : make_uint4(0, 0, 0, 0);
+        const uint8_t* qp = q(r, l);
+        const uint8_t* sp = s(r, l * kPer / 32);
+        if constexpr (kShared) g.raw[r][u] = in ? *reinterpret_cast<const uint4*>(qp) : make_uint4(0, 0, 0, 0);
+        else g.raw[r][u] = in ? load_stream(qp) : make_uint4(0, 0, 0, 0);
         if constexpr (kMin) {
           const __half2 dm = in ? *reinterpret_cast<const __half2*>(sp) : __floats2half2_rn(0.f, 0.f);
           g.dw[r][u] = __low2float(dm);
@@ -50,6 +60,49 @@ struct Dp4aStep {
       }
   }
 
+  // The x side of chunk l: the x block it meets (int8 blocks of x8_bytes(k), q8_blocks.h).
+  struct XChunk {
+    float d;
+    int4 lo, hi;  // the 16 (Q8_0) or 32 (Q4) int8 values the chunk's weights multiply
+    int sum;      // the x block's integer sum (Q4 types)
+  };
+  static __device__ __forceinline__ XChunk x_chunk(const uint8_t* xb, int64_t k, int64_t l) {
+    const int64_t xblk = l * kPer / 32;
+    XChunk x;
+    x.d = reinterpret_cast<const float*>(xb + k)[xblk];
+    x.lo = *reinterpret_cast<const int4*>(xb + l * kPer);
+    x.hi = make_int4(0, 0, 0, 0);
+    x.sum = 0;
+    if constexpr (kBits == 4) {
+      x.hi = *reinterpret_cast<const int4*>(xb + l * kPer + 16);
+      x.sum = reinterpret_cast<const int*>(xb + k + (k / 32) * 4)[xblk];
+    }
+    return x;
+  }
+
+  // One chunk's product with x: d_x * (d_w * dp4a(q, x) [- 8 sum(x) for Q4_0] + m_w sum(x)).
+  static __device__ __forceinline__ float chunk_dot(const uint4 v, const XChunk& x, float dw, float mw) {
+    int sumi;
+    if constexpr (kBits == 4) {
+      const uint32_t m = 0x0F0F0F0Fu;
+      sumi = __dp4a(int(v.x & m), x.lo.x, 0);
+      sumi = __dp4a(int(v.y & m), x.lo.y, sumi);
+      sumi = __dp4a(int(v.z & m), x.lo.z, sumi);
+      sumi = __dp4a(int(v.w & m), x.lo.w, sumi);
+      sumi = __dp4a(int((v.x >> 4) & m), x.hi.x, sumi);
+      sumi = __dp4a(int((v.y >> 4) & m), x.hi.y, sumi);
+      sumi = __dp4a(int((v.z >> 4) & m), x.hi.z, sumi);
+      sumi = __dp4a(int((v.w >> 4) & m), x.hi.w, sumi);
+      if constexpr (!kMin) sumi -= 8 * x.sum;
+    } else {
+      sumi = __dp4a(int(v.x), x.lo.x, 0);
+      sumi = __dp4a(int(v.y), x.lo.y, sumi);
+      sumi = __dp4a(int(v.z), x.lo.z, sumi);
+      sumi = __dp4a(int(v.w), x.lo.w, sumi);
+    }
+    return x.d * (dw * float(sumi) + (kMin ? mw * float(x.sum) : 0.f));
+  }
+
   // acc[r][b] += the chunks in g times x (int8 blocks, x8_bytes(k) per batch row).
   static __device__ __forceinline__ void dot(const Regs& g, const uint8_t* xs, int64_t k, int64_t l0, int batch,
                                              float (&acc)[kRows][kGemvMaxBatch]) {
@@ -58,42 +111,12 @@ struct Dp4aStep {
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t l = l0 + u * 32 + lane;
       if (l >= loads(k)) break;
-      const int64_t xblk = l * kPer / 32;  // the x block these weights meet
 #pragma unroll
       for (int b = 0; b < kGemvMaxBatch; ++b) {
         if (b >= batch) break;
-        const uint8_t* xb = xs + size_t(b) * x8_bytes(k);
-        const float dx = reinterpret_cast<const float*>(xb + k)[xblk];
-        const int4 xlo = *reinterpret_cast<const int4*>(xb + l * kPer);  // 16 int8
-        int4 xhi = make_int4(0, 0, 0, 0);
-        int xsum = 0;
-        if constexpr (kBits == 4) {
-          xhi = *reinterpret_cast<const int4*>(xb + l * kPer + 16);
-          xsum = reinterpret_cast<const int*>(xb + k + (k / 32) * 4)[xblk];
-        }
+        const XChunk x = x_chunk(xs + size_t(b) * x8_bytes(k), k, l);
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          const uint4 v = g.raw[r][u];
-          int sumi;
-          if constexpr (kBits == 4) {
-            const uint32_t m = 0x0F0F0F0Fu;
-            sumi = __dp4a(int(v.x & m), xlo.x, 0);
-            sumi = __dp4a(int(v.y & m), xlo.y, sumi);
-            sumi = __dp4a(int(v.z & m), xlo.z, sumi);
-            sumi = __dp4a(int(v.w & m), xlo.w, sumi);
-            sumi = __dp4a(int((v.x >> 4) & m), xhi.x, sumi);
-            sumi = __dp4a(int((v.y >> 4) & m), xhi.y, sumi);
-            sumi = __dp4a(int((v.z >> 4) & m), xhi.z, sumi);
-            sumi = __dp4a(int((v.w >> 4) & m), xhi.w, sumi);
-            if constexpr (!kMin) sumi -= 8 * xsum;
-          } else {
-            sumi = __dp4a(int(v.x), xlo.x, 0);
-            sumi = __dp4a(int(v.y), xlo.y, sumi);
-            sumi = __dp4a(int(v.z), xlo.z, sumi);
-            sumi = __dp4a(int(v.w), xlo.w, sumi);
-          }
-          acc[r][b] += dx * (g.dw[r][u] * float(sumi) + (kMin ? g.mw[r][u] * float(xsum) : 0.f));
-        }
+        for (int r = 0; r < kRows; ++r) acc[r][b] += chunk_dot(g.raw[r][u], x, g.dw[r][u], g.mw[r][u]);
       }
     }
   }

@@ -144,34 +144,52 @@ inline int gemv_blocks_per_sm(int fit, int max_per_sm) {
   return std::max(1, cap > 0 ? std::min(fit, cap) : fit);
 }
 
-// Launches a persistent-grid kernel that keeps x (batch x k) as int8 blocks in dynamic shared
-// memory: as many blocks as fit on the device (at most max_per_sm per SM when > 0), but no more
-// than the rows need.
-template <class Kernel>
-Status launch_x8_persistent(Kernel kernel, const char* name, const GemvProblem& p, const GemvConfig& c, int rows_per_warp,
-                            cudaStream_t s, int max_per_sm = 0) {
+// Dynamic shared memory for x of a persistent dp4a launch: none when the caller gives x8 (and no
+// norm is to be made from x), else batch rows of int8 blocks.
+inline size_t x8_smem_bytes(const GemvProblem& p) {
   const bool split = p.x8_ss != nullptr;  // x8 and its sums of squares given (takes_x8_ss variants)
-  const size_t smem = p.x8 && (!p.norm_w || split) ? 0 : size_t(p.batch) * x8_bytes(p.k);
+  return p.x8 && (!p.norm_w || split) ? 0 : size_t(p.batch) * x8_bytes(p.k);
+}
+
+inline XSource xsource_of(const GemvProblem& p) {
+  const bool split = p.x8_ss != nullptr;
+  return XSource{p.x,
+                 p.norm_w && !split ? nullptr : static_cast<const uint8_t*>(p.x8),
+                 split ? nullptr : p.norm_w,
+                 p.norm_eps,
+                 p.norm_out,
+                 static_cast<uint8_t*>(p.norm_out8),
+                 p.x8_ss};
+}
+
+// Grid of a persistent launch of `kernel` with `smem` bytes of dynamic shared memory (set as the
+// kernel's maximum when above the default 48 KiB): as many blocks as fit on the device (at most
+// max_per_sm per SM when > 0), but no more than the rows need.
+template <class Kernel>
+Status persistent_grid(Kernel kernel, const char* name, const GemvProblem& p, const GemvConfig& c, int rows_per_warp,
+                       size_t smem, int max_per_sm, unsigned& grid) {
   if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
-    return Status::error(std::string(name) + ": x does not fit in shared memory (" + std::to_string(smem) + " bytes)");
+    return Status::error(std::string(name) + ": does not fit in shared memory (" + std::to_string(smem) + " bytes)");
   int dev = 0, sms = 0, per_sm = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, c.warps * 32, smem);
   const int64_t rows_per_block = int64_t(c.warps) * rows_per_warp;
   const int64_t needed = (p.n + rows_per_block - 1) / rows_per_block;
-  const unsigned grid =
-      unsigned(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * gemv_blocks_per_sm(per_sm, max_per_sm))));
-  const Epilogue ep = epilogue_of(p);
-  const XSource xin{p.x,
-                    p.norm_w && !split ? nullptr : static_cast<const uint8_t*>(p.x8),
-                    split ? nullptr : p.norm_w,
-                    p.norm_eps,
-                    p.norm_out,
-                    static_cast<uint8_t*>(p.norm_out8),
-                    p.x8_ss};
+  grid = unsigned(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * gemv_blocks_per_sm(per_sm, max_per_sm))));
+  return Status{};
+}
+
+// Launches a persistent-grid kernel that keeps x (batch x k) as int8 blocks in dynamic shared
+// memory (persistent_grid).
+template <class Kernel>
+Status launch_x8_persistent(Kernel kernel, const char* name, const GemvProblem& p, const GemvConfig& c, int rows_per_warp,
+                            cudaStream_t s, int max_per_sm = 0) {
+  const size_t smem = x8_smem_bytes(p);
+  unsigned grid = 0;
+  if (Status st = persistent_grid(kernel, name, p, c, rows_per_warp, smem, max_per_sm, grid); !st.ok) return st;
   launch_pdl(kernel, grid, unsigned(c.warps * 32), smem, s, static_cast<const uint8_t*>(p.w),
-             static_cast<const uint8_t*>(p.w_up), xin, p.y, p.n, p.k, p.batch, ep);
+             static_cast<const uint8_t*>(p.w_up), xsource_of(p), p.y, p.n, p.k, p.batch, epilogue_of(p));
   return launch_status(name);
 }
 
