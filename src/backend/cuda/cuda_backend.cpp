@@ -710,21 +710,20 @@ void CudaBackend::rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::s
 void CudaBackend::attention_out(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
                                 const RopeParams& rope_p, const AttentionParams& p, Tensor att, const Weight& wo,
                                 Tensor x, const Weight& norm, float eps, Tensor out) {
+  // The cheap conditions first: the default (attn_wo_ off) and prompt passes go straight on.
+  const bool candidate = attn_wo_ && split_norm_ && q.rows == 1 && kv_bucket_ == kMinBucket && single_pass_attention_ &&
+                         x.rows == 1 && out.rows == 1 && att.rows == 1 && wo.rows == x.cols && wo.cols == q.cols &&
+                         x.cols == out.cols && x.cols / 32 <= kAttnWoCounters && wants_x8(out) && !overlaps(out, x) &&
+                         !overlaps(out, q) && !overlaps(out, att);
+  if (!candidate) return Backend::attention_out(layer, q, k, v, pos, rope_p, p, att, wo, x, norm, eps, out);
   const kn::RopeArgs r = rope_args(p.n_head, p.head_dim, rope_p);
   const LayerCache c = layer_cache(layer, q, pos, p);
   const DevWeight& d = info(wo);
   const int splits = kn::attention_wo_splits(p.n_head, x.cols, sm_count_);
   const size_t floats = size_t(p.n_head) * size_t(x.cols);
   const bool room = attn_wo_floats_ >= floats || capturing_ == 0;  // the workspace may be (re)allocated
-  const bool fits = attn_wo_ && split_norm_ && !exact_ && q.rows == 1 && kv_bucket_ == kMinBucket &&
-                    single_pass_attention_ && d.repacked && !d.stack && splits > 0 && x.cols / 32 <= kAttnWoCounters &&
-                    room && kn::attention_wo_supported(c.a, r, wo.type, x.cols) && x.rows == 1 && out.rows == 1 &&
-                    att.rows == 1 && wo.rows == x.cols && wo.cols == q.cols && x.cols == out.cols && wants_x8(out) &&
-                    !overlaps(out, x) && !overlaps(out, q) && !overlaps(out, att);
-  if (!fits) {
-    Backend::attention_out(layer, q, k, v, pos, rope_p, p, att, wo, x, norm, eps, out);
-    return;
-  }
+  if (!d.repacked || d.stack || splits == 0 || !room || !kn::attention_wo_supported(c.a, r, wo.type, x.cols))
+    return Backend::attention_out(layer, q, k, v, pos, rope_p, p, att, wo, x, norm, eps, out);
   if (attn_wo_floats_ < floats) {
     if (attn_wo_partial_) cudaFree(attn_wo_partial_);
     attn_wo_partial_ = static_cast<float*>(dev_alloc(floats * sizeof(float), "attention_wo workspace"));

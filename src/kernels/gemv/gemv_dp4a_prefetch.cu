@@ -78,7 +78,6 @@ __global__ void __launch_bounds__(32 / kRows * 32)
   __shared__ uint64_t bar[kMaxStages];
   __shared__ float yv[2][kGemvMaxBatch][32];  // y of a pass, two buffers (publish_y8_block)
   using Step = Dp4aStep<kBits, kMin, kRows, kUnroll>;
-  constexpr int kWarps = 32 / kRows;
   const PassLayout<kBits, kMin, kUnroll> L(k);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t block0 = int64_t(blockIdx.x) * 32, stride = int64_t(gridDim.x) * 32;
@@ -135,7 +134,6 @@ __global__ void __launch_bounds__(32 / kRows * 32)
     }
     store_rows(acc, row0, n, batch, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f, yv[pass & 1]);
   }
-  (void)kWarps;
 }
 
 // The stages of pass 0 that fit in the shared memory left after x and the kernel's static
