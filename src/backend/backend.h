@@ -82,12 +82,6 @@ class Backend {
   // `pos` receive the same span. A GPU backend uploads both here.
   virtual void begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> pos) {}
 
-  // The pass's next matmul after those already declared reads `w` (one matrix, the parts of a
-  // stack such as Q/K/V, or the gate/up pair): the model declares its matmuls in order, some ops
-  // ahead, so that a backend may start loading a matrix before it is multiplied (the CUDA
-  // backend's L2 prefetch). A hint: results do not depend on it. begin_forward forgets them.
-  virtual void will_multiply(std::span<const Weight* const> w) {}
-
   // Ops. `pos[t]` is the position of row t (one sequence; causal).
   virtual void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) = 0;
   virtual void rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) = 0;

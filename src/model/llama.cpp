@@ -12,7 +12,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <initializer_list>
 
 namespace lamina {
 
@@ -139,19 +138,10 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
 
   // One row (decode): the last W_down's matmul_add_norm makes the output norm (xs = x, hs = h).
   const bool final_norm_fused = T == 1 && mode != Logits::None;
-  // The matmuls in order, each layer's declared before its Q/K/V runs, up to the next layer's
-  // Q/K/V (or the output matrix): Backend::will_multiply.
-  auto declare = [&](std::initializer_list<const Weight*> ws) { be.will_multiply(std::span(ws.begin(), ws.size())); };
   be.embed(tok_embd_, tokens, x);
   be.rmsnorm(x, layers_[0].attn_norm, cfg_.rms_eps, h);
-  declare({&layers_[0].wq, &layers_[0].wk, &layers_[0].wv});
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerWeights& w = layers_[l];  // h = rmsnorm(x) * attn_norm here
-    declare({&w.wo});
-    declare({&w.w_gate, &w.w_up});
-    declare({&w.w_down});
-    if (l + 1 < layers_.size()) declare({&layers_[l + 1].wq, &layers_[l + 1].wk, &layers_[l + 1].wv});
-    else if (mode != Logits::None) declare({&output_});
     const Weight* qkv_w[] = {&w.wq, &w.wk, &w.wv};
     const Tensor qkv_out[] = {q, k, v};
     be.matmul_multi(qkv_w, h, qkv_out);

@@ -69,20 +69,6 @@ CudaBackend::CudaBackend(int device, bool exact) : device_(device), exact_(exact
           fmt::format("LAMINA_ATTN_DECODE={}: expected single or split", v));
     single_pass_attention_ = std::string(v) == "single";
   }
-  auto kib = [&](const char* name, int64_t fallback) {
-    const char* v = std::getenv(name);
-    if (!v || !*v) return fallback;
-    char* end = nullptr;
-    const long long n = std::strtoll(v, &end, 10);
-    check("init", *end == 0 && n >= 0, fmt::format("{}={}: expected a size in KiB (0: off)", name, v));
-    return int64_t(n) * 1024;
-  };
-  l2_lead_bytes_ = kib("LAMINA_L2_LEAD_KB", kL2LeadBytes);
-  l2_attn_bytes_ = kib("LAMINA_L2_ATTN_KB", kL2AttnBytes);
-  if (const char* v = std::getenv("LAMINA_L2_MODE")) {
-    check("init", std::string(v) == "bulk" || std::string(v) == "line", fmt::format("LAMINA_L2_MODE={}: expected bulk or line", v));
-    l2_lines_ = std::string(v) == "line";
-  }
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   cuda_check(cudaEventCreateWithFlags(&in_copied_, cudaEventDisableTiming), "cudaEventCreate");
   cuda_check(cudaMallocHost(&host_id_, sizeof(int32_t)), "cudaMallocHost");
@@ -279,7 +265,6 @@ void CudaBackend::begin_forward(std::span<const int32_t> tokens, std::span<const
   std::memcpy(host_in_, tokens.data(), n * sizeof(int32_t));
   std::memcpy(host_in_ + in_capacity_, pos.data(), n * sizeof(int32_t));
   n_in_ = int64_t(n);
-  upcoming_.clear();
   kv_bucket_ = kMinBucket;
   if (n) while (kv_bucket_ < int64_t(pos.back()) + 1) kv_bucket_ *= 2;
   // One copy of the whole staging area: the same node serves every replay of a graph.
@@ -389,30 +374,6 @@ const void* CudaBackend::x8(Tensor x) const {
   return same ? shadow8_.data : nullptr;
 }
 
-void CudaBackend::will_multiply(std::span<const Weight* const> w) {
-  if (w.empty() || !w[0]->data) return;
-  const DevWeight& d0 = info(*w[0]);
-  kn::GemvProblem m;
-  m.wtype = w[0]->type, m.layout = d0.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
-  m.w = w[0]->data, m.n = w[0]->rows, m.k = w[0]->cols;
-  if (d0.stack) m.w = d0.stack, m.n = d0.stack_rows;  // a stack is multiplied whole (matmul_multi)
-  else if (w.size() == 2) m.w_up = w[1]->data;        // the gate/up pair
-  upcoming_.push_back(m);
-}
-
-kn::L2Prefetch CudaBackend::multiplying(const void* w, int64_t budget) {
-  const auto it = std::find_if(upcoming_.begin(), upcoming_.end(), [&](const kn::GemvProblem& m) { return m.w == w; });
-  if (it != upcoming_.end()) upcoming_.erase(upcoming_.begin(), it + 1);
-  return next_matrix(budget);
-}
-
-kn::L2Prefetch CudaBackend::next_matrix(int64_t budget) const {
-  if (upcoming_.empty() || budget <= 0) return {};
-  kn::L2Prefetch l = kn::gemv_l2_lead(upcoming_.front(), budget, int64_t(kL2LeadRowsPerSm) * sm_count_);
-  l.lines = l2_lines_;
-  return l;
-}
-
 void CudaBackend::embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) {
   settle(out);
   check("embed", int64_t(tokens.size()) == n_in_, "token ids differ from begin_forward's");
@@ -509,7 +470,6 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
   if (!base.norm_w) settle(x);  // x is the pending norm's output, taken as its parts
   settle(out);
   wrote(out);
-  const kn::L2Prefetch next = multiplying(w.data, x.rows <= kn::kGemvMaxBatch ? l2_lead_bytes_ : 0);
   if (x.rows > kn::kGemvMaxBatch && !exact_) {
     kn::GemmProblem p;
     p.b_type = w.type;
@@ -541,7 +501,6 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
       p.batch = int(std::min<int64_t>(kn::kGemvMaxBatch, x.rows - r0));
       p.y = out.data + r0 * out.cols;
       p.residual = accumulate ? p.y : nullptr;
-      if (r0 + kn::kGemvMaxBatch >= x.rows) p.l2_next = next;
       if (kn::Status st = exact_ ? gemv_exact(p, stream_) : kn::gemv(p, stream_); !st) return st;
     }
     return kn::Status::success();
@@ -636,7 +595,6 @@ void CudaBackend::ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Te
     wrote(out);
     p.y8 = make_x8(out);
     p.y8_count = out.cols / 32 <= int64_t(kY8Counters) ? y8_count_ : nullptr;
-    p.l2_next = multiplying(gate.data, l2_lead_bytes_);
     run_op(op_name(p.norm_w ? "gemv+norm gate/up" : "gemv gate/up", gate), 2.0 * double(dg.bytes), 4.0 * double(x.rows * gate.rows * gate.cols),
            [&] { return kn::gemv(p, stream_); });
     if (p.y8) shadow8_ = {out.data, out.rows, out.cols, p.y8};
@@ -734,8 +692,7 @@ void CudaBackend::rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::s
     wrote(q), wrote(k), wrote(out);
     void* q8 = make_x8(out);
     run_op("rope+attention (decode)", bytes + kv_read + double(out.cols) * 4.0, flops, [&] {
-      return kn::attention_decode_rope(q.data, k.data, v.data, dev_pos(), r, c.k, c.v, c.a, out.data, stream_, q8,
-                                       next_matrix(l2_attn_bytes_));
+      return kn::attention_decode_rope(q.data, k.data, v.data, dev_pos(), r, c.k, c.v, c.a, out.data, stream_, q8);
     });
     if (q8) shadow8_ = {out.data, out.rows, out.cols, q8};
     return;

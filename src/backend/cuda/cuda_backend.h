@@ -21,7 +21,6 @@
 #include "kernels/ops/ops.h"
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -54,7 +53,6 @@ class CudaBackend final : public Backend {
   size_t kv_cache_bytes() const override;
 
   void begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> pos) override;
-  void will_multiply(std::span<const Weight* const> w) override;
   void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) override;
   void rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) override;
   void matmul(const Weight& w, Tensor x, Tensor out) override;
@@ -191,19 +189,6 @@ class CudaBackend final : public Backend {
   unsigned* attn_wo_count_ = nullptr;
   static constexpr int64_t kAttnWoCounters = 1024;  // one per 32 rows of x
   PendingNorm pending_norm_;
-  // L2 prefetch of the matrices the pass multiplies next (will_multiply): a decode GEMV whose
-  // last weights are in flight prefetches the lead of the next matrix (gemv_l2_lead, about
-  // l2_lead_bytes_), the one-kernel decode attention up to l2_attn_bytes_ of it (the Wo GEMV's
-  // whole matrix: HBM idles while attention runs). LAMINA_L2_LEAD_KB / LAMINA_L2_ATTN_KB set
-  // them (0: off), for A/B measurements.
-  std::deque<kernels::GemvProblem> upcoming_;  // w, w_up, wtype, layout, n, k of each matmul
-  static constexpr int64_t kL2LeadBytes = 0, kL2AttnBytes = 0;  // off: measured slower (docs/benchmarks.md)
-  static constexpr int kL2LeadRowsPerSm = 32;  // the dp4a GEMVs' first pass: one 32-row block per SM
-  int64_t l2_lead_bytes_ = kL2LeadBytes, l2_attn_bytes_ = kL2AttnBytes;
-  bool l2_lines_ = false;  // LAMINA_L2_MODE=line (L2Prefetch::lines)
-  // Drops the upcoming entries up to w's (when listed); the next entry's lead of `budget` bytes.
-  kernels::L2Prefetch multiplying(const void* w, int64_t budget);
-  kernels::L2Prefetch next_matrix(int64_t budget) const;
   // Scratch: chunks of device memory, bump-allocated; merged into one at reset after growth.
   std::vector<Chunk> scratch_;
   size_t scratch_used_ = 0;

@@ -54,34 +54,6 @@ size_t gemv_weight_bytes(const GemvProblem& p) {
   return one * (p.w_up ? 2 : 1);
 }
 
-// Repacked Q4_0 / Q4_1 / Q8_0 (gemv.h): quant plane [n][qrow], then scale plane [n][srow]. A row's
-// lead of t quant bytes comes with about t * srow / qrow bytes of its scales.
-L2Prefetch gemv_l2_lead(const GemvProblem& p, int64_t budget, int64_t rows) {
-  L2Prefetch out;
-  const bool dp4a = p.wtype == GgmlType::Q4_0 || p.wtype == GgmlType::Q4_1 || p.wtype == GgmlType::Q8_0;
-  if (p.layout != WeightLayout::Repacked || !dp4a || !p.w || p.n <= 0 || p.k <= 0 || p.k % 32 || budget < 16) return out;
-  const int64_t qrow = p.wtype == GgmlType::Q8_0 ? p.k : p.k / 2;
-  const int64_t srow = (p.k / 32) * (p.wtype == GgmlType::Q4_1 ? 4 : 2);
-  const int mats = p.w_up ? 2 : 1;
-  const void* mat[2] = {p.w, p.w_up};
-  if (budget >= int64_t(gemv_weight_bytes(p))) {  // the whole matrices
-    for (int m = 0; m < mats; ++m) out.add_range(mat[m], p.n * (qrow + srow));
-    return out;
-  }
-  rows = std::clamp<int64_t>(rows, 1, p.n);
-  const int64_t per_row = budget / (rows * mats);
-  const int64_t t = std::clamp<int64_t>(per_row * qrow / (qrow + srow) / 16 * 16, 16, qrow);
-  const int64_t ts = std::min<int64_t>((t * srow / qrow + 15) / 16 * 16, srow);
-  for (int m = 0; m < mats; ++m) {
-    const auto* q = static_cast<const uint8_t*>(mat[m]);
-    const uint8_t* sc = q + p.n * qrow;  // 16-byte aligned: qrow is a multiple of 16
-    out.add_rows(q, rows, qrow, uint32_t(t));
-    if (t < qrow && srow % 16 == 0) out.add_rows(sc, rows, srow, uint32_t(ts));
-    else out.add_range(sc, rows * srow);  // whole rows, or scale rows not 16-byte aligned
-  }
-  return out;
-}
-
 // The ladder's teaching rungs: plain y = W x (no epilogues), not candidates for production.
 static bool teaching_rung(const GemvVariant& v) {
   const std::string n = v.name;

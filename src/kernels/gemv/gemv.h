@@ -12,7 +12,6 @@
 #pragma once
 
 #include "format/ggml_type.h"
-#include "kernels/common/l2_prefetch.h"
 #include "kernels/common/status.h"
 
 #include <cstdint>
@@ -67,10 +66,6 @@ struct GemvProblem {
   // variant with takes_x8_ss scales its sums by 1 / sqrt(sum(x8_ss) / k + norm_eps) instead of
   // normalising x; norm_out is then left unwritten. Others take the norm_w path above.
   const double* x8_ss = nullptr;
-  // Optional: bytes the kernel after this GEMV reads first (its weights; gemv_l2_lead), which a
-  // variant that can issues as L2 prefetches once its own last weights are in flight. A hint:
-  // results do not depend on it.
-  L2Prefetch l2_next;
 };
 
 // Precision of x inside a variant: exact f32, 8-bit blocks of 32 with an f32 scale (d =
@@ -117,12 +112,6 @@ Status gemv(const GemvProblem& p, cudaStream_t s);
 
 // Bytes of W (and W_up) a GEMV reads: the figure GB/s is computed from.
 size_t gemv_weight_bytes(const GemvProblem& p);
-
-// The bytes of p's weights (w, w_up) that the dp4a GEMVs read first, for the kernel before to
-// prefetch into L2 (GemvProblem::l2_next): of each of the first `rows` rows (the persistent
-// grid's first pass), the leading quants and their scales, about `budget` bytes in all; every
-// row whole when the budget covers the matrices. Empty for other layouts and types.
-L2Prefetch gemv_l2_lead(const GemvProblem& p, int64_t budget, int64_t rows);
 
 // Repacked layouts: Q4_0 / Q4_1 / Q8_0 separate the 16-byte-aligned quant plane from the scale
 // plane so that every lane loads 16 bytes at once:

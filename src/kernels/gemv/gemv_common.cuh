@@ -2,7 +2,6 @@
 #pragma once
 
 #include "core/half.h"
-#include "kernels/common/l2_prefetch.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/q8_blocks.cuh"
 #include "kernels/gemv/gemv.h"
@@ -55,7 +54,6 @@ struct Epilogue {
   unsigned* y8_count;  // [n / 32] counters, zero between launches
   const float* y8_gain;  // [n] or null: y8 holds the blocks of y * y8_gain
   double* y8_ss;         // [batch][n / 32] or null: each block's sum of squares of y
-  L2Prefetch next;       // GemvProblem::l2_next: issued by variants that can (l2_prefetch.cuh)
   __device__ __forceinline__ float apply(float acc, float up, int64_t row, int64_t b, int64_t n) const {
     float v = gate_up ? silu(acc) * up : acc;
     if (bias) v += bias[row];
@@ -67,7 +65,7 @@ struct Epilogue {
 inline Epilogue epilogue_of(const GemvProblem& p) {
   const bool y8 = p.y8 && p.y8_count;
   return {p.bias,      p.residual, p.w_up != nullptr, y8 ? static_cast<uint8_t*>(p.y8) : nullptr, y8 ? p.y8_count : nullptr,
-          y8 ? p.y8_gain : nullptr, y8 ? p.y8_ss : nullptr, p.l2_next};
+          y8 ? p.y8_gain : nullptr, y8 ? p.y8_ss : nullptr};
 }
 
 // Block blk (32 rows) of y's int8 copy for every batch row, made by one warp: lane i holds

@@ -56,12 +56,8 @@ __global__ void __launch_bounds__(kBlock32 ? 32 / kRows * 32 : 256) q_dp4a(const
   const uint8_t* xs = x8_source(xin, k, batch, smem);
   __shared__ float yv[kBlock32 ? 2 : 1][kBlock32 ? kGemvMaxBatch : 1][32];  // kBlock32: y of the pass, two buffers
   int pass = 0;
-  if (first >= n) l2_prefetch(ep.next);  // no rows: at once
   for (int64_t row0 = first; row0 < n; row0 += warps_total * kRows, ++pass) {
-    if (row0 + warps_total * kRows >= n) {  // this warp's last rows: the next kernel may launch, and
-      pdl_launch_dependents();              // its first weights may come into L2
-      l2_prefetch(ep.next);
-    }
+    if (row0 + warps_total * kRows >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
     float acc[kGateUp ? 2 : 1][kRows][kGemvMaxBatch] = {};
 #pragma unroll
     for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat)

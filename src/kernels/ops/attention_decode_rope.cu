@@ -8,14 +8,12 @@
 // context is short (a few hundred positions: each warp then folds a few rounds of P positions)
 // and the split path beyond.
 //   1. the n_rot/2 angles of the position into shared memory (before the PDL wait: pos is the
-//      pass's input copy, written before the pass's first kernel ran), and the L2 prefetch of
-//      the next kernel's weights (`next`: the Wo GEMV's, while HBM would otherwise idle);
+//      pass's input copy, written before the pass's first kernel ran);
 //   2. the head's q and k into shared memory, rotated there (pairs (2i, 2i+1), or (i,
 //      i + n_rot/2) for NEOX; rope.cuh, the same arithmetic as rope() bit for bit), written
 //      back to q and k, k and v stored in the cache row; __syncthreads makes that row visible;
 //   3. warps take positions warp*P, warp*P + kW*P, ... (attention_decode.cuh), merged through
 //      shared memory, out = O / L.
-#include "kernels/common/l2_prefetch.cuh"
 #include "kernels/common/launch_status.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/q8_blocks.cuh"
@@ -46,7 +44,7 @@ __global__ void __launch_bounds__(rope_attn_warps(HD) * 32)
     attn_rope_kernel(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v,
                      const int32_t* __restrict__ pos, RopeArgs r, AttentionArgs a, float theta_scale,
                      __half* __restrict__ kc, __half* __restrict__ vc, float* __restrict__ out,
-                     uint8_t* __restrict__ out8, L2Prefetch next) {
+                     uint8_t* __restrict__ out8) {
   constexpr int kW = rope_attn_warps(HD), E = HD / 32, P = 8;
   __shared__ float cs_s[HD / 2], sn_s[HD / 2];
   __shared__ float qk_s[2][HD];  // the head's q and k, rotated in place
@@ -54,7 +52,6 @@ __global__ void __launch_bounds__(rope_attn_warps(HD) * 32)
   const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int half = r.n_rot / 2, position = pos[0];
   for (int i = threadIdx.x; i < half; i += blockDim.x) rope_detail::angle(i, position, theta_scale, r, cs_s[i], sn_s[i]);
-  l2_prefetch(next);
   pdl_enter();
 
   const int64_t kvd = int64_t(a.n_head_kv) * HD;
@@ -89,10 +86,9 @@ __global__ void __launch_bounds__(rope_attn_warps(HD) * 32)
 
 template <int HD>
 void launch_hd(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, const AttentionArgs& a,
-               float theta_scale, __half* kc, __half* vc, float* out, uint8_t* out8, const L2Prefetch& next,
-               cudaStream_t s) {
+               float theta_scale, __half* kc, __half* vc, float* out, uint8_t* out8, cudaStream_t s) {
   launch_pdl(attn_rope_kernel<HD>, dim3(unsigned(a.n_head)), rope_attn_warps(HD) * 32, 0, s, q, k, v, pos, r, a,
-             theta_scale, kc, vc, out, out8, next);
+             theta_scale, kc, vc, out, out8);
 }
 
 }  // namespace
@@ -104,8 +100,7 @@ bool attention_decode_rope_supported(const AttentionArgs& a, const RopeArgs& r, 
 }
 
 Status attention_decode_rope(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, void* k_cache,
-                             void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8,
-                             const L2Prefetch& next) {
+                             void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8) {
   if (!attention_decode_rope_supported(a, r, 1))
     return Status::error("attention_decode_rope: needs an f16 cache, head_dim 64/96/128/256, one query head per KV "
                          "head and 0 < n_rot <= head_dim (even)");
@@ -115,10 +110,10 @@ Status attention_decode_rope(float* q, float* k, const float* v, const int32_t* 
   auto* vc = static_cast<__half*>(v_cache);
   auto* o8 = static_cast<uint8_t*>(out8);
   switch (a.head_dim) {
-    case 64: launch_hd<64>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, next, s); break;
-    case 96: launch_hd<96>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, next, s); break;
-    case 128: launch_hd<128>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, next, s); break;
-    default: launch_hd<256>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, next, s); break;
+    case 64: launch_hd<64>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, s); break;
+    case 96: launch_hd<96>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, s); break;
+    case 128: launch_hd<128>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, s); break;
+    default: launch_hd<256>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, s); break;
   }
   return launch_status("attention_decode_rope");
 }

@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   // 4. Each 32-row block of x is reduced by the warp that stores its last head's partials: the
   //    warp counts its rows' blocks once its stores are visible (a counter per 32-row block; lane
   //    j counts the warp's j-th block). x and the gain of those blocks are loaded first.
-  const gemv_detail::Epilogue ep{nullptr, nullptr, false, static_cast<uint8_t*>(wa.y8), nullptr, wa.gain, wa.y8_ss, {}};
+  const gemv_detail::Epilogue ep{nullptr, nullptr, false, static_cast<uint8_t*>(wa.y8), nullptr, wa.gain, wa.y8_ss};
   const int64_t first_row = row0 + int64_t(warp) * slice.rw, end_row = first_row + slice.rw;
   const int64_t b0 = first_row / 32, nb = (end_row + 31) / 32 - b0;  // <= kWarpBlocks (attention_wo_supported)
   float xv[kWarpBlocks], gv[kWarpBlocks];

@@ -9,7 +9,6 @@
 #pragma once
 
 #include "format/ggml_type.h"
-#include "kernels/common/l2_prefetch.h"
 #include "kernels/common/status.h"
 
 #include <cstdint>
@@ -78,12 +77,9 @@ Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const 
 // one row, without splits (one block per KV head), so meant for short contexts; same results as
 // those two up to float summation order (q and k rotated in place, the cache row written).
 // Supported: one row, an F16 cache, head_dim 64/96/128/256, no GQA (one query head per KV head).
-// next: the next kernel's first bytes (its weights), prefetched into L2 while the attention runs
-// (it streams almost nothing); a hint (l2_prefetch.h).
 bool attention_decode_rope_supported(const AttentionArgs& a, const RopeArgs& r, int64_t rows);
 Status attention_decode_rope(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, void* k_cache,
-                             void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8 = nullptr,
-                             const L2Prefetch& next = {});
+                             void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8 = nullptr);
 
 // attention_decode_rope fused with the output projection that follows it (attention_wo.cu):
 // x += Wo o, and the int8 blocks of x * gain with their 32-blocks' sums of squares (the y8
