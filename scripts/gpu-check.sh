@@ -41,6 +41,8 @@ if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
 fi
 step gpu-tests ctest --test-dir "$BUILD" -L gpu --output-on-failure -V
 step cpu-tests ctest --test-dir "$BUILD" -L cpu --output-on-failure -j 16
+# The decode chain's yardstick: kernel-boundary floor and read-only streaming ceiling (a few s).
+step chain-ceiling "$BUILD/tools/lamina_chain_ceiling"
 # The same greedy tokens from the CPU and CUDA backends, as `lamina run` prints them. Both in
 # --exact-matmul mode (f32 activations everywhere) must agree; the fast paths quantise the
 # activations differently (CPU: 8-bit with an outlier split; GPU: int8 blocks or f16), so for
@@ -85,6 +87,7 @@ grep -hE "(smollm2 prompt|7B: )" "$OUT/gpu-tests.log" 2>/dev/null | sed "s/^[0-9
 cat "$OUT/too-big.log" 2>/dev/null; tail -4 "$OUT/info-cuda.log" 2>/dev/null
 grep -hE "^\| (llama|model)" "$OUT"/bench-*.log 2>/dev/null | sort -u -r | head -12
 cat "$OUT"/same-tokens-*.log 2>/dev/null
+grep -E "^\| (graph|one persistent)" "$OUT/chain-ceiling.log" 2>/dev/null
 for fam in gemv gemm; do
   [ -f "$OUT/kbench-$fam.log" ] && python3 scripts/kbench_summary.py "$OUT/kbench-$fam.log" | tee "$OUT/kbench-$fam-summary.txt"
 done

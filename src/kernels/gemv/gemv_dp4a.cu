@@ -71,31 +71,18 @@ __global__ void __launch_bounds__(kBlock32 ? 32 / kRows * 32 : 256) q_dp4a(const
 }
 
 template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp>
-Status launch_impl(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  if constexpr (kRows >= 2) {
-    if (c.warps * kRows == 32)  // one 32-row block of y per block and pass (kBlock32)
-      return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp, true>, "q_dp4a", p, c, kRows, s, kDp4aBlocksPerSm);
+struct Dp4aLaunch {
+  static Status run(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+    if constexpr (kRows >= 2) {
+      if (c.warps * kRows == 32)  // one 32-row block of y per block and pass (kBlock32)
+        return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp, true>, "q_dp4a", p, c, kRows, s, kDp4aBlocksPerSm);
+    }
+    return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp>, "q_dp4a", p, c, kRows, s, kDp4aBlocksPerSm);
   }
-  return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp>, "q_dp4a", p, c, kRows, s, kDp4aBlocksPerSm);
-}
-
-template <int kBits, bool kMin, int kRows, int kUnroll>
-Status launch_gate(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  return p.w_up ? launch_impl<kBits, kMin, kRows, kUnroll, true>(p, c, s)
-                : launch_impl<kBits, kMin, kRows, kUnroll, false>(p, c, s);
-}
-
-template <int kBits, bool kMin>
-Status launch_bits(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  if (c.rows == 1 && c.unroll == 4) return launch_gate<kBits, kMin, 1, 4>(p, c, s);
-  if (c.rows == 2 && c.unroll == 2) return launch_gate<kBits, kMin, 2, 2>(p, c, s);
-  if (c.rows == 2 && c.unroll == 4) return launch_gate<kBits, kMin, 2, 4>(p, c, s);
-  if (c.rows == 4 && c.unroll == 2) return launch_gate<kBits, kMin, 4, 2>(p, c, s);
-  return Status::error("q_dp4a: no instance for config " + c.str());
-}
+};
 
 Status run_dp4a(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  return dp4a_by_type<launch_bits<4, false>, launch_bits<4, true>, launch_bits<8, false>>("q_dp4a", p, c, s);
+  return dp4a_dispatch<Dp4aLaunch, Dp4aShape<1, 4>, Dp4aShape<2, 2>, Dp4aShape<2, 4>, Dp4aShape<4, 2>>("q_dp4a", p, c, s);
 }
 
 }  // namespace

@@ -131,14 +131,35 @@ inline constexpr int kDp4aBlocksPerSm = 1;
 
 inline bool dp4a_types(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0; }
 
-// A dp4a variant's launch by weight type (one launcher per type, each dispatching on the config).
-using GemvLaunch = Status (*)(const GemvProblem&, const GemvConfig&, cudaStream_t);
-template <GemvLaunch kQ4_0, GemvLaunch kQ4_1, GemvLaunch kQ8_0>
-Status dp4a_by_type(const char* name, const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+// A dp4a variant's launch for a problem and config: by weight type (Q4_0, Q4_1, Q8_0), then by
+// (rows, unroll) among the instances the variant lists, then gate/up pair or one matrix:
+// Launch<kBits, kMin, kRows, kUnroll, kGateUp>::run(p, c, s).
+template <int kRows, int kUnroll>
+struct Dp4aShape {
+  static constexpr int rows = kRows, unroll = kUnroll;
+};
+
+template <template <int, bool, int, int, bool> class Launch, int kBits, bool kMin, class... Shapes>
+Status dp4a_by_config(const char* name, const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+  Status st = Status::error(std::string(name) + ": no instance for config " + c.str());
+  bool found = false;
+  auto try_one = [&](auto shape) {
+    using S = decltype(shape);
+    if (found || c.rows != S::rows || c.unroll != S::unroll) return;
+    found = true;
+    st = p.w_up ? Launch<kBits, kMin, S::rows, S::unroll, true>::run(p, c, s)
+                : Launch<kBits, kMin, S::rows, S::unroll, false>::run(p, c, s);
+  };
+  (try_one(Shapes{}), ...);
+  return st;
+}
+
+template <template <int, bool, int, int, bool> class Launch, class... Shapes>
+Status dp4a_dispatch(const char* name, const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   if (p.k % 32) return Status::error(std::string(name) + ": k must be a multiple of 32");
-  if (p.wtype == GgmlType::Q4_0) return kQ4_0(p, c, s);
-  if (p.wtype == GgmlType::Q4_1) return kQ4_1(p, c, s);
-  if (p.wtype == GgmlType::Q8_0) return kQ8_0(p, c, s);
+  if (p.wtype == GgmlType::Q4_0) return dp4a_by_config<Launch, 4, false, Shapes...>(name, p, c, s);
+  if (p.wtype == GgmlType::Q4_1) return dp4a_by_config<Launch, 4, true, Shapes...>(name, p, c, s);
+  if (p.wtype == GgmlType::Q8_0) return dp4a_by_config<Launch, 8, false, Shapes...>(name, p, c, s);
   return Status::error(std::string(name) + ": only q4_0, q4_1 and q8_0");
 }
 

@@ -85,23 +85,15 @@ __global__ void __launch_bounds__(256) q_dp4a_pipe(const uint8_t* __restrict__ w
   }
 }
 
-template <int kBits, bool kMin, int kRows, int kUnroll>
-Status launch_gate(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  if (p.w_up) return launch_x8_persistent(q_dp4a_pipe<kBits, kMin, kRows, kUnroll, true>, "q_dp4a_pipe", p, c, kRows, s, kDp4aBlocksPerSm);
-  return launch_x8_persistent(q_dp4a_pipe<kBits, kMin, kRows, kUnroll, false>, "q_dp4a_pipe", p, c, kRows, s, kDp4aBlocksPerSm);
-}
-
-template <int kBits, bool kMin>
-Status launch_bits(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  if (c.rows == 1 && c.unroll == 4) return launch_gate<kBits, kMin, 1, 4>(p, c, s);
-  if (c.rows == 2 && c.unroll == 2) return launch_gate<kBits, kMin, 2, 2>(p, c, s);
-  if (c.rows == 2 && c.unroll == 1) return launch_gate<kBits, kMin, 2, 1>(p, c, s);
-  if (c.rows == 4 && c.unroll == 1) return launch_gate<kBits, kMin, 4, 1>(p, c, s);
-  return Status::error("q_dp4a_pipe: no instance for config " + c.str());
-}
+template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp>
+struct PipeLaunch {
+  static Status run(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+    return launch_x8_persistent(q_dp4a_pipe<kBits, kMin, kRows, kUnroll, kGateUp>, "q_dp4a_pipe", p, c, kRows, s, kDp4aBlocksPerSm);
+  }
+};
 
 Status run_pipe(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  return dp4a_by_type<launch_bits<4, false>, launch_bits<4, true>, launch_bits<8, false>>("q_dp4a_pipe", p, c, s);
+  return dp4a_dispatch<PipeLaunch, Dp4aShape<1, 4>, Dp4aShape<2, 2>, Dp4aShape<2, 1>, Dp4aShape<4, 1>>("q_dp4a_pipe", p, c, s);
 }
 
 }  // namespace

@@ -164,7 +164,12 @@ PrefetchPlan plan_for(Kernel kernel, const GemvProblem& p, size_t x8b, size_t& d
 }
 
 template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp>
-Status launch_impl(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+struct PrefetchLaunch {
+  static Status run(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
+};
+
+template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp>
+Status PrefetchLaunch<kBits, kMin, kRows, kUnroll, kGateUp>::run(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   auto kernel = q_dp4a_prefetch<kBits, kMin, kRows, kUnroll, kGateUp>;
   if (c.warps * kRows != 32) return Status::error("q_dp4a_prefetch: warps x rows must be 32 (config " + c.str() + ")");
   const size_t x8b = (x8_smem_bytes(p) + 127) / 128 * 128;
@@ -177,22 +182,8 @@ Status launch_impl(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   return launch_status("q_dp4a_prefetch");
 }
 
-template <int kBits, bool kMin, int kRows, int kUnroll>
-Status launch_gate(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  return p.w_up ? launch_impl<kBits, kMin, kRows, kUnroll, true>(p, c, s)
-                : launch_impl<kBits, kMin, kRows, kUnroll, false>(p, c, s);
-}
-
-template <int kBits, bool kMin>
-Status launch_bits(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  if (c.rows == 2 && c.unroll == 4) return launch_gate<kBits, kMin, 2, 4>(p, c, s);
-  if (c.rows == 2 && c.unroll == 2) return launch_gate<kBits, kMin, 2, 2>(p, c, s);
-  if (c.rows == 4 && c.unroll == 2) return launch_gate<kBits, kMin, 4, 2>(p, c, s);
-  return Status::error("q_dp4a_prefetch: no instance for config " + c.str());
-}
-
 Status run_prefetch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  return dp4a_by_type<launch_bits<4, false>, launch_bits<4, true>, launch_bits<8, false>>("q_dp4a_prefetch", p, c, s);
+  return dp4a_dispatch<PrefetchLaunch, Dp4aShape<2, 4>, Dp4aShape<2, 2>, Dp4aShape<4, 2>>("q_dp4a_prefetch", p, c, s);
 }
 
 }  // namespace

@@ -17,9 +17,8 @@
 #include "kernels/common/launch_status.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/q8_blocks.cuh"
-#include "kernels/ops/attention_decode.cuh"
+#include "kernels/ops/attention_head_rope.cuh"
 #include "kernels/ops/ops.h"
-#include "kernels/ops/rope.cuh"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -45,39 +44,13 @@ __global__ void __launch_bounds__(rope_attn_warps(HD) * 32)
                      const int32_t* __restrict__ pos, RopeArgs r, AttentionArgs a, float theta_scale,
                      __half* __restrict__ kc, __half* __restrict__ vc, float* __restrict__ out,
                      uint8_t* __restrict__ out8) {
-  constexpr int kW = rope_attn_warps(HD), E = HD / 32, P = 8;
-  __shared__ float cs_s[HD / 2], sn_s[HD / 2];
-  __shared__ float qk_s[2][HD];  // the head's q and k, rotated in place
-  __shared__ MergeSmem<kW, 1, HD> sm;
-  const int h = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int half = r.n_rot / 2, position = pos[0];
-  for (int i = threadIdx.x; i < half; i += blockDim.x) rope_detail::angle(i, position, theta_scale, r, cs_s[i], sn_s[i]);
+  constexpr int kW = rope_attn_warps(HD), P = 8;
+  __shared__ RopeHeadSmem<kW, HD> sm;
+  const int h = blockIdx.x, position = pos[0];
+  rope_angles(sm.cs, sm.sn, position, theta_scale, r);
   pdl_enter();
-
-  const int64_t kvd = int64_t(a.n_head_kv) * HD;
-  float* qk[2] = {q + int64_t(h) * HD, k + int64_t(h) * HD};
-  for (int i = threadIdx.x; i < 2 * HD; i += blockDim.x) qk_s[i / HD][i % HD] = qk[i / HD][i % HD];
-  __syncthreads();
-  for (int i = threadIdx.x; i < 2 * half; i += blockDim.x) rope_detail::rotate(qk_s[i / half], i % half, cs_s[i % half], sn_s[i % half], r);
-  __syncthreads();
-  __half* krow = kc + int64_t(position) * kvd + int64_t(h) * HD;
-  __half* vrow = vc + int64_t(position) * kvd + int64_t(h) * HD;
-  for (int i = threadIdx.x; i < HD; i += blockDim.x) {
-    qk[0][i] = qk_s[0][i], qk[1][i] = qk_s[1][i];
-    krow[i] = __float2half_rn(qk_s[1][i]);
-    vrow[i] = __float2half_rn(v[int64_t(h) * HD + i]);
-  }
-  __syncthreads();  // the block's own cache row, written above, is read below
-
-  WarpState<E, 1> st;
-  st.reset();
-#pragma unroll
-  for (int e = 0; e < E; ++e) st.q[0][e] = qk_s[0][lane * E + e];
-  attend_positions<__half, E, 1, P>(st, kc + int64_t(h) * HD + lane * E, vc + int64_t(h) * HD + lane * E, kvd, warp * P,
-                                    position + 1, kW * P, 1, a.scale);
   const int64_t width = int64_t(a.n_head) * HD;
-  merge_warps<kW>(st, 1, sm, [&](int, int d, float, float L, float O) {
-    const float o = L > 0.f ? O / L : 0.f;
+  rope_attend_head<kW, HD, P>(sm, h, position, q, k, v, q, k, r, a, kc, vc, [&](int d, float o) {
     const int64_t col = int64_t(h) * HD + d;
     out[col] = o;
     if (out8) quantize_block32(o, width, col / 32, out8);

@@ -28,9 +28,8 @@
 #include "kernels/common/q8_blocks.cuh"
 #include "kernels/gemv/gemv_common.cuh"
 #include "kernels/gemv/gemv_dp4a.cuh"
-#include "kernels/ops/attention_decode.cuh"
+#include "kernels/ops/attention_head_rope.cuh"
 #include "kernels/ops/ops.h"
-#include "kernels/ops/rope.cuh"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -86,16 +85,14 @@ __global__ void __launch_bounds__(kWarps * 32)
     attn_wo_kernel(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                    const int32_t* __restrict__ pos, RopeArgs r, AttentionArgs a, float theta_scale,
                    __half* __restrict__ kc, __half* __restrict__ vc, float* __restrict__ out, AttnWoArgs wa) {
-  constexpr int E = HD / 32, P = 8;
+  constexpr int P = 8;
   using Step = gemv_detail::Dp4aStep<kBits, kMin, 1, 1>;
   using Slice = WoSlice<kBits, kMin, HD>;
   extern __shared__ __align__(16) uint8_t dyn[];
-  __shared__ float cs_s[HD / 2], sn_s[HD / 2];
-  __shared__ float qk_s[2][HD];
-  __shared__ MergeSmem<kWarps, 1, HD> sm;
+  __shared__ RopeHeadSmem<kWarps, HD> hs;
   __shared__ __align__(16) uint8_t o8[HD + HD / 32 * 8];  // o as int8 blocks (q8_blocks.h, k = HD)
   const int h = blockIdx.x, c = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int half = r.n_rot / 2, position = pos[0];
+  const int position = pos[0];
   const int64_t n = wa.n, K = int64_t(a.n_head) * HD, rows = n / gridDim.y, row0 = c * rows;
   const Slice slice(rows);
   auto* stage_q = reinterpret_cast<uint4*>(dyn);
@@ -117,30 +114,12 @@ __global__ void __launch_bounds__(kWarps * 32)
                                         wo + size_t(n) * qrow + size_t(row) * srow + size_t(h) * Slice::kRowScales);
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
-  for (int i = threadIdx.x; i < half; i += blockDim.x) rope_detail::angle(i, position, theta_scale, r, cs_s[i], sn_s[i]);
+  rope_angles(hs.cs, hs.sn, position, theta_scale, r);
   pdl_enter();
 
-  // 2. Attention of head h (attention_decode_rope's steps; q and k stay unrotated in memory).
-  const int64_t kvd = int64_t(a.n_head_kv) * HD;
-  for (int i = threadIdx.x; i < 2 * HD; i += blockDim.x) qk_s[i / HD][i % HD] = (i < HD ? q : k)[int64_t(h) * HD + i % HD];
-  __syncthreads();
-  for (int i = threadIdx.x; i < 2 * half; i += blockDim.x) rope_detail::rotate(qk_s[i / half], i % half, cs_s[i % half], sn_s[i % half], r);
-  __syncthreads();
-  __half* krow = kc + int64_t(position) * kvd + int64_t(h) * HD;
-  __half* vrow = vc + int64_t(position) * kvd + int64_t(h) * HD;
-  for (int i = threadIdx.x; i < HD; i += blockDim.x) {  // every block of the head writes the same values
-    krow[i] = __float2half_rn(qk_s[1][i]);
-    vrow[i] = __float2half_rn(v[int64_t(h) * HD + i]);
-  }
-  __syncthreads();  // the block's own cache row, written above, is read below
-  WarpState<E, 1> st;
-  st.reset();
-#pragma unroll
-  for (int e = 0; e < E; ++e) st.q[0][e] = qk_s[0][lane * E + e];
-  attend_positions<__half, E, 1, P>(st, kc + int64_t(h) * HD + lane * E, vc + int64_t(h) * HD + lane * E, kvd, warp * P,
-                                    position + 1, kWarps * P, 1, a.scale);
-  merge_warps<kWarps>(st, 1, sm, [&](int, int d, float, float L, float O) {
-    const float o = L > 0.f ? O / L : 0.f;
+  // 2. Attention of head h (attention_decode_rope's steps; q and k stay unrotated in memory; every
+  //    block of the head writes the same cache row).
+  rope_attend_head<kWarps, HD, P>(hs, h, position, q, k, v, nullptr, nullptr, r, a, kc, vc, [&](int d, float o) {
     if (out && c == 0) out[int64_t(h) * HD + d] = o;
     quantize_block32(o, HD, d / 32, o8);
   });
