@@ -13,7 +13,9 @@
 //     kernel's waiting blocks among the GEMV's own and cost 1-3 %; this way q4_0 / q8_0 / f16
 //     decode gained 3 % / 3 % / 1 % over plain launches);
 //   - an L2 prefetch of the GEMV weights before the wait gained nothing or lost up to 8 % (the
-//     prefetched lines compete with the kernel before), so none is done;
+//     prefetched lines compete with the kernel before), so none is done; nor did an L2 prefetch
+//     of the next matrix issued by the kernel before (its last pass, or the decode attention for
+//     all of Wo; 0 to -3 %, 2026-11-23, commit 812bab9, reverted);
 //   - loading a GEMV's first step of weights into registers before the wait gained 5 % (q4_0)
 //     and 2 % (q8_0); copying a block's rows into shared memory before it lost 11 % (blocks that
 //     hold ~200 KiB of shared memory start only once the kernel before has left the SM).
