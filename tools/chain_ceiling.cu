@@ -10,10 +10,11 @@
 //      GEMVs' sizes (9, 25, 50 MiB; 200 MiB as the large-matrix reference), rotated over buffers
 //      that exceed the L2; U 16-byte loads in flight per thread, 1 or 2 blocks of 512 per SM,
 //      grid-strided or in one contiguous slab per block (as a GEMV's rows).
-// Times are medians of 15 graph launches (CUDA events).
+// Times are medians of 15 launches (kernels/common/timing.h: graph_time_us, median_time_us).
+#include "kernels/common/timing.h"
+
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
@@ -21,6 +22,9 @@
 namespace {
 
 constexpr int kThreads = 512;
+constexpr int kSteps = 200;   // dependent steps of the boundary measurement
+constexpr int kKernels = 48;  // streaming kernels per graph
+constexpr int kReps = 15;     // timed graph launches (median)
 
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
@@ -93,45 +97,15 @@ void launch(Kernel k, unsigned grid, bool pdl, cudaStream_t s, Args... args) {
   cudaLaunchKernelEx(&cfg, k, args...);
 }
 
-// Median ms of one launch of the graph that record() captures.
-template <class F>
-float graph_ms(F record, cudaStream_t s) {
-  cudaGraph_t g;
-  cudaGraphExec_t e;
-  cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
-  record();
-  cudaStreamEndCapture(s, &g);
-  cudaGraphInstantiate(&e, g, 0);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  std::vector<float> t;
-  for (int r = 0; r < 15; ++r) {
-    cudaEventRecord(a, s);
-    cudaGraphLaunch(e, s);
-    cudaEventRecord(b, s);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cudaGraphExecDestroy(e);
-  cudaGraphDestroy(g);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 template <int U>
 void stream_row(int sms, int per_sm, int slab, size_t mib, const std::vector<uint4*>& ws, unsigned* sink, cudaStream_t s) {
-  constexpr int kKernels = 48;
   const size_t bytes = mib << 20;
-  const float ms = graph_ms([&] {
-    for (int i = 0; i < kKernels; ++i)
-      launch(stream_kernel<U>, unsigned(sms * per_sm), true, s, static_cast<const uint4*>(ws[i % ws.size()]), bytes / 16, sink, slab);
-  }, s);
-  const double us = ms * 1e3 / kKernels;
+  const double us = lamina::kernels::graph_time_us(
+      [&](int i) {
+        launch(stream_kernel<U>, unsigned(sms * per_sm), true, s, static_cast<const uint4*>(ws[size_t(i) % ws.size()]),
+               bytes / 16, sink, slab);
+      },
+      kKernels, kReps, s);
   std::printf("| %4zu | %2d | %d | %-7s | %8.2f | %6.0f |\n", mib, U, per_sm, slab ? "slab" : "strided", us, double(bytes) / us * 1e-3);
 }
 
@@ -153,33 +127,21 @@ int main() {
   cudaMalloc(&count, sizeof(unsigned));
   cudaMemset(buf, 0, 2 * 1024 * sizeof(unsigned));
 
-  constexpr int kSteps = 200;
   std::printf("| boundary | µs per step |\n|---|---|\n");
   for (int pdl = 0; pdl < 2; ++pdl) {
-    const float ms = graph_ms([&] {
-      for (int i = 0; i < kSteps; ++i) launch(step_kernel, unsigned(sms), pdl != 0, s, buf + (i & 1) * 1024, buf + ((i + 1) & 1) * 1024, pdl);
-    }, s);
-    std::printf("| graph of trivial kernels, %s | %.2f |\n", pdl ? "PDL" : "plain", ms * 1e3 / kSteps);
+    const double us = lamina::kernels::graph_time_us(
+        [&](int i) { launch(step_kernel, unsigned(sms), pdl != 0, s, buf + (i & 1) * 1024, buf + ((i + 1) & 1) * 1024, pdl); },
+        kSteps, kReps, s);
+    std::printf("| graph of trivial kernels, %s | %.2f |\n", pdl ? "PDL" : "plain", us);
   }
-  // The persistent kernel's barrier targets count from zero: count is reset before every launch.
-  std::vector<float> t;
-  for (int r = 0; r < 15; ++r) {
-    cudaMemsetAsync(count, 0, sizeof(unsigned), s);
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    cudaEventRecord(a, s);
-    launch(persistent_steps, unsigned(sms), false, s, buf, count, kSteps);
-    cudaEventRecord(b, s);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    t.push_back(ms);
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-  }
-  std::sort(t.begin(), t.end());
-  std::printf("| one persistent kernel, grid barrier | %.2f |\n\n", t[t.size() / 2] * 1e3 / kSteps);
+  // The barrier targets count from zero: count is reset before every launch (a memset node).
+  const double persistent_us = lamina::kernels::median_time_us(
+      [&](int) {
+        cudaMemsetAsync(count, 0, sizeof(unsigned), s);
+        launch(persistent_steps, unsigned(sms), false, s, buf, count, kSteps);
+      },
+      1, kReps, s);
+  std::printf("| one persistent kernel, grid barrier | %.2f |\n\n", persistent_us / kSteps);
 
   std::vector<uint4*> ws(6, nullptr);
   for (auto& w : ws) {
@@ -187,7 +149,7 @@ int main() {
       std::fprintf(stderr, "lamina_chain_ceiling: out of GPU memory\n");
       return 1;
     }
-    cudaMemset(w, 1, size_t(200) << 20);
+    lamina::kernels::fill_random_bytes(w, size_t(200) << 20, uintptr_t(w), s);
   }
   std::printf("| MiB | U | blocks/SM | pattern | µs per kernel | GB/s |\n|---|---|---|---|---|---|\n");
   for (size_t mib : {9, 25, 50, 200})

@@ -34,6 +34,12 @@ struct Dp4aStep {
         l0, k, g);
   }
 
+  // A block's scale at sp: (d, m) for Q4_1, (d, 0) otherwise.
+  static __device__ __forceinline__ float2 scale_at(const uint8_t* sp) {
+    if constexpr (kMin) return __half22float2(*reinterpret_cast<const __half2*>(sp));
+    else return make_float2(__half2float(*reinterpret_cast<const __half*>(sp)), 0.f);
+  }
+
   // The same chunks from copies in shared memory: q(r, l) is the address of row r's chunk l,
   // s(r, blk) that of its block blk's scale (16-byte and 2- or 4-byte aligned).
   template <bool kShared, class QAt, class SAt>
@@ -49,14 +55,9 @@ struct Dp4aStep {
         const uint8_t* sp = s(r, l * kPer / 32);
         if constexpr (kShared) g.raw[r][u] = in ? *reinterpret_cast<const uint4*>(qp) : make_uint4(0, 0, 0, 0);
         else g.raw[r][u] = in ? load_stream(qp) : make_uint4(0, 0, 0, 0);
-        if constexpr (kMin) {
-          const __half2 dm = in ? *reinterpret_cast<const __half2*>(sp) : __floats2half2_rn(0.f, 0.f);
-          g.dw[r][u] = __low2float(dm);
-          g.mw[r][u] = __high2float(dm);
-        } else {
-          g.dw[r][u] = in ? __half2float(*reinterpret_cast<const __half*>(sp)) : 0.f;
-          g.mw[r][u] = 0.f;
-        }
+        const float2 dm = in ? scale_at(sp) : make_float2(0.f, 0.f);
+        g.dw[r][u] = dm.x;
+        g.mw[r][u] = dm.y;
       }
   }
 

@@ -132,14 +132,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     float p = 0.f;
     if (rl < slice.rw) {
       const uint8_t* sp = stage_s + (int64_t(warp) * slice.rw + rl) * Slice::kRowScales + (chunk * Slice::kPer / 32) * Slice::kScale;
-      float d, m = 0.f;
-      if constexpr (kMin) {
-        const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(sp));
-        d = dm.x, m = dm.y;
-      } else {
-        d = __half2float(*reinterpret_cast<const __half*>(sp));
-      }
-      p = Step::chunk_dot(stage_q[slice.index(i)], Step::x_chunk(o8, HD, chunk), d, m);
+      const float2 dm = Step::scale_at(sp);
+      p = Step::chunk_dot(stage_q[slice.index(i)], Step::x_chunk(o8, HD, chunk), dm.x, dm.y);
     }
 #pragma unroll
     for (int o = 1; o < Slice::kCpr; o <<= 1) p += __shfl_xor_sync(0xffffffffu, p, o);
