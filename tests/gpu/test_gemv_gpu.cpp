@@ -285,6 +285,8 @@ void run_case(const GemvVariant& v, GgmlType type, int64_t n, int64_t k, int bat
     CUDA_OK(cudaMemcpy(got8.data(), dy.p, got8.size() * 4, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(got8[i], got[i]) << "x8 given, config " << cfg.str() << " output " << i;
     for (size_t i = ref.size(); i < got8.size(); ++i) ASSERT_TRUE(std::isnan(got8[i])) << "wrote past y (x8 given)";
+    if (v.writes_y8 && n % 32 == 0) check_y8(v, p, cfg, got8);  // with x8 given (q_dp4a_ring's path)
+    if (::testing::Test::HasFatalFailure()) return;
     if (!v.fuses_norm) continue;
     // RMSNorm in the prologue (GemvProblem::norm_w): x taken as the norm's input. The output must
     // equal, bit for bit, a launch given the int8 blocks of the host's rmsnorm(x) * g, and the
@@ -342,6 +344,12 @@ TEST_P(GemvGpu, MatchesFp64Reference) {
     // q_dp4a_prefetch with a first pass larger than shared memory: q8_0 gate/up at k = 4096
     // (the up matrix's last step from global memory) and one matrix at k = 11264 (part of the
     // gate's steps); q4_0 / q4_1 fit whole.
+    // q_dp4a_ring (x8 given, batch 1): several steps per row with a short last one, gate/up
+    // through a ring that wraps many times, and more than one pass of a 4096-wide matrix.
+    if (name == "q_dp4a_ring") {
+      run_case(*v, type, 96, 11264, 1, true, true, rng);
+      run_case(*v, type, 8512, 4096, 1, false, false, rng);
+    }
     if (name == "q_dp4a_prefetch") {
       run_case(*v, type, 64, 4096, 2, true, true, rng);
       run_case(*v, type, 96, 11264, 1, false, false, rng);

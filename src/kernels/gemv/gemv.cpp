@@ -34,6 +34,7 @@ const std::vector<GemvVariant>& gemv_variants() {
     register_dp4a_variants(out);
     register_dp4a_pipe_variants(out);
     register_dp4a_prefetch_variants(out);
+    register_dp4a_ring_variants(out);
     register_mma_variants(out);
     register_q4k_variants(out);
     register_q6k_variants(out);

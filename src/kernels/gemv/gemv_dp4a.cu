@@ -81,15 +81,15 @@ struct Dp4aLaunch {
   }
 };
 
-Status run_dp4a(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+}  // namespace
+
+Status gemv_dp4a_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   return dp4a_dispatch<Dp4aLaunch, Dp4aShape<1, 4>, Dp4aShape<2, 2>, Dp4aShape<2, 4>, Dp4aShape<4, 2>>("q_dp4a", p, c, s);
 }
 
-}  // namespace
-
 void register_dp4a_variants(std::vector<GemvVariant>& out) {
   out.push_back({"q_dp4a", "q4_0/q4_1/q8_0 repacked; x as int8 blocks in shared memory, dp4a, persistent grid",
-                 WeightLayout::Repacked, dp4a_types, run_dp4a,
+                 WeightLayout::Repacked, dp4a_types, gemv_dp4a_launch,
                  {GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 8, 4}, GemvConfig{4, 8, 2},
                   GemvConfig{2, 4, 2}, GemvConfig{1, 4, 4}, GemvConfig{2, 16, 4}, GemvConfig{2, 16, 2}},
                  XRounding::Int8Blocks, /*writes_y8=*/true, /*fuses_norm=*/true, /*takes_x8_ss=*/true});

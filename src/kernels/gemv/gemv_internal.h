@@ -16,6 +16,9 @@ void register_quant_variants(std::vector<GemvVariant>& out);   // gemv_quant.cu
 void register_dp4a_variants(std::vector<GemvVariant>& out);    // gemv_dp4a.cu
 void register_dp4a_pipe_variants(std::vector<GemvVariant>& out);  // gemv_dp4a_pipe.cu
 void register_dp4a_prefetch_variants(std::vector<GemvVariant>& out);  // gemv_dp4a_prefetch.cu
+void register_dp4a_ring_variants(std::vector<GemvVariant>& out);  // gemv_dp4a_ring.cu
+// q_dp4a's launch (gemv_dp4a.cu), for variants that hand it the problems they do not cover.
+Status gemv_dp4a_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 void register_mma_variants(std::vector<GemvVariant>& out);     // gemv_mma.cu
 void register_q4k_variants(std::vector<GemvVariant>& out);     // gemv_q4k.cu
 void register_q6k_variants(std::vector<GemvVariant>& out);     // gemv_q6k.cu
