@@ -16,6 +16,7 @@
 //      shared-memory stages filled by a producer thread that never waits — triggering at their
 //      end or start.
 // Times are medians of 15 launches (kernels/common/timing.h: graph_time_us, median_time_us).
+#include "kernels/common/pdl.cuh"
 #include "kernels/common/tma.cuh"
 #include "kernels/common/timing.h"
 
@@ -32,15 +33,15 @@ constexpr int kSteps = 200;   // dependent steps of the boundary measurement
 constexpr int kKernels = 48;  // streaming kernels per graph
 constexpr int kReps = 15;     // timed graph launches (median)
 
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+using lamina::kernels::pdl_launch_dependents;
+using lamina::kernels::pdl_wait;
 
 // in, out: [gridDim.x]; block b reads another block's value of the kernel before.
 __global__ void step_kernel(const unsigned* in, unsigned* out, int pdl) {
   if (pdl) pdl_wait();
   const unsigned v = in[(blockIdx.x * 7 + 3) % gridDim.x];
   __syncthreads();
-  if (pdl) pdl_trigger();
+  if (pdl) pdl_launch_dependents();
   if (threadIdx.x == 0) out[blockIdx.x] = v + 1;
 }
 
@@ -64,9 +65,12 @@ __global__ void persistent_steps(unsigned* buf, unsigned* count, int steps) {
 }
 
 // w: [n16] 16-byte words read once; sink written only if the xor matches (never, in practice).
-template <int U>
+// kEarly: trigger the next kernel at the start and wait only once the first U loads are out
+// (with slab: the plain-loads row of part 3); else wait first and trigger at the end.
+template <int U, bool kEarly = false>
 __global__ void __launch_bounds__(kThreads) stream_kernel(const uint4* __restrict__ w, size_t n16, unsigned* sink, int slab) {
-  pdl_wait();
+  if (kEarly) pdl_launch_dependents();
+  else pdl_wait();
   unsigned acc = 0;
   size_t first, stop, step, lane_stride;
   if (slab) {  // block b reads [b * per, (b + 1) * per)
@@ -79,6 +83,7 @@ __global__ void __launch_bounds__(kThreads) stream_kernel(const uint4* __restric
     lane_stride = size_t(gridDim.x) * blockDim.x;
   }
   step = lane_stride * U;
+  bool waiting = kEarly;
   for (size_t base = first; base < stop; base += step) {
     uint4 v[U];
 #pragma unroll
@@ -86,13 +91,14 @@ __global__ void __launch_bounds__(kThreads) stream_kernel(const uint4* __restric
       const size_t i = base + u * lane_stride;
       v[u] = i < stop ? __ldcs(w + i) : make_uint4(0, 0, 0, 0);
     }
+    if (waiting) pdl_wait(), waiting = false;
 #pragma unroll
     for (int u = 0; u < U; ++u) acc ^= v[u].x + v[u].w;
   }
-  pdl_trigger();
+  if (waiting) pdl_wait();
+  if (!kEarly) pdl_launch_dependents();
   if (acc == 0x9e3779b9u) sink[blockIdx.x] = acc;
 }
-
 
 // The same reading through a ring of shared-memory stages filled by the TMA engine
 // (cp.async.bulk) from one producer thread: the producer does not wait for the kernel before
@@ -113,7 +119,7 @@ __global__ void __launch_bounds__(kRingThreads) ring_kernel(const uint8_t* __res
   const size_t per = (bytes / 16 + gridDim.x - 1) / gridDim.x * 16;
   const size_t start = size_t(blockIdx.x) * per, end = start + per < bytes ? start + per : bytes;
   const int chunks = start < end ? int((end - start + stage_bytes - 1) / stage_bytes) : 0;
-  if (trigger == 1) pdl_trigger();
+  if (trigger == 1) pdl_launch_dependents();
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) tma::mbar_init(&full[s], 1), tma::mbar_init(&empty[s], kRingConsumers);
     tma::mbar_fence_init();
@@ -121,8 +127,7 @@ __global__ void __launch_bounds__(kRingThreads) ring_kernel(const uint8_t* __res
   __syncthreads();
   if (warp == 0) {
     if (lane == 0) {
-      uint64_t policy;
-      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+      const uint64_t policy = lamina::kernels::tma::evict_first_policy();
       for (int c = 0; c < chunks; ++c) {
         const int slot = c % stages, round = c / stages;
         if (round > 0) tma::mbar_wait(&empty[slot], (round - 1) & 1);
@@ -147,30 +152,7 @@ __global__ void __launch_bounds__(kRingThreads) ring_kernel(const uint8_t* __res
     __syncwarp();
     if (lane == 0) tma::mbar_arrive(&empty[slot]);
   }
-  if (trigger == 0) pdl_trigger();
-  if (acc == 0x9e3779b9u) sink[blockIdx.x] = acc;
-}
-
-// stream_kernel whose first U loads go out before the wait and which triggers at its start.
-template <int U>
-__global__ void __launch_bounds__(kThreads) stream_early_kernel(const uint4* __restrict__ w, size_t n16, unsigned* sink) {
-  pdl_trigger();
-  const size_t per = (n16 + gridDim.x - 1) / gridDim.x;
-  const size_t end = size_t(blockIdx.x + 1) * per, stop = end < n16 ? end : n16;
-  unsigned acc = 0;
-  bool first = true;
-  uint4 v[U];
-  for (size_t base = blockIdx.x * per + threadIdx.x; base < stop; base += size_t(blockDim.x) * U) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const size_t i = base + size_t(u) * blockDim.x;
-      v[u] = i < stop ? __ldcs(w + i) : make_uint4(0, 0, 0, 0);
-    }
-    if (first) pdl_wait(), first = false;
-#pragma unroll
-    for (int u = 0; u < U; ++u) acc ^= v[u].x + v[u].w;
-  }
-  if (first) pdl_wait();
+  if (trigger == 0) pdl_launch_dependents();
   if (acc == 0x9e3779b9u) sink[blockIdx.x] = acc;
 }
 
@@ -210,7 +192,10 @@ template <int U>
 void early_row(int sms, size_t mib, const std::vector<uint4*>& ws, unsigned* sink, cudaStream_t s) {
   const size_t bytes = mib << 20;
   const double us = lamina::kernels::graph_time_us(
-      [&](int i) { launch(stream_early_kernel<U>, unsigned(sms), true, s, static_cast<const uint4*>(ws[size_t(i) % ws.size()]), bytes / 16, sink); },
+      [&](int i) {
+        launch(stream_kernel<U, true>, unsigned(sms), true, s, static_cast<const uint4*>(ws[size_t(i) % ws.size()]), bytes / 16,
+               sink, 1);
+      },
       kKernels, kReps, s);
   std::printf("| %4zu | early loads U=%d | start | %8.2f | %6.0f |\n", mib, U, us, double(bytes) / us * 1e-3);
 }

@@ -43,6 +43,14 @@ __device__ __forceinline__ void load_2d(void* smem, const CUtensorMap* map, int 
       : "memory");
 }
 
+// An L2 cache-hint policy that marks every line evict-first (createpolicy), for data read once
+// (weights streamed by a GEMV, with ld's cache_hint or load_1d's policy).
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
 // `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory into shared
 // memory by the TMA engine, counted on `bar`; `policy` is an L2 cache-hint policy
 // (createpolicy).

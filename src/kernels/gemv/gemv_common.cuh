@@ -4,6 +4,7 @@
 #include "core/half.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/q8_blocks.cuh"
+#include "kernels/common/tma.cuh"
 #include "kernels/gemv/gemv.h"
 
 #include <cuda_bf16.h>
@@ -21,12 +22,8 @@ template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat
 // 16 bytes streamed from global memory, bypassing L1 and marked evict-first in L2: weights are
 // read exactly once per GEMV, so they should not displace x, y or the next layer's data.
 // (PTX takes .L2::evict_first directly only on 256-bit loads; 128-bit loads carry it as a
-// createpolicy cache hint.)
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t policy;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
+// createpolicy cache hint: tma::evict_first_policy.)
+using tma::evict_first_policy;
 
 __device__ __forceinline__ uint4 load_stream(const void* p) {
   uint4 v;
@@ -135,10 +132,13 @@ struct RmsParts {
 // 32-row blocks of y in every pass (warps x rows per warp = 32, n a multiple of 32): each warp
 // has put its rows' outputs in yv (shared memory, [batch][32]); after a barrier warp 0
 // quantises them. No global counters, fences or L2 re-reads (publish_y8). The caller
-// alternates two yv buffers between passes, so one barrier per pass suffices.
+// alternates two yv buffers between passes, so one barrier per pass suffices. The barrier is
+// the whole block's, or with `threads` > 0 a named barrier of the block's first `threads`
+// threads (a kernel whose other warps have left, as q_dp4a_ring's producer).
 __device__ __forceinline__ void publish_y8_block(const float (*yv)[32], const Epilogue& ep, int64_t blk, int64_t n,
-                                                 int batch) {
-  __syncthreads();
+                                                 int batch, int threads = 0) {
+  if (threads) tma::named_barrier_sync(1, threads);
+  else __syncthreads();
   if (threadIdx.x >= 32) return;
   write_y8_block(ep, blk, n, batch, [&](int b) { return yv[b][threadIdx.x]; });
 }
@@ -147,10 +147,11 @@ __device__ __forceinline__ void publish_y8_block(const float (*yv)[32], const Ep
 // through the epilogue (lane 0 writes), then publishes them to y8 when asked: through yv
 // (publish_y8_block) when the caller's block covers whole 32-row blocks, else publish_y8.
 // acc[1] is the up-projection when ep.gate_up. row0 is a multiple of kRows, and kRows divides 32.
+// barrier_threads: publish_y8_block's `threads`.
 template <int kMats, int kRows>
 __device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][8], int64_t row0, int64_t n, int batch,
                                            const Epilogue& ep, float* __restrict__ y, float scale = 1.f,
-                                           float (*yv)[32] = nullptr) {
+                                           float (*yv)[32] = nullptr, int barrier_threads = 0) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
@@ -166,7 +167,7 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][8], 
       }
     }
   if (!ep.y8) return;
-  if (yv) publish_y8_block(yv, ep, row0 / 32, n, batch);
+  if (yv) publish_y8_block(yv, ep, row0 / 32, n, batch, barrier_threads);
   else publish_y8(y, ep, row0, kRows, n, batch);
 }
 

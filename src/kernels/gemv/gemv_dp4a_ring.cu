@@ -138,8 +138,6 @@ __global__ void __launch_bounds__((32 / kRows + 1) * 32, 2)
   RmsParts rms;
   if (xin.ss) rms.load(xin.ss, k);
   const uint8_t* xs = xin.x8;
-  Epilogue ep_rows = ep;
-  ep_rows.y8 = nullptr;  // the int8 copy of y is made below, after the consumers' barrier
   const int rl = warp * kRows;  // the warp's first row in its block's 32
   typename Step::Regs regs;
   int it = 0, pass = 0;
@@ -160,11 +158,8 @@ __global__ void __launch_bounds__((32 / kRows + 1) * 32, 2)
         if (lane == 0) tma::mbar_arrive(&empty[slot]);  // the stage is in registers: the producer may refill it
         Step::dot(regs, xs, k, l0, 1, acc[mat]);
       }
-    store_rows(acc, base + rl, n, 1, ep_rows, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f, yv[pass & 1]);
-    if (ep.y8) {  // publish_y8_block over the consumer warps only (the producer may have left)
-      tma::named_barrier_sync(1, kWarps * 32);
-      if (warp == 0) write_y8_block(ep, base / 32, n, 1, [&](int b) { return yv[pass & 1][b][lane]; });
-    }
+    // y8's barrier over the consumer warps only (the producer may have left)
+    store_rows(acc, base + rl, n, 1, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f, yv[pass & 1], kWarps * 32);
   }
 }
 
@@ -179,29 +174,26 @@ bool ring_covers(const GemvProblem& p, int stage_scale_row) {
 template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp>
 struct RingLaunch {
   static Status run(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+    static_assert(kUnroll == kRingUnroll, "run_ring lists only unroll-2 shapes");
     using Stage = RingStage<kBits, kMin>;
     const Stage S(p.k);
-    if constexpr (kUnroll != kRingUnroll) {
-      return Status::error("q_dp4a_ring: unroll must be 2 (config " + c.str() + ")");
-    } else {
-      if (c.warps * kRows != 32) return Status::error("q_dp4a_ring: warps x rows must be 32 (config " + c.str() + ")");
-      if (!ring_covers(p, int(S.srow))) return gemv_dp4a_launch(p, c, s);
-      auto kernel = q_dp4a_ring<kBits, kMin, kRows, kGateUp>;
-      const int stages = int(std::clamp<size_t>(ring_budget() / Stage::kBytes, 2, kRingMaxStages));
-      const size_t smem = size_t(stages) * Stage::kBytes;
-      static const bool attrs_ok =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) == cudaSuccess &&
-          cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)) ==
-              cudaSuccess;
-      if (!attrs_ok) return Status::error("q_dp4a_ring: a ring of " + std::to_string(smem) + " bytes does not fit in shared memory");
-      int dev = 0, sms = 0;
-      cudaGetDevice(&dev);
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-      const unsigned grid = unsigned(std::clamp<int64_t>((p.n + 31) / 32, 1, sms));  // one block per SM at most
-      launch_pdl(kernel, grid, unsigned((c.warps + 1) * 32), smem, s, static_cast<const uint8_t*>(p.w),
-                 static_cast<const uint8_t*>(p.w_up), xsource_of(p), p.y, p.n, p.k, epilogue_of(p), stages);
-      return launch_status("q_dp4a_ring");
-    }
+    if (c.warps * kRows != 32) return Status::error("q_dp4a_ring: warps x rows must be 32 (config " + c.str() + ")");
+    if (!ring_covers(p, int(S.srow))) return gemv_dp4a_launch(p, c, s);
+    auto kernel = q_dp4a_ring<kBits, kMin, kRows, kGateUp>;
+    const int stages = int(std::clamp<size_t>(ring_budget() / Stage::kBytes, 2, kRingMaxStages));
+    const size_t smem = size_t(stages) * Stage::kBytes;
+    static const bool attrs_ok =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) == cudaSuccess &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)) ==
+            cudaSuccess;
+    if (!attrs_ok) return Status::error("q_dp4a_ring: a ring of " + std::to_string(smem) + " bytes does not fit in shared memory");
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const unsigned grid = unsigned(std::clamp<int64_t>((p.n + 31) / 32, 1, sms));  // one block per SM at most
+    launch_pdl(kernel, grid, unsigned((c.warps + 1) * 32), smem, s, static_cast<const uint8_t*>(p.w),
+               static_cast<const uint8_t*>(p.w_up), xsource_of(p), p.y, p.n, p.k, epilogue_of(p), stages);
+    return launch_status("q_dp4a_ring");
   }
 };
 
