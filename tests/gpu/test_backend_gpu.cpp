@@ -466,8 +466,10 @@ TEST(BackendOps, LongContextDecode) {
 // the CPU's rope, rope, attention. Partial rotary (n_rot < head_dim) stores the unrotated tail of
 // k as it is; later passes read the cache the fused kernel wrote. Single decode rows below 256
 // positions without GQA take the one-kernel path (attention_decode_rope: head sizes 64/96/128/
-// 256, partial rotary, Llama 3 frequency factors), the rows at 254 and 255 its last bucket's
-// end, the row at 256 the split path again; GQA cases the split path throughout.
+// 256, partial rotary, Llama 3 frequency factors): the row at 0 (nothing cached), at 23 and 24
+// (the warps' first round, loaded before the wait, only), at 254 and 255 (its last bucket's end,
+// a second round read after the cache store), the row at 256 the split path again; GQA cases the
+// split path throughout.
 TEST(BackendOps, RopeAttentionFused) {
   std::mt19937 rng(6);
   struct Case {
@@ -489,7 +491,7 @@ TEST(BackendOps, RopeAttentionFused) {
     for (size_t i = 0; i < ff.size(); ++i) ff[i] = 1.f + float(i % 7);
     const RopeParams rp{c.n_rot, 10000.f, 1.f, c.neox, c.factors ? ff.data() : nullptr};
     int past = 0;
-    for (int rows : {23, 1, 1, 3, 226, 1, 1, 1}) {
+    for (int rows : {1, 22, 1, 1, 3, 226, 1, 1, 1}) {
       std::vector<int32_t> pos(static_cast<size_t>(rows)), toks(static_cast<size_t>(rows), 0);
       for (int i = 0; i < rows; ++i) pos[size_t(i)] = past + i;
       b.begin(toks, pos);

@@ -66,6 +66,55 @@ struct WarpState {
   }
 };
 
+// One round of a warp: the K and V rows of P positions j0 .. j0 + P - 1 (lane's E elements, f32).
+template <int E, int P>
+struct KvRound {
+  float k[P][E], v[P][E];
+};
+
+// Loads the round at j0 (rows past end - 1 clamped to end - 1: valid rows, masked by fold_round).
+template <class KT, int E, int P>
+__device__ __forceinline__ void load_round(const KT* __restrict__ kbase, const KT* __restrict__ vbase, int64_t kvd,
+                                           int j0, int end, KvRound<E, P>& kv) {
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    const int j = min(j0 + p, end - 1);
+    load_row<KT, E>(kbase + int64_t(j) * kvd, kv.k[p]);
+    load_row<KT, E>(vbase + int64_t(j) * kvd, kv.v[p]);
+  }
+}
+
+// Folds the round at j0 into s (positions at or past `end` masked; their rows must be finite).
+template <int E, int MAXG, int P>
+__device__ __forceinline__ void fold_round(WarpState<E, MAXG>& s, const KvRound<E, P>& kv, int j0, int end, int G,
+                                           float scale) {
+#pragma unroll
+  for (int g = 0; g < MAXG; ++g) {
+    if (g >= G) break;
+    float sc[P], mx = s.m[g];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      float d = 0.f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) d += s.q[g][e] * kv.k[p][e];
+      sc[p] = j0 + p < end ? warp_sum(d) * scale : kNoScore;
+      mx = fmaxf(mx, sc[p]);
+    }
+    const float corr = __expf(s.m[g] - mx);
+    s.l[g] *= corr;
+#pragma unroll
+    for (int e = 0; e < E; ++e) s.acc[g][e] *= corr;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const float w = j0 + p < end ? __expf(sc[p] - mx) : 0.f;
+      s.l[g] += w;
+#pragma unroll
+      for (int e = 0; e < E; ++e) s.acc[g][e] += w * kv.v[p][e];
+    }
+    s.m[g] = mx;
+  }
+}
+
 // Folds positions j0, j0 + stride, ... (P at a time, j0 = first + p) below `end` into s.
 // kbase, vbase: the lane's first element of position 0 of this KV head; kvd: row stride.
 template <class KT, int E, int MAXG, int P>
@@ -73,38 +122,9 @@ __device__ __forceinline__ void attend_positions(WarpState<E, MAXG>& s, const KT
                                                  const KT* __restrict__ vbase, int64_t kvd, int first, int end,
                                                  int stride, int G, float scale) {
   for (int j0 = first; j0 < end; j0 += stride) {
-    float kr[P][E], vr[P][E];
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      const int j = min(j0 + p, end - 1);  // clamp: a valid row, masked below
-      load_row<KT, E>(kbase + int64_t(j) * kvd, kr[p]);
-      load_row<KT, E>(vbase + int64_t(j) * kvd, vr[p]);
-    }
-#pragma unroll
-    for (int g = 0; g < MAXG; ++g) {
-      if (g >= G) break;
-      float sc[P], mx = s.m[g];
-#pragma unroll
-      for (int p = 0; p < P; ++p) {
-        float d = 0.f;
-#pragma unroll
-        for (int e = 0; e < E; ++e) d += s.q[g][e] * kr[p][e];
-        sc[p] = j0 + p < end ? warp_sum(d) * scale : kNoScore;
-        mx = fmaxf(mx, sc[p]);
-      }
-      const float corr = __expf(s.m[g] - mx);
-      s.l[g] *= corr;
-#pragma unroll
-      for (int e = 0; e < E; ++e) s.acc[g][e] *= corr;
-#pragma unroll
-      for (int p = 0; p < P; ++p) {
-        const float w = j0 + p < end ? __expf(sc[p] - mx) : 0.f;
-        s.l[g] += w;
-#pragma unroll
-        for (int e = 0; e < E; ++e) s.acc[g][e] += w * vr[p][e];
-      }
-      s.m[g] = mx;
-    }
+    KvRound<E, P> kv;
+    load_round<KT, E, P>(kbase, vbase, kvd, j0, end, kv);
+    fold_round<E, MAXG, P>(s, kv, j0, end, G, scale);
   }
 }
 

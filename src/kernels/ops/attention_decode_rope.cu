@@ -7,11 +7,15 @@
 // Grid: one block per head (no GQA), kW warps; no splits, so the backend takes it while the
 // context is short (a few hundred positions: each warp then folds a few rounds of P positions)
 // and the split path beyond.
-//   1. the n_rot/2 angles of the position into shared memory (before the PDL wait: pos is the
-//      pass's input copy, written before the pass's first kernel ran);
-//   2. the head's q and k into shared memory, rotated there (pairs (2i, 2i+1), or (i,
-//      i + n_rot/2) for NEOX; rope.cuh, the same arithmetic as rope() bit for bit), written
-//      back to q and k, k and v stored in the cache row; __syncthreads makes that row visible;
+//   1. the n_rot/2 angles of the position into shared memory, and each warp's first round of
+//      cache rows below the position into registers (preload_first_round), both before the PDL
+//      wait (pos is the pass's input copy, written before the pass's first kernel ran); the
+//      preload measured tg128 q4_0 462.5 -> 463.6 t/s, q8_0 310.5 -> 312.5 (H100, 2026-11-23,
+//      two rounds each; LAMINA_ATTN_PRELOAD=0 turns it off);
+//   2. the head's q, k and v into shared memory (one round trip), q and k rotated there (pairs
+//      (2i, 2i+1), or (i, i + n_rot/2) for NEOX; rope.cuh, the same arithmetic as rope() bit for
+//      bit), written back to q and k, k and v stored in the cache row; past the first round a
+//      __syncthreads makes that row visible (the first round takes it from shared memory);
 //   3. warps take positions warp*P, warp*P + kW*P, ... (attention_decode.cuh), merged through
 //      shared memory, out = O / L.
 #include "kernels/common/launch_status.h"
@@ -24,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 
 namespace lamina::kernels {
 namespace {
@@ -38,7 +43,7 @@ constexpr int rope_attn_warps(int hd) { return hd <= 128 ? 16 : 8; }
 // blocks and measured slower than the split path, tg128 333 vs 372 t/s, docs/benchmarks.md).
 // q, k: [n_head * HD] (in place), v: [n_head * HD]; kc, vc: [n_ctx][n_head * HD] f16;
 // out: [n_head * HD]; out8: x8_bytes(n_head * HD) or null. Block h: head h.
-template <int HD>
+template <int HD, bool kPreload>
 __global__ void __launch_bounds__(rope_attn_warps(HD) * 32)
     attn_rope_kernel(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v,
                      const int32_t* __restrict__ pos, RopeArgs r, AttentionArgs a, float theta_scale,
@@ -48,20 +53,34 @@ __global__ void __launch_bounds__(rope_attn_warps(HD) * 32)
   __shared__ RopeHeadSmem<kW, HD> sm;
   const int h = blockIdx.x, position = pos[0];
   rope_angles(sm.cs, sm.sn, position, theta_scale, r);
+  KvRound<HD / 32, P> first;
+  if (kPreload) preload_first_round<kW, HD, P>(kc, vc, a, h, position, first);
   pdl_enter();
   const int64_t width = int64_t(a.n_head) * HD;
-  rope_attend_head<kW, HD, P>(sm, h, position, q, k, v, q, k, r, a, kc, vc, [&](int d, float o) {
-    const int64_t col = int64_t(h) * HD + d;
-    out[col] = o;
-    if (out8) quantize_block32(o, width, col / 32, out8);
-  });
+  rope_attend_head<kW, HD, P>(
+      sm, h, position, q, k, v, q, k, r, a, kc, vc,
+      [&](int d, float o) {
+        const int64_t col = int64_t(h) * HD + d;
+        out[col] = o;
+        if (out8) quantize_block32(o, width, col / 32, out8);
+      },
+      kPreload ? &first : nullptr);
+}
+
+// LAMINA_ATTN_PRELOAD=0: every cache row loaded after the wait (A/B measurements).
+bool attention_preload_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("LAMINA_ATTN_PRELOAD");
+    return !(e && *e && std::atoi(e) == 0);
+  }();
+  return on;
 }
 
 template <int HD>
 void launch_hd(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, const AttentionArgs& a,
                float theta_scale, __half* kc, __half* vc, float* out, uint8_t* out8, cudaStream_t s) {
-  launch_pdl(attn_rope_kernel<HD>, dim3(unsigned(a.n_head)), rope_attn_warps(HD) * 32, 0, s, q, k, v, pos, r, a,
-             theta_scale, kc, vc, out, out8);
+  launch_pdl(attention_preload_enabled() ? attn_rope_kernel<HD, true> : attn_rope_kernel<HD, false>,
+             dim3(unsigned(a.n_head)), rope_attn_warps(HD) * 32, 0, s, q, k, v, pos, r, a, theta_scale, kc, vc, out, out8);
 }
 
 }  // namespace

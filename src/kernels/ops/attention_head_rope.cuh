@@ -18,8 +18,27 @@ template <int kW, int HD>
 struct RopeHeadSmem {
   float cs[HD / 2], sn[HD / 2];
   float qk[2][HD];
+  float v[HD];
   MergeSmem<kW, 1, HD> merge;
 };
+
+// Before the PDL wait: the warp's first round of cache rows (positions warp * P ..), those below
+// `position` only. Those rows were written by an earlier step or by the prompt, at least one
+// GEMV before this kernel (in decode the Q/K/V GEMV runs right before it). A GEMV triggers its
+// dependents only after its own wait (kernels/common/pdl.cuh), by which time every kernel before
+// its predecessor has completed; so this kernel cannot start before those rows are written and
+// may read them before its wait. The row of `position` is written by this kernel:
+// rope_attend_head fills it in from shared memory. (A KvRound held through a runtime-chosen
+// pointer went to local memory: 288-byte stack frame, tg128 q4_0 -5 %; hence kPreload is a
+// template parameter of the kernel.)
+template <int kW, int HD, int P>
+__device__ __forceinline__ void preload_first_round(const __half* kc, const __half* vc, const AttentionArgs& a, int h,
+                                                    int position, KvRound<HD / 32, P>& kv) {
+  if (position == 0) return;  // nothing below the position: rope_attend_head fills in every row
+  constexpr int E = HD / 32;
+  const int64_t kvd = int64_t(a.n_head_kv) * HD, col = int64_t(h) * HD + (threadIdx.x % 32) * E;
+  load_round<__half, E, P>(kc + col, vc + col, kvd, (threadIdx.x / 32) * P, position, kv);
+}
 
 // Before the PDL wait (the position is the pass's input copy): the n_rot/2 angles into s.
 __device__ __forceinline__ void rope_angles(float* cs, float* sn, int position, float theta_scale, const RopeArgs& r) {
@@ -31,15 +50,21 @@ __device__ __forceinline__ void rope_angles(float* cs, float* sn, int position, 
 // given; k and v stored in the cache row of `position` ([n_ctx][n_head_kv * HD] f16; no GQA);
 // then attention over positions 0..position by the block's kW warps (P positions per warp and
 // round) and emit(d, o) for the head's HD outputs o = O / L, d consecutive within a warp.
+// first: the warp's first round as preload_first_round loaded it before the wait, or null (then
+// every round is loaded here).
 template <int kW, int HD, int P, class Emit>
 __device__ __forceinline__ void rope_attend_head(RopeHeadSmem<kW, HD>& s, int h, int position, const float* q,
                                                  const float* k, const float* v, float* q_out, float* k_out,
                                                  const RopeArgs& r, const AttentionArgs& a, __half* kc, __half* vc,
-                                                 Emit&& emit) {
+                                                 Emit&& emit, KvRound<HD / 32, P>* first = nullptr) {
   constexpr int E = HD / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = r.n_rot / 2;
   const int64_t kvd = int64_t(a.n_head_kv) * HD, col0 = int64_t(h) * HD;
-  for (int i = threadIdx.x; i < 2 * HD; i += blockDim.x) s.qk[i / HD][i % HD] = (i < HD ? q : k)[col0 + i % HD];
+  for (int i = threadIdx.x; i < 3 * HD; i += blockDim.x) {  // q, k and v of the head in one round trip
+    const float x = (i < HD ? q : i < 2 * HD ? k : v)[col0 + i % HD];
+    if (i < 2 * HD) s.qk[i / HD][i % HD] = x;
+    else s.v[i % HD] = x;
+  }
   __syncthreads();
   for (int i = threadIdx.x; i < 2 * half; i += blockDim.x) rope_detail::rotate(s.qk[i / half], i % half, s.cs[i % half], s.sn[i % half], r);
   __syncthreads();
@@ -48,15 +73,31 @@ __device__ __forceinline__ void rope_attend_head(RopeHeadSmem<kW, HD>& s, int h,
   for (int i = threadIdx.x; i < HD; i += blockDim.x) {
     if (q_out) q_out[col0 + i] = s.qk[0][i], k_out[col0 + i] = s.qk[1][i];
     krow[i] = __float2half_rn(s.qk[1][i]);
-    vrow[i] = __float2half_rn(v[col0 + i]);
+    vrow[i] = __float2half_rn(s.v[i]);
   }
-  __syncthreads();  // the block's own cache row, written above, is read below
+  // The block's own cache row, written above, is read back from global memory by the rounds
+  // after the first; a first round loaded before the wait takes it from shared memory instead
+  // (and a barrier here would wait for the stores).
+  if (!first || position >= kW * P) __syncthreads();
 
   WarpState<E, 1> st;
   st.reset();
 #pragma unroll
   for (int e = 0; e < E; ++e) st.q[0][e] = s.qk[0][lane * E + e];
-  attend_positions<__half, E, 1, P>(st, kc + col0 + lane * E, vc + col0 + lane * E, kvd, warp * P, position + 1, kW * P, 1,
+  int from = warp * P;
+  if (first) {  // rows at or past the position: the new row as the cache holds it (f16), finite when masked
+#pragma unroll
+    for (int p = 0; p < P; ++p)
+      if (from + p >= position)
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          first->k[p][e] = __half2float(__float2half_rn(s.qk[1][lane * E + e]));
+          first->v[p][e] = __half2float(__float2half_rn(s.v[lane * E + e]));
+        }
+    if (from <= position) fold_round<E, 1, P>(st, *first, from, position + 1, 1, a.scale);
+    from += kW * P;
+  }
+  attend_positions<__half, E, 1, P>(st, kc + col0 + lane * E, vc + col0 + lane * E, kvd, from, position + 1, kW * P, 1,
                                     a.scale);
   merge_warps<kW>(st, 1, s.merge, [&](int, int d, float, float L, float O) { emit(d, L > 0.f ? O / L : 0.f); });
 }
