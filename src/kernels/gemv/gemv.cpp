@@ -136,6 +136,16 @@ static const GemvVariant* dispatch(const GemvProblem& p, GemvConfig& c) {
   return v;
 }
 
+namespace gemv_detail {
+bool gemv_batch1_instances() {
+  static const bool on = [] {
+    const char* e = std::getenv("LAMINA_GEMV_B1");
+    return !(e && *e && std::atoi(e) == 0);
+  }();
+  return on;
+}
+}  // namespace gemv_detail
+
 bool gemv_makes_y8(const GemvProblem& p) {
   GemvConfig c;
   const GemvVariant* v = dispatch(p, c);

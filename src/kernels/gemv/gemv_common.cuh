@@ -59,6 +59,10 @@ struct Epilogue {
   }
 };
 
+// LAMINA_GEMV_B1=0: batch-1 problems run the instances unrolled for kGemvMaxBatch rows (A/B;
+// read once).
+bool gemv_batch1_instances();
+
 inline Epilogue epilogue_of(const GemvProblem& p) {
   const bool y8 = p.y8 && p.y8_count;
   return {p.bias,      p.residual, p.w_up != nullptr, y8 ? static_cast<uint8_t*>(p.y8) : nullptr, y8 ? p.y8_count : nullptr,
@@ -143,20 +147,21 @@ __device__ __forceinline__ void publish_y8_block(const float (*yv)[32], const Ep
   write_y8_block(ep, blk, n, batch, [&](int b) { return yv[b][threadIdx.x]; });
 }
 
-// Reduces acc[mat][r][b] over the warp and stores rows row0..row0+kRows-1 of every batch row
+// Reduces acc[mat][r][b] (b < kB: the batch rows the caller unrolls for) over the warp and stores
+// rows row0..row0+kRows-1 of every batch row
 // through the epilogue (lane 0 writes), then publishes them to y8 when asked: through yv
 // (publish_y8_block) when the caller's block covers whole 32-row blocks, else publish_y8.
 // acc[1] is the up-projection when ep.gate_up. row0 is a multiple of kRows, and kRows divides 32.
 // barrier_threads: publish_y8_block's `threads`.
-template <int kMats, int kRows>
-__device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][8], int64_t row0, int64_t n, int batch,
+template <int kMats, int kRows, int kB>
+__device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][kB], int64_t row0, int64_t n, int batch,
                                            const Epilogue& ep, float* __restrict__ y, float scale = 1.f,
                                            float (*yv)[32] = nullptr, int barrier_threads = 0) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
-    for (int b = 0; b < 8; ++b) {
+    for (int b = 0; b < kB; ++b) {
       if (b >= batch) break;
       const float g = warp_sum(acc[0][r][b]) * scale;
       const float up = (kMats > 1 && ep.gate_up) ? warp_sum(acc[kMats - 1][r][b]) * scale : 0.f;

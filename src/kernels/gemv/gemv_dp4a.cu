@@ -36,7 +36,9 @@ using namespace gemv_detail;
 // kBlock32: 32 / kRows warps per block, so that a block's rows of one pass are one 32-row block
 // of y and the int8 copy of y is made in the block (publish_y8_block) instead of through global
 // counters and fences.
-template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp, bool kBlock32 = false>
+// kMaxB: the batch rows the loops unroll for; decode's instances (batch 1) take 1, so that the
+// code the warps run is one contiguous stretch instead of eight batch copies branched over.
+template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp, bool kBlock32 = false, int kMaxB = kGemvMaxBatch>
 __global__ void __launch_bounds__(kBlock32 ? 32 / kRows * 32 : 256) q_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
                                               XSource xin,
                                               float* __restrict__ y, int64_t n, int64_t k,
@@ -58,7 +60,7 @@ __global__ void __launch_bounds__(kBlock32 ? 32 / kRows * 32 : 256) q_dp4a(const
   int pass = 0;
   for (int64_t row0 = first; row0 < n; row0 += warps_total * kRows, ++pass) {
     if (row0 + warps_total * kRows >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
-    float acc[kGateUp ? 2 : 1][kRows][kGemvMaxBatch] = {};
+    float acc[kGateUp ? 2 : 1][kRows][kMaxB] = {};
 #pragma unroll
     for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat)
       for (int64_t l0 = 0; l0 < Step::loads(k); l0 += 32 * kUnroll) {
@@ -74,8 +76,12 @@ template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp>
 struct Dp4aLaunch {
   static Status run(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
     if constexpr (kRows >= 2) {
-      if (c.warps * kRows == 32)  // one 32-row block of y per block and pass (kBlock32)
+      if (c.warps * kRows == 32) {  // one 32-row block of y per block and pass (kBlock32)
+        if (p.batch == 1 && gemv_batch1_instances())
+          return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp, true, 1>, "q_dp4a", p, c, kRows, s,
+                                      kDp4aBlocksPerSm);
         return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp, true>, "q_dp4a", p, c, kRows, s, kDp4aBlocksPerSm);
+      }
     }
     return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp>, "q_dp4a", p, c, kRows, s, kDp4aBlocksPerSm);
   }

@@ -105,15 +105,17 @@ struct Dp4aStep {
   }
 
   // acc[r][b] += the chunks in g times x (int8 blocks, x8_bytes(k) per batch row).
+  // kB: the batch rows the instance unrolls for (kGemvMaxBatch, or 1 for decode's instances).
+  template <int kB>
   static __device__ __forceinline__ void dot(const Regs& g, const uint8_t* xs, int64_t k, int64_t l0, int batch,
-                                             float (&acc)[kRows][kGemvMaxBatch]) {
+                                             float (&acc)[kRows][kB]) {
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t l = l0 + u * 32 + lane;
       if (l >= loads(k)) break;
 #pragma unroll
-      for (int b = 0; b < kGemvMaxBatch; ++b) {
+      for (int b = 0; b < kB; ++b) {
         if (b >= batch) break;
         const XChunk x = x_chunk(xs + size_t(b) * x8_bytes(k), k, l);
 #pragma unroll
