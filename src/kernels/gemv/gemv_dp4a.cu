@@ -18,6 +18,12 @@
 //     (publish_y8_block: shared memory and one barrier per pass) instead of through global
 //     counters and fences; tuner, in-graph with the y8 epilogue (q4_0, H100, 2026-11-23): Wo
 //     6.16 -> 5.46 µs, W_down 12.06 -> 11.00, gate/up 24.84 -> 21.72.
+//   - batch-1 problems (decode) run instances whose batch loops are unrolled for one row
+//     (kMaxB = 1): the 8-row instances are 160-244 KiB of SASS, and a batch-1 warp ran one copy
+//     of each loop body and branched over seven; in the decode chain every kernel starts on
+//     cold instruction caches (ncu: 18-27 % of stall samples "no instructions"). Tuner in-graph
+//     q4_0 (H100, 2026-11-23): Wo y8 5.55 -> 5.19 µs, gate/up y8 22.30 -> 20.94, W_down y8
+//     11.26 -> 10.52; tg128 q4_0 471 -> 527 t/s, q8_0 316 -> 330 (LAMINA_GEMV_B1=0: off).
 // Activations lose precision to 8 bits (as in llama.cpp): the GPU test checks this variant
 // against an fp64 reference of the same quantised x.
 #include "kernels/gemv/gemv_common.cuh"
