@@ -1,16 +1,14 @@
 #include "kernels/common/pdl.cuh"
 
+#include "kernels/common/env_switch.h"
+
 #include <cstdlib>
-#include <cstring>
 #include <unordered_set>
 
 namespace lamina::kernels {
 
 bool pdl_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("LAMINA_PDL");
-    return !(env && std::strcmp(env, "0") == 0);
-  }();
+  static const bool on = env_switch_on("LAMINA_PDL");
   return on;
 }
 

@@ -2,6 +2,7 @@
 #include "kernels/gemv/gemv.h"
 
 #include "kernels/autotune/autotune.h"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/q8_blocks.h"
 #include "kernels/common/timing.h"
 #include "kernels/gemv/gemv_internal.h"
@@ -138,10 +139,7 @@ static const GemvVariant* dispatch(const GemvProblem& p, GemvConfig& c) {
 
 namespace gemv_detail {
 bool gemv_batch1_instances() {
-  static const bool on = [] {
-    const char* e = std::getenv("LAMINA_GEMV_B1");
-    return !(e && *e && std::atoi(e) == 0);
-  }();
+  static const bool on = env_switch_on("LAMINA_GEMV_B1");
   return on;
 }
 }  // namespace gemv_detail

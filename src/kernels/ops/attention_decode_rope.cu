@@ -18,6 +18,7 @@
 //      __syncthreads makes that row visible (the first round takes it from shared memory);
 //   3. warps take positions warp*P, warp*P + kW*P, ... (attention_decode.cuh), merged through
 //      shared memory, out = O / L.
+#include "kernels/common/env_switch.h"
 #include "kernels/common/launch_status.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/q8_blocks.cuh"
@@ -28,7 +29,6 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <cstdlib>
 
 namespace lamina::kernels {
 namespace {
@@ -69,10 +69,7 @@ __global__ void __launch_bounds__(rope_attn_warps(HD) * 32)
 
 // LAMINA_ATTN_PRELOAD=0: every cache row loaded after the wait (A/B measurements).
 bool attention_preload_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("LAMINA_ATTN_PRELOAD");
-    return !(e && *e && std::atoi(e) == 0);
-  }();
+  static const bool on = env_switch_on("LAMINA_ATTN_PRELOAD");
   return on;
 }
 
