@@ -95,5 +95,9 @@ bool encode_2d_bytes(CUtensorMap* map, const void* base, uint64_t rows, uint64_t
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrives at it without waiting (producer side of a producer / consumer pair).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
 }  // namespace lamina::kernels::tma

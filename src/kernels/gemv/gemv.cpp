@@ -142,6 +142,10 @@ bool gemv_batch1_instances() {
   static const bool on = env_switch_on("LAMINA_GEMV_B1");
   return on;
 }
+bool gemv_dp4a_overlap() {
+  static const bool on = env_switch_on("LAMINA_DP4A_OVERLAP");
+  return on;
+}
 }  // namespace gemv_detail
 
 bool gemv_makes_y8(const GemvProblem& p) {

@@ -62,6 +62,9 @@ struct Epilogue {
 // LAMINA_GEMV_B1=0: batch-1 problems run the instances unrolled for kGemvMaxBatch rows (A/B;
 // read once).
 bool gemv_batch1_instances();
+// LAMINA_DP4A_OVERLAP=0: decode's q_dp4a instances without the overlap of weight loads with the
+// epilogue (q_dp4a's kOverlap, q_dp4a_slots), for A/B (read once).
+bool gemv_dp4a_overlap();
 
 inline Epilogue epilogue_of(const GemvProblem& p) {
   const bool y8 = p.y8 && p.y8_count;
@@ -147,6 +150,27 @@ __device__ __forceinline__ void publish_y8_block(const float (*yv)[32], const Ep
   write_y8_block(ep, blk, n, batch, [&](int b) { return yv[b][threadIdx.x]; });
 }
 
+// publish_y8_block without the block-wide wait: the pass's outputs are in yv (buffer pass & 1);
+// warp pass % warps waits for the others on named barrier 1 + (pass & 1) (they only arrive) and
+// quantises, then, when the block has a pass + 2 (`reuse`), frees the buffer on barrier
+// 3 + (pass & 1), which the other warps wait on before they write it again (y8_rotation_wait).
+__device__ __forceinline__ void publish_y8_rotating(const float (*yv)[32], const Epilogue& ep, int64_t blk, int64_t n,
+                                                    int batch, int pass, bool reuse) {
+  const int warps = blockDim.x / 32;
+  if (int(threadIdx.x / 32) != pass % warps) {
+    tma::named_barrier_arrive(1 + (pass & 1), blockDim.x);
+    return;
+  }
+  tma::named_barrier_sync(1 + (pass & 1), blockDim.x);
+  write_y8_block(ep, blk, n, batch, [&](int b) { return yv[b][threadIdx.x % 32]; });
+  __syncwarp();
+  if (reuse) tma::named_barrier_arrive(3 + (pass & 1), blockDim.x);
+}
+__device__ __forceinline__ void y8_rotation_wait(int pass) {
+  if (pass >= 2 && int(threadIdx.x / 32) != (pass - 2) % int(blockDim.x / 32))
+    tma::named_barrier_sync(3 + (pass & 1), blockDim.x);
+}
+
 // Reduces acc[mat][r][b] (b < kB: the batch rows the caller unrolls for) over the warp and stores
 // rows row0..row0+kRows-1 of every batch row
 // through the epilogue (lane 0 writes), then publishes them to y8 when asked: through yv
@@ -156,8 +180,10 @@ __device__ __forceinline__ void publish_y8_block(const float (*yv)[32], const Ep
 template <int kMats, int kRows, int kB>
 __device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][kB], int64_t row0, int64_t n, int batch,
                                            const Epilogue& ep, float* __restrict__ y, float scale = 1.f,
-                                           float (*yv)[32] = nullptr, int barrier_threads = 0) {
+                                           float (*yv)[32] = nullptr, int barrier_threads = 0, int pass = -1,
+                                           bool reuse = false) {
   const int lane = threadIdx.x % 32;
+  if (yv && pass >= 0 && ep.y8) y8_rotation_wait(pass);
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
@@ -172,7 +198,8 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][kB],
       }
     }
   if (!ep.y8) return;
-  if (yv) publish_y8_block(yv, ep, row0 / 32, n, batch, barrier_threads);
+  if (yv && pass >= 0) publish_y8_rotating(yv, ep, row0 / 32, n, batch, pass, reuse);
+  else if (yv) publish_y8_block(yv, ep, row0 / 32, n, batch, barrier_threads);
   else publish_y8(y, ep, row0, kRows, n, batch);
 }
 

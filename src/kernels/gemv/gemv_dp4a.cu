@@ -44,37 +44,62 @@ using namespace gemv_detail;
 // counters and fences.
 // kMaxB: the batch rows the loops unroll for; decode's instances (batch 1) take 1, so that the
 // code the warps run is one contiguous stretch instead of eight batch copies branched over.
-template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp, bool kBlock32 = false, int kMaxB = kGemvMaxBatch>
+// kOverlap (decode's batch-1 instances of 32-row blocks): the gate and up matrices' steps are
+// loaded together, the next pass's first step goes out before this pass's epilogue, and y8 is
+// made by a rotating warp while the others go on (publish_y8_rotating) — so that the warps keep
+// weights in flight across the epilogue instead of draining at a block-wide barrier.
+template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp, bool kBlock32 = false, int kMaxB = kGemvMaxBatch,
+          bool kOverlap = false>
 __global__ void __launch_bounds__(kBlock32 ? 32 / kRows * 32 : 256) q_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
                                               XSource xin,
                                               float* __restrict__ y, int64_t n, int64_t k,
                                               int batch, Epilogue ep) {
   extern __shared__ __align__(16) uint8_t smem[];
   using Step = Dp4aStep<kBits, kMin, kRows, kUnroll>;
+  constexpr int kMats = kGateUp ? 2 : 1, kBufs = kOverlap ? kMats : 1;
   const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / 32);
+  const int64_t stride = warps_total * kRows;
   const int64_t first = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows;
-  typename Step::Regs regs;
+  typename Step::Regs regs[kBufs];
+  auto load_ahead = [&](int64_t r0, int64_t l0) {
+#pragma unroll
+    for (int mat = 0; mat < kBufs; ++mat) Step::load(mat ? w_up : w, r0, n, l0, k, regs[mat]);
+  };
   // The weights never depend on an earlier kernel: the first step's loads go out before the
   // wait, so they overlap the kernel before (PDL) and the making of x.
   bool loaded = first < n;
-  if (loaded) Step::load(w, first, n, 0, k, regs);
+  if (loaded) load_ahead(first, 0);
   pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
   RmsParts rms;  // x8 = blocks of x * w: the RMS scale from the producer's sums of squares
   if (xin.ss) rms.load(xin.ss, k);
   const uint8_t* xs = x8_source(xin, k, batch, smem);
   __shared__ float yv[kBlock32 ? 2 : 1][kBlock32 ? kGemvMaxBatch : 1][32];  // kBlock32: y of the pass, two buffers
   int pass = 0;
-  for (int64_t row0 = first; row0 < n; row0 += warps_total * kRows, ++pass) {
-    if (row0 + warps_total * kRows >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
-    float acc[kGateUp ? 2 : 1][kRows][kMaxB] = {};
-#pragma unroll
-    for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat)
+  for (int64_t row0 = first; row0 < n; row0 += stride, ++pass) {
+    if (row0 + stride >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
+    float acc[kMats][kRows][kMaxB] = {};
+    if constexpr (kOverlap) {
       for (int64_t l0 = 0; l0 < Step::loads(k); l0 += 32 * kUnroll) {
-        if (!loaded) Step::load(mat ? w_up : w, row0, n, l0, k, regs);
+        if (!loaded) load_ahead(row0, l0);
         loaded = false;
-        Step::dot(regs, xs, k, l0, batch, acc[mat]);
+#pragma unroll
+        for (int mat = 0; mat < kMats; ++mat) Step::dot(regs[mat], xs, k, l0, batch, acc[mat]);
       }
-    store_rows(acc, row0, n, batch, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f, kBlock32 ? yv[pass & 1] : nullptr);
+      if (row0 + stride < n) {  // the next pass's first weights go out before this pass's epilogue
+        load_ahead(row0 + stride, 0);
+        loaded = true;
+      }
+    } else {
+#pragma unroll
+      for (int mat = 0; mat < kMats; ++mat)
+        for (int64_t l0 = 0; l0 < Step::loads(k); l0 += 32 * kUnroll) {
+          if (!loaded) Step::load(mat ? w_up : w, row0, n, l0, k, regs[0]);
+          loaded = false;
+          Step::dot(regs[0], xs, k, l0, batch, acc[mat]);
+        }
+    }
+    store_rows(acc, row0, n, batch, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f, kBlock32 ? yv[pass & 1] : nullptr,
+               0, kOverlap ? pass : -1, row0 + 2 * stride < n);
   }
 }
 
@@ -83,9 +108,21 @@ struct Dp4aLaunch {
   static Status run(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
     if constexpr (kRows >= 2) {
       if (c.warps * kRows == 32) {  // one 32-row block of y per block and pass (kBlock32)
-        if (p.batch == 1 && gemv_batch1_instances())
+        if (p.batch == 1 && gemv_batch1_instances()) {
+          // Decode: the overlapping instances (q4_0 / q8_0, 16 warps; the gate/up pair at unroll 2
+          // only: at 4 its two steps of registers spill); one matrix at unroll 2 goes to
+          // q_dp4a_slots (gemv_dp4a_slots.cu).
+          if constexpr (kRows == 2 && !kMin) {
+            if (gemv_dp4a_overlap()) {
+              if constexpr (!kGateUp && kUnroll == 2) return gemv_dp4a_slots_launch(p, c, s);
+              else if constexpr (!kGateUp || kUnroll == 2)
+                return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp, true, 1, true>, "q_dp4a", p, c, kRows,
+                                            s, kDp4aBlocksPerSm);
+            }
+          }
           return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp, true, 1>, "q_dp4a", p, c, kRows, s,
                                       kDp4aBlocksPerSm);
+        }
         return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp, true>, "q_dp4a", p, c, kRows, s, kDp4aBlocksPerSm);
       }
     }

@@ -108,7 +108,8 @@ __device__ __forceinline__ void v5_load(const T* __restrict__ wm, int64_t row0, 
     }
 }
 
-template <class T, int kRows, int kUnroll>
+// kMaxB: the batch rows the loops unroll for (1 for decode's problems: code size, as q_dp4a).
+template <class T, int kRows, int kUnroll, int kMaxB = kGemvMaxBatch>
 __global__ void __launch_bounds__(256) v5_stream(const T* __restrict__ w, const T* __restrict__ w_up,
                                                  const float* __restrict__ x, float* __restrict__ y, int64_t n,
                                                  int64_t k, int batch, Epilogue ep) {
@@ -122,7 +123,7 @@ __global__ void __launch_bounds__(256) v5_stream(const T* __restrict__ w, const 
   pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
   if (row0 >= n) return;
   const int nmat = w_up ? 2 : 1;
-  float acc[2][kRows][kGemvMaxBatch] = {};
+  float acc[2][kRows][kMaxB] = {};
 
   for (int mat = 0; mat < nmat; ++mat) {
     const T* wm = mat ? w_up : w;
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(256) v5_stream(const T* __restrict__ w, const 
         const int64_t kk = k0 + (int64_t(u) * 32 + lane) * kVec;
         if (kk >= k) break;
 #pragma unroll
-        for (int b = 0; b < kGemvMaxBatch; ++b) {
+        for (int b = 0; b < kMaxB; ++b) {
           if (b >= batch) break;
           float xv[kVec];
 #pragma unroll
@@ -191,8 +192,13 @@ template <class T, int kRows, int kUnroll>
 Status launch_v5_impl(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   const int64_t rows_per_block = int64_t(c.warps) * kRows;
   const Epilogue ep = epilogue_of(p);
-  launch_pdl(v5_stream<T, kRows, kUnroll>, unsigned((p.n + rows_per_block - 1) / rows_per_block), unsigned(c.warps * 32), 0,
-             s, wptr<T>(p.w), wptr<T>(p.w_up), p.x, p.y, p.n, p.k, p.batch, ep);
+  const unsigned grid = unsigned((p.n + rows_per_block - 1) / rows_per_block);
+  if (p.batch == 1 && gemv_batch1_instances())
+    launch_pdl(v5_stream<T, kRows, kUnroll, 1>, grid, unsigned(c.warps * 32), 0, s, wptr<T>(p.w), wptr<T>(p.w_up), p.x,
+               p.y, p.n, p.k, p.batch, ep);
+  else
+    launch_pdl(v5_stream<T, kRows, kUnroll>, grid, unsigned(c.warps * 32), 0, s, wptr<T>(p.w), wptr<T>(p.w_up), p.x,
+               p.y, p.n, p.k, p.batch, ep);
   return launch_status("v5_stream");
 }
 

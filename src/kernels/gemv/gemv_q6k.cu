@@ -27,7 +27,8 @@ __device__ __forceinline__ int dot16(uint32_t a0, uint32_t a1, uint32_t a2, uint
   return __dp4a(int(a3), x.w, __dp4a(int(a2), x.z, __dp4a(int(a1), x.y, __dp4a(int(a0), x.x, 0))));
 }
 
-template <int kRows, int kUnroll, bool kGateUp>
+// kMaxB: the batch rows the loops unroll for (1 for decode's problems: code size, as q_dp4a).
+template <int kRows, int kUnroll, bool kGateUp, int kMaxB = kGemvMaxBatch>
 __global__ void __launch_bounds__(256) q6k_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
                                                 XSource xin,
                                                 float* __restrict__ y, int64_t n, int64_t k,
@@ -44,7 +45,7 @@ __global__ void __launch_bounds__(256) q6k_dp4a(const uint8_t* __restrict__ w, c
   for (int64_t row0 = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows; row0 < n;
        row0 += warps_total * kRows) {
     if (row0 + warps_total * kRows >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
-    float acc[kGateUp ? 2 : 1][kRows][kGemvMaxBatch] = {};
+    float acc[kGateUp ? 2 : 1][kRows][kMaxB] = {};
 #pragma unroll
     for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat) {
       const uint8_t* wm = mat ? w_up : w;
@@ -77,7 +78,7 @@ __global__ void __launch_bounds__(256) q6k_dp4a(const uint8_t* __restrict__ w, c
           const int c = int(j % 8), hn = c / 4, m = (c / 2) % 2, h = c % 2;
           const int64_t e_lo = (j / 8) * 256 + 128 * hn + 32 * m + 16 * h, e_hi = e_lo + 64;
 #pragma unroll
-          for (int b = 0; b < kGemvMaxBatch; ++b) {
+          for (int b = 0; b < kMaxB; ++b) {
             if (b >= batch) break;
             const X8Row xr(xs, b, k);
             const int4 xl = *reinterpret_cast<const int4*>(xr.q + e_lo);
@@ -110,6 +111,8 @@ __global__ void __launch_bounds__(256) q6k_dp4a(const uint8_t* __restrict__ w, c
 template <int kRows, int kUnroll>
 Status launch_gate(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   if (p.w_up) return launch_x8_persistent(q6k_dp4a<kRows, kUnroll, true>, "q6k_dp4a", p, c, kRows, s);
+  if (p.batch == 1 && gemv_batch1_instances())
+    return launch_x8_persistent(q6k_dp4a<kRows, kUnroll, false, 1>, "q6k_dp4a", p, c, kRows, s);
   return launch_x8_persistent(q6k_dp4a<kRows, kUnroll, false>, "q6k_dp4a", p, c, kRows, s);
 }
 

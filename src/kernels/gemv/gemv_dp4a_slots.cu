@@ -1,0 +1,79 @@
+// q_dp4a_slots: decode's q_dp4a for one matrix (batch 1, 32-row blocks of 16 warps x 2 rows,
+// unroll 2; gemv_dp4a.cu hands it those problems). Not a variant of its own: q_dp4a's rung for
+// the single-pass GEMVs of decode.
+//   - two register slots of one step each: slot a holds the steps l0 = 0, 2, 4, ... of the
+//     warp's rows, slot b the steps 1, 3, 5, ...; when a slot has been multiplied it is refilled
+//     with its next step (the next pass's first two steps at the end of a pass), so a warp
+//     always has a step of weights in flight while it multiplies the other, where q_dp4a loads,
+//     waits and multiplies. Both slots are filled before the PDL wait: on the 7B's 4096-wide
+//     matrices that is a warp's whole rows (Wo), or two of six steps (W_down, k = 11008).
+//   - y8 made by a rotating warp behind named barriers (publish_y8_rotating), as q_dp4a's
+//     overlapping instances.
+//   - same chunks, products and epilogue as q_dp4a (Dp4aStep, store_rows); the sums add the
+//     steps in the same order.
+// Measured (tg128, H100, 2026-11-23; arms on one machine, each its own tune; CUPTI trace of the
+// decode graph for the kernels): with q_dp4a's overlapping gate/up, see the file header of
+// gemv_dp4a.cu.
+#include "kernels/gemv/gemv_common.cuh"
+#include "kernels/gemv/gemv_dp4a.cuh"
+#include "kernels/gemv/gemv_internal.h"
+#include "kernels/gemv/gemv_x8.cuh"
+
+#include <cuda_runtime.h>
+
+namespace lamina::kernels {
+namespace {
+
+using namespace gemv_detail;
+
+constexpr int kSlotRows = 2, kSlotUnroll = 2, kSlotWarps = 32 / kSlotRows;
+
+// w: [n][k] repacked (gemv_repack); y: [n]; x from xin (int8 blocks of k); n a multiple of 32
+// for y8. (q_dp4a's parameters, for launch_x8_persistent: w_up is null and batch 1.)
+template <int kBits>
+__global__ void __launch_bounds__(kSlotWarps * 32) q_dp4a_slots(const uint8_t* __restrict__ w, const uint8_t* __restrict__,
+                                                                XSource xin, float* __restrict__ y, int64_t n, int64_t k,
+                                                                int, Epilogue ep) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  using Step = Dp4aStep<kBits, false, kSlotRows, kSlotUnroll>;
+  constexpr int64_t kStep = 32 * kSlotUnroll;  // 16-byte loads per lane and step, times 32 lanes
+  const int64_t stride = int64_t(gridDim.x) * kSlotWarps * kSlotRows;
+  const int64_t first = (int64_t(blockIdx.x) * kSlotWarps + threadIdx.x / 32) * kSlotRows;
+  typename Step::Regs a, b;
+  if (first < n) {  // weights never depend on an earlier kernel: both slots before the wait
+    Step::load(w, first, n, 0, k, a);
+    Step::load(w, first, n, kStep, k, b);
+  }
+  pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
+  RmsParts rms;
+  if (xin.ss) rms.load(xin.ss, k);
+  const uint8_t* xs = x8_source(xin, k, 1, smem);
+  __shared__ float yv[2][kGemvMaxBatch][32];  // y of a pass, two buffers (publish_y8_rotating)
+  int pass = 0;
+  for (int64_t row0 = first; row0 < n; row0 += stride, ++pass) {
+    if (row0 + stride >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
+    float acc[1][kSlotRows][1] = {};
+    for (int64_t l0 = 0; l0 < Step::loads(k); l0 += 2 * kStep) {
+      const bool last = l0 + 2 * kStep >= Step::loads(k);
+      const int64_t nr = last ? row0 + stride : row0, nl = last ? 0 : l0 + 2 * kStep;  // the slots' next steps
+      Step::template dot<1>(a, xs, k, l0, 1, acc[0]);
+      if (nr < n) Step::load(w, nr, n, nl, k, a);
+      Step::template dot<1>(b, xs, k, l0 + kStep, 1, acc[0]);  // (past k: no loads, no products)
+      if (nr < n) Step::load(w, nr, n, nl + kStep, k, b);
+    }
+    store_rows(acc, row0, n, 1, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f, yv[pass & 1], 0, pass,
+               row0 + 2 * stride < n);
+  }
+}
+
+}  // namespace
+
+Status gemv_dp4a_slots_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+  if (p.batch != 1 || p.w_up || c.rows != kSlotRows || c.warps != kSlotWarps || c.unroll != kSlotUnroll)
+    return Status::error("q_dp4a_slots: batch 1, one matrix, config rows=2, warps=16, unroll=2 only");
+  if (p.wtype == GgmlType::Q4_0) return launch_x8_persistent(q_dp4a_slots<4>, "q_dp4a", p, c, kSlotRows, s, kDp4aBlocksPerSm);
+  if (p.wtype == GgmlType::Q8_0) return launch_x8_persistent(q_dp4a_slots<8>, "q_dp4a", p, c, kSlotRows, s, kDp4aBlocksPerSm);
+  return Status::error("q_dp4a_slots: q4_0 and q8_0 only");
+}
+
+}  // namespace lamina::kernels
