@@ -342,7 +342,7 @@ TEST_P(GemvGpu, MatchesFp64Reference) {
     // every warp goes on to a second row group (and a pipelined variant loads across groups).
     if (name.rfind("q_dp4a", 0) == 0) run_case(*v, type, 8512, 256, 1, true, true, rng);
     // Three or four passes for every block of a 32-row config (416 blocks of y on 132 SMs): y8's
-    // shared-memory buffers are reused by every block (LAMINA_DP4A_MODE's rotating y8).
+    // shared-memory buffers are reused by every block (the rotating y8 of decode's instances).
     if (name == "q_dp4a") run_case(*v, type, 13312, 256, 1, false, true, rng);
     // q_dp4a_prefetch with a first pass larger than shared memory: q8_0 gate/up at k = 4096
     // (the up matrix's last step from global memory) and one matrix at k = 11264 (part of the

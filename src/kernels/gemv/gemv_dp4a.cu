@@ -123,7 +123,7 @@ struct Dp4aLaunch {
           // q_dp4a_slots (gemv_dp4a_slots.cu).
           if constexpr (kRows == 2 && !kMin) {
             if (gemv_dp4a_overlap()) {
-              if constexpr (!kGateUp && kUnroll == 2) return gemv_dp4a_slots_launch(p, c, s);
+              if constexpr (!kGateUp && kUnroll == 2) return gemv_dp4a_slots_launch<kBits>(p, c, s);
               else if constexpr (!kGateUp || kUnroll == 2)
                 return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp, true, 1, true>, "q_dp4a", p, c, kRows,
                                             s, kDp4aBlocksPerSm);

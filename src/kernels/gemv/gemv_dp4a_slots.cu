@@ -69,12 +69,11 @@ __global__ void __launch_bounds__(kSlotWarps * 32) q_dp4a_slots(const uint8_t* _
 
 }  // namespace
 
+template <int kBits>
 Status gemv_dp4a_slots_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  if (p.batch != 1 || p.w_up || c.rows != kSlotRows || c.warps != kSlotWarps || c.unroll != kSlotUnroll)
-    return Status::error("q_dp4a_slots: batch 1, one matrix, config rows=2, warps=16, unroll=2 only");
-  if (p.wtype == GgmlType::Q4_0) return launch_x8_persistent(q_dp4a_slots<4>, "q_dp4a", p, c, kSlotRows, s, kDp4aBlocksPerSm);
-  if (p.wtype == GgmlType::Q8_0) return launch_x8_persistent(q_dp4a_slots<8>, "q_dp4a", p, c, kSlotRows, s, kDp4aBlocksPerSm);
-  return Status::error("q_dp4a_slots: q4_0 and q8_0 only");
+  return launch_x8_persistent(q_dp4a_slots<kBits>, "q_dp4a", p, c, kSlotRows, s, kDp4aBlocksPerSm);
 }
+template Status gemv_dp4a_slots_launch<4>(const GemvProblem&, const GemvConfig&, cudaStream_t);
+template Status gemv_dp4a_slots_launch<8>(const GemvProblem&, const GemvConfig&, cudaStream_t);
 
 }  // namespace lamina::kernels
