@@ -13,8 +13,10 @@ lib=$(find / -name "libcupti.so*" -not -path "/proc/*" 2>/dev/null | head -1 || 
 # the newest kernel record struct this CUPTI declares
 krec=$(grep -oE "\} CUpti_ActivityKernel[0-9]+;" "$hdr" | tail -1 | grep -oE "CUpti_ActivityKernel[0-9]+" || true)
 [ -n "$krec" ] || { echo "trace-decode: no kernel record type in $hdr" >&2; exit 1; }
+mrec=$(grep -oE "\} CUpti_ActivityMemcpy[0-9]+;" "$hdr" | tail -1 | grep -oE "CUpti_ActivityMemcpy[0-9]+" || true)
+[ -n "$mrec" ] || { echo "trace-decode: no memcpy record type in $hdr" >&2; exit 1; }
 tmp=$(mktemp -d)
-g++ -O2 -shared -fPIC -DKREC="$krec" -I"$(dirname "$hdr")" -I/usr/local/cuda/include "$here/trace/cupti_trace.cpp" \
+g++ -O2 -shared -fPIC -DKREC="$krec" -DMREC="$mrec" -I"$(dirname "$hdr")" -I/usr/local/cuda/include "$here/trace/cupti_trace.cpp" \
   -o "$tmp/libtrace.so" "$lib" -Wl,-rpath,"$(dirname "$lib")"
 TRACE_OUT="$tmp/trace.txt" CUDA_INJECTION64_PATH="$tmp/libtrace.so" \
   "$build/tools/lamina" bench -m "$model" -p 0 -n 64 -r 1 -d cuda > "$tmp/bench.log"

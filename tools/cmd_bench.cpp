@@ -48,7 +48,7 @@ void generate(Session& s, int n, size_t n_vocab) {
   greedy.temperature = 0;
   Sampler sampler(greedy);
   int32_t t = int32_t(n_vocab / 2);
-  for (int i = 0; i < n; ++i) t = s.eval_sample(std::span<const int32_t>(&t, 1), sampler);
+  for (int i = 0; i < n; ++i) t = s.eval_sample(std::span<const int32_t>(&t, 1), sampler, i + 1 < n);
 }
 
 double time_gen(Session& s, int n, size_t n_vocab) {

@@ -77,7 +77,7 @@ void run_chat(const ChatArgs& a) {
       continue;
     }
     sess.rewind(int(common));
-    int32_t next = sess.eval_sample(std::span<const int32_t>(ids).subspan(common), sampler);
+    int32_t next = sess.eval_sample(std::span<const int32_t>(ids).subspan(common), sampler, a.n_predict != 0);
     Utf8Stream out;
     std::string reply;
     int n = 0;
@@ -89,7 +89,7 @@ void run_chat(const ChatArgs& a) {
       std::fflush(stdout);
       ++n;
       if (sess.n_past() >= sess.n_ctx()) break;
-      next = sess.eval_sample(std::span<const int32_t>(&next, 1), sampler);
+      next = sess.eval_sample(std::span<const int32_t>(&next, 1), sampler, a.n_predict < 0 || n < a.n_predict);
     }
     std::fputs(out.flush().c_str(), stdout);
     std::fputs("\n", stdout);

@@ -38,20 +38,20 @@ void run_run(const RunArgs& a) {
   }
   if (a.s.opt.profile) sess.backend().profile_reset();
   const auto t0 = Clock::now();
-  int32_t next = sess.eval_sample(prompt, sampler);
+  const int limit = a.n_predict < 0 ? sess.n_ctx() : a.n_predict;
+  int32_t next = sess.eval_sample(prompt, sampler, limit > 1);
   const auto t1 = Clock::now();
   const std::string prompt_profile = a.s.opt.profile ? sess.backend().profile_report() : "";
   if (a.s.opt.profile) sess.backend().profile_reset();
   Utf8Stream out;
   int n_gen = 0;
-  const int limit = a.n_predict < 0 ? sess.n_ctx() : a.n_predict;
   while (n_gen < limit) {
     if (tok.is_eog(next)) break;
     ++n_gen;
     std::fputs(out.push(tok.token_to_piece(next)).c_str(), stdout);
     std::fflush(stdout);
     if (sess.n_past() >= sess.n_ctx() || n_gen == limit) break;  // context full, or enough
-    next = sess.eval_sample(std::span<const int32_t>(&next, 1), sampler);
+    next = sess.eval_sample(std::span<const int32_t>(&next, 1), sampler, n_gen + 1 < limit);
   }
   std::fputs(out.flush().c_str(), stdout);
   std::fputs("\n", stdout);

@@ -27,7 +27,9 @@ for s, e, g, regs, name in sel:
     a[0] += 1; a[1] += max(0, e - max(s, prev_end)); a[2] += e - s; a[3] = regs
     prev_end = max(prev_end, e)
 span = (sel[-1][1] - rows[lo - 1][1]) / steps
-print(f"per step: {span/1e3:.1f} us wall, {len(sel)/steps:.0f} kernels")
+busy = sum(a[1] for a in agg.values()) / steps
+print(f"per step: {span/1e3:.1f} us wall, {len(sel)/steps:.0f} kernels and copies, "
+      f"{(span - busy)/1e3:.1f} us with none running (the host's turn)")
 print(f"{'kernel':58s} {'grid':>5s} {'regs':>4s} {'n/step':>6s} {'adds us':>8s} {'each':>6s} {'span':>6s}")
 for (k, g), (n, add, own, regs, _) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
     print(f"{k[:58]:58s} {g:5d} {regs:4d} {n/steps:6.0f} {add/steps/1e3:8.1f} {add/n/1e3:6.2f} {own/n/1e3:6.2f}")

@@ -85,6 +85,13 @@ class Backend {
   // Ops. `pos[t]` is the position of row t (one sequence; causal).
   virtual void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) = 0;
   virtual void rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) = 0;
+  // out = embed(tokens), then h = rmsnorm(out) * norm: the lookup and the norm that reads it next
+  // (a backend may fuse them).
+  virtual void embed_norm(const Weight& table, std::span<const int32_t> tokens, Tensor out, const Weight& norm,
+                          float eps, Tensor h) {
+    embed(table, tokens, out);
+    rmsnorm(out, norm, eps, h);
+  }
   virtual void matmul(const Weight& w, Tensor x, Tensor out) = 0;
   // Several matmuls of the same input (Q/K/V, gate/up): out[i] = x . w[i]^T. Backends may
   // share the input's conversion and one parallel pass; the default calls matmul per weight.
@@ -149,8 +156,11 @@ class Backend {
 
   // Sampling in backend memory: the host then waits for one token id, not a logits row.
   // `u` is the uniform draw in [0, 1); `penalty_ids` the distinct ids the penalty applies to.
+  // more: the caller will most likely decode the sampled id next, at the next position (a
+  // backend may start that step before the host has the id; the logits are then overwritten).
   virtual bool samples_on_device() const { return false; }
-  virtual int32_t sample(Tensor logits, const SamplerParams& p, std::span<const int32_t> penalty_ids, double u) {
+  virtual int32_t sample(Tensor logits, const SamplerParams& p, std::span<const int32_t> penalty_ids, double u,
+                         bool more = false) {
     fail("the {} backend does not sample in its own memory", name());
   }
 

@@ -138,8 +138,7 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
 
   // One row (decode): the last W_down's matmul_add_norm makes the output norm (xs = x, hs = h).
   const bool final_norm_fused = T == 1 && mode != Logits::None;
-  be.embed(tok_embd_, tokens, x);
-  be.rmsnorm(x, layers_[0].attn_norm, cfg_.rms_eps, h);
+  be.embed_norm(tok_embd_, tokens, x, layers_[0].attn_norm, cfg_.rms_eps, h);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerWeights& w = layers_[l];  // h = rmsnorm(x) * attn_norm here
     const Weight* qkv_w[] = {&w.wq, &w.wk, &w.wv};

@@ -104,12 +104,12 @@ const std::vector<float>& Session::eval(std::span<const int32_t> tokens, bool al
   return logits_;
 }
 
-int32_t Session::eval_sample(std::span<const int32_t> tokens, Sampler& sampler) {
+int32_t Session::eval_sample(std::span<const int32_t> tokens, Sampler& sampler, bool more) {
   const Tensor out = eval_device(tokens, false);
   if (backend_->samples_on_device()) {
     const std::vector<int32_t> ids = sampler.penalty_ids(history_);
     const double u = sampler.params().temperature > 0.f ? sampler.next_uniform() : 0.0;
-    return backend_->sample(out, sampler.params(), ids, u);
+    return backend_->sample(out, sampler.params(), ids, u, more);
   }
   logits_.resize(size_t(out.cols));
   backend_->read(out, logits_.data());

@@ -44,8 +44,10 @@ class Session {
   // last one (all_logits: of every token, [n][n_vocab]). Throws if the context would overflow.
   const std::vector<float>& eval(std::span<const int32_t> tokens, bool all_logits = false);
   // Appends tokens and samples the next one from the last token's logits — in backend memory
-  // when the backend can (the host then waits only for the id), else on the host.
-  int32_t eval_sample(std::span<const int32_t> tokens, Sampler& sampler);
+  // when the backend can (the host then waits only for the id), else on the host. more: the
+  // caller will most likely pass the sampled id back next (a generation loop that goes on); the
+  // backend may then start that step before the host has the id (Backend::sample).
+  int32_t eval_sample(std::span<const int32_t> tokens, Sampler& sampler, bool more = false);
   void reset() { history_.clear(); }  // forget the conversation (the cache is overwritten)
   // Drops the last n tokens (e.g. to re-run a prompt); positions are simply reused.
   void rewind(int n_past) { history_.resize(size_t(n_past)); }

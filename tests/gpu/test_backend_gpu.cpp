@@ -379,6 +379,51 @@ TEST(BackendOps, MatmulAddNormFeedsTheNextGemvs) {
   }
 }
 
+// embed_norm on one decode row: the lookup also writes the int8 blocks of x * norm weight and
+// their sums of squares, and the stacked Q/K/V GEMV applies the norm (no norm kernel runs until h
+// itself is read). Embedding tables of several types, against the CPU's embed and rmsnorm.
+TEST(BackendOps, EmbedNormFeedsTheNextGemv) {
+  std::mt19937 rng(17);
+  for (GgmlType et : {GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q6_K}) {
+    for (GgmlType wt : {GgmlType::Q4_0, GgmlType::Q8_0}) {
+      SCOPED_TRACE(std::string(type_name(et)) + " table, " + std::string(type_name(wt)) + " Q/K/V");
+      Both b;
+      const int64_t V = 100, E = 512, n[3] = {256, 128, 128};
+      auto [tc, tg] = b.weight(et, V, E, quantised(et, V, E, rng), WeightUse::Embedding);
+      std::vector<std::vector<uint8_t>> bytes;
+      const std::vector<GgufTensor> ts = random_matrices(wt, n, E, bytes, rng);
+      const GgufTensor* tp[] = {&ts[0], &ts[1], &ts[2]};
+      const std::vector<Weight> qc = b.cpu.load_stacked(tp), qg = b.gpu.load_stacked(tp);
+      auto [nc, ng] = b.weight(GgmlType::F32, 1, E, f32_bytes(randn(size_t(E), rng, 0.5f)), WeightUse::Vector);
+      const std::vector<int32_t> toks{37}, pos{0};
+      b.begin(toks, pos);
+      b.gpu.profile_reset();
+      b.gpu.set_profiling(true);
+      std::string ops;  // the GPU's ops before h is read
+      auto pass = [&](Backend& be, const Weight& t, const std::vector<Weight>& q, const Weight& nw) {
+        std::vector<std::vector<float>> out;
+        Tensor x = be.alloc(1, E), h = be.alloc(1, E);
+        const Tensor o[] = {be.alloc(1, n[0]), be.alloc(1, n[1]), be.alloc(1, n[2])};
+        const Weight* pw[] = {&q[0], &q[1], &q[2]};
+        be.embed_norm(t, toks, x, nw, 1e-5f, h);
+        be.matmul_multi(pw, h, o);
+        for (const Tensor& r : o) out.push_back(b.get(be, r));
+        if (&be == &b.gpu) ops = b.gpu.profile_report();
+        out.push_back(b.get(be, x));
+        out.push_back(b.get(be, h));  // read: the norm runs
+        return out;
+      };
+      const auto want = pass(b.cpu, tc, qc, nc), got = pass(b.gpu, tg, qg, ng);
+      b.gpu.set_profiling(false);
+      for (size_t i = 0; i < 3; ++i) EXPECT_LE(rel(got[i], want[i]), 2e-2) << "Q/K/V part " << i;
+      EXPECT_LE(rel(got[3], want[3]), 1e-7) << "embedding";
+      EXPECT_LE(rel(got[4], want[4]), 1e-6) << "norm";
+      EXPECT_NE(ops.find("embed+norm"), std::string::npos) << ops;
+      EXPECT_EQ(ops.find("rmsnorm"), std::string::npos) << ops;
+    }
+  }
+}
+
 // Q/K/V stacked into one matrix on the GPU: matmul_multi against three CPU matmuls, one row
 // (outputs back to back: one GEMV in place) and 20 rows (one GEMM, then split by columns).
 TEST(BackendOps, StackedMatmulMulti) {
@@ -628,6 +673,28 @@ TEST(BackendOps, SampleMatchesHostRules) {
           << "temp " << pp.temp << " top_k " << pp.k << " trial " << trial;
     }
   }
+}
+
+// Greedy without a penalty reads the logits directly: as float4s for a 16-byte aligned row of a
+// multiple of 4, else one by one. Either way the lowest id among equal maxima, wherever they lie.
+TEST(BackendOps, GreedySampleTakesTheFirstMaximum) {
+  CudaBackend gpu(0);
+  std::mt19937 rng(8);
+  SamplerParams p;
+  p.temperature = 0;
+  for (int V : {32000, 32001, 4, 5})
+    for (int offset : {0, 1})  // the row 16-byte aligned, or one float past that
+      for (int trial = 0; trial < 10; ++trial) {
+        auto l = randn(size_t(V), rng, 3.f);
+        const int a = int(rng() % uint32_t(V)), b = int(rng() % uint32_t(V));
+        l[size_t(a)] = l[size_t(b)] = 20.f;  // a tie at the maximum (or one maximum when a == b)
+        gpu.reset_scratch();
+        Tensor t = gpu.alloc(1, V + 1);
+        const Tensor row{t.data + offset, 1, V};
+        cudaMemcpy(row.data, l.data(), size_t(V) * 4, cudaMemcpyHostToDevice);
+        cudaDeviceSynchronize();
+        EXPECT_EQ(gpu.sample(row, p, {}, 0.0), std::min(a, b)) << "V " << V << " offset " << offset;
+      }
 }
 
 }  // namespace

@@ -3,11 +3,13 @@
 #include "core/half.h"
 #include "format/quant.h"
 #include "format/quant_blocks.h"
+#include "kernels/common/q8_blocks.h"
 #include "kernels/dequant/dequant.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -94,6 +96,78 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, DequantGpu,
                     GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q2_K,
                     GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_K),
   [](const auto& p) { return std::string(type_name(p.param)); });
+
+// With RowsX8 (the decode step's embedding lookup feeding the first GEMV's RMSNorm): dst as
+// before, the int8 blocks of dst * gain (q8_blocks.h's layout, as the host computes them) and
+// each block's sum of squares of dst against an f64 sum over the CPU reference.
+TEST(DequantGpuX8, BlocksOfTheGainedRowsAndSumsOfSquares) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (GgmlType type : {GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    const int64_t n_cols = 768, n_rows = 3, nb = n_cols / 32;
+    SCOPED_TRACE(type_name(type));
+    const auto host = random_rows(type, n_cols, 7, rng);
+    const std::vector<int32_t> rows{5, 0, 5};
+    std::vector<float> gain(static_cast<size_t>(n_cols)), ref(static_cast<size_t>(n_rows * n_cols));
+    for (auto& g : gain) g = 0.5f + nd(rng) * 0.3f;
+    const size_t rb = row_bytes(type, n_cols), xb = kernels::x8_bytes(n_cols);
+    for (int64_t r = 0; r < n_rows; ++r) dequantize_row(type, host.data() + size_t(rows[size_t(r)]) * rb, ref.data() + r * n_cols, n_cols);
+
+    void* d_src; int32_t* d_rows; float *d_dst, *d_gain; uint8_t* d_q; double* d_ss;
+    CUDA_OK(cudaMalloc(&d_src, host.size()));
+    CUDA_OK(cudaMalloc(&d_rows, rows.size() * 4));
+    CUDA_OK(cudaMalloc(&d_dst, ref.size() * 4));
+    CUDA_OK(cudaMalloc(&d_gain, gain.size() * 4));
+    CUDA_OK(cudaMalloc(&d_q, xb * n_rows));
+    CUDA_OK(cudaMalloc(&d_ss, size_t(n_rows * nb) * 8));
+    CUDA_OK(cudaMemcpy(d_src, host.data(), host.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_rows, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_gain, gain.data(), gain.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(d_q, 0x7F, xb * n_rows));                // poison
+    CUDA_OK(cudaMemset(d_ss, 0xFF, size_t(n_rows * nb) * 8));  // NaN
+    const kernels::RowsX8 x8{d_q, d_gain, d_ss};
+    const auto st = kernels::dequantize_rows(type, d_src, n_cols, d_rows, n_rows, d_dst, nullptr, x8);
+    ASSERT_TRUE(st.ok) << st.message;
+    std::vector<float> got(ref.size());
+    std::vector<uint8_t> q(xb * n_rows);
+    std::vector<double> ss(static_cast<size_t>(n_rows * nb));
+    CUDA_OK(cudaMemcpy(got.data(), d_dst, got.size() * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(q.data(), d_q, q.size(), cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(ss.data(), d_ss, ss.size() * 8, cudaMemcpyDeviceToHost));
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const uint8_t* row = q.data() + size_t(r) * xb;
+      for (int64_t b = 0; b < nb; ++b) {
+        float amax = 0.f;
+        double want_ss = 0;
+        for (int i = 0; i < 32; ++i) {
+          const float v = ref[size_t(r * n_cols + b * 32 + i)];
+          amax = std::max(amax, std::fabs(v * gain[size_t(b * 32 + i)]));
+          want_ss += double(v) * v;
+        }
+        const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+        float got_d;
+        int32_t got_sum, sum = 0;
+        std::memcpy(&got_d, row + n_cols + b * 4, 4);
+        std::memcpy(&got_sum, row + n_cols + nb * 4 + b * 4, 4);
+        EXPECT_NEAR(got_d, d, 1e-6 * d) << "row " << r << " block " << b;
+        for (int i = 0; i < 32; ++i) {
+          const int64_t c = b * 32 + i;
+          const int want_q = int(std::round(ref[size_t(r * n_cols + c)] * gain[size_t(c)] * id));
+          const int got_q = int8_t(row[c]);
+          ASSERT_LE(std::abs(got_q - want_q), 1) << "row " << r << " column " << c;
+          sum += got_q;
+        }
+        EXPECT_EQ(got_sum, sum) << "row " << r << " block " << b;
+        EXPECT_NEAR(ss[size_t(r * nb + b)], want_ss, 1e-12 * want_ss + 1e-30) << "row " << r << " block " << b;
+      }
+      for (int64_t c = 0; c < n_cols; ++c) ASSERT_EQ(got[size_t(r * n_cols + c)], ref[size_t(r * n_cols + c)]);
+    }
+    float* bad = nullptr;
+    EXPECT_FALSE(kernels::dequantize_rows(type, d_src, n_cols, d_rows, n_rows, d_dst, nullptr,
+                                          kernels::RowsX8{d_q, bad, d_ss}).ok) << "x8 without a gain";
+    cudaFree(d_src); cudaFree(d_rows); cudaFree(d_dst); cudaFree(d_gain); cudaFree(d_q); cudaFree(d_ss);
+  }
+}
 
 TEST(DequantGpuArgs, RejectsBadShapes) {
   float* d;

@@ -80,6 +80,40 @@ TEST_P(CudaTiny, LogitsMatchReferenceAndCpu) {
   for (size_t i = 0; i < lg.size(); ++i) EXPECT_LE(rel_l2(lf[i], lg[i]), 1e-6) << "graph vs eager, step " << i;
 }
 
+// Run-ahead (CudaBackend): eval_sample with `more` enqueues the next decode step before the host
+// has the sampled id. The ids it gives are those of eager passes (graphs off: no run-ahead); a
+// caller that then feeds another token instead, or rewinds and feeds new tokens, gets the logits
+// eager passes give (the step that ran ahead wrote a cache row that the next pass rewrites).
+TEST(CudaRunAhead, StepsAndDivergingCallersMatchEagerPasses) {
+  const json m = manifest();
+  json c;
+  for (const auto& x : m["cases"]) if (x["name"] == "tiny-q8_0") c = x;
+  ASSERT_FALSE(c.is_null());
+  const std::string path = gen_tiny(c);
+  const std::vector<int32_t> prompt = c["tokens"].get<std::vector<int32_t>>();
+  auto ahead = open(path, "cuda", false), eager = open(path, "cuda", false, false);
+  SamplerParams g;
+  g.temperature = 0;
+  Sampler sa(g), se(g);
+  std::vector<int32_t> got{ahead->eval_sample(prompt, sa, true)}, want{eager->eval_sample(prompt, se)};
+  for (int i = 0; i < 12; ++i) {
+    got.push_back(ahead->eval_sample(std::span<const int32_t>(&got.back(), 1), sa, true));
+    want.push_back(eager->eval_sample(std::span<const int32_t>(&want.back(), 1), se));
+  }
+  EXPECT_EQ(got, want);
+  // Another token where the sampled one ran ahead.
+  const int32_t other = got.back() == 1 ? 2 : 1;
+  EXPECT_LE(rel_l2(ahead->eval(std::span<const int32_t>(&other, 1)), eager->eval(std::span<const int32_t>(&other, 1))),
+            1e-6) << "another token";
+  // A rewind and three new tokens where a step ran ahead.
+  const int32_t next = ahead->eval_sample(std::span<const int32_t>(&other, 1), sa, true);
+  EXPECT_EQ(next, eager->eval_sample(std::span<const int32_t>(&other, 1), se));
+  const std::vector<int32_t> more_tokens{5, 6, 7};
+  ahead->rewind(int(prompt.size()) + 3);
+  eager->rewind(int(prompt.size()) + 3);
+  EXPECT_LE(rel_l2(ahead->eval(more_tokens), eager->eval(more_tokens)), 1e-6) << "rewind";
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, CudaTiny,
                          ::testing::Values("tiny-f32", "tiny-f16", "tiny-bf16", "tiny-q8_0", "tiny-q4_0", "tiny-q4_1",
                                            "tiny-q4_K", "tiny-q6_K", "tiny-qwen2-f16", "tiny-qwen2-q8_0",
@@ -95,8 +129,9 @@ std::vector<int32_t> greedy(Session& s, const std::vector<int32_t>& prompt, size
   SamplerParams g;
   g.temperature = 0;
   Sampler sampler(g);
-  std::vector<int32_t> got{s.eval_sample(prompt, sampler)};
-  while (got.size() < n) got.push_back(s.eval_sample(std::span<const int32_t>(&got.back(), 1), sampler));
+  std::vector<int32_t> got{s.eval_sample(prompt, sampler, n > 1)};
+  while (got.size() < n)  // more: the decode step of each id runs ahead of the host (CUDA)
+    got.push_back(s.eval_sample(std::span<const int32_t>(&got.back(), 1), sampler, got.size() + 1 < n));
   return got;
 }
 

@@ -1,5 +1,6 @@
 #include "backend/cuda/cuda_backend.h"
 
+#include "backend/cuda/cuda_check.h"
 #include "format/gguf.h"
 #include "kernels/common/q8_blocks.h"
 #include "kernels/common/timing.h"
@@ -13,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -25,10 +27,6 @@ namespace {
 constexpr int kMaxPenalty = 4096;        // distinct ids the repetition penalty can cover
 constexpr size_t kGemmWorkBytes = size_t(64) << 20;  // split-K partials
 constexpr size_t kMinScratch = size_t(64) << 20;
-
-void cuda_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("CUDA error in {}: {}", what, cudaGetErrorString(e));
-}
 
 bool float_type(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
 
@@ -70,12 +68,24 @@ CudaBackend::CudaBackend(int device, bool exact) : device_(device), exact_(exact
     single_pass_attention_ = std::string(v) == "single";
   }
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  cuda_check(cudaEventCreateWithFlags(&in_copied_, cudaEventDisableTiming), "cudaEventCreate");
-  cuda_check(cudaMallocHost(&host_id_, sizeof(int32_t)), "cudaMallocHost");
+  cuda_check(cudaEventCreateWithFlags(&sampled_, cudaEventDisableTiming), "cudaEventCreate");
+  // Pinned words the kernels write for the host: the sampled id, the inputs' stamp.
+  for (int32_t** p : {&host_id_, &seen_}) {
+    cuda_check(cudaMallocHost(p, sizeof(int32_t)), "cudaMallocHost");
+    **p = 0;
+  }
+  cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&host_id_dev_), host_id_, 0), "cudaHostGetDevicePointer");
+  cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&seen_dev_), seen_, 0), "cudaHostGetDevicePointer");
+  dev_sampled_ = static_cast<int32_t*>(dev_alloc(sizeof(int32_t), "sampling"));
+  owned_.push_back(dev_sampled_);
+  cuda_check(cudaMemset(dev_sampled_, 0, sizeof(int32_t)), "cudaMemset");
+  if (const char* v = std::getenv("LAMINA_RUN_AHEAD")) run_ahead_ = std::string(v) != "0";
+  if (GraphTiming::enabled()) graph_timing_ = std::make_unique<GraphTiming>();
 }
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
+  if (graph_timing_) std::fputs(graph_timing_->report().c_str(), stderr);
   for (auto& [k, g] : graphs_)
     if (g.exec) cudaGraphExecDestroy(g.exec);
   for (void* p : owned_) cudaFree(p);
@@ -86,7 +96,8 @@ CudaBackend::~CudaBackend() {
   cudaFree(dev_in_);
   cudaFreeHost(host_in_);
   cudaFreeHost(host_id_);
-  cudaEventDestroy(in_copied_);
+  cudaFreeHost(seen_);
+  cudaEventDestroy(sampled_);
   cudaStreamDestroy(stream_);
 }
 
@@ -246,95 +257,6 @@ size_t CudaBackend::kv_cache_bytes() const {
   return 2 * size_t(kv_layers_) * size_t(kv_ctx_) * size_t(kv_dim_) * (kv_type_ == GgmlType::F16 ? 2 : 4);
 }
 
-// ---- inputs --------------------------------------------------------------------------------
-
-void CudaBackend::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> pos) {
-  settle_all();
-  const size_t n = tokens.size();
-  if (n > in_capacity_) {
-    cuda_check(cudaStreamSynchronize(stream_), "input buffers");
-    cudaFree(dev_in_);
-    cudaFreeHost(host_in_);
-    in_capacity_ = std::max<size_t>(n, 512);
-    cuda_check(cudaMallocHost(&host_in_, 2 * in_capacity_ * sizeof(int32_t)), "cudaMallocHost");
-    dev_in_ = static_cast<int32_t*>(dev_alloc(2 * in_capacity_ * sizeof(int32_t), "token inputs"));
-    ++generation_;
-  } else {
-    cuda_check(cudaEventSynchronize(in_copied_), "input copy");  // the last copy has read the staging
-  }
-  std::memcpy(host_in_, tokens.data(), n * sizeof(int32_t));
-  std::memcpy(host_in_ + in_capacity_, pos.data(), n * sizeof(int32_t));
-  n_in_ = int64_t(n);
-  kv_bucket_ = kMinBucket;
-  if (n) while (kv_bucket_ < int64_t(pos.back()) + 1) kv_bucket_ *= 2;
-  // One copy of the whole staging area: the same node serves every replay of a graph.
-  cuda_check(cudaMemcpyAsync(dev_in_, host_in_, 2 * in_capacity_ * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
-             "input copy");
-  cuda_check(cudaEventRecord(in_copied_, stream_), "input copy");
-}
-
-// ---- graphs --------------------------------------------------------------------------------
-
-// A recorded pass is valid for one length bucket (the attention's split count depends on it).
-uint64_t CudaBackend::graph_key(uint64_t key) const { return key << 32 | uint64_t(kv_bucket_); }
-
-bool CudaBackend::replay(uint64_t key) {
-  if (!graphs_enabled_ || profiling_) return false;
-  key = graph_key(key);
-  auto it = graphs_.find(key);
-  if (it == graphs_.end() || !it->second.exec) return false;
-  if (it->second.generation != generation_) {  // buffers moved since it was recorded
-    cudaGraphExecDestroy(it->second.exec);
-    graphs_.erase(it);
-    return false;
-  }
-  cuda_check(cudaGraphLaunch(it->second.exec, stream_), "cudaGraphLaunch");
-  cuda_check(cudaEventRecord(in_copied_, stream_), "graph");  // the graph's input copy is done
-  return true;
-}
-
-bool CudaBackend::capture_begin(uint64_t key) {
-  if (!graphs_enabled_ || profiling_) return false;
-  key = graph_key(key);
-  Recorded& r = graphs_[key];
-  if (++r.seen < 2) return false;  // the first pass runs eagerly: it sizes scratch and warms caches
-  // The inputs were copied outside the capture (begin_forward ran first): record the copy again
-  // inside, so that replays fetch the fresh staging contents.
-  cuda_check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
-  capturing_ = key;
-  cuda_check(cudaMemcpyAsync(dev_in_, host_in_, 2 * in_capacity_ * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
-             "input copy");
-  return true;
-}
-
-void CudaBackend::capture_end() {
-  // A norm still pending here is the pass's last (the decode output norm, read by the logits
-  // GEMV through x8_ss): its output lives in scratch, which no later op of this pass reads and
-  // the next pass writes anew, so it is dropped rather than run at the end of every replay.
-  pending_norm_ = {};
-  cudaGraph_t g = nullptr;
-  const uint64_t key = capturing_;
-  capturing_ = 0;
-  cuda_check(cudaStreamEndCapture(stream_, &g), "cudaStreamEndCapture");
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
-  cudaGraphDestroy(g);
-  cuda_check(e, "cudaGraphInstantiate");
-  Recorded& r = graphs_[key];
-  r.exec = exec;
-  r.generation = generation_;
-  cuda_check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
-  cuda_check(cudaEventRecord(in_copied_, stream_), "graph");
-}
-
-void CudaBackend::capture_abort() {
-  cudaGraph_t g = nullptr;
-  cudaStreamEndCapture(stream_, &g);
-  if (g) cudaGraphDestroy(g);
-  cudaGetLastError();
-  capturing_ = 0;
-}
-
 // ---- ops -----------------------------------------------------------------------------------
 
 // One kernel-library call as a named op: timed under --profile (bytes and FLOPs give its GB/s and
@@ -374,6 +296,10 @@ const void* CudaBackend::x8(Tensor x) const {
   return same ? shadow8_.data : nullptr;
 }
 
+static bool overlaps(const Tensor& a, const Tensor& b) {
+  return a.data && b.data && a.data < b.data + b.rows * b.cols && b.data < a.data + a.rows * a.cols;
+}
+
 void CudaBackend::embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) {
   settle(out);
   check("embed", int64_t(tokens.size()) == n_in_, "token ids differ from begin_forward's");
@@ -382,6 +308,30 @@ void CudaBackend::embed(const Weight& table, std::span<const int32_t> tokens, Te
     return kn::dequantize_rows(table.type, table.data, table.cols, dev_tokens(), out.rows, out.data, stream_);
   });
   wrote(out);
+}
+
+// One decode row: the lookup also writes the int8 blocks of out * norm and their sums of squares
+// (kernels' RowsX8), and the norm stays pending as after matmul_add_norm: the first layer's
+// Q/K/V GEMV applies it (x8_ss), with no norm kernel between. Otherwise embed, then rmsnorm.
+void CudaBackend::embed_norm(const Weight& table, std::span<const int32_t> tokens, Tensor out, const Weight& norm,
+                             float eps, Tensor h) {
+  const bool fits = split_norm_ && out.rows == 1 && h.rows == 1 && out.cols == h.cols && out.cols <= 4096 &&
+                    wants_x8(h) && !info(table).repacked && !overlaps(out, h);
+  if (!fits) return Backend::embed_norm(table, tokens, out, norm, eps, h);
+  drop_overwritten_norm(h, out);
+  settle(out, h);
+  check("embed", int64_t(tokens.size()) == n_in_, "token ids differ from begin_forward's");
+  kn::RowsX8 x8;
+  x8.q = static_cast<uint8_t*>(make_x8(h));
+  x8.gain = static_cast<const float*>(norm.data);
+  x8.ss = static_cast<double*>(scratch_bytes(size_t(out.cols / 32) * sizeof(double)));
+  const double bytes = double(row_bytes(table.type, table.cols)) + out.cols * 4.0 + double(kn::x8_bytes(out.cols));
+  run_op("embed+norm", bytes, 0, [&] {
+    return kn::dequantize_rows(table.type, table.data, table.cols, dev_tokens(), 1, out.data, stream_, x8);
+  });
+  wrote(out);
+  wrote(h);
+  pending_norm_ = {out, h, x8.gain, eps, x8.q, x8.ss};
 }
 
 void CudaBackend::rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) {
@@ -408,10 +358,6 @@ void CudaBackend::run_rmsnorm(Tensor x, const float* w, float eps, Tensor out) {
   });
   shadow_ = h ? Shadow{out.data, out.rows * out.cols, h, act16_} : Shadow{};
   if (q8) shadow8_ = {out.data, out.rows, out.cols, q8};
-}
-
-static bool overlaps(const Tensor& a, const Tensor& b) {
-  return a.data && b.data && a.data < b.data + b.rows * b.cols && b.data < a.data + a.rows * a.cols;
 }
 
 void CudaBackend::settle_one(const Tensor& t) {
@@ -805,11 +751,12 @@ void CudaBackend::read(Tensor t, float* host) {
   collect_profile();
 }
 
-int32_t CudaBackend::sample(Tensor logits, const SamplerParams& p, std::span<const int32_t> penalty_ids, double u) {
+int32_t CudaBackend::sample(Tensor logits, const SamplerParams& p, std::span<const int32_t> penalty_ids, double u,
+                            bool more) {
   settle(logits);
   const Tensor row = logits.rows_view(logits.rows - 1, 1);
   if (!sample_ids_) {
-    sample_ids_ = static_cast<int32_t*>(dev_alloc((kMaxPenalty + 1) * sizeof(int32_t), "sampling"));
+    sample_ids_ = static_cast<int32_t*>(dev_alloc(kMaxPenalty * sizeof(int32_t), "sampling"));
     owned_.push_back(sample_ids_);
   }
   if (!sample_scratch_) {
@@ -828,11 +775,14 @@ int32_t CudaBackend::sample(Tensor logits, const SamplerParams& p, std::span<con
     cuda_check(cudaStreamSynchronize(stream_), "penalty ids");  // the host span may not outlive this call
     a.penalty_ids = sample_ids_, a.n_penalty = int(n);
   }
+  // The kernel writes the id to pinned host memory itself (no copy-engine transfer after it), and
+  // to dev_sampled_ for a step that runs ahead (cuda_graphs.cpp).
+  a.also = dev_sampled_;
   run_op("sample", double(row.cols) * 8.0, 0,
-         [&] { return kn::sample(row.data, int(row.cols), a, sample_scratch_, sample_ids_ + kMaxPenalty, stream_); });
-  cuda_check(cudaMemcpyAsync(host_id_, sample_ids_ + kMaxPenalty, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
-             "sample");
-  cuda_check(cudaStreamSynchronize(stream_), "sample");
+         [&] { return kn::sample(row.data, int(row.cols), a, sample_scratch_, host_id_dev_, stream_); });
+  if (more && launch_ahead()) cuda_check(cudaEventSynchronize(sampled_), "sample");
+  else cuda_check(cudaStreamSynchronize(stream_), "sample");
+  if (graph_timing_) graph_timing_->id_arrived();
   collect_profile();
   return *host_id_;
 }

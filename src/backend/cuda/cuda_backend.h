@@ -11,11 +11,14 @@
 // GEMVs over 8-row slices.
 //
 // A decode step is captured as a CUDA graph once and replayed: token ids and positions are read
-// from device buffers that begin_forward fills from pinned host memory, and every kernel takes
-// its sequence length from those positions, so the graph needs no update between steps.
+// from device buffers that the graph's first kernel fills from pinned host memory, and every
+// kernel takes its sequence length from those positions, so the graph needs no update between
+// steps. In a generation loop the next step's graph goes out before the host has the sampled id
+// (run-ahead, cuda_graphs.cpp), so the host's turn between steps leaves no gap on the GPU.
 #pragma once
 
 #include "backend/backend.h"
+#include "backend/cuda/graph_timing.h"
 #include "kernels/common/status.h"
 #include "kernels/gemv/gemv.h"
 #include "kernels/ops/ops.h"
@@ -54,6 +57,8 @@ class CudaBackend final : public Backend {
 
   void begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> pos) override;
   void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) override;
+  void embed_norm(const Weight& table, std::span<const int32_t> tokens, Tensor out, const Weight& norm, float eps,
+                  Tensor h) override;
   void rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) override;
   void matmul(const Weight& w, Tensor x, Tensor out) override;
   void matmul_multi(std::span<const Weight* const> w, Tensor x, std::span<const Tensor> out) override;
@@ -79,7 +84,8 @@ class CudaBackend final : public Backend {
   void capture_abort() override;
 
   bool samples_on_device() const override { return true; }
-  int32_t sample(Tensor logits, const SamplerParams& p, std::span<const int32_t> penalty_ids, double u) override;
+  int32_t sample(Tensor logits, const SamplerParams& p, std::span<const int32_t> penalty_ids, double u,
+                 bool more = false) override;
 
   void set_profiling(bool on) override;
   std::string profile_report() override;
@@ -216,14 +222,43 @@ class CudaBackend final : public Backend {
   static constexpr size_t kY8Counters = 16384;
   unsigned* y8_count_ = nullptr;
   const void* x8(Tensor x) const;  // the int8 copy of x, if one is valid
-  // Inputs of the current pass: pinned host staging and device copies ([tokens | positions]).
+  // Inputs of the current pass (cuda_graphs.cpp): pinned host staging [tokens | positions |
+  // stamp] and its device copy [tokens | positions]. begin_forward stages them; the pass's first
+  // op that reads them uploads them first (upload_inputs: one kernel that reads the staging over
+  // the bus), so a recorded graph holds the upload. That kernel then writes the stamp to seen_,
+  // and the host stages again only once it has seen it (wait_staging_read).
   int32_t* host_in_ = nullptr;
+  const int32_t* host_in_dev_ = nullptr;  // host_in_ as the device addresses it
   int32_t* dev_in_ = nullptr;
   size_t in_capacity_ = 0;
   int64_t n_in_ = 0;
-  cudaEvent_t in_copied_ = nullptr;
-  const int32_t* dev_tokens() const { return dev_in_; }
-  const int32_t* dev_pos() const { return dev_in_ + in_capacity_; }
+  int32_t last_pos_ = 0;          // the pass's last position
+  int32_t stamp_ = 0;             // the staging's stamp
+  int32_t* seen_ = nullptr;       // pinned: the stamp of the staging the last upload read
+  int32_t* seen_dev_ = nullptr;   // seen_ as the device addresses it
+  bool inputs_staged_ = false;    // staged since the last upload
+  bool upload_enqueued_ = false;  // an upload of the staging is on the stream
+  void stage_inputs(std::span<const int32_t> tokens, std::span<const int32_t> pos);
+  void wait_staging_read();
+  void upload_inputs();
+  const int32_t* dev_tokens() { upload_inputs(); return dev_in_; }
+  const int32_t* dev_pos() { upload_inputs(); return dev_in_ + in_capacity_; }
+  // Decode run-ahead (LAMINA_RUN_AHEAD=0: off). sample(..., more) after a replayed decode step
+  // enqueues the next step's graph before it waits for the sampled id: staged with the token -1,
+  // which the upload kernel replaces by the id the sampling kernel left in dev_sampled_, and the
+  // next position. begin_forward recognises that step when the caller asks for it (then replay()
+  // has nothing to launch); any other pass simply follows it on the stream, and rewrites the
+  // cache row it wrote before reading it.
+  bool run_ahead_ = true;
+  uint64_t last_graph_ = 0;      // the graph the current pass replayed or recorded (0: none)
+  bool ahead_ = false;           // a step runs ahead, at ahead_pos_, its token the sampled id
+  int32_t ahead_pos_ = 0;
+  uint64_t ahead_graph_ = 0;
+  bool ahead_hit_ = false;       // begin_forward took the step that runs ahead
+  int32_t* dev_sampled_ = nullptr;  // device: the last sampled id
+  cudaEvent_t sampled_ = nullptr;   // after the sampling kernel
+  bool launch_ahead();
+  void launch_graph(cudaGraphExec_t exec);
   // KV cache
   GgmlType kv_type_ = GgmlType::F16;
   int kv_layers_ = 0, kv_ctx_ = 0, kv_dim_ = 0;
@@ -240,8 +275,9 @@ class CudaBackend final : public Backend {
   std::unordered_map<const float*, float*> freq_factors_;  // host Llama 3 factors -> device copy
   // Sampling
   float* sample_scratch_ = nullptr;
-  int32_t* sample_ids_ = nullptr;  // device: penalty ids, then the result at [kMaxPenalty]
-  int32_t* host_id_ = nullptr;     // pinned
+  int32_t* sample_ids_ = nullptr;  // device: penalty ids
+  int32_t* host_id_ = nullptr;     // pinned; the sampling kernel writes it
+  int32_t* host_id_dev_ = nullptr;  // host_id_ as the device addresses it
   // Graphs
   struct Recorded {
     cudaGraphExec_t exec = nullptr;
@@ -251,6 +287,7 @@ class CudaBackend final : public Backend {
   std::map<uint64_t, Recorded> graphs_;
   uint64_t capturing_ = 0;
   bool graphs_enabled_ = true;
+  std::unique_ptr<GraphTiming> graph_timing_;  // LAMINA_GRAPH_TIMING=1
   // Profile
   bool profiling_ = false;
   struct Pending {

@@ -26,4 +26,17 @@ __device__ __forceinline__ void quantize_block32(float v, int64_t k, int64_t blk
   }
 }
 
+// The producer side of an RMSNorm that a dp4a GEMV applies later (GemvProblem::x8, x8_ss): block
+// `blk` of the int8 copy of v * gain, and the block's sum of squares of v (f64) in *ss (written
+// by lane 0; ss may be null). Every lane of the warp must call it.
+__device__ __forceinline__ void quantize_block32_ss(float v, float gain, int64_t k, int64_t blk, uint8_t* row,
+                                                    double* ss) {
+  quantize_block32(v * gain, k, blk, row);
+  if (!ss) return;
+  double s = double(v) * v;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (threadIdx.x % 32 == 0) *ss = s;
+}
+
 }  // namespace lamina::kernels

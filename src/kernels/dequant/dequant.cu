@@ -1,7 +1,12 @@
 // v0 dequantisation kernel: one thread per output element, decoding its block with the same
 // per-element formula as the CPU reference (format/quant_decode.h). Writes are coalesced;
 // block headers are re-read per element and served by L1. A baseline, not yet tuned.
+// With x8 (the decode step's embedding lookup) each warp, which holds 32 consecutive columns of
+// one row, also writes their int8 block of v * gain and the block's sum of squares: the input of
+// the first layer's Q/K/V GEMV with its RMSNorm applied there (no norm kernel of its own).
 #include "format/quant_decode.h"
+#include "kernels/common/pdl.cuh"
+#include "kernels/common/q8_blocks.cuh"
 #include "kernels/dequant/dequant.h"
 
 #include <cuda_runtime.h>
@@ -13,14 +18,19 @@ namespace {
 template <class Block, int N, float (*Decode)(const Block&, int)>
 __global__ void dequantize_rows_kernel(const uint8_t* __restrict__ src, size_t row_stride,
                                        int64_t n_cols, const int32_t* __restrict__ rows,
-                                       int64_t n_rows, float* __restrict__ dst) {
-  const int64_t total = n_cols * n_rows;
+                                       int64_t n_rows, float* __restrict__ dst, RowsX8 x8) {
+  pdl_enter();  // rows may come from the kernel before (the decode step's input upload)
+  const int64_t total = n_cols * n_rows;  // with x8.q: a multiple of 32, so every warp stays whole
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = idx / n_cols, c = idx % n_cols;
     const int64_t src_row = rows ? rows[r] : r;
     const Block* blocks = reinterpret_cast<const Block*>(src + size_t(src_row) * row_stride);
-    dst[idx] = Decode(blocks[c / N], int(c % N));
+    const float v = Decode(blocks[c / N], int(c % N));
+    dst[idx] = v;
+    if (x8.q)
+      quantize_block32_ss(v, x8.gain[c], n_cols, c / 32, x8.q + size_t(r) * x8_bytes(n_cols),
+                          x8.ss + r * (n_cols / 32) + c / 32);
   }
 }
 
@@ -30,20 +40,22 @@ __device__ float decode_bf16(const uint16_t& v, int) { return bf16_to_f32(v); }
 
 template <class Block, int N, float (*Decode)(const Block&, int)>
 void launch(const void* src, size_t row_stride, int64_t n_cols, const int32_t* rows,
-            int64_t n_rows, float* dst, cudaStream_t stream) {
+            int64_t n_rows, float* dst, const RowsX8& x8, cudaStream_t stream) {
   constexpr int threads = 256;
   const int64_t total = n_cols * n_rows;
   const unsigned grid = unsigned(std::min<int64_t>((total + threads - 1) / threads, 65535));
-  dequantize_rows_kernel<Block, N, Decode><<<grid, threads, 0, stream>>>(
-      static_cast<const uint8_t*>(src), row_stride, n_cols, rows, n_rows, dst);
+  launch_pdl(dequantize_rows_kernel<Block, N, Decode>, grid, threads, 0, stream, static_cast<const uint8_t*>(src),
+             row_stride, n_cols, rows, n_rows, dst, x8);
 }
 
 }  // namespace
 
 Status dequantize_rows(GgmlType type, const void* src, int64_t n_cols, const int32_t* rows,
-                       int64_t n_rows, float* dst, cudaStream_t stream) {
+                       int64_t n_rows, float* dst, cudaStream_t stream, const RowsX8& x8) {
   const TypeTraits& tr = traits(type);
   if (!src || !dst) return Status::error("dequantize_rows: null pointer");
+  if (x8.q && (!x8.gain || !x8.ss || n_cols % 32))
+    return Status::error("dequantize_rows: int8 blocks need a gain, sums of squares and a multiple of 32 columns");
   if (n_cols <= 0 || n_rows < 0) return Status::error("dequantize_rows: bad shape " + std::to_string(n_rows) + " x " + std::to_string(n_cols));
   if (n_cols % tr.block_elems)
     return Status::error("dequantize_rows: " + std::to_string(n_cols) + " columns is not a multiple of the " +
@@ -51,21 +63,21 @@ Status dequantize_rows(GgmlType type, const void* src, int64_t n_cols, const int
   if (n_rows == 0) return Status::success();
   const size_t stride = row_bytes(type, n_cols);
   switch (type) {
-    case GgmlType::F32: launch<float, 1, decode_f32>(src, stride, n_cols, rows, n_rows, dst, stream); break;
-    case GgmlType::F16: launch<uint16_t, 1, decode_f16>(src, stride, n_cols, rows, n_rows, dst, stream); break;
-    case GgmlType::BF16: launch<uint16_t, 1, decode_bf16>(src, stride, n_cols, rows, n_rows, dst, stream); break;
-    case GgmlType::Q4_0: launch<block_q4_0, QK, decode_q4_0>(src, stride, n_cols, rows, n_rows, dst, stream); break;
-    case GgmlType::Q4_1: launch<block_q4_1, QK, decode_q4_1>(src, stride, n_cols, rows, n_rows, dst, stream); break;
-    case GgmlType::Q5_0: launch<block_q5_0, QK, decode_q5_0>(src, stride, n_cols, rows, n_rows, dst, stream); break;
-    case GgmlType::Q5_1: launch<block_q5_1, QK, decode_q5_1>(src, stride, n_cols, rows, n_rows, dst, stream); break;
-    case GgmlType::Q8_0: launch<block_q8_0, QK, decode_q8_0>(src, stride, n_cols, rows, n_rows, dst, stream); break;
-    case GgmlType::Q8_1: launch<block_q8_1, QK, decode_q8_1>(src, stride, n_cols, rows, n_rows, dst, stream); break;
-    case GgmlType::Q2_K: launch<block_q2_K, QK_K, decode_q2_K>(src, stride, n_cols, rows, n_rows, dst, stream); break;
-    case GgmlType::Q3_K: launch<block_q3_K, QK_K, decode_q3_K>(src, stride, n_cols, rows, n_rows, dst, stream); break;
-    case GgmlType::Q4_K: launch<block_q4_K, QK_K, decode_q4_K>(src, stride, n_cols, rows, n_rows, dst, stream); break;
-    case GgmlType::Q5_K: launch<block_q5_K, QK_K, decode_q5_K>(src, stride, n_cols, rows, n_rows, dst, stream); break;
-    case GgmlType::Q6_K: launch<block_q6_K, QK_K, decode_q6_K>(src, stride, n_cols, rows, n_rows, dst, stream); break;
-    case GgmlType::Q8_K: launch<block_q8_K, QK_K, decode_q8_K>(src, stride, n_cols, rows, n_rows, dst, stream); break;
+    case GgmlType::F32: launch<float, 1, decode_f32>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
+    case GgmlType::F16: launch<uint16_t, 1, decode_f16>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
+    case GgmlType::BF16: launch<uint16_t, 1, decode_bf16>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
+    case GgmlType::Q4_0: launch<block_q4_0, QK, decode_q4_0>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
+    case GgmlType::Q4_1: launch<block_q4_1, QK, decode_q4_1>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
+    case GgmlType::Q5_0: launch<block_q5_0, QK, decode_q5_0>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
+    case GgmlType::Q5_1: launch<block_q5_1, QK, decode_q5_1>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
+    case GgmlType::Q8_0: launch<block_q8_0, QK, decode_q8_0>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
+    case GgmlType::Q8_1: launch<block_q8_1, QK, decode_q8_1>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
+    case GgmlType::Q2_K: launch<block_q2_K, QK_K, decode_q2_K>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
+    case GgmlType::Q3_K: launch<block_q3_K, QK_K, decode_q3_K>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
+    case GgmlType::Q4_K: launch<block_q4_K, QK_K, decode_q4_K>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
+    case GgmlType::Q5_K: launch<block_q5_K, QK_K, decode_q5_K>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
+    case GgmlType::Q6_K: launch<block_q6_K, QK_K, decode_q6_K>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
+    case GgmlType::Q8_K: launch<block_q8_K, QK_K, decode_q8_K>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
   }
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return Status::error(std::string("dequantize_rows: launch failed: ") + cudaGetErrorString(err));

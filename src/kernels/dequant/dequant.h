@@ -11,11 +11,20 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace lamina::kernels {
 
+// Optional int8 copy of dequantize_rows' output for a dp4a GEMV that applies an RMSNorm
+// (GemvProblem::x8 / x8_ss; layout in kernels/common/q8_blocks.h). All device, or all null.
+struct RowsX8 {
+  uint8_t* q = nullptr;        // [n_rows][x8_bytes(n_cols)]: the int8 blocks of dst[r] * gain
+  const float* gain = nullptr;  // [n_cols]: the norm's weight
+  double* ss = nullptr;         // [n_rows][n_cols / 32]: each 32-block's sum of squares of dst[r]
+};
+
 // dst[r][i] = element i of row rows[r] of src (rows of n_cols elements in `type`'s layout).
 //   src:  [n_src_rows][row_bytes(type, n_cols)]   device
 //   rows: [n_rows] int32 row indices, or nullptr for rows 0..n_rows-1   device
 //   dst:  [n_rows][n_cols] f32   device
+//   x8:   also the int8 blocks of dst * gain and their sums of squares (n_cols % 32 == 0)
 Status dequantize_rows(GgmlType type, const void* src, int64_t n_cols, const int32_t* rows,
-                       int64_t n_rows, float* dst, cudaStream_t stream);
+                       int64_t n_rows, float* dst, cudaStream_t stream, const RowsX8& x8 = {});
 
 }  // namespace lamina::kernels

@@ -79,17 +79,9 @@ inline Epilogue epilogue_of(const GemvProblem& p) {
 template <class Value>
 __device__ __forceinline__ void write_y8_gained(const Epilogue& ep, int64_t blk, int64_t n, int batch, Value value,
                                                 float gain) {
-  const int lane = threadIdx.x % 32;
-  for (int b = 0; b < batch; ++b) {
-    const float v = value(b);
-    quantize_block32(ep.y8_gain ? v * gain : v, n, blk, ep.y8 + size_t(b) * x8_bytes(n));
-    if (ep.y8_ss) {
-      double ss = double(v) * v;
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-      if (lane == 0) ep.y8_ss[b * (n / 32) + blk] = ss;
-    }
-  }
+  for (int b = 0; b < batch; ++b)
+    quantize_block32_ss(value(b), ep.y8_gain ? gain : 1.f, n, blk, ep.y8 + size_t(b) * x8_bytes(n),
+                        ep.y8_ss ? ep.y8_ss + b * (n / 32) + blk : nullptr);
 }
 
 template <class Value>

@@ -161,6 +161,20 @@ __global__ void copy_columns_kernel(const float* __restrict__ src, int64_t rows,
     dst[i] = src[(i / n_cols) * src_cols + col0 + i % n_cols];
 }
 
+// The first kernel of a pass (no PDL wait: nothing before it in the pass; the lookup after it
+// launches at once and waits for it). One block, so that the stamp goes out after every thread's
+// reads.
+__global__ void upload_inputs_kernel(const int32_t* __restrict__ src, int32_t* __restrict__ dst, int64_t n,
+                                     const int32_t* __restrict__ sampled, int32_t* __restrict__ seen) {
+  pdl_launch_dependents();
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const int32_t v = src[i];
+    dst[i] = v < 0 ? *sampled : v;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) *reinterpret_cast<volatile int32_t*>(seen) = src[n];
+}
+
 template <class T>
 __global__ void convert_kernel(const float* __restrict__ x, int64_t n, T* __restrict__ out) {
   pdl_enter();
@@ -226,6 +240,13 @@ Status copy_columns(const float* src, int64_t rows, int64_t src_cols, int64_t co
     return Status::error("copy_columns: bad arguments");
   if (rows) launch_pdl(copy_columns_kernel, grid_for(rows * n_cols, 256), 256, 0, s, src, rows, src_cols, col0, n_cols, dst);
   return launch_status("copy_columns");
+}
+
+Status upload_inputs(const int32_t* src, int32_t* dst, int64_t n, const int32_t* sampled, int32_t* seen,
+                     cudaStream_t s) {
+  if (!src || !dst || !sampled || !seen || n < 0) return Status::error("upload_inputs: bad arguments");
+  upload_inputs_kernel<<<1, 1024, 0, s>>>(src, dst, n, sampled, seen);
+  return launch_status("upload_inputs");
 }
 
 Status convert_f32(const float* x, int64_t n, GgmlType to, void* out, cudaStream_t s) {

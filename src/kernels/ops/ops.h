@@ -117,6 +117,14 @@ Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const
                          const AttentionArgs& a, float* out, cudaStream_t s, void* out16 = nullptr,
                          GgmlType t16 = GgmlType::F16, PrefillAttention variant = PrefillAttention::V2Pipelined);
 
+// A pass's token and position inputs from pinned host memory, read by the kernel over the bus
+// (no copy-engine transfer; a graph node): dst[i] = src[i] for i < n, except that a negative
+// src[i] takes *sampled (device: the id the last sampling kernel wrote, for a decode step
+// enqueued before the host had it). Then src[n], a stamp, is written to *seen (pinned host
+// memory), once every src[i] has been read: the host may stage the next inputs when it sees it.
+Status upload_inputs(const int32_t* src, int32_t* dst, int64_t n, const int32_t* sampled, int32_t* seen,
+                     cudaStream_t s);
+
 // Sampling over one logits row (n_vocab f32, device). Matches model/sampler.h's rules; the draw
 // uses `u` (uniform in [0, 1)) over the kept tokens in token order. Writes the id to *out.
 struct SampleArgs {
@@ -128,6 +136,7 @@ struct SampleArgs {
   const int32_t* penalty_ids = nullptr;  // device, distinct token ids to penalise
   int n_penalty = 0;
   double u = 0.0;
+  int32_t* also = nullptr;  // device, optional: a second copy of the id
 };
 Status sample(const float* logits, int n_vocab, const SampleArgs& a, float* scratch, int32_t* out, cudaStream_t s);
 size_t sample_scratch_floats(int n_vocab);

@@ -1,0 +1,192 @@
+// The CUDA backend's pass inputs, recorded graphs and decode run-ahead (cuda_backend.h says what
+// each member is for).
+//
+// Run-ahead, measured (H100, llama2-7b q4_0 preset, LAMINA_GRAPH_TIMING=1, 2026-11-23): a decode
+// graph took 1800.6 µs on the GPU while a token took 1820.5 µs; in between the host woke from
+// the sampling kernel, took its turn (3.8 µs) and spent 8.3 µs inside cudaGraphLaunch, with the
+// GPU idle. Enqueueing the next step before waiting for the id moves all of that off the GPU's
+// path.
+#include "backend/cuda/cuda_backend.h"
+
+#include "backend/cuda/cuda_check.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace lamina {
+
+namespace kn = kernels;
+
+// ---- inputs --------------------------------------------------------------------------------
+
+void CudaBackend::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> pos) {
+  settle_all();
+  last_graph_ = 0;
+  ahead_hit_ = false;
+  if (ahead_) {
+    ahead_ = false;
+    // The step that runs ahead is this one: its inputs are staged ({-1, pos}: the upload takes
+    // the token from dev_sampled_, which holds this id until the next sampling kernel runs).
+    if (tokens.size() == 1 && pos.size() == 1 && pos[0] == ahead_pos_ && tokens[0] == *host_id_) {
+      ahead_hit_ = true;
+      inputs_staged_ = true;
+      return;
+    }
+  }
+  stage_inputs(tokens, pos);
+}
+
+void CudaBackend::stage_inputs(std::span<const int32_t> tokens, std::span<const int32_t> pos) {
+  const size_t n = tokens.size();
+  if (n > in_capacity_) {
+    cuda_check(cudaStreamSynchronize(stream_), "input buffers");
+    cudaFree(dev_in_);
+    cudaFreeHost(host_in_);
+    in_capacity_ = std::max<size_t>(n, 512);
+    cuda_check(cudaMallocHost(&host_in_, (2 * in_capacity_ + 1) * sizeof(int32_t)), "cudaMallocHost");
+    void* mapped = nullptr;
+    cuda_check(cudaHostGetDevicePointer(&mapped, host_in_, 0), "cudaHostGetDevicePointer");
+    host_in_dev_ = static_cast<const int32_t*>(mapped);
+    dev_in_ = static_cast<int32_t*>(dev_alloc(2 * in_capacity_ * sizeof(int32_t), "token inputs"));
+    upload_enqueued_ = false;
+    ++generation_;
+  } else {
+    wait_staging_read();
+  }
+  std::memcpy(host_in_, tokens.data(), n * sizeof(int32_t));
+  std::memcpy(host_in_ + in_capacity_, pos.data(), n * sizeof(int32_t));
+  host_in_[2 * in_capacity_] = ++stamp_;
+  n_in_ = int64_t(n);
+  last_pos_ = n ? pos.back() : 0;
+  kv_bucket_ = kMinBucket;
+  if (n) while (kv_bucket_ < int64_t(last_pos_) + 1) kv_bucket_ *= 2;
+  inputs_staged_ = true;
+}
+
+// The last upload on the stream has read the staging (its stamp arrived), or the stream is idle.
+void CudaBackend::wait_staging_read() {
+  if (!upload_enqueued_) return;
+  const volatile int32_t* seen = seen_;
+  while (*seen != stamp_) {
+    const cudaError_t e = cudaStreamQuery(stream_);
+    if (e == cudaSuccess) break;  // idle: every upload has run
+    if (e != cudaErrorNotReady) cuda_check(e, "input upload");
+  }
+  upload_enqueued_ = false;
+}
+
+// One upload of the whole staging area: the same node serves every replay of a graph.
+void CudaBackend::upload_inputs() {
+  if (!inputs_staged_) return;
+  inputs_staged_ = false;
+  const kn::Status st =
+      kn::upload_inputs(host_in_dev_, dev_in_, int64_t(2 * in_capacity_), dev_sampled_, seen_dev_, stream_);
+  check("input upload", st.ok, st.message);
+  upload_enqueued_ = true;  // recorded into a graph, it runs at the launch that ends the recording
+}
+
+// ---- graphs --------------------------------------------------------------------------------
+
+// A recorded pass is valid for one length bucket (the attention's split count depends on it).
+uint64_t CudaBackend::graph_key(uint64_t key) const { return key << 32 | uint64_t(kv_bucket_); }
+
+void CudaBackend::launch_graph(cudaGraphExec_t exec) {
+  if (graph_timing_) graph_timing_->launch_begin();
+  cuda_check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
+  if (graph_timing_) graph_timing_->launch_end();
+  upload_enqueued_ = true;  // the graph's first node uploads the staging
+  inputs_staged_ = false;
+}
+
+bool CudaBackend::replay(uint64_t key) {
+  if (!graphs_enabled_ || profiling_) return false;
+  key = graph_key(key);
+  if (ahead_hit_) {  // already on the stream
+    ahead_hit_ = false;
+    if (key == ahead_graph_) {
+      last_graph_ = key;
+      inputs_staged_ = false;
+      return true;
+    }
+  }
+  auto it = graphs_.find(key);
+  if (it == graphs_.end() || !it->second.exec) return false;
+  if (it->second.generation != generation_) {  // buffers moved since it was recorded
+    cudaGraphExecDestroy(it->second.exec);
+    graphs_.erase(it);
+    return false;
+  }
+  launch_graph(it->second.exec);
+  last_graph_ = key;
+  return true;
+}
+
+bool CudaBackend::capture_begin(uint64_t key) {
+  if (!graphs_enabled_ || profiling_) return false;
+  key = graph_key(key);
+  Recorded& r = graphs_[key];
+  if (++r.seen < 2) return false;  // the first pass runs eagerly: it sizes scratch and warms caches
+  // The inputs are still staged (begin_forward ran first): the pass's first op that reads them
+  // records their upload, so that replays fetch the fresh staging contents.
+  inputs_staged_ = true;
+  cuda_check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  capturing_ = key;
+  if (graph_timing_) graph_timing_->capture_first(stream_);
+  return true;
+}
+
+void CudaBackend::capture_end() {
+  // A norm still pending here is the pass's last (the decode output norm, read by the logits
+  // GEMV through x8_ss): its output lives in scratch, which no later op of this pass reads and
+  // the next pass writes anew, so it is dropped rather than run at the end of every replay.
+  pending_norm_ = {};
+  cudaGraph_t g = nullptr;
+  const uint64_t key = capturing_;
+  capturing_ = 0;
+  if (graph_timing_) graph_timing_->capture_last(stream_);
+  cuda_check(cudaStreamEndCapture(stream_, &g), "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+  cudaGraphDestroy(g);
+  cuda_check(e, "cudaGraphInstantiate");
+  Recorded& r = graphs_[key];
+  r.exec = exec;
+  r.generation = generation_;
+  cuda_check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
+  upload_enqueued_ = true;
+  last_graph_ = key;
+}
+
+void CudaBackend::capture_abort() {
+  cudaGraph_t g = nullptr;
+  cudaStreamEndCapture(stream_, &g);
+  if (g) cudaGraphDestroy(g);
+  cudaGetLastError();
+  capturing_ = 0;
+}
+
+// ---- run-ahead -----------------------------------------------------------------------------
+
+// After the sampling kernel of a pass that ran a recorded one-token graph: the same graph for the
+// next position (while it stays in the same length bucket and inside the cache), its token the
+// sampled id. Records sampled_ first, for the host to wait on.
+bool CudaBackend::launch_ahead() {
+  if (!run_ahead_ || !last_graph_ || n_in_ != 1 || int64_t(last_pos_) + 1 >= kv_ctx_ ||
+      int64_t(last_pos_) + 1 >= kv_bucket_)
+    return false;
+  const auto it = graphs_.find(last_graph_);
+  if (it == graphs_.end() || !it->second.exec || it->second.generation != generation_) return false;
+  cuda_check(cudaEventRecord(sampled_, stream_), "sample");
+  const uint64_t key = last_graph_;
+  const int32_t token = -1, pos = last_pos_ + 1;
+  stage_inputs(std::span<const int32_t>(&token, 1), std::span<const int32_t>(&pos, 1));
+  launch_graph(it->second.exec);
+  ahead_ = true;
+  ahead_pos_ = pos;
+  ahead_graph_ = key;
+  return true;
+}
+
+}  // namespace lamina
