@@ -142,6 +142,15 @@ class Backend {
     rope_attention(layer, q, k, v, pos, rope_p, p, att);
     matmul_add_norm(wo, att, x, norm, eps, out);
   }
+  // A layer's attention half without biases: q, k, v = the stacked Q/K/V matmul of x
+  // (matmul_multi), then attention_out. Backends may fuse the matmul with the attention.
+  virtual void attention_block(int layer, std::span<const Weight* const> wqkv, Tensor x, Tensor q, Tensor k, Tensor v,
+                               std::span<const int32_t> pos, const RopeParams& rope_p, const AttentionParams& p,
+                               Tensor att, const Weight& wo, Tensor res, const Weight& norm, float eps, Tensor out) {
+    const Tensor qkv[] = {q, k, v};
+    matmul_multi(wqkv, x, qkv);
+    attention_out(layer, q, k, v, pos, rope_p, p, att, wo, res, norm, eps, out);
+  }
   virtual void swiglu(Tensor gate, Tensor up) = 0;                 // gate = silu(gate) * up
   virtual void read(Tensor t, float* host) = 0;                    // copy rows to host
 

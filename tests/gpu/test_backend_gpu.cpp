@@ -617,6 +617,84 @@ TEST(BackendOps, AttentionOutFused) {
   unsetenv("LAMINA_ATTN_WO");
 }
 
+// attention_block: the stacked Q/K/V matmul, then attention_out. With LAMINA_QKV_ATTN=1 one
+// decode row at short context with a repacked q4_0 / q8_0 stack of 128-wide heads and no GQA
+// runs qkv_attention (each head's attention in the GEMV block that completes its rows); the
+// rest falls back. Against the CPU: q
+// (rotated), the attention output, the residual, the norm's output and a GEMV that takes the
+// pending norm; h comes in as a pending norm (x8 and sums of squares) as in the decode chain.
+// Rows past position 128 take the kernel's second barrier; the last row is past the 256 bucket.
+TEST(BackendOps, AttentionBlockFused) {
+  std::mt19937 rng(33);
+  setenv("LAMINA_QKV_ATTN", "1", 1);  // opt-in (measured slower in the decode chain)
+  struct Case {
+    int n_head, n_head_kv, head_dim;
+    GgmlType wt;
+    int64_t E;
+  };
+  for (const Case& c : {Case{8, 8, 128, GgmlType::Q4_0, 512}, Case{32, 32, 128, GgmlType::Q8_0, 4096},
+                        Case{4, 4, 64, GgmlType::Q4_0, 256}, Case{8, 2, 128, GgmlType::Q8_0, 512},
+                        Case{4, 4, 128, GgmlType::Q4_K, 512}}) {
+    Both b;
+    const int n_ctx = 300, kvd = c.n_head_kv * c.head_dim, qd = c.n_head * c.head_dim;
+    const int64_t F = 64;
+    SCOPED_TRACE(testing::Message() << type_name(c.wt) << " heads " << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim);
+    b.cpu.init_kv_cache(1, n_ctx, kvd, GgmlType::F16), b.gpu.init_kv_cache(1, n_ctx, kvd, GgmlType::F16);
+    // q and k come out of the GEMV with variance E * 0.25 (N(0, 1) weights, h of RMS 1 times a
+    // gain of sd 0.5): scores scaled to O(1), so that the comparison measures the kernels and not
+    // a softmax that turns the int8 rounding of h into large weight changes (at 1/sqrt(hd) the
+    // scores are in the hundreds; the unfused paths then differ from the CPU by 7-24 % too).
+    const float score_scale = 1.f / (std::sqrt(float(c.head_dim)) * 0.25f * float(c.E));
+    const AttentionParams ap{c.n_head, c.n_head_kv, c.head_dim, score_scale};
+    const RopeParams rp{c.head_dim, 10000.f, 1.f, false, nullptr};
+    std::vector<std::vector<uint8_t>> qkv_bytes, wo_bytes, down_bytes, f_bytes;
+    const int64_t qkv_rows[3] = {qd, kvd, kvd}, e_rows[1] = {c.E}, f_rows[1] = {F};
+    const std::vector<GgufTensor> qkv = random_matrices(c.wt, qkv_rows, c.E, qkv_bytes, rng);
+    const std::vector<GgufTensor> wo = random_matrices(c.wt, e_rows, qd, wo_bytes, rng);
+    const std::vector<GgufTensor> down = random_matrices(GgmlType::Q8_0, e_rows, F, down_bytes, rng);
+    const std::vector<GgufTensor> wf = random_matrices(GgmlType::Q8_0, f_rows, c.E, f_bytes, rng);
+    const GgufTensor* tp[] = {&qkv[0], &qkv[1], &qkv[2]};
+    const std::vector<Weight> sc = b.cpu.load_stacked(tp), sg = b.gpu.load_stacked(tp);
+    auto both = [&](const GgufTensor& t) { return std::pair{b.cpu.load_weight(t, WeightUse::Matmul), b.gpu.load_weight(t, WeightUse::Matmul)}; };
+    const auto [woc, wog] = both(wo[0]);
+    const auto [dc, dg] = both(down[0]);
+    const auto [fc, fg] = both(wf[0]);
+    auto [n1c, n1g] = b.weight(GgmlType::F32, 1, c.E, f32_bytes(randn(size_t(c.E), rng, 0.5f)), WeightUse::Vector);
+    auto [n2c, n2g] = b.weight(GgmlType::F32, 1, c.E, f32_bytes(randn(size_t(c.E), rng, 0.5f)), WeightUse::Vector);
+    const bool fusable = c.n_head == c.n_head_kv && c.head_dim == 128 && c.wt != GgmlType::Q4_K;
+    int past = 0;
+    for (int rows : {23, 1, 1, 104, 1, 1, 130, 1}) {
+      std::vector<int32_t> pos(static_cast<size_t>(rows)), toks(static_cast<size_t>(rows), 0);
+      for (int i = 0; i < rows; ++i) pos[size_t(i)] = past + i;
+      b.begin(toks, pos);
+      b.gpu.profile_reset();
+      b.gpu.set_profiling(true);
+      const auto xh = randn(size_t(rows * c.E), rng, 2.f), ah = randn(size_t(rows * F), rng);
+      auto pass = [&](Backend& be, const std::vector<Weight>& s, const Weight& o, const Weight& d, const Weight& f,
+                      const Weight& n1, const Weight& n2) {
+        Tensor x = b.put(be, xh, rows, c.E), a = b.put(be, ah, rows, F), h = be.alloc(rows, c.E);
+        Tensor q = be.alloc(rows, qd), k = be.alloc(rows, kvd), v = be.alloc(rows, kvd), att = be.alloc(rows, qd);
+        Tensor y = be.alloc(rows, F);
+        const Weight* pw[] = {&s[0], &s[1], &s[2]};
+        be.matmul_add_norm(d, a, x, n1, 1e-5f, h);  // h: the pending norm of the decode chain
+        be.attention_block(0, pw, h, q, k, v, pos, rp, ap, att, o, x, n2, 1e-5f, h);
+        be.matmul(f, h, y);
+        return std::vector<std::vector<float>>{b.get(be, q), b.get(be, att), b.get(be, x), b.get(be, y), b.get(be, h)};
+      };
+      const auto want = pass(b.cpu, sc, woc, dc, fc, n1c, n2c), got = pass(b.gpu, sg, wog, dg, fg, n1g, n2g);
+      b.gpu.set_profiling(false);
+      const std::string at = "rows " + std::to_string(rows) + " at " + std::to_string(past);
+      for (size_t i = 0; i < want.size(); ++i) EXPECT_LE(rel(got[i], want[i]), 3e-2) << "output " << i << " " << at;
+      const std::string report = b.gpu.profile_report();
+      const bool fused = report.find("gemv+norm+attention") != std::string::npos ||
+                         report.find("gemv+attention") != std::string::npos;
+      EXPECT_EQ(fused, fusable && rows == 1 && past < 256) << at << "\n" << report;
+      past += rows;
+    }
+  }
+  unsetenv("LAMINA_QKV_ATTN");
+}
+
 // The sampling rules of model/sampler.cpp with the draw r = u * sum (the GPU's).
 int32_t host_sample(std::vector<float> l, const SamplerParams& p, const std::vector<int32_t>& pen, double u) {
   for (int32_t t : pen) l[size_t(t)] = l[size_t(t)] > 0 ? l[size_t(t)] / p.repeat_penalty : l[size_t(t)] * p.repeat_penalty;

@@ -8,6 +8,7 @@
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemv/gemv.h"
 #include "kernels/ops/ops.h"
+#include "kernels/ops/qkv_attention.h"
 #include "model/sampler.h"
 #include "model/session.h"
 
@@ -62,6 +63,7 @@ CudaBackend::CudaBackend(int device, bool exact) : device_(device), exact_(exact
   if (const char* v = std::getenv("LAMINA_FUSED_NORM")) defer_norm_ = std::string(v) == "1";
   if (const char* v = std::getenv("LAMINA_SPLIT_NORM")) split_norm_ = std::string(v) != "0";
   if (const char* v = std::getenv("LAMINA_ATTN_WO")) attn_wo_ = std::string(v) == "1";
+  if (const char* v = std::getenv("LAMINA_QKV_ATTN")) qkv_attn_ = std::string(v) == "1";
   if (const char* v = std::getenv("LAMINA_ATTN_DECODE")) {
     check("init", std::string(v) == "single" || std::string(v) == "split",
           fmt::format("LAMINA_ATTN_DECODE={}: expected single or split", v));
@@ -247,9 +249,10 @@ void CudaBackend::init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType typ
   gemm_work_bytes_ = kGemmWorkBytes;
   gemm_work_ = dev_alloc(gemm_work_bytes_, "GEMM split-K workspace");
   owned_.push_back(gemm_work_);
-  y8_count_ = static_cast<unsigned*>(dev_alloc(kY8Counters * sizeof(unsigned), "GEMV y8 counters"));
+  y8_count_ = static_cast<unsigned*>(dev_alloc((kY8Counters + kHeadCounters) * sizeof(unsigned), "GEMV counters"));
   owned_.push_back(y8_count_);
-  cuda_check(cudaMemset(y8_count_, 0, kY8Counters * sizeof(unsigned)), "cudaMemset");
+  cuda_check(cudaMemset(y8_count_, 0, (kY8Counters + kHeadCounters) * sizeof(unsigned)), "cudaMemset");
+  head_count_ = y8_count_ + kY8Counters;
   graphs_.clear();
 }
 
@@ -392,6 +395,14 @@ void CudaBackend::take_norm(Tensor x, kn::GemvProblem& p) {
   pending_norm_ = {};
 }
 
+void CudaBackend::gemv_x(Tensor x, kn::GemvProblem& p) {
+  if (x.rows <= kn::kGemvMaxBatch) {
+    p.x8 = x8(x);
+    take_norm(x, p);
+  }
+  if (!p.norm_w) settle(x);  // x is the pending norm's output, taken as its parts
+}
+
 const void* CudaBackend::x16(Tensor x, GgmlType type) {
   if (shadow_.src == x.data && shadow_.n == x.rows * x.cols && shadow_.type == type) return shadow_.data;
   void* h = scratch_bytes(size_t(x.rows * x.cols) * 2);
@@ -409,11 +420,7 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
   // of x, and matmul_add_norm's y8 fields (norm_y).
   kn::GemvProblem base = norm_y ? *norm_y : kn::GemvProblem{};
   base.wtype = w.type, base.layout = layout, base.w = w.data, base.n = w.rows, base.k = w.cols;
-  if (x.rows <= kn::kGemvMaxBatch) {
-    base.x8 = x8(x);
-    take_norm(x, base);
-  }
-  if (!base.norm_w) settle(x);  // x is the pending norm's output, taken as its parts
+  gemv_x(x, base);
   settle(out);
   wrote(out);
   if (x.rows > kn::kGemvMaxBatch && !exact_) {
@@ -458,8 +465,8 @@ void CudaBackend::matmul(const Weight& w, Tensor x, Tensor out) { run_matmul(w, 
 // Parts of one stack, in order and complete: one matmul over the stack. Its output is written
 // in place when the outputs lie back to back (one row: q, k, v allocated one after the other),
 // else into scratch and split by columns.
-void CudaBackend::matmul_multi(std::span<const Weight* const> w, Tensor x, std::span<const Tensor> out) {
-  for (const Tensor& o : out) settle(o);
+// The parts w of one stack (load_stacked), in order and complete: the stack as one weight.
+bool CudaBackend::whole_stack(std::span<const Weight* const> w, Weight& stacked, DevWeight& ds) {
   const DevWeight& d0 = info(*w[0]);
   bool whole = d0.stack != nullptr;
   int64_t rows = 0;
@@ -468,19 +475,28 @@ void CudaBackend::matmul_multi(std::span<const Weight* const> w, Tensor x, std::
     whole = d.stack == d0.stack && d.part == int(i) && d.row0 == rows;
     rows += w[i]->rows;
   }
-  if (!whole || rows != d0.stack_rows) {
+  if (!whole || rows != d0.stack_rows) return false;
+  stacked = Weight{w[0]->type, w[0]->cols, rows, d0.stack};
+  ds = DevWeight{d0.repacked, d0.bytes * size_t(rows) / size_t(w[0]->rows)};
+  return true;
+}
+
+void CudaBackend::matmul_multi(std::span<const Weight* const> w, Tensor x, std::span<const Tensor> out) {
+  for (const Tensor& o : out) settle(o);
+  Weight stacked;
+  DevWeight ds;
+  if (!whole_stack(w, stacked, ds)) {
     for (size_t i = 0; i < w.size(); ++i) matmul(*w[i], x, out[i]);
     return;
   }
   // Prompt rows of a plain (not repacked) stack: one GEMM per part straight into its output.
   // Measured at pp512 on the 7B f16 model: three 4096-wide GEMMs cost less than the stacked
   // GEMM plus the three column copies (see docs/benchmarks.md).
-  if (x.rows > kn::kGemvMaxBatch && !d0.repacked) {
+  if (x.rows > kn::kGemvMaxBatch && !ds.repacked) {
     for (size_t i = 0; i < w.size(); ++i) matmul(*w[i], x, out[i]);
     return;
   }
-  const Weight stacked{w[0]->type, w[0]->cols, rows, d0.stack};
-  const DevWeight ds{d0.repacked, d0.bytes * size_t(rows) / size_t(w[0]->rows)};
+  const int64_t rows = stacked.rows;
   bool adjacent = x.rows == 1;
   for (size_t i = 1; i < out.size() && adjacent; ++i) adjacent = out[i].data == out[i - 1].data + out[i - 1].cols;
   if (adjacent) return run_matmul(stacked, ds, x, Tensor{out[0].data, 1, rows}, false);
@@ -696,6 +712,47 @@ void CudaBackend::attention_out(int layer, Tensor q, Tensor k, Tensor v, std::sp
   });
   wrote(att), wrote(x), wrote(out);
   pending_norm_ = {x, out, wa.gain, eps, wa.y8, wa.y8_ss};
+}
+
+// With LAMINA_QKV_ATTN=1, one decode row at short context over a repacked q4_0 / q8_0 Q/K/V
+// stack of 128-wide heads without GQA: the GEMV runs each head's attention in the block that
+// completes the head's rows (qkv_attention: one kernel where the chain has the GEMV and
+// attention_decode_rope), then Wo as attention_out's unfused path. Measured slower (27 us a
+// layer against 11.7 + 4.2 apart, docs/benchmarks.md), so off by default. Otherwise (default)
+// matmul_multi, then attention_out.
+void CudaBackend::attention_block(int layer, std::span<const Weight* const> wqkv, Tensor x, Tensor q, Tensor k,
+                                  Tensor v, std::span<const int32_t> pos, const RopeParams& rope_p,
+                                  const AttentionParams& p, Tensor att, const Weight& wo, Tensor res,
+                                  const Weight& norm, float eps, Tensor out) {
+  const Tensor qkv{q.data, 1, q.cols + k.cols + v.cols};
+  Weight stacked;
+  DevWeight ds;
+  const bool candidate = qkv_attn_ && !exact_ && x.rows == 1 && x.cols <= 4096 && kv_bucket_ == kMinBucket &&
+                         single_pass_attention_ && wqkv.size() == 3 && q.rows == 1 && k.rows == 1 && v.rows == 1 &&
+                         att.rows == 1 && k.data == q.data + q.cols && v.data == k.data + k.cols &&
+                         !overlaps(x, qkv) && !overlaps(att, qkv) && !overlaps(att, x) &&
+                         whole_stack(wqkv, stacked, ds) && ds.repacked;
+  if (!candidate) return Backend::attention_block(layer, wqkv, x, q, k, v, pos, rope_p, p, att, wo, res, norm, eps, out);
+  const LayerCache c = layer_cache(layer, q, pos, p);
+  const kn::RopeArgs r = rope_args(p.n_head, p.head_dim, rope_p);
+  kn::GemvProblem gp;
+  gp.wtype = stacked.type, gp.layout = kn::WeightLayout::Repacked, gp.w = stacked.data;
+  gp.n = stacked.rows, gp.k = stacked.cols, gp.batch = 1, gp.y = q.data;
+  if (!kn::qkv_attention_supported(gp, c.a, r))
+    return Backend::attention_block(layer, wqkv, x, q, k, v, pos, rope_p, p, att, wo, res, norm, eps, out);
+  settle(q, k, v, att);
+  gemv_x(x, gp);
+  if (!gp.norm_w) gp.x = x.data;
+  wrote(q), wrote(k), wrote(v), wrote(att);
+  kn::QkvAttnArgs ta;
+  ta.r = r, ta.a = c.a, ta.pos = dev_pos(), ta.k_cache = c.k, ta.v_cache = c.v;
+  ta.out = att.data, ta.out8 = make_x8(att), ta.counters = head_count_;
+  const auto [kv_read, flops] = attention_cost(q, pos, p);
+  const double bytes = double(ds.bytes) + double(x.cols) * 4.0 + kv_read + double(qkv.cols + att.cols) * 4.0;
+  run_op(op_name(gp.norm_w ? "gemv+norm+attention" : "gemv+attention", stacked), bytes,
+         flops + 2.0 * double(stacked.rows) * double(stacked.cols), [&] { return kn::qkv_attention(gp, ta, stream_); });
+  if (ta.out8) shadow8_ = {att.data, att.rows, att.cols, ta.out8};
+  matmul_add_norm(wo, att, res, norm, eps, out);
 }
 
 // Attention reads K and V of every position up to the last one (the host knows the positions);

@@ -75,6 +75,9 @@ class CudaBackend final : public Backend {
   void attention_out(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos, const RopeParams& rope_p,
                      const AttentionParams& p, Tensor att, const Weight& wo, Tensor x, const Weight& norm, float eps,
                      Tensor out) override;
+  void attention_block(int layer, std::span<const Weight* const> wqkv, Tensor x, Tensor q, Tensor k, Tensor v,
+                       std::span<const int32_t> pos, const RopeParams& rope_p, const AttentionParams& p, Tensor att,
+                       const Weight& wo, Tensor res, const Weight& norm, float eps, Tensor out) override;
   void swiglu(Tensor gate, Tensor up) override;
   void read(Tensor t, float* host) override;
 
@@ -152,6 +155,10 @@ class CudaBackend final : public Backend {
   void run_rmsnorm(Tensor x, const float* w, float eps, Tensor out);
   // The pending norm whose output is x, if any: fills p's norm fields, clears it.
   void take_norm(Tensor x, kernels::GemvProblem& p);
+  // A GEMV's x: decode rows' int8 copy or the pending norm whose output x is (take_norm);
+  // otherwise x is settled. Sets p.x8 and the norm fields (p.x is the caller's).
+  void gemv_x(Tensor x, kernels::GemvProblem& p);
+  bool whole_stack(std::span<const Weight* const> w, Weight& stacked, DevWeight& ds);
   // Attention: the layer's cache and kernel arguments (after checking the positions), and the
   // attention kernels over it (prefill or flash-decoding) once k and v are stored.
   struct LayerCache {
@@ -194,6 +201,12 @@ class CudaBackend final : public Backend {
   size_t attn_wo_floats_ = 0;
   unsigned* attn_wo_count_ = nullptr;
   static constexpr int64_t kAttnWoCounters = 1024;  // one per 32 rows of x
+  // Decode's Q/K/V GEMV runs the attention of each head it completes (qkv_attention; off unless
+  // LAMINA_QKV_ATTN=1: measured slower in the decode chain, docs/benchmarks.md); head_count_:
+  // its per-head counters.
+  bool qkv_attn_ = false;
+  static constexpr size_t kHeadCounters = 64;
+  unsigned* head_count_ = nullptr;  // [kHeadCounters], after the y8 counters in one allocation
   PendingNorm pending_norm_;
   // Scratch: chunks of device memory, bump-allocated; merged into one at reset after growth.
   std::vector<Chunk> scratch_;

@@ -77,12 +77,13 @@ void CudaBackend::wait_staging_read() {
   upload_enqueued_ = false;
 }
 
-// One upload of the whole staging area: the same node serves every replay of a graph.
+// One upload of the pass's n_in_ tokens and positions: the same node serves every replay of a
+// graph (a recorded pass always has the same number of rows).
 void CudaBackend::upload_inputs() {
   if (!inputs_staged_) return;
   inputs_staged_ = false;
   const kn::Status st =
-      kn::upload_inputs(host_in_dev_, dev_in_, int64_t(2 * in_capacity_), dev_sampled_, seen_dev_, stream_);
+      kn::upload_inputs(host_in_dev_, dev_in_, n_in_, int64_t(in_capacity_), dev_sampled_, seen_dev_, stream_);
   check("input upload", st.ok, st.message);
   upload_enqueued_ = true;  // recorded into a graph, it runs at the launch that ends the recording
 }

@@ -125,6 +125,39 @@ struct Dp4aStep {
   }
 };
 
+// The pass loop of q_dp4a_slots (gemv_dp4a_slots.cu), shared with the fused Q/K/V + attention
+// kernel (kernels/ops/qkv_attention.cu): one matrix, batch 1, 16 warps x 2 rows, unroll 2, and
+// two register slots of one step each: slot a holds the steps l0 = 0, 2, 4, ... of the warp's
+// rows, slot b the steps 1, 3, 5, ...; a multiplied slot is refilled with its next step (the
+// next pass's first two steps at the end of a pass), so a step is always in flight.
+template <int kBits>
+struct Dp4aSlots {
+  static constexpr int kRows = 2, kUnroll = 2, kWarps = 32 / kRows;
+  using Step = Dp4aStep<kBits, false, kRows, kUnroll>;
+  static constexpr int64_t kStep = 32 * kUnroll;  // 16-byte loads per lane and step, times 32 lanes
+
+  // Both slots with the first rows' first two steps (before the PDL wait: weights only).
+  static __device__ __forceinline__ void fill(const uint8_t* w, int64_t row0, int64_t n, int64_t k,
+                                              typename Step::Regs& a, typename Step::Regs& b) {
+    Step::load(w, row0, n, 0, k, a);
+    Step::load(w, row0, n, kStep, k, b);
+  }
+  // acc += rows row0.. of w times xs (int8 blocks of k); the slots are left holding the first
+  // steps of rows row0 + stride when those exist.
+  static __device__ __forceinline__ void pass(const uint8_t* w, int64_t row0, int64_t stride, int64_t n, int64_t k,
+                                              const uint8_t* xs, typename Step::Regs& a, typename Step::Regs& b,
+                                              float (&acc)[kRows][1]) {
+    for (int64_t l0 = 0; l0 < Step::loads(k); l0 += 2 * kStep) {
+      const bool last = l0 + 2 * kStep >= Step::loads(k);
+      const int64_t nr = last ? row0 + stride : row0, nl = last ? 0 : l0 + 2 * kStep;  // the slots' next steps
+      Step::template dot<1>(a, xs, k, l0, 1, acc);
+      if (nr < n) Step::load(w, nr, n, nl, k, a);
+      Step::template dot<1>(b, xs, k, l0 + kStep, 1, acc);  // (past k: no loads, no products)
+      if (nr < n) Step::load(w, nr, n, nl + kStep, k, b);
+    }
+  }
+};
+
 // Persistent grids of the dp4a GEMVs: one block per SM. Measured in the decode chain (tg128,
 // llama2-7b presets, H100, 2026-11-23; each tuned so, LAMINA_GEMV_BLOCKS_PER_SM=1 on every
 // persistent GEMV): q4_0 456.6 -> 463.8 t/s, q8_0 296.7 -> 312.1, over as many blocks as fit. The

@@ -27,24 +27,18 @@ namespace {
 
 using namespace gemv_detail;
 
-constexpr int kSlotRows = 2, kSlotUnroll = 2, kSlotWarps = 32 / kSlotRows;
-
 // w: [n][k] repacked (gemv_repack); y: [n]; x from xin (int8 blocks of k); n a multiple of 32
 // for y8. (q_dp4a's parameters, for launch_x8_persistent: w_up is null and batch 1.)
 template <int kBits>
-__global__ void __launch_bounds__(kSlotWarps * 32) q_dp4a_slots(const uint8_t* __restrict__ w, const uint8_t* __restrict__,
+__global__ void __launch_bounds__(Dp4aSlots<kBits>::kWarps * 32) q_dp4a_slots(const uint8_t* __restrict__ w, const uint8_t* __restrict__,
                                                                 XSource xin, float* __restrict__ y, int64_t n, int64_t k,
                                                                 int, Epilogue ep) {
   extern __shared__ __align__(16) uint8_t smem[];
-  using Step = Dp4aStep<kBits, false, kSlotRows, kSlotUnroll>;
-  constexpr int64_t kStep = 32 * kSlotUnroll;  // 16-byte loads per lane and step, times 32 lanes
-  const int64_t stride = int64_t(gridDim.x) * kSlotWarps * kSlotRows;
-  const int64_t first = (int64_t(blockIdx.x) * kSlotWarps + threadIdx.x / 32) * kSlotRows;
-  typename Step::Regs a, b;
-  if (first < n) {  // weights never depend on an earlier kernel: both slots before the wait
-    Step::load(w, first, n, 0, k, a);
-    Step::load(w, first, n, kStep, k, b);
-  }
+  using Slots = Dp4aSlots<kBits>;
+  const int64_t stride = int64_t(gridDim.x) * Slots::kWarps * Slots::kRows;
+  const int64_t first = (int64_t(blockIdx.x) * Slots::kWarps + threadIdx.x / 32) * Slots::kRows;
+  typename Slots::Step::Regs a, b;
+  if (first < n) Slots::fill(w, first, n, k, a, b);  // weights never depend on an earlier kernel: before the wait
   pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
   RmsParts rms;
   if (xin.ss) rms.load(xin.ss, k);
@@ -53,15 +47,8 @@ __global__ void __launch_bounds__(kSlotWarps * 32) q_dp4a_slots(const uint8_t* _
   int pass = 0;
   for (int64_t row0 = first; row0 < n; row0 += stride, ++pass) {
     if (row0 + stride >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
-    float acc[1][kSlotRows][1] = {};
-    for (int64_t l0 = 0; l0 < Step::loads(k); l0 += 2 * kStep) {
-      const bool last = l0 + 2 * kStep >= Step::loads(k);
-      const int64_t nr = last ? row0 + stride : row0, nl = last ? 0 : l0 + 2 * kStep;  // the slots' next steps
-      Step::template dot<1>(a, xs, k, l0, 1, acc[0]);
-      if (nr < n) Step::load(w, nr, n, nl, k, a);
-      Step::template dot<1>(b, xs, k, l0 + kStep, 1, acc[0]);  // (past k: no loads, no products)
-      if (nr < n) Step::load(w, nr, n, nl + kStep, k, b);
-    }
+    float acc[1][Slots::kRows][1] = {};
+    Slots::pass(w, row0, stride, n, k, xs, a, b, acc[0]);
     store_rows(acc, row0, n, 1, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f, yv[pass & 1], 0, pass,
                row0 + 2 * stride < n);
   }
@@ -71,7 +58,7 @@ __global__ void __launch_bounds__(kSlotWarps * 32) q_dp4a_slots(const uint8_t* _
 
 template <int kBits>
 Status gemv_dp4a_slots_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  return launch_x8_persistent(q_dp4a_slots<kBits>, "q_dp4a", p, c, kSlotRows, s, kDp4aBlocksPerSm);
+  return launch_x8_persistent(q_dp4a_slots<kBits>, "q_dp4a", p, c, Dp4aSlots<kBits>::kRows, s, kDp4aBlocksPerSm);
 }
 template Status gemv_dp4a_slots_launch<4>(const GemvProblem&, const GemvConfig&, cudaStream_t);
 template Status gemv_dp4a_slots_launch<8>(const GemvProblem&, const GemvConfig&, cudaStream_t);

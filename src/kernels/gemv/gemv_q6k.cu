@@ -6,6 +6,7 @@
 // bit 2t; q = bits - 32. A lane takes a 16-byte ql chunk (n, m = t&1, h = l/16) and the matching
 // 16-byte qh chunk: its low nibbles are t = m, its high nibbles t = m + 2, 16 elements each, each
 // 16 with one scale:  d * dx * sc * (dp4a(q, xq) - 32 * sum(xq)).
+#include "kernels/common/env_switch.h"
 #include "kernels/gemv/gemv_common.cuh"
 #include "kernels/gemv/gemv_internal.h"
 #include "kernels/gemv/gemv_x8.cuh"
@@ -27,83 +28,115 @@ __device__ __forceinline__ int dot16(uint32_t a0, uint32_t a1, uint32_t a2, uint
   return __dp4a(int(a3), x.w, __dp4a(int(a2), x.z, __dp4a(int(a1), x.y, __dp4a(int(a0), x.x, 0))));
 }
 
+// One step of a warp: chunks j0 + u*32 + lane (u < kUnroll) of kRows rows, with their scales.
+template <int kRows, int kUnroll>
+struct Q6Step {
+  uint4 ql[kRows][kUnroll], qh[kRows][kUnroll];
+  float dd[kRows][kUnroll];
+  int sc_lo[kRows][kUnroll], sc_hi[kRows][kUnroll];
+
+  // Rows row0.. of the matrix at wm (planes pl; rows past n clamped to n - 1).
+  __device__ __forceinline__ void load(const uint8_t* wm, const Q6Planes& pl, int64_t row0, int64_t n, int64_t k,
+                                       int64_t j0) {
+    const int lane = threadIdx.x % 32;
+    const int64_t chunks = (k / 256) * 8;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t j = j0 + u * 32 + lane;
+        const int64_t rr = row0 + r < n ? row0 + r : n - 1;
+        const bool in = j < chunks;
+        const int64_t sb = j / 8;
+        const int c = int(j % 8), hn = c / 4, m = (c / 2) % 2, h = c % 2;
+        ql[r][u] = in ? load_stream(wm + size_t(rr) * size_t(k / 2) + sb * 128 + 64 * hn + 32 * m + 16 * h)
+                      : make_uint4(0, 0, 0, 0);
+        qh[r][u] = in ? load_stream(wm + pl.qh + size_t(rr) * size_t(k / 4) + sb * 64 + 32 * hn + 16 * h)
+                      : make_uint4(0, 0, 0, 0);
+        const int8_t* sc = reinterpret_cast<const int8_t*>(wm + pl.sc + size_t(rr) * size_t(k / 16) + sb * 16);
+        sc_lo[r][u] = in ? sc[8 * hn + 2 * m + h] : 0;
+        sc_hi[r][u] = in ? sc[8 * hn + 2 * (m + 2) + h] : 0;
+        dd[r][u] = in ? __half2float(reinterpret_cast<const __half*>(wm + pl.d)[rr * (k / 256) + sb]) : 0.f;
+      }
+  }
+
+  // acc[r][b] += the step's chunks times x (int8 blocks in xs, batch rows b < batch).
+  template <int kMaxB>
+  __device__ __forceinline__ void dot(const uint8_t* xs, int64_t k, int64_t j0, int batch,
+                                      float (&acc)[kRows][kMaxB]) const {
+    const int lane = threadIdx.x % 32;
+    const int64_t chunks = (k / 256) * 8;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t j = j0 + u * 32 + lane;
+      if (j >= chunks) break;
+      const int c = int(j % 8), hn = c / 4, m = (c / 2) % 2, h = c % 2;
+      const int64_t e_lo = (j / 8) * 256 + 128 * hn + 32 * m + 16 * h, e_hi = e_lo + 64;
+#pragma unroll
+      for (int b = 0; b < kMaxB; ++b) {
+        if (b >= batch) break;
+        const X8Row xr(xs, b, k);
+        const int4 xl = *reinterpret_cast<const int4*>(xr.q + e_lo);
+        const int4 xh = *reinterpret_cast<const int4*>(xr.q + e_hi);
+        const float dxl = xr.d[e_lo / 32], dxh = xr.d[e_hi / 32];
+        const int sl = sum16(xl), sh = sum16(xh);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const uint32_t* lo = &ql[r][u].x;
+          const uint32_t* hi = &qh[r][u].x;
+          const uint32_t n4 = 0x0F0F0F0Fu, n2 = 0x03030303u;
+          uint32_t a[4], bq[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            a[i] = (lo[i] & n4) | (((hi[i] >> (2 * m)) & n2) << 4);
+            bq[i] = ((lo[i] >> 4) & n4) | (((hi[i] >> (2 * m + 4)) & n2) << 4);
+          }
+          const int dl = dot16(a[0], a[1], a[2], a[3], xl) - 32 * sl;
+          const int dh = dot16(bq[0], bq[1], bq[2], bq[3], xh) - 32 * sh;
+          acc[r][b] += dd[r][u] * (dxl * float(sc_lo[r][u] * dl) + dxh * float(sc_hi[r][u] * dh));
+        }
+      }
+    }
+  }
+};
+
+// LAMINA_Q6K_EARLY=0: the first step loaded after the PDL wait (A/B; read once).
+bool q6k_early_enabled() {
+  static const bool on = env_switch_on("LAMINA_Q6K_EARLY");
+  return on;
+}
+
 // kMaxB: the batch rows the loops unroll for (1 for decode's problems: code size, as q_dp4a).
-template <int kRows, int kUnroll, bool kGateUp, int kMaxB = kGemvMaxBatch>
+// kEarly: the warp's first step is loaded before the PDL wait (weights never depend on an
+// earlier kernel), so that it overlaps the kernel before, as in q_dp4a (the logits GEMV follows
+// the last W_down in the decode chain).
+template <int kRows, int kUnroll, bool kGateUp, int kMaxB = kGemvMaxBatch, bool kEarly = false>
 __global__ void __launch_bounds__(256) q6k_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
                                                 XSource xin,
                                                 float* __restrict__ y, int64_t n, int64_t k,
                                                 int batch, Epilogue ep) {
   extern __shared__ __align__(16) uint8_t smem[];
+  const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / 32);
+  const int64_t first = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows;
+  const Q6Planes pl(n, k);
+  Q6Step<kRows, kUnroll> st;
+  bool loaded = kEarly && first < n;
+  if (loaded) st.load(w, pl, first, n, k, 0);
   pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
   RmsParts rms;  // x8 = blocks of x * w: the RMS scale from the producer's sums of squares
   if (xin.ss) rms.load(xin.ss, k);
   const uint8_t* xs = x8_source(xin, k, batch, smem);
-  const int lane = threadIdx.x % 32;
-  const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / 32);
-  const Q6Planes pl(n, k);
   const int64_t chunks = (k / 256) * 8;
-  for (int64_t row0 = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows; row0 < n;
-       row0 += warps_total * kRows) {
+  for (int64_t row0 = first; row0 < n; row0 += warps_total * kRows) {
     if (row0 + warps_total * kRows >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
     float acc[kGateUp ? 2 : 1][kRows][kMaxB] = {};
 #pragma unroll
-    for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat) {
-      const uint8_t* wm = mat ? w_up : w;
+    for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat)
       for (int64_t j0 = 0; j0 < chunks; j0 += 32 * kUnroll) {
-        uint4 ql[kRows][kUnroll], qh[kRows][kUnroll];
-        float dd[kRows][kUnroll];
-        int sc_lo[kRows][kUnroll], sc_hi[kRows][kUnroll];
-#pragma unroll
-        for (int r = 0; r < kRows; ++r)
-#pragma unroll
-          for (int u = 0; u < kUnroll; ++u) {
-            const int64_t j = j0 + u * 32 + lane;
-            const int64_t rr = row0 + r < n ? row0 + r : n - 1;
-            const bool in = j < chunks;
-            const int64_t sb = j / 8;
-            const int c = int(j % 8), hn = c / 4, m = (c / 2) % 2, h = c % 2;
-            ql[r][u] = in ? load_stream(wm + size_t(rr) * size_t(k / 2) + sb * 128 + 64 * hn + 32 * m + 16 * h)
-                          : make_uint4(0, 0, 0, 0);
-            qh[r][u] = in ? load_stream(wm + pl.qh + size_t(rr) * size_t(k / 4) + sb * 64 + 32 * hn + 16 * h)
-                          : make_uint4(0, 0, 0, 0);
-            const int8_t* sc = reinterpret_cast<const int8_t*>(wm + pl.sc + size_t(rr) * size_t(k / 16) + sb * 16);
-            sc_lo[r][u] = in ? sc[8 * hn + 2 * m + h] : 0;
-            sc_hi[r][u] = in ? sc[8 * hn + 2 * (m + 2) + h] : 0;
-            dd[r][u] = in ? __half2float(reinterpret_cast<const __half*>(wm + pl.d)[rr * (k / 256) + sb]) : 0.f;
-          }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int64_t j = j0 + u * 32 + lane;
-          if (j >= chunks) break;
-          const int c = int(j % 8), hn = c / 4, m = (c / 2) % 2, h = c % 2;
-          const int64_t e_lo = (j / 8) * 256 + 128 * hn + 32 * m + 16 * h, e_hi = e_lo + 64;
-#pragma unroll
-          for (int b = 0; b < kMaxB; ++b) {
-            if (b >= batch) break;
-            const X8Row xr(xs, b, k);
-            const int4 xl = *reinterpret_cast<const int4*>(xr.q + e_lo);
-            const int4 xh = *reinterpret_cast<const int4*>(xr.q + e_hi);
-            const float dxl = xr.d[e_lo / 32], dxh = xr.d[e_hi / 32];
-            const int sl = sum16(xl), sh = sum16(xh);
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) {
-              const uint32_t* lo = &ql[r][u].x;
-              const uint32_t* hi = &qh[r][u].x;
-              const uint32_t n4 = 0x0F0F0F0Fu, n2 = 0x03030303u;
-              uint32_t a[4], bq[4];
-#pragma unroll
-              for (int i = 0; i < 4; ++i) {
-                a[i] = (lo[i] & n4) | (((hi[i] >> (2 * m)) & n2) << 4);
-                bq[i] = ((lo[i] >> 4) & n4) | (((hi[i] >> (2 * m + 4)) & n2) << 4);
-              }
-              const int dl = dot16(a[0], a[1], a[2], a[3], xl) - 32 * sl;
-              const int dh = dot16(bq[0], bq[1], bq[2], bq[3], xh) - 32 * sh;
-              acc[mat][r][b] += dd[r][u] * (dxl * float(sc_lo[r][u] * dl) + dxh * float(sc_hi[r][u] * dh));
-            }
-          }
-        }
+        if (!loaded) st.load(mat ? w_up : w, pl, row0, n, k, j0);
+        loaded = false;
+        st.template dot<kMaxB>(xs, k, j0, batch, acc[mat]);
       }
-    }
     store_rows(acc, row0, n, batch, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f);
   }
 }
@@ -112,7 +145,9 @@ template <int kRows, int kUnroll>
 Status launch_gate(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   if (p.w_up) return launch_x8_persistent(q6k_dp4a<kRows, kUnroll, true>, "q6k_dp4a", p, c, kRows, s);
   if (p.batch == 1 && gemv_batch1_instances())
-    return launch_x8_persistent(q6k_dp4a<kRows, kUnroll, false, 1>, "q6k_dp4a", p, c, kRows, s);
+    return launch_x8_persistent(q6k_early_enabled() ? q6k_dp4a<kRows, kUnroll, false, 1, true>
+                                                    : q6k_dp4a<kRows, kUnroll, false, 1>,
+                                "q6k_dp4a", p, c, kRows, s);
   return launch_x8_persistent(q6k_dp4a<kRows, kUnroll, false>, "q6k_dp4a", p, c, kRows, s);
 }
 

@@ -164,15 +164,22 @@ __global__ void copy_columns_kernel(const float* __restrict__ src, int64_t rows,
 // The first kernel of a pass (no PDL wait: nothing before it in the pass; the lookup after it
 // launches at once and waits for it). One block, so that the stamp goes out after every thread's
 // reads.
-__global__ void upload_inputs_kernel(const int32_t* __restrict__ src, int32_t* __restrict__ dst, int64_t n,
+__global__ void upload_inputs_kernel(const int32_t* __restrict__ src, int32_t* __restrict__ dst, int64_t n, int64_t half,
                                      const int32_t* __restrict__ sampled, int32_t* __restrict__ seen) {
-  pdl_launch_dependents();
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const int32_t v = src[i];
-    dst[i] = v < 0 ? *sampled : v;
+  // No early pdl_launch_dependents: the decode attention kernels read the position before their
+  // PDL wait (attention_head_rope.cuh), which is safe only once this kernel has completed; with
+  // the trigger at the start, an attention kernel right behind this one read the previous
+  // pass's position (BackendOps.AttentionBlockFused, whose first op reading the inputs is the
+  // attention: q rotated by the wrong angle, 2026-11-23). The next kernel launches when this one
+  // completes.
+  const int32_t stamp = threadIdx.x == 0 ? src[2 * half] : 0;  // in flight with the entries
+  for (int64_t i = threadIdx.x; i < 2 * n; i += blockDim.x) {
+    const int64_t at = i < n ? i : half + (i - n);
+    const int32_t v = src[at];
+    dst[at] = v < 0 && i < n ? *sampled : v;
   }
-  __syncthreads();
-  if (threadIdx.x == 0) *reinterpret_cast<volatile int32_t*>(seen) = src[n];
+  __syncthreads();  // every entry has been read (each thread stored what it loaded)
+  if (threadIdx.x == 0) *reinterpret_cast<volatile int32_t*>(seen) = stamp;
 }
 
 template <class T>
@@ -242,10 +249,10 @@ Status copy_columns(const float* src, int64_t rows, int64_t src_cols, int64_t co
   return launch_status("copy_columns");
 }
 
-Status upload_inputs(const int32_t* src, int32_t* dst, int64_t n, const int32_t* sampled, int32_t* seen,
+Status upload_inputs(const int32_t* src, int32_t* dst, int64_t n, int64_t half, const int32_t* sampled, int32_t* seen,
                      cudaStream_t s) {
-  if (!src || !dst || !sampled || !seen || n < 0) return Status::error("upload_inputs: bad arguments");
-  upload_inputs_kernel<<<1, 1024, 0, s>>>(src, dst, n, sampled, seen);
+  if (!src || !dst || !sampled || !seen || n < 0 || half < n) return Status::error("upload_inputs: bad arguments");
+  upload_inputs_kernel<<<1, 1024, 0, s>>>(src, dst, n, half, sampled, seen);
   return launch_status("upload_inputs");
 }
 

@@ -118,11 +118,13 @@ Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const
                          GgmlType t16 = GgmlType::F16, PrefillAttention variant = PrefillAttention::V2Pipelined);
 
 // A pass's token and position inputs from pinned host memory, read by the kernel over the bus
-// (no copy-engine transfer; a graph node): dst[i] = src[i] for i < n, except that a negative
-// src[i] takes *sampled (device: the id the last sampling kernel wrote, for a decode step
-// enqueued before the host had it). Then src[n], a stamp, is written to *seen (pinned host
-// memory), once every src[i] has been read: the host may stage the next inputs when it sees it.
-Status upload_inputs(const int32_t* src, int32_t* dst, int64_t n, const int32_t* sampled, int32_t* seen,
+// (no copy-engine transfer; a graph node). src: [tokens | positions | stamp], each half `half`
+// entries, of which the first n are used: dst[i] = src[i] and dst[half + i] = src[half + i] for
+// i < n, except that a negative token takes *sampled (device: the id the last sampling kernel
+// wrote, for a decode step enqueued before the host had it). Then the stamp src[2 * half] is
+// written to *seen (pinned host memory), once every entry has been read: the host may stage the
+// next inputs when it sees it. The stamp is read with the entries (one round trip over the bus).
+Status upload_inputs(const int32_t* src, int32_t* dst, int64_t n, int64_t half, const int32_t* sampled, int32_t* seen,
                      cudaStream_t s);
 
 // Sampling over one logits row (n_vocab f32, device). Matches model/sampler.h's rules; the draw
