@@ -318,7 +318,7 @@ void CudaBackend::embed(const Weight& table, std::span<const int32_t> tokens, Te
 // Q/K/V GEMV applies it (x8_ss), with no norm kernel between. Otherwise embed, then rmsnorm.
 void CudaBackend::embed_norm(const Weight& table, std::span<const int32_t> tokens, Tensor out, const Weight& norm,
                              float eps, Tensor h) {
-  const bool fits = split_norm_ && out.rows == 1 && h.rows == 1 && out.cols == h.cols && out.cols <= 4096 &&
+  const bool fits = split_norm_ && out.rows == 1 && h.rows == 1 && out.cols == h.cols && out.cols <= kn::kX8SsMaxK &&
                     wants_x8(h) && !info(table).repacked && !overlaps(out, h);
   if (!fits) return Backend::embed_norm(table, tokens, out, norm, eps, h);
   drop_overwritten_norm(h, out);
@@ -524,7 +524,7 @@ void CudaBackend::matmul_add_norm(const Weight& w, Tensor x, Tensor inout, const
   p.n = w.rows, p.k = w.cols, p.batch = 1, p.x8 = x8(x);
   p.y8_count = y8_count_;
   const bool fits = split_norm_ && x.rows == 1 && wants_x8(out) && !d.stack && inout.rows == 1 && out.rows == 1 &&
-                    inout.cols == out.cols && w.rows == out.cols && out.cols <= 4096 &&
+                    inout.cols == out.cols && w.rows == out.cols && out.cols <= kn::kX8SsMaxK &&
                     out.cols / 32 <= int64_t(kY8Counters) && !overlaps(out, inout) && !overlaps(out, x);
   if (!fits || !kn::gemv_makes_y8(p)) {
     matmul_add(w, x, inout);
@@ -548,9 +548,8 @@ void CudaBackend::ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Te
     p.layout = dg.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
     p.w = gate.data, p.w_up = up.data;
     p.n = gate.rows, p.k = gate.cols;
-    p.x = x.data, p.x8 = x8(x), p.batch = int(x.rows), p.y = out.data;
-    take_norm(x, p);
-    if (!p.norm_w) settle(x);
+    p.x = x.data, p.batch = int(x.rows), p.y = out.data;
+    gemv_x(x, p);
     settle(out);
     // The down projection multiplies out next: its int8 copy is made in the same kernel, by the
     // warps that complete each 32-row block (counters in y8_count_).
@@ -727,7 +726,7 @@ void CudaBackend::attention_block(int layer, std::span<const Weight* const> wqkv
   const Tensor qkv{q.data, 1, q.cols + k.cols + v.cols};
   Weight stacked;
   DevWeight ds;
-  const bool candidate = qkv_attn_ && !exact_ && x.rows == 1 && x.cols <= 4096 && kv_bucket_ == kMinBucket &&
+  const bool candidate = qkv_attn_ && !exact_ && x.rows == 1 && x.cols <= kn::kX8SsMaxK && kv_bucket_ == kMinBucket &&
                          single_pass_attention_ && wqkv.size() == 3 && q.rows == 1 && k.rows == 1 && v.rows == 1 &&
                          att.rows == 1 && k.data == q.data + q.cols && v.data == k.data + k.cols &&
                          !overlaps(x, qkv) && !overlaps(att, qkv) && !overlaps(att, x) &&

@@ -81,8 +81,8 @@ Status gemv_validate(const GemvProblem& p, const GemvVariant& v) {
   if (p.norm_w && p.norm_out8 && (!aligned(p.norm_out8, 16) || p.k % 32))
     return Status::error(name + ": norm_out8 must be 16-byte aligned, k a multiple of 32");
   if (p.x8_ss && (!p.norm_w || !p.x8)) return Status::error(name + ": x8_ss goes with norm_w and x8");
-  if (p.x8_ss && v.takes_x8_ss && (p.batch != 1 || p.k > 4096))
-    return Status::error(name + ": x8_ss is taken for batch 1 and k <= 4096 only");
+  if (p.x8_ss && v.takes_x8_ss && (p.batch != 1 || p.k > kX8SsMaxK))
+    return Status::error(name + ": x8_ss is taken for batch 1 and k <= " + std::to_string(kX8SsMaxK) + " only");
   if ((p.y8_gain || p.y8_ss) && (!p.y8 || p.n % 32)) return Status::error(name + ": y8_gain / y8_ss go with y8");
   return Status::success();
 }
@@ -160,7 +160,7 @@ Status gemv(const GemvProblem& p, cudaStream_t s) {
   if (!v) return Status::error("gemv: no variant for weight type " + std::string(type_name(p.wtype)));
   if ((p.y8_gain || p.y8_ss) && !(v->writes_y8 && p.y8_count))
     return Status::error(std::string("gemv: y8_gain / y8_ss need a variant that makes y8 (") + v->name + " does not)");
-  const bool split = p.norm_w && p.x8 && p.x8_ss && v->takes_x8_ss && p.batch == 1 && p.k <= 4096;
+  const bool split = p.norm_w && p.x8 && p.x8_ss && v->takes_x8_ss && p.batch == 1 && p.k <= kX8SsMaxK;
   GemvProblem q = p;
   if (!split) q.x8_ss = nullptr;
   if (p.norm_w && !split && !v->fuses_norm) {  // the norm in a kernel of its own, then the variant on its output

@@ -23,6 +23,9 @@ typedef struct CUstream_st* cudaStream_t;
 namespace lamina::kernels {
 
 inline constexpr int kGemvMaxBatch = 8;
+// The widest x a variant takes as int8 blocks with their sums of squares (GemvProblem::x8_ss):
+// the RMS scale is summed from 4 sums per lane (RmsParts, gemv_common.cuh), 128 blocks of 32.
+inline constexpr int64_t kX8SsMaxK = 4096;
 
 enum class WeightLayout { Gguf, Repacked };
 
@@ -89,7 +92,7 @@ struct GemvVariant {
   XRounding x_rounding = XRounding::None;  // what the variant does to x before multiplying
   bool writes_y8 = false;  // makes GemvProblem::y8 in its epilogue (given y8_count)
   bool fuses_norm = false;  // takes GemvProblem::norm_w (RMSNorm of x in its prologue)
-  bool takes_x8_ss = false;  // takes GemvProblem::x8_ss (batch 1, k <= 4096)
+  bool takes_x8_ss = false;  // takes GemvProblem::x8_ss (batch 1, k <= kX8SsMaxK)
   // false: a measured rung the tuner leaves out (it can win a back-to-back timing by noise but
   // lost in the decode chain; kbench still times it)
   bool tuner_picks = true;

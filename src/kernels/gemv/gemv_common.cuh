@@ -109,10 +109,11 @@ __device__ __forceinline__ void publish_y8(const float* y, const Epilogue& ep, i
   if (lane == 0) ep.y8_count[blk] = 0;
 }
 
-// The RMS scale of x from its blocks' sums of squares (GemvProblem::x8_ss, batch row 0, k <= 4096:
-// 4 per lane): 1 / sqrt(sum / k + eps), the same value in every lane. RmsParts holds the lane's
-// loads, issued early (after the PDL wait) and summed when the epilogue needs them.
+// The RMS scale of x from its blocks' sums of squares (GemvProblem::x8_ss, batch row 0,
+// k <= kX8SsMaxK: 4 per lane): 1 / sqrt(sum / k + eps), the same value in every lane. RmsParts
+// holds the lane's loads, issued early (after the PDL wait) and summed when the epilogue needs them.
 struct RmsParts {
+  static_assert(kX8SsMaxK <= 4 * 32 * 32, "RmsParts holds 4 block sums per lane");
   double p[4];
   __device__ __forceinline__ void load(const double* ss, int64_t k) {
     const int lane = threadIdx.x % 32;

@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(Dp4aSlots<kBits>::kWarps * 32)
 bool qkv_attention_supported(const GemvProblem& p, const AttentionArgs& a, const RopeArgs& r) {
   const bool gemv = p.layout == WeightLayout::Repacked && (p.wtype == GgmlType::Q4_0 || p.wtype == GgmlType::Q8_0) &&
                     p.batch == 1 && !p.w_up && !p.bias && !p.residual && !p.y8 && p.k % 32 == 0 &&
-                    (!p.x8_ss || p.k <= 4096);
+                    (!p.x8_ss || p.k <= kX8SsMaxK);
   return gemv && a.head_dim == kHD && a.n_head <= kMaxHeads && p.n == 3 * int64_t(a.n_head) * kHD &&
          attention_decode_rope_supported(a, r, 1);
 }
