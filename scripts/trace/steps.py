@@ -1,5 +1,6 @@
 # Per-kernel time in the last decode steps of a cupti_trace.cpp log (steps end at the sampling
-# kernel): for each kernel kind, the wall time it adds to the step (end - max(start, previous
+# kernel, or where none runs before the next step's first kernel): for each kernel kind, the wall
+# time it adds to the step (end - max(start, previous
 # end): with programmatic dependent launch kernels overlap) and its own span (end - start), then
 # the same by position in the step. Usage: steps.py TRACE [STEPS]
 import sys, collections, re
@@ -16,6 +17,10 @@ def kind(name):
     return base + (f"<{t.group(1)}b r{t.group(3)} u{t.group(4)} g{t.group(5)}>" if t else "")
 samp = [i for i, r in enumerate(rows) if "sample" in r[4].lower() or "argmax" in r[4].lower()]
 print(f"{len(rows)} kernels, {len(samp)} sampling kernels")
+if not samp:  # greedy ids made by the logits GEMV: a step ends before the kernel that starts the next
+    first = lambda n: "upload_inputs" in n or "dequantize_rows" in n
+    samp = [i - 1 for i, r in enumerate(rows) if i > 0 and first(r[4]) and not first(rows[i - 1][4])]
+    print(f"{len(samp)} steps ended by the kernel before the next step's first")
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 20
 if len(samp) < steps + 2: sys.exit("not enough steps")
 lo, hi = samp[-steps - 1] + 1, samp[-1] + 1

@@ -93,6 +93,9 @@ class Backend {
     rmsnorm(out, norm, eps, h);
   }
   virtual void matmul(const Weight& w, Tensor x, Tensor out) = 0;
+  // The logits matmul, a pass's last op, whose row sample() reads next: a backend may find the
+  // greedy id in the same kernel (the default is matmul).
+  virtual void matmul_logits(const Weight& w, Tensor x, Tensor out) { matmul(w, x, out); }
   // Several matmuls of the same input (Q/K/V, gate/up): out[i] = x . w[i]^T. Backends may
   // share the input's conversion and one parallel pass; the default calls matmul per weight.
   virtual void matmul_multi(std::span<const Weight* const> w, Tensor x, std::span<const Tensor> out) {

@@ -181,7 +181,7 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
   const Tensor hs = all ? h : h.rows_view(T - 1, 1);
   if (!final_norm_fused) be.rmsnorm(xs, out_norm_, cfg_.rms_eps, hs);
   Tensor out = be.alloc(xs.rows, int64_t(cfg_.n_vocab));
-  be.matmul(output_, hs, out);
+  be.matmul_logits(output_, hs, out);
   return out;
 }
 

@@ -169,6 +169,59 @@ TEST(DequantGpuX8, BlocksOfTheGainedRowsAndSumsOfSquares) {
   }
 }
 
+// With StagedInputs (the decode step's lookup reading its inputs from the pinned staging): the
+// row of the staged token, or of the id at *sampled when the token is -1; token and position
+// copied to dst[0] and dst[half]; the stamp published. 4096 columns (4 per thread of the one
+// block), twice in a row.
+TEST(DequantGpuStaged, TokenFromTheStagingOrTheSampledId) {
+  std::mt19937 rng(31);
+  const GgmlType type = GgmlType::Q4_0;
+  const int64_t n_cols = 4096, half = 16;
+  const auto host = random_rows(type, n_cols, 9, rng);
+  const size_t rb = row_bytes(type, n_cols);
+  int32_t* staging = nullptr;  // [tokens | positions | stamp], mapped
+  int32_t* seen = nullptr;
+  CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&staging), (2 * half + 1) * 4, cudaHostAllocMapped));
+  CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&seen), 4, cudaHostAllocMapped));
+  int32_t *staging_dev = nullptr, *seen_dev = nullptr;
+  CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&staging_dev), staging, 0));
+  CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&seen_dev), seen, 0));
+  void* d_src; float* d_dst; int32_t *d_in, *d_sampled;
+  CUDA_OK(cudaMalloc(&d_src, host.size()));
+  CUDA_OK(cudaMalloc(&d_dst, size_t(n_cols) * 4));
+  CUDA_OK(cudaMalloc(&d_in, size_t(2 * half) * 4));
+  CUDA_OK(cudaMalloc(&d_sampled, 4));
+  CUDA_OK(cudaMemcpy(d_src, host.data(), host.size(), cudaMemcpyHostToDevice));
+  const int32_t sampled = 7;
+  CUDA_OK(cudaMemcpy(d_sampled, &sampled, 4, cudaMemcpyHostToDevice));
+  const kernels::StagedInputs in{staging_dev, d_in, half, d_sampled, seen_dev};
+  struct Step { int32_t token, pos, stamp, row; };
+  for (const Step s : {Step{3, 41, 100, 3}, Step{-1, 42, 101, 7}}) {
+    SCOPED_TRACE(testing::Message() << "token " << s.token);
+    staging[0] = s.token, staging[half] = s.pos, staging[2 * half] = s.stamp;
+    *seen = 0;
+    CUDA_OK(cudaMemset(d_dst, 0xFF, size_t(n_cols) * 4));
+    CUDA_OK(cudaMemset(d_in, 0xFF, size_t(2 * half) * 4));
+    const auto st = kernels::dequantize_rows(type, d_src, n_cols, nullptr, 1, d_dst, nullptr, {}, in);
+    ASSERT_TRUE(st.ok) << st.message;
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> got(static_cast<size_t>(n_cols)), ref(static_cast<size_t>(n_cols));
+    dequantize_row(type, host.data() + size_t(s.row) * rb, ref.data(), n_cols);
+    CUDA_OK(cudaMemcpy(got.data(), d_dst, got.size() * 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got, ref);
+    std::vector<int32_t> copied(static_cast<size_t>(2 * half));
+    CUDA_OK(cudaMemcpy(copied.data(), d_in, copied.size() * 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(copied[0], s.row);
+    EXPECT_EQ(copied[size_t(half)], s.pos);
+    EXPECT_EQ(*seen, s.stamp);
+  }
+  int32_t d_rows_dummy = 0;
+  EXPECT_FALSE(kernels::dequantize_rows(type, d_src, n_cols, nullptr, 2, d_dst, nullptr, {}, in).ok) << "two rows";
+  EXPECT_FALSE(kernels::dequantize_rows(type, d_src, n_cols, &d_rows_dummy, 1, d_dst, nullptr, {}, in).ok) << "a row list";
+  cudaFree(d_src); cudaFree(d_dst); cudaFree(d_in); cudaFree(d_sampled);
+  cudaFreeHost(staging); cudaFreeHost(seen);
+}
+
 TEST(DequantGpuArgs, RejectsBadShapes) {
   float* d;
   ASSERT_EQ(cudaMalloc(&d, 1024), cudaSuccess);

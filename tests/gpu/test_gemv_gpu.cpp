@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -336,6 +337,18 @@ TEST_P(GemvGpu, MatchesFp64Reference) {
   // q6k_dp4a's batch-1 instance loads a warp's first step before the PDL wait: rows past the
   // first pass (the step loaded early, then the loop's own loads).
   if (name == "q6k_dp4a") run_case(*v, type, 8512, 512, 1, false, false, rng);
+  // q6k_dp4a_slots (batch 1, LAMINA_Q6K_SLOTS=1), then the default batch-1 instance: one step
+  // per row, several with the last one short (27 super-blocks), and rows past the first pass.
+  if (name == "q6k_dp4a")
+    for (bool slots : {true, false}) {
+      SCOPED_TRACE(slots ? "q6k_dp4a_slots" : "batch-1 instance");
+      if (slots) setenv("LAMINA_Q6K_SLOTS", "1", 1);
+      run_case(*v, type, 37, k_big, 1, false, false, rng);
+      run_case(*v, type, 300, 6912, 1, false, false, rng);
+      run_case(*v, type, 8512, 512, 1, false, false, rng);
+      unsetenv("LAMINA_Q6K_SLOTS");
+      if (::testing::Test::HasFatalFailure()) return;
+    }
   if (epi) {
     run_case(*v, type, 67, k_big, 2, true, false, rng);
     run_case(*v, type, 67, k_big, 3, false, true, rng);
@@ -477,6 +490,91 @@ TEST(GemvNorm, FusedOrInAKernelOfItsOwn) {
   DeviceBuf w(1 << 14), x(1 << 12), y(1 << 12);
   bad.w = w.p, bad.x = x.as<float>(), bad.y = y.as<float>(), bad.n = 32, bad.k = 64, bad.norm_w = x.as<float>();
   EXPECT_FALSE(gemv_validate(bad, *find_gemv_variant("v5_stream")).ok);
+}
+
+// GemvProblem::argmax: the id of y's first largest value, made by the variant that writes it
+// (q6k_dp4a, every config) and by gemv()'s one-block kernel after the others (q_dp4a for q4_0
+// and q8_0, v5_stream for f16). Checked against the launch's own y; then with the largest row copied into a lower
+// and a higher row (a three-way tie, spread over blocks: the lowest must win) and the id sent to
+// the second of two words by a parity word (5); the key and count words must be left zero for
+// the next launch.
+TEST(GemvArgmax, FirstRowOfTheLargestValue) {
+  std::mt19937 rng(23);
+  const int64_t n = 9000, k = 1024;
+  struct Arm {
+    GgmlType type;
+    const char* variant;  // launched with each config; null: through gemv()
+  };
+  for (const Arm arm : {Arm{GgmlType::Q6_K, "q6k_dp4a"}, Arm{GgmlType::Q4_0, nullptr}, Arm{GgmlType::Q8_0, nullptr},
+                        Arm{GgmlType::F16, nullptr}}) {
+    const GgmlType t = arm.type;
+    auto w = random_matrix(t, n, k, rng);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> x(static_cast<size_t>(k));
+    for (auto& f : x) f = nd(rng);
+    const bool repack = repacked_layout_preferred(t);
+    DeviceBuf raw(w.size()), dw(repack ? gemv_repacked_bytes(t, n, k) : w.size()), dx(x.size() * 4), dy(size_t(n) * 4),
+        words(16), ids(16);  // ids: id[2], id2, the parity word
+    CUDA_OK(cudaMemcpy(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(words.p, 0, 16));
+    auto upload_w = [&] {
+      CUDA_OK(cudaMemcpy(raw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+      if (repack) ASSERT_TRUE(gemv_repack(t, raw.p, n, k, dw.p, nullptr).ok);
+      else CUDA_OK(cudaMemcpy(dw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+    };
+    GemvProblem p;
+    p.wtype = t;
+    p.layout = repack ? WeightLayout::Repacked : WeightLayout::Gguf;
+    p.w = dw.p, p.n = n, p.k = k, p.x = dx.as<float>(), p.y = dy.as<float>();
+    p.argmax.key = words.as<unsigned long long>();
+    p.argmax.count = reinterpret_cast<unsigned*>(words.as<unsigned long long>() + 1);
+    p.argmax.id = ids.as<int32_t>(), p.argmax.id2 = ids.as<int32_t>() + 2;
+    const GemvVariant* v = arm.variant ? find_gemv_variant(arm.variant) : nullptr;
+    const std::vector<GemvConfig> configs = v ? v->configs : std::vector<GemvConfig>{GemvConfig{}};
+    int64_t top = -1;
+    for (int round = 0; round < 2; ++round) {  // round 1: the largest row copied below and above it
+      if (round == 1) {
+        const size_t rb = row_bytes(t, k);
+        ASSERT_GT(top, 0);
+        for (int64_t r : {top / 2, std::min(n - 1, top + 700)})
+          std::memcpy(w.data() + size_t(r) * rb, w.data() + size_t(top) * rb, rb);
+        p.argmax.parity = ids.as<int32_t>() + 3;
+      }
+      upload_w();
+      for (const GemvConfig& c : configs) {
+        SCOPED_TRACE(testing::Message() << type_name(t) << " " << (v ? v->name : "gemv()") << " " << c.str() << " round "
+                                        << round);
+        const int32_t poison[4] = {-1, -1, -1, 5};
+        CUDA_OK(cudaMemcpy(ids.p, poison, 16, cudaMemcpyHostToDevice));
+        const Status st = v ? v->launch(p, c, nullptr) : gemv(p, nullptr);
+        ASSERT_TRUE(st.ok) << st.message;
+        CUDA_OK(cudaDeviceSynchronize());
+        std::vector<float> y(static_cast<size_t>(n));
+        int32_t got[4];
+        unsigned long long left[2];
+        CUDA_OK(cudaMemcpy(y.data(), dy.p, y.size() * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(got, ids.p, 16, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(left, words.p, 16, cudaMemcpyDeviceToHost));
+        const int64_t want = std::max_element(y.begin(), y.end()) - y.begin();
+        EXPECT_EQ(got[round], want) << "id";  // round 1: parity 5, the second word
+        EXPECT_EQ(got[1 - round], -1) << "the other id word written";
+        EXPECT_EQ(got[2], want) << "id2";
+        EXPECT_EQ(left[0], 0u) << "key not left zero";
+        EXPECT_EQ(left[1], 0u) << "count not left zero";
+        if (round == 0) top = want;
+        else EXPECT_EQ(want, top / 2) << "the copies must tie with the largest row";
+      }
+    }
+  }
+  GemvProblem bad;  // batch 2 with an argmax
+  DeviceBuf w(1 << 14), x(1 << 12), y(1 << 12), words(16), ids(8);
+  bad.wtype = GgmlType::Q4_0, bad.layout = WeightLayout::Repacked;
+  bad.w = w.p, bad.x = x.as<float>(), bad.y = y.as<float>(), bad.n = 32, bad.k = 64, bad.batch = 2;
+  bad.argmax.key = words.as<unsigned long long>(), bad.argmax.count = ids.as<unsigned>(), bad.argmax.id = ids.as<int32_t>();
+  EXPECT_FALSE(gemv(bad, nullptr).ok);
+  EXPECT_FALSE(gemv_validate(bad, *find_gemv_variant("q_dp4a")).ok);
+  bad.wtype = GgmlType::Q6_K, bad.k = 256;
+  EXPECT_FALSE(gemv_validate(bad, *find_gemv_variant("q6k_dp4a")).ok);
 }
 
 TEST(GemvArgs, RejectsBadInput) {

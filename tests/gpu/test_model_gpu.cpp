@@ -114,6 +114,36 @@ TEST(CudaRunAhead, StepsAndDivergingCallersMatchEagerPasses) {
   EXPECT_LE(rel_l2(ahead->eval(more_tokens), eager->eval(more_tokens)), 1e-6) << "rewind";
 }
 
+// The greedy id made by the logits GEMV (matmul_logits: q6k_dp4a's epilogue for q4_0's q6_K
+// output, gemv()'s argmax kernel after f16's) and the lookup that reads the staged inputs itself
+// give the ids of the sampling kernel after an upload kernel (both switched off), run-ahead on.
+TEST(CudaRunAhead, FusedArgmaxAndStagedLookupMatchTheKernelsApart) {
+  const json m = manifest();
+  for (const char* name : {"tiny-q4_0", "tiny-f16"}) {
+    SCOPED_TRACE(name);
+    json c;
+    for (const auto& x : m["cases"]) if (x["name"] == name) c = x;
+    ASSERT_FALSE(c.is_null());
+    const std::string path = gen_tiny(c);
+    const std::vector<int32_t> prompt = c["tokens"].get<std::vector<int32_t>>();
+    setenv("LAMINA_FUSED_ARGMAX", "0", 1);
+    setenv("LAMINA_LOOKUP_UPLOAD", "0", 1);
+    auto apart = open(path, "cuda", false);
+    unsetenv("LAMINA_FUSED_ARGMAX");
+    unsetenv("LAMINA_LOOKUP_UPLOAD");
+    auto fused = open(path, "cuda", false);
+    SamplerParams g;
+    g.temperature = 0;
+    Sampler sa(g), sf(g);
+    std::vector<int32_t> want{apart->eval_sample(prompt, sa, true)}, got{fused->eval_sample(prompt, sf, true)};
+    for (int i = 0; i < 12; ++i) {
+      want.push_back(apart->eval_sample(std::span<const int32_t>(&want.back(), 1), sa, true));
+      got.push_back(fused->eval_sample(std::span<const int32_t>(&got.back(), 1), sf, true));
+    }
+    EXPECT_EQ(got, want);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, CudaTiny,
                          ::testing::Values("tiny-f32", "tiny-f16", "tiny-bf16", "tiny-q8_0", "tiny-q4_0", "tiny-q4_1",
                                            "tiny-q4_K", "tiny-q6_K", "tiny-qwen2-f16", "tiny-qwen2-q8_0",

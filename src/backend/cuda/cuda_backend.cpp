@@ -73,8 +73,8 @@ CudaBackend::CudaBackend(int device, bool exact) : device_(device), exact_(exact
   cuda_check(cudaEventCreateWithFlags(&sampled_, cudaEventDisableTiming), "cudaEventCreate");
   // Pinned words the kernels write for the host: the sampled id, the inputs' stamp.
   for (int32_t** p : {&host_id_, &seen_}) {
-    cuda_check(cudaMallocHost(p, sizeof(int32_t)), "cudaMallocHost");
-    **p = 0;
+    cuda_check(cudaMallocHost(p, 2 * sizeof(int32_t)), "cudaMallocHost");
+    (*p)[0] = (*p)[1] = 0;
   }
   cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&host_id_dev_), host_id_, 0), "cudaHostGetDevicePointer");
   cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&seen_dev_), seen_, 0), "cudaHostGetDevicePointer");
@@ -82,6 +82,12 @@ CudaBackend::CudaBackend(int device, bool exact) : device_(device), exact_(exact
   owned_.push_back(dev_sampled_);
   cuda_check(cudaMemset(dev_sampled_, 0, sizeof(int32_t)), "cudaMemset");
   if (const char* v = std::getenv("LAMINA_RUN_AHEAD")) run_ahead_ = std::string(v) != "0";
+  if (const char* v = std::getenv("LAMINA_FUSED_ARGMAX")) fused_argmax_ = std::string(v) != "0";
+  if (const char* v = std::getenv("LAMINA_LOOKUP_UPLOAD")) lookup_upload_ = std::string(v) != "0";
+  // The logits GEMV's argmax key and count (device words, zero between launches).
+  argmax_words_ = static_cast<unsigned long long*>(dev_alloc(2 * sizeof(unsigned long long), "sampling"));
+  owned_.push_back(argmax_words_);
+  cuda_check(cudaMemset(argmax_words_, 0, 2 * sizeof(unsigned long long)), "cudaMemset");
   if (GraphTiming::enabled()) graph_timing_ = std::make_unique<GraphTiming>();
 }
 
@@ -329,8 +335,16 @@ void CudaBackend::embed_norm(const Weight& table, std::span<const int32_t> token
   x8.gain = static_cast<const float*>(norm.data);
   x8.ss = static_cast<double*>(scratch_bytes(size_t(out.cols / 32) * sizeof(double)));
   const double bytes = double(row_bytes(table.type, table.cols)) + out.cols * 4.0 + double(kn::x8_bytes(out.cols));
+  // The step's inputs not yet uploaded: the lookup reads its token from the staging itself.
+  kn::StagedInputs in;
+  if (lookup_upload_ && inputs_staged_ && n_in_ == 1) {
+    in = {host_in_dev_, dev_in_, int64_t(in_capacity_), dev_sampled_, seen_dev_};
+    inputs_staged_ = false;
+    upload_enqueued_ = true;
+  }
   run_op("embed+norm", bytes, 0, [&] {
-    return kn::dequantize_rows(table.type, table.data, table.cols, dev_tokens(), 1, out.data, stream_, x8);
+    return kn::dequantize_rows(table.type, table.data, table.cols, in.src ? nullptr : dev_tokens(), 1, out.data,
+                               stream_, x8, in);
   });
   wrote(out);
   wrote(h);
@@ -412,7 +426,7 @@ const void* CudaBackend::x16(Tensor x, GgmlType type) {
 
 // out = x . w^T (+ out when accumulate).
 void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tensor out, bool accumulate,
-                             const kn::GemvProblem* norm_y) {
+                             const kn::GemvProblem* norm_y, const kn::GemvArgmax* argmax) {
   check("matmul", !d.stack || !d.repacked, "a part of a repacked stack is only multiplied together with the other parts");
   const kn::WeightLayout layout = d.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
   const double flops = 2.0 * double(x.rows) * double(w.rows) * double(w.cols);
@@ -420,6 +434,7 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
   // of x, and matmul_add_norm's y8 fields (norm_y).
   kn::GemvProblem base = norm_y ? *norm_y : kn::GemvProblem{};
   base.wtype = w.type, base.layout = layout, base.w = w.data, base.n = w.rows, base.k = w.cols;
+  if (argmax) base.argmax = *argmax;
   gemv_x(x, base);
   settle(out);
   wrote(out);
@@ -461,6 +476,20 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
 }
 
 void CudaBackend::matmul(const Weight& w, Tensor x, Tensor out) { run_matmul(w, info(w), x, out, false); }
+
+// One logits row: the GEMV also leaves its greedy id where the sampling kernel would.
+void CudaBackend::matmul_logits(const Weight& w, Tensor x, Tensor out) {
+  argmax_of_ = nullptr;
+  if (!fused_argmax_ || exact_ || x.rows != 1 || out.rows != 1) return matmul(w, x, out);
+  kn::GemvArgmax a;
+  a.key = argmax_words_;
+  a.count = reinterpret_cast<unsigned*>(argmax_words_ + 1);
+  a.id = host_id_dev_;
+  a.id2 = dev_sampled_;
+  a.parity = dev_pos() + (n_in_ - 1);  // the logits row's position: host_id_[position & 1]
+  run_matmul(w, info(w), x, out, false, nullptr, &a);
+  argmax_of_ = out.data;
+}
 
 // Parts of one stack, in order and complete: one matmul over the stack. Its output is written
 // in place when the outputs lie back to back (one row: q, k, v allocated one after the other),
@@ -834,13 +863,17 @@ int32_t CudaBackend::sample(Tensor logits, const SamplerParams& p, std::span<con
   // The kernel writes the id to pinned host memory itself (no copy-engine transfer after it), and
   // to dev_sampled_ for a step that runs ahead (cuda_graphs.cpp).
   a.also = dev_sampled_;
-  run_op("sample", double(row.cols) * 8.0, 0,
-         [&] { return kn::sample(row.data, int(row.cols), a, sample_scratch_, host_id_dev_, stream_); });
+  const int slot = last_pos_ & 1;  // this pass's host word (launch_ahead stages the next position)
+  // Greedy without a penalty from the row matmul_logits made: its GEMV has written the id.
+  const bool made = p.temperature <= 0.f && p.repeat_penalty == 1.f && logits.rows == 1 && argmax_of_ == logits.data;
+  if (!made)
+    run_op("sample", double(row.cols) * 8.0, 0,
+           [&] { return kn::sample(row.data, int(row.cols), a, sample_scratch_, host_id_dev_ + slot, stream_); });
   if (more && launch_ahead()) cuda_check(cudaEventSynchronize(sampled_), "sample");
   else cuda_check(cudaStreamSynchronize(stream_), "sample");
   if (graph_timing_) graph_timing_->id_arrived();
   collect_profile();
-  return *host_id_;
+  return host_id_[slot];
 }
 
 // ---- profile -------------------------------------------------------------------------------

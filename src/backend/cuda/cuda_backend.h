@@ -61,6 +61,7 @@ class CudaBackend final : public Backend {
                   Tensor h) override;
   void rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) override;
   void matmul(const Weight& w, Tensor x, Tensor out) override;
+  void matmul_logits(const Weight& w, Tensor x, Tensor out) override;
   void matmul_multi(std::span<const Weight* const> w, Tensor x, std::span<const Tensor> out) override;
   void matmul_add(const Weight& w, Tensor x, Tensor inout) override;
   void matmul_add_norm(const Weight& w, Tensor x, Tensor inout, const Weight& norm, float eps, Tensor out) override;
@@ -125,8 +126,9 @@ class CudaBackend final : public Backend {
   // 16-bit copy of x for a GEMM (the RMSNorm's copy when it made one).
   const void* x16(Tensor x, GgmlType type);
   // norm (optional): the producer side of matmul_add_norm (y8, y8_count, y8_gain, y8_ss).
+  // argmax (optional, one row): the GEMV also leaves the argmax of out (matmul_logits).
   void run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tensor out, bool accumulate,
-                  const kernels::GemvProblem* norm = nullptr);
+                  const kernels::GemvProblem* norm = nullptr, const kernels::GemvArgmax* argmax = nullptr);
   void drop_overwritten_norm(Tensor out, Tensor reads);
   void upload_matrix(const GgufTensor& t, const void* host, int64_t rows, bool repack, void* dst);
   void check(const char* op, bool ok, const std::string& msg) const;
@@ -254,6 +256,9 @@ class CudaBackend final : public Backend {
   void stage_inputs(std::span<const int32_t> tokens, std::span<const int32_t> pos);
   void wait_staging_read();
   void upload_inputs();
+  // A one-row pass's lookup (embed_norm) reads the staging itself, with no upload kernel before
+  // it (kernels' StagedInputs; LAMINA_LOOKUP_UPLOAD=0: off).
+  bool lookup_upload_ = true;
   const int32_t* dev_tokens() { upload_inputs(); return dev_in_; }
   const int32_t* dev_pos() { upload_inputs(); return dev_in_ + in_capacity_; }
   // Decode run-ahead (LAMINA_RUN_AHEAD=0: off). sample(..., more) after a replayed decode step
@@ -289,13 +294,24 @@ class CudaBackend final : public Backend {
   // Sampling
   float* sample_scratch_ = nullptr;
   int32_t* sample_ids_ = nullptr;  // device: penalty ids
-  int32_t* host_id_ = nullptr;     // pinned; the sampling kernel writes it
+  // Pinned, two words: the sampled id of a pass at position p is in host_id_[p & 1] (written by
+  // the sampling kernel or the logits GEMV), so that the step that runs ahead, whose logits GEMV
+  // may complete before the host reads, writes the other word.
+  int32_t* host_id_ = nullptr;
   int32_t* host_id_dev_ = nullptr;  // host_id_ as the device addresses it
+  // The greedy id made by the logits GEMV (matmul_logits; LAMINA_FUSED_ARGMAX=0: off): it writes
+  // the id where the sampling kernel would (host_id_, dev_sampled_), and sample() launches
+  // nothing for a greedy draw without penalty from argmax_of_, the logits row it was made from
+  // in this pass (null when none).
+  bool fused_argmax_ = true;
+  unsigned long long* argmax_words_ = nullptr;  // device: the GEMV's key and count, zero between launches
+  const float* argmax_of_ = nullptr;
   // Graphs
   struct Recorded {
     cudaGraphExec_t exec = nullptr;
     uint64_t generation = 0;
     int seen = 0;  // passes seen for this key; recorded on the second (the first warms up)
+    const float* argmax_of = nullptr;  // the logits row whose greedy id the graph makes
   };
   std::map<uint64_t, Recorded> graphs_;
   uint64_t capturing_ = 0;

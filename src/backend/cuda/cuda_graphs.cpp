@@ -24,12 +24,13 @@ namespace kn = kernels;
 void CudaBackend::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> pos) {
   settle_all();
   last_graph_ = 0;
+  argmax_of_ = nullptr;
   ahead_hit_ = false;
   if (ahead_) {
     ahead_ = false;
     // The step that runs ahead is this one: its inputs are staged ({-1, pos}: the upload takes
     // the token from dev_sampled_, which holds this id until the next sampling kernel runs).
-    if (tokens.size() == 1 && pos.size() == 1 && pos[0] == ahead_pos_ && tokens[0] == *host_id_) {
+    if (tokens.size() == 1 && pos.size() == 1 && pos[0] == ahead_pos_ && tokens[0] == host_id_[(ahead_pos_ - 1) & 1]) {
       ahead_hit_ = true;
       inputs_staged_ = true;
       return;
@@ -108,6 +109,7 @@ bool CudaBackend::replay(uint64_t key) {
     ahead_hit_ = false;
     if (key == ahead_graph_) {
       last_graph_ = key;
+      argmax_of_ = graphs_[key].argmax_of;
       inputs_staged_ = false;
       return true;
     }
@@ -121,6 +123,7 @@ bool CudaBackend::replay(uint64_t key) {
   }
   launch_graph(it->second.exec);
   last_graph_ = key;
+  argmax_of_ = it->second.argmax_of;
   return true;
 }
 
@@ -155,6 +158,7 @@ void CudaBackend::capture_end() {
   Recorded& r = graphs_[key];
   r.exec = exec;
   r.generation = generation_;
+  r.argmax_of = argmax_of_;
   cuda_check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
   upload_enqueued_ = true;
   last_graph_ = key;

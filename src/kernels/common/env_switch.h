@@ -13,4 +13,10 @@ inline bool env_switch_on(const char* name) {
   return !(e && std::strcmp(e, "0") == 0);
 }
 
+// True only when the environment variable `name` is set to "1" (a measured rung kept off).
+inline bool env_switch_opt_in(const char* name) {
+  const char* e = std::getenv(name);
+  return e && std::strcmp(e, "1") == 0;
+}
+
 }  // namespace lamina::kernels

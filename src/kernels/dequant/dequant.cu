@@ -4,6 +4,8 @@
 // With x8 (the decode step's embedding lookup) each warp, which holds 32 consecutive columns of
 // one row, also writes their int8 block of v * gain and the block's sum of squares: the input of
 // the first layer's Q/K/V GEMV with its RMSNorm applied there (no norm kernel of its own).
+// With StagedInputs (the decode step) the lookup reads its token from the pinned staging itself,
+// so that the step starts with this kernel instead of a one-block upload kernel before it.
 #include "format/quant_decode.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/q8_blocks.cuh"
@@ -18,13 +20,27 @@ namespace {
 template <class Block, int N, float (*Decode)(const Block&, int)>
 __global__ void dequantize_rows_kernel(const uint8_t* __restrict__ src, size_t row_stride,
                                        int64_t n_cols, const int32_t* __restrict__ rows,
-                                       int64_t n_rows, float* __restrict__ dst, RowsX8 x8) {
+                                       int64_t n_rows, float* __restrict__ dst, RowsX8 x8, StagedInputs in) {
   pdl_enter();  // rows may come from the kernel before (the decode step's input upload)
+  int64_t staged_row = 0;
+  if (in.src) {  // one row: its token from the staging, the id at *sampled when it is -1
+    __shared__ int32_t token;
+    if (threadIdx.x == 0) {  // (one block: launch below)
+      const int32_t t = in.src[0], p = in.src[in.half], stamp = in.src[2 * in.half];  // in flight together
+      token = t < 0 ? *in.sampled : t;
+      in.dst[0] = token, in.dst[in.half] = p;
+      // Issued once the loads above have returned (their values are stored first): the staging
+      // has been read, the host may stage the next pass.
+      *reinterpret_cast<volatile int32_t*>(in.seen) = stamp;
+    }
+    __syncthreads();
+    staged_row = token;
+  }
   const int64_t total = n_cols * n_rows;  // with x8.q: a multiple of 32, so every warp stays whole
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = idx / n_cols, c = idx % n_cols;
-    const int64_t src_row = rows ? rows[r] : r;
+    const int64_t src_row = in.src ? staged_row : rows ? rows[r] : r;
     const Block* blocks = reinterpret_cast<const Block*>(src + size_t(src_row) * row_stride);
     const float v = Decode(blocks[c / N], int(c % N));
     dst[idx] = v;
@@ -40,18 +56,21 @@ __device__ float decode_bf16(const uint16_t& v, int) { return bf16_to_f32(v); }
 
 template <class Block, int N, float (*Decode)(const Block&, int)>
 void launch(const void* src, size_t row_stride, int64_t n_cols, const int32_t* rows,
-            int64_t n_rows, float* dst, const RowsX8& x8, cudaStream_t stream) {
-  constexpr int threads = 256;
+            int64_t n_rows, float* dst, const RowsX8& x8, const StagedInputs& in, cudaStream_t stream) {
+  // Staged inputs: one block of 1024 threads, so that one thread reads the staging over the bus
+  // (16 blocks that each read it and counted their reads before the stamp measured no faster
+  // than the upload kernel and the lookup apart, docs/benchmarks.md).
+  const int threads = in.src ? 1024 : 256;
   const int64_t total = n_cols * n_rows;
-  const unsigned grid = unsigned(std::min<int64_t>((total + threads - 1) / threads, 65535));
+  const unsigned grid = in.src ? 1u : unsigned(std::min<int64_t>((total + threads - 1) / threads, 65535));
   launch_pdl(dequantize_rows_kernel<Block, N, Decode>, grid, threads, 0, stream, static_cast<const uint8_t*>(src),
-             row_stride, n_cols, rows, n_rows, dst, x8);
+             row_stride, n_cols, rows, n_rows, dst, x8, in);
 }
 
 }  // namespace
 
 Status dequantize_rows(GgmlType type, const void* src, int64_t n_cols, const int32_t* rows,
-                       int64_t n_rows, float* dst, cudaStream_t stream, const RowsX8& x8) {
+                       int64_t n_rows, float* dst, cudaStream_t stream, const RowsX8& x8, const StagedInputs& in) {
   const TypeTraits& tr = traits(type);
   if (!src || !dst) return Status::error("dequantize_rows: null pointer");
   if (x8.q && (!x8.gain || !x8.ss || n_cols % 32))
@@ -60,24 +79,26 @@ Status dequantize_rows(GgmlType type, const void* src, int64_t n_cols, const int
   if (n_cols % tr.block_elems)
     return Status::error("dequantize_rows: " + std::to_string(n_cols) + " columns is not a multiple of the " +
                          std::string(tr.name) + " block size " + std::to_string(tr.block_elems));
+  if (in.src && (rows || n_rows != 1 || !in.dst || !in.sampled || !in.seen || in.half < 1))
+    return Status::error("dequantize_rows: staged inputs are for one row, without a row list");
   if (n_rows == 0) return Status::success();
   const size_t stride = row_bytes(type, n_cols);
   switch (type) {
-    case GgmlType::F32: launch<float, 1, decode_f32>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
-    case GgmlType::F16: launch<uint16_t, 1, decode_f16>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
-    case GgmlType::BF16: launch<uint16_t, 1, decode_bf16>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
-    case GgmlType::Q4_0: launch<block_q4_0, QK, decode_q4_0>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
-    case GgmlType::Q4_1: launch<block_q4_1, QK, decode_q4_1>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
-    case GgmlType::Q5_0: launch<block_q5_0, QK, decode_q5_0>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
-    case GgmlType::Q5_1: launch<block_q5_1, QK, decode_q5_1>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
-    case GgmlType::Q8_0: launch<block_q8_0, QK, decode_q8_0>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
-    case GgmlType::Q8_1: launch<block_q8_1, QK, decode_q8_1>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
-    case GgmlType::Q2_K: launch<block_q2_K, QK_K, decode_q2_K>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
-    case GgmlType::Q3_K: launch<block_q3_K, QK_K, decode_q3_K>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
-    case GgmlType::Q4_K: launch<block_q4_K, QK_K, decode_q4_K>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
-    case GgmlType::Q5_K: launch<block_q5_K, QK_K, decode_q5_K>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
-    case GgmlType::Q6_K: launch<block_q6_K, QK_K, decode_q6_K>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
-    case GgmlType::Q8_K: launch<block_q8_K, QK_K, decode_q8_K>(src, stride, n_cols, rows, n_rows, dst, x8, stream); break;
+    case GgmlType::F32: launch<float, 1, decode_f32>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
+    case GgmlType::F16: launch<uint16_t, 1, decode_f16>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
+    case GgmlType::BF16: launch<uint16_t, 1, decode_bf16>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
+    case GgmlType::Q4_0: launch<block_q4_0, QK, decode_q4_0>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
+    case GgmlType::Q4_1: launch<block_q4_1, QK, decode_q4_1>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
+    case GgmlType::Q5_0: launch<block_q5_0, QK, decode_q5_0>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
+    case GgmlType::Q5_1: launch<block_q5_1, QK, decode_q5_1>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
+    case GgmlType::Q8_0: launch<block_q8_0, QK, decode_q8_0>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
+    case GgmlType::Q8_1: launch<block_q8_1, QK, decode_q8_1>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
+    case GgmlType::Q2_K: launch<block_q2_K, QK_K, decode_q2_K>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
+    case GgmlType::Q3_K: launch<block_q3_K, QK_K, decode_q3_K>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
+    case GgmlType::Q4_K: launch<block_q4_K, QK_K, decode_q4_K>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
+    case GgmlType::Q5_K: launch<block_q5_K, QK_K, decode_q5_K>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
+    case GgmlType::Q6_K: launch<block_q6_K, QK_K, decode_q6_K>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
+    case GgmlType::Q8_K: launch<block_q8_K, QK_K, decode_q8_K>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
   }
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return Status::error(std::string("dequantize_rows: launch failed: ") + cudaGetErrorString(err));

@@ -84,6 +84,8 @@ Status gemv_validate(const GemvProblem& p, const GemvVariant& v) {
   if (p.x8_ss && v.takes_x8_ss && (p.batch != 1 || p.k > kX8SsMaxK))
     return Status::error(name + ": x8_ss is taken for batch 1 and k <= " + std::to_string(kX8SsMaxK) + " only");
   if ((p.y8_gain || p.y8_ss) && (!p.y8 || p.n % 32)) return Status::error(name + ": y8_gain / y8_ss go with y8");
+  if (p.argmax.id && (p.batch != 1 || !p.argmax.key || !p.argmax.count))
+    return Status::error(name + ": argmax is for batch 1 and needs its key and count words");
   return Status::success();
 }
 
@@ -158,6 +160,8 @@ Status gemv(const GemvProblem& p, cudaStream_t s) {
   GemvConfig c;
   const GemvVariant* v = dispatch(p, c);
   if (!v) return Status::error("gemv: no variant for weight type " + std::string(type_name(p.wtype)));
+  if (p.argmax.id && (p.batch != 1 || !p.argmax.key || !p.argmax.count))
+    return Status::error("gemv: argmax is for batch 1 and needs its key and count words");
   if ((p.y8_gain || p.y8_ss) && !(v->writes_y8 && p.y8_count))
     return Status::error(std::string("gemv: y8_gain / y8_ss need a variant that makes y8 (") + v->name + " does not)");
   const bool split = p.norm_w && p.x8 && p.x8_ss && v->takes_x8_ss && p.batch == 1 && p.k <= kX8SsMaxK;
@@ -168,9 +172,18 @@ Status gemv(const GemvProblem& p, cudaStream_t s) {
       return st;
     q.x = p.norm_out, q.x8 = p.norm_out8, q.norm_w = nullptr;
   }
+  const bool own_argmax = v->writes_argmax;
+  if (!own_argmax) q.argmax = {};
   if (Status st = gemv_validate(q, *v); !st) return st;
   if (Status st = v->launch(q, c, s); !st) return st;
-  if (p.y8 && !(v->writes_y8 && p.y8_count)) return quantize_x8(p.y, p.batch, p.n, p.y8, s);
+  if (p.y8 && !(v->writes_y8 && p.y8_count))
+    if (Status st = quantize_x8(p.y, p.batch, p.n, p.y8, s); !st) return st;
+  if (p.argmax.id && !own_argmax) {  // the greedy path of the sampling kernel: one block over y
+    SampleArgs greedy;
+    greedy.also = p.argmax.id2;
+    greedy.parity = p.argmax.parity;
+    return sample(p.y, int(p.n), greedy, nullptr, p.argmax.id, s);
+  }
   return Status::success();
 }
 

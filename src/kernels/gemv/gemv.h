@@ -29,6 +29,20 @@ inline constexpr int64_t kX8SsMaxK = 4096;
 
 enum class WeightLayout { Gguf, Repacked };
 
+// Where a batch-1 GEMV leaves the argmax of y (the first row of its largest value; rows whose
+// value is not above -FLT_MAX, NaN among them, never win; 0 when none is): the id is written to
+// id[0], or to id[*parity & 1] when parity (a device word) is given, and to id2 when given. key
+// and count are device words, zero before the launch and left zero after it (the blocks combine
+// their best rows there). (parity: the pass's position, so that a decode step that runs ahead
+// writes the other of two host words than the step whose id the host is about to read.)
+struct GemvArgmax {
+  unsigned long long* key = nullptr;
+  unsigned* count = nullptr;
+  int32_t* id = nullptr;   // device or mapped host memory
+  int32_t* id2 = nullptr;  // optional
+  const int32_t* parity = nullptr;  // optional
+};
+
 struct GemvProblem {
   GgmlType wtype = GgmlType::F16;
   WeightLayout layout = WeightLayout::Gguf;
@@ -69,6 +83,9 @@ struct GemvProblem {
   // variant with takes_x8_ss scales its sums by 1 / sqrt(sum(x8_ss) / k + norm_eps) instead of
   // normalising x; norm_out is then left unwritten. Others take the norm_w path above.
   const double* x8_ss = nullptr;
+  // optional, batch 1: the argmax of y as well (GemvArgmax). A variant with writes_argmax makes
+  // it in its epilogue; for others gemv() runs a one-block argmax kernel after the variant.
+  GemvArgmax argmax;
 };
 
 // Precision of x inside a variant: exact f32, 8-bit blocks of 32 with an f32 scale (d =
@@ -96,6 +113,7 @@ struct GemvVariant {
   // false: a measured rung the tuner leaves out (it can win a back-to-back timing by noise but
   // lost in the decode chain; kbench still times it)
   bool tuner_picks = true;
+  bool writes_argmax = false;  // makes GemvProblem::argmax in its epilogue (batch 1)
 };
 
 // Whether gemv() would make p.y8 inside the GEMV (the variant it dispatches writes y8 and

@@ -51,6 +51,7 @@ struct Epilogue {
   unsigned* y8_count;  // [n / 32] counters, zero between launches
   const float* y8_gain;  // [n] or null: y8 holds the blocks of y * y8_gain
   double* y8_ss;         // [batch][n / 32] or null: each block's sum of squares of y
+  GemvArgmax argmax;     // GemvProblem::argmax when the variant makes it (argmax.id set), else empty
   __device__ __forceinline__ float apply(float acc, float up, int64_t row, int64_t b, int64_t n) const {
     float v = gate_up ? silu(acc) * up : acc;
     if (bias) v += bias[row];
@@ -69,8 +70,39 @@ bool gemv_dp4a_overlap();
 inline Epilogue epilogue_of(const GemvProblem& p) {
   const bool y8 = p.y8 && p.y8_count;
   return {p.bias,      p.residual, p.w_up != nullptr, y8 ? static_cast<uint8_t*>(p.y8) : nullptr, y8 ? p.y8_count : nullptr,
-          y8 ? p.y8_gain : nullptr, y8 ? p.y8_ss : nullptr};
+          y8 ? p.y8_gain : nullptr, y8 ? p.y8_ss : nullptr, p.argmax};
 }
+
+// GemvProblem::argmax made by the GEMV (writes_argmax): lane 0 of a warp keeps the best key of
+// the rows it stores (argmax_key: value order in the high word, lower rows higher in the low
+// word); argmax_finish, reached by every thread of the block after its last pass, combines the
+// block's warps, adds the block's best to the global key, and the block that counts last
+// publishes the id and leaves key and count zero for the next launch.
+__device__ __forceinline__ unsigned long long argmax_key(float v, int64_t row) {
+  if (!(v > -3.402823466e38f)) return 0;  // not above -FLT_MAX (NaN included): never wins
+  const uint32_t u = __float_as_uint(v);
+  const uint32_t ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<unsigned long long>(ord) << 32) | (0xFFFFFFFFu - uint32_t(row));
+}
+
+__device__ __forceinline__ void argmax_finish(const GemvArgmax& a, unsigned long long best) {
+  __shared__ unsigned long long warp_best[32];
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  if (threadIdx.x % 32 == 0) warp_best[warp] = best;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < warps; ++w) best = warp_best[w] > best ? warp_best[w] : best;
+  if (best) atomicMax(a.key, best);
+  __threadfence();  // this block's best is in before it is counted
+  if (atomicAdd(a.count, 1u) != gridDim.x - 1) return;
+  __threadfence();
+  const unsigned long long k = atomicExch(a.key, 0ull);
+  *a.count = 0;
+  const int32_t id = k ? int32_t(0xFFFFFFFFu - uint32_t(k)) : 0;
+  a.id[a.parity ? *a.parity & 1 : 0] = id;
+  if (a.id2) *a.id2 = id;
+}
+
 
 // Block blk (32 rows) of y's int8 copy for every batch row, made by one warp: lane i holds
 // value(b) = y[b][blk * 32 + i]; the blocks are those of y * y8_gain when a gain is set, and with
@@ -174,7 +206,7 @@ template <int kMats, int kRows, int kB>
 __device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][kB], int64_t row0, int64_t n, int batch,
                                            const Epilogue& ep, float* __restrict__ y, float scale = 1.f,
                                            float (*yv)[32] = nullptr, int barrier_threads = 0, int pass = -1,
-                                           bool reuse = false) {
+                                           bool reuse = false, unsigned long long* best = nullptr) {
   const int lane = threadIdx.x % 32;
   if (yv && pass >= 0 && ep.y8) y8_rotation_wait(pass);
 #pragma unroll
@@ -188,6 +220,10 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][kB],
         const float v = ep.apply(g, up, row0 + r, b, n);
         y[b * n + row0 + r] = v;
         if (yv) yv[b][(row0 + r) % 32] = v;
+        if (best && b == 0) {  // argmax (batch 1): lane 0's best row so far
+          const unsigned long long key = argmax_key(v, row0 + r);
+          *best = key > *best ? key : *best;
+        }
       }
     }
   if (!ep.y8) return;

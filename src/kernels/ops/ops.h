@@ -139,6 +139,7 @@ struct SampleArgs {
   int n_penalty = 0;
   double u = 0.0;
   int32_t* also = nullptr;  // device, optional: a second copy of the id
+  const int32_t* parity = nullptr;  // device, optional: the id goes to out[*parity & 1] (GemvArgmax)
 };
 Status sample(const float* logits, int n_vocab, const SampleArgs& a, float* scratch, int32_t* out, cudaStream_t s);
 size_t sample_scratch_floats(int n_vocab);

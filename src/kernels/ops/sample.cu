@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
   __syncthreads();
   if (a.temperature <= 0.f) {
     if (tid == 0) {
-      *out = red_i[0];
+      out[a.parity ? *a.parity & 1 : 0] = red_i[0];
       if (a.also) *a.also = red_i[0];
     }
     return;
@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
         break;
       }
     }
-    *out = pick;
+    out[a.parity ? *a.parity & 1 : 0] = pick;
     if (a.also) *a.also = pick;
   }
 }
@@ -251,7 +251,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
 size_t sample_scratch_floats(int n_vocab) { return size_t(n_vocab); }
 
 Status sample(const float* logits, int n_vocab, const SampleArgs& a, float* scratch, int32_t* out, cudaStream_t s) {
-  if (!logits || !scratch || !out) return Status::error("sample: null pointer");
+  // (scratch is not touched by greedy sampling without a penalty: it may be null there)
+  const bool direct = a.temperature <= 0.f && a.repeat_penalty == 1.f;
+  if (!logits || (!scratch && !direct) || !out) return Status::error("sample: null pointer");
   if (n_vocab <= 0) return Status::error("sample: empty vocabulary");
   if (a.n_penalty < 0 || (a.n_penalty > 0 && !a.penalty_ids)) return Status::error("sample: bad penalty ids");
   launch_pdl(sample_kernel, 1, kThreads, 0, s, logits, n_vocab, a, scratch, out);
