@@ -1,8 +1,8 @@
 # Per-kernel time in the last decode steps of a cupti_trace.cpp log (steps end at the sampling
 # kernel, or where none runs before the next step's first kernel): for each kernel kind, the wall
-# time it adds to the step (end - max(start, previous
-# end): with programmatic dependent launch kernels overlap) and its own span (end - start), then
-# the same by position in the step. Usage: steps.py TRACE [STEPS]
+# time it adds to the step (end - max(start, previous end): with programmatic dependent launch
+# kernels overlap) and its own span (end - start), then the same by position in the step.
+# Usage: steps.py TRACE [STEPS]
 import sys, collections, re
 rows = []
 for line in open(sys.argv[1]):

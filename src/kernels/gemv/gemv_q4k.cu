@@ -60,10 +60,7 @@ __global__ void __launch_bounds__(256) q4k_dp4a(const uint8_t* __restrict__ w, c
           for (int b = 0; b < kGemvMaxBatch; ++b) {
             if (b >= batch) break;
             const X8Row xr(xs, b, k);
-            const int4 xl = *reinterpret_cast<const int4*>(xr.q + e_lo);
-            const int4 xh = *reinterpret_cast<const int4*>(xr.q + e_hi);
-            const float dxl = xr.d[e_lo / 32], dxh = xr.d[e_hi / 32];
-            const int sl = sum16(xl), sh = sum16(xh);
+            const X8Row::Halves x = xr.halves(e_lo, e_hi);
 #pragma unroll
             for (int r = 0; r < kRows; ++r) {
               const block_q4_K& blk = *reinterpret_cast<const block_q4_K*>(&hd[r][u]);  // header only
@@ -72,17 +69,17 @@ __global__ void __launch_bounds__(256) q4k_dp4a(const uint8_t* __restrict__ w, c
               q4k_scale_min(2 * c + 1, blk.scales, &sc1, &m1);
               const uint4 v = qs[r][u];
               const uint32_t mk = 0x0F0F0F0Fu;
-              int dl = __dp4a(int(v.x & mk), xl.x, 0);
-              dl = __dp4a(int(v.y & mk), xl.y, dl);
-              dl = __dp4a(int(v.z & mk), xl.z, dl);
-              dl = __dp4a(int(v.w & mk), xl.w, dl);
-              int dh = __dp4a(int((v.x >> 4) & mk), xh.x, 0);
-              dh = __dp4a(int((v.y >> 4) & mk), xh.y, dh);
-              dh = __dp4a(int((v.z >> 4) & mk), xh.z, dh);
-              dh = __dp4a(int((v.w >> 4) & mk), xh.w, dh);
+              int dl = __dp4a(int(v.x & mk), x.lo.x, 0);
+              dl = __dp4a(int(v.y & mk), x.lo.y, dl);
+              dl = __dp4a(int(v.z & mk), x.lo.z, dl);
+              dl = __dp4a(int(v.w & mk), x.lo.w, dl);
+              int dh = __dp4a(int((v.x >> 4) & mk), x.hi.x, 0);
+              dh = __dp4a(int((v.y >> 4) & mk), x.hi.y, dh);
+              dh = __dp4a(int((v.z >> 4) & mk), x.hi.z, dh);
+              dh = __dp4a(int((v.w >> 4) & mk), x.hi.w, dh);
               const float d = __half2float(__ushort_as_half(blk.d)), dmin = __half2float(__ushort_as_half(blk.dmin));
-              acc[mat][r][b] += dxl * (d * float(sc0) * float(dl) - dmin * float(m0) * float(sl)) +
-                                dxh * (d * float(sc1) * float(dh) - dmin * float(m1) * float(sh));
+              acc[mat][r][b] += x.d_lo * (d * float(sc0) * float(dl) - dmin * float(m0) * float(x.sum_lo)) +
+                                x.d_hi * (d * float(sc1) * float(dh) - dmin * float(m1) * float(x.sum_hi));
             }
           }
         }

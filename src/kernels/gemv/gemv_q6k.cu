@@ -40,7 +40,7 @@ struct Q6Step {
   __device__ __forceinline__ void load(const uint8_t* wm, const Q6Planes& pl, int64_t row0, int64_t n, int64_t k,
                                        int64_t j0) {
     const int lane = threadIdx.x % 32;
-    const int64_t chunks = (k / 256) * 8;
+    const int64_t chunks = units(k);
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
@@ -66,7 +66,7 @@ struct Q6Step {
   __device__ __forceinline__ void dot(const uint8_t* xs, int64_t k, int64_t j0, int batch,
                                       float (&acc)[kRows][kMaxB]) const {
     const int lane = threadIdx.x % 32;
-    const int64_t chunks = (k / 256) * 8;
+    const int64_t chunks = units(k);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t j = j0 + u * 32 + lane;
@@ -77,10 +77,7 @@ struct Q6Step {
       for (int b = 0; b < kMaxB; ++b) {
         if (b >= batch) break;
         const X8Row xr(xs, b, k);
-        const int4 xl = *reinterpret_cast<const int4*>(xr.q + e_lo);
-        const int4 xh = *reinterpret_cast<const int4*>(xr.q + e_hi);
-        const float dxl = xr.d[e_lo / 32], dxh = xr.d[e_hi / 32];
-        const int sl = sum16(xl), sh = sum16(xh);
+        const X8Row::Halves x = xr.halves(e_lo, e_hi);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
           const uint32_t* lo = &ql[r][u].x;
@@ -92,9 +89,9 @@ struct Q6Step {
             a[i] = (lo[i] & n4) | (((hi[i] >> (2 * m)) & n2) << 4);
             bq[i] = ((lo[i] >> 4) & n4) | (((hi[i] >> (2 * m + 4)) & n2) << 4);
           }
-          const int dl = dot16(a[0], a[1], a[2], a[3], xl) - 32 * sl;
-          const int dh = dot16(bq[0], bq[1], bq[2], bq[3], xh) - 32 * sh;
-          acc[r][b] += dd[r][u] * (dxl * float(sc_lo[r][u] * dl) + dxh * float(sc_hi[r][u] * dh));
+          const int dl = dot16(a[0], a[1], a[2], a[3], x.lo) - 32 * x.sum_lo;
+          const int dh = dot16(bq[0], bq[1], bq[2], bq[3], x.hi) - 32 * x.sum_hi;
+          acc[r][b] += dd[r][u] * (x.d_lo * float(sc_lo[r][u] * dl) + x.d_hi * float(sc_hi[r][u] * dh));
         }
       }
     }

@@ -131,6 +131,21 @@ struct X8Row {
       : q(reinterpret_cast<const int8_t*>(smem + size_t(b) * x8_bytes(k))),
         d(reinterpret_cast<const float*>(smem + size_t(b) * x8_bytes(k) + size_t(k))),
         sum(reinterpret_cast<const int*>(d + k / 32)) {}
+  // The x side of two runs of 16 weights (q4_K and q6_K take two per 16-byte chunk of quants):
+  // the 16 int8 values from elements e_lo and e_hi (16-aligned), their blocks' scales and sums.
+  struct Halves {
+    int4 lo, hi;
+    float d_lo, d_hi;
+    int sum_lo, sum_hi;
+  };
+  __device__ __forceinline__ Halves halves(int64_t e_lo, int64_t e_hi) const {
+    Halves h;
+    h.lo = *reinterpret_cast<const int4*>(q + e_lo);
+    h.hi = *reinterpret_cast<const int4*>(q + e_hi);
+    h.d_lo = d[e_lo / 32], h.d_hi = d[e_hi / 32];
+    h.sum_lo = sum16(h.lo), h.sum_hi = sum16(h.hi);
+    return h;
+  }
 };
 
 // Blocks per SM of a persistent grid: as many as fit, or at most `max_per_sm` (> 0) as the variant
