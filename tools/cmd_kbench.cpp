@@ -36,6 +36,8 @@ struct KbenchArgs {
   std::string batches = "1,2,4,8";
   std::string types;   // family default when empty
   bool best = false, all = false;
+  bool decode = false;   // gemv: as the decode step runs them (batch 1, x as int8 blocks, y8 made)
+  bool gate_up = false;  // gemv: each shape as the gate/up pair with its fused SwiGLU (implies decode)
   int reps = 20;
 };
 
@@ -87,6 +89,9 @@ Times time_cublas(cublasHandle_t h, cudaDataType_t dt, size_t elt, int64_t n, in
 void run_kbench_gemv(KbenchArgs a) {
   if (a.shapes.empty()) a.shapes = "4096x4096,12288x4096,11008x4096,4096x11008,14336x4096,4096x14336,32000x4096,128256x4096";
   if (a.types.empty()) a.types = "f16,bf16,f32,q8_0,q4_0,q4_1,q4_K,q6_K";
+  if (a.gate_up) a.decode = true;
+  if (a.decode && a.batches != "1" && a.batches != "1,2,4,8") fail("--decode and --gate-up time batch 1 only");
+  if (a.decode) a.batches = "1";
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaSetDevice(dev) != cudaSuccess) fail("no CUDA device available");
   cudaDeviceProp prop{};
@@ -117,14 +122,16 @@ void run_kbench_gemv(KbenchArgs a) {
         const cudaDataType_t dt = *t == GgmlType::F32 ? CUDA_R_32F : *t == GgmlType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
         const size_t elt = *t == GgmlType::F32 ? 4 : 2;
         const std::string key = fp ? std::string(type_name(*t)) : "f16";
-        if (!cublas_us.count(key)) cublas_us[key] = time_cublas(h, dt, elt, n, k, batch, a.reps, s);
+        // (the gate/up pair against one cuBLAS GEMV over both matrices' rows)
+        const int64_t n_blas = a.gate_up ? 2 * n : n;
+        if (!cublas_us.count(key)) cublas_us[key] = time_cublas(h, dt, elt, n_blas, k, batch, a.reps, s);
         const Times base = cublas_us[key];
         auto row = [&](const std::string& name, Times tm, size_t wbytes) {
           const double gbs = double(wbytes + size_t(batch) * size_t(k) * 4) / (tm.best() * 1e-6) / 1e9;
           fmt::print("| {:<12} | {:>2} | {:<5} | {:<34.34} | {:>9.2f} | {:>9.2f} | {:>7.0f} | {:>5.1f}% | {:>8.2f}x |\n",
                      shape, batch, tn, name, tm.us, tm.graph_us, gbs, 100.0 * gbs / copy_gbs, base.best() / tm.best());
         };
-        row("cuBLAS (" + key + " GemmEx)", base, size_t(n) * size_t(k) * elt);
+        row("cuBLAS (" + key + " GemmEx)", base, size_t(n_blas) * size_t(k) * elt);
         for (WeightLayout layout : {WeightLayout::Gguf, WeightLayout::Repacked}) {
           GemvProblem p;
           p.wtype = *t;
@@ -133,6 +140,15 @@ void run_kbench_gemv(KbenchArgs a) {
           p.k = k;
           p.batch = batch;
           p.w = p.x = nullptr;
+          // --decode: x given as int8 blocks and y's int8 copy made in the epilogue, as the decode
+          // step runs Q/K/V, Wo, gate/up and W_down (placeholders: gemv_time_variants allocates them).
+          static const int up_marker = 0, x8_marker = 0;
+          static int y8_marker = 0;
+          static unsigned y8_count_marker = 0;
+          if (a.decode && k % 32 == 0) p.x8 = &x8_marker;
+          if (a.decode && k % 32 == 0 && n % 32 == 0 && layout == WeightLayout::Repacked)
+            p.y8 = &y8_marker, p.y8_count = &y8_count_marker;
+          if (a.gate_up) p.w_up = &up_marker;
           const auto timings = gemv_time_variants(p, true, s, a.reps);
           std::map<std::string, GemvTiming> best_per;
           for (const auto& tm : timings) {
@@ -264,6 +280,9 @@ Run add_kbench(CLI::App& app) {
   sub->add_option("--types", a->types, "Comma-separated weight types");
   sub->add_flag("--best", a->best, "Show only the best variant per shape");
   sub->add_flag("--all", a->all, "gemm: time the teaching rungs on the largest shapes too");
+  sub->add_flag("--decode", a->decode,
+                "gemv: as the decode step runs them: batch 1, x as int8 blocks, y's int8 copy made by the GEMV");
+  sub->add_flag("--gate-up", a->gate_up, "gemv: each NxK as the gate/up pair with its fused SwiGLU (implies --decode)");
   sub->add_option("-r,--reps", a->reps, "Timed repetitions (median)")->check(CLI::Range(5, 1000));
   return [a] { run_kbench(*a); };
 }

@@ -11,14 +11,14 @@ for line in open(sys.argv[1]):
     rows.append((int(p[0]), int(p[1]), int(p[2]), int(p[3]), p[4].strip()))
 rows.sort()
 def kind(name):
-    m = re.search(r"(q_dp4a_pipe|q_dp4a|q_repacked|v5_stream|v6_mma|q6k_dp4a|q4k_dp4a|attn_\w+?kernel|attn_rope\w*|rmsnorm_kernel|rope\w*?kernel|sample_kernel|dequantize_rows_kernel)", name) or re.search(r"([a-z0-9]+(?:_[a-z0-9]+)*_kernel)", name)
+    m = re.search(r"(q_dp4a_pipe|q_dp4a|q_repacked|v5_stream|v6_mma|q6k_dp4a|q4k_dp4a|attn_\w+?kernel|attn_rope\w*|rmsnorm_kernel|rope\w*?kernel|sample_kernel|dequantize_rows_kernel|lookup_staged_kernel)", name) or re.search(r"([a-z0-9]+(?:_[a-z0-9]+)*_kernel)", name)
     base = m.group(1) if m else name[:40]
     t = re.search(r"ILi(\d+)ELb(\d)ELi(\d)ELi(\d)ELb(\d)", name)
     return base + (f"<{t.group(1)}b r{t.group(3)} u{t.group(4)} g{t.group(5)}>" if t else "")
 samp = [i for i, r in enumerate(rows) if "sample" in r[4].lower() or "argmax" in r[4].lower()]
 print(f"{len(rows)} kernels, {len(samp)} sampling kernels")
 if not samp:  # greedy ids made by the logits GEMV: a step ends before the kernel that starts the next
-    first = lambda n: "upload_inputs" in n or "dequantize_rows" in n
+    first = lambda n: "upload_inputs" in n or "dequantize_rows" in n or "lookup_staged" in n
     samp = [i - 1 for i, r in enumerate(rows) if i > 0 and first(r[4]) and not first(rows[i - 1][4])]
     print(f"{len(samp)} steps ended by the kernel before the next step's first")
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 20

@@ -97,6 +97,37 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, DequantGpu,
                     GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_K),
   [](const auto& p) { return std::string(type_name(p.param)); });
 
+// One row's int8 blocks of v * gain (q8_blocks.h's layout: n values, then n / 32 f32 scales, then
+// n / 32 int32 sums) and each block's sum of squares of v, against the host's computation from
+// the CPU reference row v (f64 sums).
+void expect_x8_row(const float* v, const float* gain, const uint8_t* row, const double* ss, int64_t n) {
+  const int64_t nb = n / 32;
+  for (int64_t b = 0; b < nb; ++b) {
+    float amax = 0.f;
+    double want_ss = 0;
+    for (int i = 0; i < 32; ++i) {
+      const float x = v[b * 32 + i];
+      amax = std::max(amax, std::fabs(x * gain[b * 32 + i]));
+      want_ss += double(x) * x;
+    }
+    const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+    float got_d;
+    int32_t got_sum, sum = 0;
+    std::memcpy(&got_d, row + n + b * 4, 4);
+    std::memcpy(&got_sum, row + n + nb * 4 + b * 4, 4);
+    EXPECT_NEAR(got_d, d, 1e-6 * d) << "block " << b;
+    for (int i = 0; i < 32; ++i) {
+      const int64_t c = b * 32 + i;
+      const int want_q = int(std::round(v[c] * gain[c] * id));
+      const int got_q = int8_t(row[c]);
+      ASSERT_LE(std::abs(got_q - want_q), 1) << "column " << c;
+      sum += got_q;
+    }
+    EXPECT_EQ(got_sum, sum) << "block " << b;
+    EXPECT_NEAR(ss[b], want_ss, 1e-12 * want_ss + 1e-30) << "block " << b;
+  }
+}
+
 // With RowsX8 (the decode step's embedding lookup feeding the first GEMV's RMSNorm): dst as
 // before, the int8 blocks of dst * gain (q8_blocks.h's layout, as the host computes them) and
 // each block's sum of squares of dst against an f64 sum over the CPU reference.
@@ -135,31 +166,8 @@ TEST(DequantGpuX8, BlocksOfTheGainedRowsAndSumsOfSquares) {
     CUDA_OK(cudaMemcpy(q.data(), d_q, q.size(), cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(ss.data(), d_ss, ss.size() * 8, cudaMemcpyDeviceToHost));
     for (int64_t r = 0; r < n_rows; ++r) {
-      const uint8_t* row = q.data() + size_t(r) * xb;
-      for (int64_t b = 0; b < nb; ++b) {
-        float amax = 0.f;
-        double want_ss = 0;
-        for (int i = 0; i < 32; ++i) {
-          const float v = ref[size_t(r * n_cols + b * 32 + i)];
-          amax = std::max(amax, std::fabs(v * gain[size_t(b * 32 + i)]));
-          want_ss += double(v) * v;
-        }
-        const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
-        float got_d;
-        int32_t got_sum, sum = 0;
-        std::memcpy(&got_d, row + n_cols + b * 4, 4);
-        std::memcpy(&got_sum, row + n_cols + nb * 4 + b * 4, 4);
-        EXPECT_NEAR(got_d, d, 1e-6 * d) << "row " << r << " block " << b;
-        for (int i = 0; i < 32; ++i) {
-          const int64_t c = b * 32 + i;
-          const int want_q = int(std::round(ref[size_t(r * n_cols + c)] * gain[size_t(c)] * id));
-          const int got_q = int8_t(row[c]);
-          ASSERT_LE(std::abs(got_q - want_q), 1) << "row " << r << " column " << c;
-          sum += got_q;
-        }
-        EXPECT_EQ(got_sum, sum) << "row " << r << " block " << b;
-        EXPECT_NEAR(ss[size_t(r * nb + b)], want_ss, 1e-12 * want_ss + 1e-30) << "row " << r << " block " << b;
-      }
+      SCOPED_TRACE(testing::Message() << "row " << r);
+      expect_x8_row(ref.data() + r * n_cols, gain.data(), q.data() + size_t(r) * xb, ss.data() + r * nb, n_cols);
       for (int64_t c = 0; c < n_cols; ++c) ASSERT_EQ(got[size_t(r * n_cols + c)], ref[size_t(r * n_cols + c)]);
     }
     float* bad = nullptr;
@@ -171,14 +179,15 @@ TEST(DequantGpuX8, BlocksOfTheGainedRowsAndSumsOfSquares) {
 
 // With StagedInputs (the decode step's lookup reading its inputs from the pinned staging): the
 // row of the staged token, or of the id at *sampled when the token is -1; token and position
-// copied to dst[0] and dst[half]; the stamp published. 4096 columns (4 per thread of the one
-// block), twice in a row.
+// copied to dst[0] and dst[half]; the stamp published. The kernel decodes the sampled id's row
+// before it has read the staging, so the cases cover a right guess, a wrong one (the host
+// staged another token) and none (the sampled id outside the table); 768, 4096 and 8192 columns
+// (under one, four and eight per thread of the one block), with and without the int8 blocks.
 TEST(DequantGpuStaged, TokenFromTheStagingOrTheSampledId) {
   std::mt19937 rng(31);
+  std::normal_distribution<float> nd(0.f, 1.f);
   const GgmlType type = GgmlType::Q4_0;
-  const int64_t n_cols = 4096, half = 16;
-  const auto host = random_rows(type, n_cols, 9, rng);
-  const size_t rb = row_bytes(type, n_cols);
+  const int64_t half = 16, table_rows = 9;
   int32_t* staging = nullptr;  // [tokens | positions | stamp], mapped
   int32_t* seen = nullptr;
   CUDA_OK(cudaHostAlloc(reinterpret_cast<void**>(&staging), (2 * half + 1) * 4, cudaHostAllocMapped));
@@ -186,39 +195,69 @@ TEST(DequantGpuStaged, TokenFromTheStagingOrTheSampledId) {
   int32_t *staging_dev = nullptr, *seen_dev = nullptr;
   CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&staging_dev), staging, 0));
   CUDA_OK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&seen_dev), seen, 0));
-  void* d_src; float* d_dst; int32_t *d_in, *d_sampled;
-  CUDA_OK(cudaMalloc(&d_src, host.size()));
-  CUDA_OK(cudaMalloc(&d_dst, size_t(n_cols) * 4));
-  CUDA_OK(cudaMalloc(&d_in, size_t(2 * half) * 4));
-  CUDA_OK(cudaMalloc(&d_sampled, 4));
-  CUDA_OK(cudaMemcpy(d_src, host.data(), host.size(), cudaMemcpyHostToDevice));
-  const int32_t sampled = 7;
-  CUDA_OK(cudaMemcpy(d_sampled, &sampled, 4, cudaMemcpyHostToDevice));
-  const kernels::StagedInputs in{staging_dev, d_in, half, d_sampled, seen_dev};
-  struct Step { int32_t token, pos, stamp, row; };
-  for (const Step s : {Step{3, 41, 100, 3}, Step{-1, 42, 101, 7}}) {
-    SCOPED_TRACE(testing::Message() << "token " << s.token);
-    staging[0] = s.token, staging[half] = s.pos, staging[2 * half] = s.stamp;
-    *seen = 0;
-    CUDA_OK(cudaMemset(d_dst, 0xFF, size_t(n_cols) * 4));
-    CUDA_OK(cudaMemset(d_in, 0xFF, size_t(2 * half) * 4));
-    const auto st = kernels::dequantize_rows(type, d_src, n_cols, nullptr, 1, d_dst, nullptr, {}, in);
-    ASSERT_TRUE(st.ok) << st.message;
-    CUDA_OK(cudaDeviceSynchronize());
-    std::vector<float> got(static_cast<size_t>(n_cols)), ref(static_cast<size_t>(n_cols));
-    dequantize_row(type, host.data() + size_t(s.row) * rb, ref.data(), n_cols);
-    CUDA_OK(cudaMemcpy(got.data(), d_dst, got.size() * 4, cudaMemcpyDeviceToHost));
-    EXPECT_EQ(got, ref);
-    std::vector<int32_t> copied(static_cast<size_t>(2 * half));
-    CUDA_OK(cudaMemcpy(copied.data(), d_in, copied.size() * 4, cudaMemcpyDeviceToHost));
-    EXPECT_EQ(copied[0], s.row);
-    EXPECT_EQ(copied[size_t(half)], s.pos);
-    EXPECT_EQ(*seen, s.stamp);
+  for (const int64_t n_cols : {int64_t(768), int64_t(4096), int64_t(8192)}) {
+    SCOPED_TRACE(testing::Message() << n_cols << " columns");
+    const auto host = random_rows(type, n_cols, table_rows, rng);
+    const size_t rb = row_bytes(type, n_cols), xb = kernels::x8_bytes(n_cols);
+    const int64_t nb = n_cols / 32;
+    std::vector<float> gain(static_cast<size_t>(n_cols));
+    for (auto& g : gain) g = 0.5f + nd(rng) * 0.3f;
+    void* d_src; float *d_dst, *d_gain; int32_t *d_in, *d_sampled; uint8_t* d_q; double* d_ss;
+    CUDA_OK(cudaMalloc(&d_src, host.size()));
+    CUDA_OK(cudaMalloc(&d_dst, size_t(n_cols) * 4));
+    CUDA_OK(cudaMalloc(&d_gain, size_t(n_cols) * 4));
+    CUDA_OK(cudaMalloc(&d_q, xb));
+    CUDA_OK(cudaMalloc(&d_ss, size_t(nb) * 8));
+    CUDA_OK(cudaMalloc(&d_in, size_t(2 * half) * 4));
+    CUDA_OK(cudaMalloc(&d_sampled, 4));
+    CUDA_OK(cudaMemcpy(d_src, host.data(), host.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_gain, gain.data(), gain.size() * 4, cudaMemcpyHostToDevice));
+    const kernels::StagedInputs in{staging_dev, d_in, half, d_sampled, seen_dev, table_rows};
+    // token: staged (-1: the sampled id); row: the one expected
+    struct Step { int32_t token, sampled, pos, stamp, row; bool x8; };
+    for (const Step s : {Step{3, 7, 41, 100, 3, false}, Step{-1, 7, 42, 101, 7, true}, Step{-1, 8, 43, 102, 8, false},
+                         Step{5, 5, 44, 103, 5, true}, Step{2, 1000, 45, 104, 2, true}, Step{0, -3, 46, 105, 0, false}}) {
+      SCOPED_TRACE(testing::Message() << "token " << s.token << ", sampled " << s.sampled);
+      staging[0] = s.token, staging[half] = s.pos, staging[2 * half] = s.stamp;
+      *seen = 0;
+      CUDA_OK(cudaMemcpy(d_sampled, &s.sampled, 4, cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemset(d_dst, 0xFF, size_t(n_cols) * 4));
+      CUDA_OK(cudaMemset(d_in, 0xFF, size_t(2 * half) * 4));
+      CUDA_OK(cudaMemset(d_q, 0x7F, xb));
+      CUDA_OK(cudaMemset(d_ss, 0xFF, size_t(nb) * 8));
+      const kernels::RowsX8 x8 = s.x8 ? kernels::RowsX8{d_q, d_gain, d_ss} : kernels::RowsX8{};
+      const auto st = kernels::dequantize_rows(type, d_src, n_cols, nullptr, 1, d_dst, nullptr, x8, in);
+      ASSERT_TRUE(st.ok) << st.message;
+      CUDA_OK(cudaDeviceSynchronize());
+      std::vector<float> got(static_cast<size_t>(n_cols)), ref(static_cast<size_t>(n_cols));
+      dequantize_row(type, host.data() + size_t(s.row) * rb, ref.data(), n_cols);
+      CUDA_OK(cudaMemcpy(got.data(), d_dst, got.size() * 4, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(got, ref);
+      std::vector<int32_t> copied(static_cast<size_t>(2 * half));
+      CUDA_OK(cudaMemcpy(copied.data(), d_in, copied.size() * 4, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(copied[0], s.row);
+      EXPECT_EQ(copied[size_t(half)], s.pos);
+      EXPECT_EQ(*seen, s.stamp);
+      if (s.x8) {
+        std::vector<uint8_t> q(xb);
+        std::vector<double> ss(static_cast<size_t>(nb));
+        CUDA_OK(cudaMemcpy(q.data(), d_q, q.size(), cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(ss.data(), d_ss, ss.size() * 8, cudaMemcpyDeviceToHost));
+        expect_x8_row(ref.data(), gain.data(), q.data(), ss.data(), n_cols);
+      }
+    }
+    int32_t d_rows_dummy = 0;
+    EXPECT_FALSE(kernels::dequantize_rows(type, d_src, n_cols, nullptr, 2, d_dst, nullptr, {}, in).ok) << "two rows";
+    EXPECT_FALSE(kernels::dequantize_rows(type, d_src, n_cols, &d_rows_dummy, 1, d_dst, nullptr, {}, in).ok) << "a row list";
+    cudaFree(d_src); cudaFree(d_dst); cudaFree(d_gain); cudaFree(d_q); cudaFree(d_ss); cudaFree(d_in); cudaFree(d_sampled);
   }
-  int32_t d_rows_dummy = 0;
-  EXPECT_FALSE(kernels::dequantize_rows(type, d_src, n_cols, nullptr, 2, d_dst, nullptr, {}, in).ok) << "two rows";
-  EXPECT_FALSE(kernels::dequantize_rows(type, d_src, n_cols, &d_rows_dummy, 1, d_dst, nullptr, {}, in).ok) << "a row list";
-  cudaFree(d_src); cudaFree(d_dst); cudaFree(d_in); cudaFree(d_sampled);
+  float* d_big = nullptr;
+  CUDA_OK(cudaMalloc(&d_big, 8224 * 4));
+  const kernels::StagedInputs in{staging_dev, reinterpret_cast<int32_t*>(d_big), half, reinterpret_cast<int32_t*>(d_big),
+                                 seen_dev, 1};
+  EXPECT_FALSE(kernels::dequantize_rows(GgmlType::F32, d_big, 8224, nullptr, 1, d_big, nullptr, {}, in).ok)
+      << "a row wider than the staged lookup's block covers";
+  cudaFree(d_big);
   cudaFreeHost(staging); cudaFreeHost(seen);
 }
 

@@ -338,7 +338,7 @@ void CudaBackend::embed_norm(const Weight& table, std::span<const int32_t> token
   // The step's inputs not yet uploaded: the lookup reads its token from the staging itself.
   kn::StagedInputs in;
   if (lookup_upload_ && inputs_staged_ && n_in_ == 1) {
-    in = {host_in_dev_, dev_in_, int64_t(in_capacity_), dev_sampled_, seen_dev_};
+    in = {host_in_dev_, dev_in_, int64_t(in_capacity_), dev_sampled_, seen_dev_, table.rows};
     inputs_staged_ = false;
     upload_enqueued_ = true;
   }

@@ -24,12 +24,15 @@ struct RowsX8 {
 // *sampled), its position at src[half], the staging's stamp at src[2 * half]. The kernel (one
 // block) copies token and position to dst[0] and dst[half] for the pass's later kernels and,
 // once it has read the staging, writes the stamp to *seen. src and seen: mapped host memory.
+// table_rows: the rows of the table, so that *sampled may be decoded before the staging is read
+// (when it names a row of the table).
 struct StagedInputs {
   const int32_t* src = nullptr;
   int32_t* dst = nullptr;
   int64_t half = 0;
   const int32_t* sampled = nullptr;
   int32_t* seen = nullptr;
+  int64_t table_rows = 0;
 };
 
 // dst[r][i] = element i of row rows[r] of src (rows of n_cols elements in `type`'s layout).
