@@ -143,20 +143,25 @@ __device__ __forceinline__ void publish_y8(const float* y, const Epilogue& ep, i
 
 // The RMS scale of x from its blocks' sums of squares (GemvProblem::x8_ss, batch row 0,
 // k <= kX8SsMaxK: 4 per lane): 1 / sqrt(sum / k + eps), the same value in every lane. RmsParts
-// holds the lane's loads, issued early (after the PDL wait) and summed when the epilogue needs them.
+// holds the lane's loads, issued early (after the PDL wait) and summed when the epilogue first
+// needs them; later passes reuse the sum (a double reduction, sqrt and division per pass had cost
+// every pass of a persistent GEMV the latency of that chain).
 struct RmsParts {
   static_assert(kX8SsMaxK <= 4 * 32 * 32, "RmsParts holds 4 block sums per lane");
   double p[4];
+  float cached = 0.f;  // the scale once summed (never 0 otherwise); the same in every lane
   __device__ __forceinline__ void load(const double* ss, int64_t k) {
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int u = 0; u < 4; ++u) p[u] = ss && lane + 32 * u < k / 32 ? ss[lane + 32 * u] : 0.0;
   }
-  __device__ __forceinline__ float scale(int64_t k, float eps) const {
+  __device__ __forceinline__ float scale(int64_t k, float eps) {
+    if (cached != 0.f) return cached;  // (warp-uniform)
     double t = (p[0] + p[1]) + (p[2] + p[3]);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-    return float(1.0 / sqrt(t / double(k) + double(eps)));
+    cached = float(1.0 / sqrt(t / double(k) + double(eps)));
+    return cached;
   }
 };
 

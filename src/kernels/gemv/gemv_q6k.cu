@@ -111,8 +111,10 @@ bool q6k_early_enabled() {
 // kEarly: the warp's first step is loaded before the PDL wait (weights never depend on an
 // earlier kernel), so that it overlaps the kernel before, as in q_dp4a (the logits GEMV follows
 // the last W_down in the decode chain).
+// Decode's instances (kMaxB = 1) are held to 128 registers, two 8-warp blocks per SM: left free,
+// ptxas gives the early-loading ones 160-166 and so one block per SM.
 template <int kRows, int kUnroll, bool kGateUp, int kMaxB = kGemvMaxBatch, bool kEarly = false, bool kArgmax = false>
-__global__ void __launch_bounds__(256) q6k_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
+__global__ void __launch_bounds__(256, kMaxB == 1 ? 2 : 0) q6k_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
                                                 XSource xin,
                                                 float* __restrict__ y, int64_t n, int64_t k,
                                                 int batch, Epilogue ep) {
