@@ -360,6 +360,9 @@ TEST_P(GemvGpu, MatchesFp64Reference) {
     // Three or four passes for every block of a 32-row config (416 blocks of y on 132 SMs): y8's
     // shared-memory buffers are reused by every block (the rotating y8 of decode's instances).
     if (name == "q_dp4a") run_case(*v, type, 13312, 256, 1, false, true, rng);
+    // One matrix with bias and residual, several passes a block (q_dp4a_slots at unroll 2, the
+    // overlapping instance at 4), with y8 and its gain: decode's Wo and W_down over more rows.
+    if (name == "q_dp4a") run_case(*v, type, 13312, 256, 1, true, false, rng);
     // q_dp4a_prefetch with a first pass larger than shared memory: q8_0 gate/up at k = 4096
     // (the up matrix's last step from global memory) and one matrix at k = 11264 (part of the
     // gate's steps); q4_0 / q4_1 fit whole.
