@@ -33,7 +33,7 @@ namespace {
 struct KbenchArgs {
   std::string family;
   std::string shapes;  // family default when empty
-  std::string batches = "1,2,4,8";
+  std::string batches;  // gemv default when empty: 1,2,4,8 (1 with --decode)
   std::string types;   // family default when empty
   bool best = false, all = false;
   bool decode = false;   // gemv: as the decode step runs them (batch 1, x as int8 blocks, y8 made)
@@ -52,6 +52,20 @@ using namespace lamina::kernels;
 
 void cuda_check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("{}: {}", what, cudaGetErrorString(e));
+}
+
+// Placeholder addresses that ask gemv_time_variants (which allocates the real buffers) for the
+// shape as the CUDA backend runs it: the gate/up pair, x given as int8 blocks (after an RMSNorm
+// or the decode attention), y's int8 copy made in the epilogue (decode's Wo, gate/up and W_down
+// make their consumer's x8).
+void mark_inputs(GemvProblem& p, bool pair, bool with_x8, bool with_y8) {
+  static const int up_marker = 0, x8_marker = 0;
+  static int y8_marker = 0;
+  static unsigned y8_count_marker = 0;
+  p.w_up = pair ? &up_marker : nullptr;
+  p.x8 = with_x8 ? &x8_marker : nullptr;
+  p.y8 = with_y8 ? &y8_marker : nullptr;
+  p.y8_count = with_y8 ? &y8_count_marker : nullptr;
 }
 
 struct Times {
@@ -90,8 +104,8 @@ void run_kbench_gemv(KbenchArgs a) {
   if (a.shapes.empty()) a.shapes = "4096x4096,12288x4096,11008x4096,4096x11008,14336x4096,4096x14336,32000x4096,128256x4096";
   if (a.types.empty()) a.types = "f16,bf16,f32,q8_0,q4_0,q4_1,q4_K,q6_K";
   if (a.gate_up) a.decode = true;
-  if (a.decode && a.batches != "1" && a.batches != "1,2,4,8") fail("--decode and --gate-up time batch 1 only");
-  if (a.decode) a.batches = "1";
+  if (a.decode && !a.batches.empty() && a.batches != "1") fail("--decode and --gate-up time batch 1 only");
+  if (a.batches.empty()) a.batches = a.decode ? "1" : "1,2,4,8";
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaSetDevice(dev) != cudaSuccess) fail("no CUDA device available");
   cudaDeviceProp prop{};
@@ -140,15 +154,9 @@ void run_kbench_gemv(KbenchArgs a) {
           p.k = k;
           p.batch = batch;
           p.w = p.x = nullptr;
-          // --decode: x given as int8 blocks and y's int8 copy made in the epilogue, as the decode
-          // step runs Q/K/V, Wo, gate/up and W_down (placeholders: gemv_time_variants allocates them).
-          static const int up_marker = 0, x8_marker = 0;
-          static int y8_marker = 0;
-          static unsigned y8_count_marker = 0;
-          if (a.decode && k % 32 == 0) p.x8 = &x8_marker;
-          if (a.decode && k % 32 == 0 && n % 32 == 0 && layout == WeightLayout::Repacked)
-            p.y8 = &y8_marker, p.y8_count = &y8_count_marker;
-          if (a.gate_up) p.w_up = &up_marker;
+          // --decode: as the decode step runs Q/K/V, Wo, gate/up and W_down
+          const bool x8 = a.decode && k % 32 == 0;
+          mark_inputs(p, a.gate_up, x8, x8 && n % 32 == 0 && layout == WeightLayout::Repacked);
           const auto timings = gemv_time_variants(p, true, s, a.reps);
           std::map<std::string, GemvTiming> best_per;
           for (const auto& tm : timings) {
@@ -220,13 +228,8 @@ void run_tune(const TuneArgs& a) {
     const GgufTensor *g = f.find_tensor(b + "ffn_gate.weight"), *u = f.find_tensor(b + "ffn_up.weight");
     if (g && u && g->type == u->type) shapes.insert({g->type, g->ne[1], g->ne[0], true});
   }
-  // Placeholder addresses: gemv_time_variants allocates its own W_up, x8 and y8 when these are set.
-  // Each shape with x as f32 only, with x also given as int8 blocks (what the CUDA backend passes
-  // after an RMSNorm or the decode attention), and, for one row with x8, also with y's int8 copy
-  // made in the epilogue (decode's Wo, gate/up and W_down make their consumer's x8).
-  static const int gate_up_marker = 0, x8_marker = 0;
-  static int y8_marker = 0;
-  static unsigned y8_count_marker = 0;
+  // Each shape with x as f32 only, with x also given as int8 blocks, and, for one row with x8,
+  // also with y's int8 copy made in the epilogue (mark_inputs).
   for (const auto& [type, n, k, pair] : shapes)
     for (const auto& bs : split_list(a.batches)) {
       for (WeightLayout layout : {WeightLayout::Gguf, WeightLayout::Repacked})
@@ -240,10 +243,7 @@ void run_tune(const TuneArgs& a) {
         p.k = k;
         p.batch = std::stoi(bs);
         if (with_y8 && (p.batch != 1 || n % 32 || layout != WeightLayout::Repacked)) continue;
-        p.w_up = pair ? &gate_up_marker : nullptr;
-        p.x8 = with_x8 ? &x8_marker : nullptr;
-        p.y8 = with_y8 ? &y8_marker : nullptr;
-        p.y8_count = with_y8 ? &y8_count_marker : nullptr;
+        mark_inputs(p, pair, with_x8, with_y8);
         if (auto best = gemv_tune(p, s))
           fmt::print("{:<6} {:>6} x {:<6} b{} {:<8}{}{}{}: {} ({}) {:.2f} µs\n", type_name(type), n, k, p.batch,
                      layout == WeightLayout::Repacked ? "repacked" : "gguf", pair ? " gate/up" : "", with_x8 ? " x8" : "",
