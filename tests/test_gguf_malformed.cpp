@@ -2,6 +2,7 @@
 // valid file, and byte corruptions. The reader must throw lamina::Error, never crash.
 #include "core/error.h"
 #include "format/gguf.h"
+#include "model/config.h"
 
 #include <gtest/gtest.h>
 
@@ -37,6 +38,32 @@ TEST(GgufMalformed, CorpusGivesExpectedMessages) {
     ++n;
   }
   EXPECT_GE(n, 30);
+}
+
+// Well-formed files with hyper-parameters no model can run (NaN, zero, negative, inconsistent):
+// the reader accepts them, the model configuration refuses each with a message naming the key.
+TEST(GgufMalformed, OutOfRangeConfigurationsAreRefused) {
+  std::ifstream list(kCorpus + "/expected_config.txt");
+  ASSERT_TRUE(list) << "missing " << kCorpus << "/expected_config.txt";
+  std::string line;
+  int n = 0;
+  while (std::getline(list, line)) {
+    const size_t tab = line.find('\t');
+    ASSERT_NE(tab, std::string::npos);
+    const std::string file = kCorpus + "/" + line.substr(0, tab), want = line.substr(tab + 1);
+    SCOPED_TRACE(file);
+    const GgufFile f = GgufFile::open(file);
+    try {
+      ModelConfig::from_gguf(f);
+      ADD_FAILURE() << "accepted an out-of-range configuration";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(want), std::string::npos) << "message: " << msg << "\nwant: " << want;
+      EXPECT_NE(msg.find(file), std::string::npos) << "message does not name the file: " << msg;
+    }
+    ++n;
+  }
+  EXPECT_GE(n, 17);
 }
 
 std::vector<uint8_t> valid_file() {

@@ -4,6 +4,7 @@
 // --pg P,N: a prompt of P tokens followed by N generated ones, timed together (llama-bench's -pg).
 // Generated tokens are sampled greedily where the backend samples (on the GPU: one id per step).
 // --profile: after the table, the per-op breakdown of one more run of each test.
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
 #include "model/sampler.h"
@@ -123,9 +124,9 @@ Run add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   auto* sub = app.add_subcommand("bench", "Measure prompt and generation speed (llama-bench style)");
   add_session_options(sub, a->s);
-  sub->add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (0: skip)")->check(CLI::Range(0, 1 << 16));
-  sub->add_option("-n,--n-gen", a->n_gen, "Generated tokens (0: skip)")->check(CLI::Range(0, 1 << 16));
-  sub->add_option("-r,--repetitions", a->reps, "Repetitions per test")->check(CLI::Range(1, 1000));
+  sub->add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (0: skip)")->check(whole_in(0, 1 << 16));
+  sub->add_option("-n,--n-gen", a->n_gen, "Generated tokens (0: skip)")->check(whole_in(0, 1 << 16));
+  sub->add_option("-r,--repetitions", a->reps, "Repetitions per test")->check(whole_in(1, 1000));
   sub->add_option("--pg", a->pg, "Prompt then generation, timed together: P,N (e.g. 4096,128)");
   return [a] { run_bench(*a); };
 }

@@ -2,6 +2,7 @@
 // (tokenizer.chat_template, recognised as llama.cpp does) or --template NAME.
 // Each turn re-renders the conversation, keeps the cached prefix and evaluates only new tokens.
 // Ctrl-C stops a reply in progress; at the prompt, Ctrl-C or Ctrl-D ends the chat.
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
 #include "format/unicode.h"
@@ -109,7 +110,7 @@ Run add_chat(CLI::App& app) {
   sub->add_option("--system", a->system, "System prompt");
   sub->add_option("--template", a->tmpl, "Chat template: " + chat_template_names());
   sub->add_option("-n,--n-predict", a->n_predict, "Most tokens per reply (default: until end of turn)")
-      ->check(CLI::Range(-1, 1 << 30));
+      ->check(whole_in(-1, 1 << 30));
   return [a] { run_chat(*a); };
 }
 

@@ -2,13 +2,16 @@
 // tests and benchmarks where real weights cannot travel. Deterministic: the value of weight i of
 // tensor j depends only on (seed, j, i), not on the thread count or the machine.
 #include "backend/cpu/thread_pool.h"
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "format/gguf.h"
 #include "model/model_io.h"
 
 #include <fmt/format.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -98,6 +101,7 @@ void run_gen(const GenArgs& a) {
   const auto target = parse_type(a.type);
   if (!target || !can_quantize_target(*target)) fail("unsupported --type '{}' (f32, f16, q8_0, q4_0, q4_1, q4_K, q6_K)", a.type);
   const auto t0 = std::chrono::steady_clock::now();
+  OutputFile output(a.out, std::array{a.vocab});  // checked before any work; never the vocabulary itself
 
   GgufWriter w;
   const std::string arch = p->arch;
@@ -119,7 +123,7 @@ void run_gen(const GenArgs& a) {
   else synthetic_vocab(w, n_vocab);
   w.set_u32(arch + ".vocab_size", n_vocab);
 
-  auto pool = std::make_shared<ThreadPool>(a.threads > 0 ? a.threads : int(std::thread::hardware_concurrency()));
+  auto pool = std::make_shared<ThreadPool>(threads_to_run(a.threads));
   uint64_t stream = 0;
   // Matrices ~ N(0, 1/sqrt(fan_in)) keep activations O(1); norms ~ 1 + N(0, 0.1).
   auto matrix = [&](const std::string& name, int64_t ne0, int64_t ne1) {
@@ -186,7 +190,7 @@ void run_gen(const GenArgs& a) {
     matrix(b + "ffn_up.weight", E, p->n_ff);
     matrix(b + "ffn_down.weight", p->n_ff, E);
   }
-  w.write(a.out);
+  w.write(output);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fmt::print(stderr, "gen-model: wrote {} ({} {}, vocab {}) in {:.1f} s\n", a.out, p->name, a.type, n_vocab, secs);
 }
@@ -205,8 +209,8 @@ Run add_gen_model(CLI::App& app) {
   sub->add_option("--preset", a->preset, "tiny, tiny-qwen2, tiny-llama3, smollm2-135m, llama2-7b or llama3-8b")->required();
   sub->add_option("--type", a->type, "f32, f16, q8_0, q4_0, q4_1, q4_K, q6_K");
   sub->add_option("--vocab", a->vocab, "Vocabulary GGUF to copy the tokenizer from (default: synthetic)");
-  sub->add_option("--seed", a->seed, "Random seed");
-  sub->add_option("-t,--threads", a->threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  add_seed_option(sub, "--seed", a->seed, nullptr, "Random seed (0 to 2^64-1)");
+  add_threads_option(sub, a->threads);
   sub->add_option("-o,--output", a->out, "Output file")->required();
   return [a] { run_gen(*a); };
 }

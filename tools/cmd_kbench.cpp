@@ -7,6 +7,7 @@
 // lamina tune -m MODEL: tunes the model's matrix shapes for batch 1..8 (GEMV) and for prompt
 // passes of --prompt rows (GEMM, default 512) into the tune cache.
 #include "cmd_kbench_gemm.h"
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
 
@@ -283,7 +284,7 @@ Run add_kbench(CLI::App& app) {
   sub->add_flag("--decode", a->decode,
                 "gemv: as the decode step runs them: batch 1, x as int8 blocks, y's int8 copy made by the GEMV");
   sub->add_flag("--gate-up", a->gate_up, "gemv: each NxK as the gate/up pair with its fused SwiGLU (implies --decode)");
-  sub->add_option("-r,--reps", a->reps, "Timed repetitions (median)")->check(CLI::Range(5, 1000));
+  sub->add_option("-r,--reps", a->reps, "Timed repetitions (median)")->check(whole_in(5, 1000));
   return [a] { run_kbench(*a); };
 }
 

@@ -1,16 +1,19 @@
 // lamina logits: runs a prompt and prints the top-K logits of the last position
 // (id<TAB>logit<TAB>piece); --all FILE writes every position's logits as raw little-endian
 // float32 [n_tokens][n_vocab].
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "session_args.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdio>
+#include <array>
 #include <memory>
 #include <numeric>
+#include <optional>
 
 namespace lamina::cli {
 namespace {
@@ -22,6 +25,9 @@ struct LogitsArgs {
 };
 
 void run_logits(const LogitsArgs& a) {
+  // Checked before the model runs; the previous file stays as it was if writing fails.
+  std::optional<OutputFile> all_out;
+  if (!a.all_file.empty()) all_out.emplace(a.all_file, std::array{a.s.opt.model_path});
   Session sess(a.s.resolve());
   const Tokenizer& tok = sess.tokenizer();
   const std::vector<int32_t> ids = a.tokens.empty() ? tok.tokenize(a.prompt, true, true)
@@ -33,9 +39,8 @@ void run_logits(const LogitsArgs& a) {
   const std::vector<float>& logits = sess.eval(ids, all);
   const size_t V = sess.config().n_vocab;
   if (all) {
-    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(a.all_file.c_str(), "wb"), &std::fclose);
-    if (!f || std::fwrite(logits.data(), sizeof(float), logits.size(), f.get()) != logits.size())
-      fail("{}: cannot write the logits", a.all_file);
+    all_out->write(logits.data(), logits.size() * sizeof(float));
+    all_out->commit();
   }
   const float* last = logits.data() + (all ? logits.size() - V : 0);
   std::vector<int32_t> order(V);
@@ -60,7 +65,7 @@ Run add_logits(CLI::App& app) {
   auto* p = sub->add_option("-p,--prompt", a->prompt, "Prompt text (BOS added as the model asks)");
   auto* t = sub->add_option("--tokens", a->tokens, "Token ids instead of a prompt, e.g. \"1 2 3\"");
   p->excludes(t);
-  sub->add_option("--top", a->top, "How many logits to print")->check(CLI::Range(1, 1 << 30));
+  sub->add_option("--top", a->top, "How many logits to print")->check(whole_in(1, 1 << 30));
   sub->add_option("--all", a->all_file, "Write every position's logits (f32 [n_tokens][n_vocab]) to FILE");
   sub->callback([p, t] {
     if (p->count() == 0 && t->count() == 0) throw CLI::RequiredError("-p or --tokens");

@@ -1,16 +1,18 @@
 // lamina quantize IN.gguf OUT.gguf TYPE: re-encodes every weight matrix to TYPE (norms and
 // biases stay f32), keeping all metadata.
 #include "backend/cpu/thread_pool.h"
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "format/gguf.h"
 #include "format/quant.h"
 #include "model/model_io.h"
 
 #include <fmt/format.h>
 
+#include <array>
 #include <chrono>
-#include <thread>
 
 namespace lamina::cli {
 namespace {
@@ -24,14 +26,14 @@ void run_quantize(const QuantizeArgs& a) {
   const auto target = parse_type(a.type);
   if (!target || !can_quantize_target(*target))
     fail("unsupported type '{}' (f32, f16, q8_0, q4_0, q4_1, q4_K, q6_K)", a.type);
-  if (a.in == a.out) fail("input and output are the same file");
   const auto t0 = std::chrono::steady_clock::now();
+  OutputFile output(a.out, std::array{a.in});  // refuses the input itself (through links) before any work
   const GgufFile in = GgufFile::open(a.in);
   GgufWriter w;
   for (const auto& kv : in.kvs()) w.set(kv.key, kv.value);
   w.set_u32("general.file_type", llama_file_type(*target));
   w.set_u32("general.quantization_version", 2);
-  auto pool = std::make_shared<ThreadPool>(a.threads > 0 ? a.threads : int(std::thread::hardware_concurrency()));
+  auto pool = std::make_shared<ThreadPool>(threads_to_run(a.threads));
   for (const auto& t : in.tensors()) {
     const GgmlType dst_type = tensor_type_for(t.name, t.ne[0], t.n_dims, *target);
     std::vector<int64_t> ne(t.ne, t.ne + std::max(1, t.n_dims));
@@ -47,7 +49,7 @@ void run_quantize(const QuantizeArgs& a) {
       }, dst);
     });
   }
-  w.write(a.out);
+  w.write(output);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fmt::print(stderr, "quantize: wrote {} ({}) in {:.1f} s\n", a.out, a.type, secs);
 }
@@ -60,7 +62,7 @@ Run add_quantize(CLI::App& app) {
   sub->add_option("input", a->in, "Input GGUF")->required();
   sub->add_option("output", a->out, "Output GGUF")->required();
   sub->add_option("type", a->type, "f16, q8_0, q4_0, q4_1, q4_K, q6_K (also f32, q5_0, q5_1)")->required();
-  sub->add_option("-t,--threads", a->threads, "Threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  add_threads_option(sub, a->threads);
   return [a] { run_quantize(*a); };
 }
 

@@ -1,4 +1,5 @@
 // lamina run: generates text from a prompt, streaming it to stdout; a summary on stderr.
+#include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
 #include "format/unicode.h"
@@ -74,7 +75,7 @@ Run add_run(CLI::App& app) {
   add_sampling_options(sub, a->sampling);
   sub->add_option("-p,--prompt", a->prompt, "Prompt text")->required();
   sub->add_option("-n,--n-predict", a->n_predict, "Tokens to generate (default: until end of text or a full context)")
-      ->check(CLI::Range(-1, 1 << 30));
+      ->check(whole_in(-1, 1 << 30));
   sub->add_flag("--no-display-prompt", a->no_display_prompt, "Do not echo the prompt");
   return [a] { run_run(*a); };
 }

@@ -1,14 +1,13 @@
 // lamina tokenize / detokenize.
 #include "commands.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "format/gguf.h"
 #include "format/tokenizer.h"
 #include "session_args.h"
 
 #include <fmt/format.h>
 
-#include <fstream>
-#include <sstream>
 
 namespace lamina::cli {
 namespace {
@@ -18,18 +17,10 @@ struct TokenizeArgs {
   bool no_bos = false, parse_special = false, pieces = false;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open for reading", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 void run_tokenize(const TokenizeArgs& a) {
   const GgufFile f = GgufFile::open(a.model);
   const Tokenizer tok = Tokenizer::from_gguf(f);
-  const std::string text = a.file.empty() ? a.prompt : read_file(a.file);
+  const std::string text = a.file.empty() ? a.prompt : read_text_file(a.file);
   const auto ids = tok.tokenize(text, !a.no_bos, a.parse_special);
   std::string line;
   for (size_t i = 0; i < ids.size(); ++i) {

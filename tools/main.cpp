@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <map>
+#include <string>
 
 int main(int argc, char** argv) {
   CLI::App app{"lamina: a fast, hackable LLM inference engine for GGUF models", "lamina"};
@@ -26,6 +27,19 @@ int main(int argc, char** argv) {
   reg(lamina::cli::add_bench);
   reg(lamina::cli::add_kbench);
   reg(lamina::cli::add_tune);
+  // CLI11 would only say "A subcommand is required" for a mistyped command: name it.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known = known || sub->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "lamina: unknown command '%s' (commands: %s)\n", argv[1], names.c_str());
+      return 1;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,9 +1,11 @@
 #include "session_args.h"
 
+#include "cli_checks.h"
 #include "core/error.h"
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <random>
 #include <sstream>
 
@@ -12,9 +14,9 @@ namespace lamina::cli {
 void add_session_options(CLI::App* sub, SessionArgs& a) {
   sub->add_option("-m,--model", a.opt.model_path, "GGUF model file")->required();
   sub->add_option("-c,--ctx", a.opt.n_ctx, "Context size in tokens (default: the model's, capped to fit memory)")
-      ->check(CLI::NonNegativeNumber);
-  sub->add_option("-t,--threads", a.opt.n_threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  sub->add_option("-b,--batch", a.opt.n_batch, "Prompt tokens per forward pass")->check(CLI::Range(1, 8192));
+      ->check(whole_in(0, INT32_MAX));
+  add_threads_option(sub, a.opt.n_threads);
+  sub->add_option("-b,--batch", a.opt.n_batch, "Prompt tokens per forward pass")->check(whole_in(1, 8192));
   sub->add_option("--kv-type", a.kv_type, "KV cache type: f16 or f32")->check(CLI::IsMember({"f16", "f32"}));
   sub->add_option("-d,--device", a.opt.device, "cuda, cpu or auto (cuda when a GPU is present)")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
@@ -32,20 +34,20 @@ void print_memory_summary(Session& s) {
 
 SessionOptions SessionArgs::resolve() const {
   SessionOptions o = opt;
+  o.n_threads = threads_to_run(opt.n_threads);
   o.kv_type = kv_type == "f32" ? GgmlType::F32 : GgmlType::F16;
   return o;
 }
 
 void add_sampling_options(CLI::App* sub, SamplingArgs& a) {
-  sub->add_option("--temp", a.p.temperature, "Temperature (0: greedy)")->check(CLI::Range(0.0, 100.0));
-  sub->add_option("--top-k", a.p.top_k, "Top-k (0: off)")->check(CLI::NonNegativeNumber);
-  sub->add_option("--top-p", a.p.top_p, "Top-p (1: off)")->check(CLI::Range(0.0, 1.0));
-  sub->add_option("--min-p", a.p.min_p, "Min-p (0: off)")->check(CLI::Range(0.0, 1.0));
-  sub->add_option("--repeat-penalty", a.p.repeat_penalty, "Repetition penalty (1: off)")->check(CLI::Range(0.0, 10.0));
+  sub->add_option("--temp", a.p.temperature, "Temperature (0: greedy)")->check(finite_in(0.0, 100.0));
+  sub->add_option("--top-k", a.p.top_k, "Top-k (0: off)")->check(whole_in(0, INT32_MAX));
+  sub->add_option("--top-p", a.p.top_p, "Top-p (1: off)")->check(finite_in(0.0, 1.0));
+  sub->add_option("--min-p", a.p.min_p, "Min-p (0: off)")->check(finite_in(0.0, 1.0));
+  sub->add_option("--repeat-penalty", a.p.repeat_penalty, "Repetition penalty (1: off)")->check(finite_in(0.0, 10.0));
   sub->add_option("--repeat-last-n", a.p.repeat_last_n, "Tokens the penalty looks back on (-1: all)")
-      ->check(CLI::Range(-1, 1 << 20));
-  sub->add_option_function<uint64_t>("--seed", [&a](const uint64_t& s) { a.p.seed = s; a.seed_given = true; },
-                                     "Random seed (same seed, same text)");
+      ->check(whole_in(-1, 1 << 20));
+  add_seed_option(sub, "--seed", a.p.seed, &a.seed_given, "Random seed, 0 to 2^64-1 (same seed, same text)");
 }
 
 SamplerParams SamplingArgs::resolve() const {

@@ -1,6 +1,7 @@
 // Backend selection: "cpu", "cuda", or "auto" (cuda when this build has CUDA and a GPU is
 // present). Lives outside lamina_core so that the CPU-only library does not depend on CUDA.
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/thread_pool.h"
 #include "core/error.h"
 #include "model/session.h"
 
@@ -8,9 +9,7 @@
 #include "backend/cuda/cuda_backend.h"
 #endif
 
-#include <algorithm>
 #include <cstdlib>
-#include <thread>
 
 namespace lamina {
 
@@ -29,8 +28,7 @@ std::unique_ptr<Backend> make_backend(const SessionOptions& o) {
   if (dev == "auto") dev = "cpu";
   if (dev == "cuda") fail("--device cuda: this lamina was built without CUDA");
 #endif
-  const int threads = o.n_threads > 0 ? o.n_threads : int(std::max(1u, std::thread::hardware_concurrency()));
-  return std::make_unique<CpuBackend>(threads, o.exact_matmul);
+  return std::make_unique<CpuBackend>(usable_threads(o.n_threads), o.exact_matmul);
 }
 
 }  // namespace lamina

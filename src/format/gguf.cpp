@@ -2,6 +2,7 @@
 #include "format/gguf.h"
 
 #include "core/error.h"
+#include "core/files.h"
 
 #include <cmath>
 #include <functional>
@@ -342,20 +343,14 @@ template <class Sink> void GgufWriter::emit(Sink& sink) const {
 }
 
 void GgufWriter::write(const std::string& path) const {
-  const std::string tmp = path + ".tmp";
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
-  if (!f) fail("{}: cannot create: {}", tmp, std::strerror(errno));
-  bool ok = true;
-  auto sink = [&](const uint8_t* p, size_t n) {
-    if (ok && std::fwrite(p, 1, n, f.get()) != n) ok = false;
-  };
+  OutputFile out(path);
+  write(out);
+}
+
+void GgufWriter::write(OutputFile& out) const {
+  auto sink = [&](const uint8_t* p, size_t n) { out.write(p, n); };
   emit(sink);
-  if (std::fflush(f.get()) != 0) ok = false;
-  f.reset();
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    fail("{}: write failed: {}", path, std::strerror(errno));
-  }
+  out.commit();
 }
 
 std::vector<uint8_t> GgufWriter::to_bytes() const {

@@ -23,6 +23,8 @@
 
 namespace lamina {
 
+class OutputFile;
+
 enum class GgufType : uint32_t {
   UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
   STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
@@ -135,7 +137,11 @@ class GgufWriter {
   void add_tensor(std::string name, GgmlType type, std::vector<int64_t> ne,
                   std::span<const uint8_t> bytes);
 
-  void write(const std::string& path) const;  // throws lamina::Error on I/O failure
+  // Writes through an OutputFile (core/files.h): the target is replaced whole or left as it
+  // was; throws lamina::Error naming the path and the reason. Commands that read inputs open
+  // the OutputFile first (it refuses an output that is one of them) and pass it here.
+  void write(const std::string& path) const;
+  void write(OutputFile& out) const;
   std::vector<uint8_t> to_bytes() const;      // the whole file in memory (tests)
 
  private:

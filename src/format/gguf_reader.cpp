@@ -3,6 +3,7 @@
 #include "format/gguf.h"
 
 #include "core/error.h"
+#include "core/files.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -273,12 +274,12 @@ GgufFile GgufFile::parse(const uint8_t* data, size_t size, std::string name) {
 }
 
 GgufFile GgufFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
+  const int fd = open_regular_file(path, "GGUF file");
   struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fstat(fd, &st) != 0) {
+    const int e = errno;
     ::close(fd);
-    fail("{}: not a regular file", path);
+    fail("{}: cannot read: {}", path, std::strerror(e));
   }
   auto map = std::make_unique<Mapping>();
   map->size = size_t(st.st_size);

@@ -3,6 +3,9 @@
 #include "core/error.h"
 #include "format/gguf.h"
 
+#include <cmath>
+#include <optional>
+
 namespace lamina {
 
 ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
@@ -25,7 +28,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
       if (!arr || arr->empty()) fail("{}: key '{}{}' is an empty array", f.path(), a, key);
       for (int64_t x : *arr)
         if (x != (*arr)[0]) fail("{}: key '{}{}' varies per layer, which is not supported", f.path(), a, key);
-      if ((*arr)[0] <= 0) fail("{}: key '{}{}' = {} is out of range", f.path(), a, key, (*arr)[0]);
+      if ((*arr)[0] <= 0 || (*arr)[0] > int64_t(UINT32_MAX)) fail("{}: key '{}{}' = {} is out of range", f.path(), a, key, (*arr)[0]);
       return uint32_t((*arr)[0]);
     }
     return u32(key);
@@ -40,24 +43,41 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   if (c.n_head % c.n_head_kv != 0)
     fail("{}: head_count {} is not a multiple of head_count_kv {}", f.path(), c.n_head, c.n_head_kv);
   c.head_dim = f.find(a + "attention.key_length") ? u32("attention.key_length") : c.n_embd / c.n_head;
+  if (c.head_dim == 0)
+    fail("{}: embedding_length {} is smaller than head_count {} (no attention.key_length)", f.path(), c.n_embd, c.n_head);
   if (f.find(a + "attention.value_length") && u32("attention.value_length") != c.head_dim)
     fail("{}: value_length differs from key_length, which is not supported", f.path());
   c.n_rot = f.find(a + "rope.dimension_count") ? u32("rope.dimension_count") : c.head_dim;
   if (c.n_rot > c.head_dim || c.n_rot % 2)
     fail("{}: rope.dimension_count {} does not fit head_dim {}", f.path(), c.n_rot, c.head_dim);
-  const auto eps = f.get_float(a + "attention.layer_norm_rms_epsilon");
+  // Real-valued hyper-parameters: NaN, infinities and values outside what the forward pass can
+  // use are refused here (they would otherwise run and print NaN or nothing).
+  auto real = [&](const std::string& key, double lo, double hi, bool lo_open, const char* want) -> std::optional<double> {
+    const auto v = f.get_float(a + key);
+    if (v && (!std::isfinite(*v) || *v < lo || (lo_open && *v == lo) || *v > hi))
+      fail("{}: key '{}{}' = {:g} is out of range ({})", f.path(), a, key, *v, want);
+    return v;
+  };
+  const auto eps = real("attention.layer_norm_rms_epsilon", 0.0, 1.0, true, "a small positive number such as 1e-5");
   if (!eps) fail("{}: missing required key '{}attention.layer_norm_rms_epsilon'", f.path(), a);
   c.rms_eps = float(*eps);
-  c.rope_base = float(f.get_float(a + "rope.freq_base").value_or(10000.0));
-  if (auto factor = f.get_float(a + "rope.scaling.factor"); factor && *factor > 0) {
+  if (c.rms_eps <= 0.f) fail("{}: key '{}attention.layer_norm_rms_epsilon' = {:g} underflows float32", f.path(), a, *eps);
+  c.rope_base = float(real("rope.freq_base", 0.0, 1e12, true, "a positive number such as 10000").value_or(10000.0));
+  // A scaling factor of 0 means none (llama.cpp's convention); negative ones are refused.
+  const auto factor = real("rope.scaling.factor", 0.0, 1e6, false, "1 or more, or 0 for none");
+  const auto lin = real("rope.scale_linear", 0.0, 1e6, false, "1 or more, or 0 for none");
+  const std::string scaling_type = f.get_string(a + "rope.scaling.type").value_or("");
+  if (!scaling_type.empty() && scaling_type != "none" && scaling_type != "linear")
+    fail("{}: rope scaling '{}' is not supported (supported: none, linear)", f.path(), scaling_type);
+  if (factor && *factor > 0 && scaling_type != "none") {
     c.rope_freq_scale = float(1.0 / *factor);
-    c.rope_scaling = f.get_string(a + "rope.scaling.type").value_or("linear");
-  } else if (auto lin = f.get_float(a + "rope.scale_linear"); lin && *lin > 0) {
+    c.rope_scaling = "linear";
+  } else if (lin && *lin > 0) {
     c.rope_freq_scale = float(1.0 / *lin);
     c.rope_scaling = "linear";
   }
   c.rope_neox = c.arch == "qwen2";
-  if (auto nv = f.get_uint(a + "vocab_size")) c.n_vocab = uint32_t(*nv);
+  if (f.find(a + "vocab_size")) c.n_vocab = u32("vocab_size");
   else if (const auto* toks = f.get_string_array("tokenizer.ggml.tokens")) c.n_vocab = uint32_t(toks->size());
   return c;
 }

@@ -12,38 +12,63 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
+#include <tuple>
+#include <unordered_set>
 
 namespace lamina {
 
 namespace {
 
-// The tensor `name` after checking its shape (and type, for vectors); nullptr if absent and
-// not required.
-const GgufTensor* checked(const GgufFile& f, const std::string& name, std::vector<int64_t> shape, bool required) {
-  const GgufTensor* t = f.find_tensor(name);
-  if (!t) {
-    if (required) fail("{}: missing tensor '{}'", f.path(), name);
-    return nullptr;
-  }
-  bool ok = t->n_dims <= int(shape.size()) || (t->n_dims == 2 && shape.size() == 1 && t->ne[1] == 1);
-  for (size_t d = 0; d < shape.size() && ok; ++d) ok = t->ne[d] == shape[d];
-  for (size_t d = shape.size(); d < 4 && ok; ++d) ok = t->ne[d] == 1;
-  if (!ok) {
-    std::string want = "[";
-    for (size_t d = 0; d < shape.size(); ++d) want += (d ? ", " : "") + std::to_string(shape[d]);
-    fail("{}: tensor '{}' has shape {}, expected {}]", f.path(), name, t->shape_string(), want);
-  }
-  if (shape.size() == 1 && t->type != GgmlType::F32)
-    fail("{}: tensor '{}' has type {}, expected f32", f.path(), name, type_name(t->type));
-  return t;
-}
+// Finds and checks the file's tensors for the model, remembering which ones it took so that
+// tensors the model does not use (a wrong block_count, an unsupported variant) are refused
+// instead of silently ignored.
+class Binder {
+ public:
+  Binder(const GgufFile& f, Backend& be) : f_(f), be_(be) {}
 
-Weight bind(const GgufFile& f, Backend& be, const std::string& name, std::vector<int64_t> shape,
-            bool required = true, WeightUse use = WeightUse::Matmul) {
-  const GgufTensor* t = checked(f, name, shape, required);
-  if (!t) return {};
-  return be.load_weight(*t, shape.size() == 1 ? WeightUse::Vector : use);
-}
+  // The tensor `name` after checking its shape (and type, for vectors); nullptr if absent and
+  // not required.
+  const GgufTensor* checked(const std::string& name, std::vector<int64_t> shape, bool required = true) {
+    const GgufTensor* t = f_.find_tensor(name);
+    if (!t) {
+      if (required) fail("{}: missing tensor '{}'", f_.path(), name);
+      return nullptr;
+    }
+    bool ok = t->n_dims <= int(shape.size()) || (t->n_dims == 2 && shape.size() == 1 && t->ne[1] == 1);
+    for (size_t d = 0; d < shape.size() && ok; ++d) ok = t->ne[d] == shape[d];
+    for (size_t d = shape.size(); d < 4 && ok; ++d) ok = t->ne[d] == 1;
+    if (!ok) {
+      std::string want = "[";
+      for (size_t d = 0; d < shape.size(); ++d) want += (d ? ", " : "") + std::to_string(shape[d]);
+      fail("{}: tensor '{}' has shape {}, expected {}]", f_.path(), name, t->shape_string(), want);
+    }
+    if (shape.size() == 1 && t->type != GgmlType::F32)
+      fail("{}: tensor '{}' has type {}, expected f32", f_.path(), name, type_name(t->type));
+    used_.insert(name);
+    return t;
+  }
+
+  Weight bind(const std::string& name, std::vector<int64_t> shape, bool required = true,
+              WeightUse use = WeightUse::Matmul) {
+    const GgufTensor* t = checked(name, shape, required);
+    if (!t) return {};
+    return be_.load_weight(*t, shape.size() == 1 ? WeightUse::Vector : use);
+  }
+
+  // Throws naming the first tensor of the file that no bind/checked call took.
+  void require_all_used(const ModelConfig& c) const {
+    for (const auto& t : f_.tensors())
+      if (!used_.contains(t.name))
+        fail("{}: tensor '{}' is not used by a {}-layer {} model (block_count or the architecture does not match "
+             "the file's tensors)", f_.path(), t.name, c.n_layer, c.arch);
+  }
+
+ private:
+  const GgufFile& f_;
+  Backend& be_;
+  std::unordered_set<std::string> used_;
+};
 
 }  // namespace
 
@@ -51,35 +76,53 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be) : cfg_(ModelConfig::from_
   const int64_t E = cfg_.n_embd, V = cfg_.n_vocab, F = cfg_.n_ff;
   const int64_t QD = int64_t(cfg_.n_head) * cfg_.head_dim, KVD = int64_t(cfg_.n_head_kv) * cfg_.head_dim;
   if (V == 0) fail("{}: vocabulary size unknown (no tokenizer.ggml.tokens or {}.vocab_size)", f.path(), cfg_.arch);
-  tok_embd_ = bind(f, be, "token_embd.weight", {E, V}, true, WeightUse::Embedding);
-  out_norm_ = bind(f, be, "output_norm.weight", {E});
-  output_ = bind(f, be, "output.weight", {E, V}, false);
-  if (!output_) output_ = bind(f, be, "token_embd.weight", {E, V});  // tied embeddings, as a matmul weight
+  Binder b(f, be);
+  // Every tensor is checked before any is loaded: a file that does not match fails fast.
+  b.checked("token_embd.weight", {E, V});
+  b.checked("output_norm.weight", {E});
+  b.checked("output.weight", {E, V}, false);
+  b.checked("rope_freqs.weight", {cfg_.n_rot / 2}, false);
   const bool qwen = cfg_.arch == "qwen2";
   for (uint32_t l = 0; l < cfg_.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
+    for (const auto& [name, shape, required] : std::initializer_list<std::tuple<const char*, std::vector<int64_t>, bool>>{
+             {"attn_norm.weight", {E}, true}, {"attn_q.weight", {E, QD}, true}, {"attn_k.weight", {E, KVD}, true},
+             {"attn_v.weight", {E, KVD}, true}, {"attn_output.weight", {QD, E}, true}, {"attn_q.bias", {QD}, qwen},
+             {"attn_k.bias", {KVD}, qwen}, {"attn_v.bias", {KVD}, qwen}, {"attn_output.bias", {E}, false},
+             {"ffn_norm.weight", {E}, true}, {"ffn_gate.weight", {E, F}, true}, {"ffn_up.weight", {E, F}, true},
+             {"ffn_down.weight", {F, E}, true}})
+      b.checked(p + name, shape, required);
+  }
+  b.require_all_used(cfg_);
+
+  tok_embd_ = b.bind("token_embd.weight", {E, V}, true, WeightUse::Embedding);
+  out_norm_ = b.bind("output_norm.weight", {E});
+  output_ = b.bind("output.weight", {E, V}, false);
+  if (!output_) output_ = b.bind("token_embd.weight", {E, V});  // tied embeddings, as a matmul weight
+  for (uint32_t l = 0; l < cfg_.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights w;
-    w.attn_norm = bind(f, be, p + "attn_norm.weight", {E});
-    const GgufTensor* qkv[] = {checked(f, p + "attn_q.weight", {E, QD}, true), checked(f, p + "attn_k.weight", {E, KVD}, true),
-                               checked(f, p + "attn_v.weight", {E, KVD}, true)};
+    w.attn_norm = b.bind(p + "attn_norm.weight", {E});
+    const GgufTensor* qkv[] = {b.checked(p + "attn_q.weight", {E, QD}), b.checked(p + "attn_k.weight", {E, KVD}),
+                               b.checked(p + "attn_v.weight", {E, KVD})};
     const std::vector<Weight> wqkv = be.load_stacked(qkv);
     w.wq = wqkv[0], w.wk = wqkv[1], w.wv = wqkv[2];
-    w.wo = bind(f, be, p + "attn_output.weight", {QD, E});
-    w.bq = bind(f, be, p + "attn_q.bias", {QD}, qwen);
-    w.bk = bind(f, be, p + "attn_k.bias", {KVD}, qwen);
-    w.bv = bind(f, be, p + "attn_v.bias", {KVD}, qwen);
-    w.bo = bind(f, be, p + "attn_output.bias", {E}, false);
-    w.ffn_norm = bind(f, be, p + "ffn_norm.weight", {E});
-    w.w_gate = bind(f, be, p + "ffn_gate.weight", {E, F});
-    w.w_up = bind(f, be, p + "ffn_up.weight", {E, F});
-    w.w_down = bind(f, be, p + "ffn_down.weight", {F, E});
+    w.wo = b.bind(p + "attn_output.weight", {QD, E});
+    w.bq = b.bind(p + "attn_q.bias", {QD}, qwen);
+    w.bk = b.bind(p + "attn_k.bias", {KVD}, qwen);
+    w.bv = b.bind(p + "attn_v.bias", {KVD}, qwen);
+    w.bo = b.bind(p + "attn_output.bias", {E}, false);
+    w.ffn_norm = b.bind(p + "ffn_norm.weight", {E});
+    w.w_gate = b.bind(p + "ffn_gate.weight", {E, F});
+    w.w_up = b.bind(p + "ffn_up.weight", {E, F});
+    w.w_down = b.bind(p + "ffn_down.weight", {F, E});
     layers_.push_back(w);
   }
   if (const GgufTensor* rf = f.find_tensor("rope_freqs.weight")) {
-    if (rf->type != GgmlType::F32 || rf->nelements() != cfg_.n_rot / 2)
-      fail("{}: tensor 'rope_freqs.weight' must be f32 with {} elements", f.path(), cfg_.n_rot / 2);
     rope_freqs_.resize(size_t(rf->nelements()));
     std::memcpy(rope_freqs_.data(), rf->data, rope_freqs_.size() * sizeof(float));
+    for (float v : rope_freqs_)
+      if (!std::isfinite(v) || v <= 0.f) fail("{}: tensor 'rope_freqs.weight' holds {:g}; its factors must be positive", f.path(), v);
   }
 }
 

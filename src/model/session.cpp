@@ -4,6 +4,7 @@
 #include "model/sampler.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace lamina {
 
@@ -20,6 +21,8 @@ std::string format_bytes(size_t bytes) {
 }
 
 namespace {
+
+constexpr size_t kDefaultKvShare = 4;  // the default context's KV cache: at most 1/4 of free memory
 
 // Activation memory one forward pass of n_batch rows needs (the model's scratch tensors with
 // 16-bit copies for the GEMM inputs), plus the all-rows logits of `lamina logits`.
@@ -53,7 +56,9 @@ Session::Session(const SessionOptions& o) : opt_(o), file_(GgufFile::open(o.mode
   const size_t avail = free_now > scratch ? free_now - scratch : 0;
   int n_ctx = o.n_ctx;
   if (n_ctx == 0) {
-    n_ctx = int(std::min<size_t>(c.n_ctx_train, avail / per_pos));
+    // The default context takes at most a quarter of what is free: a file declaring a huge
+    // context_length must not claim the machine (an explicit --ctx may use all of it).
+    n_ctx = int(std::min<size_t>({c.n_ctx_train, avail / kDefaultKvShare / per_pos, size_t(INT32_MAX)}));
     if (n_ctx < 16)
       fail("not enough memory on {} for a KV cache: {:.1f} MiB per 1k positions, {} available", backend_->name(),
            double(per_pos) * 1024 / (1 << 20), format_bytes(avail));

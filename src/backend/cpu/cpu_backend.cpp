@@ -91,12 +91,8 @@ void CpuBackend::init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type
   kv_ctx_ = n_ctx;
   kv_dim_ = kv_dim;
   const size_t bytes = size_t(n_layer) * size_t(n_ctx) * size_t(kv_dim) * (type == GgmlType::F16 ? 2 : 4);
-  try {
-    k_cache_.assign(bytes, 0);
-    v_cache_.assign(bytes, 0);
-  } catch (const std::bad_alloc&) {
+  if (!k_cache_.reset(bytes) || !v_cache_.reset(bytes))
     fail("cannot allocate the KV cache: {:.1f} MiB for {} positions", 2.0 * double(bytes) / (1 << 20), n_ctx);
-  }
 }
 
 size_t CpuBackend::kv_cache_bytes() const { return k_cache_.size() + v_cache_.size(); }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "backend/cpu/page_buffer.h"
 #include "backend/cpu/thread_pool.h"
 
 #include <memory>
@@ -65,7 +66,7 @@ class CpuBackend final : public Backend {
   // KV cache: [layer][pos][kv_dim] for K and for V.
   GgmlType kv_type_ = GgmlType::F16;
   int kv_layers_ = 0, kv_ctx_ = 0, kv_dim_ = 0;
-  std::vector<uint8_t> k_cache_, v_cache_;
+  PageBuffer k_cache_, v_cache_;  // [layer][n_ctx][kv_dim], pages committed as positions are written
 };
 
 }  // namespace lamina

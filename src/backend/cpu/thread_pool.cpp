@@ -1,5 +1,7 @@
 #include "backend/cpu/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 
 #if defined(__x86_64__)
@@ -12,7 +14,29 @@
 namespace lamina {
 
 namespace {
+
 constexpr int kSpinsBeforeSleep = 1 << 16;
+constexpr int kSpinsPerYield = 256;  // a waiting thread gives its CPU to a runnable one this often
+
+// One step of a spin wait: a pause, and now and then a yield so that a thread the waiter depends
+// on gets the CPU when there are more runnable threads than CPUs.
+inline void spin_step(int i) {
+  if (i % kSpinsPerYield == kSpinsPerYield - 1) std::this_thread::yield();
+  else LAMINA_PAUSE();
+}
+
+}  // namespace
+
+int available_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+int usable_threads(int requested) {
+  const int cpus = available_cpus();
+  return requested > 0 ? std::min(requested, cpus) : cpus;
 }
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
@@ -23,39 +47,56 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
-    generation_.fetch_add(1);
   }
   cv_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
 void ThreadPool::run_chunks() {
+  int64_t ran = 0;  // published once, when this thread finds nothing left to claim
   for (;;) {
     const int64_t b = next_.fetch_add(chunk_);
     if (b >= n_) break;
-    (*fn_)(b, std::min(n_, b + chunk_));
+    const int64_t e = std::min(n_, b + chunk_);
+    (*fn_)(b, e);
+    ran += e - b;
   }
+  if (ran) done_.fetch_add(ran, std::memory_order_release);
+}
+
+// Waits for an open job other than `seen`; returns its number, or 0 when the pool stops.
+uint64_t ThreadPool::wait_for_job(uint64_t seen) {
+  auto ready = [&] {
+    const uint64_t j = job_.load(std::memory_order_acquire);
+    return j != seen && (j & 1);
+  };
+  for (int i = 0; !ready(); ++i) {
+    if (stop_.load(std::memory_order_relaxed)) return 0;
+    if (i < kSpinsBeforeSleep) {
+      spin_step(i);
+      continue;
+    }
+    std::unique_lock<std::mutex> lk(mu_);
+    sleeping_.fetch_add(1);
+    cv_.wait(lk, [&] { return ready() || stop_.load(); });
+    sleeping_.fetch_sub(1);
+    i = 0;
+  }
+  return job_.load(std::memory_order_acquire);
 }
 
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
-    int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen) {
-      if (++spins < kSpinsBeforeSleep) {
-        LAMINA_PAUSE();
-        continue;
-      }
-      std::unique_lock<std::mutex> lk(mu_);
-      sleeping_.fetch_add(1);
-      cv_.wait(lk, [&] { return generation_.load() != seen; });
-      sleeping_.fetch_sub(1);
-      break;
-    }
-    seen = generation_.load(std::memory_order_acquire);
-    if (stop_) return;
-    run_chunks();
-    active_.fetch_sub(1, std::memory_order_acq_rel);
+    const uint64_t j = wait_for_job(seen);
+    if (j == 0 || stop_) return;
+    seen = j;
+    // Attach, then check the job is still open: the caller closes a job before it waits for
+    // attached_ to reach zero, so (sequentially consistent on both sides) either it sees this
+    // worker attached, or this worker sees the job closed and leaves its fields alone.
+    attached_.fetch_add(1);
+    if (job_.load() == j) run_chunks();
+    attached_.fetch_sub(1);
   }
 }
 
@@ -66,20 +107,23 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     fn(0, n);
     return;
   }
+  // Workers still attached to the previous (closed) job are on their way out; they may still
+  // read its fields.
+  for (int i = 0; attached_.load() > 0; ++i) spin_step(i);
   fn_ = &fn;
   n_ = n;
   // A few chunks per thread balances uneven work without much contention.
   chunk_ = std::max<int64_t>(std::max<int64_t>(1, grain), (n + 4 * n_threads_ - 1) / (4 * n_threads_));
   next_.store(0);
-  active_.store(n_threads_ - 1);
+  done_.store(0);
   {
     std::lock_guard<std::mutex> lk(mu_);  // pairs with the sleepers' predicate check
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+    job_.fetch_add(1);                     // open
   }
   if (sleeping_.load() > 0) cv_.notify_all();
   run_chunks();
-  while (active_.load(std::memory_order_acquire) > 0) LAMINA_PAUSE();
-  fn_ = nullptr;
+  for (int i = 0; done_.load(std::memory_order_acquire) < n; ++i) spin_step(i);
+  job_.fetch_add(1);  // close
 }
 
 }  // namespace lamina

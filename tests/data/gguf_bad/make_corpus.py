@@ -81,9 +81,69 @@ cases['duplicate_tensor.gguf'] = (tensor_file([tinfo(b'w', [8], 0, 0), tinfo(b'w
 cases['truncated_tensor_info.gguf'] = (header(1, 1) + good_kv + s(b'weight') + struct.pack('<I', 2) + b'\1\0',
                                        "tensor 'weight': file truncated")
 
-with open('expected.txt', 'w') as out:
-    for name, (data, msg) in sorted(cases.items()):
-        with open(name, 'wb') as f:
-            f.write(data)
-        out.write(f'{name}\t{msg}\n')
-print(f'{len(cases)} files')
+# Hyper-parameter cases: well-formed containers whose values no model can run. The reader accepts
+# them; ModelConfig::from_gguf must refuse each with the message in expected_config.txt.
+def kv_f32(key, v):
+    return s(key) + struct.pack('<I', 6) + struct.pack('<f', v)
+
+base_config = {
+    b'llama.context_length': ('u32', 256), b'llama.embedding_length': ('u32', 64),
+    b'llama.block_count': ('u32', 2), b'llama.feed_forward_length': ('u32', 128),
+    b'llama.attention.head_count': ('u32', 4), b'llama.attention.head_count_kv': ('u32', 2),
+    b'llama.attention.layer_norm_rms_epsilon': ('f32', 1e-5), b'llama.rope.freq_base': ('f32', 10000.0),
+    b'llama.vocab_size': ('u32', 32),
+}
+
+def config_file(**changes):
+    kv = dict(base_config)
+    for k, v in changes.items():
+        key = b'llama.' + k.replace('__', '.').encode()
+        if v is None:
+            kv.pop(key, None)
+        else:
+            kv[key] = v
+    body = kv_str(b'general.architecture', b'llama')
+    for key, (t, v) in kv.items():
+        body += kv_u32(key, v) if t == 'u32' else kv_f32(key, v) if t == 'f32' else kv_str(key, v)
+    return header(0, 1 + len(kv)) + body
+
+nan, inf = float('nan'), float('inf')
+config_cases = {
+    'config_rms_eps_nan.gguf': (config_file(attention__layer_norm_rms_epsilon=('f32', nan)),
+                                "layer_norm_rms_epsilon' = nan is out of range"),
+    'config_rms_eps_negative.gguf': (config_file(attention__layer_norm_rms_epsilon=('f32', -1e-5)),
+                                     "layer_norm_rms_epsilon' = -1e-05 is out of range"),
+    'config_rms_eps_inf.gguf': (config_file(attention__layer_norm_rms_epsilon=('f32', inf)),
+                                "layer_norm_rms_epsilon' = inf is out of range"),
+    'config_rms_eps_zero.gguf': (config_file(attention__layer_norm_rms_epsilon=('f32', 0.0)),
+                                 "layer_norm_rms_epsilon' = 0 is out of range"),
+    'config_rms_eps_missing.gguf': (config_file(attention__layer_norm_rms_epsilon=None),
+                                    "missing required key 'llama.attention.layer_norm_rms_epsilon'"),
+    'config_rope_base_zero.gguf': (config_file(rope__freq_base=('f32', 0.0)), "rope.freq_base' = 0 is out of range"),
+    'config_rope_base_negative.gguf': (config_file(rope__freq_base=('f32', -10000.0)),
+                                       "rope.freq_base' = -10000 is out of range"),
+    'config_rope_base_nan.gguf': (config_file(rope__freq_base=('f32', nan)), "rope.freq_base' = nan is out of range"),
+    'config_rope_scaling_negative.gguf': (config_file(rope__scaling__factor=('f32', -2.0)),
+                                          "rope.scaling.factor' = -2 is out of range"),
+    'config_rope_scaling_yarn.gguf': (config_file(rope__scaling__factor=('f32', 4.0), rope__scaling__type=('str', b'yarn')),
+                                      "rope scaling 'yarn' is not supported"),
+    'config_rope_dims_odd.gguf': (config_file(rope__dimension_count=('u32', 7)),
+                                  'rope.dimension_count 7 does not fit head_dim 16'),
+    'config_head_count_zero.gguf': (config_file(attention__head_count=('u32', 0)),
+                                    "attention.head_count' = 0 is out of range"),
+    'config_head_kv_not_divisor.gguf': (config_file(attention__head_count_kv=('u32', 3)),
+                                        'head_count 4 is not a multiple of head_count_kv 3'),
+    'config_heads_wider_than_embd.gguf': (config_file(embedding_length=('u32', 2)),
+                                          'embedding_length 2 is smaller than head_count 4'),
+    'config_block_count_zero.gguf': (config_file(block_count=('u32', 0)), "block_count' = 0 is out of range"),
+    'config_context_zero.gguf': (config_file(context_length=('u32', 0)), "context_length' = 0 is out of range"),
+    'config_vocab_size_zero.gguf': (config_file(vocab_size=('u32', 0)), "vocab_size' = 0 is out of range"),
+}
+
+for listing, table in (('expected.txt', cases), ('expected_config.txt', config_cases)):
+    with open(listing, 'w') as out:
+        for name, (data, msg) in sorted(table.items()):
+            with open(name, 'wb') as f:
+                f.write(data)
+            out.write(f'{name}\t{msg}\n')
+print(f'{len(cases)} malformed files, {len(config_cases)} out-of-range configurations')
