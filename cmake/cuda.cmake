@@ -1,7 +1,20 @@
-# CUDA detection. LAMINA_CUDA=AUTO builds CUDA code whenever nvcc is found (CI has nvcc but no GPU).
-# Default architecture: the GPU present at configure time, else 90a (Hopper).
+# CUDA detection. LAMINA_CUDA=AUTO builds CUDA code when nvcc is found and a GPU is present
+# (nvidia-smi answers): a machine that cannot run the kernels does not spend its build on them.
+# ON builds them whenever nvcc is found (CI compiles them on machines without a GPU, so a CUDA
+# break cannot land). Default architecture: the GPU present at configure time, else 90a (Hopper).
 set(LAMINA_HAVE_CUDA OFF)
-if(NOT LAMINA_CUDA STREQUAL "OFF")
+set(_lamina_gpu_cc "")
+find_program(_nvsmi nvidia-smi)
+if(_nvsmi)
+  execute_process(COMMAND ${_nvsmi} --query-gpu=compute_cap --format=csv,noheader
+                  OUTPUT_VARIABLE _cc RESULT_VARIABLE _rc ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(_rc EQUAL 0 AND _cc MATCHES "^([0-9]+)\\.([0-9]+)")
+    set(_lamina_gpu_cc "${CMAKE_MATCH_1}${CMAKE_MATCH_2}")
+  endif()
+endif()
+if(LAMINA_CUDA STREQUAL "AUTO" AND _lamina_gpu_cc STREQUAL "")
+  message(STATUS "lamina: no NVIDIA GPU found, building without CUDA (-DLAMINA_CUDA=ON builds it anyway)")
+elseif(NOT LAMINA_CUDA STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER)
     find_program(_lamina_nvcc nvcc HINTS /usr/local/cuda/bin ENV CUDA_HOME PATH_SUFFIXES bin)
     if(_lamina_nvcc)
@@ -13,16 +26,10 @@ if(NOT LAMINA_CUDA STREQUAL "OFF")
   if(CMAKE_CUDA_COMPILER)
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "")
       set(_arch "90a")
-      find_program(_nvsmi nvidia-smi)
-      if(_nvsmi)
-        execute_process(COMMAND ${_nvsmi} --query-gpu=compute_cap --format=csv,noheader
-                        OUTPUT_VARIABLE _cc RESULT_VARIABLE _rc ERROR_QUIET
-                        OUTPUT_STRIP_TRAILING_WHITESPACE)
-        if(_rc EQUAL 0 AND _cc MATCHES "^([0-9]+)\\.([0-9]+)")
-          set(_arch "${CMAKE_MATCH_1}${CMAKE_MATCH_2}")
-          if(_arch STREQUAL "90")   # Hopper: enable the arch-specific wgmma/TMA features
-            set(_arch "90a")
-          endif()
+      if(NOT _lamina_gpu_cc STREQUAL "")
+        set(_arch "${_lamina_gpu_cc}")
+        if(_arch STREQUAL "90")   # Hopper: enable the arch-specific wgmma/TMA features
+          set(_arch "90a")
         endif()
       endif()
       set(CMAKE_CUDA_ARCHITECTURES "${_arch}" CACHE STRING "CUDA architectures" FORCE)

@@ -10,7 +10,13 @@ scripts/deps.sh
 if model=$(scripts/fetch-model.sh); then export LAMINA_MODEL="$model"; else echo "test: default model unavailable; its tests will be skipped" >&2; fi
 if vocab=$(scripts/fetch-vocab.sh); then export LAMINA_VOCAB_DIR="$vocab"; else echo "test: extra vocabularies unavailable; their test will be skipped" >&2; fi
 
-scripts/build.sh
+# The CUDA code is compiled wherever nvcc exists, GPU or not (a plain build skips it without a
+# GPU): a CUDA build break fails here. Its tests run on a GPU machine (scripts/gpu-check.sh).
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  scripts/build.sh -DLAMINA_CUDA=ON
+else
+  scripts/build.sh
+fi
 ctest --test-dir build -L cpu --output-on-failure -j "$(nproc)"
 
 # Fuzzing: libFuzzer + ASan/UBSan over the GGUF reader, seeded with the malformed corpus.
