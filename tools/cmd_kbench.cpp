@@ -46,6 +46,7 @@ struct TuneArgs {
   std::string model;
   std::string batches = "1,2,4,8";
   std::string prompts = "512";  // GEMM rows (prompt tokens per pass) to tune for
+  std::string skip;             // GEMV variants or configs left out (gemv_tune)
 };
 
 #if defined(LAMINA_HAVE_CUDA)
@@ -245,7 +246,7 @@ void run_tune(const TuneArgs& a) {
         p.batch = std::stoi(bs);
         if (with_y8 && (p.batch != 1 || n % 32 || layout != WeightLayout::Repacked)) continue;
         mark_inputs(p, pair, with_x8, with_y8);
-        if (auto best = gemv_tune(p, s))
+        if (auto best = gemv_tune(p, s, a.skip))
           fmt::print("{:<6} {:>6} x {:<6} b{} {:<8}{}{}{}: {} ({}) {:.2f} µs\n", type_name(type), n, k, p.batch,
                      layout == WeightLayout::Repacked ? "repacked" : "gguf", pair ? " gate/up" : "", with_x8 ? " x8" : "",
                      with_y8 ? " y8" : "", best->variant->name, best->config.str(), best->best_us());
@@ -294,6 +295,7 @@ Run add_tune(CLI::App& app) {
   sub->add_option("-m,--model", a->model, "GGUF model")->required();
   sub->add_option("--batch", a->batches, "Comma-separated batch sizes (1..8)");
   sub->add_option("--prompt", a->prompts, "Comma-separated prompt rows per pass to tune the GEMMs for ('' for none)");
+  sub->add_option("--skip", a->skip, "GEMV variants or configs the tuner leaves out, 'a;b(rows=2,warps=16,unroll=4)' (A/B of a rung)");
   return [a] { run_tune(*a); };
 }
 

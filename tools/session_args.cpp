@@ -21,6 +21,8 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
   sub->add_option("-d,--device", a.opt.device, "cuda, cpu or auto (cuda when a GPU is present)")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   sub->add_flag("--profile", a.opt.profile, "Per-op GPU time breakdown with achieved GB/s, TFLOP/s and % of roofline");
+  sub->add_flag("--graph-timing", a.opt.cuda.graph_timing,
+                "CUDA: time each replayed decode step on the GPU against the host's share, printed at exit");
   sub->add_flag("--exact-matmul", a.opt.exact_matmul,
                 "Keep activations in f32 for quantised weights (slower; for reference checks)");
 }

@@ -22,7 +22,7 @@ std::unique_ptr<Backend> make_backend(const SessionOptions& o) {
   if (dev == "auto") dev = cuda_device_count() > 0 ? "cuda" : "cpu";
   if (dev == "cuda") {
     if (cuda_device_count() == 0) fail("--device cuda: no CUDA GPU is available");
-    return std::make_unique<CudaBackend>(0, o.exact_matmul);
+    return std::make_unique<CudaBackend>(0, o.exact_matmul, o.cuda);
   }
 #else
   if (dev == "auto") dev = "cpu";

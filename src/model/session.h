@@ -3,6 +3,7 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "backend/cuda_options.h"
 #include "format/gguf.h"
 #include "format/tokenizer.h"
 #include "model/llama.h"
@@ -23,6 +24,7 @@ struct SessionOptions {
   bool exact_matmul = false;  // f32 activations for quantised weights (see CpuBackend)
   std::string device = "auto";  // "cuda", "cpu", or "auto" (cuda when a GPU is present)
   bool profile = false;         // per-op timing in the backend (Backend::profile_report)
+  CudaOptions cuda;             // the CUDA backend's choices (defaults: the fastest measured paths)
 };
 
 class Sampler;

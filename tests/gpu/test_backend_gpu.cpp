@@ -48,8 +48,9 @@ std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.f) {
 
 // One op run on both backends: inputs uploaded, outputs compared.
 struct Both {
+  explicit Both(const CudaOptions& o = {}) : gpu(0, false, o) {}
   CpuBackend cpu{4, true};
-  CudaBackend gpu{0, false};
+  CudaBackend gpu;
 
   Tensor put(Backend& be, const std::vector<float>& h, int64_t rows, int64_t cols) {
     Tensor t = be.alloc(rows, cols);
@@ -266,14 +267,14 @@ TEST(BackendOps, Int8CopiesMatchInKernelQuantisation) {
 // A decode RMSNorm is deferred into the GEMV that reads its output (the norm in its prologue):
 // matmul, the gate/up pair and a stacked Q/K/V matmul_multi after rmsnorm, against the CPU and,
 // bit for bit, against the default backend, which runs the norm as a kernel of its own (the
-// deferral is opt-in: LAMINA_FUSED_NORM=1).
+// deferral is opt-in: CudaOptions::defer_norm).
 // Then the norm's output is read as a tensor (written by the fused GEMV), and an op that
 // overwrites the norm's input before any GEMV ran makes the backend run the norm first.
 TEST(BackendOps, NormFusedIntoTheNextGemv) {
   std::mt19937 rng(12);
-  setenv("LAMINA_FUSED_NORM", "1", 1);
-  auto fused = std::make_unique<CudaBackend>(0, false);
-  unsetenv("LAMINA_FUSED_NORM");
+  CudaOptions deferred;
+  deferred.defer_norm = true;
+  auto fused = std::make_unique<CudaBackend>(0, false, deferred);
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
     for (int64_t rows : {1, 3}) {
       Both b;
@@ -556,14 +557,15 @@ TEST(BackendOps, RopeAttentionFused) {
 }
 
 // attention_out: on one decode row at short context with a dp4a Wo and no GQA the CUDA backend
-// (with LAMINA_ATTN_WO=1) runs attention and Wo in one kernel (attention_wo: Wo split over heads, the heads' partial
+// (with CudaOptions::attn_wo) runs attention and Wo in one kernel (attention_wo: Wo split over heads, the heads' partial
 // products summed by the last block of each row range); elsewhere rope_attention then
 // matmul_add_norm. Against the CPU's rope, attention, matmul_add, rmsnorm: the attention output,
 // the residual, the norm's output read back, and a GEMV that takes the pending norm (x8_ss).
 // The profile names the fused op where it must have run.
 TEST(BackendOps, AttentionOutFused) {
   std::mt19937 rng(21);
-  setenv("LAMINA_ATTN_WO", "1", 1);  // opt-in (measured slower in the decode chain)
+  CudaOptions opts;
+  opts.attn_wo = true;  // opt-in (measured slower in the decode chain)
   struct Case {
     int n_head, n_head_kv, head_dim, n_rot;
     bool neox;
@@ -573,7 +575,7 @@ TEST(BackendOps, AttentionOutFused) {
   for (const Case& c : {Case{8, 8, 128, 128, false, GgmlType::Q4_0, 512}, Case{4, 4, 64, 64, true, GgmlType::Q8_0, 256},
                         Case{6, 6, 64, 32, false, GgmlType::Q4_1, 384}, Case{32, 32, 128, 128, false, GgmlType::Q4_0, 4096},
                         Case{8, 2, 64, 64, false, GgmlType::Q8_0, 256}, Case{4, 4, 128, 128, false, GgmlType::Q4_K, 512}}) {
-    Both b;
+    Both b(opts);
     const int n_ctx = 300, kvd = c.n_head_kv * c.head_dim, qd = c.n_head * c.head_dim;
     const int64_t F = 64;
     SCOPED_TRACE(testing::Message() << type_name(c.wt) << " heads " << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim);
@@ -614,10 +616,9 @@ TEST(BackendOps, AttentionOutFused) {
       past += rows;
     }
   }
-  unsetenv("LAMINA_ATTN_WO");
 }
 
-// attention_block: the stacked Q/K/V matmul, then attention_out. With LAMINA_QKV_ATTN=1 one
+// attention_block: the stacked Q/K/V matmul, then attention_out. With CudaOptions::qkv_attn one
 // decode row at short context with a repacked q4_0 / q8_0 stack of 128-wide heads and no GQA
 // runs qkv_attention (each head's attention in the GEMV block that completes its rows); the
 // rest falls back. Against the CPU: q
@@ -626,7 +627,8 @@ TEST(BackendOps, AttentionOutFused) {
 // Rows past position 128 take the kernel's second barrier; the last row is past the 256 bucket.
 TEST(BackendOps, AttentionBlockFused) {
   std::mt19937 rng(33);
-  setenv("LAMINA_QKV_ATTN", "1", 1);  // opt-in (measured slower in the decode chain)
+  CudaOptions opts;
+  opts.qkv_attn = true;  // opt-in (measured slower in the decode chain)
   struct Case {
     int n_head, n_head_kv, head_dim;
     GgmlType wt;
@@ -635,7 +637,7 @@ TEST(BackendOps, AttentionBlockFused) {
   for (const Case& c : {Case{8, 8, 128, GgmlType::Q4_0, 512}, Case{32, 32, 128, GgmlType::Q8_0, 4096},
                         Case{4, 4, 64, GgmlType::Q4_0, 256}, Case{8, 2, 128, GgmlType::Q8_0, 512},
                         Case{4, 4, 128, GgmlType::Q4_K, 512}}) {
-    Both b;
+    Both b(opts);
     const int n_ctx = 300, kvd = c.n_head_kv * c.head_dim, qd = c.n_head * c.head_dim;
     const int64_t F = 64;
     SCOPED_TRACE(testing::Message() << type_name(c.wt) << " heads " << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim);
@@ -692,7 +694,6 @@ TEST(BackendOps, AttentionBlockFused) {
       past += rows;
     }
   }
-  unsetenv("LAMINA_QKV_ATTN");
 }
 
 // The sampling rules of model/sampler.cpp with the draw r = u * sum (the GPU's).

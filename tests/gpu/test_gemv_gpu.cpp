@@ -286,7 +286,7 @@ void run_case(const GemvVariant& v, GgmlType type, int64_t n, int64_t k, int bat
     CUDA_OK(cudaMemcpy(got8.data(), dy.p, got8.size() * 4, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(got8[i], got[i]) << "x8 given, config " << cfg.str() << " output " << i;
     for (size_t i = ref.size(); i < got8.size(); ++i) ASSERT_TRUE(std::isnan(got8[i])) << "wrote past y (x8 given)";
-    if (v.writes_y8 && n % 32 == 0) check_y8(v, p, cfg, got8);  // with x8 given (q_dp4a_ring's path)
+    if (v.writes_y8 && n % 32 == 0) check_y8(v, p, cfg, got8);  // with x8 given (decode's path)
     if (::testing::Test::HasFatalFailure()) return;
     if (!v.fuses_norm) continue;
     // RMSNorm in the prologue (GemvProblem::norm_w): x taken as the norm's input. The output must
@@ -337,18 +337,13 @@ TEST_P(GemvGpu, MatchesFp64Reference) {
   // q6k_dp4a's batch-1 instance loads a warp's first step before the PDL wait: rows past the
   // first pass (the step loaded early, then the loop's own loads).
   if (name == "q6k_dp4a") run_case(*v, type, 8512, 512, 1, false, false, rng);
-  // q6k_dp4a_slots (batch 1, LAMINA_Q6K_SLOTS=1), then the default batch-1 instance: one step
-  // per row, several with the last one short (27 super-blocks), and rows past the first pass.
-  if (name == "q6k_dp4a")
-    for (bool slots : {true, false}) {
-      SCOPED_TRACE(slots ? "q6k_dp4a_slots" : "batch-1 instance");
-      if (slots) setenv("LAMINA_Q6K_SLOTS", "1", 1);
-      run_case(*v, type, 37, k_big, 1, false, false, rng);
-      run_case(*v, type, 300, 6912, 1, false, false, rng);
-      run_case(*v, type, 8512, 512, 1, false, false, rng);
-      unsetenv("LAMINA_Q6K_SLOTS");
-      if (::testing::Test::HasFatalFailure()) return;
-    }
+  // The batch-1 instance: one step per row, several with the last one short (27 super-blocks),
+  // and rows past the first pass.
+  if (name == "q6k_dp4a") {
+    run_case(*v, type, 37, k_big, 1, false, false, rng);
+    run_case(*v, type, 300, 6912, 1, false, false, rng);
+    run_case(*v, type, 8512, 512, 1, false, false, rng);
+  }
   if (epi) {
     run_case(*v, type, 67, k_big, 2, true, false, rng);
     run_case(*v, type, 67, k_big, 3, false, true, rng);
@@ -363,19 +358,6 @@ TEST_P(GemvGpu, MatchesFp64Reference) {
     // One matrix with bias and residual, several passes a block (q_dp4a_slots at unroll 2, the
     // overlapping instance at 4), with y8 and its gain: decode's Wo and W_down over more rows.
     if (name == "q_dp4a") run_case(*v, type, 13312, 256, 1, true, false, rng);
-    // q_dp4a_prefetch with a first pass larger than shared memory: q8_0 gate/up at k = 4096
-    // (the up matrix's last step from global memory) and one matrix at k = 11264 (part of the
-    // gate's steps); q4_0 / q4_1 fit whole.
-    // q_dp4a_ring (x8 given, batch 1): several steps per row with a short last one, gate/up
-    // through a ring that wraps many times, and more than one pass of a 4096-wide matrix.
-    if (name == "q_dp4a_ring") {
-      run_case(*v, type, 96, 11264, 1, true, true, rng);
-      run_case(*v, type, 8512, 4096, 1, false, false, rng);
-    }
-    if (name == "q_dp4a_prefetch") {
-      run_case(*v, type, 64, 4096, 2, true, true, rng);
-      run_case(*v, type, 96, 11264, 1, false, false, rng);
-    }
   }
 }
 

@@ -21,8 +21,10 @@ using namespace lamina::test;
 
 namespace {
 
-std::unique_ptr<Session> open(const std::string& model, const char* device, bool exact, bool graphs = true) {
+std::unique_ptr<Session> open(const std::string& model, const char* device, bool exact, bool graphs = true,
+                              const CudaOptions& cuda = {}) {
   SessionOptions o;
+  o.cuda = cuda;
   o.model_path = model;
   o.n_ctx = 256;
   o.exact_matmul = exact;
@@ -126,11 +128,10 @@ TEST(CudaRunAhead, FusedArgmaxAndStagedLookupMatchTheKernelsApart) {
     ASSERT_FALSE(c.is_null());
     const std::string path = gen_tiny(c);
     const std::vector<int32_t> prompt = c["tokens"].get<std::vector<int32_t>>();
-    setenv("LAMINA_FUSED_ARGMAX", "0", 1);
-    setenv("LAMINA_LOOKUP_UPLOAD", "0", 1);
-    auto apart = open(path, "cuda", false);
-    unsetenv("LAMINA_FUSED_ARGMAX");
-    unsetenv("LAMINA_LOOKUP_UPLOAD");
+    CudaOptions kernels_apart;
+    kernels_apart.fused_argmax = false;
+    kernels_apart.staged_lookup = false;
+    auto apart = open(path, "cuda", false, true, kernels_apart);
     auto fused = open(path, "cuda", false);
     SamplerParams g;
     g.temperature = 0;

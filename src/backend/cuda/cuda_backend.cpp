@@ -48,27 +48,24 @@ int cuda_device_count() {
   return n;
 }
 
-CudaBackend::CudaBackend(int device, bool exact) : device_(device), exact_(exact) {
+CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
+    : device_(device),
+      exact_(exact),
+      single_pass_attention_(o.single_pass_attention),
+      defer_norm_(o.defer_norm),
+      attn_wo_(o.attn_wo),
+      qkv_attn_(o.qkv_attn),
+      lookup_upload_(o.staged_lookup),
+      fused_argmax_(o.fused_argmax) {
   cuda_check(cudaSetDevice(device), "cudaSetDevice");
   cudaDeviceProp prop{};
   cuda_check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
   gpu_name_ = prop.name;
   sm_count_ = prop.multiProcessorCount;
-  if (const char* v = std::getenv("LAMINA_ATTN_PREFILL")) {
-    bool known = false;
-    for (auto r : {kn::PrefillAttention::V1Mma, kn::PrefillAttention::V2Pipelined})
-      if (std::string(v) == kn::prefill_attention_name(r)) prefill_attention_ = r, known = true;
-    check("init", known, fmt::format("LAMINA_ATTN_PREFILL={} names no prompt-attention kernel", v));
-  }
-  if (const char* v = std::getenv("LAMINA_FUSED_NORM")) defer_norm_ = std::string(v) == "1";
-  if (const char* v = std::getenv("LAMINA_SPLIT_NORM")) split_norm_ = std::string(v) != "0";
-  if (const char* v = std::getenv("LAMINA_ATTN_WO")) attn_wo_ = std::string(v) == "1";
-  if (const char* v = std::getenv("LAMINA_QKV_ATTN")) qkv_attn_ = std::string(v) == "1";
-  if (const char* v = std::getenv("LAMINA_ATTN_DECODE")) {
-    check("init", std::string(v) == "single" || std::string(v) == "split",
-          fmt::format("LAMINA_ATTN_DECODE={}: expected single or split", v));
-    single_pass_attention_ = std::string(v) == "single";
-  }
+  bool known = false;
+  for (auto r : {kn::PrefillAttention::V1Mma, kn::PrefillAttention::V2Pipelined})
+    if (o.prefill_attention == kn::prefill_attention_name(r)) prefill_attention_ = r, known = true;
+  check("init", known, fmt::format("prefill attention '{}' names no prompt-attention kernel", o.prefill_attention));
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   cuda_check(cudaEventCreateWithFlags(&sampled_, cudaEventDisableTiming), "cudaEventCreate");
   // Pinned words the kernels write for the host: the sampled id, the inputs' stamp.
@@ -81,14 +78,11 @@ CudaBackend::CudaBackend(int device, bool exact) : device_(device), exact_(exact
   dev_sampled_ = static_cast<int32_t*>(dev_alloc(sizeof(int32_t), "sampling"));
   owned_.push_back(dev_sampled_);
   cuda_check(cudaMemset(dev_sampled_, 0, sizeof(int32_t)), "cudaMemset");
-  if (const char* v = std::getenv("LAMINA_RUN_AHEAD")) run_ahead_ = std::string(v) != "0";
-  if (const char* v = std::getenv("LAMINA_FUSED_ARGMAX")) fused_argmax_ = std::string(v) != "0";
-  if (const char* v = std::getenv("LAMINA_LOOKUP_UPLOAD")) lookup_upload_ = std::string(v) != "0";
   // The logits GEMV's argmax key and count (device words, zero between launches).
   argmax_words_ = static_cast<unsigned long long*>(dev_alloc(2 * sizeof(unsigned long long), "sampling"));
   owned_.push_back(argmax_words_);
   cuda_check(cudaMemset(argmax_words_, 0, 2 * sizeof(unsigned long long)), "cudaMemset");
-  if (GraphTiming::enabled()) graph_timing_ = std::make_unique<GraphTiming>();
+  if (o.graph_timing) graph_timing_ = std::make_unique<GraphTiming>();
 }
 
 CudaBackend::~CudaBackend() {
@@ -324,7 +318,7 @@ void CudaBackend::embed(const Weight& table, std::span<const int32_t> tokens, Te
 // Q/K/V GEMV applies it (x8_ss), with no norm kernel between. Otherwise embed, then rmsnorm.
 void CudaBackend::embed_norm(const Weight& table, std::span<const int32_t> tokens, Tensor out, const Weight& norm,
                              float eps, Tensor h) {
-  const bool fits = split_norm_ && out.rows == 1 && h.rows == 1 && out.cols == h.cols && out.cols <= kn::kX8SsMaxK &&
+  const bool fits = out.rows == 1 && h.rows == 1 && out.cols == h.cols && out.cols <= kn::kX8SsMaxK &&
                     wants_x8(h) && !info(table).repacked && !overlaps(out, h);
   if (!fits) return Backend::embed_norm(table, tokens, out, norm, eps, h);
   drop_overwritten_norm(h, out);
@@ -552,7 +546,7 @@ void CudaBackend::matmul_add_norm(const Weight& w, Tensor x, Tensor inout, const
   p.wtype = w.type, p.layout = d.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
   p.n = w.rows, p.k = w.cols, p.batch = 1, p.x8 = x8(x);
   p.y8_count = y8_count_;
-  const bool fits = split_norm_ && x.rows == 1 && wants_x8(out) && !d.stack && inout.rows == 1 && out.rows == 1 &&
+  const bool fits = x.rows == 1 && wants_x8(out) && !d.stack && inout.rows == 1 && out.rows == 1 &&
                     inout.cols == out.cols && w.rows == out.cols && out.cols <= kn::kX8SsMaxK &&
                     out.cols / 32 <= int64_t(kY8Counters) && !overlaps(out, inout) && !overlaps(out, x);
   if (!fits || !kn::gemv_makes_y8(p)) {
@@ -701,7 +695,7 @@ void CudaBackend::attention_out(int layer, Tensor q, Tensor k, Tensor v, std::sp
                                 const RopeParams& rope_p, const AttentionParams& p, Tensor att, const Weight& wo,
                                 Tensor x, const Weight& norm, float eps, Tensor out) {
   // The cheap conditions first: the default (attn_wo_ off) and prompt passes go straight on.
-  const bool candidate = attn_wo_ && split_norm_ && q.rows == 1 && kv_bucket_ == kMinBucket && single_pass_attention_ &&
+  const bool candidate = attn_wo_ && q.rows == 1 && kv_bucket_ == kMinBucket && single_pass_attention_ &&
                          x.rows == 1 && out.rows == 1 && att.rows == 1 && wo.rows == x.cols && wo.cols == q.cols &&
                          x.cols == out.cols && x.cols / 32 <= kAttnWoCounters && wants_x8(out) && !overlaps(out, x) &&
                          !overlaps(out, q) && !overlaps(out, att);

@@ -18,6 +18,7 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "backend/cuda_options.h"
 #include "backend/cuda/graph_timing.h"
 #include "kernels/common/status.h"
 #include "kernels/gemv/gemv.h"
@@ -42,7 +43,7 @@ int cuda_device_count();
 class CudaBackend final : public Backend {
  public:
   // exact: f32 activations for every matmul (GEMV variants that keep x in f32), for checks.
-  CudaBackend(int device, bool exact = false);
+  CudaBackend(int device, bool exact = false, const CudaOptions& options = {});
   ~CudaBackend() override;
   std::string name() const override;
 
@@ -186,25 +187,22 @@ class CudaBackend final : public Backend {
   std::vector<void*> owned_;  // weight and cache allocations
   size_t weight_bytes_ = 0;
   GgmlType act16_ = GgmlType::F16;  // the 16-bit type GEMM inputs are rounded to
-  // Prompt-attention rung: the newest, or the one LAMINA_ATTN_PREFILL names (for A/B timing).
+  // Prompt-attention rung (CudaOptions::prefill_attention).
   kernels::PrefillAttention prefill_attention_ = kernels::PrefillAttention::V2Pipelined;
-  // Decode attention at short context in one kernel (default), or always the split path
-  // (LAMINA_ATTN_DECODE=split, for A/B timing).
+  // Decode attention at short context in one kernel, or always the split path (CudaOptions).
   bool single_pass_attention_ = true;
-  // Deferred decode RMSNorms, the norm in the next GEMV's prologue: off unless
-  // LAMINA_FUSED_NORM=1 (measured slower in the decode chain: docs/benchmarks.md).
+  // Deferred decode RMSNorms, the norm in the next GEMV's prologue (CudaOptions::defer_norm,
+  // measured slower in the decode chain: docs/benchmarks.md).
   bool defer_norm_ = false;
-  // matmul_add_norm fused (on unless LAMINA_SPLIT_NORM=0, for A/B timing).
-  bool split_norm_ = true;
-  // Decode attention fused with the Wo GEMV (attention_wo; off unless LAMINA_ATTN_WO=1: measured
-  // slower in the decode chain, docs/benchmarks.md): its partial products and counters.
+  // Decode attention fused with the Wo GEMV (attention_wo; CudaOptions::attn_wo, measured slower
+  // in the decode chain, docs/benchmarks.md): its partial products and counters.
   bool attn_wo_ = false;
   float* attn_wo_partial_ = nullptr;
   size_t attn_wo_floats_ = 0;
   unsigned* attn_wo_count_ = nullptr;
   static constexpr int64_t kAttnWoCounters = 1024;  // one per 32 rows of x
-  // Decode's Q/K/V GEMV runs the attention of each head it completes (qkv_attention; off unless
-  // LAMINA_QKV_ATTN=1: measured slower in the decode chain, docs/benchmarks.md); head_count_:
+  // Decode's Q/K/V GEMV runs the attention of each head it completes (qkv_attention;
+  // CudaOptions::qkv_attn, measured slower in the decode chain, docs/benchmarks.md); head_count_:
   // its per-head counters.
   bool qkv_attn_ = false;
   static constexpr size_t kHeadCounters = 64;
@@ -257,17 +255,16 @@ class CudaBackend final : public Backend {
   void wait_staging_read();
   void upload_inputs();
   // A one-row pass's lookup (embed_norm) reads the staging itself, with no upload kernel before
-  // it (kernels' StagedInputs; LAMINA_LOOKUP_UPLOAD=0: off).
+  // it (kernels' StagedInputs; CudaOptions::staged_lookup).
   bool lookup_upload_ = true;
   const int32_t* dev_tokens() { upload_inputs(); return dev_in_; }
   const int32_t* dev_pos() { upload_inputs(); return dev_in_ + in_capacity_; }
-  // Decode run-ahead (LAMINA_RUN_AHEAD=0: off). sample(..., more) after a replayed decode step
+  // Decode run-ahead. sample(..., more) after a replayed decode step
   // enqueues the next step's graph before it waits for the sampled id: staged with the token -1,
   // which the upload kernel replaces by the id the sampling kernel left in dev_sampled_, and the
   // next position. begin_forward recognises that step when the caller asks for it (then replay()
   // has nothing to launch); any other pass simply follows it on the stream, and rewrites the
   // cache row it wrote before reading it.
-  bool run_ahead_ = true;
   uint64_t last_graph_ = 0;      // the graph the current pass replayed or recorded (0: none)
   bool ahead_ = false;           // a step runs ahead, at ahead_pos_, its token the sampled id
   int32_t ahead_pos_ = 0;
@@ -299,7 +296,7 @@ class CudaBackend final : public Backend {
   // may complete before the host reads, writes the other word.
   int32_t* host_id_ = nullptr;
   int32_t* host_id_dev_ = nullptr;  // host_id_ as the device addresses it
-  // The greedy id made by the logits GEMV (matmul_logits; LAMINA_FUSED_ARGMAX=0: off): it writes
+  // The greedy id made by the logits GEMV (matmul_logits; CudaOptions::fused_argmax): it writes
   // the id where the sampling kernel would (host_id_, dev_sampled_), and sample() launches
   // nothing for a greedy draw without penalty from argmax_of_, the logits row it was made from
   // in this pass (null when none).
@@ -316,7 +313,7 @@ class CudaBackend final : public Backend {
   std::map<uint64_t, Recorded> graphs_;
   uint64_t capturing_ = 0;
   bool graphs_enabled_ = true;
-  std::unique_ptr<GraphTiming> graph_timing_;  // LAMINA_GRAPH_TIMING=1
+  std::unique_ptr<GraphTiming> graph_timing_;  // CudaOptions::graph_timing
   // Profile
   bool profiling_ = false;
   struct Pending {

@@ -1,7 +1,7 @@
 // The CUDA backend's pass inputs, recorded graphs and decode run-ahead (cuda_backend.h says what
 // each member is for).
 //
-// Run-ahead, measured (H100, llama2-7b q4_0 preset, LAMINA_GRAPH_TIMING=1, 2026-11-23): a decode
+// Run-ahead, measured (H100, llama2-7b q4_0 preset, --graph-timing, 2026-11-23): a decode
 // graph took 1800.6 µs on the GPU while a token took 1820.5 µs; in between the host woke from
 // the sampling kernel, took its turn (3.8 µs) and spent 8.3 µs inside cudaGraphLaunch, with the
 // GPU idle. Enqueueing the next step before waiting for the id moves all of that off the GPU's
@@ -178,7 +178,7 @@ void CudaBackend::capture_abort() {
 // next position (while it stays in the same length bucket and inside the cache), its token the
 // sampled id. Records sampled_ first, for the host to wait on.
 bool CudaBackend::launch_ahead() {
-  if (!run_ahead_ || !last_graph_ || n_in_ != 1 || int64_t(last_pos_) + 1 >= kv_ctx_ ||
+  if (!last_graph_ || n_in_ != 1 || int64_t(last_pos_) + 1 >= kv_ctx_ ||
       int64_t(last_pos_) + 1 >= kv_bucket_)
     return false;
   const auto it = graphs_.find(last_graph_);

@@ -7,11 +7,6 @@
 
 namespace lamina {
 
-bool GraphTiming::enabled() {
-  const char* v = std::getenv("LAMINA_GRAPH_TIMING");
-  return v && std::string(v) == "1";
-}
-
 GraphTiming::GraphTiming() {
   cudaEventCreate(&first_);
   cudaEventCreate(&last_);

@@ -1,4 +1,4 @@
-// LAMINA_GRAPH_TIMING=1: where a decode step's time goes between the GPU and the host, measured
+// CudaOptions::graph_timing (`--graph-timing`): where a decode step's time goes between the GPU and the host, measured
 // without a tracer (a CUPTI trace slows graph launches, so its gaps overstate the host's share).
 // Timing events recorded into each graph at its first and last node give the GPU's time per
 // replay; host clocks give the time from a sampled id's arrival to the next graph launch call
@@ -16,7 +16,6 @@ namespace lamina {
 
 class GraphTiming {
  public:
-  static bool enabled();  // LAMINA_GRAPH_TIMING=1
   GraphTiming();
   ~GraphTiming();
   GraphTiming(const GraphTiming&) = delete;

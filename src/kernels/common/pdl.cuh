@@ -35,12 +35,6 @@
 
 namespace lamina::kernels {
 
-bool pdl_enabled();  // on unless LAMINA_PDL=0 (read once)
-// LAMINA_CARVEOUT=pct: the shared-memory carveout every launch_pdl kernel asks for (percent of
-// the maximum; unset: the driver's choice), for A/B measurements.
-int smem_carveout();
-void apply_carveout(const void* kernel);  // once per kernel
-
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -64,10 +58,9 @@ __device__ __forceinline__ void pdl_enter() {
 // on. Check the launch with launch_status() as for <<<>>>.
 template <class... Params, class... Args>
 void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
-  apply_carveout(reinterpret_cast<const void*>(kernel));
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  attr.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;

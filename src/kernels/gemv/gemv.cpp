@@ -2,7 +2,6 @@
 #include "kernels/gemv/gemv.h"
 
 #include "kernels/autotune/autotune.h"
-#include "kernels/common/env_switch.h"
 #include "kernels/common/q8_blocks.h"
 #include "kernels/common/timing.h"
 #include "kernels/gemv/gemv_internal.h"
@@ -33,9 +32,6 @@ const std::vector<GemvVariant>& gemv_variants() {
     register_float_variants(out);
     register_quant_variants(out);
     register_dp4a_variants(out);
-    register_dp4a_pipe_variants(out);
-    register_dp4a_prefetch_variants(out);
-    register_dp4a_ring_variants(out);
     register_mma_variants(out);
     register_q4k_variants(out);
     register_q6k_variants(out);
@@ -138,17 +134,6 @@ static const GemvVariant* dispatch(const GemvProblem& p, GemvConfig& c) {
   if (v) c = v->configs.front();
   return v;
 }
-
-namespace gemv_detail {
-bool gemv_batch1_instances() {
-  static const bool on = env_switch_on("LAMINA_GEMV_B1");
-  return on;
-}
-bool gemv_dp4a_overlap() {
-  static const bool on = env_switch_on("LAMINA_DP4A_OVERLAP");
-  return on;
-}
-}  // namespace gemv_detail
 
 bool gemv_makes_y8(const GemvProblem& p) {
   GemvConfig c;
@@ -263,13 +248,10 @@ std::vector<GemvTiming> gemv_time_variants(const GemvProblem& shape, bool all_co
   return out;
 }
 
-std::optional<GemvTiming> gemv_tune(const GemvProblem& shape, cudaStream_t s) {
+std::optional<GemvTiming> gemv_tune(const GemvProblem& shape, cudaStream_t s, const std::string& skip_list) {
   const auto timings = gemv_time_variants(shape, true, s, 20);
   const GemvTiming* best = nullptr;
-  // LAMINA_TUNE_SKIP=a;b;...: variants ("q_dp4a_pipe") or configs ("q_dp4a(rows=2,warps=16,unroll=4)")
-  // the tuner leaves out, for A/B measurements of a new rung.
-  const char* skip_env = std::getenv("LAMINA_TUNE_SKIP");
-  const std::string skip = skip_env ? std::string(";") + skip_env + ";" : "";
+  const std::string skip = ";" + skip_list + ";";
   const auto skipped = [&](const GemvTiming& t) {
     const std::string name = t.variant->name;
     return skip.find(";" + name + ";") != std::string::npos ||

@@ -60,13 +60,6 @@ struct Epilogue {
   }
 };
 
-// LAMINA_GEMV_B1=0: batch-1 problems run the instances unrolled for kGemvMaxBatch rows (A/B;
-// read once).
-bool gemv_batch1_instances();
-// LAMINA_DP4A_OVERLAP=0: decode's q_dp4a instances without the overlap of weight loads with the
-// epilogue (q_dp4a's kOverlap, q_dp4a_slots), for A/B (read once).
-bool gemv_dp4a_overlap();
-
 inline Epilogue epilogue_of(const GemvProblem& p) {
   const bool y8 = p.y8 && p.y8_count;
   return {p.bias,      p.residual, p.w_up != nullptr, y8 ? static_cast<uint8_t*>(p.y8) : nullptr, y8 ? p.y8_count : nullptr,

@@ -117,7 +117,7 @@ struct Dp4aLaunch {
   static Status run(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
     if constexpr (kRows >= 2) {
       if (c.warps * kRows == 32) {  // one 32-row block of y per block and pass (kBlock32)
-        if (p.batch == 1 && gemv_batch1_instances()) {
+        if (p.batch == 1) {
           // Decode: the overlapping instances (q4_0 / q8_0, 16 warps); one matrix at unroll 2 goes
           // to q_dp4a_slots (gemv_dp4a_slots.cu). The gate/up pair runs at unroll 2 for either
           // config (at 4 its two steps of registers spill): the pair's unroll-4 config had run the
@@ -125,12 +125,10 @@ struct Dp4aLaunch {
           // and which in the chain cost q8_0 1.6 % (tg128 335.6 against 341.1 t/s, H100,
           // 2026-11-24, the same binary with either tune).
           if constexpr (kRows == 2 && !kMin) {
-            if (gemv_dp4a_overlap()) {
-              if constexpr (!kGateUp && kUnroll == 2) return gemv_dp4a_slots_launch<kBits>(p, c, s);
-              else
-                return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kGateUp ? 2 : kUnroll, kGateUp, true, 1, true>, "q_dp4a",
-                                            p, c, kRows, s, kDp4aBlocksPerSm);
-            }
+            if constexpr (!kGateUp && kUnroll == 2) return gemv_dp4a_slots_launch<kBits>(p, c, s);
+            else
+              return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kGateUp ? 2 : kUnroll, kGateUp, true, 1, true>, "q_dp4a",
+                                          p, c, kRows, s, kDp4aBlocksPerSm);
           }
           return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp, true, 1>, "q_dp4a", p, c, kRows, s,
                                       kDp4aBlocksPerSm);

@@ -192,7 +192,7 @@ template <class T, int kRows, int kUnroll>
 Status launch_v5_impl(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   const int64_t rows_per_block = int64_t(c.warps) * kRows;
   const Epilogue ep = epilogue_of(p);
-  const auto kernel = p.batch == 1 && gemv_batch1_instances() ? v5_stream<T, kRows, kUnroll, 1> : v5_stream<T, kRows, kUnroll>;
+  const auto kernel = p.batch == 1 ? v5_stream<T, kRows, kUnroll, 1> : v5_stream<T, kRows, kUnroll>;
   launch_pdl(kernel, unsigned((p.n + rows_per_block - 1) / rows_per_block), unsigned(c.warps * 32), 0, s, wptr<T>(p.w),
              wptr<T>(p.w_up), p.x, p.y, p.n, p.k, p.batch, ep);
   return launch_status("v5_stream");

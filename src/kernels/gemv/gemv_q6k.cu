@@ -6,7 +6,6 @@
 // bit 2t; q = bits - 32. A lane takes a 16-byte ql chunk (n, m = t&1, h = l/16) and the matching
 // 16-byte qh chunk: its low nibbles are t = m, its high nibbles t = m + 2, 16 elements each, each
 // 16 with one scale:  d * dx * sc * (dp4a(q, xq) - 32 * sum(xq)).
-#include "kernels/common/env_switch.h"
 #include "kernels/gemv/gemv_common.cuh"
 #include "kernels/gemv/gemv_internal.h"
 #include "kernels/gemv/gemv_x8.cuh"
@@ -98,12 +97,6 @@ struct Q6Step {
   }
 };
 
-// LAMINA_Q6K_EARLY=0: the first step loaded after the PDL wait (A/B; read once).
-bool q6k_early_enabled() {
-  static const bool on = env_switch_on("LAMINA_Q6K_EARLY");
-  return on;
-}
-
 // kMaxB: the batch rows the loops unroll for (1 for decode's problems: code size, as q_dp4a).
 // kArgmax: the instance that also makes GemvProblem::argmax (decode's logits), a separate one so
 // that the others carry none of its code (argmax in every instance of q_dp4a and q6k_dp4a, even
@@ -147,72 +140,13 @@ __global__ void __launch_bounds__(256, kMaxB == 1 ? 2 : 0) q6k_dp4a(const uint8_
   if constexpr (kArgmax) argmax_finish(ep.argmax, best);
 }
 
-// LAMINA_Q6K_SLOTS=1: decode's one-matrix problems run q6k_dp4a_slots instead of q6k_dp4a's
-// batch-1 instance (measured slower, below; read at each launch, so that a test can switch it).
-bool q6k_slots_enabled() { return env_switch_opt_in("LAMINA_Q6K_SLOTS"); }
-
-// q6k_dp4a_slots: decode's q6k_dp4a (one matrix, batch 1) with two register slots of one step
-// each, as q_dp4a_slots does for Q4_0 / Q8_0: the warp's steps over its rows, in order, alternate
-// between the slots, and a slot is refilled with its next step as soon as it has been multiplied,
-// so that a step of weights is always in flight while the warp multiplies the other (q6k_dp4a
-// loads, waits, multiplies). Both slots are filled before the PDL wait. Same chunks, products,
-// order of the sums and epilogue as q6k_dp4a.
-// Measured slower (H100, 2026-11-23, tg128 on the 7B q4_0 preset, whose logits are q6_K; one
-// tune, alternating arms): 539.98 / 540.09 t/s with it, 544.47 / 544.11 without. Two slots take
-// 180 registers at (rows=1, unroll=4) and 182 at (2, 2), so one 8-warp block fits an SM where
-// q6k_dp4a fits two, and the same bytes are in flight; capped at 128 registers ((256, 2) launch
-// bounds) those two configs spill 200+ bytes. Kept as a measured rung, off by default.
-template <int kRows, int kUnroll>
-__global__ void __launch_bounds__(256) q6k_dp4a_slots(const uint8_t* __restrict__ w, const uint8_t* __restrict__,
-                                                      XSource xin, float* __restrict__ y, int64_t n, int64_t k, int,
-                                                      Epilogue ep) {
-  extern __shared__ __align__(16) uint8_t smem[];
-  const int64_t stride = int64_t(gridDim.x) * (blockDim.x / 32) * kRows;
-  const int64_t first = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows;
-  const Q6Planes pl(n, k);
-  const int64_t step = 32 * kUnroll, chunks = Q6Step<kRows, kUnroll>::units(k), per_row = (chunks + step - 1) / step;
-  // The warp's steps t = 0, 1, ...: rows first + (t / per_row) * stride, chunks (t % per_row) * step.
-  const int64_t steps = first < n ? ((n - first + stride - 1) / stride) * per_row : 0;
-  auto load = [&](Q6Step<kRows, kUnroll>& sl, int64_t t) {
-    if (t < steps) sl.load(w, pl, first + (t / per_row) * stride, n, k, (t % per_row) * step);
-  };
-  Q6Step<kRows, kUnroll> a, b;
-  load(a, 0);
-  load(b, 1);
-  pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
-  RmsParts rms;
-  if (xin.ss) rms.load(xin.ss, k);
-  const uint8_t* xs = x8_source(xin, k, 1, smem);
-  float acc[1][kRows][1] = {};
-  // Multiplies step t held in sl, refills sl with step t + 2, and stores the rows after their last step.
-  auto run = [&](Q6Step<kRows, kUnroll>& sl, int64_t t) {
-    const int64_t row0 = first + (t / per_row) * stride;
-    if (t % per_row == 0 && row0 + stride >= n) pdl_launch_dependents();  // the warp's last rows
-    sl.template dot<1>(xs, k, (t % per_row) * step, 1, acc[0]);
-    load(sl, t + 2);
-    if (t % per_row == per_row - 1) {
-      store_rows(acc, row0, n, 1, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f);
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) acc[0][r][0] = 0.f;
-    }
-  };
-  for (int64_t t = 0; t < steps; t += 2) {
-    run(a, t);
-    if (t + 1 < steps) run(b, t + 1);
-  }
-}
-
 template <int kRows, int kUnroll>
 Status launch_gate(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   if (p.w_up) return launch_x8_persistent(q6k_dp4a<kRows, kUnroll, true>, "q6k_dp4a", p, c, kRows, s);
   if (p.argmax.id)  // (batch 1: gemv_validate) the logits of decode
     return launch_x8_persistent(q6k_dp4a<kRows, kUnroll, false, 1, true, true>, "q6k_dp4a", p, c, kRows, s);
-  if (p.batch == 1 && gemv_batch1_instances() && q6k_slots_enabled())
-    return launch_x8_persistent(q6k_dp4a_slots<kRows, kUnroll>, "q6k_dp4a", p, c, kRows, s);
-  if (p.batch == 1 && gemv_batch1_instances())
-    return launch_x8_persistent(q6k_early_enabled() ? q6k_dp4a<kRows, kUnroll, false, 1, true>
-                                                    : q6k_dp4a<kRows, kUnroll, false, 1>,
-                                "q6k_dp4a", p, c, kRows, s);
+  if (p.batch == 1)
+    return launch_x8_persistent(q6k_dp4a<kRows, kUnroll, false, 1, true>, "q6k_dp4a", p, c, kRows, s);
   return launch_x8_persistent(q6k_dp4a<kRows, kUnroll, false>, "q6k_dp4a", p, c, kRows, s);
 }
 

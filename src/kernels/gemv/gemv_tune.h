@@ -23,7 +23,8 @@ std::vector<GemvTiming> gemv_time_variants(const GemvProblem& shape, bool all_co
 
 // Tunes the shape over the production variants (by their time inside a graph, as decode runs
 // them) and records the winner in the cache (in memory; call TuneCache::get("gemv").save() to
-// persist).
-std::optional<GemvTiming> gemv_tune(const GemvProblem& shape, cudaStream_t s);
+// persist). skip: "a;b;..." variants ("q_dp4a") or configs ("q_dp4a(rows=2,warps=16,unroll=4)")
+// left out, for A/B measurements of a new rung (`lamina tune --skip`).
+std::optional<GemvTiming> gemv_tune(const GemvProblem& shape, cudaStream_t s, const std::string& skip = "");
 
 }  // namespace lamina::kernels

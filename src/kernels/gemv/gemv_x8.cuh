@@ -149,14 +149,9 @@ struct X8Row {
 };
 
 // Blocks per SM of a persistent grid: as many as fit, or at most `max_per_sm` (> 0) as the variant
-// asks; LAMINA_GEMV_BLOCKS_PER_SM=n overrides both (0: as many as fit), for A/B measurements.
+// asks.
 inline int gemv_blocks_per_sm(int fit, int max_per_sm) {
-  static const int env = [] {
-    const char* e = std::getenv("LAMINA_GEMV_BLOCKS_PER_SM");
-    return e && *e ? std::atoi(e) : -1;
-  }();
-  const int cap = env >= 0 ? env : max_per_sm;
-  return std::max(1, cap > 0 ? std::min(fit, cap) : fit);
+  return std::max(1, max_per_sm > 0 ? std::min(fit, max_per_sm) : fit);
 }
 
 // Dynamic shared memory for x of a persistent dp4a launch: none when the caller gives x8 (and no

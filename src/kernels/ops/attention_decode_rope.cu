@@ -18,7 +18,6 @@
 //      __syncthreads makes that row visible (the first round takes it from shared memory);
 //   3. warps take positions warp*P, warp*P + kW*P, ... (attention_decode.cuh), merged through
 //      shared memory, out = O / L.
-#include "kernels/common/env_switch.h"
 #include "kernels/common/launch_status.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/q8_blocks.cuh"
@@ -42,8 +41,9 @@ constexpr int rope_attn_warps(int hd) { return hd <= 128 ? 16 : 8; }
 // One query head per KV head (no GQA: with Llama-3's 8 KV heads of 4 query heads the grid had 8
 // blocks and measured slower than the split path, tg128 333 vs 372 t/s, docs/benchmarks.md).
 // q, k: [n_head * HD] (in place), v: [n_head * HD]; kc, vc: [n_ctx][n_head * HD] f16;
-// out: [n_head * HD]; out8: x8_bytes(n_head * HD) or null. Block h: head h.
-template <int HD, bool kPreload>
+// out: [n_head * HD]; out8: x8_bytes(n_head * HD) or null. Block h: head h. Each warp's first
+// round of cache rows is loaded before the PDL wait (they were written by earlier steps).
+template <int HD>
 __global__ void __launch_bounds__(rope_attn_warps(HD) * 32)
     attn_rope_kernel(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v,
                      const int32_t* __restrict__ pos, RopeArgs r, AttentionArgs a, float theta_scale,
@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(rope_attn_warps(HD) * 32)
   const int h = blockIdx.x, position = pos[0];
   rope_angles(sm.cs, sm.sn, position, theta_scale, r);
   KvRound<HD / 32, P> first;
-  if (kPreload) preload_first_round<kW, HD, P>(kc, vc, a, h, position, first);
+  preload_first_round<kW, HD, P>(kc, vc, a, h, position, first);
   pdl_enter();
   const int64_t width = int64_t(a.n_head) * HD;
   rope_attend_head<kW, HD, P>(
@@ -64,20 +64,13 @@ __global__ void __launch_bounds__(rope_attn_warps(HD) * 32)
         out[col] = o;
         if (out8) quantize_block32(o, width, col / 32, out8);
       },
-      kPreload ? &first : nullptr);
-}
-
-// LAMINA_ATTN_PRELOAD=0: every cache row loaded after the wait (A/B measurements).
-bool attention_preload_enabled() {
-  static const bool on = env_switch_on("LAMINA_ATTN_PRELOAD");
-  return on;
+      &first);
 }
 
 template <int HD>
 void launch_hd(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, const AttentionArgs& a,
                float theta_scale, __half* kc, __half* vc, float* out, uint8_t* out8, cudaStream_t s) {
-  launch_pdl(attention_preload_enabled() ? attn_rope_kernel<HD, true> : attn_rope_kernel<HD, false>,
-             dim3(unsigned(a.n_head)), rope_attn_warps(HD) * 32, 0, s, q, k, v, pos, r, a, theta_scale, kc, vc, out, out8);
+  launch_pdl(attn_rope_kernel<HD>, dim3(unsigned(a.n_head)), rope_attn_warps(HD) * 32, 0, s, q, k, v, pos, r, a, theta_scale, kc, vc, out, out8);
 }
 
 }  // namespace

@@ -1,0 +1,34 @@
+// Choices of the CUDA backend that are not the model's: filled by whoever makes the backend
+// (the session from its options, tests directly). Plain data, no CUDA types, so that code built
+// without CUDA can carry it. The defaults are the paths measured fastest (docs/benchmarks.md);
+// the library reads no environment switches for them.
+#pragma once
+
+#include <string>
+
+namespace lamina {
+
+struct CudaOptions {
+  // Prompt attention kernel: "v2_pipelined" (default) or "v1_mma" (kernels::prefill_attention_name).
+  std::string prefill_attention = "v2_pipelined";
+  // Decode attention at short context: RoPE and attention in one kernel per head (true) or the
+  // split-by-length kernels at every length (false).
+  bool single_pass_attention = true;
+  // Time every replayed decode step (GPU time against the host's) and print it when the backend
+  // goes (`lamina bench --graph-timing`).
+  bool graph_timing = false;
+
+  // Measured slower and kept as opt-in rungs (docs/benchmarks.md): the decode RMSNorm deferred
+  // into the next GEMV's prologue, attention + Wo in one kernel, Q/K/V GEMV + attention in one.
+  bool defer_norm = false;
+  bool attn_wo = false;
+  bool qkv_attn = false;
+
+  // The fused decode paths; tests turn them off to compare with the kernels they replace: the
+  // greedy id from the logits GEMV (else the sampling kernel) and the one-row lookup reading the
+  // staged inputs itself (else an upload kernel first).
+  bool fused_argmax = true;
+  bool staged_lookup = true;
+};
+
+}  // namespace lamina
