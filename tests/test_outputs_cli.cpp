@@ -3,7 +3,7 @@
 // the input itself, a failed write keeps the previous file, hyper-parameters and sampling flags
 // are range-checked, a FIFO model does not hang, thread counts beyond the CPUs still finish, and
 // the default context of a file declaring a huge context_length fits in a quarter of free memory.
-#include "backend/cpu/thread_pool.h"
+#include "core/thread_pool.h"
 #include "format/gguf.h"
 #include "model/session.h"
 

@@ -1,6 +1,6 @@
 // The CPU thread pool: every index runs exactly once, and a pool with more threads than CPUs
 // (or CPUs shared with other work) finishes in about the time of one sized to the CPUs.
-#include "backend/cpu/thread_pool.h"
+#include "core/thread_pool.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 #include "cli_checks.h"
 
-#include "backend/cpu/thread_pool.h"
+#include "core/thread_pool.h"
 
 #include <fmt/format.h>
 

@@ -1,7 +1,7 @@
 // lamina gen-model: writes a Llama GGUF with seeded random weights in a real model's shape, for
 // tests and benchmarks where real weights cannot travel. Deterministic: the value of weight i of
 // tensor j depends only on (seed, j, i), not on the thread count or the machine.
-#include "backend/cpu/thread_pool.h"
+#include "core/thread_pool.h"
 #include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"

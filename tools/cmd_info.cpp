@@ -70,7 +70,7 @@ void run_info(const InfoArgs& a) {
   for (const auto& [name, e] : per_type)
     fmt::print("  {:<6} {:>12} params  {:>12}\n", name, e.first, format_bytes(e.second));
   if (!a.device.empty()) {
-    SessionOptions o;
+    BackendOptions o;
     o.device = a.device;
     const std::unique_ptr<Backend> be = make_backend(o);
     uint64_t weights = 0;

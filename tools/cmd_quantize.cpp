@@ -1,6 +1,6 @@
 // lamina quantize IN.gguf OUT.gguf TYPE: re-encodes every weight matrix to TYPE (norms and
 // biases stay f32), keeping all metadata.
-#include "backend/cpu/thread_pool.h"
+#include "core/thread_pool.h"
 #include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"

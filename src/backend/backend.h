@@ -7,6 +7,7 @@
 // A matmul computes out[t][r] = sum_c W[r][c] * x[t][c]: W is [rows=ne1][cols=ne0] as stored.
 #pragma once
 
+#include "backend/sampling_params.h"
 #include "core/error.h"
 #include "format/ggml_type.h"
 
@@ -46,7 +47,6 @@ struct RopeParams {
 // twice: as Embedding and as Matmul.
 enum class WeightUse { Matmul, Embedding, Vector };
 
-struct SamplerParams;
 
 struct AttentionParams {
   int n_head = 0, n_head_kv = 0, head_dim = 0;
@@ -136,23 +136,6 @@ class Backend {
     rope(q, p.n_head, p.head_dim, pos, rope_p);
     rope(k, p.n_head_kv, p.head_dim, pos, rope_p);
     attention(layer, q, k, v, pos, p, out);
-  }
-  // The attention half of a layer without an output bias: rope_attention into att, then
-  // x += Wo att and out = rmsnorm(x) * norm (matmul_add_norm). Backends may fuse the two.
-  virtual void attention_out(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
-                             const RopeParams& rope_p, const AttentionParams& p, Tensor att, const Weight& wo,
-                             Tensor x, const Weight& norm, float eps, Tensor out) {
-    rope_attention(layer, q, k, v, pos, rope_p, p, att);
-    matmul_add_norm(wo, att, x, norm, eps, out);
-  }
-  // A layer's attention half without biases: q, k, v = the stacked Q/K/V matmul of x
-  // (matmul_multi), then attention_out. Backends may fuse the matmul with the attention.
-  virtual void attention_block(int layer, std::span<const Weight* const> wqkv, Tensor x, Tensor q, Tensor k, Tensor v,
-                               std::span<const int32_t> pos, const RopeParams& rope_p, const AttentionParams& p,
-                               Tensor att, const Weight& wo, Tensor res, const Weight& norm, float eps, Tensor out) {
-    const Tensor qkv[] = {q, k, v};
-    matmul_multi(wqkv, x, qkv);
-    attention_out(layer, q, k, v, pos, rope_p, p, att, wo, res, norm, eps, out);
   }
   virtual void swiglu(Tensor gate, Tensor up) = 0;                 // gate = silu(gate) * up
   virtual void read(Tensor t, float* host) = 0;                    // copy rows to host

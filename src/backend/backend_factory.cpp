@@ -1,9 +1,8 @@
-// Backend selection: "cpu", "cuda", or "auto" (cuda when this build has CUDA and a GPU is
-// present). Lives outside lamina_core so that the CPU-only library does not depend on CUDA.
+#include "backend/backend_factory.h"
+
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/thread_pool.h"
 #include "core/error.h"
-#include "model/session.h"
+#include "core/thread_pool.h"
 
 #if LAMINA_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -13,7 +12,7 @@
 
 namespace lamina {
 
-std::unique_ptr<Backend> make_backend(const SessionOptions& o) {
+std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   std::string dev = o.device;
   // LAMINA_DEVICE picks for "auto" (the CPU test suite sets it to cpu on GPU machines).
   if (const char* env = std::getenv("LAMINA_DEVICE"); env && dev == "auto" && *env) dev = env;

@@ -18,11 +18,9 @@ struct CudaOptions {
   // goes (`lamina bench --graph-timing`).
   bool graph_timing = false;
 
-  // Measured slower and kept as opt-in rungs (docs/benchmarks.md): the decode RMSNorm deferred
-  // into the next GEMV's prologue, attention + Wo in one kernel, Q/K/V GEMV + attention in one.
+  // Measured slower and kept as an opt-in rung (docs/benchmarks.md): the decode RMSNorm
+  // deferred into the next GEMV's prologue.
   bool defer_norm = false;
-  bool attn_wo = false;
-  bool qkv_attn = false;
 
   // The fused decode paths; tests turn them off to compare with the kernels they replace: the
   // greedy id from the logits GEMV (else the sampling kernel) and the one-row lookup reading the

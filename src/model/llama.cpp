@@ -166,28 +166,6 @@ Tensor LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int3
   }
 }
 
-void LlamaModel::attention_with_bias(size_t l, std::span<const Weight* const> qkv_w, std::span<const int32_t> pos,
-                                     const RopeParams& rope, const AttentionParams& ap, Tensor x, Tensor h, Tensor q,
-                                     Tensor k, Tensor v, Tensor att) {
-  const LayerWeights& w = layers_[l];
-  Backend& be = be_;
-  const Tensor qkv_out[] = {q, k, v};
-  be.matmul_multi(qkv_w, h, qkv_out);
-  if (w.bq) be.add_bias(q, w.bq);
-  if (w.bk) be.add_bias(k, w.bk);
-  if (w.bv) be.add_bias(v, w.bv);
-  if (w.bo) {  // rope(q), rope(k); attention; x += Wo att + bo
-    be.rope_attention(int(l), q, k, v, pos, rope, ap, att);
-    Tensor proj = be.alloc(x.rows, x.cols);
-    be.matmul(w.wo, att, proj);
-    be.add_bias(proj, w.bo);
-    be.add(x, proj);
-    be.rmsnorm(x, w.ffn_norm, cfg_.rms_eps, h);
-  } else {  // the same without the output bias: one op a backend may fuse
-    be.attention_out(int(l), q, k, v, pos, rope, ap, att, w.wo, x, w.ffn_norm, cfg_.rms_eps, h);
-  }
-}
-
 Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode) {
   const int64_t T = int64_t(tokens.size());
   const int64_t E = cfg_.n_embd, F = cfg_.n_ff;
@@ -206,11 +184,22 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
   be.embed_norm(tok_embd_, tokens, x, layers_[0].attn_norm, cfg_.rms_eps, h);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerWeights& w = layers_[l];  // h = rmsnorm(x) * attn_norm here
+    // x += Wo attention(rope(Wq h + bq), rope(Wk h + bk), Wv h + bv) (+ bo); h = rmsnorm(x) * ffn_norm
     const Weight* qkv_w[] = {&w.wq, &w.wk, &w.wv};
-    if (!w.bq && !w.bk && !w.bv && !w.bo) {  // the attention half as one op a backend may fuse
-      be.attention_block(int(l), qkv_w, h, q, k, v, pos, rope, ap, att, w.wo, x, w.ffn_norm, cfg_.rms_eps, h);
+    const Tensor qkv[] = {q, k, v};
+    be.matmul_multi(qkv_w, h, qkv);
+    if (w.bq) be.add_bias(q, w.bq);
+    if (w.bk) be.add_bias(k, w.bk);
+    if (w.bv) be.add_bias(v, w.bv);
+    be.rope_attention(int(l), q, k, v, pos, rope, ap, att);
+    if (w.bo) {
+      Tensor proj = be.alloc(x.rows, x.cols);
+      be.matmul(w.wo, att, proj);
+      be.add_bias(proj, w.bo);
+      be.add(x, proj);
+      be.rmsnorm(x, w.ffn_norm, cfg_.rms_eps, h);
     } else {
-      attention_with_bias(l, qkv_w, pos, rope, ap, x, h, q, k, v, att);
+      be.matmul_add_norm(w.wo, att, x, w.ffn_norm, cfg_.rms_eps, h);
     }
     be.ffn_gate_up(w.w_gate, w.w_up, h, gate);
     if (l + 1 < layers_.size()) be.matmul_add_norm(w.w_down, gate, x, layers_[l + 1].attn_norm, cfg_.rms_eps, h);

@@ -50,11 +50,6 @@ class LlamaModel {
   Tensor step_logits_;  // where a recorded decode step leaves its logits
 
   Tensor run_layers(std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode);
-  // Layer l's attention half with biases (Qwen-style q/k/v or an output bias): the ops one by one.
-  // x is the residual stream, h = rmsnorm(x) * attn_norm on entry and * ffn_norm on exit.
-  void attention_with_bias(size_t l, std::span<const Weight* const> qkv_w, std::span<const int32_t> pos,
-                           const RopeParams& rope, const AttentionParams& ap, Tensor x, Tensor h, Tensor q, Tensor k,
-                           Tensor v, Tensor att);
 };
 
 }  // namespace lamina

@@ -1,6 +1,6 @@
 #include "model/model_io.h"
 
-#include "backend/cpu/thread_pool.h"
+#include "core/thread_pool.h"
 #include "core/error.h"
 #include "format/quant.h"
 

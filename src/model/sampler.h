@@ -2,22 +2,14 @@
 // a seeded draw (or greedy argmax when temperature <= 0). Same seed and inputs, same tokens.
 #pragma once
 
+#include "backend/sampling_params.h"
+
 #include <cstdint>
 #include <random>
 #include <span>
 #include <vector>
 
 namespace lamina {
-
-struct SamplerParams {
-  float temperature = 0.8f;   // <= 0: greedy
-  int top_k = 40;             // <= 0: off
-  float top_p = 0.95f;        // >= 1: off
-  float min_p = 0.05f;        // <= 0: off
-  float repeat_penalty = 1.0f;  // 1: off
-  int repeat_last_n = 64;
-  uint64_t seed = 0;
-};
 
 class Sampler {
  public:

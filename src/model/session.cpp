@@ -12,12 +12,8 @@ size_t kv_bytes_per_position(const ModelConfig& c, GgmlType kv_type) {
   return 2 * size_t(c.n_layer) * size_t(c.n_head_kv) * size_t(c.head_dim) * (kv_type == GgmlType::F16 ? 2 : 4);
 }
 
-std::string format_bytes(size_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double b = double(bytes);
-  int u = 0;
-  while (b >= 1024 && u < 4) b /= 1024, ++u;
-  return fmt::format("{:.2f} {}", b, units[u]);
+BackendOptions backend_options(const SessionOptions& o) {
+  return BackendOptions{o.device, o.n_threads, o.exact_matmul, o.cuda};
 }
 
 namespace {
@@ -36,7 +32,7 @@ size_t scratch_estimate(const ModelConfig& c, int n_batch) {
 
 Session::Session(const SessionOptions& o) : opt_(o), file_(GgufFile::open(o.model_path)), tok_(Tokenizer::from_gguf(file_)) {
   if (o.n_ctx < 0) fail("--ctx must be positive, got {}", o.n_ctx);
-  backend_ = make_backend(o);
+  backend_ = make_backend(backend_options(o));
   const ModelConfig cfg = ModelConfig::from_gguf(file_);
   size_t weight_bytes = 0;
   for (const auto& t : file_.tensors()) weight_bytes += t.nbytes;

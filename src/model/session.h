@@ -3,7 +3,8 @@
 #pragma once
 
 #include "backend/backend.h"
-#include "backend/cuda_options.h"
+#include "backend/backend_factory.h"
+#include "core/units.h"
 #include "format/gguf.h"
 #include "format/tokenizer.h"
 #include "model/llama.h"
@@ -66,10 +67,8 @@ class Session {
   Tensor eval_device(std::span<const int32_t> tokens, bool all_logits);
 };
 
-// The backend a session would use for `device` ("auto": cuda when a GPU is present).
-std::unique_ptr<Backend> make_backend(const SessionOptions& o);
-// "N.NN <unit>" (B, KiB, MiB, GiB, TiB) for sizes in messages and summaries.
-std::string format_bytes(size_t b);
+// The backend options a session's options ask for.
+BackendOptions backend_options(const SessionOptions& o);
 
 // Bytes of KV cache one position needs.
 size_t kv_bytes_per_position(const ModelConfig& c, GgmlType kv_type);

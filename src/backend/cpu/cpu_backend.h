@@ -4,7 +4,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/page_buffer.h"
-#include "backend/cpu/thread_pool.h"
+#include "core/thread_pool.h"
 
 #include <memory>
 #include <unordered_map>

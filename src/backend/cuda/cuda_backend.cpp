@@ -8,9 +8,7 @@
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemv/gemv.h"
 #include "kernels/ops/ops.h"
-#include "kernels/ops/qkv_attention.h"
-#include "model/sampler.h"
-#include "model/session.h"
+#include "core/units.h"
 
 #include <cuda_runtime.h>
 
@@ -53,8 +51,6 @@ CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
       exact_(exact),
       single_pass_attention_(o.single_pass_attention),
       defer_norm_(o.defer_norm),
-      attn_wo_(o.attn_wo),
-      qkv_attn_(o.qkv_attn),
       lookup_upload_(o.staged_lookup),
       fused_argmax_(o.fused_argmax) {
   cuda_check(cudaSetDevice(device), "cudaSetDevice");
@@ -93,7 +89,6 @@ CudaBackend::~CudaBackend() {
   for (void* p : owned_) cudaFree(p);
   for (auto& e : event_pool_) cudaEventDestroy(e);
   for (auto& c : scratch_) cudaFree(c.base);
-  cudaFree(attn_wo_partial_);
   for (auto& [h, d] : freq_factors_) cudaFree(d);
   cudaFree(dev_in_);
   cudaFreeHost(host_in_);
@@ -249,10 +244,9 @@ void CudaBackend::init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType typ
   gemm_work_bytes_ = kGemmWorkBytes;
   gemm_work_ = dev_alloc(gemm_work_bytes_, "GEMM split-K workspace");
   owned_.push_back(gemm_work_);
-  y8_count_ = static_cast<unsigned*>(dev_alloc((kY8Counters + kHeadCounters) * sizeof(unsigned), "GEMV counters"));
+  y8_count_ = static_cast<unsigned*>(dev_alloc(kY8Counters * sizeof(unsigned), "GEMV counters"));
   owned_.push_back(y8_count_);
-  cuda_check(cudaMemset(y8_count_, 0, (kY8Counters + kHeadCounters) * sizeof(unsigned)), "cudaMemset");
-  head_count_ = y8_count_ + kY8Counters;
+  cuda_check(cudaMemset(y8_count_, 0, kY8Counters * sizeof(unsigned)), "cudaMemset");
   graphs_.clear();
 }
 
@@ -686,95 +680,6 @@ void CudaBackend::rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::s
   wrote(q);
   wrote(k);
   attend(c, q, pos, p, out);
-}
-
-// One decode token at short context with a dp4a Wo and no bias: attention and Wo in one kernel
-// (attention_wo), which also makes matmul_add_norm's int8 blocks of x * norm. Otherwise
-// rope_attention, then matmul_add_norm.
-void CudaBackend::attention_out(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
-                                const RopeParams& rope_p, const AttentionParams& p, Tensor att, const Weight& wo,
-                                Tensor x, const Weight& norm, float eps, Tensor out) {
-  // The cheap conditions first: the default (attn_wo_ off) and prompt passes go straight on.
-  const bool candidate = attn_wo_ && q.rows == 1 && kv_bucket_ == kMinBucket && single_pass_attention_ &&
-                         x.rows == 1 && out.rows == 1 && att.rows == 1 && wo.rows == x.cols && wo.cols == q.cols &&
-                         x.cols == out.cols && x.cols / 32 <= kAttnWoCounters && wants_x8(out) && !overlaps(out, x) &&
-                         !overlaps(out, q) && !overlaps(out, att);
-  if (!candidate) return Backend::attention_out(layer, q, k, v, pos, rope_p, p, att, wo, x, norm, eps, out);
-  const kn::RopeArgs r = rope_args(p.n_head, p.head_dim, rope_p);
-  const LayerCache c = layer_cache(layer, q, pos, p);
-  const DevWeight& d = info(wo);
-  const int splits = kn::attention_wo_splits(p.n_head, x.cols, sm_count_);
-  const size_t floats = size_t(p.n_head) * size_t(x.cols);
-  const bool room = attn_wo_floats_ >= floats || capturing_ == 0;  // the workspace may be (re)allocated
-  if (!d.repacked || d.stack || splits == 0 || !room || !kn::attention_wo_supported(c.a, r, wo.type, x.cols))
-    return Backend::attention_out(layer, q, k, v, pos, rope_p, p, att, wo, x, norm, eps, out);
-  if (attn_wo_floats_ < floats) {
-    if (attn_wo_partial_) cudaFree(attn_wo_partial_);
-    attn_wo_partial_ = static_cast<float*>(dev_alloc(floats * sizeof(float), "attention_wo workspace"));
-    attn_wo_floats_ = floats;
-    ++generation_;  // graphs recorded with the old workspace are stale
-    if (!attn_wo_count_) {
-      attn_wo_count_ = static_cast<unsigned*>(dev_alloc(kAttnWoCounters * sizeof(unsigned), "attention_wo counters"));
-      owned_.push_back(attn_wo_count_);
-      cuda_check(cudaMemset(attn_wo_count_, 0, kAttnWoCounters * sizeof(unsigned)), "cudaMemset");
-    }
-  }
-  drop_overwritten_norm(out, x);
-  settle(q, k, v, att, x, out);
-  kn::AttnWoArgs wa;
-  wa.wo = wo.data, wa.wtype = wo.type, wa.n = x.cols, wa.x = x.data;
-  wa.y8 = make_x8(out);
-  wa.gain = static_cast<const float*>(norm.data);
-  wa.y8_ss = static_cast<double*>(scratch_bytes(size_t(out.cols / 32) * sizeof(double)));
-  wa.partial = attn_wo_partial_, wa.counters = attn_wo_count_, wa.splits = splits;
-  const auto [kv_read, flops] = attention_cost(q, pos, p);
-  const double bytes = double(d.bytes) + double(q.cols) * 12.0 + kv_read + double(x.cols) * 8.0;
-  run_op(op_name("rope+attention+wo+res+norm", wo), bytes, flops + 2.0 * double(wo.rows) * double(wo.cols), [&] {
-    return kn::attention_wo(q.data, k.data, v.data, dev_pos(), r, c.k, c.v, c.a, att.data, wa, stream_);
-  });
-  wrote(att), wrote(x), wrote(out);
-  pending_norm_ = {x, out, wa.gain, eps, wa.y8, wa.y8_ss};
-}
-
-// With LAMINA_QKV_ATTN=1, one decode row at short context over a repacked q4_0 / q8_0 Q/K/V
-// stack of 128-wide heads without GQA: the GEMV runs each head's attention in the block that
-// completes the head's rows (qkv_attention: one kernel where the chain has the GEMV and
-// attention_decode_rope), then Wo as attention_out's unfused path. Measured slower (27 us a
-// layer against 11.7 + 4.2 apart, docs/benchmarks.md), so off by default. Otherwise (default)
-// matmul_multi, then attention_out.
-void CudaBackend::attention_block(int layer, std::span<const Weight* const> wqkv, Tensor x, Tensor q, Tensor k,
-                                  Tensor v, std::span<const int32_t> pos, const RopeParams& rope_p,
-                                  const AttentionParams& p, Tensor att, const Weight& wo, Tensor res,
-                                  const Weight& norm, float eps, Tensor out) {
-  const Tensor qkv{q.data, 1, q.cols + k.cols + v.cols};
-  Weight stacked;
-  DevWeight ds;
-  const bool candidate = qkv_attn_ && !exact_ && x.rows == 1 && x.cols <= kn::kX8SsMaxK && kv_bucket_ == kMinBucket &&
-                         single_pass_attention_ && wqkv.size() == 3 && q.rows == 1 && k.rows == 1 && v.rows == 1 &&
-                         att.rows == 1 && k.data == q.data + q.cols && v.data == k.data + k.cols &&
-                         !overlaps(x, qkv) && !overlaps(att, qkv) && !overlaps(att, x) &&
-                         whole_stack(wqkv, stacked, ds) && ds.repacked;
-  if (!candidate) return Backend::attention_block(layer, wqkv, x, q, k, v, pos, rope_p, p, att, wo, res, norm, eps, out);
-  const LayerCache c = layer_cache(layer, q, pos, p);
-  const kn::RopeArgs r = rope_args(p.n_head, p.head_dim, rope_p);
-  kn::GemvProblem gp;
-  gp.wtype = stacked.type, gp.layout = kn::WeightLayout::Repacked, gp.w = stacked.data;
-  gp.n = stacked.rows, gp.k = stacked.cols, gp.batch = 1, gp.y = q.data;
-  if (!kn::qkv_attention_supported(gp, c.a, r))
-    return Backend::attention_block(layer, wqkv, x, q, k, v, pos, rope_p, p, att, wo, res, norm, eps, out);
-  settle(q, k, v, att);
-  gemv_x(x, gp);
-  if (!gp.norm_w) gp.x = x.data;
-  wrote(q), wrote(k), wrote(v), wrote(att);
-  kn::QkvAttnArgs ta;
-  ta.r = r, ta.a = c.a, ta.pos = dev_pos(), ta.k_cache = c.k, ta.v_cache = c.v;
-  ta.out = att.data, ta.out8 = make_x8(att), ta.counters = head_count_;
-  const auto [kv_read, flops] = attention_cost(q, pos, p);
-  const double bytes = double(ds.bytes) + double(x.cols) * 4.0 + kv_read + double(qkv.cols + att.cols) * 4.0;
-  run_op(op_name(gp.norm_w ? "gemv+norm+attention" : "gemv+attention", stacked), bytes,
-         flops + 2.0 * double(stacked.rows) * double(stacked.cols), [&] { return kn::qkv_attention(gp, ta, stream_); });
-  if (ta.out8) shadow8_ = {att.data, att.rows, att.cols, ta.out8};
-  matmul_add_norm(wo, att, res, norm, eps, out);
 }
 
 // Attention reads K and V of every position up to the last one (the host knows the positions);

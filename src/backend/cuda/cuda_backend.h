@@ -74,12 +74,6 @@ class CudaBackend final : public Backend {
                  const AttentionParams& p, Tensor out) override;
   void rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
                       const RopeParams& rope_p, const AttentionParams& p, Tensor out) override;
-  void attention_out(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos, const RopeParams& rope_p,
-                     const AttentionParams& p, Tensor att, const Weight& wo, Tensor x, const Weight& norm, float eps,
-                     Tensor out) override;
-  void attention_block(int layer, std::span<const Weight* const> wqkv, Tensor x, Tensor q, Tensor k, Tensor v,
-                       std::span<const int32_t> pos, const RopeParams& rope_p, const AttentionParams& p, Tensor att,
-                       const Weight& wo, Tensor res, const Weight& norm, float eps, Tensor out) override;
   void swiglu(Tensor gate, Tensor up) override;
   void read(Tensor t, float* host) override;
 
@@ -194,19 +188,6 @@ class CudaBackend final : public Backend {
   // Deferred decode RMSNorms, the norm in the next GEMV's prologue (CudaOptions::defer_norm,
   // measured slower in the decode chain: docs/benchmarks.md).
   bool defer_norm_ = false;
-  // Decode attention fused with the Wo GEMV (attention_wo; CudaOptions::attn_wo, measured slower
-  // in the decode chain, docs/benchmarks.md): its partial products and counters.
-  bool attn_wo_ = false;
-  float* attn_wo_partial_ = nullptr;
-  size_t attn_wo_floats_ = 0;
-  unsigned* attn_wo_count_ = nullptr;
-  static constexpr int64_t kAttnWoCounters = 1024;  // one per 32 rows of x
-  // Decode's Q/K/V GEMV runs the attention of each head it completes (qkv_attention;
-  // CudaOptions::qkv_attn, measured slower in the decode chain, docs/benchmarks.md); head_count_:
-  // its per-head counters.
-  bool qkv_attn_ = false;
-  static constexpr size_t kHeadCounters = 64;
-  unsigned* head_count_ = nullptr;  // [kHeadCounters], after the y8 counters in one allocation
   PendingNorm pending_norm_;
   // Scratch: chunks of device memory, bump-allocated; merged into one at reset after growth.
   std::vector<Chunk> scratch_;

@@ -125,8 +125,7 @@ struct Dp4aStep {
   }
 };
 
-// The pass loop of q_dp4a_slots (gemv_dp4a_slots.cu), shared with the fused Q/K/V + attention
-// kernel (kernels/ops/qkv_attention.cu): one matrix, batch 1, 16 warps x 2 rows, unroll 2, and
+// The pass loop of q_dp4a_slots (gemv_dp4a_slots.cu): one matrix, batch 1, 16 warps x 2 rows, unroll 2, and
 // two register slots of one step each: slot a holds the steps l0 = 0, 2, 4, ... of the warp's
 // rows, slot b the steps 1, 3, 5, ...; a multiplied slot is refilled with its next step (the
 // next pass's first two steps at the end of a pass), so a step is always in flight.

@@ -1,6 +1,5 @@
-// One head's decode attention with RoPE and the cache store, run by a whole thread block: the
-// body shared by attention_decode_rope (one block per head) and attention_wo (a head's blocks
-// each compute it before their share of Wo).
+// One head's decode attention with RoPE and the cache store, run by a whole thread block (the
+// body of attention_decode_rope, one block per head).
 #pragma once
 
 #include "kernels/ops/attention_decode.cuh"
@@ -61,7 +60,7 @@ __device__ __forceinline__ void rope_attend_head(RopeHeadSmem<kW, HD>& s, int h,
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = r.n_rot / 2;
   const int64_t kvd = int64_t(a.n_head_kv) * HD, col0 = int64_t(h) * HD;
   for (int i = threadIdx.x; i < 3 * HD; i += blockDim.x) {  // q, k and v of the head in one round trip
-    // (from L2: in qkv_attention other blocks of the same kernel wrote them)
+    // (from L2: the kernel before wrote them)
     const float x = __ldcg((i < HD ? q : i < 2 * HD ? k : v) + col0 + i % HD);
     if (i < 2 * HD) s.qk[i / HD][i % HD] = x;
     else s.v[i % HD] = x;

@@ -81,30 +81,6 @@ bool attention_decode_rope_supported(const AttentionArgs& a, const RopeArgs& r, 
 Status attention_decode_rope(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, void* k_cache,
                              void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8 = nullptr);
 
-// attention_decode_rope fused with the output projection that follows it (attention_wo.cu):
-// x += Wo o, and the int8 blocks of x * gain with their 32-blocks' sums of squares (the y8
-// epilogue of the GEMV that matmul_add_norm runs). Wo in the dp4a layout (gemv_repack of a
-// Q4_0 / Q4_1 / Q8_0 matrix [n][n_head * head_dim]). q and k are read, not rotated in place.
-struct AttnWoArgs {
-  const void* wo = nullptr;
-  GgmlType wtype = GgmlType::Q4_0;
-  int64_t n = 0;              // rows of Wo: the model width
-  float* x = nullptr;         // [n] the residual stream, x += Wo o
-  void* y8 = nullptr;         // x8_bytes(n): int8 blocks of x * gain
-  const float* gain = nullptr;  // [n] the next RMSNorm's weight
-  double* y8_ss = nullptr;      // [n / 32] sums of squares of x's 32-blocks
-  float* partial = nullptr;     // workspace [n_head][n]
-  unsigned* counters = nullptr;  // [n / 32], zero between launches (each launch leaves them zero)
-  int splits = 1;                // row ranges: attention_wo_splits
-};
-// Row ranges per head for `sms` SMs (whole 32-row blocks); 0 when n is not a multiple of 32.
-int attention_wo_splits(int n_head, int64_t n, int sms);
-bool attention_wo_supported(const AttentionArgs& a, const RopeArgs& r, GgmlType wtype, int64_t n);
-// out (optional): the attention output [n_head * head_dim].
-Status attention_wo(const float* q, const float* k, const float* v, const int32_t* pos, const RopeArgs& r,
-                    void* k_cache, void* v_cache, const AttentionArgs& a, float* out, const AttnWoArgs& wa,
-                    cudaStream_t s);
-
 // Prompt attention on tensor cores (flash-attention: query tiles, K/V tiles streamed through
 // shared memory, online softmax, f16 mma.sync). Requires an F16 cache, head_dim 64 or 128, and the
 // rows at consecutive positions pos[0] .. pos[0] + rows - 1. out16 (optional) also receives the

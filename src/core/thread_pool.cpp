@@ -1,4 +1,4 @@
-#include "backend/cpu/thread_pool.h"
+#include "core/thread_pool.h"
 
 #include <sched.h>
 
