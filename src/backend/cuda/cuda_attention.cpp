@@ -1,0 +1,137 @@
+// The CUDA backend's RoPE and attention: the KV cache store, decode attention (one kernel at
+// short context, flash-decoding splits by length bucket), prompt attention.
+#include "backend/cuda/cuda_backend.h"
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_op.h"
+#include "kernels/ops/ops.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace lamina {
+
+namespace kn = kernels;
+
+kn::RopeArgs CudaBackend::rope_args(int n_heads, int head_dim, const RopeParams& p) {
+  kn::RopeArgs a;
+  a.n_heads = n_heads, a.head_dim = head_dim, a.n_rot = p.n_rot;
+  a.base = p.base, a.freq_scale = p.freq_scale, a.neox = p.neox;
+  if (p.freq_factors) {
+    auto [it, fresh] = freq_factors_.try_emplace(p.freq_factors, nullptr);
+    if (fresh) {
+      const size_t bytes = size_t(p.n_rot / 2) * sizeof(float);
+      it->second = static_cast<float*>(dev_alloc(bytes, "rope factors"));
+      upload(it->second, p.freq_factors, bytes);
+    }
+    a.freq_factors = it->second;
+  }
+  return a;
+}
+
+void CudaBackend::rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t> pos, const RopeParams& p) {
+  settle(x);
+  check("rope", int64_t(pos.size()) == n_in_ && x.rows == n_in_, "positions differ from begin_forward's");
+  const kn::RopeArgs a = rope_args(n_heads, head_dim, p);
+  run_op("rope", double(x.rows * x.cols) * 8.0, 0, [&] { return kn::rope(x.data, x.rows, dev_pos(), a, stream_); });
+  wrote(x);
+}
+
+CudaBackend::LayerCache CudaBackend::layer_cache(int layer, Tensor q, std::span<const int32_t> pos,
+                                                 const AttentionParams& p) {
+  check("attention", int64_t(pos.size()) == n_in_ && q.rows == n_in_, "positions differ from begin_forward's");
+  check("attention", layer >= 0 && layer < kv_layers_, "layer outside the KV cache");
+  if (pos.back() >= kv_ctx_) fail("position {} is outside the context of {} tokens", pos.back(), kv_ctx_);
+  LayerCache c;
+  c.a.n_head = p.n_head, c.a.n_head_kv = p.n_head_kv, c.a.head_dim = p.head_dim, c.a.scale = p.scale;
+  c.a.kv_type = kv_type_, c.a.n_ctx = kv_ctx_;
+  const size_t layer_off = size_t(layer) * size_t(kv_ctx_) * size_t(kv_dim_) * kv_elem_bytes();
+  c.k = static_cast<char*>(k_cache_) + layer_off;
+  c.v = static_cast<char*>(v_cache_) + layer_off;
+  return c;
+}
+
+void CudaBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
+                            const AttentionParams& p, Tensor out) {
+  settle(q, k, v, out);
+  const LayerCache c = layer_cache(layer, q, pos, p);
+  run_op("kv_store", double(k.rows * k.cols) * (8.0 + 2 * kv_elem_bytes()), 0,
+         [&] { return kn::kv_store(k.data, v.data, k.rows, dev_pos(), c.k, c.v, c.a, stream_); });
+  attend(c, q, pos, p, out);
+}
+
+// One decode token at short context (the smallest length bucket): RoPE, the cache store and the
+// attention in one kernel. Otherwise RoPE and the cache store in one kernel, then the attention
+// kernels.
+void CudaBackend::rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
+                                 const RopeParams& rope_p, const AttentionParams& p, Tensor out) {
+  settle(q, k, v, out);
+  const LayerCache c = layer_cache(layer, q, pos, p);
+  const kn::RopeArgs r = rope_args(p.n_head, p.head_dim, rope_p);
+  const double bytes = double(q.rows * q.cols) * 8.0 + double(k.rows * k.cols) * (8.0 + 2 * kv_elem_bytes());
+  // (Without GQA only: see attention_decode_rope.cu.)
+  if (kv_bucket_ == kMinBucket && single_pass_attention_ && kn::attention_decode_rope_supported(c.a, r, q.rows)) {
+    const auto [kv_read, flops] = attention_cost(q, pos, p);
+    wrote(q), wrote(k), wrote(out);
+    void* q8 = make_x8(out);
+    run_op("rope+attention (decode)", bytes + kv_read + double(out.cols) * 4.0, flops, [&] {
+      return kn::attention_decode_rope(q.data, k.data, v.data, dev_pos(), r, c.k, c.v, c.a, out.data, stream_, q8);
+    });
+    if (q8) shadow8_ = {out.data, out.rows, out.cols, q8};
+    return;
+  }
+  run_op("rope+kv_store", bytes, 0,
+         [&] { return kn::rope_kv_store(q.data, k.data, v.data, q.rows, dev_pos(), r, c.k, c.v, c.a, stream_); });
+  wrote(q);
+  wrote(k);
+  attend(c, q, pos, p, out);
+}
+
+// Attention reads K and V of every position up to the last one (the host knows the positions);
+// flops: QK^T and PV over every (query, key) pair (the prompt path counts causal pairs only).
+std::pair<double, double> CudaBackend::attention_cost(Tensor q, std::span<const int32_t> pos,
+                                                      const AttentionParams& p) const {
+  const double len = double(pos.back() + 1);
+  return {2.0 * len * double(kv_dim_) * double(kv_elem_bytes()), 4.0 * double(q.rows) * len * double(p.n_head) * p.head_dim};
+}
+
+void CudaBackend::attend(const LayerCache& c, Tensor q, std::span<const int32_t> pos, const AttentionParams& p,
+                         Tensor out) {
+  wrote(out);
+  const auto [kv_read, flops] = attention_cost(q, pos, p);
+  if (q.rows > kn::kGemvMaxBatch && kn::attention_prefill_supported(c.a) && pos.back() - pos.front() + 1 == q.rows) {
+    // causal: each query reads on average half of the new keys plus every earlier one
+    const double causal = flops / 2 + flops * pos.front() / (2.0 * (pos.back() + 1));
+    // The Wo GEMM reads the output in 16 bits: the kernel writes that copy too.
+    void* h = exact_ ? nullptr : scratch_bytes(size_t(out.rows * out.cols) * 2);
+    run_op("attention (prefill)", kv_read + double(q.rows * q.cols) * (h ? 10.0 : 8.0), causal, [&] {
+      return kn::attention_prefill(q.data, q.rows, dev_pos(), c.k, c.v, c.a, out.data, stream_, h, act16_,
+                                   prefill_attention_);
+    });
+    if (h) shadow_ = Shadow{out.data, out.rows * out.cols, h, act16_};
+    return;
+  }
+  const int splits = decode_splits(p.n_head_kv, q.rows);
+  float* work = static_cast<float*>(scratch_bytes(kn::attention_work_floats(c.a, q.rows, splits) * sizeof(float)));
+  void* q8 = make_x8(out);
+  run_op("attention (decode)", kv_read + double(q.rows * q.cols) * 8.0, flops, [&] {
+    return kn::attention_decode(q.data, q.rows, dev_pos(), c.k, c.v, c.a, splits, work, out.data, stream_, q8);
+  });
+  if (q8) shadow8_ = {out.data, out.rows, out.cols, q8};
+}
+
+// Flash-decoding splits per (KV head, row): enough blocks for two waves over the SMs, at least
+// 64 positions per split; past 1024 positions, one split per 128 positions of the length
+// rounded up to a power of two (kv_bucket_), up to eight waves, so that a long context keeps
+// enough rows in flight. A decode graph is recorded per bucket (graph_key), so it only changes
+// at 256, 512, 1024, 2048, ... positions (below 1024 the split count is that of 1024).
+int CudaBackend::decode_splits(int n_head_kv, int64_t rows) const {
+  const int64_t blocks = int64_t(n_head_kv) * rows;
+  const int64_t base = std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, std::max(1, kv_ctx_ / 64));
+  const int64_t most = std::max<int64_t>(base, (8 * sm_count_ + blocks - 1) / blocks);
+  return int(std::clamp<int64_t>(std::max<int64_t>(kv_bucket_, 1024) / 128, base, most));
+}
+
+}  // namespace lamina
