@@ -18,6 +18,7 @@ Run add_tokenize(CLI::App& app);
 Run add_detokenize(CLI::App& app);
 Run add_run(CLI::App& app);
 Run add_logits(CLI::App& app);
+Run add_perplexity(CLI::App& app);
 Run add_gen_model(CLI::App& app);
 Run add_quantize(CLI::App& app);
 Run add_bench(CLI::App& app);

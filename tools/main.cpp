@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   reg(lamina::cli::add_run);
   reg(lamina::cli::add_chat);
   reg(lamina::cli::add_logits);
+  reg(lamina::cli::add_perplexity);
   reg(lamina::cli::add_gen_model);
   reg(lamina::cli::add_quantize);
   reg(lamina::cli::add_bench);
