@@ -76,6 +76,17 @@ if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
   [ -f "$MODELS/llama2-7b-q4_0.gguf" ] && step profile-llama2-7b-q4_0 "$L" bench -m "$MODELS/llama2-7b-q4_0.gguf" -p 512 -n 128 -r 1 -d cuda --profile
   [ -f "$MODELS/llama2-7b-q4_0.gguf" ] && step same-tokens-7b same_tokens "$MODELS/llama2-7b-q4_0.gguf" 16 7b report
   [ -n "${LAMINA_MODEL:-}" ] && step same-tokens-smol same_tokens "$LAMINA_MODEL" 32 smol strict
+  # Perplexity and KL divergence on the default text (GPL-3) against the exact CPU path, 4
+  # chunks: CUDA exact must agree (mean KLD <= 1e-5, issue #29's target); CUDA fast is reported.
+  ppl_kld() {  # ppl_kld MODE
+    local flag= out; [ "$1" = exact ] && flag=--exact-matmul
+    out=$("$L" perplexity -m "$LAMINA_MODEL" -d cuda $flag --chunks 4 --base-device cpu --base-exact) || return 1
+    echo "$out"
+    [ "$1" = exact ] || return 0
+    echo "$out" | awk '/^mean KLD/ { bad = !($4 <= 1e-5) } END { exit bad }'
+  }
+  [ -n "${LAMINA_MODEL:-}" ] && step ppl-kld-exact ppl_kld exact
+  [ -n "${LAMINA_MODEL:-}" ] && step ppl-kld-fast ppl_kld fast
 fi
 if [ "${GPU_CHECK_BENCH:-1}" = 1 ]; then
   step kbench-gemv "$BUILD/tools/lamina" kbench gemv
@@ -87,6 +98,7 @@ grep -hE "(smollm2 prompt|7B: )" "$OUT/gpu-tests.log" 2>/dev/null | sed "s/^[0-9
 cat "$OUT/too-big.log" 2>/dev/null; tail -4 "$OUT/info-cuda.log" 2>/dev/null
 grep -hE "^\| (llama|model)" "$OUT"/bench-*.log 2>/dev/null | sort -u -r | head -12
 cat "$OUT"/same-tokens-*.log 2>/dev/null
+for m in exact fast; do [ -f "$OUT/ppl-kld-$m.log" ] && echo "CUDA $m vs CPU exact (GPL-3, 4 chunks): $(grep -E '^(PPL|base PPL|mean KLD|same top)' "$OUT/ppl-kld-$m.log" | tr '\n' ';')"; done
 grep -E "^\| (graph|one persistent)" "$OUT/chain-ceiling.log" 2>/dev/null
 for fam in gemv gemm; do
   [ -f "$OUT/kbench-$fam.log" ] && python3 scripts/kbench_summary.py "$OUT/kbench-$fam.log" | tee "$OUT/kbench-$fam-summary.txt"
