@@ -4,7 +4,7 @@
 //   exact matmul (activations stay f32)           <= 1e-3
 //   fast path (activations quantised to 8 bits)   <= 3e-2   (llama.cpp sits ~2e-2 here too)
 #include "model/sampler.h"
-#include "model/session.h"
+#include "engine/session.h"
 #include "golden_util.h"
 
 #include <gtest/gtest.h>

@@ -5,7 +5,7 @@
 // the default context of a file declaring a huge context_length fits in a quarter of free memory.
 #include "core/thread_pool.h"
 #include "format/gguf.h"
-#include "model/session.h"
+#include "engine/session.h"
 
 #include "cli_runner.h"
 

@@ -5,7 +5,7 @@
 #include "format/gguf.h"
 #include "format/tokenizer.h"
 #include "model/config.h"
-#include "model/session.h"
+#include "engine/session.h"
 
 #include <fmt/format.h>
 

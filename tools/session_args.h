@@ -2,7 +2,7 @@
 #pragma once
 
 #include "model/sampler.h"
-#include "model/session.h"
+#include "engine/session.h"
 
 #include <CLI/CLI.hpp>
 

@@ -4,7 +4,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "golden_util.h"
 #include "model/sampler.h"
-#include "model/session.h"
+#include "engine/session.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "model/session.h"
+#include "engine/session.h"
 
 #include "core/error.h"
 #include "model/sampler.h"

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "backend/backend.h"
-#include "backend/backend_factory.h"
+#include "engine/backend_factory.h"
 #include "core/units.h"
 #include "format/gguf.h"
 #include "format/tokenizer.h"

@@ -1,4 +1,4 @@
-#include "backend/backend_factory.h"
+#include "engine/backend_factory.h"
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
