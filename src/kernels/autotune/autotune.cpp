@@ -1,5 +1,8 @@
 #include "kernels/autotune/autotune.h"
 
+#include "core/error.h"
+#include "core/files.h"
+
 #include <cuda_runtime.h>
 #include <nlohmann/json.hpp>
 
@@ -71,17 +74,15 @@ void TuneCache::save() const {
   std::lock_guard<std::mutex> lk(impl_->mu);
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ec);
-  const std::string tmp = path_ + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << impl_->doc.dump(1) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "lamina: cannot write tune cache %s\n", tmp.c_str());
-      return;
-    }
+  // Replaced whole or not at all (core/files.h): a failed save leaves the previous cache.
+  try {
+    OutputFile out(path_);
+    const std::string text = impl_->doc.dump(1) + "\n";
+    out.write(text.data(), text.size());
+    out.commit();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "lamina: the tune cache was not saved: %s\n", e.what());
   }
-  std::filesystem::rename(tmp, path_, ec);
-  if (ec) std::fprintf(stderr, "lamina: cannot write tune cache %s: %s\n", path_.c_str(), ec.message().c_str());
 }
 
 }  // namespace lamina::kernels
