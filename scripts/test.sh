@@ -22,7 +22,7 @@ ctest --test-dir build -L cpu --output-on-failure -j "$(nproc)"
 # Fuzzing: libFuzzer + ASan/UBSan over the GGUF reader, seeded with the malformed corpus.
 FUZZ_SECONDS="${LAMINA_FUZZ_SECONDS:-60}"
 if command -v clang++ >/dev/null; then
-  export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/lamina/ccache}"
+  export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/lamina/ccache}" CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
   if [ ! -f build-fuzz/build.ninja ]; then
     CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DLAMINA_CUDA=OFF -DLAMINA_FUZZ=ON -DLAMINA_FUZZ_SECONDS="$FUZZ_SECONDS" >/dev/null
