@@ -26,7 +26,7 @@ step() {  # step NAME COMMAND...: runs, logs to $OUT/NAME.log, records pass/fail
   else summary+=("$(printf '%-14s FAIL  %4ds  (see %s.log)' "$name" $((SECONDS - t0)) "$name")"); fi
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-step configure cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLAMINA_CUDA=ON "${extra[@]}"
+step configure cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLAMINA_CUDA=ON -DLAMINA_KBENCH=ON "${extra[@]}"
 step build cmake --build "$BUILD" -j 16
 vocab=$(ls .carry/shared/data/vocab/ggml-vocab-llama-spm.gguf ../shared/data/vocab/ggml-vocab-llama-spm.gguf 2>/dev/null | head -1)
 gen() {  # gen PRESET TYPE: a generated model file in $MODELS (kept between runs)

@@ -13,7 +13,7 @@ if vocab=$(scripts/fetch-vocab.sh); then export LAMINA_VOCAB_DIR="$vocab"; else 
 # The CUDA code is compiled wherever nvcc exists, GPU or not (a plain build skips it without a
 # GPU): a CUDA build break fails here. Its tests run on a GPU machine (scripts/gpu-check.sh).
 if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
-  scripts/build.sh -DLAMINA_CUDA=ON
+  scripts/build.sh -DLAMINA_CUDA=ON -DLAMINA_KBENCH=ON
 else
   scripts/build.sh
 fi

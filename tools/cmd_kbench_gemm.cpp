@@ -4,6 +4,7 @@
 // fp32 compute and TF32 off for the f32 rows, and the f16 GEMM for quantised weights. The best
 // production variant per shape is recorded in the tune cache (~/.cache/lamina/tune-gemm.json).
 #include "cmd_kbench_gemm.h"
+#include "tune_shapes.h"
 
 #include "core/error.h"
 
@@ -24,14 +25,6 @@
 #include <sstream>
 
 namespace lamina::cli {
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string t;
-  while (std::getline(ss, t, ',')) if (!t.empty()) out.push_back(t);
-  return out;
-}
 
 #if defined(LAMINA_HAVE_CUDA)
 using namespace lamina::kernels;

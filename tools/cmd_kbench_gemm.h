@@ -15,7 +15,4 @@ struct KbenchGemmArgs {
 
 void run_kbench_gemm(const KbenchGemmArgs& a);
 
-// "a,b,,c" -> {"a", "b", "c"} (the list options of kbench and tune).
-std::vector<std::string> split_list(const std::string& s);
-
 }  // namespace lamina::cli
