@@ -64,6 +64,26 @@ TEST(ThreadPool, MoreThreadsThanCpusFinishInAboutTheTimeOfTheCpuCount) {
   }
 }
 
+// Many short loops back to back with more threads than CPUs: workers arrive late, attach to a
+// job that has just closed, or to the next one; every index of every loop must still run once
+// (a worker touching a job being rewritten would lose or repeat indices, or hang the caller).
+TEST(ThreadPool, ShortLoopsBackToBackRunEveryIndexOnce) {
+  ThreadPool pool(4 * available_cpus() + 1);
+  std::vector<std::atomic<int>> hits(64);
+  for (int job = 0; job < 20000; ++job) {
+    const int64_t n = 1 + job % 64;
+    pool.parallel_for(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[size_t(i)].fetch_add(1, std::memory_order_relaxed);
+    });
+  }
+  // Index i runs in every loop whose n > i: loops with n = 1 + job % 64 over 20000 jobs.
+  for (int64_t i = 0; i < 64; ++i) {
+    int want = 0;
+    for (int job = 0; job < 20000; ++job) want += 1 + job % 64 > i;
+    ASSERT_EQ(hits[size_t(i)].load(), want) << "index " << i;
+  }
+}
+
 TEST(ThreadPool, UsableThreadsNeverExceedTheCpus) {
   const int cpus = available_cpus();
   EXPECT_GE(cpus, 1);

@@ -64,13 +64,16 @@ void ThreadPool::run_chunks() {
   if (ran) done_.fetch_add(ran, std::memory_order_release);
 }
 
-// Waits for an open job other than `seen`; returns its number, or 0 when the pool stops.
+// Waits for an open job other than `seen`; returns its number (odd), or 0 when the pool stops.
+// The number returned is the one seen open: a job that closed meanwhile fails the worker's
+// check after it attaches, so it never reads the fields of a job being rewritten.
 uint64_t ThreadPool::wait_for_job(uint64_t seen) {
-  auto ready = [&] {
+  auto open_job = [&] {
     const uint64_t j = job_.load(std::memory_order_acquire);
-    return j != seen && (j & 1);
+    return j != seen && (j & 1) ? j : uint64_t(0);
   };
-  for (int i = 0; !ready(); ++i) {
+  for (int i = 0;; ++i) {
+    if (const uint64_t j = open_job()) return j;
     if (stop_.load(std::memory_order_relaxed)) return 0;
     if (i < kSpinsBeforeSleep) {
       spin_step(i);
@@ -78,11 +81,10 @@ uint64_t ThreadPool::wait_for_job(uint64_t seen) {
     }
     std::unique_lock<std::mutex> lk(mu_);
     sleeping_.fetch_add(1);
-    cv_.wait(lk, [&] { return ready() || stop_.load(); });
+    cv_.wait(lk, [&] { return open_job() != 0 || stop_.load(); });
     sleeping_.fetch_sub(1);
     i = 0;
   }
-  return job_.load(std::memory_order_acquire);
 }
 
 void ThreadPool::worker_loop() {
