@@ -1,0 +1,164 @@
+#include "engine/kv_blocks.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+
+namespace lamina {
+
+KvBlockManager::KvBlockManager(int n_blocks, int block_tokens) : block_tokens_(block_tokens), blocks_(size_t(n_blocks)) {
+  if (n_blocks <= 0 || block_tokens <= 0) fail("KV blocks: {} blocks of {} tokens", n_blocks, block_tokens);
+  for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
+}
+
+uint64_t KvBlockManager::key_hash(int32_t parent, std::span<const int32_t> tokens) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ uint64_t(uint32_t(parent));
+  for (int32_t t : tokens) {
+    h ^= uint64_t(uint32_t(t)) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    h *= 0xBF58476D1CE4E5B9ull;
+  }
+  return h;
+}
+
+int32_t KvBlockManager::find_registered(int32_t parent, std::span<const int32_t> tokens) const {
+  const auto [lo, hi] = index_.equal_range(key_hash(parent, tokens));
+  for (auto it = lo; it != hi; ++it) {
+    const Block& b = blocks_[size_t(it->second)];
+    if (b.parent == parent && std::equal(b.tokens.begin(), b.tokens.end(), tokens.begin(), tokens.end())) return it->second;
+  }
+  return -1;
+}
+
+void KvBlockManager::unregister(int32_t id) {
+  Block& b = blocks_[size_t(id)];
+  const auto [lo, hi] = index_.equal_range(key_hash(b.parent, b.tokens));
+  for (auto it = lo; it != hi; ++it)
+    if (it->second == id) {
+      index_.erase(it);
+      break;
+    }
+  b.registered = false;
+  b.parent = -1;
+  b.tokens.clear();
+}
+
+int32_t KvBlockManager::take_block() {
+  int32_t id;
+  if (!free_.empty()) {
+    id = free_.back();
+    free_.pop_back();
+  } else {
+    id = lru_.front();  // the caller checked available()
+    lru_.pop_front();
+    unregister(id);
+  }
+  blocks_[size_t(id)].refs = 1;
+  return id;
+}
+
+void KvBlockManager::release(int32_t id) {
+  Block& b = blocks_[size_t(id)];
+  if (--b.refs > 0) return;
+  if (b.registered) b.lru = lru_.insert(lru_.end(), id);
+  else free_.push_back(id);
+}
+
+std::optional<int> KvBlockManager::add_sequence(SeqId id, std::span<const int32_t> prompt) {
+  if (seqs_.count(id)) fail("KV blocks: sequence {} is already admitted", id);
+  if (prompt.empty()) fail("KV blocks: sequence {} has an empty prompt", id);
+  const int bt = block_tokens_;
+  const int need = int((prompt.size() + size_t(bt) - 1) / size_t(bt));
+  // Registered blocks for the leading full blocks, leaving at least the last token to compute.
+  std::vector<int32_t> hits;
+  for (int32_t parent = -1; int(hits.size() + 1) * bt <= int(prompt.size()) - 1;) {
+    const int32_t b = find_registered(parent, prompt.subspan(hits.size() * size_t(bt), size_t(bt)));
+    if (b < 0) break;
+    hits.push_back(b);
+    parent = b;
+  }
+  // Reused blocks that sit in the LRU do not count as available for the rest.
+  int reused_cached = 0;
+  for (int32_t b : hits) reused_cached += blocks_[size_t(b)].refs == 0;
+  if (need - int(hits.size()) > available() - reused_cached) return std::nullopt;
+  Seq s;
+  s.tokens.assign(prompt.begin(), prompt.end());
+  for (int32_t b : hits) {
+    Block& blk = blocks_[size_t(b)];
+    if (blk.refs++ == 0) lru_.erase(blk.lru);
+    s.table.push_back(b);
+  }
+  while (int(s.table.size()) < need) s.table.push_back(take_block());
+  seqs_.emplace(id, std::move(s));
+  return int(hits.size()) * bt;
+}
+
+bool KvBlockManager::append(SeqId id, int32_t token) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) fail("KV blocks: no sequence {}", id);
+  Seq& s = it->second;
+  if (s.tokens.size() == s.table.size() * size_t(block_tokens_)) {
+    if (available() == 0) return false;
+    s.table.push_back(take_block());
+  }
+  s.tokens.push_back(token);
+  return true;
+}
+
+void KvBlockManager::commit(SeqId id, int n_computed) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) fail("KV blocks: no sequence {}", id);
+  Seq& s = it->second;
+  const int bt = block_tokens_;
+  const int full = std::min(n_computed, int(s.tokens.size())) / bt;
+  int32_t parent = -1;
+  for (int i = 0; i < full; ++i) {
+    const int32_t b = s.table[size_t(i)];
+    Block& blk = blocks_[size_t(b)];
+    const std::span<const int32_t> toks(s.tokens.data() + size_t(i) * size_t(bt), size_t(bt));
+    // The first copy of a content is the one shared; a later copy (computed meanwhile by another
+    // sequence) stays private, and the chain goes on from the shared one.
+    const int32_t existing = blk.registered ? b : find_registered(parent, toks);
+    if (existing < 0) {
+      blk.registered = true;
+      blk.parent = parent;
+      blk.tokens.assign(toks.begin(), toks.end());
+      index_.emplace(key_hash(parent, toks), b);
+    }
+    parent = existing < 0 ? b : existing;
+  }
+}
+
+void KvBlockManager::free_sequence(SeqId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  // Released from the last block back, so that a chain's later blocks are evicted before its first.
+  for (auto b = it->second.table.rbegin(); b != it->second.table.rend(); ++b) release(*b);
+  seqs_.erase(it);
+}
+
+const std::vector<int32_t>& KvBlockManager::block_table(SeqId id) const {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) fail("KV blocks: no sequence {}", id);
+  return it->second.table;
+}
+
+int KvBlockManager::used_blocks() const { return n_blocks() - free_blocks() - cached_blocks(); }
+int KvBlockManager::cached_blocks() const { return int(lru_.size()); }
+int KvBlockManager::free_blocks() const { return int(free_.size()); }
+
+double KvBlockManager::waste() const {
+  // Each used block counted once; its tokens are those of the longest sequence that holds it.
+  std::vector<int> filled(blocks_.size(), 0);
+  for (const auto& [id, s] : seqs_)
+    for (size_t i = 0; i < s.table.size(); ++i) {
+      const int in_block = int(std::min(s.tokens.size() - std::min(s.tokens.size(), i * size_t(block_tokens_)),
+                                        size_t(block_tokens_)));
+      filled[size_t(s.table[i])] = std::max(filled[size_t(s.table[i])], in_block);
+    }
+  int64_t used = 0, held = 0;
+  for (size_t b = 0; b < blocks_.size(); ++b)
+    if (blocks_[b].refs > 0) used += block_tokens_, held += filled[b];
+  return used ? 1.0 - double(held) / double(used) : 0.0;
+}
+
+}  // namespace lamina

@@ -1,0 +1,109 @@
+// The paged KV block manager: allocation and release, prefix sharing by content (exact, with
+// reference counts), least-recently-freed eviction, admission that fails without side effects,
+// preemption when blocks run out, and the waste figure, against counts worked out by hand.
+#include "engine/kv_blocks.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+using namespace lamina;
+
+namespace {
+
+std::vector<int32_t> seq(int n, int32_t start = 100) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+TEST(KvBlocks, AllocatesWhatAPromptNeedsAndGrowsByBlocks) {
+  KvBlockManager m(8, 4);
+  ASSERT_EQ(m.add_sequence(1, seq(6)), 0);  // 6 tokens: 2 blocks, nothing cached yet
+  EXPECT_EQ(m.block_table(1).size(), 2u);
+  EXPECT_EQ(m.used_blocks(), 2);
+  EXPECT_EQ(m.free_blocks(), 6);
+  EXPECT_NEAR(m.waste(), 2.0 / 8, 1e-12);  // 6 of 8 positions hold a token
+  EXPECT_TRUE(m.append(1, 7));
+  EXPECT_TRUE(m.append(1, 8));               // block 2 now full
+  EXPECT_EQ(m.block_table(1).size(), 2u);
+  EXPECT_TRUE(m.append(1, 9));               // a third block
+  EXPECT_EQ(m.block_table(1).size(), 3u);
+  m.free_sequence(1);
+  EXPECT_EQ(m.used_blocks(), 0);
+  EXPECT_EQ(m.free_blocks(), 8);  // nothing was committed, so nothing stays cached
+  EXPECT_FALSE(m.has_sequence(1));
+}
+
+TEST(KvBlocks, ASharedPrefixIsComputedOnce) {
+  KvBlockManager m(16, 4);
+  std::vector<int32_t> a = seq(10);  // blocks [0-3] [4-7] [8-9]
+  ASSERT_EQ(m.add_sequence(1, a), 0);
+  m.commit(1, 10);  // two full blocks registered
+  std::vector<int32_t> b = seq(8);   // the same first 8 tokens, then its own
+  b.push_back(7), b.push_back(7), b.push_back(7);
+  ASSERT_EQ(m.add_sequence(2, b), 8);  // both full blocks reused
+  EXPECT_EQ(m.block_table(2)[0], m.block_table(1)[0]);
+  EXPECT_EQ(m.block_table(2)[1], m.block_table(1)[1]);
+  EXPECT_NE(m.block_table(2)[2], m.block_table(1)[2]);
+  EXPECT_EQ(m.used_blocks(), 4);  // 2 shared + 1 each
+  // A prompt that differs in its first block shares nothing, even with the same second block.
+  std::vector<int32_t> c = seq(10);
+  c[0] = 5;
+  EXPECT_EQ(m.add_sequence(3, c), 0);
+  // A prompt equal to a registered chain keeps its last token to compute: 8 tokens, 2 full
+  // blocks registered, but only the first is reused.
+  EXPECT_EQ(m.add_sequence(4, seq(8)), 4);
+  // The shared blocks survive the sequences that used them, and are found again.
+  m.free_sequence(1), m.free_sequence(2), m.free_sequence(4);
+  EXPECT_EQ(m.cached_blocks(), 2);
+  EXPECT_EQ(m.add_sequence(5, seq(9)), 8);
+  EXPECT_EQ(m.cached_blocks(), 0);
+}
+
+TEST(KvBlocks, EvictsTheLeastRecentlyFreedAndNeverWhatItReuses) {
+  KvBlockManager m(4, 2);
+  ASSERT_EQ(m.add_sequence(1, seq(3, 0)), 0);    // blocks for [0 1] [2]
+  m.commit(1, 2);
+  m.free_sequence(1);                             // [0 1] cached
+  ASSERT_EQ(m.add_sequence(2, seq(3, 10)), 0);
+  m.commit(2, 2);
+  m.free_sequence(2);                             // [10 11] cached after [0 1]
+  EXPECT_EQ(m.cached_blocks(), 2);
+  EXPECT_EQ(m.free_blocks(), 2);
+  // 3 blocks needed with 2 free: the least recently freed cached block ([0 1]) is evicted.
+  ASSERT_EQ(m.add_sequence(3, seq(6, 50)), 0);
+  EXPECT_EQ(m.cached_blocks(), 1);
+  m.free_sequence(3);
+  EXPECT_EQ(m.add_sequence(4, seq(3, 0)), 0);   // [0 1] was evicted
+  m.free_sequence(4);
+  EXPECT_EQ(m.add_sequence(5, seq(3, 10)), 2);  // [10 11] was kept
+}
+
+TEST(KvBlocks, AdmissionWithoutRoomChangesNothingAndAppendReportsAFullCache) {
+  KvBlockManager m(3, 4);
+  ASSERT_EQ(m.add_sequence(1, seq(8)), 0);
+  m.commit(1, 8);
+  EXPECT_FALSE(m.add_sequence(2, seq(9, 500)).has_value());  // needs 3, 1 free
+  EXPECT_FALSE(m.has_sequence(2));
+  EXPECT_EQ(m.used_blocks(), 2);
+  EXPECT_EQ(m.free_blocks(), 1);
+  ASSERT_TRUE(m.append(1, 1));  // takes the last block
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(m.append(1, 1));
+  EXPECT_FALSE(m.append(1, 1));  // 12 positions used: the caller must preempt
+  EXPECT_EQ(m.block_table(1).size(), 3u);
+  m.free_sequence(1);
+  EXPECT_EQ(m.cached_blocks(), 2);  // the committed blocks stay cached
+  EXPECT_EQ(m.free_blocks(), 1);
+}
+
+TEST(KvBlocks, WasteIsUnderFourPercentForLongSequences) {
+  KvBlockManager m(4096, 16);
+  for (int s = 0; s < 64; ++s) ASSERT_EQ(m.add_sequence(s, seq(128 + 128 + s % 16, 1000 * s)), 0);
+  // 64 sequences of 256-271 tokens in blocks of 16: at most 15 empty positions each.
+  EXPECT_LT(m.waste(), 0.04);
+  EXPECT_GT(m.waste(), 0.0);
+}
+
+}  // namespace
