@@ -1,0 +1,125 @@
+// The iteration-level scheduler, step by step against plans worked out by hand: decode rows
+// first, chunked prefill within the token budget, arrival order, prefix-cached tokens skipped,
+// preemption of the newest sequence when a generated token finds no block (and its recompute),
+// cancellation, and the cap on running sequences.
+#include "engine/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace lamina;
+
+namespace {
+
+std::vector<int32_t> toks(int n, int32_t start) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+// "id:pos+n" per row, "*" where logits are wanted.
+std::string plan(const Step& s) {
+  std::ostringstream out;
+  for (size_t i = 0; i < s.seqs.size(); ++i) {
+    const StepSeq& r = s.seqs[i];
+    out << (i ? " " : "") << r.id << ":" << r.pos << "+" << r.n << (r.logits ? "*" : "");
+  }
+  return out.str();
+}
+
+// Samples token 7 for every row that wants logits.
+std::vector<std::pair<Scheduler::SeqId, int32_t>> sample_all(const Step& s) {
+  std::vector<std::pair<Scheduler::SeqId, int32_t>> out;
+  for (const StepSeq& r : s.seqs)
+    if (r.logits) out.emplace_back(r.id, 7);
+  return out;
+}
+
+TEST(Scheduler, ChunkedPrefillThenBatchedDecode) {
+  KvBlockManager kv(64, 4);
+  Scheduler sch(kv, SchedulerOptions{8, 16});
+  sch.submit(1, toks(10, 100));
+  sch.submit(2, toks(3, 200));
+  Step s = sch.next_step();
+  EXPECT_EQ(plan(s), "1:0+8");  // the budget of 8 goes to the first prompt
+  EXPECT_EQ(s.tokens, 8);
+  sch.step_done(s, sample_all(s));
+  s = sch.next_step();
+  EXPECT_EQ(plan(s), "1:8+2* 2:0+3*");  // the rest of 1, then 2 admitted
+  sch.step_done(s, sample_all(s));
+  EXPECT_EQ(sch.tokens(1).size(), 11u);
+  EXPECT_EQ(sch.tokens(1).back(), 7);
+  s = sch.next_step();
+  EXPECT_EQ(plan(s), "1:10+1* 2:3+1*");  // one decode row each
+  sch.step_done(s, sample_all(s));
+  sch.finish(1);
+  s = sch.next_step();
+  EXPECT_EQ(plan(s), "2:4+1*");
+  EXPECT_EQ(sch.running(), 1u);
+}
+
+TEST(Scheduler, DecodeRowsComeBeforeNewPrompts) {
+  KvBlockManager kv(64, 4);
+  Scheduler sch(kv, SchedulerOptions{4, 16});
+  sch.submit(1, toks(2, 0));
+  Step s = sch.next_step();
+  sch.step_done(s, sample_all(s));
+  sch.submit(2, toks(9, 50));
+  s = sch.next_step();
+  EXPECT_EQ(plan(s), "1:2+1* 2:0+3");  // the decode row, then what is left of the budget
+}
+
+TEST(Scheduler, APrefixCachedPromptStartsAfterItsCachedBlocks) {
+  KvBlockManager kv(64, 4);
+  Scheduler sch(kv, SchedulerOptions{64, 16});
+  sch.submit(1, toks(8, 100));
+  Step s = sch.next_step();
+  sch.step_done(s, sample_all(s));  // blocks [100-103] [104-107] computed and registered
+  std::vector<int32_t> p = toks(8, 100);
+  p.push_back(999);
+  sch.submit(2, p);
+  s = sch.next_step();
+  EXPECT_EQ(plan(s), "1:8+1* 2:8+1*");  // 2's first 8 tokens come from the cache
+}
+
+TEST(Scheduler, ANewTokenWithoutABlockPreemptsTheNewestSequence) {
+  KvBlockManager kv(3, 4);
+  Scheduler sch(kv, SchedulerOptions{64, 16});
+  sch.submit(1, toks(4, 0));
+  sch.submit(2, toks(4, 10));
+  Step s = sch.next_step();
+  EXPECT_EQ(plan(s), "1:0+4* 2:0+4*");
+  std::vector<Scheduler::SeqId> pre;
+  sch.step_done(s, sample_all(s), &pre);  // 1's token takes the last block; 2's finds none
+  EXPECT_EQ(pre, std::vector<Scheduler::SeqId>{2});
+  EXPECT_EQ(sch.running(), 1u);
+  EXPECT_EQ(sch.waiting(), 1u);
+  EXPECT_EQ(kv.used_blocks(), 2);
+  sch.finish(1);
+  // 2 comes back with its prompt (its sampled token was not placed) and is recomputed whole: its
+  // one block is cached, but a prompt's last token is always computed.
+  s = sch.next_step();
+  EXPECT_EQ(plan(s), "2:0+4*");
+}
+
+TEST(Scheduler, CancelAndTheCapOnRunningSequences) {
+  KvBlockManager kv(64, 4);
+  Scheduler sch(kv, SchedulerOptions{64, 2});
+  for (int id = 1; id <= 3; ++id) sch.submit(id, toks(5, 10 * id));
+  Step s = sch.next_step();
+  EXPECT_EQ(plan(s), "1:0+5* 2:0+5*");  // at most 2 running
+  EXPECT_EQ(sch.waiting(), 1u);
+  EXPECT_TRUE(sch.cancel(1));
+  EXPECT_FALSE(sch.cancel(1));
+  sch.step_done(s, sample_all(s));  // 1's row is ignored: cancelled
+  s = sch.next_step();
+  EXPECT_EQ(plan(s), "2:5+1* 3:0+5*");
+  EXPECT_TRUE(sch.cancel(3));
+  EXPECT_EQ(kv.used_blocks(), 2);  // only 2's blocks are left
+}
+
+}  // namespace
