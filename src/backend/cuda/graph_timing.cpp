@@ -49,7 +49,7 @@ std::string GraphTiming::report() const {
   const double n = double(replays_);
   const std::string gpu =
       gpu_n_ ? fmt::format("GPU {:.1f} us from the graph's first node to its last", gpu_us_ / double(gpu_n_))
-             : std::string("GPU time not read (steps ran ahead: LAMINA_RUN_AHEAD=0 shows it)");
+             : std::string("GPU time not read (steps ran ahead)");
   return fmt::format(
       "graph timing: {} replays; per replay: {}; host {:.1f} us from the sampled id to the next launch call, {:.1f} "
       "us inside it, {:.1f} us from that call to the next id\n",

@@ -24,9 +24,6 @@
 // The rule that keeps the chain ordered: every kernel launched with launch_pdl waits (some
 // thread of it reaches pdl_wait) before it completes, so it cannot complete before the kernel
 // it follows, and the order holds transitively.
-//
-// LAMINA_PDL=0 launches everything without the attribute (same kernels, plain stream order),
-// for A/B measurements.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -23,14 +23,14 @@
 //     of each loop body and branched over seven; in the decode chain every kernel starts on
 //     cold instruction caches (ncu: 18-27 % of stall samples "no instructions"). Tuner in-graph
 //     q4_0 (H100, 2026-11-23): Wo y8 5.55 -> 5.19 µs, gate/up y8 22.30 -> 20.94, W_down y8
-//     11.26 -> 10.52; tg128 q4_0 471 -> 527 t/s, q8_0 316 -> 330 (LAMINA_GEMV_B1=0: off).
+//     11.26 -> 10.52; tg128 q4_0 471 -> 527 t/s, q8_0 316 -> 330.
 //   - decode's instances keep weights in flight across the epilogue (kOverlap, q4_0 / q8_0,
 //     16 warps x 2 rows): the gate and up steps are loaded together, the next pass's first step
 //     goes out before this pass's epilogue, and y8 is made by a rotating warp behind named
 //     barriers while the other warps go on; one matrix at unroll 2 runs q_dp4a_slots (two
 //     register slots, gemv_dp4a_slots.cu). Where q_dp4a waited at the y8 barrier, the SM's loads
 //     drained. tg128 (H100, 2026-11-23, arms on one machine, each its own tune): q4_0
-//     525.9 -> 543.9 t/s, q8_0 329.8 -> 335.4 (LAMINA_DP4A_OVERLAP=0: off). Each part alone
+//     525.9 -> 543.9 t/s, q8_0 329.8 -> 335.4. Each part alone
 //     (q4_0 / q8_0): loads ahead +1.7 / +1.3 %; rotating y8 alone ±0; slots for every one-matrix
 //     shape +1.6 / +0.6 % (the gate/up pair in slots lost 1 µs against loads ahead in the chain).
 // Activations lose precision to 8 bits (as in llama.cpp): the GPU test checks this variant

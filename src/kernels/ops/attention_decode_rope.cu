@@ -11,7 +11,7 @@
 //      cache rows below the position into registers (preload_first_round), both before the PDL
 //      wait (pos is the pass's input copy; its upload kernel completes before any later kernel
 //      starts); the preload measured tg128 q4_0 462.5 -> 463.6 t/s, q8_0 310.5 -> 312.5 (H100,
-//      2026-11-23, two rounds each; LAMINA_ATTN_PRELOAD=0 turns it off);
+//      2026-11-23, two rounds each; always on since);
 //   2. the head's q, k and v into shared memory (one round trip), q and k rotated there (pairs
 //      (2i, 2i+1), or (i, i + n_rot/2) for NEOX; rope.cuh, the same arithmetic as rope() bit for
 //      bit), written back to q and k, k and v stored in the cache row; past the first round a
