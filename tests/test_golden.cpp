@@ -31,6 +31,7 @@ void check_logits(const std::string& model, const json& c, bool exact, double to
   o.model_path = model;
   o.n_ctx = 256;
   o.exact_matmul = exact;
+  o.device = "cpu";  // the CPU backend's goldens (the GPU's are in tests/gpu)
   Session s(o);
   const auto ids = ids_of(c);
   const std::vector<float> got = s.eval(ids);
@@ -109,6 +110,7 @@ std::vector<int32_t> greedy(const std::string& model, const std::vector<int32_t>
   o.model_path = model;
   o.n_ctx = 256;
   o.exact_matmul = exact;
+  o.device = "cpu";  // the CPU backend's goldens (the GPU's are in tests/gpu)
   Session s(o);
   std::vector<float> logits = s.eval(prompt);
   std::vector<int32_t> got;

@@ -6,6 +6,7 @@
 #include "format/tokenizer.h"
 #include "model/config.h"
 #include "engine/session.h"
+#include "session_args.h"
 
 #include <fmt/format.h>
 
@@ -71,7 +72,7 @@ void run_info(const InfoArgs& a) {
     fmt::print("  {:<6} {:>12} params  {:>12}\n", name, e.first, format_bytes(e.second));
   if (!a.device.empty()) {
     BackendOptions o;
-    o.device = a.device;
+    o.device = device_choice(a.device);
     const std::unique_ptr<Backend> be = make_backend(o);
     uint64_t weights = 0;
     for (const auto& t : f.tensors()) weights += t.nbytes;

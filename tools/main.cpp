@@ -2,9 +2,32 @@
 #include "commands.h"
 #include "core/error.h"
 
+#if defined(LAMINA_HAVE_CUDA)
+#include "kernels/autotune/autotune.h"
+#endif
+
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
+
+namespace {
+
+// The environment the CLI honours, read here and nowhere in the library: LAMINA_TUNE_CACHE_DIR
+// (else ~/.cache/lamina) for the tune cache. LAMINA_DEVICE is read where the session options
+// are resolved (session_args.cpp).
+void apply_environment() {
+#if defined(LAMINA_HAVE_CUDA)
+  if (const char* d = std::getenv("LAMINA_TUNE_CACHE_DIR"); d && *d) {
+    lamina::kernels::set_tune_cache_dir(d);
+  } else {
+    const char* home = std::getenv("HOME");
+    lamina::kernels::set_tune_cache_dir(std::string(home ? home : ".") + "/.cache/lamina");
+  }
+#endif
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"lamina: a fast, hackable LLM inference engine for GGUF models", "lamina"};
@@ -54,6 +77,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   try {
+    apply_environment();
     for (auto* sub : app.get_subcommands())
       if (auto it = runs.find(sub); it != runs.end()) it->second();
   } catch (const lamina::Error& e) {

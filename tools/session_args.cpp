@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <sstream>
 
@@ -21,6 +22,8 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
   sub->add_option("-d,--device", a.opt.device, "cuda, cpu or auto (cuda when a GPU is present)")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   sub->add_flag("--profile", a.opt.profile, "Per-op GPU time breakdown with achieved GB/s, TFLOP/s and % of roofline");
+  sub->add_option("--cpu-isa", a.opt.cpu_isa, "CPU dot-product kernels: auto (the best this CPU runs) or scalar")
+      ->check(CLI::IsMember({"auto", "scalar"}));
   sub->add_flag("--graph-timing", a.opt.cuda.graph_timing,
                 "CUDA: time each replayed decode step on the GPU against the host's share, printed at exit");
   sub->add_flag("--exact-matmul", a.opt.exact_matmul,
@@ -34,8 +37,15 @@ void print_memory_summary(Session& s) {
              s.n_ctx(), format_bytes(be.memory_available()));
 }
 
+std::string device_choice(const std::string& device) {
+  // LAMINA_DEVICE says what "auto" means (the CPU test suite sets it to cpu on GPU machines).
+  if (const char* env = std::getenv("LAMINA_DEVICE"); device == "auto" && env && *env) return env;
+  return device;
+}
+
 SessionOptions SessionArgs::resolve() const {
   SessionOptions o = opt;
+  o.device = device_choice(opt.device);
   o.n_threads = threads_to_run(opt.n_threads);
   o.kv_type = kv_type == "f32" ? GgmlType::F32 : GgmlType::F16;
   return o;

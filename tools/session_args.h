@@ -14,6 +14,8 @@ struct SessionArgs {
   SessionOptions resolve() const;  // validates kv_type
 };
 void add_session_options(CLI::App* sub, SessionArgs& a);
+// The device a --device value names: "auto" means LAMINA_DEVICE when that is set.
+std::string device_choice(const std::string& device);
 // "memory: weights X, KV cache Y (n positions), activations Z | GPU: used/total" on stderr.
 void print_memory_summary(Session& s);
 

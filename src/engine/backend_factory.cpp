@@ -4,18 +4,17 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 
+#include <optional>
+
 #if LAMINA_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
 
-#include <cstdlib>
 
 namespace lamina {
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   std::string dev = o.device;
-  // LAMINA_DEVICE picks for "auto" (the CPU test suite sets it to cpu on GPU machines).
-  if (const char* env = std::getenv("LAMINA_DEVICE"); env && dev == "auto" && *env) dev = env;
   if (dev != "auto" && dev != "cpu" && dev != "cuda") fail("unknown device '{}' (cpu, cuda or auto)", dev);
 #if LAMINA_HAVE_CUDA
   if (dev == "auto") dev = cuda_device_count() > 0 ? "cuda" : "cpu";
@@ -27,7 +26,9 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   if (dev == "auto") dev = "cpu";
   if (dev == "cuda") fail("--device cuda: this lamina was built without CUDA");
 #endif
-  return std::make_unique<CpuBackend>(usable_threads(o.n_threads), o.exact_matmul);
+  const std::optional<CpuIsa> isa = parse_isa(o.cpu_isa);
+  if (!isa) fail("unknown CPU kernel set '{}' (auto or scalar)", o.cpu_isa);
+  return std::make_unique<CpuBackend>(usable_threads(o.n_threads), o.exact_matmul, *isa);
 }
 
 }  // namespace lamina

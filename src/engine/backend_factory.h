@@ -1,6 +1,5 @@
 // Backend selection: "cpu", "cuda", or "auto" (cuda when this build has CUDA and a GPU is
-// present; the environment variable LAMINA_DEVICE says what "auto" means). Lives outside
-// lamina_core so that the CPU-only library does not depend on CUDA.
+// present). The library reads no environment: the CLI maps LAMINA_DEVICE onto `device`.
 #pragma once
 
 #include "backend/backend.h"
@@ -15,6 +14,7 @@ struct BackendOptions {
   std::string device = "auto";  // "cuda", "cpu" or "auto"
   int n_threads = 0;            // CPU: 0 for every CPU this process may use
   bool exact_matmul = false;    // f32 activations for quantised weights
+  std::string cpu_isa = "auto"; // CPU dot-product kernels: "auto" or "scalar"
   CudaOptions cuda;
 };
 

@@ -59,10 +59,6 @@ class KvBlockManager {
     std::vector<int32_t> tokens;
     std::vector<int32_t> table;
   };
-  struct Key {
-    int32_t parent;
-    const std::vector<int32_t>* tokens;
-  };
   static uint64_t key_hash(int32_t parent, std::span<const int32_t> tokens);
 
   int available() const { return int(free_.size() + lru_.size()); }

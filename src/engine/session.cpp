@@ -13,7 +13,7 @@ size_t kv_bytes_per_position(const ModelConfig& c, GgmlType kv_type) {
 }
 
 BackendOptions backend_options(const SessionOptions& o) {
-  return BackendOptions{o.device, o.n_threads, o.exact_matmul, o.cuda};
+  return BackendOptions{o.device, o.n_threads, o.exact_matmul, o.cpu_isa, o.cuda};
 }
 
 namespace {

@@ -24,6 +24,7 @@ struct SessionOptions {
   GgmlType kv_type = GgmlType::F16;
   bool exact_matmul = false;  // f32 activations for quantised weights (see CpuBackend)
   std::string device = "auto";  // "cuda", "cpu", or "auto" (cuda when a GPU is present)
+  std::string cpu_isa = "auto"; // CPU dot-product kernels: "auto" or "scalar"
   bool profile = false;         // per-op timing in the backend (Backend::profile_report)
   CudaOptions cuda;             // the CUDA backend's choices (defaults: the fastest measured paths)
 };

@@ -15,10 +15,10 @@
 
 namespace lamina {
 
-CpuBackend::CpuBackend(int n_threads, bool exact_matmul) : pool_(n_threads), exact_(exact_matmul) {}
+CpuBackend::CpuBackend(int n_threads, bool exact_matmul, CpuIsa isa) : pool_(n_threads), exact_(exact_matmul), isa_(isa) {}
 
 std::string CpuBackend::name() const {
-  return fmt::format("cpu ({} threads, {}{})", pool_.size(), isa_name(detect_isa()), exact_ ? ", exact matmul" : "");
+  return fmt::format("cpu ({} threads, {}{})", pool_.size(), isa_name(isa_), exact_ ? ", exact matmul" : "");
 }
 
 CpuBackend::~CpuBackend() {
@@ -135,7 +135,7 @@ void CpuBackend::matmul(const Weight& w, Tensor x, Tensor out) {
 
 void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::span<const Tensor> outs) {
   const int64_t K = x.cols, T = x.rows;
-  const VecDot vd = vec_dot_for(ws[0]->type);
+  const VecDot vd = vec_dot_for(ws[0]->type, isa_);
   bool same = true;
   for (const Weight* w : ws) same = same && w->type == ws[0]->type;
   constexpr size_t kMaxFused = 8;
@@ -162,7 +162,7 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
   const GgmlType type = ws[0]->type;
   const size_t w_rb = row_bytes(type, K);
   if (!vd.fn || (exact_ && vd.act != ActType::F32)) {  // dequantise each weight row, then an f32 dot
-    const VecDot f32 = vec_dot_for(GgmlType::F32);
+    const VecDot f32 = vec_dot_for(GgmlType::F32, isa_);
     pool_.parallel_for(N, [&](int64_t b, int64_t e) {
       std::vector<float> row(static_cast<size_t>(K));
       for (int64_t r = b; r < e; ++r) {
@@ -300,8 +300,8 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
     }
   }
   // Scores use the weight-row dot kernels (K rows are "weights" of type f16/f32, q is f32).
-  const VecDotFn dot = vec_dot_for(kv_type_).fn;
-  const AxpyFn axpy = axpy_for(kv_type_);
+  const VecDotFn dot = vec_dot_for(kv_type_, isa_).fn;
+  const AxpyFn axpy = axpy_for(kv_type_, isa_);
   const size_t row = size_t(kv_dim) * esz, head = size_t(p.head_dim) * esz;
   const int group = p.n_head / p.n_head_kv;
   const int hd = p.head_dim;

@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/page_buffer.h"
+#include "backend/cpu/vec_dot.h"
 #include "core/thread_pool.h"
 
 #include <memory>
@@ -17,7 +18,7 @@ class CpuBackend final : public Backend {
   ~CpuBackend() override;
   // exact_matmul: keep activations in f32 for quantised weights too (dequantise each weight
   // row, then an f32 dot) instead of quantising them to 8 bits; slower, used for checks.
-  CpuBackend(int n_threads, bool exact_matmul = false);
+  CpuBackend(int n_threads, bool exact_matmul = false, CpuIsa isa = detect_isa());
   std::string name() const override;
   int threads() const { return pool_.size(); }
 
@@ -50,6 +51,7 @@ class CpuBackend final : public Backend {
 
   ThreadPool pool_;
   bool exact_ = false;
+  CpuIsa isa_;  // the dot-product kernels in use
   // Weights live in anonymous memory advised for transparent huge pages (see load_weight).
   struct Arena {
     uint8_t* base = nullptr;

@@ -217,16 +217,14 @@ void axpy_f16(int64_t n, float a, const void* x, float* y) {
 
 }  // namespace
 
-AxpyFn axpy_for(GgmlType t) {
-  if (detect_isa() == CpuIsa::Avx2)
+AxpyFn axpy_for(GgmlType t, CpuIsa isa) {
+  if (isa == CpuIsa::Avx2)
     if (AxpyFn f = avx2_axpy(t)) return f;
   return t == GgmlType::F16 ? axpy_f16 : axpy_f32;
 }
 
 CpuIsa detect_isa() {
   static const CpuIsa isa = [] {
-    const char* force = std::getenv("LAMINA_CPU_ISA");  // "scalar" forces the portable kernels
-    if (force && std::string_view(force) == "scalar") return CpuIsa::Scalar;
 #if defined(__x86_64__)
     // F16C via CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -247,7 +245,11 @@ VecDot vec_dot_for(GgmlType t, CpuIsa isa) {
   return v;
 }
 
-VecDot vec_dot_for(GgmlType t) { return vec_dot_for(t, detect_isa()); }
+std::optional<CpuIsa> parse_isa(std::string_view name) {
+  if (name == "auto") return detect_isa();
+  if (name == "scalar") return CpuIsa::Scalar;
+  return std::nullopt;
+}
 
 size_t act_row_bytes(ActType t, int64_t n) {
   switch (t) {

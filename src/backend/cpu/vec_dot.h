@@ -10,6 +10,9 @@
 // AVX2+FMA+F16C, chosen at run time.
 #pragma once
 
+#include <optional>
+#include <string_view>
+
 #include "format/ggml_type.h"
 
 #include <cstddef>
@@ -42,19 +45,20 @@ struct VecDot {
 };
 
 enum class CpuIsa { Scalar, Avx2 };
-CpuIsa detect_isa();  // LAMINA_CPU_ISA=scalar forces the portable kernels
+CpuIsa detect_isa();  // the best this CPU runs
 const char* isa_name(CpuIsa isa);
+// "auto" (detect_isa) or "scalar" (the portable kernels, e.g. to test them); nullopt if unknown.
+std::optional<CpuIsa> parse_isa(std::string_view name);
 
-// The kernel for a weight type on the given ISA (default: the best this CPU runs).
+// The kernel for a weight type on the given ISA.
 VecDot vec_dot_for(GgmlType weight_type, CpuIsa isa);
-VecDot vec_dot_for(GgmlType weight_type);
 
 // AVX2 kernels (vec_dot_avx2.cpp); nullptr where none exists.
 VecDotFn avx2_kernel(GgmlType weight_type);
 
 // y[0..n) += a * x[0..n) with x in f16 or f32 (attention's V accumulation).
 using AxpyFn = void (*)(int64_t n, float a, const void* x, float* y);
-AxpyFn axpy_for(GgmlType x_type);  // F16 or F32
+AxpyFn axpy_for(GgmlType x_type, CpuIsa isa);  // F16 or F32
 AxpyFn avx2_axpy(GgmlType x_type);
 
 }  // namespace lamina

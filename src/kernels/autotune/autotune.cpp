@@ -28,13 +28,21 @@ std::string device_key() {
   return std::string(p.name) + "|sm_" + std::to_string(p.major) + std::to_string(p.minor);
 }
 
+namespace {
+std::string& tune_dir() {
+  static std::string dir;
+  return dir;
+}
+}  // namespace
+
+void set_tune_cache_dir(std::string dir) { tune_dir() = std::move(dir); }
+
 std::string tune_cache_path(const std::string& family) {
-  if (const char* d = std::getenv("LAMINA_TUNE_CACHE_DIR"); d && *d) return std::string(d) + "/tune-" + family + ".json";
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/lamina/tune-" + family + ".json";
+  return tune_dir().empty() ? std::string() : tune_dir() + "/tune-" + family + ".json";
 }
 
 TuneCache::TuneCache(std::string path) : path_(std::move(path)), impl_(std::make_shared<Impl>()) {
+  if (path_.empty()) return;  // no directory: in memory only
   std::ifstream in(path_);
   if (!in) return;
   try {
@@ -72,6 +80,10 @@ void TuneCache::put(const std::string& key, const TuneEntry& e) {
 
 void TuneCache::save() const {
   std::lock_guard<std::mutex> lk(impl_->mu);
+  if (path_.empty()) {
+    std::fprintf(stderr, "lamina: the tune cache was not saved: no cache directory was set\n");
+    return;
+  }
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ec);
   // Replaced whole or not at all (core/files.h): a failed save leaves the previous cache.

@@ -1,7 +1,8 @@
 // The autotuner shared by the kernel families: times every (variant, config) of a family on a
 // problem with CUDA events over rotated buffers and keeps the winner per
-// (family, dtype, layout, shape, batch, device name, compute capability) in a JSON cache:
-// $LAMINA_TUNE_CACHE_DIR/tune-<family>.json, else ~/.cache/lamina/tune-<family>.json.
+// (family, dtype, layout, shape, batch, device name, compute capability) in a JSON cache,
+// <dir>/tune-<family>.json: the CLI names the directory (LAMINA_TUNE_CACHE_DIR, else
+// ~/.cache/lamina); without one the cache lives in memory only.
 #pragma once
 
 #include <memory>
@@ -16,7 +17,9 @@ struct TuneEntry {
 };
 
 std::string device_key();  // "NVIDIA H100 80GB HBM3|sm_90"
-std::string tune_cache_path(const std::string& family);
+// The cache directory, set before the first TuneCache::get (empty: in memory only).
+void set_tune_cache_dir(std::string dir);
+std::string tune_cache_path(const std::string& family);  // empty without a directory
 
 class TuneCache {
  public:
