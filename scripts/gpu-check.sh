@@ -77,13 +77,15 @@ if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
   [ -f "$MODELS/llama2-7b-q4_0.gguf" ] && step same-tokens-7b same_tokens "$MODELS/llama2-7b-q4_0.gguf" 16 7b report
   [ -n "${LAMINA_MODEL:-}" ] && step same-tokens-smol same_tokens "$LAMINA_MODEL" 32 smol strict
   # Perplexity and KL divergence on the default text (GPL-3) against the exact CPU path, 4
-  # chunks: CUDA exact must agree (mean KLD <= 1e-5, issue #29's target); CUDA fast is reported.
+  # chunks, issue #29's targets: CUDA exact mean KLD <= 1e-5; CUDA fast mean KLD <= 6e-4, the
+  # same top token >= 98 % and PPL within 0.2 % of the exact path's.
   ppl_kld() {  # ppl_kld MODE
     local flag= out; [ "$1" = exact ] && flag=--exact-matmul
     out=$("$L" perplexity -m "$LAMINA_MODEL" -d cuda $flag --chunks 4 --base-device cpu --base-exact) || return 1
     echo "$out"
-    [ "$1" = exact ] || return 0
-    echo "$out" | awk '/^mean KLD/ { bad = !($4 <= 1e-5) } END { exit bad }'
+    if [ "$1" = exact ]; then echo "$out" | awk '/^mean KLD/ { bad = !($4 <= 1e-5) } END { exit bad }'
+    else echo "$out" | awk '/^mean KLD/ { k = $4 } /^same top/ { t = $5 } /^ΔPPL/ { p = $4; gsub(/[()%+-]/, "", p) }
+                            END { bad = !(k <= 6e-4 && t >= 98 && p <= 0.2); if (bad) print "over the bounds: KLD", k, "top", t, "dPPL %", p; exit bad }'; fi
   }
   [ -n "${LAMINA_MODEL:-}" ] && step ppl-kld-exact ppl_kld exact
   [ -n "${LAMINA_MODEL:-}" ] && step ppl-kld-fast ppl_kld fast

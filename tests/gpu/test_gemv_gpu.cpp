@@ -5,6 +5,7 @@
 #include "format/quant.h"
 #include "kernels/common/q8_blocks.h"
 #include "kernels/gemv/gemv.h"
+#include "x8_host.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -51,31 +52,6 @@ std::vector<uint8_t> random_matrix(GgmlType t, int64_t n, int64_t k, std::mt1993
 
 class GemvGpu : public ::testing::TestWithParam<Case> {};
 
-// Rows of x [batch][k] as int8 blocks (q8_blocks.h), by the rule every producer on the device
-// follows: d = amax of the 32-block / 127, q = round-half-away(x / d). When `rounded` is given,
-// it receives d * q.
-std::vector<uint8_t> host_x8(const std::vector<float>& x, int64_t k, std::vector<float>* rounded = nullptr) {
-  const size_t rows = x.size() / size_t(k);
-  std::vector<uint8_t> out(rows * x8_bytes(k));
-  for (size_t blk = 0; blk < x.size() / 32; ++blk) {
-    float amax = 0;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[blk * 32 + size_t(j)]));
-    const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
-    const size_t b = blk / size_t(k / 32), j0 = blk % size_t(k / 32);
-    uint8_t* row = out.data() + b * x8_bytes(k);
-    int sum = 0;
-    for (int j = 0; j < 32; ++j) {
-      const float q = std::roundf(x[blk * 32 + size_t(j)] * id);
-      row[j0 * 32 + size_t(j)] = uint8_t(int8_t(q));
-      sum += int(q);
-      if (rounded) (*rounded)[blk * 32 + size_t(j)] = d * q;
-    }
-    std::memcpy(row + k + j0 * 4, &d, 4);
-    std::memcpy(row + k + (k / 32) * 4 + j0 * 4, &sum, 4);
-  }
-  return out;
-}
-
 // rmsnorm(x) * w per row of k, as ops' rmsnorm and the GEMVs' fused prologue compute it (sum of
 // squares in f64, scale = 1 / sqrt(mean + eps) rounded to f32, v = x * scale * w in f32).
 std::vector<float> host_rmsnorm(const std::vector<float>& x, const std::vector<float>& w, int64_t k, float eps) {
@@ -89,19 +65,11 @@ std::vector<float> host_rmsnorm(const std::vector<float>& x, const std::vector<f
   return out;
 }
 
-// The bytes of x8 rows that carry data (values, scales, sums; not the padding to 16 bytes).
-std::vector<uint8_t> x8_data(const std::vector<uint8_t>& rows, int64_t k) {
-  std::vector<uint8_t> out;
-  for (size_t r = 0; r < rows.size() / x8_bytes(k); ++r)
-    out.insert(out.end(), rows.begin() + long(r * x8_bytes(k)), rows.begin() + long(r * x8_bytes(k) + size_t(k + k / 32 * 8)));
-  return out;
-}
-
 // The int8 copy of y a variant made in its epilogue (GemvProblem::y8): equal, byte for byte, to
 // y quantised on the host, and the same again on a second launch (the counters were left zero).
 void check_y8(const GemvVariant& v, GemvProblem p, const GemvConfig& cfg, const std::vector<float>& y) {
   const size_t bytes = size_t(p.batch) * x8_bytes(p.n);
-  const std::vector<uint8_t> want = x8_data(host_x8(std::vector<float>(y.begin(), y.begin() + p.batch * p.n), p.n), p.n);
+  const std::vector<uint8_t> want = host_x8(std::vector<float>(y.begin(), y.begin() + p.batch * p.n), p.n);
   DeviceBuf y8(bytes), count(size_t(p.n / 32) * sizeof(unsigned));
   CUDA_OK(cudaMemset(count.p, 0, size_t(p.n / 32) * sizeof(unsigned)));
   p.y8 = y8.p, p.y8_count = count.as<unsigned>();
@@ -112,7 +80,7 @@ void check_y8(const GemvVariant& v, GemvProblem p, const GemvConfig& cfg, const 
     CUDA_OK(cudaDeviceSynchronize());
     std::vector<uint8_t> all(bytes);
     CUDA_OK(cudaMemcpy(all.data(), y8.p, bytes, cudaMemcpyDeviceToHost));
-    const std::vector<uint8_t> got = x8_data(all, p.n);
+    const std::vector<uint8_t> got = all;
     for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "y8 byte " << i << ", launch " << launch << ", config " << cfg.str();
   }
   // With y8_gain and y8_ss (matmul_add_norm's producer): the blocks of y * gain, and each
@@ -135,7 +103,7 @@ void check_y8(const GemvVariant& v, GemvProblem p, const GemvConfig& cfg, const 
   std::vector<uint8_t> all(bytes);
   CUDA_OK(cudaMemcpy(all.data(), y8.p, bytes, cudaMemcpyDeviceToHost));
   CUDA_OK(cudaMemcpy(ss_got.data(), dss.p, ss_got.size() * 8, cudaMemcpyDeviceToHost));
-  ASSERT_EQ(x8_data(all, p.n), x8_data(host_x8(yg, p.n), p.n)) << "y8 of y * gain, config " << cfg.str();
+  ASSERT_EQ(all, host_x8(yg, p.n)) << "y8 of y * gain, config " << cfg.str();
   for (size_t i = 0; i < ss_want.size(); ++i)
     ASSERT_NEAR(ss_got[i], ss_want[i], 1e-12 * ss_want[i]) << "y8_ss block " << i << ", config " << cfg.str();
 }
@@ -192,9 +160,11 @@ void run_case(const GemvVariant& v, GgmlType type, int64_t n, int64_t k, int bat
   const auto w = random_matrix(type, n, k, rng), w2 = random_matrix(type, n, k, rng);
   std::normal_distribution<float> nd(0.f, 1.f);
   std::vector<float> x(size_t(batch * k)), bias(static_cast<size_t>(n)), res(size_t(batch * n));
-  for (auto& f : x) f = nd(rng);
-  // Variants that quantise x to 8 bits are checked against the same quantised x (the rule:
-  // d = amax/32-block / 127, q = round-half-away(x / d), as on the device).
+  // Activations with outliers, as models have them: a few elements 30x the rest, so that the
+  // int8 blocks' kept element (q8_blocks.h) is found at every position of a block.
+  for (size_t i = 0; i < x.size(); ++i) x[i] = nd(rng) * (i % 37 == 5 ? 30.f : 1.f);
+  // Variants that quantise x to 8 bits are checked against the same quantised x (x8_host.h's
+  // rule, as on the device).
   std::vector<float> xr = x;
   if (v.x_rounding == XRounding::WeightType)  // tensor-core variants take x in the weights' type
     for (auto& f : xr) f = type == GgmlType::BF16 ? bf16_to_f32(f32_to_bf16(f)) : f16_to_f32(f32_to_f16(f));
@@ -317,7 +287,7 @@ void run_case(const GemvVariant& v, GgmlType type, int64_t n, int64_t k, int bat
     CUDA_OK(cudaMemcpy(normed.data(), dn.p, normed.size() * 4, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(normed8.data(), dn8.p, normed8.size(), cudaMemcpyDeviceToHost));
     ASSERT_EQ(normed, host_rmsnorm(x, gamma, k, 1e-5f)) << "norm_out, config " << cfg.str();
-    ASSERT_EQ(x8_data(normed8, k), x8_data(xn8, k)) << "norm_out8, config " << cfg.str();
+    ASSERT_EQ(normed8, xn8) << "norm_out8, config " << cfg.str();
   }
 }
 
@@ -379,6 +349,59 @@ INSTANTIATE_TEST_SUITE_P(Variants, GemvGpu, ::testing::ValuesIn(all_cases()), []
 // gemv() with y8 but no counters (and so for any variant that cannot make it itself) quantises y
 // in a kernel of its own; with counters, the variant's epilogue does. Either way y8 equals y
 // quantised on the host.
+// quantize_x8 (the producer every x8 writer shares) byte for byte against the host's rule, on
+// blocks that test its edges: all zero, one nonzero element (the step's floor), equal largest
+// magnitudes of either sign (the first is kept apart, the other becomes -127), the largest in the
+// last lane, outliers among Gaussian values, halves to round away from zero.
+TEST(X8Blocks, QuantizeMatchesTheHostRule) {
+  const int64_t k = 7 * 32, rows = 2;
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> x(size_t(rows * k));
+  for (auto& f : x) f = nd(rng);
+  std::fill(x.begin(), x.begin() + 32, 0.f);       // block 0: zero
+  std::fill(x.begin() + 32, x.begin() + 64, 0.f);  // block 1: one element
+  x[32 + 17] = -3.5f;
+  for (int i = 0; i < 32; ++i) x[size_t(64 + i)] *= 0.5f;  // block 2: equal magnitudes above the rest
+  x[64 + 3] = 6.f, x[64 + 20] = -6.f;
+  x[96 + 31] = 40.f;  // block 3: the largest in the last lane
+  x[128] = 100.f, x[129] = 15.875f;  // block 4: d = 15.875 / 127 = 0.125 exactly, the rest at halves of it
+  for (int i = 2; i < 32; ++i) x[size_t(128 + i)] = 0.0625f * float(2 * i - 31);
+  x[size_t(k + 9)] = -75.f;  // row 1: an outlier
+  DeviceBuf dx(x.size() * 4), dq(size_t(rows) * x8_bytes(k));
+  CUDA_OK(cudaMemcpy(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(dq.p, 0xA5, size_t(rows) * x8_bytes(k)));
+  const Status st = quantize_x8(dx.as<float>(), rows, k, dq.p, nullptr);
+  ASSERT_TRUE(st.ok) << st.message;
+  std::vector<uint8_t> got(size_t(rows) * x8_bytes(k));
+  CUDA_OK(cudaMemcpy(got.data(), dq.p, got.size(), cudaMemcpyDeviceToHost));
+  std::vector<float> rounded(x.size());
+  const std::vector<uint8_t> want = host_x8(x, k, &rounded);
+  EXPECT_EQ(got, want);
+  // The rule itself, on the edge blocks.
+  const X8Facts f0 = host_x8_facts(want.data(), k, 0), f1 = host_x8_facts(want.data(), k, 1),
+                f2 = host_x8_facts(want.data(), k, 2), f3 = host_x8_facts(want.data(), k, 3),
+                f4 = host_x8_facts(want.data(), k, 4);
+  EXPECT_EQ(f0.d, 0.f);
+  EXPECT_EQ(f0.big, 0);
+  EXPECT_EQ(f0.sum, 0);
+  EXPECT_EQ(f1.m, 17);  // alone: the step is the floor, Q = -127 * 2^14
+  EXPECT_EQ(f1.big, -127 * 16384);
+  EXPECT_EQ(f1.sum, f1.big);
+  EXPECT_EQ(f2.m, 3);
+  EXPECT_EQ(int8_t(want[64 + 20]), -127);
+  EXPECT_EQ(f3.m, 31);
+  EXPECT_EQ(f4.m, 0);
+  EXPECT_EQ(f4.d, 0.125f);
+  EXPECT_EQ(f4.big, 800);
+  EXPECT_EQ(int8_t(want[128 + 2]), -14);  // -13.5 away from zero
+  EXPECT_EQ(int8_t(want[128 + 16]), 1);   // 0.5
+  for (size_t i = 0; i < x.size(); ++i)  // every value within half a step of its block
+    ASSERT_LE(std::fabs(rounded[i] - x[i]),
+              0.5f * host_x8_facts(want.data() + (i / size_t(k)) * x8_bytes(k), k, int64_t(i % size_t(k)) / 32).d * 1.0001f)
+        << "element " << i;
+}
+
 TEST(GemvY8, GemvMakesTheInt8CopyOfY) {
   std::mt19937 rng(5);
   const int64_t n = 160, k = 512;
@@ -412,7 +435,7 @@ TEST(GemvY8, GemvMakesTheInt8CopyOfY) {
       std::vector<uint8_t> got(size_t(batch) * x8_bytes(n));
       CUDA_OK(cudaMemcpy(y.data(), dy.p, y.size() * 4, cudaMemcpyDeviceToHost));
       CUDA_OK(cudaMemcpy(got.data(), y8.p, got.size(), cudaMemcpyDeviceToHost));
-      EXPECT_EQ(x8_data(got, n), x8_data(host_x8(y, n), n));
+      EXPECT_EQ(got, host_x8(y, n));
       std::vector<unsigned> left(size_t(n / 32));
       CUDA_OK(cudaMemcpy(left.data(), count.p, left.size() * 4, cudaMemcpyDeviceToHost));
       EXPECT_EQ(left, std::vector<unsigned>(size_t(n / 32), 0u)) << "counters not left zero";

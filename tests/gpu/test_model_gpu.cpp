@@ -72,10 +72,14 @@ TEST_P(CudaTiny, LogitsMatchReferenceAndCpu) {
   const auto lf = run(*fast, prompt, follow), le = run(*exact, prompt, follow), lc = run(*cpu, prompt, follow);
   EXPECT_LE(rel_l2(le[0], want), 1e-3) << "exact";
   EXPECT_LE(rel_l2(lf[0], want), flt ? tol_flt : 3e-2) << "fast";
+  double worst = 0;
   for (size_t i = 1; i < lf.size(); ++i) {
+    worst = std::max(worst, rel_l2(lf[i], lc[i]));
     EXPECT_LE(rel_l2(lf[i], lc[i]), flt ? tol_flt : 4e-2) << "decode step " << i << " CUDA vs CPU";
     EXPECT_LE(rel_l2(le[i], lc[i]), flt ? 1e-3 : 4e-2) << "decode step " << i << " CUDA exact vs CPU";
   }
+  std::printf("%s: CUDA fast prompt logits rel. L2 %.2e to the reference; decode steps %.2e to CPU fast at most\n",
+              GetParam().c_str(), rel_l2(lf[0], want), worst);
   // Recorded graphs (steps 2 on) give what eager passes give.
   auto eager = open(path, "cuda", false, false);
   const auto lg = run(*eager, prompt, follow);
@@ -168,13 +172,14 @@ std::vector<int32_t> greedy(Session& s, const std::vector<int32_t>& prompt, size
 
 class CudaSmol : public ::testing::TestWithParam<int> {};
 
-// The exact path reproduces all 32 reference tokens. The fast path (int8-block activations)
-// agrees up to the reference's first near tie: the first step whose top-2 margin is below 0.1,
-// or below twice the fast path's largest logit error on the prompt if that is larger. That error
-// is bounded too: rel. L2 <= 6e-2 (measured 2.1e-2 .. 4.9e-2 on the three prompts, 2026-11-22:
-// SmolLM2's activations have outliers, which the GPU's int8 blocks of 32 round coarsely; the
-// CPU's fast path splits them out and stays near 1e-2). A margin within the error can flip on a
-// last-bit change anywhere upstream of an int8 rounding. CUDA and CPU fast are compared too.
+// The exact path reproduces all 32 reference tokens. The fast path (int8-block activations that
+// scale each block to its second-largest element, kernels/common/q8_blocks.h) agrees up to the
+// reference's first near tie, the first step whose top-2 margin is below 0.1. Its prompt logits
+// are bounded too, loosely: one 5- to 10-token prompt's last logits are a single sample of a
+// chaotic error (a last-bit change upstream moves int8 roundings downstream); rel. L2 measured
+// 5.8e-2, 1.4e-2 and 1.2e-2 on the three prompts (docs/benchmarks.md). The fast path's
+// faithfulness is held over 2,000 tokens by scripts/gpu-check.sh's perplexity/KLD step. CUDA and
+// CPU fast are compared too (reported).
 TEST_P(CudaSmol, GreedyTokens) {
   const std::string model = default_model();
   ASSERT_TRUE(std::filesystem::exists(model)) << "SmolLM2 not found at " << model << " (set LAMINA_MODEL)";
@@ -190,11 +195,11 @@ TEST_P(CudaSmol, GreedyTokens) {
   const std::vector<float> ref_logits = read_f32(kGolden + "/" + c["logits"].get<std::string>());
   auto fast2 = open(model, "cuda", false);
   const std::vector<float> fast_logits = fast2->eval(prompt);
-  EXPECT_LE(rel_l2(fast_logits, ref_logits), 6e-2) << "CUDA fast, prompt logits";
+  EXPECT_LE(rel_l2(fast_logits, ref_logits), 8e-2) << "CUDA fast, prompt logits";
   double max_err = 0;
   for (size_t i = 0; i < ref_logits.size() && i < fast_logits.size(); ++i)
     max_err = std::max(max_err, std::fabs(double(fast_logits[i]) - ref_logits[i]));
-  const double near_tie = std::max(0.1, 2 * max_err);
+  const double near_tie = 0.1;
   size_t must = 0;
   while (must < want.size() && margins[must] >= near_tie) ++must;
   for (size_t i = 0; i < must; ++i) ASSERT_EQ(f[i], want[i]) << "CUDA fast, step " << i;

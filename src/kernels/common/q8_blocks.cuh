@@ -11,19 +11,49 @@ namespace lamina::kernels {
 // element i in v. Every lane of the warp must call it.
 __device__ __forceinline__ void quantize_block32(float v, int64_t k, int64_t blk, uint8_t* row) {
   const int lane = threadIdx.x % 32;
-  float amax = fabsf(v);
+  const float a = fabsf(v);
+  float a1 = a, a2 = 0.f;  // the two largest |v| of the lanes combined so far (one reduction)
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float d = amax / 127.f, id = d != 0.f ? 1.f / d : 0.f;
-  const int q = int(roundf(v * id));
-  reinterpret_cast<int8_t*>(row)[blk * 32 + lane] = int8_t(q);
+  for (int o = 16; o > 0; o >>= 1) {
+    const float b1 = __shfl_xor_sync(0xffffffffu, a1, o), b2 = __shfl_xor_sync(0xffffffffu, a2, o);
+    a2 = fmaxf(fminf(a1, b1), fmaxf(a2, b2));
+    a1 = fmaxf(a1, b1);
+  }
+  // a1 is at lane m (the first of equals; 0 for a block of NaN); a2 is the largest of the other 31
+  const unsigned at = __ballot_sync(0xffffffffu, a == a1);
+  const int m = at ? __ffs(at) - 1 : 0;
+  const float d = fmaxf(a2, a1 * kX8StepFloor) / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+  const int q = int(roundf(v * id));  // at lane m: Q, up to 127 * 2^14
+  reinterpret_cast<int8_t*>(row)[blk * 32 + lane] = int8_t(lane == m ? 0 : q);
   int sum = q;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  if (lane == 0) {
-    reinterpret_cast<float*>(row + k)[blk] = d;
-    reinterpret_cast<int*>(row + k + (k / 32) * 4)[blk] = sum;
-  }
+  if (lane == m) reinterpret_cast<int4*>(row + k)[blk] = make_int4(__float_as_int(d), m, q, sum);
+}
+
+// The facts of block blk of an x8 row (layout in q8_blocks.h), in one 16-byte load.
+__device__ __forceinline__ X8Facts x8_facts(const uint8_t* row, int64_t k, int64_t blk) {
+  const int4 f = reinterpret_cast<const int4*>(row + k)[blk];
+  return {__int_as_float(f.x), f.y, f.z, f.w};
+}
+
+// The 32-bit word of a 16-byte chunk (held as four words) that holds byte i (0..15): how a
+// consumer finds the quant its block's largest element meets among weights it has in registers
+// (selects, no local-memory indexing). Byte i is then (word >> (i % 4 * 8)) & 0xFF.
+__device__ __forceinline__ uint32_t chunk_word(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, int i) {
+  const uint32_t lo = i & 4 ? w1 : w0, hi = i & 4 ? w3 : w2;
+  return i & 8 ? hi : lo;
+}
+__device__ __forceinline__ uint32_t chunk_byte(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, int i) {
+  return (chunk_word(w0, w1, w2, w3, i) >> ((i & 3) * 8)) & 0xFFu;
+}
+
+// dp4a of unsigned bytes a with signed bytes b (PTX dp4a.u32.s32; the CUDA intrinsic has no
+// mixed form): lets a Q4 chunk's high nibbles be used in place (w & 0xF0F0F0F0, 16x each).
+__device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
 }
 
 // The producer side of an RMSNorm that a dp4a GEMV applies later (GemvProblem::x8, x8_ss): block

@@ -179,12 +179,11 @@ std::vector<GemvTiming> gemv_time_variants(const GemvProblem& shape, bool all_co
   const int copies = int(std::clamp<size_t>(2 * l2_cache_bytes() / std::max<size_t>(wbytes, 1) + 1, 1, 64));
   std::vector<void*> ws(size_t(copies), nullptr), ups(size_t(copies), nullptr);
   float *x = nullptr, *y = nullptr;
-  void* x8 = nullptr;  // when shape.x8 is set: random int8 blocks (the timing does not depend on them)
+  void* x8 = nullptr;  // when shape.x8 is set: the int8 blocks of x (made below, once x is filled)
   bool ok = cudaMalloc(&x, size_t(shape.batch) * size_t(shape.k) * 4) == cudaSuccess &&
             cudaMalloc(&y, size_t(shape.batch) * size_t(shape.n) * 4) == cudaSuccess;
   if (ok && shape.x8) {
     ok = cudaMalloc(&x8, size_t(shape.batch) * x8_bytes(shape.k)) == cudaSuccess;
-    if (ok) fill_random_bytes(x8, size_t(shape.batch) * x8_bytes(shape.k), 8, s);
   }
   // When shape.y8 and y8_count are set: y's int8 copy made in the epilogue, with a gain and the
   // sums of squares (matmul_add_norm's producer), as decode's Wo, gate/up and W_down run.
@@ -209,6 +208,9 @@ std::vector<GemvTiming> gemv_time_variants(const GemvProblem& shape, bool all_co
   }
   if (ok) {
     fill_random_floats(x, size_t(shape.batch) * size_t(shape.k), 7, 1.f, s);
+    if (x8) ok = quantize_x8(x, shape.batch, shape.k, x8, s).ok;
+  }
+  if (ok) {
     for (const auto& v : gemv_variants()) {
       GemvProblem p = shape;
       p.w = ws[0];

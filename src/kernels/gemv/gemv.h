@@ -88,8 +88,9 @@ struct GemvProblem {
   GemvArgmax argmax;
 };
 
-// Precision of x inside a variant: exact f32, 8-bit blocks of 32 with an f32 scale (d =
-// amax/127, round half away from zero), or rounded to the weights' 16-bit type (tensor cores).
+// Precision of x inside a variant: exact f32, 8-bit blocks of 32 scaled to their second-largest
+// element with the largest kept wide (kernels/common/q8_blocks.h), or rounded to the weights'
+// 16-bit type (tensor cores).
 enum class XRounding { None, Int8Blocks, WeightType };
 
 struct GemvConfig {

@@ -1,6 +1,8 @@
 // q_dp4a: Q4_0 / Q4_1 / Q8_0 (repacked layout) with int8 activations and dp4a.
 //   - x is quantised once per thread block into shared memory: int8 blocks of 32 with an f32
-//     scale d = amax/127 and the block's integer sum (llama.cpp's q8_1 idea); the grid is
+//     scale and the block's integer sum (llama.cpp's q8_1 idea), the scale set by the block's
+//     second-largest element and the largest kept as a wide integer (kernels/common/q8_blocks.h:
+//     its product with its weight's quant joins the integer dot product); the grid is
 //     persistent (a few blocks per SM looping over rows), so each block converts x once for
 //     many rows.
 //   - each lane streams 16 bytes of weights per step (one Q4_0 block, half a Q8_0 block),

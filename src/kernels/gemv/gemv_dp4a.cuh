@@ -65,41 +65,54 @@ struct Dp4aStep {
   struct XChunk {
     float d;
     int4 lo, hi;  // the 16 (Q8_0) or 32 (Q4) int8 values the chunk's weights multiply
-    int sum;      // the x block's integer sum (Q4 types)
+    int sum;      // the block's sum in steps of d, times -8 for Q4_0 (its offset term)
+    int m;        // the byte of the chunk that holds the quant the block's largest element meets
+    int sh;       // and that quant's shift within its word
+    int big;      // the largest element in steps of d; 0 for the Q8_0 half without it
   };
   static __device__ __forceinline__ XChunk x_chunk(const uint8_t* xb, int64_t k, int64_t l) {
-    const int64_t xblk = l * kPer / 32;
+    const X8Facts f = x8_facts(xb, k, l * kPer / 32);
     XChunk x;
-    x.d = reinterpret_cast<const float*>(xb + k)[xblk];
+    x.d = f.d;
     x.lo = *reinterpret_cast<const int4*>(xb + l * kPer);
     x.hi = make_int4(0, 0, 0, 0);
-    x.sum = 0;
+    x.sum = kMin ? f.sum : -8 * f.sum;
+    x.m = f.m & 15;
+    x.big = f.big;
     if constexpr (kBits == 4) {
+      // element e < 16 is byte e's low nibble, e >= 16 byte e - 16's high nibble
       x.hi = *reinterpret_cast<const int4*>(xb + l * kPer + 16);
-      x.sum = reinterpret_cast<const int*>(xb + k + (k / 32) * 4)[xblk];
+      x.sh = (f.m & 3) * 8 + (f.m >> 4) * 4;
+    } else {
+      x.big = (f.m >> 4) == int(l & 1) ? f.big : 0;  // chunk l is half l % 2 of its block
+      x.sh = (f.m & 3) * 8;
     }
     return x;
   }
 
-  // One chunk's product with x: d_x * (d_w * dp4a(q, x) [- 8 sum(x) for Q4_0] + m_w sum(x)).
+  // One chunk's product with x: d_x * (d_w * sumi [+ m_w * sum(x) for Q4_1]), where sumi is the
+  // integer dot product of the quants with x's q and the largest element's Q (Q4_0's - 8 sum(x)
+  // folded in). The high nibbles stay in place (16x, dp4a_us, shifted back exactly).
   static __device__ __forceinline__ float chunk_dot(const uint4 v, const XChunk& x, float dw, float mw) {
+    const uint32_t qw = chunk_word(v.x, v.y, v.z, v.w, x.m) >> x.sh;
     int sumi;
     if constexpr (kBits == 4) {
-      const uint32_t m = 0x0F0F0F0Fu;
-      sumi = __dp4a(int(v.x & m), x.lo.x, 0);
-      sumi = __dp4a(int(v.y & m), x.lo.y, sumi);
-      sumi = __dp4a(int(v.z & m), x.lo.z, sumi);
-      sumi = __dp4a(int(v.w & m), x.lo.w, sumi);
-      sumi = __dp4a(int((v.x >> 4) & m), x.hi.x, sumi);
-      sumi = __dp4a(int((v.y >> 4) & m), x.hi.y, sumi);
-      sumi = __dp4a(int((v.z >> 4) & m), x.hi.z, sumi);
-      sumi = __dp4a(int((v.w >> 4) & m), x.hi.w, sumi);
-      if constexpr (!kMin) sumi -= 8 * x.sum;
+      const uint32_t lo = 0x0F0F0F0Fu, hi = 0xF0F0F0F0u;
+      int sl = __dp4a(int(v.x & lo), x.lo.x, kMin ? 0 : x.sum);
+      sl = __dp4a(int(v.y & lo), x.lo.y, sl);
+      sl = __dp4a(int(v.z & lo), x.lo.z, sl);
+      sl = __dp4a(int(v.w & lo), x.lo.w, sl);
+      int sh = dp4a_us(v.x & hi, x.hi.x, 0);
+      sh = dp4a_us(v.y & hi, x.hi.y, sh);
+      sh = dp4a_us(v.z & hi, x.hi.z, sh);
+      sh = dp4a_us(v.w & hi, x.hi.w, sh);
+      sumi = sl + (sh >> 4) + int(qw & 15u) * x.big;  // sh is 16x a sum: the shift is exact
     } else {
       sumi = __dp4a(int(v.x), x.lo.x, 0);
       sumi = __dp4a(int(v.y), x.lo.y, sumi);
       sumi = __dp4a(int(v.z), x.lo.z, sumi);
       sumi = __dp4a(int(v.w), x.lo.w, sumi);
+      sumi += int(int8_t(qw & 0xFFu)) * x.big;
     }
     return x.d * (dw * float(sumi) + (kMin ? mw * float(x.sum) : 0.f));
   }

@@ -4,7 +4,8 @@
 // elements 64c + 16h + i (low nibbles, sub-block 2c) and 64c + 32 + 16h + i (high nibbles,
 // sub-block 2c + 1), i = 0..15. A lane takes one chunk per step:
 //   d * sc_lo * dx_lo * dp4a(lo, x_lo) - dmin * m_lo * dx_lo * sum(x_lo)   (+ the same for hi)
-// where x_lo / x_hi are the 16 int8 activations those nibbles meet (shared-memory x, as q_dp4a).
+// where x_lo / x_hi are the 16 int8 activations those nibbles meet (shared-memory x, as q_dp4a),
+// with each x block's largest element (its Q) in the integer sums (q8_blocks.h).
 #include "format/quant_blocks.h"
 #include "kernels/gemv/gemv_common.cuh"
 #include "kernels/gemv/gemv_internal.h"
@@ -73,10 +74,15 @@ __global__ void __launch_bounds__(256) q4k_dp4a(const uint8_t* __restrict__ w, c
               dl = __dp4a(int(v.y & mk), x.lo.y, dl);
               dl = __dp4a(int(v.z & mk), x.lo.z, dl);
               dl = __dp4a(int(v.w & mk), x.lo.w, dl);
-              int dh = __dp4a(int((v.x >> 4) & mk), x.hi.x, 0);
-              dh = __dp4a(int((v.y >> 4) & mk), x.hi.y, dh);
-              dh = __dp4a(int((v.z >> 4) & mk), x.hi.z, dh);
-              dh = __dp4a(int((v.w >> 4) & mk), x.hi.w, dh);
+              const uint32_t hk = 0xF0F0F0F0u;  // high nibbles in place, 16x (dp4a_us)
+              int dh = dp4a_us(v.x & hk, x.hi.x, 0);
+              dh = dp4a_us(v.y & hk, x.hi.y, dh);
+              dh = dp4a_us(v.z & hk, x.hi.z, dh);
+              dh = dp4a_us(v.w & hk, x.hi.w, dh);
+              dh >>= 4;  // exact: a multiple of 16
+              // the quants the blocks' largest elements meet (low nibbles: lo run, high: hi run)
+              dl += int(chunk_byte(v.x, v.y, v.z, v.w, x.m_lo) & 15u) * x.big_lo;
+              dh += int(chunk_byte(v.x, v.y, v.z, v.w, x.m_hi) >> 4) * x.big_hi;
               const float d = __half2float(__ushort_as_half(blk.d)), dmin = __half2float(__ushort_as_half(blk.dmin));
               acc[mat][r][b] += x.d_lo * (d * float(sc0) * float(dl) - dmin * float(m0) * float(x.sum_lo)) +
                                 x.d_hi * (d * float(sc1) * float(dh) - dmin * float(m1) * float(x.sum_hi));

@@ -88,8 +88,11 @@ struct Q6Step {
             a[i] = (lo[i] & n4) | (((hi[i] >> (2 * m)) & n2) << 4);
             bq[i] = ((lo[i] >> 4) & n4) | (((hi[i] >> (2 * m + 4)) & n2) << 4);
           }
-          const int dl = dot16(a[0], a[1], a[2], a[3], x.lo) - 32 * x.sum_lo;
-          const int dh = dot16(bq[0], bq[1], bq[2], bq[3], x.hi) - 32 * x.sum_hi;
+          // with the quants the blocks' largest elements meet, times their Q (q8_blocks.h)
+          const int dl = dot16(a[0], a[1], a[2], a[3], x.lo) - 32 * x.sum_lo +
+                         int(chunk_byte(a[0], a[1], a[2], a[3], x.m_lo)) * x.big_lo;
+          const int dh = dot16(bq[0], bq[1], bq[2], bq[3], x.hi) - 32 * x.sum_hi +
+                         int(chunk_byte(bq[0], bq[1], bq[2], bq[3], x.m_hi)) * x.big_hi;
           acc[r][b] += dd[r][u] * (x.d_lo * float(sc_lo[r][u] * dl) + x.d_hi * float(sc_hi[r][u] * dh));
         }
       }

@@ -122,28 +122,32 @@ __device__ __forceinline__ int sum16(const int4& v) {  // sum of 16 int8
   return __dp4a(v.w, ones, __dp4a(v.z, ones, __dp4a(v.y, ones, __dp4a(v.x, ones, 0))));
 }
 
-// The parts of one batch row of x8: int8 values, block scales, block sums.
+// One batch row of x8 (layout in kernels/common/q8_blocks.h).
 struct X8Row {
-  const int8_t* q;
-  const float* d;
-  const int* sum;
-  __device__ X8Row(const uint8_t* smem, int b, int64_t k)
-      : q(reinterpret_cast<const int8_t*>(smem + size_t(b) * x8_bytes(k))),
-        d(reinterpret_cast<const float*>(smem + size_t(b) * x8_bytes(k) + size_t(k))),
-        sum(reinterpret_cast<const int*>(d + k / 32)) {}
+  const uint8_t* row;
+  int64_t k;
+  __device__ X8Row(const uint8_t* smem, int b, int64_t k) : row(smem + size_t(b) * x8_bytes(k)), k(k) {}
   // The x side of two runs of 16 weights (q4_K and q6_K take two per 16-byte chunk of quants):
-  // the 16 int8 values from elements e_lo and e_hi (16-aligned), their blocks' scales and sums.
+  // the 16 int8 values from elements e_lo and e_hi (16-aligned), their blocks' steps, and each
+  // run's share of its block's largest element: the byte of the run it meets (0..15) and its Q,
+  // 0 when the element lies in the block's other run; the sums are those of the run's q and Q.
   struct Halves {
     int4 lo, hi;
     float d_lo, d_hi;
     int sum_lo, sum_hi;
+    int m_lo, m_hi;
+    int big_lo, big_hi;
   };
   __device__ __forceinline__ Halves halves(int64_t e_lo, int64_t e_hi) const {
     Halves h;
-    h.lo = *reinterpret_cast<const int4*>(q + e_lo);
-    h.hi = *reinterpret_cast<const int4*>(q + e_hi);
-    h.d_lo = d[e_lo / 32], h.d_hi = d[e_hi / 32];
-    h.sum_lo = sum16(h.lo), h.sum_hi = sum16(h.hi);
+    h.lo = *reinterpret_cast<const int4*>(row + e_lo);
+    h.hi = *reinterpret_cast<const int4*>(row + e_hi);
+    const X8Facts lo = x8_facts(row, k, e_lo / 32), hi = x8_facts(row, k, e_hi / 32);
+    h.d_lo = lo.d, h.d_hi = hi.d;
+    h.m_lo = lo.m & 15, h.m_hi = hi.m & 15;
+    h.big_lo = (lo.m >> 4) == int(e_lo / 16 % 2) ? lo.big : 0;
+    h.big_hi = (hi.m >> 4) == int(e_hi / 16 % 2) ? hi.big : 0;
+    h.sum_lo = sum16(h.lo) + h.big_lo, h.sum_hi = sum16(h.hi) + h.big_hi;
     return h;
   }
 };
