@@ -100,10 +100,11 @@ TEST(Scheduler, ANewTokenWithoutABlockPreemptsTheNewestSequence) {
   EXPECT_EQ(sch.waiting(), 1u);
   EXPECT_EQ(kv.used_blocks(), 2);
   sch.finish(1);
-  // 2 comes back with its prompt (its sampled token was not placed) and is recomputed whole: its
-  // one block is cached, but a prompt's last token is always computed.
+  // 2 comes back with its prompt and the token it sampled (never sampled again): its first block
+  // is found in the prefix cache, so only the new token is computed.
   s = sch.next_step();
-  EXPECT_EQ(plan(s), "2:0+4*");
+  EXPECT_EQ(plan(s), "2:4+1*");
+  EXPECT_EQ(sch.tokens(2), (std::vector<int32_t>{10, 11, 12, 13, 7}));  // sample_all's token
 }
 
 TEST(Scheduler, CancelAndTheCapOnRunningSequences) {

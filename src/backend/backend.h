@@ -53,6 +53,18 @@ struct AttentionParams {
   float scale = 1.f;         // 1/sqrt(head_dim)
 };
 
+// Where a pass's rows keep their keys and values when it runs several sequences on a paged KV
+// cache (engine/kv_blocks.h): the cache's positions are slots of blocks of block_tokens; row t
+// belongs to sequence row_seq[t] of the pass, whose position p lives in slot
+// tables[row_seq[t]][p / block_tokens] * block_tokens + p % block_tokens; it attends to its own
+// sequence's positions <= pos[t]. Without a layout, a pass is one sequence and position p is
+// slot p.
+struct KvLayout {
+  int block_tokens = 0;
+  std::span<const int32_t> row_seq;
+  std::vector<std::span<const int32_t>> tables;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -81,6 +93,16 @@ class Backend {
   // Called first in every forward pass with its token ids and positions; the ops that take
   // `pos` receive the same span. A GPU backend uploads both here.
   virtual void begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> pos) {}
+  // The paged layout of the passes that follow (null: one sequence, slot = position); it must
+  // stay valid while they run. Only backends that take layouts run the batching engine.
+  virtual bool takes_kv_layout() const { return false; }
+  virtual void set_kv_layout(const KvLayout* layout) {
+    if (layout) fail("the {} backend does not run several sequences at once yet", name());
+  }
+  // dst[i] = src[rows[i]]: the rows whose logits a pass wants.
+  virtual void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) {
+    fail("the {} backend does not gather rows", name());
+  }
 
   // Ops. `pos[t]` is the position of row t (one sequence; causal).
   virtual void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) = 0;

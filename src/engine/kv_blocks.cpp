@@ -89,6 +89,7 @@ std::optional<int> KvBlockManager::add_sequence(SeqId id, std::span<const int32_
   }
   while (int(s.table.size()) < need) s.table.push_back(take_block());
   seqs_.emplace(id, std::move(s));
+  reused_tokens_ += int64_t(hits.size()) * bt;
   return int(hits.size()) * bt;
 }
 

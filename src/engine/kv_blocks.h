@@ -46,6 +46,8 @@ class KvBlockManager {
   // Positions of the used blocks that hold no token (the last block of each sequence is part full).
   double waste() const;
   bool has_sequence(SeqId id) const { return seqs_.count(id) != 0; }
+  // Prompt tokens admitted with their KV found in the prefix cache, since construction.
+  int64_t reused_tokens() const { return reused_tokens_; }
 
  private:
   struct Block {
@@ -73,6 +75,7 @@ class KvBlockManager {
   std::list<int32_t> lru_;  // cached blocks, least recently freed first
   std::unordered_multimap<uint64_t, int32_t> index_;
   std::unordered_map<SeqId, Seq> seqs_;
+  int64_t reused_tokens_ = 0;
 };
 
 }  // namespace lamina

@@ -95,9 +95,13 @@ void Scheduler::step_done(const Step& step, std::span<const std::pair<SeqId, int
     it->second.computed = r.pos + r.n;
     kv_.commit(r.id, it->second.computed);
   }
+  // The tokens are their sequences' from here on: a sequence preempted below (for its own token
+  // or another's) is recomputed with them, never sampled again.
+  for (const auto& [id, token] : sampled)
+    if (auto it = running_.find(id); it != running_.end()) it->second.tokens.push_back(token);
   for (const auto& [id, token] : sampled) {
     if (!running_.count(id)) continue;  // cancelled or preempted meanwhile
-    // Room for the token: preempt the newest running sequences until there is.
+    // Room for the token's KV: preempt the newest running sequences until there is.
     while (!kv_.append(id, token)) {
       const auto newest = std::max_element(running_.begin(), running_.end(),
                                            [](auto& a, auto& b) { return a.second.admitted < b.second.admitted; });
@@ -106,7 +110,6 @@ void Scheduler::step_done(const Step& step, std::span<const std::pair<SeqId, int
       if (preempted) preempted->push_back(victim);
       if (victim == id) break;
     }
-    if (auto it = running_.find(id); it != running_.end()) it->second.tokens.push_back(token);
   }
 }
 

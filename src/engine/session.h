@@ -40,6 +40,7 @@ class Session {
   const ModelConfig& config() const { return model_->config(); }
   const GgufFile& file() const { return file_; }
   Backend& backend() { return *backend_; }
+  LlamaModel& model() { return *model_; }
   int n_ctx() const { return model_->n_ctx(); }
   int n_past() const { return int(history_.size()); }
   const std::vector<int32_t>& history() const { return history_; }

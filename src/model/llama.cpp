@@ -138,13 +138,33 @@ void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int32_
   be_.read(out, logits.data());
 }
 
-Tensor LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode) {
-  const int64_t T = int64_t(tokens.size());
-  if (T == 0) fail("forward: no tokens");
+void LlamaModel::check_inputs(std::span<const int32_t> tokens, std::span<const int32_t> pos) const {
+  if (tokens.empty()) fail("forward: no tokens");
   if (pos.size() != tokens.size()) fail("forward: {} tokens but {} positions", tokens.size(), pos.size());
   if (n_ctx_ == 0) fail("forward: KV cache not initialised");
   for (int32_t tk : tokens)
     if (tk < 0 || uint32_t(tk) >= cfg_.n_vocab) fail("token id {} is outside the vocabulary of {}", tk, cfg_.n_vocab);
+}
+
+Tensor LlamaModel::forward_batch(std::span<const int32_t> tokens, std::span<const int32_t> pos, const KvLayout& layout,
+                                 std::span<const int32_t> logit_rows) {
+  check_inputs(tokens, pos);
+  if (layout.row_seq.size() != tokens.size()) fail("forward: {} tokens but {} row sequences", tokens.size(), layout.row_seq.size());
+  be_.set_kv_layout(&layout);
+  try {
+    be_.begin_forward(tokens, pos);
+    const Tensor out = run_layers(tokens, pos, logit_rows.empty() ? Logits::None : Logits::All, logit_rows);
+    be_.set_kv_layout(nullptr);
+    return out;
+  } catch (...) {
+    be_.set_kv_layout(nullptr);
+    throw;
+  }
+}
+
+Tensor LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode) {
+  const int64_t T = int64_t(tokens.size());
+  check_inputs(tokens, pos);
   if (pos.front() < 0) fail("forward: negative position {}", pos.front());
   if (pos.back() >= n_ctx_) fail("position {} exceeds the context size {}", pos.back(), n_ctx_);
 
@@ -166,7 +186,8 @@ Tensor LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int3
   }
 }
 
-Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode) {
+Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode,
+                              std::span<const int32_t> pick) {
   const int64_t T = int64_t(tokens.size());
   const int64_t E = cfg_.n_embd, F = cfg_.n_ff;
   const int64_t QD = int64_t(cfg_.n_head) * cfg_.head_dim, KVD = int64_t(cfg_.n_head_kv) * cfg_.head_dim;
@@ -180,7 +201,7 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
                            1.f / std::sqrt(float(cfg_.head_dim))};
 
   // One row (decode): the last W_down's matmul_add_norm makes the output norm (xs = x, hs = h).
-  const bool final_norm_fused = T == 1 && mode != Logits::None;
+  const bool final_norm_fused = T == 1 && mode != Logits::None && pick.empty();
   be.embed_norm(tok_embd_, tokens, x, layers_[0].attn_norm, cfg_.rms_eps, h);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerWeights& w = layers_[l];  // h = rmsnorm(x) * attn_norm here
@@ -207,10 +228,15 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
     else be.matmul_add(w.w_down, gate, x);
   }
   if (mode == Logits::None) return Tensor{nullptr, 0, int64_t(cfg_.n_vocab)};
-  // Logits for every row, or only the last (prompt processing needs only the last).
+  // Logits for every row, or only the last (prompt processing needs only the last), or the
+  // rows picked (a pass over several sequences: the last row of each that samples next).
   const bool all = mode == Logits::All;
-  const Tensor xs = all ? x : x.rows_view(T - 1, 1);
-  const Tensor hs = all ? h : h.rows_view(T - 1, 1);
+  Tensor xs = all ? x : x.rows_view(T - 1, 1);
+  Tensor hs = all ? h : h.rows_view(T - 1, 1);
+  if (!pick.empty()) {
+    xs = be.alloc(int64_t(pick.size()), E), hs = be.alloc(int64_t(pick.size()), E);
+    be.copy_rows(x, pick, xs);
+  }
   if (!final_norm_fused) be.rmsnorm(xs, out_norm_, cfg_.rms_eps, hs);
   Tensor out = be.alloc(xs.rows, int64_t(cfg_.n_vocab));
   be.matmul_logits(output_, hs, out);

@@ -36,6 +36,12 @@ class LlamaModel {
   // next forward. A single-token pass with the last row's logits (a decode step) is recorded
   // by backends that can (CUDA graphs) and replayed from then on.
   Tensor forward(std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode);
+  // A pass over several sequences on the paged cache `layout` describes (the engine's steps): the
+  // logits of the rows in logit_rows ([logit_rows.size()][n_vocab], backend memory, valid until
+  // the next forward; none when logit_rows is empty). Positions must lie in the blocks the
+  // layout gives each row's sequence.
+  Tensor forward_batch(std::span<const int32_t> tokens, std::span<const int32_t> pos, const KvLayout& layout,
+                       std::span<const int32_t> logit_rows);
   // The same, copying the logits to host memory.
   void forward(std::span<const int32_t> tokens, std::span<const int32_t> pos, bool all_logits,
                std::vector<float>& logits);
@@ -49,7 +55,10 @@ class LlamaModel {
   int n_ctx_ = 0;
   Tensor step_logits_;  // where a recorded decode step leaves its logits
 
-  Tensor run_layers(std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode);
+  void check_inputs(std::span<const int32_t> tokens, std::span<const int32_t> pos) const;
+  // The layers, then the logits of `mode`, or of the rows in `pick` when it is not empty.
+  Tensor run_layers(std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode,
+                    std::span<const int32_t> pick = {});
 };
 
 }  // namespace lamina

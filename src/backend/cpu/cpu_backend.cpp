@@ -286,10 +286,9 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
   uint8_t* kc = k_cache_.data() + layer_off * esz;
   uint8_t* vc = v_cache_.data() + layer_off * esz;
   for (int64_t t = 0; t < k.rows; ++t) {
-    const int32_t ps = pos[size_t(t)];
-    if (ps < 0 || ps >= kv_ctx_) fail("position {} is outside the context of {} tokens", ps, kv_ctx_);
+    const int64_t slot = kv_slot(t, pos[size_t(t)]);
     for (int i = 0; i < kv_dim; ++i) {
-      const size_t idx = size_t(ps) * size_t(kv_dim) + size_t(i);
+      const size_t idx = size_t(slot) * size_t(kv_dim) + size_t(i);
       if (f16) {
         reinterpret_cast<uint16_t*>(kc)[idx] = f32_to_f16(k.data[t * k.cols + i]);
         reinterpret_cast<uint16_t*>(vc)[idx] = f32_to_f16(v.data[t * v.cols + i]);
@@ -307,6 +306,7 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
   const int hd = p.head_dim;
   pool_.parallel_for(q.rows * p.n_head, [&](int64_t b, int64_t e) {
     std::vector<float> scores;
+    std::vector<int64_t> slots;
     for (int64_t job = b; job < e; ++job) {
       const int64_t t = job / p.n_head;
       const int h = int(job % p.n_head), g = h / group;
@@ -314,8 +314,10 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
       const int64_t n_pos = pos[size_t(t)] + 1;
       scores.resize(size_t(n_pos));
       float mx = -INFINITY;
+      slots.resize(size_t(n_pos));
+      for (int64_t j = 0; j < n_pos; ++j) slots[size_t(j)] = layout_ ? kv_slot(t, int32_t(j)) : j;
       for (int64_t j = 0; j < n_pos; ++j) {
-        scores[size_t(j)] = dot(hd, kc + size_t(j) * row + size_t(g) * head, qv) * p.scale;
+        scores[size_t(j)] = dot(hd, kc + size_t(slots[size_t(j)]) * row + size_t(g) * head, qv) * p.scale;
         mx = std::max(mx, scores[size_t(j)]);
       }
       double sum = 0;  // softmax: subtract the max, sum in double (as ggml)
@@ -326,9 +328,31 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
       float* o = out.data + t * out.cols + int64_t(h) * hd;
       std::fill(o, o + hd, 0.f);
       const float inv = float(1.0 / sum);
-      for (int64_t j = 0; j < n_pos; ++j) axpy(hd, scores[size_t(j)] * inv, vc + size_t(j) * row + size_t(g) * head, o);
+      for (int64_t j = 0; j < n_pos; ++j)
+        axpy(hd, scores[size_t(j)] * inv, vc + size_t(slots[size_t(j)]) * row + size_t(g) * head, o);
     }
   });
+}
+
+int64_t CpuBackend::kv_slot(int64_t t, int32_t p) const {
+  if (p < 0) fail("negative position {}", p);
+  int64_t slot = p;
+  if (layout_) {
+    const int bt = layout_->block_tokens;
+    const size_t s = size_t(layout_->row_seq[size_t(t)]);
+    if (s >= layout_->tables.size() || size_t(p / bt) >= layout_->tables[s].size())
+      fail("position {} of row {} has no KV block", p, t);
+    slot = int64_t(layout_->tables[s][size_t(p / bt)]) * bt + p % bt;
+  }
+  if (slot >= kv_ctx_) fail("position {} is outside the context of {} tokens", p, kv_ctx_);
+  return slot;
+}
+
+void CpuBackend::copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= src.rows) fail("copy_rows: row {} of {}", rows[i], src.rows);
+    std::memcpy(dst.data + int64_t(i) * dst.cols, src.data + int64_t(rows[i]) * src.cols, size_t(src.cols) * sizeof(float));
+  }
 }
 
 void CpuBackend::swiglu(Tensor gate, Tensor up) {

@@ -40,6 +40,9 @@ class CpuBackend final : public Backend {
                  const AttentionParams& p, Tensor out) override;
   void swiglu(Tensor gate, Tensor up) override;
   void read(Tensor t, float* host) override;
+  bool takes_kv_layout() const override { return true; }
+  void set_kv_layout(const KvLayout* layout) override { layout_ = layout; }
+  void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) override;
 
  private:
   struct Outliers {  // activations handled in f32 by matmul (see cpu_backend.cpp)
@@ -49,8 +52,12 @@ class CpuBackend final : public Backend {
   };
   static void split_outliers(const float* x, int64_t n, std::vector<float>& rest, Outliers& o);
 
+  // The cache slot of position p for row t (KvLayout), checked against the cache's size.
+  int64_t kv_slot(int64_t t, int32_t p) const;
+
   ThreadPool pool_;
   bool exact_ = false;
+  const KvLayout* layout_ = nullptr;
   CpuIsa isa_;  // the dot-product kernels in use
   // Weights live in anonymous memory advised for transparent huge pages (see load_weight).
   struct Arena {

@@ -1,0 +1,207 @@
+#include "engine/engine.h"
+
+#include "core/error.h"
+#include "model/sampler.h"
+
+#include <algorithm>
+#include <exception>
+
+namespace lamina {
+namespace {
+
+int n_blocks_for(Session& s, const EngineOptions& o) {
+  if (o.block_tokens < 1) fail("engine: blocks of {} tokens", o.block_tokens);
+  const int n = s.n_ctx() / o.block_tokens;
+  if (n < 1) fail("engine: a cache of {} positions holds no block of {}", s.n_ctx(), o.block_tokens);
+  return n;
+}
+
+}  // namespace
+
+Engine::Engine(Session& session, EngineOptions o)
+    : session_(session), opt_(o), kv_(n_blocks_for(session, o), o.block_tokens), sched_(kv_, o.schedule) {
+  if (!session.backend().takes_kv_layout())
+    fail("the {} backend does not run several sequences at once yet (use -d cpu)", session.backend().name());
+}
+
+Engine::~Engine() { stop(); }
+
+int64_t Engine::submit(Request r, TokenCallback cb) {
+  if (r.prompt.empty()) fail("request: empty prompt");
+  if (r.max_tokens < 1) fail("request: max_tokens must be at least 1, got {}", r.max_tokens);
+  const uint32_t vocab = session_.config().n_vocab;
+  for (int32_t t : r.prompt)
+    if (t < 0 || uint32_t(t) >= vocab) fail("request: token id {} is outside the vocabulary of {}", t, vocab);
+  const size_t need = r.prompt.size() + size_t(r.max_tokens);
+  if (need > size_t(capacity_tokens()))
+    fail("request: {} prompt tokens and {} to generate do not fit the KV cache of {} positions", r.prompt.size(),
+         r.max_tokens, capacity_tokens());
+  std::lock_guard lk(mu_);
+  const int64_t id = next_id_++;
+  stats_.prompt_tokens += int64_t(r.prompt.size());
+  Live l;
+  l.sampler = std::make_unique<Sampler>(r.sampling);
+  l.req = std::move(r);
+  l.cb = std::move(cb);
+  submitted_.emplace_back(id, std::move(l));
+  open_.insert(id);
+  wake_.notify_one();
+  return id;
+}
+
+bool Engine::cancel(int64_t id) {
+  std::lock_guard lk(mu_);
+  if (!open_.count(id)) return false;
+  cancelled_.push_back(id);
+  wake_.notify_one();
+  return true;
+}
+
+void Engine::admit_pending() {
+  std::vector<std::pair<int64_t, Live>> sub;
+  std::vector<int64_t> can;
+  {
+    std::lock_guard lk(mu_);
+    sub.swap(submitted_);
+    can.swap(cancelled_);
+  }
+  for (auto& [id, l] : sub) {
+    sched_.submit(id, l.req.prompt);
+    live_.emplace(id, std::move(l));
+  }
+  for (int64_t id : can) {
+    if (!live_.count(id)) continue;  // ended meanwhile
+    sched_.cancel(id);
+    end(id, -1, Finish::Cancelled);
+  }
+}
+
+void Engine::end(int64_t id, int32_t token, Finish f, const std::string& error) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  const TokenCallback cb = std::move(it->second.cb);
+  live_.erase(it);
+  {
+    std::lock_guard lk(mu_);
+    open_.erase(id);
+  }
+  if (cb) cb(TokenEvent{id, token, f, error});
+}
+
+bool Engine::step() {
+  admit_pending();
+  const Step st = sched_.next_step();
+  if (st.seqs.empty()) return false;
+  // The pass: each sequence's rows in turn, with its blocks; the logits of the rows that sample.
+  std::vector<int32_t> tokens, pos, row_seq, pick;
+  KvLayout layout;
+  layout.block_tokens = kv_.block_tokens();
+  for (size_t i = 0; i < st.seqs.size(); ++i) {
+    const StepSeq& s = st.seqs[i];
+    const std::vector<int32_t>& all = sched_.tokens(s.id);
+    for (int j = 0; j < s.n; ++j) {
+      tokens.push_back(all[size_t(s.pos + j)]);
+      pos.push_back(s.pos + j);
+      row_seq.push_back(int32_t(i));
+    }
+    if (s.logits) pick.push_back(int32_t(tokens.size()) - 1);
+    layout.tables.push_back(kv_.block_table(s.id));
+  }
+  layout.row_seq = row_seq;
+  std::vector<float> logits;
+  const Tensor out = session_.model().forward_batch(tokens, pos, layout, pick);  // no pick: keys and values only
+  if (!pick.empty()) {
+    logits.resize(size_t(out.rows * out.cols));
+    session_.backend().read(out, logits.data());
+  }
+  // One draw per sampling row, in the step's order.
+  const int64_t vocab = int64_t(session_.config().n_vocab);
+  std::vector<std::pair<Scheduler::SeqId, int32_t>> sampled, going_on;
+  std::vector<std::pair<int64_t, Finish>> ended;
+  size_t row = 0;
+  for (const StepSeq& s : st.seqs) {
+    if (!s.logits) continue;
+    Live& l = live_.at(s.id);
+    const std::span<const float> lg(logits.data() + int64_t(row++) * vocab, size_t(vocab));
+    const int32_t t = l.sampler->sample(lg, sched_.tokens(s.id));
+    ++l.generated;
+    sampled.emplace_back(s.id, t);
+    const bool stop = std::find(l.req.stop.begin(), l.req.stop.end(), t) != l.req.stop.end();
+    const Finish f = stop ? Finish::Stop : l.generated >= l.req.max_tokens ? Finish::Length : Finish::None;
+    if (f == Finish::None) going_on.emplace_back(s.id, t);
+    else ended.emplace_back(s.id, f);
+  }
+  std::vector<Scheduler::SeqId> preempted;
+  sched_.step_done(st, going_on, &preempted);
+  for (const auto& [id, f] : ended) {
+    if (sched_.is_running(id)) sched_.finish(id);
+    else sched_.cancel(id);  // preempted by another's token in this step
+  }
+  {
+    std::lock_guard lk(mu_);
+    stats_.steps += 1;
+    stats_.step_tokens += int64_t(tokens.size());
+    stats_.generated += int64_t(sampled.size());
+    stats_.preemptions += int64_t(preempted.size());
+    stats_.cached_tokens = kv_.reused_tokens();
+  }
+  size_t e = 0;
+  for (const auto& [id, t] : sampled) {
+    if (e < ended.size() && ended[e].first == id) {
+      end(id, t, ended[e++].second);
+    } else if (auto it = live_.find(id); it != live_.end() && it->second.cb) {
+      it->second.cb(TokenEvent{id, t, Finish::None, {}});
+    }
+  }
+  return true;
+}
+
+void Engine::run_until_idle() {
+  for (;;) {
+    if (step()) continue;
+    std::lock_guard lk(mu_);
+    if (submitted_.empty() && cancelled_.empty()) return;
+  }
+}
+
+void Engine::start() {
+  std::lock_guard lk(mu_);
+  if (driver_.joinable()) return;
+  stopping_ = false;
+  driver_ = std::thread([this] {
+    for (;;) {
+      {
+        std::unique_lock lk2(mu_);
+        wake_.wait(lk2, [&] { return stopping_ || !submitted_.empty() || !cancelled_.empty() || !open_.empty(); });
+        if (stopping_) return;
+      }
+      try {
+        step();
+      } catch (const std::exception& ex) {  // the pass failed: every request ends with the reason
+        std::vector<int64_t> ids;
+        for (const auto& [id, l] : live_) ids.push_back(id);
+        for (int64_t id : ids) {
+          if (sched_.is_running(id)) sched_.finish(id);
+          else sched_.cancel(id);
+          end(id, -1, Finish::Error, ex.what());
+        }
+      }
+    }
+  });
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+    wake_.notify_all();
+  }
+  if (driver_.joinable()) driver_.join();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard lk(mu_);
+  return stats_;
+}
+
+}  // namespace lamina

@@ -1,0 +1,115 @@
+// The batching engine (issue #30): many sequences at once over one model. Requests are
+// submitted from any thread; each step runs one forward over every running sequence's next
+// token and, within the step's token budget, chunks of waiting prompts (engine/scheduler.h), on
+// the paged KV cache (engine/kv_blocks.h) with prefix sharing. Every request samples with its own
+// sampler (its own seed) and streams its tokens to a callback; it can be cancelled at any time.
+//
+// One thread drives the device: either the caller, through step(), or the engine's own thread
+// (start() / stop()). Callbacks run on the driving thread.
+//
+// The engine runs on the session's model, backend and KV cache (the cache's positions become
+// blocks); the backend must take paged layouts (Backend::takes_kv_layout: the CPU backend today).
+#pragma once
+
+#include "backend/sampling_params.h"
+#include "engine/kv_blocks.h"
+#include "engine/scheduler.h"
+#include "engine/session.h"
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace lamina {
+
+class Sampler;
+
+struct Request {
+  std::vector<int32_t> prompt;
+  SamplerParams sampling;       // with its own seed
+  int max_tokens = 128;         // generated tokens at most
+  std::vector<int32_t> stop;    // ids that end the generation (sent, then done)
+};
+
+enum class Finish { None, Stop, Length, Cancelled, Error };
+
+// One streamed token (token < 0 when a request ends without one: cancelled, or an error).
+struct TokenEvent {
+  int64_t id = 0;
+  int32_t token = -1;
+  Finish finish = Finish::None;  // set on the request's last event
+  std::string error;             // with Finish::Error: what failed
+};
+using TokenCallback = std::function<void(const TokenEvent&)>;
+
+struct EngineOptions {
+  int block_tokens = 16;     // positions per KV block
+  SchedulerOptions schedule;
+};
+
+struct EngineStats {
+  int64_t steps = 0, step_tokens = 0;   // forwards run and the rows they took
+  int64_t prompt_tokens = 0;            // prompt tokens submitted
+  int64_t cached_tokens = 0;            // of those, found in the prefix cache (not computed)
+  int64_t generated = 0, preemptions = 0;
+};
+
+class Engine {
+ public:
+  // Takes over the session's model and cache (the session must not be used meanwhile).
+  Engine(Session& session, EngineOptions o);
+  ~Engine();
+
+  // Thread-safe. Throws lamina::Error for a request that can never run (empty prompt, ids
+  // outside the vocabulary, longer than the cache or the model's context).
+  int64_t submit(Request r, TokenCallback cb);
+  // Thread-safe: the request ends with Finish::Cancelled (false if it had ended already).
+  bool cancel(int64_t id);
+
+  // One step on the calling thread; false when there was nothing to run.
+  bool step();
+  // Steps until no request is waiting or running (the calling thread drives).
+  void run_until_idle();
+  // The engine's own driving thread, sleeping while idle.
+  void start();
+  void stop();
+
+  EngineStats stats() const;
+  const KvBlockManager& kv() const { return kv_; }
+  int capacity_tokens() const { return kv_.n_blocks() * kv_.block_tokens(); }
+
+ private:
+  struct Live {
+    Request req;
+    TokenCallback cb;
+    std::unique_ptr<Sampler> sampler;
+    int generated = 0;
+  };
+  void admit_pending();  // moves submitted requests and cancellations into the scheduler
+  void end(int64_t id, int32_t token, Finish f, const std::string& error = {});
+
+  Session& session_;
+  EngineOptions opt_;
+  KvBlockManager kv_;
+  Scheduler sched_;
+  std::map<int64_t, Live> live_;
+
+  mutable std::mutex mu_;  // guards the pending lists, next_id_, stats_ and the thread's state
+  std::condition_variable wake_;
+  std::vector<std::pair<int64_t, Live>> submitted_;
+  std::vector<int64_t> cancelled_;
+  std::set<int64_t> open_;  // submitted and not ended
+  int64_t next_id_ = 1;
+  EngineStats stats_;
+  std::thread driver_;
+  bool stopping_ = false;
+};
+
+}  // namespace lamina

@@ -1,0 +1,219 @@
+// The batching engine on the CPU backend against one request at a time: many requests with
+// chunked prefill and mixed decode rows, sampled with their own seeds, give exactly the tokens a
+// Session gives each alone (the CPU's rows are computed independently, so equality is exact);
+// so do requests that reuse a cached prefix and requests preempted for lack of blocks. Cancels,
+// submissions from several threads and bad requests.
+#include "core/error.h"
+#include "engine/engine.h"
+#include "golden_util.h"
+#include "model/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <unistd.h>
+
+using namespace lamina;
+using namespace lamina::test;
+
+namespace {
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // one file per process: ctest runs each test in its own, in parallel
+    path_ = ::testing::TempDir() + "/lamina-engine-tiny-q8_0-" + std::to_string(getpid()) + ".gguf";
+    shell(std::string(LAMINA_CLI) + " gen-model --preset tiny --type q8_0 --vocab '" + kVocab + "' --seed 7 -o '" + path_ +
+          "' 2>&1");
+  }
+  static void TearDownTestSuite() { std::filesystem::remove(path_); }
+
+  static SessionOptions options(int n_ctx) {
+    SessionOptions o;
+    o.model_path = path_;
+    o.device = "cpu";
+    o.n_ctx = n_ctx;
+    o.n_threads = 2;
+    return o;
+  }
+
+  // The tokens a Session alone gives the request.
+  static std::vector<int32_t> alone(Session& s, const Request& r) {
+    s.reset();
+    Sampler smp(r.sampling);
+    std::vector<int32_t> out{s.eval_sample(r.prompt, smp)};
+    auto stops = [&](int32_t t) { return std::find(r.stop.begin(), r.stop.end(), t) != r.stop.end(); };
+    while (int(out.size()) < r.max_tokens && !stops(out.back()))
+      out.push_back(s.eval_sample(std::span<const int32_t>(&out.back(), 1), smp));
+    return out;
+  }
+
+  static Request request(std::mt19937& rng, int prompt_len, int max_tokens, bool sampled, uint64_t seed) {
+    Request r;
+    std::uniform_int_distribution<int32_t> id(3, 31999);
+    for (int i = 0; i < prompt_len; ++i) r.prompt.push_back(id(rng));
+    r.max_tokens = max_tokens;
+    r.sampling.temperature = sampled ? 0.9f : 0.f;
+    r.sampling.seed = seed;
+    return r;
+  }
+
+  // Streams of the engine's requests, by id.
+  struct Streams {
+    std::mutex mu;
+    std::map<int64_t, std::vector<int32_t>> tokens;
+    std::map<int64_t, Finish> finish;
+    TokenCallback callback() {
+      return [this](const TokenEvent& e) {
+        std::lock_guard lk(mu);
+        if (e.token >= 0) tokens[e.id].push_back(e.token);
+        if (e.finish != Finish::None) finish[e.id] = e.finish;
+      };
+    }
+  };
+
+  static inline std::string path_;
+};
+
+TEST_F(EngineTest, ManyRequestsGiveWhatEachGivesAlone) {
+  Session es(options(512)), ref(options(512));
+  EngineOptions eo;
+  eo.schedule.max_step_tokens = 24;  // prompts in chunks, beside the decode rows
+  Engine engine(es, eo);
+  std::mt19937 rng(1);
+  std::vector<Request> reqs;
+  for (int len : {3, 17, 40, 5, 33, 64}) reqs.push_back(request(rng, len, 10, reqs.size() % 2 == 1, 100 + reqs.size()));
+  Streams st;
+  std::vector<int64_t> ids;
+  for (const Request& r : reqs) ids.push_back(engine.submit(r, st.callback()));
+  engine.run_until_idle();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(st.tokens[ids[i]], alone(ref, reqs[i])) << "request " << i;
+    EXPECT_EQ(st.finish[ids[i]], Finish::Length) << "request " << i;
+  }
+  const EngineStats s = engine.stats();
+  EXPECT_EQ(s.generated, 60);
+  // Every prompt token and every generated token but the last of each request is a row once.
+  EXPECT_EQ(s.step_tokens, 3 + 17 + 40 + 5 + 33 + 64 + 6 * 9);
+  EXPECT_GE(s.steps, (s.step_tokens + 23) / 24);
+  EXPECT_EQ(engine.kv().used_blocks(), 0);
+}
+
+TEST_F(EngineTest, CachedPrefixesAreNotComputedAgain) {
+  Session es(options(512)), ref(options(512));
+  Engine engine(es, EngineOptions{});
+  std::mt19937 rng(2);
+  const Request first = request(rng, 50, 4, false, 0);
+  Streams st;
+  engine.submit(first, st.callback());
+  engine.run_until_idle();
+  std::vector<Request> more;
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 3; ++i) {
+    Request r = request(rng, 4, 6, i == 1, 7 + uint64_t(i));
+    r.prompt.insert(r.prompt.begin(), first.prompt.begin(), first.prompt.begin() + 48);  // 3 blocks of 16
+    more.push_back(r);
+    ids.push_back(engine.submit(r, st.callback()));
+  }
+  engine.run_until_idle();
+  for (size_t i = 0; i < more.size(); ++i) EXPECT_EQ(st.tokens[ids[i]], alone(ref, more[i])) << "request " << i;
+  const EngineStats s = engine.stats();
+  EXPECT_EQ(s.cached_tokens, 3 * 48);
+  EXPECT_EQ(s.step_tokens, 50 + 3 + 3 * (52 - 48 + 5));
+}
+
+TEST_F(EngineTest, PreemptedRequestsGiveWhatEachGivesAlone) {
+  Session es(options(96)), ref(options(512));  // 6 blocks of 16 positions
+  Engine engine(es, EngineOptions{});
+  std::mt19937 rng(3);
+  std::vector<Request> reqs;
+  for (int i = 0; i < 3; ++i) reqs.push_back(request(rng, 20, 40, i == 2, 50 + uint64_t(i)));
+  Streams st;
+  std::vector<int64_t> ids;
+  for (const Request& r : reqs) ids.push_back(engine.submit(r, st.callback()));
+  engine.run_until_idle();
+  EXPECT_GT(engine.stats().preemptions, 0);
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(st.tokens[ids[i]], alone(ref, reqs[i])) << "request " << i;
+}
+
+TEST_F(EngineTest, StopTokensEndARequest) {
+  Session es(options(256)), ref(options(256));
+  Engine engine(es, EngineOptions{});
+  std::mt19937 rng(4);
+  Request r = request(rng, 8, 20, false, 0);
+  const std::vector<int32_t> free_run = alone(ref, r);
+  r.stop = {free_run[3]};
+  const auto cut = std::find(free_run.begin(), free_run.end(), free_run[3]);
+  Streams st;
+  const int64_t id = engine.submit(r, st.callback());
+  engine.run_until_idle();
+  EXPECT_EQ(st.tokens[id], std::vector<int32_t>(free_run.begin(), cut + 1));
+  EXPECT_EQ(st.finish[id], Finish::Stop);
+}
+
+TEST_F(EngineTest, CancelsAndSubmissionsFromThreads) {
+  Session es(options(1024)), ref(options(512));
+  EngineOptions eo;
+  eo.schedule.max_step_tokens = 32;
+  Engine engine(es, eo);
+  engine.start();
+  std::mt19937 rng(5);
+  // A long request cancelled after its first token; one cancelled while it waits behind it.
+  std::atomic<int> first_tokens{0};
+  Streams st;
+  TokenCallback count = [&](const TokenEvent& e) {
+    if (e.token >= 0) ++first_tokens;
+    st.callback()(e);
+  };
+  const int64_t a = engine.submit(request(rng, 30, 500, false, 0), count);
+  while (first_tokens.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(engine.cancel(a));
+  // Requests from four threads at once, all greedy or seeded: each gives what it gives alone.
+  std::vector<Request> reqs;
+  for (int i = 0; i < 8; ++i) reqs.push_back(request(rng, 6 + 5 * i, 8, i % 3 == 0, 300 + uint64_t(i)));
+  std::vector<int64_t> ids(reqs.size());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (size_t i = size_t(t); i < reqs.size(); i += 4) ids[i] = engine.submit(reqs[i], st.callback());
+    });
+  for (auto& th : threads) th.join();
+  for (int spin = 0; spin < 20000; ++spin) {
+    {
+      std::lock_guard lk(st.mu);
+      if (st.finish.size() == reqs.size() + 1) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  engine.stop();
+  std::lock_guard lk(st.mu);
+  EXPECT_EQ(st.finish[a], Finish::Cancelled);
+  EXPECT_LT(st.tokens[a].size(), 500u);
+  EXPECT_FALSE(engine.cancel(a));  // ended already
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(st.finish[ids[i]], Finish::Length) << "request " << i;
+    EXPECT_EQ(st.tokens[ids[i]], alone(ref, reqs[i])) << "request " << i;
+  }
+}
+
+TEST_F(EngineTest, RequestsThatCanNeverRunAreRefused) {
+  Session es(options(64));
+  Engine engine(es, EngineOptions{});
+  Request r;
+  EXPECT_THROW(engine.submit(r, nullptr), Error);  // empty prompt
+  r.prompt = {1, 2, 40000};
+  EXPECT_THROW(engine.submit(r, nullptr), Error);  // outside the vocabulary
+  r.prompt = std::vector<int32_t>(60, 5);
+  r.max_tokens = 10;
+  EXPECT_THROW(engine.submit(r, nullptr), Error);  // 70 positions in a cache of 64
+  r.max_tokens = 0;
+  EXPECT_THROW(engine.submit(r, nullptr), Error);
+}
+
+}  // namespace
