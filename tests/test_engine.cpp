@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <unistd.h>
@@ -202,6 +203,21 @@ TEST_F(EngineTest, CancelsAndSubmissionsFromThreads) {
   }
 }
 
+// lamina bench --parallel: one table row per sequence count with every column filled; bad lists
+// are one line on stderr and exit status 1.
+TEST_F(EngineTest, BenchParallelPrintsOneRowPerCount) {
+  const std::string cli = std::string(LAMINA_CLI) + " bench -m '" + path_ + "' -d cpu -t 2 ";
+  const std::string out = shell(cli + "--parallel 1,3 -p 12 -n 4 --prefix 8 2>&1");
+  EXPECT_NE(out.find("| parallel | requests |    gen t/s"), std::string::npos) << out;
+  for (const char* row : {"|        1 |        2 |", "|        3 |        6 |"}) EXPECT_NE(out.find(row), std::string::npos) << out;
+  EXPECT_NE(out.find("prompt tokens found in the prefix cache"), std::string::npos) << out;
+  for (const char* bad : {"--parallel 0", "--parallel 2,x", "--parallel 2 -p 4 --prefix 5"}) {
+    const std::string err = shell(cli + bad + " 2>&1 >/dev/null; echo rc=$?");
+    EXPECT_NE(err.find("rc=1"), std::string::npos) << bad << ": " << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 2) << bad << ": " << err;  // one line, then rc
+  }
+}
+
 TEST_F(EngineTest, RequestsThatCanNeverRunAreRefused) {
   Session es(options(64));
   Engine engine(es, EngineOptions{});
@@ -214,6 +230,85 @@ TEST_F(EngineTest, RequestsThatCanNeverRunAreRefused) {
   EXPECT_THROW(engine.submit(r, nullptr), Error);  // 70 positions in a cache of 64
   r.max_tokens = 0;
   EXPECT_THROW(engine.submit(r, nullptr), Error);
+}
+
+// The default model in exact mode, as CI runs it: 32 sequences of different prompt lengths (some
+// sharing a 40-token prefix), half joining after the first steps, two cancelled midway, in a
+// cache too small for all of them at once (so some are preempted and recomputed): each sequence's
+// greedy tokens equal the tokens it gets alone (a cancelled one's, a prefix of them), with prefix
+// caching on and off.
+TEST(EngineSmol, MixedBatchGivesEachSequenceWhatItGetsAlone) {
+  const std::string model = default_model();
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "SmolLM2 not found at " << model << " (set LAMINA_MODEL)";
+  auto options = [&](int n_ctx) {
+    SessionOptions o;
+    o.model_path = model;
+    o.device = "cpu";
+    o.n_ctx = n_ctx;
+    o.exact_matmul = true;
+    return o;
+  };
+  Session ref(options(256));
+  std::mt19937 rng(8);
+  std::uniform_int_distribution<int32_t> id(100, 40000);
+  std::vector<int32_t> shared(40);
+  for (auto& t : shared) t = id(rng);
+  std::vector<Request> reqs;
+  for (int i = 0; i < 32; ++i) {
+    Request r;
+    if (i % 4 == 0) r.prompt = shared;
+    for (int j = 0, n = 3 + (i * 7) % 50; j < n; ++j) r.prompt.push_back(id(rng));
+    r.max_tokens = 10;
+    r.sampling.temperature = 0;
+    reqs.push_back(std::move(r));
+  }
+  std::vector<std::vector<int32_t>> want;
+  for (const Request& r : reqs) {
+    ref.reset();
+    Sampler g(r.sampling);
+    std::vector<int32_t> out{ref.eval_sample(r.prompt, g)};
+    while (int(out.size()) < r.max_tokens) out.push_back(ref.eval_sample(std::span<const int32_t>(&out.back(), 1), g));
+    want.push_back(out);
+  }
+  for (bool cache : {true, false}) {
+    SCOPED_TRACE(cache ? "prefix cache on" : "prefix cache off");
+    Session es(options(400));  // 25 blocks of 16: about a fifth of what all 32 would hold
+    EngineOptions eo;
+    eo.prefix_cache = cache;
+    eo.schedule.max_step_tokens = 64;
+    Engine engine(es, eo);
+    std::map<int64_t, std::vector<int32_t>> got;
+    std::map<int64_t, Finish> finish;
+    TokenCallback cb = [&](const TokenEvent& e) {
+      if (e.token >= 0) got[e.id].push_back(e.token);
+      if (e.finish != Finish::None) finish[e.id] = e.finish;
+    };
+    std::vector<int64_t> ids;
+    for (int i = 0; i < 16; ++i) ids.push_back(engine.submit(reqs[size_t(i)], cb));
+    for (int k = 0; k < 4; ++k) engine.step();
+    for (int i = 16; i < 32; ++i) ids.push_back(engine.submit(reqs[size_t(i)], cb));
+    engine.step();
+    const std::set<size_t> cancelled{20, 29};  // still waiting or in their prompts
+    for (size_t i : cancelled) EXPECT_TRUE(engine.cancel(ids[i]));
+    engine.run_until_idle();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const std::vector<int32_t>& g = got[ids[i]];
+      if (cancelled.count(i)) {
+        EXPECT_EQ(finish[ids[i]], Finish::Cancelled) << "request " << i;
+        EXPECT_TRUE(std::equal(g.begin(), g.end(), want[i].begin())) << "request " << i;
+      } else {
+        EXPECT_EQ(finish[ids[i]], Finish::Length) << "request " << i;
+        EXPECT_EQ(g, want[i]) << "request " << i;
+      }
+    }
+    const EngineStats s = engine.stats();
+    EXPECT_GT(s.preemptions, 0);
+    if (cache) EXPECT_GT(s.cached_tokens, 0);
+    else EXPECT_EQ(s.cached_tokens, 0);
+    std::printf("engine, SmolLM2 exact, prefix cache %s: %lld steps, %lld rows, %lld cached prompt tokens, %lld preemptions\n",
+                cache ? "on" : "off", (long long)s.steps, (long long)s.step_tokens, (long long)s.cached_tokens,
+                (long long)s.preemptions);
+  }
 }
 
 }  // namespace

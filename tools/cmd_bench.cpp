@@ -4,6 +4,9 @@
 // --pg P,N: a prompt of P tokens followed by N generated ones, timed together (llama-bench's -pg).
 // Generated tokens are sampled greedily where the backend samples (on the GPU: one id per step).
 // --profile: after the table, the per-op breakdown of one more run of each test.
+// --parallel N1,N2,...: many sequences at once through the batching engine instead
+// (bench_parallel.cpp), with -p / -n per request and --prefix shared prompt tokens.
+#include "bench_parallel.h"
 #include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
@@ -12,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +29,8 @@ struct BenchArgs {
   SessionArgs s;
   int n_prompt = 512, n_gen = 128, reps = 5;
   std::string pg;  // "P,N"
+  std::string parallel;  // "N1,N2,..."
+  int prefix = 0;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -67,7 +73,22 @@ double time_prompt_gen(Session& s, const std::vector<int32_t>& toks, int n, size
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+void run_parallel(const BenchArgs& a) {
+  ParallelBenchSpec spec;
+  spec.parallel = parse_parallel(a.parallel);
+  spec.n_prompt = a.n_prompt, spec.n_gen = a.n_gen, spec.prefix = a.prefix;
+  if (spec.n_prompt < 1 || spec.n_gen < 1) fail("--parallel wants -p and -n of at least 1");
+  if (spec.prefix > spec.n_prompt) fail("--prefix {} is longer than the prompt of {} tokens (-p)", spec.prefix, spec.n_prompt);
+  SessionOptions o = a.s.resolve();
+  // The cache: every sequence of the widest row at full length, in blocks of 16.
+  if (o.n_ctx == 0) o.n_ctx = *std::max_element(spec.parallel.begin(), spec.parallel.end()) * ((spec.n_prompt + spec.n_gen + 15) / 16 + 1) * 16;
+  o.n_batch = 512;
+  Session sess(o);
+  run_parallel_bench(sess, spec);
+}
+
 void run_bench(const BenchArgs& a) {
+  if (!a.parallel.empty()) return run_parallel(a);
   SessionOptions o = a.s.resolve();
   int pg_p = 0, pg_n = 0;
   if (!a.pg.empty() && (std::sscanf(a.pg.c_str(), "%d,%d", &pg_p, &pg_n) != 2 || pg_p < 1 || pg_n < 1))
@@ -128,6 +149,9 @@ Run add_bench(CLI::App& app) {
   sub->add_option("-n,--n-gen", a->n_gen, "Generated tokens (0: skip)")->check(whole_in(0, 1 << 16));
   sub->add_option("-r,--repetitions", a->reps, "Repetitions per test")->check(whole_in(1, 1000));
   sub->add_option("--pg", a->pg, "Prompt then generation, timed together: P,N (e.g. 4096,128)");
+  sub->add_option("--parallel", a->parallel,
+                  "Sequences at once through the batching engine, closed loop: N1,N2,... (each request -p prompt and -n generated tokens)");
+  sub->add_option("--prefix", a->prefix, "With --parallel: leading prompt tokens all requests share")->check(whole_in(0, 1 << 16));
   return [a] { run_bench(*a); };
 }
 

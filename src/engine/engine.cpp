@@ -19,7 +19,7 @@ int n_blocks_for(Session& s, const EngineOptions& o) {
 }  // namespace
 
 Engine::Engine(Session& session, EngineOptions o)
-    : session_(session), opt_(o), kv_(n_blocks_for(session, o), o.block_tokens), sched_(kv_, o.schedule) {
+    : session_(session), opt_(o), kv_(n_blocks_for(session, o), o.block_tokens, o.prefix_cache), sched_(kv_, o.schedule) {
   if (!session.backend().takes_kv_layout())
     fail("the {} backend does not run several sequences at once yet (use -d cpu)", session.backend().name());
 }

@@ -51,6 +51,7 @@ using TokenCallback = std::function<void(const TokenEvent&)>;
 
 struct EngineOptions {
   int block_tokens = 16;     // positions per KV block
+  bool prefix_cache = true;  // share the blocks of prompt prefixes computed before
   SchedulerOptions schedule;
 };
 

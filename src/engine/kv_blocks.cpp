@@ -6,7 +6,8 @@
 
 namespace lamina {
 
-KvBlockManager::KvBlockManager(int n_blocks, int block_tokens) : block_tokens_(block_tokens), blocks_(size_t(n_blocks)) {
+KvBlockManager::KvBlockManager(int n_blocks, int block_tokens, bool prefix_cache)
+    : block_tokens_(block_tokens), prefix_cache_(prefix_cache), blocks_(size_t(n_blocks)) {
   if (n_blocks <= 0 || block_tokens <= 0) fail("KV blocks: {} blocks of {} tokens", n_blocks, block_tokens);
   for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
 }
@@ -110,7 +111,7 @@ void KvBlockManager::commit(SeqId id, int n_computed) {
   if (it == seqs_.end()) fail("KV blocks: no sequence {}", id);
   Seq& s = it->second;
   const int bt = block_tokens_;
-  const int full = std::min(n_computed, int(s.tokens.size())) / bt;
+  const int full = prefix_cache_ ? std::min(n_computed, int(s.tokens.size())) / bt : 0;
   int32_t parent = -1;
   for (int i = 0; i < full; ++i) {
     const int32_t b = s.table[size_t(i)];

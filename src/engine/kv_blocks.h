@@ -22,7 +22,8 @@ namespace lamina {
 class KvBlockManager {
  public:
   using SeqId = int64_t;
-  KvBlockManager(int n_blocks, int block_tokens);
+  // prefix_cache false: no block is ever shared (each sequence computes its whole prompt).
+  KvBlockManager(int n_blocks, int block_tokens, bool prefix_cache = true);
 
   // Admits a sequence and its prompt: registered prefix blocks are shared, the rest allocated.
   // Returns how many leading prompt tokens already have their KV (not to be computed again), or
@@ -70,6 +71,7 @@ class KvBlockManager {
   void unregister(int32_t b);
 
   int block_tokens_;
+  bool prefix_cache_;
   std::vector<Block> blocks_;
   std::vector<int32_t> free_;
   std::list<int32_t> lru_;  // cached blocks, least recently freed first

@@ -1,0 +1,23 @@
+// lamina bench --parallel: many sequences at once through the batching engine (bench_parallel.cpp).
+#pragma once
+
+#include "engine/session.h"
+
+#include <string>
+#include <vector>
+
+namespace lamina::cli {
+
+struct ParallelBenchSpec {
+  std::vector<int> parallel;  // concurrent sequences per row
+  int n_prompt = 128, n_gen = 128;
+  int prefix = 0;             // leading prompt tokens every request shares
+};
+
+// "1,16,64" -> {1, 16, 64}; throws lamina::Error naming the flag on anything else.
+std::vector<int> parse_parallel(const std::string& list);
+
+// Prints the table (one row per entry of spec.parallel) for the session's model and backend.
+void run_parallel_bench(Session& sess, const ParallelBenchSpec& spec);
+
+}  // namespace lamina::cli
