@@ -5,7 +5,7 @@ set -euo pipefail
 
 PKGS=(build-essential cmake ninja-build ccache pkg-config python3 python3-pip
       libcli11-dev nlohmann-json3-dev libfmt-dev libgtest-dev libpcre2-dev
-      clang libclang-rt-dev)
+      clang libclang-rt-dev libcpp-httplib-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do

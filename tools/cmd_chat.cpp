@@ -28,25 +28,10 @@ struct ChatArgs {
   int n_predict = -1;
 };
 
-ChatTemplate pick_template(const ChatArgs& a, const Session& sess) {
-  if (!a.tmpl.empty()) {
-    if (auto t = chat_template_from_name(a.tmpl)) return *t;
-    fail("unknown --template '{}' (known: {})", a.tmpl, chat_template_names());
-  }
-  const auto src = sess.file().get_string("tokenizer.chat_template");
-  if (!src) fail("{} has no chat template (tokenizer.chat_template); choose one with --template ({})",
-                 sess.file().path(), chat_template_names());
-  if (auto t = detect_chat_template(*src)) return *t;
-  std::string head = src->substr(0, 60);
-  for (char& c : head) if (c == '\n') c = ' ';
-  fail("{}: unrecognised chat template '{}...'; choose one with --template ({})", sess.file().path(), head,
-       chat_template_names());
-}
-
 void run_chat(const ChatArgs& a) {
   Session sess(a.s.resolve());
   const Tokenizer& tok = sess.tokenizer();
-  const ChatTemplate tmpl = pick_template(a, sess);
+  const ChatTemplate tmpl = pick_chat_template(a.tmpl, sess);
   Sampler sampler(a.sampling.resolve());
   std::vector<ChatMessage> msgs;
   if (!a.system.empty()) msgs.push_back({"system", a.system});

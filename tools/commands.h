@@ -25,6 +25,7 @@ Run add_bench(CLI::App& app);
 Run add_chat(CLI::App& app);
 Run add_kbench(CLI::App& app);
 Run add_tune(CLI::App& app);
+Run add_serve(CLI::App& app);
 
 // Types `gen-model` and `quantize` can write.
 bool can_quantize_target(GgmlType t);

@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   reg(lamina::cli::add_bench);
   reg(lamina::cli::add_kbench);
   reg(lamina::cli::add_tune);
+  reg(lamina::cli::add_serve);
   // CLI11 would only say "A subcommand is required" for a mistyped command: name it.
   if (argc > 1 && argv[1][0] != '-') {
     std::string names;

@@ -88,4 +88,19 @@ std::vector<int32_t> parse_token_list(const std::string& s, size_t n_vocab) {
   return ids;
 }
 
+ChatTemplate pick_chat_template(const std::string& name, const Session& sess) {
+  if (!name.empty()) {
+    if (auto t = chat_template_from_name(name)) return *t;
+    fail("unknown --template '{}' (known: {})", name, chat_template_names());
+  }
+  const auto src = sess.file().get_string("tokenizer.chat_template");
+  if (!src) fail("{} has no chat template (tokenizer.chat_template); choose one with --template ({})",
+                 sess.file().path(), chat_template_names());
+  if (auto t = detect_chat_template(*src)) return *t;
+  std::string head = src->substr(0, 60);
+  for (char& c : head) if (c == '\n') c = ' ';
+  fail("{}: unrecognised chat template '{}...'; choose one with --template ({})", sess.file().path(), head,
+       chat_template_names());
+}
+
 }  // namespace lamina::cli

@@ -1,6 +1,7 @@
 // Options shared by the commands that run a model (run, chat, logits, bench).
 #pragma once
 
+#include "model/chat.h"
 #include "model/sampler.h"
 #include "engine/session.h"
 
@@ -25,6 +26,10 @@ struct SamplingArgs {
   SamplerParams resolve() const;  // a random seed unless --seed was given
 };
 void add_sampling_options(CLI::App* sub, SamplingArgs& a);
+
+// The chat template `name` names (--template), or else the one the model file's
+// tokenizer.chat_template is recognised as; throws lamina::Error naming the choices.
+ChatTemplate pick_chat_template(const std::string& name, const Session& sess);
 
 // Token ids from "1 2 3" (validated against the vocabulary).
 std::vector<int32_t> parse_token_list(const std::string& s, size_t n_vocab);

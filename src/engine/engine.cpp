@@ -22,6 +22,7 @@ Engine::Engine(Session& session, EngineOptions o)
     : session_(session), opt_(o), kv_(n_blocks_for(session, o), o.block_tokens, o.prefix_cache), sched_(kv_, o.schedule) {
   if (!session.backend().takes_kv_layout())
     fail("the {} backend does not run several sequences at once yet (use -d cpu)", session.backend().name());
+  stats_.kv_blocks = kv_.n_blocks();
 }
 
 Engine::~Engine() { stop(); }
@@ -144,6 +145,8 @@ bool Engine::step() {
     stats_.generated += int64_t(sampled.size());
     stats_.preemptions += int64_t(preempted.size());
     stats_.cached_tokens = kv_.reused_tokens();
+    stats_.kv_used_blocks = kv_.used_blocks();
+    stats_.kv_blocks = kv_.n_blocks();
   }
   size_t e = 0;
   for (const auto& [id, t] : sampled) {

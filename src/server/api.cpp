@@ -1,0 +1,230 @@
+#include "server/api.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace lamina::server {
+namespace {
+
+ApiError bad(const std::string& msg, const std::string& param = {}) {
+  return ApiError(400, "invalid_request_error", msg, param);
+}
+
+double number(const json& body, const char* key, double lo, double hi, double fallback) {
+  if (!body.contains(key) || body[key].is_null()) return fallback;
+  if (!body[key].is_number()) throw bad(std::string("'") + key + "' must be a number", key);
+  const double v = body[key].get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi)
+    throw bad(std::string("'") + key + "' must be from " + json(lo).dump() + " to " + json(hi).dump(), key);
+  return v;
+}
+
+// The options both endpoints share: sampling, max tokens, stop, stream, model.
+void common(const json& body, const ApiContext& ctx, ApiRequest& r) {
+  if (body.contains("model") && !body["model"].is_null()) {
+    if (!body["model"].is_string()) throw bad("'model' must be a string", "model");
+    const std::string m = body["model"].get<std::string>();
+    if (!m.empty() && m != ctx.model_id)
+      throw ApiError(404, "invalid_request_error", "The model '" + m + "' does not exist (this server has '" + ctx.model_id + "')",
+                     "model", "model_not_found");
+  }
+  SamplerParams& s = r.engine.sampling;
+  s.temperature = float(number(body, "temperature", 0, 2, 0.8));
+  s.top_p = float(number(body, "top_p", 0, 1, 0.95));
+  s.top_k = int(number(body, "top_k", 0, 1e6, 40));
+  s.min_p = float(number(body, "min_p", 0, 1, 0.05));
+  s.seed = uint64_t(number(body, "seed", -9.2e18, 9.2e18, 0));
+  // The sampler has llama.cpp's repeat penalty; OpenAI's additive penalties are not there yet.
+  for (const char* k : {"presence_penalty", "frequency_penalty"})
+    if (number(body, k, -2, 2, 0) != 0) throw bad(std::string("'") + k + "' is not supported yet; use 'repeat_penalty'", k);
+  s.repeat_penalty = float(number(body, "repeat_penalty", 0, 10, 1.0));
+  const char* mt = body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  r.engine.max_tokens = int(number(body, mt, 1, 1 << 20, ctx.default_max_tokens));
+  if (body.contains("stream") && !body["stream"].is_null()) {
+    if (!body["stream"].is_boolean()) throw bad("'stream' must be a boolean", "stream");
+    r.stream = body["stream"].get<bool>();
+  }
+  if (body.contains("stream_options") && body["stream_options"].is_object())
+    r.include_usage = body["stream_options"].value("include_usage", false);
+  if (body.contains("stop") && !body["stop"].is_null()) {
+    const json& st = body["stop"];
+    if (st.is_string()) r.stop.push_back(st.get<std::string>());
+    else if (st.is_array() && st.size() <= 4 && std::all_of(st.begin(), st.end(), [](const json& x) { return x.is_string(); }))
+      for (const json& x : st) r.stop.push_back(x.get<std::string>());
+    else throw bad("'stop' must be a string or an array of up to 4 strings", "stop");
+    r.stop.erase(std::remove(r.stop.begin(), r.stop.end(), std::string()), r.stop.end());
+  }
+  r.engine.stop = ctx.eog;
+}
+
+void check_length(const ApiContext& ctx, ApiRequest& r) {
+  const int n = int(r.engine.prompt.size());
+  if (n == 0) throw bad("the prompt is empty", "messages");
+  if (n >= ctx.capacity_tokens)
+    throw ApiError(400, "invalid_request_error",
+                   "This model's context holds " + std::to_string(ctx.capacity_tokens) + " tokens; the prompt has " +
+                       std::to_string(n),
+                   "messages", "context_length_exceeded");
+  r.engine.max_tokens = std::min(r.engine.max_tokens, ctx.capacity_tokens - n);  // as much as still fits
+}
+
+}  // namespace
+
+json error_body(const ApiError& e) {
+  return {{"error",
+           {{"message", e.what()},
+            {"type", e.type},
+            {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+            {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
+}
+
+ApiRequest parse_chat(const json& body, const ApiContext& ctx) {
+  if (!body.is_object()) throw bad("the body must be a JSON object");
+  if (!body.contains("messages")) throw bad("'messages' is required", "messages");
+  const json& msgs = body["messages"];
+  if (!msgs.is_array() || msgs.empty()) throw bad("'messages' must be a non-empty array", "messages");
+  std::vector<ChatMessage> conv;
+  for (const json& m : msgs) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) throw bad("each message needs a 'role' string", "messages");
+    const std::string role = m["role"].get<std::string>();
+    if (role != "system" && role != "user" && role != "assistant" && role != "developer")
+      throw bad("unknown role '" + role + "'", "messages");
+    std::string content;
+    if (m.contains("content") && m["content"].is_string()) {
+      content = m["content"].get<std::string>();
+    } else if (m.contains("content") && m["content"].is_array()) {  // [{"type": "text", "text": ...}]
+      for (const json& part : m["content"])
+        if (part.is_object() && part.value("type", "") == "text" && part.contains("text") && part["text"].is_string())
+          content += part["text"].get<std::string>();
+        else throw bad("only text content parts are supported", "messages");
+    } else if (!(m.contains("content") && m["content"].is_null())) {
+      throw bad("each message needs 'content' (a string or text parts)", "messages");
+    }
+    conv.push_back({role == "developer" ? "system" : role, content});
+  }
+  ApiRequest r;
+  common(body, ctx, r);
+  r.chat = true;
+  r.engine.prompt = ctx.tok->tokenize(apply_chat_template(ctx.tmpl, conv, true), true, true);
+  check_length(ctx, r);
+  return r;
+}
+
+ApiRequest parse_completion(const json& body, const ApiContext& ctx) {
+  if (!body.is_object()) throw bad("the body must be a JSON object");
+  if (!body.contains("prompt") || !body["prompt"].is_string()) throw bad("'prompt' must be a string", "prompt");
+  ApiRequest r;
+  common(body, ctx, r);
+  r.chat = false;
+  r.engine.prompt = ctx.tok->tokenize(body["prompt"].get<std::string>(), true, false);
+  check_length(ctx, r);
+  return r;
+}
+
+std::string TextStream::push(int32_t token) {
+  if (stopped_) return {};
+  ids_.push_back(token);
+  text_ = tok_.detokenize(ids_, true);
+  // A stop string anywhere in the text not yet sent (or straddling it) ends the text there.
+  size_t cut = std::string::npos;
+  for (const std::string& s : stop_) {
+    const size_t from = sent_ >= s.size() ? sent_ - s.size() + 1 : 0;
+    const size_t at = text_.find(s, from);
+    if (at != std::string::npos) cut = std::min(cut, at);
+  }
+  if (cut != std::string::npos) {
+    text_.resize(std::max(cut, sent_));
+    stopped_ = true;
+    return finish();
+  }
+  // Hold back a tail that could begin a stop string, and an unfinished UTF-8 character.
+  size_t ready = text_.size();
+  for (const std::string& s : stop_)
+    for (size_t k = std::min(s.size() - 1, text_.size()); k > 0; --k)
+      if (text_.compare(text_.size() - k, k, s, 0, k) == 0) {
+        ready = std::min(ready, text_.size() - k);
+        break;
+      }
+  size_t back = 0;  // bytes of a trailing multi-byte character that is not complete yet
+  for (size_t i = 1; i <= std::min<size_t>(4, ready); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text_[ready - i]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte
+    const size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    if (len > i) back = i;
+    break;
+  }
+  ready -= back;
+  if (ready <= sent_) return {};
+  std::string out = text_.substr(sent_, ready - sent_);
+  sent_ = ready;
+  return out;
+}
+
+std::string TextStream::finish() {
+  if (text_.size() <= sent_) return {};
+  std::string out = text_.substr(sent_);
+  sent_ = text_.size();
+  return out;
+}
+
+std::string finish_reason(Finish f) {
+  switch (f) {
+    case Finish::Stop: return "stop";
+    case Finish::Length: return "length";
+    case Finish::Cancelled: return "cancelled";
+    case Finish::Error: return "error";
+    default: return "";
+  }
+}
+
+json usage(int prompt_tokens, int completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+json chat_response(const std::string& id, const std::string& model, int64_t created, const std::string& text, Finish f,
+                   int prompt_tokens, int completion_tokens) {
+  return {{"id", id},
+          {"object", "chat.completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({{{"index", 0},
+                                    {"message", {{"role", "assistant"}, {"content", text}}},
+                                    {"finish_reason", finish_reason(f)},
+                                    {"logprobs", nullptr}}})},
+          {"usage", usage(prompt_tokens, completion_tokens)}};
+}
+
+json completion_response(const std::string& id, const std::string& model, int64_t created, const std::string& text,
+                         Finish f, int prompt_tokens, int completion_tokens) {
+  return {{"id", id},
+          {"object", "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({{{"index", 0}, {"text", text}, {"finish_reason", finish_reason(f)}, {"logprobs", nullptr}}})},
+          {"usage", usage(prompt_tokens, completion_tokens)}};
+}
+
+json chat_chunk(const std::string& id, const std::string& model, int64_t created, const std::string* text, bool first,
+                const Finish* f) {
+  json delta = json::object();
+  if (first) delta["role"] = "assistant";
+  if (text) delta["content"] = *text;
+  return {{"id", id},
+          {"object", "chat.completion.chunk"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({{{"index", 0}, {"delta", delta}, {"finish_reason", f ? json(finish_reason(*f)) : json(nullptr)}}})}};
+}
+
+json completion_chunk(const std::string& id, const std::string& model, int64_t created, const std::string& text,
+                      const Finish* f) {
+  return {{"id", id},
+          {"object", "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({{{"index", 0}, {"text", text}, {"finish_reason", f ? json(finish_reason(*f)) : json(nullptr)}}})}};
+}
+
+}  // namespace lamina::server

@@ -1,0 +1,86 @@
+// The OpenAI-compatible API's requests and responses as data (issue #31), apart from HTTP: a
+// JSON body becomes an engine Request (its prompt rendered with the chat template and
+// tokenised), and the engine's tokens become text, with stop strings and UTF-8 held back until
+// they are whole. Bad input is an ApiError with the HTTP status and OpenAI's error object.
+#pragma once
+
+#include "engine/engine.h"
+#include "format/tokenizer.h"
+#include "model/chat.h"
+
+#include <nlohmann/json.hpp>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace lamina::server {
+
+using json = nlohmann::json;
+
+struct ApiError : std::runtime_error {
+  int status;
+  std::string type, param, code;
+  ApiError(int status_, std::string type_, std::string message, std::string param_ = {}, std::string code_ = {})
+      : std::runtime_error(std::move(message)), status(status_), type(std::move(type_)), param(std::move(param_)),
+        code(std::move(code_)) {}
+};
+// {"error": {"message", "type", "param", "code"}}
+json error_body(const ApiError& e);
+
+// What the server knows when it reads a request.
+struct ApiContext {
+  const Tokenizer* tok = nullptr;
+  ChatTemplate tmpl = ChatTemplate::ChatML;
+  std::string model_id;           // the name /v1/models lists and requests may give
+  int capacity_tokens = 0;        // the engine's cache
+  int default_max_tokens = 256;
+  std::vector<int32_t> eog;       // end-of-generation ids (always stops)
+};
+
+// A parsed request: the engine's part and the API's.
+struct ApiRequest {
+  Request engine;
+  bool chat = true;
+  bool stream = false;
+  bool include_usage = false;      // stream_options.include_usage
+  std::vector<std::string> stop;   // stop strings
+};
+
+// POST /v1/chat/completions and /v1/completions bodies. Throws ApiError.
+ApiRequest parse_chat(const json& body, const ApiContext& ctx);
+ApiRequest parse_completion(const json& body, const ApiContext& ctx);
+
+// Text from tokens as they come: the new text of each token once it is whole UTF-8 and can no
+// longer be the start of a stop string; stopped() when a stop string was found (the text ends
+// before it).
+class TextStream {
+ public:
+  TextStream(const Tokenizer& tok, std::vector<std::string> stop) : tok_(tok), stop_(std::move(stop)) {}
+  std::string push(int32_t token);  // the text that is final now
+  std::string finish();             // the rest, at the end of generation
+  bool stopped() const { return stopped_; }
+
+ private:
+  const Tokenizer& tok_;
+  std::vector<std::string> stop_;
+  std::vector<int32_t> ids_;
+  std::string text_;       // the whole decoded text so far (up to a stop string)
+  size_t sent_ = 0;        // bytes of text_ already returned
+  bool stopped_ = false;
+};
+
+// Response objects.
+std::string finish_reason(Finish f);  // "stop", "length" (or "cancelled"/"error")
+json usage(int prompt_tokens, int completion_tokens);
+json chat_response(const std::string& id, const std::string& model, int64_t created, const std::string& text,
+                   Finish f, int prompt_tokens, int completion_tokens);
+json completion_response(const std::string& id, const std::string& model, int64_t created, const std::string& text,
+                         Finish f, int prompt_tokens, int completion_tokens);
+// One streamed chunk: delta text (role on the first), or the finish reason with an empty delta.
+json chat_chunk(const std::string& id, const std::string& model, int64_t created, const std::string* text,
+                bool first, const Finish* f);
+json completion_chunk(const std::string& id, const std::string& model, int64_t created, const std::string& text,
+                      const Finish* f);
+
+}  // namespace lamina::server

@@ -1,0 +1,285 @@
+#include "server/http_server.h"
+
+#include "core/error.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+
+namespace lamina::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The engine's events for one request, handed from the engine's thread to the HTTP thread.
+struct Channel {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<TokenEvent> events;
+  void push(const TokenEvent& e) {
+    std::lock_guard lk(mu);
+    events.push_back(e);
+    cv.notify_one();
+  }
+  TokenEvent pop() {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return !events.empty(); });
+    TokenEvent e = std::move(events.front());
+    events.pop_front();
+    return e;
+  }
+};
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, error_body(e)); }
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+}  // namespace
+
+HttpServer::HttpServer(Session& session, Engine& engine, ApiContext ctx, ServerOptions o)
+    : session_(session), engine_(engine), ctx_(std::move(ctx)), opt_(std::move(o)), http_(std::make_unique<httplib::Server>()) {
+  const int threads = std::max(1, opt_.threads);
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  http_->set_payload_max_length(size_t(8) << 20);
+  routes();
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+int HttpServer::bind() {
+  const int port = opt_.port == 0 ? http_->bind_to_any_port(opt_.host) : (http_->bind_to_port(opt_.host, opt_.port) ? opt_.port : -1);
+  if (port <= 0) fail("serve: cannot listen on {}:{} (in use, or not an address of this machine)", opt_.host, opt_.port);
+  return port;
+}
+
+void HttpServer::serve() { http_->listen_after_bind(); }
+
+void HttpServer::stop() {
+  if (http_) http_->stop();
+}
+
+bool HttpServer::authorised(const httplib::Request& req, httplib::Response& res) const {
+  if (opt_.api_key.empty() || req.get_header_value("Authorization") == "Bearer " + opt_.api_key) return true;
+  send_error(res, ApiError(401, "invalid_request_error", "Incorrect API key provided", "", "invalid_api_key"));
+  return false;
+}
+
+void HttpServer::routes() {
+  http_->Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"status", "ok"}}); });
+  http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorised(req, res)) return;
+    send_json(res, 200,
+              {{"object", "list"},
+               {"data", json::array({{{"id", ctx_.model_id}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "lamina"}}})}});
+  });
+  http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, true); });
+  http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, false); });
+  http_->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorised(req, res)) return;
+    const json body = json::parse(req.body, nullptr, false);
+    if (!body.is_object() || !body.contains("content") || !body["content"].is_string())
+      return send_error(res, ApiError(400, "invalid_request_error", "'content' must be a string", "content"));
+    const bool special = body.value("add_special", false);
+    send_json(res, 200, {{"tokens", ctx_.tok->tokenize(body["content"].get<std::string>(), special, special)}});
+  });
+  http_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorised(req, res)) return;
+    const json body = json::parse(req.body, nullptr, false);
+    if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
+      return send_error(res, ApiError(400, "invalid_request_error", "'tokens' must be an array of ids", "tokens"));
+    std::vector<int32_t> ids;
+    for (const json& t : body["tokens"]) {
+      if (!t.is_number_integer() || !ctx_.tok->valid(t.get<int32_t>()))
+        return send_error(res, ApiError(400, "invalid_request_error", "token " + t.dump() + " is not in the vocabulary", "tokens"));
+      ids.push_back(t.get<int32_t>());
+    }
+    send_json(res, 200, {{"content", ctx_.tok->detokenize(ids)}});
+  });
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    const EngineStats s = engine_.stats();
+    std::string m;
+    auto put = [&](const char* name, const char* type, const char* help, double v) {
+      m += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, v);
+    };
+    put("lamina_requests_total", "counter", "Completion requests received", double(metrics_.requests));
+    put("lamina_request_errors_total", "counter", "Completion requests answered with an error", double(metrics_.errors));
+    put("lamina_requests_running", "gauge", "Completion requests in progress", double(metrics_.running));
+    put("lamina_prompt_tokens_total", "counter", "Prompt tokens of the requests", double(metrics_.prompt_tokens));
+    put("lamina_generated_tokens_total", "counter", "Tokens generated", double(s.generated));
+    put("lamina_prefix_cache_tokens_total", "counter", "Prompt tokens found in the prefix cache", double(s.cached_tokens));
+    put("lamina_engine_steps_total", "counter", "Forward passes of the engine", double(s.steps));
+    put("lamina_preemptions_total", "counter", "Sequences preempted for KV blocks", double(s.preemptions));
+    put("lamina_kv_blocks_used", "gauge", "KV cache blocks held by sequences", double(s.kv_used_blocks));
+    put("lamina_kv_blocks_total", "gauge", "KV cache blocks", double(s.kv_blocks));
+    res.set_content(m, "text/plain; version=0.0.4");
+  });
+  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;  // a route's own error
+    if (res.status == 404)
+      send_error(res, ApiError(404, "invalid_request_error", "Unknown route " + req.method + " " + req.path));
+    else if (res.status == 413)
+      send_error(res, ApiError(413, "invalid_request_error", "The request body is larger than 8 MiB"));
+  });
+  http_->set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    ++metrics_.errors;
+    send_error(res, ApiError(500, "server_error", what));
+  });
+}
+
+void HttpServer::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
+  if (!authorised(req, res)) return;
+  const auto t0 = Clock::now();
+  ++metrics_.requests;
+  const std::string kind = chat ? "chatcmpl" : "cmpl";
+  const std::string rid = fmt::format("{}-{}", kind, next_id_++);
+  auto log = [this, rid, t0](int status, int in, int out, double ttft) {
+    if (opt_.log)
+      fmt::print(stderr, "serve: {} status {} tokens in {} out {} ttft {:.1f} ms total {:.1f} ms\n", rid, status, in, out, ttft,
+                 ms_since(t0));
+  };
+  ApiRequest r;
+  try {
+    const json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded()) throw ApiError(400, "invalid_request_error", "The body is not valid JSON");
+    r = chat ? parse_chat(body, ctx_) : parse_completion(body, ctx_);
+  } catch (const ApiError& e) {
+    ++metrics_.errors;
+    send_error(res, e);
+    log(e.status, 0, 0, 0);
+    return;
+  }
+  const int n_prompt = int(r.engine.prompt.size());
+  metrics_.prompt_tokens += n_prompt;
+  auto ch = std::make_shared<Channel>();
+  int64_t id = 0;
+  try {
+    id = engine_.submit(r.engine, [ch](const TokenEvent& e) { ch->push(e); });
+  } catch (const Error& e) {
+    ++metrics_.errors;
+    send_error(res, ApiError(400, "invalid_request_error", e.what()));
+    log(400, n_prompt, 0, 0);
+    return;
+  }
+  ++metrics_.running;
+  const std::string model = ctx_.model_id;
+  const int64_t created = unix_now();
+  if (!r.stream) {
+    TextStream text(*ctx_.tok, r.stop);
+    std::string out;
+    int n = 0;
+    double ttft = 0;
+    Finish f = Finish::None;
+    std::string error;
+    for (;;) {
+      const TokenEvent e = ch->pop();
+      if (e.token >= 0) {
+        if (n++ == 0) ttft = ms_since(t0);
+        const bool was = text.stopped();
+        out += text.push(e.token);
+        if (!was && text.stopped()) engine_.cancel(id);
+      }
+      if (e.finish != Finish::None) {
+        f = text.stopped() ? Finish::Stop : e.finish;
+        error = e.error;
+        break;
+      }
+    }
+    --metrics_.running;
+    if (f == Finish::Error) {
+      ++metrics_.errors;
+      send_error(res, ApiError(500, "server_error", error));
+      return log(500, n_prompt, n, ttft);
+    }
+    out += text.finish();
+    send_json(res, 200, chat ? chat_response(rid, model, created, out, f, n_prompt, n)
+                             : completion_response(rid, model, created, out, f, n_prompt, n));
+    return log(200, n_prompt, n, ttft);
+  }
+  // Server-sent events: a chunk per piece of text, the finish reason, usage when asked, [DONE].
+  struct StreamState {
+    TextStream text;
+    bool first = true;
+    int n = 0;
+    double ttft = 0;
+  };
+  auto st = std::make_shared<StreamState>(StreamState{TextStream(*ctx_.tok, r.stop)});
+  const bool include_usage = r.include_usage;
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, ch, st, id, chat, rid, model, created, n_prompt, include_usage, log, t0](size_t, httplib::DataSink& sink) {
+        auto send = [&](const json& j) {
+          const std::string line = "data: " + j.dump() + "\n\n";
+          return sink.write(line.data(), line.size());
+        };
+        auto piece = [&](const std::string& t, const Finish* f) {
+          if (chat) {
+            const bool first = st->first;
+            st->first = false;
+            return send(chat_chunk(rid, model, created, f && t.empty() ? nullptr : &t, first, f));
+          }
+          return send(completion_chunk(rid, model, created, t, f));
+        };
+        for (;;) {
+          const TokenEvent e = ch->pop();
+          bool ok = true;
+          if (e.token >= 0) {
+            if (st->n++ == 0) st->ttft = ms_since(t0);
+            const bool was = st->text.stopped();
+            const std::string t = st->text.push(e.token);
+            if (!was && st->text.stopped()) engine_.cancel(id);
+            if (!t.empty()) ok = piece(t, nullptr);
+          }
+          if (!ok) {  // the client went away
+            engine_.cancel(id);
+            while (ch->pop().finish == Finish::None) {}
+            --metrics_.running;
+            log(499, n_prompt, st->n, 0);
+            return false;
+          }
+          if (e.finish == Finish::None) continue;
+          --metrics_.running;
+          if (e.finish == Finish::Error) {
+            ++metrics_.errors;
+            send(error_body(ApiError(500, "server_error", e.error)));
+          } else {
+            const Finish f = st->text.stopped() ? Finish::Stop : e.finish;
+            const std::string rest = st->text.finish();
+            if (!rest.empty()) piece(rest, nullptr);
+            piece("", &f);
+            if (include_usage) {
+              json u = chat ? chat_chunk(rid, model, created, nullptr, false, nullptr) : completion_chunk(rid, model, created, "", nullptr);
+              u["choices"] = json::array();
+              u["usage"] = usage(n_prompt, st->n);
+              send(u);
+            }
+          }
+          const std::string done = "data: [DONE]\n\n";
+          sink.write(done.data(), done.size());
+          sink.done();
+          log(200, n_prompt, st->n, st->ttft);
+          return true;
+        }
+      });
+}
+
+}  // namespace lamina::server

@@ -1,0 +1,187 @@
+// lamina serve's HTTP API in-process on the tiny generated model (CPU): the OpenAI shapes of
+// chat and text completions, whole and streamed (the streamed deltas add up to the whole
+// answer), usage counts, stop strings, tokenize/detokenize, the API key, errors as OpenAI error
+// objects with the server staying up, and concurrent requests.
+#include "golden_util.h"
+#include "server/http_server.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <thread>
+
+#include <unistd.h>
+
+using namespace lamina;
+using namespace lamina::server;
+using namespace lamina::test;
+
+namespace {
+
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    path_ = ::testing::TempDir() + "/lamina-server-tiny-" + std::to_string(getpid()) + ".gguf";
+    shell(std::string(LAMINA_CLI) + " gen-model --preset tiny --type q8_0 --vocab '" + kVocab + "' --seed 3 -o '" + path_ + "' 2>&1");
+    SessionOptions o;
+    o.model_path = path_;
+    o.device = "cpu";
+    o.n_ctx = 512;
+    o.n_threads = 2;
+    session_ = new Session(o);
+    engine_ = new Engine(*session_, EngineOptions{});
+    engine_->start();
+    ApiContext ctx;
+    ctx.tok = &session_->tokenizer();
+    ctx.tmpl = ChatTemplate::ChatML;
+    ctx.model_id = "tiny";
+    ctx.capacity_tokens = engine_->capacity_tokens();
+    ctx.default_max_tokens = 16;
+    ServerOptions so;
+    so.port = 0;
+    so.api_key = "sesame";
+    so.log = false;
+    http_ = new HttpServer(*session_, *engine_, ctx, so);
+    port_ = http_->bind();
+    thread_ = new std::thread([] { http_->serve(); });
+  }
+  static void TearDownTestSuite() {
+    http_->stop();
+    thread_->join();
+    delete thread_;
+    delete http_;
+    engine_->stop();
+    delete engine_;
+    delete session_;
+    std::filesystem::remove(path_);
+  }
+
+  static httplib::Client client() {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_bearer_token_auth("sesame");
+    c.set_read_timeout(120, 0);
+    return c;
+  }
+  static json post(const std::string& route, const json& body, int want_status = 200) {
+    auto c = client();
+    const auto r = c.Post(route.c_str(), body.dump(), "application/json");
+    EXPECT_TRUE(r) << route;
+    if (!r) return {};
+    EXPECT_EQ(r->status, want_status) << route << ": " << r->body;
+    return json::parse(r->body, nullptr, false);
+  }
+  static json chat(const std::string& question, int max_tokens, json extra = json::object()) {
+    json body = {{"messages", json::array({{{"role", "user"}, {"content", question}}})}, {"max_tokens", max_tokens}, {"temperature", 0}};
+    body.update(extra);
+    return body;
+  }
+  // The data lines of an event stream, parsed ("[DONE]" kept as a string).
+  static std::vector<json> events(const std::string& body) {
+    std::vector<json> out;
+    size_t i = 0;
+    while ((i = body.find("data: ", i)) != std::string::npos) {
+      const size_t end = body.find("\n\n", i);
+      const std::string d = body.substr(i + 6, end - i - 6);
+      out.push_back(d == "[DONE]" ? json("[DONE]") : json::parse(d));
+      i = end;
+    }
+    return out;
+  }
+
+  static inline std::string path_;
+  static inline Session* session_ = nullptr;
+  static inline Engine* engine_ = nullptr;
+  static inline HttpServer* http_ = nullptr;
+  static inline std::thread* thread_ = nullptr;
+  static inline int port_ = 0;
+};
+
+TEST_F(ServerTest, ChatCompletionWholeAndStreamed) {
+  const json whole = post("/v1/chat/completions", chat("Hello there", 12));
+  ASSERT_TRUE(whole.is_object());
+  EXPECT_EQ(whole["object"], "chat.completion");
+  EXPECT_EQ(whole["model"], "tiny");
+  const json& choice = whole["choices"][0];
+  EXPECT_EQ(choice["message"]["role"], "assistant");
+  ASSERT_TRUE(choice["message"]["content"].is_string());
+  const std::string prompt = apply_chat_template(ChatTemplate::ChatML, {{"user", "Hello there"}}, true);
+  EXPECT_EQ(whole["usage"]["prompt_tokens"], session_->tokenizer().tokenize(prompt, true, true).size());
+  const int n = whole["usage"]["completion_tokens"];
+  EXPECT_TRUE((choice["finish_reason"] == "length" && n == 12) || (choice["finish_reason"] == "stop" && n <= 12)) << whole.dump();
+  EXPECT_EQ(whole["usage"]["total_tokens"], whole["usage"]["prompt_tokens"].get<int>() + n);
+
+  auto c = client();
+  const auto r = c.Post("/v1/chat/completions", chat("Hello there", 12, {{"stream", true}, {"stream_options", {{"include_usage", true}}}}).dump(),
+                        "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+  const std::vector<json> ev = events(r->body);
+  ASSERT_GE(ev.size(), 3u);
+  EXPECT_EQ(ev.back(), "[DONE]");
+  std::string text;
+  for (size_t i = 0; i + 2 < ev.size(); ++i) {
+    EXPECT_EQ(ev[i]["object"], "chat.completion.chunk");
+    if (i == 0) { EXPECT_EQ(ev[i]["choices"][0]["delta"]["role"], "assistant"); }
+    if (ev[i]["choices"][0]["delta"].contains("content")) text += ev[i]["choices"][0]["delta"]["content"].get<std::string>();
+  }
+  EXPECT_EQ(text, choice["message"]["content"].get<std::string>());  // greedy: the same answer
+  EXPECT_EQ(ev[ev.size() - 3]["choices"][0]["finish_reason"], choice["finish_reason"]);
+  EXPECT_EQ(ev[ev.size() - 2]["usage"], whole["usage"]);
+}
+
+TEST_F(ServerTest, TextCompletionAndStopStrings) {
+  const json whole = post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 10}, {"temperature", 0}});
+  EXPECT_EQ(whole["object"], "text_completion");
+  const std::string text = whole["choices"][0]["text"];
+  if (text.size() > 4) {  // a stop string from the middle of the answer ends it just before
+    const std::string stop = text.substr(text.size() / 2, 2);
+    const json cut = post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 10}, {"temperature", 0}, {"stop", stop}});
+    EXPECT_EQ(cut["choices"][0]["text"], text.substr(0, text.find(stop)));
+    EXPECT_EQ(cut["choices"][0]["finish_reason"], "stop");
+  }
+  const json toks = post("/tokenize", {{"content", "Once upon a time"}});
+  ASSERT_TRUE(toks["tokens"].is_array());
+  EXPECT_EQ(post("/detokenize", {{"tokens", toks["tokens"]}})["content"], "Once upon a time");
+}
+
+TEST_F(ServerTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
+  auto c = client();
+  auto expect_error = [&](const httplib::Result& r, int status, const std::string& param) {
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, status) << r->body;
+    const json e = json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(e.contains("error")) << r->body;
+    EXPECT_TRUE(e["error"]["message"].is_string());
+    if (!param.empty()) { EXPECT_EQ(e["error"]["param"], param) << r->body; }
+  };
+  expect_error(c.Post("/v1/chat/completions", "{not json", "application/json"), 400, "");
+  expect_error(c.Post("/v1/chat/completions", json{{"max_tokens", 3}}.dump(), "application/json"), 400, "messages");
+  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"temperature", "hot"}}).dump(), "application/json"), 400, "temperature");
+  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"model", "gpt-4"}}).dump(), "application/json"), 404, "model");
+  expect_error(c.Post("/v1/chat/completions", chat(std::string(4000, 'a'), 3).dump(), "application/json"), 400, "messages");
+  expect_error(c.Post("/v1/completions", json{{"prompt", 5}}.dump(), "application/json"), 400, "prompt");
+  expect_error(c.Get("/v1/nothing"), 404, "");
+  httplib::Client anon("127.0.0.1", port_);
+  expect_error(anon.Get("/v1/models"), 401, "");
+  const auto h = anon.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  const auto m = c.Get("/v1/models");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(json::parse(m->body)["data"][0]["id"], "tiny");
+  const auto metrics = anon.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("lamina_kv_blocks_total 32"), std::string::npos) << metrics->body;
+}
+
+TEST_F(ServerTest, ConcurrentRequestsGetWhatEachGetsAlone) {
+  const json alone = post("/v1/chat/completions", chat("Tell me a story", 10));
+  std::vector<json> got(8);
+  std::vector<std::thread> th;
+  for (size_t i = 0; i < got.size(); ++i) th.emplace_back([&, i] { got[i] = post("/v1/chat/completions", chat("Tell me a story", 10)); });
+  for (auto& t : th) t.join();
+  for (const json& g : got) EXPECT_EQ(g["choices"][0]["message"]["content"], alone["choices"][0]["message"]["content"]);
+}
+
+}  // namespace

@@ -1,0 +1,73 @@
+// lamina serve: the OpenAI-compatible HTTP server (src/server) on the batching engine. Loads the
+// model, starts the engine's thread, binds, prints the address on stderr and serves until
+// SIGINT/SIGTERM.
+#include "cli_checks.h"
+#include "commands.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "server/http_server.h"
+#include "session_args.h"
+
+#include <fmt/format.h>
+
+#include <csignal>
+#include <filesystem>
+
+namespace lamina::cli {
+namespace {
+
+struct ServeArgs {
+  SessionArgs s;
+  server::ServerOptions http;
+  std::string tmpl;
+  int parallel = 64, max_tokens = 256;
+};
+
+server::HttpServer* g_server = nullptr;
+extern "C" void on_signal(int) {
+  if (g_server) g_server->stop();
+}
+
+void run_serve(const ServeArgs& a) {
+  Session sess(a.s.resolve());
+  EngineOptions eo;
+  eo.schedule.max_running = a.parallel;
+  Engine engine(sess, eo);
+  server::ApiContext ctx;
+  ctx.tok = &sess.tokenizer();
+  ctx.tmpl = pick_chat_template(a.tmpl, sess);
+  ctx.model_id = std::filesystem::path(sess.file().path()).stem().string();  // as the file is named
+  ctx.capacity_tokens = std::min(engine.capacity_tokens(), int(sess.config().n_ctx_train));
+  ctx.default_max_tokens = a.max_tokens;
+  for (int32_t t = 0; t < int32_t(ctx.tok->n_vocab()); ++t)
+    if (ctx.tok->is_eog(t)) ctx.eog.push_back(t);
+  engine.start();
+  server::HttpServer http(sess, engine, ctx, a.http);
+  const int port = http.bind();
+  g_server = &http;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  fmt::print(stderr, "lamina serve: {} on http://{}:{} ({} template, {} KV positions, up to {} sequences)\n", ctx.model_id,
+             a.http.host, port, chat_template_name(ctx.tmpl), engine.capacity_tokens(), a.parallel);
+  http.serve();
+  g_server = nullptr;
+  engine.stop();
+}
+
+}  // namespace
+
+Run add_serve(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server on the batching engine");
+  add_session_options(sub, a->s);
+  sub->add_option("--host", a->http.host, "Address to listen on");
+  sub->add_option("--port", a->http.port, "Port (0: any free one)")->check(whole_in(0, 65535));
+  sub->add_option("--parallel", a->parallel, "Sequences generated at once")->check(whole_in(1, 4096));
+  sub->add_option("--api-key", a->http.api_key, "Require 'Authorization: Bearer KEY'");
+  sub->add_option("--template,--chat-template", a->tmpl, "Chat template: " + chat_template_names());
+  sub->add_option("--max-tokens", a->max_tokens, "Tokens generated when a request gives no max_tokens")->check(whole_in(1, 1 << 20));
+  sub->add_option("--http-threads", a->http.threads, "HTTP worker threads")->check(whole_in(1, 1024));
+  return [a] { run_serve(*a); };
+}
+
+}  // namespace lamina::cli
