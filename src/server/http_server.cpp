@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include "core/error.h"
+#include "server/chat_page.h"
 
 #include <fmt/format.h>
 
@@ -78,6 +79,7 @@ bool HttpServer::authorised(const httplib::Request& req, httplib::Response& res)
 }
 
 void HttpServer::routes() {
+  http_->Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(chat_page_html(), "text/html; charset=utf-8"); });
   http_->Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"status", "ok"}}); });
   http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
     if (!authorised(req, res)) return;
