@@ -41,9 +41,17 @@ class ServerTest : public ::testing::Test {
     so.port = 0;
     so.api_key = "sesame";
     so.log = false;
-    http_ = new HttpServer(*session_, *engine_, ctx, so);
+    http_ = new HttpServer(so);
     port_ = http_->bind();
     thread_ = new std::thread([] { http_->serve(); });
+    http_->wait_listening();
+    // Listening before the model is attached: 503 and "loading".
+    httplib::Client c("127.0.0.1", port_);
+    const auto h = c.Get("/health");
+    loading_status_ = h ? h->status : -1;
+    const auto m = c.Post("/v1/completions", "{}", "application/json");
+    loading_completion_ = m ? m->status : -1;
+    http_->attach(*engine_, ctx);
   }
   static void TearDownTestSuite() {
     http_->stop();
@@ -94,7 +102,13 @@ class ServerTest : public ::testing::Test {
   static inline HttpServer* http_ = nullptr;
   static inline std::thread* thread_ = nullptr;
   static inline int port_ = 0;
+  static inline int loading_status_ = 0, loading_completion_ = 0;
 };
+
+TEST_F(ServerTest, UnavailableWhileLoading) {
+  EXPECT_EQ(loading_status_, 503);
+  EXPECT_EQ(loading_completion_, 503);
+}
 
 TEST_F(ServerTest, ChatCompletionWholeAndStreamed) {
   const json whole = post("/v1/chat/completions", chat("Hello there", 12));

@@ -10,7 +10,10 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+#include <chrono>
 #include <csignal>
+#include <thread>
 #include <filesystem>
 
 namespace lamina::cli {
@@ -23,12 +26,27 @@ struct ServeArgs {
   int parallel = 64, max_tokens = 256;
 };
 
-server::HttpServer* g_server = nullptr;
-extern "C" void on_signal(int) {
-  if (g_server) g_server->stop();
-}
+std::atomic<bool> stopping_{false};
+extern "C" void on_signal(int) { stopping_.store(true); }
 
 void run_serve(const ServeArgs& a) {
+  // Listen first: while the model loads, /health answers 503 {"status": "loading"}.
+  server::HttpServer http(a.http);
+  const int port = http.bind();
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::thread listener([&] { http.serve(); });
+  http.wait_listening();
+  struct Join {  // the listener ends with the server, whatever happens while loading
+    server::HttpServer& h;
+    std::thread& t;
+    void operator()() {
+      h.stop();
+      if (t.joinable()) t.join();
+    }
+    ~Join() { (*this)(); }
+  } join{http, listener};
+  fmt::print(stderr, "lamina serve: listening on http://{}:{}, loading {}\n", a.http.host, port, a.s.opt.model_path);
   Session sess(a.s.resolve());
   EngineOptions eo;
   eo.schedule.max_running = a.parallel;
@@ -42,15 +60,13 @@ void run_serve(const ServeArgs& a) {
   for (int32_t t = 0; t < int32_t(ctx.tok->n_vocab()); ++t)
     if (ctx.tok->is_eog(t)) ctx.eog.push_back(t);
   engine.start();
-  server::HttpServer http(sess, engine, ctx, a.http);
-  const int port = http.bind();
-  g_server = &http;
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
-  fmt::print(stderr, "lamina serve: {} on http://{}:{} ({} template, {} KV positions, up to {} sequences)\n", ctx.model_id,
+  http.attach(engine, ctx);
+  fmt::print(stderr, "lamina serve: {} ready on http://{}:{} ({} template, {} KV positions, up to {} sequences)\n", ctx.model_id,
              a.http.host, port, chat_template_name(ctx.tmpl), engine.capacity_tokens(), a.parallel);
-  http.serve();
-  g_server = nullptr;
+  // Serve until SIGINT/SIGTERM; then stop listening and let the requests in flight finish (the
+  // engine still runs them) before the engine stops.
+  while (!stopping_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  join();
   engine.stop();
 }
 

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <deque>
 #include <mutex>
+#include <thread>
 
 namespace lamina::server {
 namespace {
@@ -50,8 +51,7 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 
 }  // namespace
 
-HttpServer::HttpServer(Session& session, Engine& engine, ApiContext ctx, ServerOptions o)
-    : session_(session), engine_(engine), ctx_(std::move(ctx)), opt_(std::move(o)), http_(std::make_unique<httplib::Server>()) {
+HttpServer::HttpServer(ServerOptions o) : opt_(std::move(o)), http_(std::make_unique<httplib::Server>()) {
   const int threads = std::max(1, opt_.threads);
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   http_->set_payload_max_length(size_t(8) << 20);
@@ -60,6 +60,18 @@ HttpServer::HttpServer(Session& session, Engine& engine, ApiContext ctx, ServerO
 
 HttpServer::~HttpServer() { stop(); }
 
+void HttpServer::attach(Engine& engine, ApiContext ctx) {
+  engine_ = &engine;
+  ctx_ = std::move(ctx);
+  ready_.store(true, std::memory_order_release);
+}
+
+bool HttpServer::ready(httplib::Response& res) const {
+  if (ready_.load(std::memory_order_acquire)) return true;
+  send_error(res, ApiError(503, "unavailable_error", "The model is loading; try again shortly"));
+  return false;
+}
+
 int HttpServer::bind() {
   const int port = opt_.port == 0 ? http_->bind_to_any_port(opt_.host) : (http_->bind_to_port(opt_.host, opt_.port) ? opt_.port : -1);
   if (port <= 0) fail("serve: cannot listen on {}:{} (in use, or not an address of this machine)", opt_.host, opt_.port);
@@ -67,6 +79,10 @@ int HttpServer::bind() {
 }
 
 void HttpServer::serve() { http_->listen_after_bind(); }
+
+void HttpServer::wait_listening() const {
+  while (!http_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
 
 void HttpServer::stop() {
   if (http_) http_->stop();
@@ -80,9 +96,12 @@ bool HttpServer::authorised(const httplib::Request& req, httplib::Response& res)
 
 void HttpServer::routes() {
   http_->Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content(chat_page_html(), "text/html; charset=utf-8"); });
-  http_->Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, {{"status", "ok"}}); });
+  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const bool up = ready_.load(std::memory_order_acquire);
+    send_json(res, up ? 200 : 503, {{"status", up ? "ok" : "loading"}});
+  });
   http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!authorised(req, res)) return;
+    if (!ready(res) || !authorised(req, res)) return;
     send_json(res, 200,
               {{"object", "list"},
                {"data", json::array({{{"id", ctx_.model_id}, {"object", "model"}, {"created", unix_now()}, {"owned_by", "lamina"}}})}});
@@ -90,7 +109,7 @@ void HttpServer::routes() {
   http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, true); });
   http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completion(req, res, false); });
   http_->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!authorised(req, res)) return;
+    if (!ready(res) || !authorised(req, res)) return;
     const json body = json::parse(req.body, nullptr, false);
     if (!body.is_object() || !body.contains("content") || !body["content"].is_string())
       return send_error(res, ApiError(400, "invalid_request_error", "'content' must be a string", "content"));
@@ -98,7 +117,7 @@ void HttpServer::routes() {
     send_json(res, 200, {{"tokens", ctx_.tok->tokenize(body["content"].get<std::string>(), special, special)}});
   });
   http_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!authorised(req, res)) return;
+    if (!ready(res) || !authorised(req, res)) return;
     const json body = json::parse(req.body, nullptr, false);
     if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
       return send_error(res, ApiError(400, "invalid_request_error", "'tokens' must be an array of ids", "tokens"));
@@ -111,7 +130,8 @@ void HttpServer::routes() {
     send_json(res, 200, {{"content", ctx_.tok->detokenize(ids)}});
   });
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    const EngineStats s = engine_.stats();
+    if (!ready(res)) return;
+    const EngineStats s = engine_->stats();
     std::string m;
     auto put = [&](const char* name, const char* type, const char* help, double v) {
       m += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, v);
@@ -149,7 +169,7 @@ void HttpServer::routes() {
 }
 
 void HttpServer::completion(const httplib::Request& req, httplib::Response& res, bool chat) {
-  if (!authorised(req, res)) return;
+  if (!ready(res) || !authorised(req, res)) return;
   const auto t0 = Clock::now();
   ++metrics_.requests;
   const std::string kind = chat ? "chatcmpl" : "cmpl";
@@ -175,7 +195,7 @@ void HttpServer::completion(const httplib::Request& req, httplib::Response& res,
   auto ch = std::make_shared<Channel>();
   int64_t id = 0;
   try {
-    id = engine_.submit(r.engine, [ch](const TokenEvent& e) { ch->push(e); });
+    id = engine_->submit(r.engine, [ch](const TokenEvent& e) { ch->push(e); });
   } catch (const Error& e) {
     ++metrics_.errors;
     send_error(res, ApiError(400, "invalid_request_error", e.what()));
@@ -198,7 +218,7 @@ void HttpServer::completion(const httplib::Request& req, httplib::Response& res,
         if (n++ == 0) ttft = ms_since(t0);
         const bool was = text.stopped();
         out += text.push(e.token);
-        if (!was && text.stopped()) engine_.cancel(id);
+        if (!was && text.stopped()) engine_->cancel(id);
       }
       if (e.finish != Finish::None) {
         f = text.stopped() ? Finish::Stop : e.finish;
@@ -248,11 +268,11 @@ void HttpServer::completion(const httplib::Request& req, httplib::Response& res,
             if (st->n++ == 0) st->ttft = ms_since(t0);
             const bool was = st->text.stopped();
             const std::string t = st->text.push(e.token);
-            if (!was && st->text.stopped()) engine_.cancel(id);
+            if (!was && st->text.stopped()) engine_->cancel(id);
             if (!t.empty()) ok = piece(t, nullptr);
           }
           if (!ok) {  // the client went away
-            engine_.cancel(id);
+            engine_->cancel(id);
             while (ch->pop().finish == Finish::None) {}
             --metrics_.running;
             log(499, n_prompt, st->n, 0);

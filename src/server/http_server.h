@@ -1,7 +1,8 @@
 // lamina serve's HTTP side (issue #31): the OpenAI-compatible routes over the batching engine,
 // on cpp-httplib. Each request becomes an engine request; its tokens come back through a
 // per-request channel to the HTTP thread, which writes them whole (JSON) or as server-sent
-// events. A client that goes away cancels its request. One log line per request on stderr.
+// events. A client that goes away cancels its request. One log line per request on stderr. The
+// server listens before the model is loaded, and says so (503) until attach().
 #pragma once
 
 #include "engine/engine.h"
@@ -25,13 +26,19 @@ struct ServerOptions {
 
 class HttpServer {
  public:
-  // The engine must be started (its own thread drives it).
-  HttpServer(Session& session, Engine& engine, ApiContext ctx, ServerOptions o);
+  explicit HttpServer(ServerOptions o);
   ~HttpServer();
+  // The model is loaded: requests go to the engine from here on (until then every route but the
+  // page answers 503, /health with {"status": "loading"}). The engine must be started (its own
+  // thread drives it) and outlive the server.
+  void attach(Engine& engine, ApiContext ctx);
   // Binds the socket; returns the port. Throws lamina::Error when it cannot.
   int bind();
   // Serves until stop() (blocks).
   void serve();
+  // Waits until serve() (on another thread) is accepting connections, so that a stop() after it
+  // cannot come too early to end it.
+  void wait_listening() const;
   void stop();
 
  private:
@@ -39,11 +46,12 @@ class HttpServer {
     std::atomic<int64_t> requests{0}, errors{0}, prompt_tokens{0}, generated{0}, running{0};
   };
   void routes();
+  bool ready(httplib::Response& res) const;  // else a 503 error object
   bool authorised(const httplib::Request& req, httplib::Response& res) const;
   void completion(const httplib::Request& req, httplib::Response& res, bool chat);
 
-  Session& session_;
-  Engine& engine_;
+  std::atomic<bool> ready_{false};
+  Engine* engine_ = nullptr;  // set once by attach(), before ready_
   ApiContext ctx_;
   ServerOptions opt_;
   std::unique_ptr<httplib::Server> http_;
