@@ -21,10 +21,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # Python packages from PyPI in a virtual environment of our own (Debian's Python is externally
-# managed): Selenium drives Chromium in the chat page's browser test.
+# managed): Selenium drives Chromium in the chat page's browser test; the official openai client
+# talks to lamina serve in the client test.
 VENV="${LAMINA_VENV:-$HOME/.cache/lamina/venv}"
-if ! "$VENV/bin/python" -c "import selenium" 2>/dev/null; then
-  echo "deps: installing selenium into $VENV" >&2
+if ! "$VENV/bin/python" -c "import selenium, openai" 2>/dev/null; then
+  echo "deps: installing selenium and openai into $VENV" >&2
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check "selenium>=4.10,<5"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "selenium>=4.10,<5" "openai>=1.30,<3"
 fi

@@ -23,13 +23,18 @@ struct ServeArgs {
   SessionArgs s;
   server::ServerOptions http;
   std::string tmpl;
-  int parallel = 64, max_tokens = 256;
+  int parallel = 64, max_tokens = 256, queue = 0;
 };
 
 std::atomic<bool> stopping_{false};
 extern "C" void on_signal(int) { stopping_.store(true); }
 
-void run_serve(const ServeArgs& a) {
+void run_serve(const ServeArgs& args) {
+  ServeArgs a = args;
+  // Requests in flight: those generating plus as many waiting; a worker thread for each, and a
+  // few for the quick routes (health, metrics, tokenize) beside them.
+  a.http.max_requests = a.queue > 0 ? a.queue : 2 * a.parallel;
+  a.http.threads = a.http.max_requests + 8;
   // Listen first: while the model loads, /health answers 503 {"status": "loading"}.
   server::HttpServer http(a.http);
   const int port = http.bind();
@@ -82,7 +87,8 @@ Run add_serve(CLI::App& app) {
   sub->add_option("--api-key", a->http.api_key, "Require 'Authorization: Bearer KEY'");
   sub->add_option("--template,--chat-template", a->tmpl, "Chat template: " + chat_template_names());
   sub->add_option("--max-tokens", a->max_tokens, "Tokens generated when a request gives no max_tokens")->check(whole_in(1, 1 << 20));
-  sub->add_option("--http-threads", a->http.threads, "HTTP worker threads")->check(whole_in(1, 1024));
+  sub->add_option("--max-requests", a->queue, "Completions in flight before 429 (default: twice --parallel)")
+      ->check(whole_in(1, 16384));
   return [a] { run_serve(*a); };
 }
 

@@ -92,7 +92,11 @@ void Engine::end(int64_t id, int32_t token, Finish f, const std::string& error) 
 bool Engine::step() {
   admit_pending();
   const Step st = sched_.next_step();
-  if (st.seqs.empty()) return false;
+  if (st.seqs.empty()) {  // cancellations may still have freed blocks
+    std::lock_guard lk(mu_);
+    stats_.kv_used_blocks = kv_.used_blocks();
+    return false;
+  }
   // The pass: each sequence's rows in turn, with its blocks; the logits of the rows that sample.
   std::vector<int32_t> tokens, pos, row_seq, pick;
   KvLayout layout;

@@ -55,6 +55,10 @@ void common(const json& body, const ApiContext& ctx, ApiRequest& r) {
     r.stop.erase(std::remove(r.stop.begin(), r.stop.end(), std::string()), r.stop.end());
   }
   r.engine.stop = ctx.eog;
+  if (body.contains("ignore_eos") && !body["ignore_eos"].is_null()) {  // llama-server's extension (benchmarks)
+    if (!body["ignore_eos"].is_boolean()) throw bad("'ignore_eos' must be a boolean", "ignore_eos");
+    if (body["ignore_eos"].get<bool>()) r.engine.stop.clear();
+  }
 }
 
 void check_length(const ApiContext& ctx, ApiRequest& r) {

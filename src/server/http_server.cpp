@@ -191,6 +191,14 @@ void HttpServer::completion(const httplib::Request& req, httplib::Response& res,
     return;
   }
   const int n_prompt = int(r.engine.prompt.size());
+  if (metrics_.running.load() >= opt_.max_requests) {
+    ++metrics_.errors;
+    res.set_header("Retry-After", "1");
+    send_error(res, ApiError(429, "rate_limit_error",
+                             fmt::format("{} requests are in progress, the most this server takes; retry shortly", opt_.max_requests)));
+    log(429, n_prompt, 0, 0);
+    return;
+  }
   metrics_.prompt_tokens += n_prompt;
   auto ch = std::make_shared<Channel>();
   int64_t id = 0;

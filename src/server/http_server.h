@@ -20,7 +20,10 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;           // 0: any free port (bind() returns it)
   std::string api_key;       // when set: "Authorization: Bearer <key>" on every /v1 route
-  int threads = 16;          // HTTP worker threads
+  // HTTP worker threads: a request holds one while it runs (a stream until its last token), so
+  // there must be more than max_requests of them.
+  int threads = 80;
+  int max_requests = 64;     // completions in flight; beyond that 429 with Retry-After
   bool log = true;
 };
 
