@@ -6,20 +6,15 @@ API gives the same conversation whole (same default sampling and seed). Exit 77 
 never passed) when Chromium, its driver or Selenium is missing."""
 import json, os, re, subprocess, sys, tempfile, time, urllib.request
 
-VENV = os.environ.get("LAMINA_VENV", os.path.expanduser("~/.cache/lamina/venv"))
-try:
-    import selenium  # noqa: F401
-except ImportError:
-    py = os.path.join(VENV, "bin", "python")
-    if os.path.exists(py) and os.path.realpath(sys.prefix) != os.path.realpath(VENV):
-        os.execv(py, [py] + sys.argv)
-    print("chat page test: selenium not installed (scripts/deps.sh)", file=sys.stderr)
-    sys.exit(77)
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
-from selenium.webdriver.common.by import By
-from selenium.webdriver.common.keys import Keys
-from selenium.webdriver.support.ui import WebDriverWait
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "py"))
+from lamina_venv import require  # noqa: E402
+
+require("selenium")
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 cli, vocab = sys.argv[1], sys.argv[2]
 for exe in ("/usr/bin/chromium", "/usr/bin/chromedriver"):

@@ -7,15 +7,11 @@ a disconnect storm, after which no request runs and no KV block is held; SIGTERM
 Exit 77 (ctest: skipped, never passed) when the model or the openai package is missing."""
 import http.client, json, os, re, subprocess, sys, threading, time, urllib.request
 
-VENV = os.environ.get("LAMINA_VENV", os.path.expanduser("~/.cache/lamina/venv"))
-try:
-    import openai
-except ImportError:
-    py = os.path.join(VENV, "bin", "python")
-    if os.path.exists(py) and os.path.realpath(sys.prefix) != os.path.realpath(VENV):
-        os.execv(py, [py] + sys.argv)
-    print("client test: the openai package is not installed (scripts/deps.sh)", file=sys.stderr)
-    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "py"))
+from lamina_venv import require  # noqa: E402
+
+require("openai")
+import openai  # noqa: E402
 
 cli = sys.argv[1]
 model = os.environ.get("LAMINA_MODEL", os.path.expanduser("~/.cache/lamina/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
