@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -187,6 +188,13 @@ TEST_F(ServerTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
   const auto metrics = anon.Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_NE(metrics->body.find("lamina_kv_blocks_total 32"), std::string::npos) << metrics->body;
+  // the earlier tests' completions are in the latency histograms
+  for (const char* name : {"lamina_time_to_first_token_ms_count ", "lamina_inter_token_latency_ms_count "}) {
+    const size_t at = metrics->body.find(name);
+    ASSERT_NE(at, std::string::npos) << metrics->body;
+    EXPECT_GT(std::stod(metrics->body.substr(at + std::strlen(name))), 0) << name;
+  }
+  EXPECT_NE(metrics->body.find("lamina_sequences_waiting 0"), std::string::npos) << metrics->body;
 }
 
 TEST_F(ServerTest, ConcurrentRequestsGetWhatEachGetsAlone) {

@@ -95,6 +95,7 @@ bool Engine::step() {
   if (st.seqs.empty()) {  // cancellations may still have freed blocks
     std::lock_guard lk(mu_);
     stats_.kv_used_blocks = kv_.used_blocks();
+    stats_.running = int(sched_.running()), stats_.waiting = int(sched_.waiting());
     return false;
   }
   // The pass: each sequence's rows in turn, with its blocks; the logits of the rows that sample.
@@ -151,6 +152,7 @@ bool Engine::step() {
     stats_.cached_tokens = kv_.reused_tokens();
     stats_.kv_used_blocks = kv_.used_blocks();
     stats_.kv_blocks = kv_.n_blocks();
+    stats_.running = int(sched_.running()), stats_.waiting = int(sched_.waiting());
   }
   size_t e = 0;
   for (const auto& [id, t] : sampled) {

@@ -61,6 +61,7 @@ struct EngineStats {
   int64_t cached_tokens = 0;            // of those, found in the prefix cache (not computed)
   int64_t generated = 0, preemptions = 0;
   int kv_used_blocks = 0, kv_blocks = 0;  // after the last step
+  int running = 0, waiting = 0;           // sequences, after the last step
 };
 
 class Engine {

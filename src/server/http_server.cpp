@@ -51,6 +51,22 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 
 }  // namespace
 
+void HttpServer::Histogram::add(double ms) {
+  std::lock_guard lk(mu_);
+  for (size_t i = 0; i < std::size(kBounds); ++i)
+    if (ms <= kBounds[i]) ++counts_[i];
+  ++count_;
+  sum_ += ms;
+}
+
+std::string HttpServer::Histogram::text(const char* name, const char* help) const {
+  std::lock_guard lk(mu_);
+  std::string t = fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  for (size_t i = 0; i < std::size(kBounds); ++i) t += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, kBounds[i], counts_[i]);
+  t += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, count_, name, sum_, name, count_);
+  return t;
+}
+
 HttpServer::HttpServer(ServerOptions o) : opt_(std::move(o)), http_(std::make_unique<httplib::Server>()) {
   const int threads = std::max(1, opt_.threads);
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
@@ -146,6 +162,12 @@ void HttpServer::routes() {
     put("lamina_preemptions_total", "counter", "Sequences preempted for KV blocks", double(s.preemptions));
     put("lamina_kv_blocks_used", "gauge", "KV cache blocks held by sequences", double(s.kv_used_blocks));
     put("lamina_kv_blocks_total", "gauge", "KV cache blocks", double(s.kv_blocks));
+    put("lamina_sequences_running", "gauge", "Sequences the engine generates for", double(s.running));
+    put("lamina_sequences_waiting", "gauge", "Sequences waiting for KV blocks or a slot", double(s.waiting));
+    put("lamina_prefix_cache_hit_ratio", "gauge", "Prompt tokens found in the prefix cache, of all admitted",
+        s.prompt_tokens ? double(s.cached_tokens) / double(s.prompt_tokens) : 0.0);
+    m += metrics_.ttft.text("lamina_time_to_first_token_ms", "Time to first token of completion requests, milliseconds");
+    m += metrics_.itl.text("lamina_inter_token_latency_ms", "Time between a request's consecutive tokens, milliseconds");
     res.set_content(m, "text/plain; version=0.0.4");
   });
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -220,10 +242,17 @@ void HttpServer::completion(const httplib::Request& req, httplib::Response& res,
     double ttft = 0;
     Finish f = Finish::None;
     std::string error;
+    auto last = t0;
     for (;;) {
       const TokenEvent e = ch->pop();
       if (e.token >= 0) {
-        if (n++ == 0) ttft = ms_since(t0);
+        if (n++ == 0) {
+          ttft = ms_since(t0);
+          metrics_.ttft.add(ttft);
+        } else {
+          metrics_.itl.add(ms_since(last));
+        }
+        last = Clock::now();
         const bool was = text.stopped();
         out += text.push(e.token);
         if (!was && text.stopped()) engine_->cancel(id);
@@ -251,8 +280,9 @@ void HttpServer::completion(const httplib::Request& req, httplib::Response& res,
     bool first = true;
     int n = 0;
     double ttft = 0;
+    Clock::time_point last;
   };
-  auto st = std::make_shared<StreamState>(StreamState{TextStream(*ctx_.tok, r.stop)});
+  auto st = std::make_shared<StreamState>(StreamState{TextStream(*ctx_.tok, r.stop), true, 0, 0, Clock::time_point{}});
   const bool include_usage = r.include_usage;
   res.set_chunked_content_provider(
       "text/event-stream",
@@ -273,7 +303,13 @@ void HttpServer::completion(const httplib::Request& req, httplib::Response& res,
           const TokenEvent e = ch->pop();
           bool ok = true;
           if (e.token >= 0) {
-            if (st->n++ == 0) st->ttft = ms_since(t0);
+            if (st->n++ == 0) {
+              st->ttft = ms_since(t0);
+              metrics_.ttft.add(st->ttft);
+            } else {
+              metrics_.itl.add(ms_since(st->last));
+            }
+            st->last = Clock::now();
             const bool was = st->text.stopped();
             const std::string t = st->text.push(e.token);
             if (!was && st->text.stopped()) engine_->cancel(id);

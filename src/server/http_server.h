@@ -11,6 +11,8 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <iterator>
+#include <mutex>
 #include <memory>
 #include <string>
 
@@ -45,8 +47,22 @@ class HttpServer {
   void stop();
 
  private:
+  // A Prometheus histogram of milliseconds (fixed buckets), filled from the HTTP threads.
+  class Histogram {
+   public:
+    void add(double ms);
+    std::string text(const char* name, const char* help) const;
+
+   private:
+    static constexpr double kBounds[] = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000};
+    mutable std::mutex mu_;
+    int64_t counts_[std::size(kBounds)] = {};
+    int64_t count_ = 0;
+    double sum_ = 0;
+  };
   struct Metrics {
     std::atomic<int64_t> requests{0}, errors{0}, prompt_tokens{0}, generated{0}, running{0};
+    Histogram ttft, itl;  // time to first token; between a request's tokens
   };
   void routes();
   bool ready(httplib::Response& res) const;  // else a 503 error object
