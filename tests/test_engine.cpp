@@ -25,6 +25,17 @@ using namespace lamina::test;
 
 namespace {
 
+// The tokens a Session alone gives the request.
+std::vector<int32_t> alone(Session& s, const Request& r) {
+  s.reset();
+  Sampler smp(r.sampling);
+  std::vector<int32_t> out{s.eval_sample(r.prompt, smp)};
+  auto stops = [&](int32_t t) { return std::find(r.stop.begin(), r.stop.end(), t) != r.stop.end(); };
+  while (int(out.size()) < r.max_tokens && !stops(out.back()))
+    out.push_back(s.eval_sample(std::span<const int32_t>(&out.back(), 1), smp));
+  return out;
+}
+
 class EngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -42,17 +53,6 @@ class EngineTest : public ::testing::Test {
     o.n_ctx = n_ctx;
     o.n_threads = 2;
     return o;
-  }
-
-  // The tokens a Session alone gives the request.
-  static std::vector<int32_t> alone(Session& s, const Request& r) {
-    s.reset();
-    Sampler smp(r.sampling);
-    std::vector<int32_t> out{s.eval_sample(r.prompt, smp)};
-    auto stops = [&](int32_t t) { return std::find(r.stop.begin(), r.stop.end(), t) != r.stop.end(); };
-    while (int(out.size()) < r.max_tokens && !stops(out.back()))
-      out.push_back(s.eval_sample(std::span<const int32_t>(&out.back(), 1), smp));
-    return out;
   }
 
   static Request request(std::mt19937& rng, int prompt_len, int max_tokens, bool sampled, uint64_t seed) {
@@ -263,13 +263,7 @@ TEST(EngineSmol, MixedBatchGivesEachSequenceWhatItGetsAlone) {
     reqs.push_back(std::move(r));
   }
   std::vector<std::vector<int32_t>> want;
-  for (const Request& r : reqs) {
-    ref.reset();
-    Sampler g(r.sampling);
-    std::vector<int32_t> out{ref.eval_sample(r.prompt, g)};
-    while (int(out.size()) < r.max_tokens) out.push_back(ref.eval_sample(std::span<const int32_t>(&out.back(), 1), g));
-    want.push_back(out);
-  }
+  for (const Request& r : reqs) want.push_back(alone(ref, r));
   for (bool cache : {true, false}) {
     SCOPED_TRACE(cache ? "prefix cache on" : "prefix cache off");
     Session es(options(400));  // 25 blocks of 16: about a fifth of what all 32 would hold

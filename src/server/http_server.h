@@ -61,7 +61,7 @@ class HttpServer {
     double sum_ = 0;
   };
   struct Metrics {
-    std::atomic<int64_t> requests{0}, errors{0}, prompt_tokens{0}, generated{0}, running{0};
+    std::atomic<int64_t> requests{0}, errors{0}, prompt_tokens{0}, running{0};
     Histogram ttft, itl;  // time to first token; between a request's tokens
   };
   void routes();

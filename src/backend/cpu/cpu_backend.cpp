@@ -298,6 +298,16 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
       }
     }
   }
+  // Paged layout: the cache slots of each sequence's positions, found here once (and checked on
+  // this thread) for all its rows and heads; one sequence's position j is slot j.
+  std::vector<std::vector<int64_t>> seq_slots;
+  if (layout_) {
+    seq_slots.resize(layout_->tables.size());
+    for (int64_t t = 0; t < q.rows; ++t) {  // the store above checked every row's sequence
+      std::vector<int64_t>& sl = seq_slots[size_t(layout_->row_seq[size_t(t)])];
+      for (int32_t j = int32_t(sl.size()); j <= pos[size_t(t)]; ++j) sl.push_back(kv_slot(t, j));
+    }
+  }
   // Scores use the weight-row dot kernels (K rows are "weights" of type f16/f32, q is f32).
   const VecDotFn dot = vec_dot_for(kv_type_, isa_).fn;
   const AxpyFn axpy = axpy_for(kv_type_, isa_);
@@ -306,18 +316,17 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
   const int hd = p.head_dim;
   pool_.parallel_for(q.rows * p.n_head, [&](int64_t b, int64_t e) {
     std::vector<float> scores;
-    std::vector<int64_t> slots;
     for (int64_t job = b; job < e; ++job) {
       const int64_t t = job / p.n_head;
       const int h = int(job % p.n_head), g = h / group;
       const float* qv = q.data + t * q.cols + int64_t(h) * hd;
       const int64_t n_pos = pos[size_t(t)] + 1;
+      const int64_t* sl = layout_ ? seq_slots[size_t(layout_->row_seq[size_t(t)])].data() : nullptr;
+      auto slot = [sl](int64_t j) { return size_t(sl ? sl[j] : j); };
       scores.resize(size_t(n_pos));
       float mx = -INFINITY;
-      slots.resize(size_t(n_pos));
-      for (int64_t j = 0; j < n_pos; ++j) slots[size_t(j)] = layout_ ? kv_slot(t, int32_t(j)) : j;
       for (int64_t j = 0; j < n_pos; ++j) {
-        scores[size_t(j)] = dot(hd, kc + size_t(slots[size_t(j)]) * row + size_t(g) * head, qv) * p.scale;
+        scores[size_t(j)] = dot(hd, kc + slot(j) * row + size_t(g) * head, qv) * p.scale;
         mx = std::max(mx, scores[size_t(j)]);
       }
       double sum = 0;  // softmax: subtract the max, sum in double (as ggml)
@@ -329,7 +338,7 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
       std::fill(o, o + hd, 0.f);
       const float inv = float(1.0 / sum);
       for (int64_t j = 0; j < n_pos; ++j)
-        axpy(hd, scores[size_t(j)] * inv, vc + size_t(slots[size_t(j)]) * row + size_t(g) * head, o);
+        axpy(hd, scores[size_t(j)] * inv, vc + slot(j) * row + size_t(g) * head, o);
     }
   });
 }
