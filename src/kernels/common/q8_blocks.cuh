@@ -48,6 +48,14 @@ __device__ __forceinline__ uint32_t chunk_byte(uint32_t w0, uint32_t w1, uint32_
   return (chunk_word(w0, w1, w2, w3, i) >> ((i & 3) * 8)) & 0xFFu;
 }
 
+// PTX prmt.b32 (generic mode): four bytes picked from the eight of (a, b), one per selector
+// nibble (0..7; +8 replicates the picked byte's sign bit instead).
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
 // dp4a of unsigned bytes a with signed bytes b (PTX dp4a.u32.s32; the CUDA intrinsic has no
 // mixed form): lets a Q4 chunk's high nibbles be used in place (w & 0xF0F0F0F0, 16x each).
 __device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {

@@ -93,8 +93,7 @@ __global__ void __launch_bounds__(kBlock32 ? 32 / kRows * 32 : 256) q_dp4a(const
       for (int64_t l0 = 0; l0 < Step::loads(k); l0 += 32 * kUnroll) {
         if (!loaded) load_ahead(row0, l0);
         loaded = false;
-#pragma unroll
-        for (int mat = 0; mat < kMats; ++mat) Step::dot(regs[mat], xs, k, l0, batch, acc[mat]);
+        Step::dot_mats(regs, xs, k, l0, batch, acc);  // the x side decoded once for gate and up
       }
       if (row0 + stride < n) {  // the next pass's first weights go out before this pass's epilogue
         load_ahead(row0 + stride, 0);

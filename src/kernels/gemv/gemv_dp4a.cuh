@@ -61,14 +61,18 @@ struct Dp4aStep {
       }
   }
 
-  // The x side of chunk l: the x block it meets (int8 blocks of x8_bytes(k), q8_blocks.h).
+  // The x side of chunk l: the x block it meets (int8 blocks of x8_bytes(k), q8_blocks.h), and
+  // where the chunk's quant that meets the block's largest element sits: byte `sel & 7` of the
+  // word pair (v.x, v.y), or of (v.z, v.w) when `upper`, picked by one prmt each (prmt_pick).
   struct XChunk {
     float d;
-    int4 lo, hi;  // the 16 (Q8_0) or 32 (Q4) int8 values the chunk's weights multiply
-    int sum;      // the block's sum in steps of d, times -8 for Q4_0 (its offset term)
-    int m;        // the byte of the chunk that holds the quant the block's largest element meets
-    int sh;       // and that quant's shift within its word
-    int big;      // the largest element in steps of d; 0 for the Q8_0 half without it
+    int4 lo, hi;    // the 16 (Q8_0) or 32 (Q4) int8 values the chunk's weights multiply
+    int sum;        // the block's sum in steps of d, times -8 for Q4_0 (its offset term)
+    uint32_t sel;   // the prmt selector: the byte to the low end (Q8_0: sign-extended)
+    bool upper;     // the byte is in v.z / v.w
+    uint32_t mask;  // Q4: the nibble of that byte (0x0F, or 0xF0 for elements 16..31)
+    int big;        // the largest element in steps of d, times 16 for a low nibble (Q4: its product
+                    // joins the high nibbles' sum, kept 16x); 0 for the Q8_0 half without it
   };
   static __device__ __forceinline__ XChunk x_chunk(const uint8_t* xb, int64_t k, int64_t l) {
     const X8Facts f = x8_facts(xb, k, l * kPer / 32);
@@ -77,15 +81,18 @@ struct Dp4aStep {
     x.lo = *reinterpret_cast<const int4*>(xb + l * kPer);
     x.hi = make_int4(0, 0, 0, 0);
     x.sum = kMin ? f.sum : -8 * f.sum;
-    x.m = f.m & 15;
-    x.big = f.big;
+    x.upper = f.m & 8;
+    const uint32_t b = f.m & 7;
     if constexpr (kBits == 4) {
       // element e < 16 is byte e's low nibble, e >= 16 byte e - 16's high nibble
       x.hi = *reinterpret_cast<const int4*>(xb + l * kPer + 16);
-      x.sh = (f.m & 3) * 8 + (f.m >> 4) * 4;
+      x.sel = b;
+      x.mask = f.m & 16 ? 0xF0u : 0x0Fu;
+      x.big = f.m & 16 ? f.big : 16 * f.big;
     } else {
+      x.sel = b | (b | 8) << 4 | (b | 8) << 8 | (b | 8) << 12;  // selector nibbles >= 8: the byte's sign
+      x.mask = 0;
       x.big = (f.m >> 4) == int(l & 1) ? f.big : 0;  // chunk l is half l % 2 of its block
-      x.sh = (f.m & 3) * 8;
     }
     return x;
   }
@@ -94,7 +101,7 @@ struct Dp4aStep {
   // integer dot product of the quants with x's q and the largest element's Q (Q4_0's - 8 sum(x)
   // folded in). The high nibbles stay in place (16x, dp4a_us, shifted back exactly).
   static __device__ __forceinline__ float chunk_dot(const uint4 v, const XChunk& x, float dw, float mw) {
-    const uint32_t qw = chunk_word(v.x, v.y, v.z, v.w, x.m) >> x.sh;
+    const uint32_t pick = x.upper ? prmt(v.z, v.w, x.sel) : prmt(v.x, v.y, x.sel);
     int sumi;
     if constexpr (kBits == 4) {
       const uint32_t lo = 0x0F0F0F0Fu, hi = 0xF0F0F0F0u;
@@ -102,26 +109,28 @@ struct Dp4aStep {
       sl = __dp4a(int(v.y & lo), x.lo.y, sl);
       sl = __dp4a(int(v.z & lo), x.lo.z, sl);
       sl = __dp4a(int(v.w & lo), x.lo.w, sl);
-      int sh = dp4a_us(v.x & hi, x.hi.x, 0);
+      int sh = dp4a_us(v.x & hi, x.hi.x, int(pick & x.mask) * x.big);  // the largest element's product, 16x
       sh = dp4a_us(v.y & hi, x.hi.y, sh);
       sh = dp4a_us(v.z & hi, x.hi.z, sh);
       sh = dp4a_us(v.w & hi, x.hi.w, sh);
-      sumi = sl + (sh >> 4) + int(qw & 15u) * x.big;  // sh is 16x a sum: the shift is exact
+      sumi = sl + (sh >> 4);  // sh is 16x a sum: the shift is exact
     } else {
-      sumi = __dp4a(int(v.x), x.lo.x, 0);
+      sumi = __dp4a(int(v.x), x.lo.x, int(pick) * x.big);
       sumi = __dp4a(int(v.y), x.lo.y, sumi);
       sumi = __dp4a(int(v.z), x.lo.z, sumi);
       sumi = __dp4a(int(v.w), x.lo.w, sumi);
-      sumi += int(int8_t(qw & 0xFFu)) * x.big;
     }
-    return x.d * (dw * float(sumi) + (kMin ? mw * float(x.sum) : 0.f));
+    if constexpr (kMin) return x.d * (dw * float(sumi) + mw * float(x.sum));
+    else return x.d * (dw * float(sumi));  // (no "+ 0.f": the compiler keeps an FFMA for it)
   }
 
-  // acc[r][b] += the chunks in g times x (int8 blocks, x8_bytes(k) per batch row).
+  // acc[mat][r][b] += the chunks in g[mat] times x (int8 blocks, x8_bytes(k) per batch row), for
+  // kMats matrices that multiply the same x (the gate/up pair): each chunk's x side is read and
+  // decoded once for all of them (its loads and integer work are a tenth of a chunk's product).
   // kB: the batch rows the instance unrolls for (kGemvMaxBatch, or 1 for decode's instances).
-  template <int kB>
-  static __device__ __forceinline__ void dot(const Regs& g, const uint8_t* xs, int64_t k, int64_t l0, int batch,
-                                             float (&acc)[kRows][kB]) {
+  template <int kB, int kMats>
+  static __device__ __forceinline__ void dot_mats(const Regs (&g)[kMats], const uint8_t* xs, int64_t k, int64_t l0,
+                                                  int batch, float (&acc)[kMats][kRows][kB]) {
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -132,9 +141,17 @@ struct Dp4aStep {
         if (b >= batch) break;
         const XChunk x = x_chunk(xs + size_t(b) * x8_bytes(k), k, l);
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) acc[r][b] += chunk_dot(g.raw[r][u], x, g.dw[r][u], g.mw[r][u]);
+        for (int mat = 0; mat < kMats; ++mat)
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) acc[mat][r][b] += chunk_dot(g[mat].raw[r][u], x, g[mat].dw[r][u], g[mat].mw[r][u]);
       }
     }
+  }
+  // One matrix: acc[r][b] += the chunks in g times x.
+  template <int kB>
+  static __device__ __forceinline__ void dot(const Regs& g, const uint8_t* xs, int64_t k, int64_t l0, int batch,
+                                             float (&acc)[kRows][kB]) {
+    dot_mats<kB, 1>(reinterpret_cast<const Regs(&)[1]>(g), xs, k, l0, batch, reinterpret_cast<float(&)[1][kRows][kB]>(acc));
   }
 };
 
