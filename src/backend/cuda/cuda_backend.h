@@ -57,6 +57,9 @@ class CudaBackend final : public Backend {
   size_t kv_cache_bytes() const override;
 
   void begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> pos) override;
+  bool takes_kv_layout() const override { return true; }
+  void set_kv_layout(const KvLayout* layout) override;
+  void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) override;
   void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) override;
   void embed_norm(const Weight& table, std::span<const int32_t> tokens, Tensor out, const Weight& norm, float eps,
                   Tensor h) override;
@@ -165,6 +168,18 @@ class CudaBackend final : public Backend {
   };
   LayerCache layer_cache(int layer, Tensor q, std::span<const int32_t> pos, const AttentionParams& p);
   void attend(const LayerCache& c, Tensor q, std::span<const int32_t> pos, const AttentionParams& p, Tensor out);
+  // The batching engine's paged cache (set_kv_layout, cuda_paged.cpp): the pass's layout and,
+  // once its first attention op has uploaded them into scratch, each row's cache slot and the
+  // sequences' block tables (kernels::PagedKv).
+  const KvLayout* layout_ = nullptr;
+  struct PagedPass {
+    bool ready = false;
+    const int32_t* slots = nullptr;  // device [rows]
+    kernels::PagedKv kv;
+  } paged_;
+  std::vector<int32_t> paged_host_;  // [slots | row_seq | tables], uploaded once per pass
+  const PagedPass& paged_pass(std::span<const int32_t> pos);
+  void attend_paged(const LayerCache& c, Tensor q, std::span<const int32_t> pos, const AttentionParams& p, Tensor out);
   // (bytes, flops) of attention over the cache for the profile.
   std::pair<double, double> attention_cost(Tensor q, std::span<const int32_t> pos, const AttentionParams& p) const;
   kernels::RopeArgs rope_args(int n_heads, int head_dim, const RopeParams& p);

@@ -31,10 +31,13 @@ using namespace attn_detail;
 constexpr int kWarps = 4, kMaxGroup = 8;
 
 // work, per (token, head, split): [m, l, o[head_dim]]
-template <class KT, int HD, int MAXG>
+// kPaged: the cache is paged (attention_paged): row t's positions are slots of its sequence's
+// blocks (paged.tables row paged.row_seq[t]); otherwise position j is cache row j.
+template <class KT, int HD, int MAXG, bool kPaged = false>
 __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(const float* __restrict__ q, const int32_t* __restrict__ pos,
                                                                  const KT* __restrict__ kc, const KT* __restrict__ vc,
-                                                                 AttentionArgs a, int splits, float* __restrict__ work) {
+                                                                 AttentionArgs a, int splits, float* __restrict__ work,
+                                                                 PagedKv paged) {
   pdl_enter();
   constexpr int E = HD / 32, P = MAXG == 1 ? 8 : 4;
   const int kvh = blockIdx.x, sp = blockIdx.y, t = blockIdx.z;
@@ -54,8 +57,13 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(const float* __
 #pragma unroll
     for (int e = 0; e < E; ++e) st.q[g][e] = qh[e];
   }
-  attend_positions<KT, E, MAXG, P>(st, kc + int64_t(kvh) * HD + lane * E, vc + int64_t(kvh) * HD + lane * E, kvd,
-                                   begin + warp * P, end, kWarps * P, G, a.scale);
+  const KT* kb = kc + int64_t(kvh) * HD + lane * E;
+  const KT* vb = vc + int64_t(kvh) * HD + lane * E;
+  if constexpr (kPaged)
+    attend_positions<KT, E, MAXG, P>(st, kb, vb, kvd, begin + warp * P, end, kWarps * P, G, a.scale,
+                                     PagedRows{paged.tables + int64_t(paged.row_seq[t]) * paged.max_blocks, paged.block_tokens});
+  else
+    attend_positions<KT, E, MAXG, P>(st, kb, vb, kvd, begin + warp * P, end, kWarps * P, G, a.scale);
   __shared__ MergeSmem<kWarps, MAXG, HD> sm;
   merge_warps<kWarps>(st, G, sm, [&](int g, int d, float M, float L, float O) {
     float* dst = work + ((int64_t(t) * a.n_head + kvh * G + g) * splits + sp) * (HD + 2);
@@ -117,31 +125,49 @@ Status check_args(const AttentionArgs& a) {
   return Status::success();
 }
 
-template <class KT, int HD>
+template <class KT, int HD, bool kPaged>
 void launch_split(const float* q, int64_t rows, const int32_t* pos, const void* kc, const void* vc, const AttentionArgs& a,
-                  int splits, float* work, cudaStream_t s) {
+                  int splits, float* work, cudaStream_t s, const PagedKv& paged) {
   const dim3 grid(unsigned(a.n_head_kv), unsigned(splits), unsigned(rows));
   const int G = a.n_head / a.n_head_kv;
   const auto* k = static_cast<const KT*>(kc);
   const auto* v = static_cast<const KT*>(vc);
   // f32 caches (a debugging option) get the one general instance; f16 caches the one that fits G.
   if constexpr (std::is_same_v<KT, __half>) {
-    if (G == 1) return launch_pdl(attn_split_kernel<KT, HD, 1>, grid, kWarps * 32, 0, s, q, pos, k, v, a, splits, work);
-    if (G <= 4) return launch_pdl(attn_split_kernel<KT, HD, 4>, grid, kWarps * 32, 0, s, q, pos, k, v, a, splits, work);
+    if (G == 1) return launch_pdl(attn_split_kernel<KT, HD, 1, kPaged>, grid, kWarps * 32, 0, s, q, pos, k, v, a, splits, work, paged);
+    if (G <= 4) return launch_pdl(attn_split_kernel<KT, HD, 4, kPaged>, grid, kWarps * 32, 0, s, q, pos, k, v, a, splits, work, paged);
   }
-  launch_pdl(attn_split_kernel<KT, HD, kMaxGroup>, grid, kWarps * 32, 0, s, q, pos, k, v, a, splits, work);
+  launch_pdl(attn_split_kernel<KT, HD, kMaxGroup, kPaged>, grid, kWarps * 32, 0, s, q, pos, k, v, a, splits, work, paged);
 }
 
-template <class KT>
+template <class KT, bool kPaged>
 bool launch_split_hd(const float* q, int64_t rows, const int32_t* pos, const void* kc, const void* vc, const AttentionArgs& a,
-                     int splits, float* work, cudaStream_t s) {
+                     int splits, float* work, cudaStream_t s, const PagedKv& paged) {
   switch (a.head_dim) {
-    case 64: launch_split<KT, 64>(q, rows, pos, kc, vc, a, splits, work, s); return true;
-    case 96: launch_split<KT, 96>(q, rows, pos, kc, vc, a, splits, work, s); return true;
-    case 128: launch_split<KT, 128>(q, rows, pos, kc, vc, a, splits, work, s); return true;
-    case 256: launch_split<KT, 256>(q, rows, pos, kc, vc, a, splits, work, s); return true;
+    case 64: launch_split<KT, 64, kPaged>(q, rows, pos, kc, vc, a, splits, work, s, paged); return true;
+    case 96: launch_split<KT, 96, kPaged>(q, rows, pos, kc, vc, a, splits, work, s, paged); return true;
+    case 128: launch_split<KT, 128, kPaged>(q, rows, pos, kc, vc, a, splits, work, s, paged); return true;
+    case 256: launch_split<KT, 256, kPaged>(q, rows, pos, kc, vc, a, splits, work, s, paged); return true;
     default: return false;
   }
+}
+
+// The split kernels over the cache (paged or not), then their merge into out (and out8).
+template <bool kPaged>
+Status attend_splits(const char* what, const float* q, int64_t rows, const int32_t* pos, const void* k_cache,
+                     const void* v_cache, const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s,
+                     void* out8, const PagedKv& paged) {
+  if (Status st = check_args(a); !st) return st;
+  if (!q || !pos || !k_cache || !v_cache || !work || !out) return Status::error(std::string(what) + ": null pointer");
+  if (splits < 1 || splits > 65535 || rows > 65535) return Status::error(std::string(what) + ": bad split count or rows");
+  if (rows <= 0) return Status::success();
+  const bool ok = a.kv_type == GgmlType::F16
+                      ? launch_split_hd<__half, kPaged>(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged)
+                      : launch_split_hd<float, kPaged>(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged);
+  if (!ok) return Status::error(std::string(what) + ": head_dim " + std::to_string(a.head_dim) + " is not 64, 96, 128 or 256");
+  launch_pdl(attn_merge_kernel, dim3(unsigned(a.n_head), unsigned(rows)), 128, 0, s, work, a.head_dim, a.n_head, splits,
+             out, static_cast<uint8_t*>(out8));
+  return launch_status(what);
 }
 
 }  // namespace
@@ -166,17 +192,14 @@ size_t attention_work_floats(const AttentionArgs& a, int64_t rows, int splits) {
 
 Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
                         const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s, void* out8) {
-  if (Status st = check_args(a); !st) return st;
-  if (!q || !pos || !k_cache || !v_cache || !work || !out) return Status::error("attention_decode: null pointer");
-  if (splits < 1 || splits > 65535 || rows > 65535) return Status::error("attention_decode: bad split count or rows");
-  if (rows <= 0) return Status::success();
-  const bool ok = a.kv_type == GgmlType::F16
-                      ? launch_split_hd<__half>(q, rows, pos, k_cache, v_cache, a, splits, work, s)
-                      : launch_split_hd<float>(q, rows, pos, k_cache, v_cache, a, splits, work, s);
-  if (!ok) return Status::error("attention_decode: head_dim " + std::to_string(a.head_dim) + " is not 64, 96, 128 or 256");
-  launch_pdl(attn_merge_kernel, dim3(unsigned(a.n_head), unsigned(rows)), 128, 0, s, work, a.head_dim, a.n_head, splits,
-             out, static_cast<uint8_t*>(out8));
-  return launch_status("attention_decode");
+  return attend_splits<false>("attention_decode", q, rows, pos, k_cache, v_cache, a, splits, work, out, s, out8, {});
+}
+
+Status attention_paged(const float* q, int64_t rows, const int32_t* pos, const PagedKv& paged, const void* k_cache,
+                       const void* v_cache, const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s) {
+  if (!paged.row_seq || !paged.tables || paged.max_blocks <= 0 || paged.block_tokens <= 0)
+    return Status::error("attention_paged: bad block tables");
+  return attend_splits<true>("attention_paged", q, rows, pos, k_cache, v_cache, a, splits, work, out, s, nullptr, paged);
 }
 
 }  // namespace lamina::kernels

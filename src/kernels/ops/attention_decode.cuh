@@ -72,15 +72,28 @@ struct KvRound {
   float k[P][E], v[P][E];
 };
 
+// Where position j of a sequence sits in the cache: row j (one sequence), or the slot its block
+// table gives (a paged cache: block table[j / block_tokens], engine/kv_blocks.h).
+struct ContiguousRows {
+  __device__ __forceinline__ int64_t operator()(int j) const { return j; }
+};
+struct PagedRows {
+  const int32_t* table;  // the sequence's block ids
+  int block_tokens;
+  __device__ __forceinline__ int64_t operator()(int j) const {
+    return int64_t(table[j / block_tokens]) * block_tokens + j % block_tokens;
+  }
+};
+
 // Loads the round at j0 (rows past end - 1 clamped to end - 1: valid rows, masked by fold_round).
-template <class KT, int E, int P>
+template <class KT, int E, int P, class Rows>
 __device__ __forceinline__ void load_round(const KT* __restrict__ kbase, const KT* __restrict__ vbase, int64_t kvd,
-                                           int j0, int end, KvRound<E, P>& kv) {
+                                           int j0, int end, Rows rows, KvRound<E, P>& kv) {
 #pragma unroll
   for (int p = 0; p < P; ++p) {
-    const int j = min(j0 + p, end - 1);
-    load_row<KT, E>(kbase + int64_t(j) * kvd, kv.k[p]);
-    load_row<KT, E>(vbase + int64_t(j) * kvd, kv.v[p]);
+    const int64_t r = rows(min(j0 + p, end - 1));
+    load_row<KT, E>(kbase + r * kvd, kv.k[p]);
+    load_row<KT, E>(vbase + r * kvd, kv.v[p]);
   }
 }
 
@@ -116,14 +129,15 @@ __device__ __forceinline__ void fold_round(WarpState<E, MAXG>& s, const KvRound<
 }
 
 // Folds positions j0, j0 + stride, ... (P at a time, j0 = first + p) below `end` into s.
-// kbase, vbase: the lane's first element of position 0 of this KV head; kvd: row stride.
-template <class KT, int E, int MAXG, int P>
+// kbase, vbase: the lane's first element of cache row 0 of this KV head; kvd: row stride; rows:
+// the cache row of a position.
+template <class KT, int E, int MAXG, int P, class Rows = ContiguousRows>
 __device__ __forceinline__ void attend_positions(WarpState<E, MAXG>& s, const KT* __restrict__ kbase,
                                                  const KT* __restrict__ vbase, int64_t kvd, int first, int end,
-                                                 int stride, int G, float scale) {
+                                                 int stride, int G, float scale, Rows rows = {}) {
   for (int j0 = first; j0 < end; j0 += stride) {
     KvRound<E, P> kv;
-    load_round<KT, E, P>(kbase, vbase, kvd, j0, end, kv);
+    load_round<KT, E, P>(kbase, vbase, kvd, j0, end, rows, kv);
     fold_round<E, MAXG, P>(s, kv, j0, end, G, scale);
   }
 }

@@ -36,7 +36,7 @@ __device__ __forceinline__ void preload_first_round(const __half* kc, const __ha
   if (position == 0) return;  // nothing below the position: rope_attend_head fills in every row
   constexpr int E = HD / 32;
   const int64_t kvd = int64_t(a.n_head_kv) * HD, col = int64_t(h) * HD + (threadIdx.x % 32) * E;
-  load_round<__half, E, P>(kc + col, vc + col, kvd, (threadIdx.x / 32) * P, position, kv);
+  load_round<__half, E, P>(kc + col, vc + col, kvd, (threadIdx.x / 32) * P, position, ContiguousRows{}, kv);
 }
 
 // Before the PDL wait (the position is the pass's input copy): the n_rot/2 angles into s.

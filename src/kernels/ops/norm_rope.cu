@@ -161,6 +161,13 @@ __global__ void copy_columns_kernel(const float* __restrict__ src, int64_t rows,
     dst[i] = src[(i / n_cols) * src_cols + col0 + i % n_cols];
 }
 
+__global__ void gather_rows_kernel(const float* __restrict__ src, int64_t cols, const int32_t* __restrict__ rows, int64_t n,
+                                   float* __restrict__ dst) {
+  pdl_enter();
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * cols; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = src[int64_t(rows[i / cols]) * cols + i % cols];
+}
+
 // The first kernel of a pass (no PDL wait: nothing before it in the pass; the lookup after it
 // launches at once and waits for it). One block, so that the stamp goes out after every thread's
 // reads.
@@ -247,6 +254,12 @@ Status copy_columns(const float* src, int64_t rows, int64_t src_cols, int64_t co
     return Status::error("copy_columns: bad arguments");
   if (rows) launch_pdl(copy_columns_kernel, grid_for(rows * n_cols, 256), 256, 0, s, src, rows, src_cols, col0, n_cols, dst);
   return launch_status("copy_columns");
+}
+
+Status gather_rows(const float* src, int64_t cols, const int32_t* rows, int64_t n, float* dst, cudaStream_t s) {
+  if (!src || !rows || !dst || cols <= 0 || n < 0) return Status::error("gather_rows: bad arguments");
+  if (n) launch_pdl(gather_rows_kernel, grid_for(n * cols, 256), 256, 0, s, src, cols, rows, n, dst);
+  return launch_status("gather_rows");
 }
 
 Status upload_inputs(const int32_t* src, int32_t* dst, int64_t n, int64_t half, const int32_t* sampled, int32_t* seen,

@@ -32,6 +32,8 @@ Status swiglu(float* gate, const float* up, int64_t n, cudaStream_t s, void* out
 // dst[t][c] = src[t][col0 + c] for c < n_cols (splitting a stacked matmul's output).
 Status copy_columns(const float* src, int64_t rows, int64_t src_cols, int64_t col0, int64_t n_cols, float* dst,
                     cudaStream_t s);
+// dst[i] = src[rows[i]] for i < n (rows: device [n]; each row `cols` floats).
+Status gather_rows(const float* src, int64_t cols, const int32_t* rows, int64_t n, float* dst, cudaStream_t s);
 // out = x rounded to F16 or BF16 (the A operand of the tensor-core GEMMs).
 Status convert_f32(const float* x, int64_t n, GgmlType to, void* out, cudaStream_t s);
 
@@ -57,8 +59,10 @@ Status kv_store(const float* k, const float* v, int64_t rows, const int32_t* pos
 // rope() on q [rows][n_head * head_dim] and k [rows][n_head_kv * head_dim] (in place), then
 // kv_store() of the rotated k and v: one kernel. r.n_heads is ignored (q has a.n_head heads,
 // k a.n_head_kv).
+// slots (optional, device [rows]): the cache row of row t (a paged cache), instead of pos[t].
 Status rope_kv_store(float* q, float* k, const float* v, int64_t rows, const int32_t* pos, const RopeArgs& r,
-                     void* k_cache, void* v_cache, const AttentionArgs& a, cudaStream_t s);
+                     void* k_cache, void* v_cache, const AttentionArgs& a, cudaStream_t s,
+                     const int32_t* slots = nullptr);
 
 // Causal attention of q [rows][n_head * head_dim] over cache positions 0..pos[t] (GQA: head h
 // reads KV head h / (n_head / n_head_kv)): out[t] = concat_h softmax(q_h K^T scale) V.
@@ -72,6 +76,18 @@ size_t attention_work_floats(const AttentionArgs& a, int64_t rows, int splits);
 Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
                         const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s,
                         void* out8 = nullptr);
+
+// The same attention for the rows of several sequences over a paged cache (the batching engine,
+// engine/kv_blocks.h): row t belongs to sequence row_seq[t], whose position j sits in cache row
+// tables[row_seq[t] * max_blocks + j / block_tokens] * block_tokens + j % block_tokens; it attends
+// to its own positions 0..pos[t] (so a prompt chunk's rows are causal among themselves).
+struct PagedKv {
+  const int32_t* row_seq = nullptr;  // device [rows]
+  const int32_t* tables = nullptr;   // device [sequences][max_blocks] block ids
+  int max_blocks = 0, block_tokens = 0;
+};
+Status attention_paged(const float* q, int64_t rows, const int32_t* pos, const PagedKv& paged, const void* k_cache,
+                       const void* v_cache, const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s);
 
 // A decode token's attention block in one kernel: rope_kv_store() then attention_decode() for
 // one row, without splits (one block per KV head), so meant for short contexts; same results as

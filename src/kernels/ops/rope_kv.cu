@@ -35,7 +35,7 @@ __device__ __forceinline__ KT to_cache(float v) {
 template <class KT>
 __global__ void rope_kv_store_kernel(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v,
                                      const int32_t* __restrict__ pos, RopeArgs r, AttentionArgs a, float theta_scale,
-                                     KT* __restrict__ kc, KT* __restrict__ vc) {
+                                     KT* __restrict__ kc, KT* __restrict__ vc, const int32_t* __restrict__ slots) {
   __shared__ float cs_s[kMaxPairs], sn_s[kMaxPairs];
   pdl_enter();
   const int64_t t = blockIdx.y;
@@ -44,7 +44,8 @@ __global__ void rope_kv_store_kernel(float* __restrict__ q, float* __restrict__ 
   __syncthreads();
   const int64_t kvd = int64_t(a.n_head_kv) * hd;
   const int n_q = a.n_head * half, n_k = a.n_head_kv * (hd / 2), n_v = int(kvd);
-  KT* kdst = kc + int64_t(position) * kvd;
+  const int64_t slot = slots ? slots[t] : position;  // the cache row (a paged cache: the row's slot)
+  KT* kdst = kc + slot * kvd;
   for (int idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n_q + n_k + n_v; idx += gridDim.x * blockDim.x) {
     if (idx < n_q) {
       const int i = idx % half;
@@ -63,7 +64,7 @@ __global__ void rope_kv_store_kernel(float* __restrict__ q, float* __restrict__ 
       kdst[head * hd + e.y] = to_cache<KT>(src[e.y]);
     } else {
       const int i = idx - n_q - n_k;
-      vc[int64_t(position) * kvd + i] = to_cache<KT>(v[t * kvd + i]);
+      vc[slot * kvd + i] = to_cache<KT>(v[t * kvd + i]);
     }
   }
 }
@@ -71,7 +72,7 @@ __global__ void rope_kv_store_kernel(float* __restrict__ q, float* __restrict__ 
 }  // namespace
 
 Status rope_kv_store(float* q, float* k, const float* v, int64_t rows, const int32_t* pos, const RopeArgs& r,
-                     void* k_cache, void* v_cache, const AttentionArgs& a, cudaStream_t s) {
+                     void* k_cache, void* v_cache, const AttentionArgs& a, cudaStream_t s, const int32_t* slots) {
   if (!q || !k || !v || !pos || !k_cache || !v_cache) return Status::error("rope_kv_store: null pointer");
   if (a.n_head <= 0 || a.n_head_kv <= 0 || a.head_dim <= 0 || a.head_dim % 2)
     return Status::error("rope_kv_store: bad head geometry");
@@ -88,10 +89,10 @@ Status rope_kv_store(float* q, float* k, const float* v, int64_t rows, const int
   const float theta_scale = powf(r.base, -2.0f / float(r.n_rot));
   if (a.kv_type == GgmlType::F16)
     launch_pdl(rope_kv_store_kernel<__half>, grid, kThreads, 0, s, q, k, v, pos, r, a, theta_scale,
-               static_cast<__half*>(k_cache), static_cast<__half*>(v_cache));
+               static_cast<__half*>(k_cache), static_cast<__half*>(v_cache), slots);
   else
     launch_pdl(rope_kv_store_kernel<float>, grid, kThreads, 0, s, q, k, v, pos, r, a, theta_scale,
-               static_cast<float*>(k_cache), static_cast<float*>(v_cache));
+               static_cast<float*>(k_cache), static_cast<float*>(v_cache), slots);
   return launch_status("rope_kv_store");
 }
 

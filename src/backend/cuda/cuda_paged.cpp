@@ -1,0 +1,98 @@
+// The CUDA backend's side of the batching engine (engine/engine.h): passes over the rows of
+// several sequences on a paged KV cache (Backend::KvLayout). Each row's k and v go to the slot
+// its sequence's block table gives (rope_kv_store with slots), and attention reads each row's own
+// sequence through its table (kernels::attention_paged: the flash-decoding split kernels with a
+// block-table lookup per position, then their merge). The pass's slots and tables are uploaded
+// once, by its first attention op.
+#include "backend/cuda/cuda_backend.h"
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_op.h"
+#include "kernels/ops/ops.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+namespace lamina {
+
+void CudaBackend::set_kv_layout(const KvLayout* layout) {
+  if (layout && layout->block_tokens <= 0) fail("paged KV cache: block size {} is not positive", layout->block_tokens);
+  layout_ = layout;
+  paged_ = {};
+}
+
+// [slots | row_seq | tables] built on the host, checked against the cache, and uploaded into
+// this pass's scratch.
+const CudaBackend::PagedPass& CudaBackend::paged_pass(std::span<const int32_t> pos) {
+  if (paged_.ready) return paged_;
+  const KvLayout& l = *layout_;
+  const int64_t rows = int64_t(pos.size());
+  check("paged attention", int64_t(l.row_seq.size()) == rows && rows == n_in_, "the layout's rows differ from the pass's");
+  size_t max_blocks = 1;
+  for (const auto& t : l.tables) max_blocks = std::max(max_blocks, t.size());
+  const int64_t n_blocks = kv_ctx_ / l.block_tokens;
+  paged_host_.assign(size_t(2 * rows) + l.tables.size() * max_blocks, 0);
+  int32_t* slots = paged_host_.data();
+  int32_t* row_seq = slots + rows;
+  int32_t* tables = row_seq + rows;
+  for (size_t s = 0; s < l.tables.size(); ++s)
+    for (size_t b = 0; b < l.tables[s].size(); ++b) {
+      const int32_t id = l.tables[s][b];
+      if (id < 0 || id >= n_blocks) fail("paged KV cache: block {} of sequence {} is outside the cache's {} blocks", id, s, n_blocks);
+      tables[s * max_blocks + b] = id;
+    }
+  for (int64_t t = 0; t < rows; ++t) {
+    const int32_t s = l.row_seq[size_t(t)], p = pos[size_t(t)];
+    if (s < 0 || size_t(s) >= l.tables.size()) fail("paged KV cache: row {} names sequence {} of {}", t, s, l.tables.size());
+    if (p < 0 || size_t(p / l.block_tokens) >= l.tables[size_t(s)].size())
+      fail("paged KV cache: position {} of sequence {} has no block", p, s);
+    row_seq[t] = s;
+    slots[t] = l.tables[size_t(s)][size_t(p / l.block_tokens)] * l.block_tokens + p % l.block_tokens;
+  }
+  auto* dev = static_cast<int32_t*>(scratch_bytes(paged_host_.size() * sizeof(int32_t)));
+  // (A copy from pageable memory returns once the data is staged: paged_host_ may change after.)
+  cuda_check(cudaMemcpyAsync(dev, paged_host_.data(), paged_host_.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+             "paged KV tables");
+  paged_.ready = true;
+  paged_.slots = dev;
+  paged_.kv.row_seq = dev + rows;
+  paged_.kv.tables = dev + 2 * rows;
+  paged_.kv.max_blocks = int(max_blocks);
+  paged_.kv.block_tokens = l.block_tokens;
+  return paged_;
+}
+
+// Splits per (KV head, row) as in decode (two waves of blocks over the SMs, at least 64 positions
+// a split), sized by the pass's longest row.
+void CudaBackend::attend_paged(const LayerCache& c, Tensor q, std::span<const int32_t> pos, const AttentionParams& p,
+                               Tensor out) {
+  wrote(out);
+  const PagedPass& pp = paged_pass(pos);
+  const int64_t longest = int64_t(*std::max_element(pos.begin(), pos.end())) + 1;
+  const int64_t blocks = int64_t(p.n_head_kv) * q.rows;
+  const int splits = int(std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, std::max<int64_t>(1, longest / 64)));
+  float* work = static_cast<float*>(scratch_bytes(kn::attention_work_floats(c.a, q.rows, splits) * sizeof(float)));
+  double kv_read = 0, flops = 0;  // every row reads its own positions
+  for (int32_t x : pos) {
+    kv_read += 2.0 * (x + 1) * double(kv_dim_) * double(kv_elem_bytes());
+    flops += 4.0 * (x + 1) * double(p.n_head) * p.head_dim;
+  }
+  run_op("attention (paged)", kv_read + double(q.rows * q.cols) * 8.0, flops, [&] {
+    return kn::attention_paged(q.data, q.rows, dev_pos(), pp.kv, c.k, c.v, c.a, splits, work, out.data, stream_);
+  });
+}
+
+void CudaBackend::copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) {
+  settle(src, dst);
+  check("copy_rows", int64_t(rows.size()) == dst.rows && src.cols == dst.cols, "shapes differ");
+  for (int32_t r : rows)
+    if (r < 0 || r >= src.rows) fail("copy_rows: row {} of {}", r, src.rows);
+  auto* idx = static_cast<int32_t*>(scratch_bytes(rows.size() * sizeof(int32_t)));
+  cuda_check(cudaMemcpyAsync(idx, rows.data(), rows.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "copy_rows");
+  wrote(dst);
+  run_op("copy_rows", double(dst.rows * dst.cols) * 8.0, 0,
+         [&] { return kn::gather_rows(src.data, src.cols, idx, dst.rows, dst.data, stream_); });
+}
+
+}  // namespace lamina

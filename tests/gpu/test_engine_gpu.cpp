@@ -1,0 +1,184 @@
+// The batching engine's path on the GPU: passes over the rows of several sequences on a paged KV
+// cache (scattered block tables, prompt chunks beside decode rows) give the CPU backend's logits,
+// and those of each sequence run alone through a Session; the engine's greedy tokens on CUDA
+// equal the CPU engine's.
+#include "engine/engine.h"
+#include "golden_util.h"
+#include "model/llama.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <sstream>
+
+using namespace lamina;
+using namespace lamina::test;
+
+namespace {
+
+std::string smol_path() {
+  const char* m = std::getenv("LAMINA_MODEL");
+  return m ? m : "";
+}
+
+std::string tiny_path() {
+  const std::string path = ::testing::TempDir() + "/lamina-gpu-engine-tiny-q8_0.gguf";
+  if (!std::filesystem::exists(path))
+    shell(std::string(LAMINA_CLI) + " gen-model --preset tiny --type q8_0 --vocab '" + kVocab + "' --seed 11 -o '" + path +
+          "' 2>&1");
+  return path;
+}
+
+std::unique_ptr<Session> open(const std::string& model, const char* device, bool exact) {
+  SessionOptions o;
+  o.model_path = model;
+  o.n_ctx = 256;  // 16 blocks of 16 positions
+  o.exact_matmul = exact;
+  o.device = device;
+  o.n_threads = 4;
+  return std::make_unique<Session>(o);
+}
+
+double rel_l2(std::span<const float> a, std::span<const float> b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), den += double(b[i]) * b[i];
+  return std::sqrt(num / den);
+}
+
+// Three sequences on scattered blocks; four passes: two prompts side by side, then decode rows of
+// those two beside a third prompt, then two passes of three decode rows. Each pass's picked rows
+// are every sequence's last row in it.
+struct Script {
+  static constexpr int kBlock = 16;
+  std::vector<std::vector<int32_t>> seqs;
+  std::vector<std::vector<int32_t>> tables{{5, 2}, {9, 0, 14}, {7}};
+  // per pass: (sequence, first position, rows)
+  std::vector<std::vector<std::tuple<int, int, int>>> passes{
+      {{0, 0, 20}, {1, 0, 34}}, {{0, 20, 1}, {1, 34, 1}, {2, 0, 10}}, {{0, 21, 1}, {1, 35, 1}, {2, 10, 1}}, {{2, 11, 1}, {0, 22, 1}, {1, 36, 1}}};
+
+  explicit Script(int32_t vocab) {
+    std::mt19937 rng(9);
+    std::uniform_int_distribution<int32_t> id(3, vocab - 1);
+    for (int len : {23, 37, 12}) {
+      seqs.emplace_back();
+      for (int i = 0; i < len; ++i) seqs.back().push_back(id(rng));
+    }
+  }
+
+  // logits[pass][k]: the picked rows' logits, in the pass's sequence order.
+  std::vector<std::vector<std::vector<float>>> run(Session& s) const {
+    std::vector<std::span<const int32_t>> spans(tables.begin(), tables.end());
+    std::vector<std::vector<std::vector<float>>> out;
+    for (const auto& pass : passes) {
+      std::vector<int32_t> tokens, pos, row_seq, pick;
+      for (const auto& [q, first, rows] : pass) {
+        for (int i = 0; i < rows; ++i) tokens.push_back(seqs[size_t(q)][size_t(first + i)]), pos.push_back(first + i), row_seq.push_back(q);
+        pick.push_back(int32_t(tokens.size()) - 1);
+      }
+      KvLayout layout{kBlock, row_seq, spans};
+      const Tensor lg = s.model().forward_batch(tokens, pos, layout, pick);
+      std::vector<float> host(size_t(lg.rows * lg.cols));
+      s.backend().read(lg, host.data());
+      out.emplace_back();
+      for (int64_t r = 0; r < lg.rows; ++r) out.back().emplace_back(host.begin() + r * lg.cols, host.begin() + (r + 1) * lg.cols);
+    }
+    return out;
+  }
+};
+
+void paged_passes_match(const std::string& model, double fast_bound) {
+  ASSERT_TRUE(std::filesystem::exists(model)) << model;
+  auto cpu = open(model, "cpu", true);
+  const Script sc(int32_t(cpu->config().n_vocab));
+  const auto ref = sc.run(*cpu);
+  for (bool exact : {true, false}) {
+    auto cuda = open(model, "cuda", exact);
+    const auto got = sc.run(*cuda);
+    ASSERT_EQ(got.size(), ref.size());
+    for (size_t p = 0; p < ref.size(); ++p)
+      for (size_t k = 0; k < ref[p].size(); ++k) {
+        const double e = rel_l2(got[p][k], ref[p][k]);
+        EXPECT_LE(e, exact ? 1e-3 : fast_bound) << (exact ? "exact" : "fast") << " pass " << p << " row " << k;
+      }
+  }
+  // The same sequence alone through a Session (the single-sequence path: prompt, then decode steps)
+  // on CUDA, exact: sequence 1's logits at positions 33..36.
+  auto alone = open(model, "cuda", true);
+  auto paged = open(model, "cuda", true);
+  const auto batch = sc.run(*paged);
+  const std::vector<int32_t>& s1 = sc.seqs[1];
+  std::vector<std::vector<float>> own{alone->eval(std::span<const int32_t>(s1.data(), 34))};
+  for (int i = 34; i < 37; ++i) own.push_back(alone->eval(std::span<const int32_t>(&s1[size_t(i)], 1)));
+  const std::vector<float>* in_batch[] = {&batch[0][1], &batch[1][1], &batch[2][1], &batch[3][2]};
+  for (int i = 0; i < 4; ++i) EXPECT_LE(rel_l2(*in_batch[i], own[size_t(i)]), 1e-4) << "position " << 33 + i;
+}
+
+TEST(CudaPaged, TinyPassesMatchCpuAndTheSequenceAlone) { paged_passes_match(tiny_path(), 2e-2); }
+
+TEST(CudaPaged, SmolPassesMatchCpuAndTheSequenceAlone) {
+  ASSERT_FALSE(smol_path().empty()) << "set LAMINA_MODEL to SmolLM2 (scripts/gpu-check.sh does)";
+  paged_passes_match(smol_path(), 8e-2);
+}
+
+// Prompts of real text (the GPL-3 license every Debian and Ubuntu system has), greedy.
+std::vector<Request> text_requests(Session& s, int n, int max_tokens) {
+  std::ifstream f("/usr/share/common-licenses/GPL-3");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  std::vector<Request> out;
+  for (int i = 0; i < n; ++i) {
+    Request r;
+    const size_t at = size_t(i) * 997 % (text.size() - 2000);
+    r.prompt = s.tokenizer().tokenize(text.substr(at, 60 + size_t(i) * 37 % 400), true, false);
+    r.max_tokens = max_tokens;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::map<int64_t, std::vector<int32_t>> run_engine(Session& s, const std::vector<Request>& reqs, std::vector<int64_t>& ids) {
+  EngineOptions eo;
+  eo.schedule.max_step_tokens = 256;
+  Engine engine(s, eo);
+  std::mutex mu;
+  std::map<int64_t, std::vector<int32_t>> tokens;
+  ids.clear();
+  for (const Request& r : reqs)
+    ids.push_back(engine.submit(r, [&](const TokenEvent& e) {
+      std::lock_guard lk(mu);
+      if (e.token >= 0) tokens[e.id].push_back(e.token);
+    }));
+  engine.run_until_idle();
+  EXPECT_EQ(engine.kv().used_blocks(), 0);
+  return tokens;
+}
+
+TEST(CudaEngine, GreedyTokensEqualTheCpuEngines) {
+  ASSERT_FALSE(smol_path().empty()) << "set LAMINA_MODEL to SmolLM2 (scripts/gpu-check.sh does)";
+  SessionOptions o;
+  o.model_path = smol_path();
+  o.n_ctx = 4096;
+  o.exact_matmul = true;
+  o.n_threads = 8;
+  o.device = "cpu";
+  Session cpu(o);
+  o.device = "cuda";
+  Session cuda(o);
+  const std::vector<Request> reqs = text_requests(cpu, 24, 24);
+  std::vector<int64_t> cpu_ids, cuda_ids;
+  auto want = run_engine(cpu, reqs, cpu_ids);
+  auto got = run_engine(cuda, reqs, cuda_ids);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_EQ(want[cpu_ids[i]].size(), 24u);
+    EXPECT_EQ(got[cuda_ids[i]], want[cpu_ids[i]]) << "request " << i;
+  }
+}
+
+}  // namespace
