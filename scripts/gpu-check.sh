@@ -73,6 +73,8 @@ if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
   [ -f "$MODELS/llama2-7b-f16.gguf" ] && step too-big too_big
   "$L" info -m "$MODELS/llama2-7b-q4_0.gguf" --no-tensors -d cuda > "$OUT/info-cuda.log" 2>&1
   [ -f "$MODELS/llama2-7b-q8_0.gguf" ] && step bench-pg-7b-q8_0 "$L" bench -m "$MODELS/llama2-7b-q8_0.gguf" -p 0 -n 0 --pg 4096,128 -r 2 -d cuda
+  # The batching engine (#30): closed loop of 128-token prompts and 128 greedy tokens each.
+  [ -f "$MODELS/llama3-8b-q4_0.gguf" ] && step bench-parallel "$L" bench -m "$MODELS/llama3-8b-q4_0.gguf" -d cuda -p 128 -n 128 --parallel 1,16,64,128
   [ -f "$MODELS/llama2-7b-q4_0.gguf" ] && step profile-llama2-7b-q4_0 "$L" bench -m "$MODELS/llama2-7b-q4_0.gguf" -p 512 -n 128 -r 1 -d cuda --profile
   [ -f "$MODELS/llama2-7b-q4_0.gguf" ] && step same-tokens-7b same_tokens "$MODELS/llama2-7b-q4_0.gguf" 16 7b report
   [ -n "${LAMINA_MODEL:-}" ] && step same-tokens-smol same_tokens "$LAMINA_MODEL" 32 smol strict
@@ -99,6 +101,8 @@ grep -hE "tests passed|tests failed" "$OUT/gpu-tests.log" "$OUT/cpu-tests.log" 2
 grep -hE "(smollm2 prompt|7B: )" "$OUT/gpu-tests.log" 2>/dev/null | sed "s/^[0-9]*: //" | sort -u
 cat "$OUT/too-big.log" 2>/dev/null; tail -4 "$OUT/info-cuda.log" 2>/dev/null
 grep -hE "^\| (llama|model)" "$OUT"/bench-*.log 2>/dev/null | sort -u -r | head -12
+grep -E "^\| +[0-9]+ \|" "$OUT/bench-parallel.log" 2>/dev/null | sed 's/^/llama3-8b q4_0 parallel: /'
+grep -h "part at a near tie" "$OUT/gpu-tests.log" 2>/dev/null | sed "s/^[0-9]*: //"
 cat "$OUT"/same-tokens-*.log 2>/dev/null
 for m in exact fast; do [ -f "$OUT/ppl-kld-$m.log" ] && echo "CUDA $m vs CPU exact (GPL-3, 4 chunks): $(grep -E '^(PPL|base PPL|mean KLD|same top)' "$OUT/ppl-kld-$m.log" | tr '\n' ';')"; done
 grep -E "^\| (graph|one persistent)" "$OUT/chain-ceiling.log" 2>/dev/null

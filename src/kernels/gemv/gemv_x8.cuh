@@ -182,7 +182,12 @@ inline XSource xsource_of(const GemvProblem& p) {
 template <class Kernel>
 Status persistent_grid(Kernel kernel, const char* name, const GemvProblem& p, const GemvConfig& c, int rows_per_warp,
                        size_t smem, int max_per_sm, unsigned& grid) {
-  if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
+  // Above the default 48 KiB with the kernel's static shared memory (batch 8 of k = 4096 is 48 KiB
+  // of x alone) the kernel must opt in.
+  cudaFuncAttributes fa{};
+  if (smem > 32 * 1024 && (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess ||
+                           (smem + fa.sharedSizeBytes > 48 * 1024 &&
+                            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)))
     return Status::error(std::string(name) + ": does not fit in shared memory (" + std::to_string(smem) + " bytes)");
   int dev = 0, sms = 0, per_sm = 0;
   cudaGetDevice(&dev);
