@@ -84,7 +84,12 @@ void run_parallel(const BenchArgs& a) {
   if (o.n_ctx == 0) o.n_ctx = *std::max_element(spec.parallel.begin(), spec.parallel.end()) * ((spec.n_prompt + spec.n_gen + 15) / 16 + 1) * 16;
   o.n_batch = 512;
   Session sess(o);
+  const auto t0 = Clock::now();
   run_parallel_bench(sess, spec);
+  // --profile: the per-op GPU time of the whole run, beside its wall time (the rest is the host's)
+  if (o.profile)
+    fmt::print("\nall runs ({:.2f} ms wall):\n{}", std::chrono::duration<double>(Clock::now() - t0).count() * 1e3,
+               sess.backend().profile_report());
 }
 
 void run_bench(const BenchArgs& a) {

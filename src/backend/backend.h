@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "format/ggml_type.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -179,6 +180,16 @@ class Backend {
   virtual int32_t sample(Tensor logits, const SamplerParams& p, std::span<const int32_t> penalty_ids, double u,
                          bool more = false) {
     fail("the {} backend does not sample in its own memory", name());
+  }
+
+  // out[r] = the greedy id of logits row r (lowest id among equal maxima, as Sampler's greedy
+  // draw): the host then reads one id per row, not a row of logits.
+  virtual void argmax_rows(Tensor logits, std::span<int32_t> out) {
+    std::vector<float> row(size_t(logits.cols));
+    for (int64_t r = 0; r < logits.rows; ++r) {
+      read(logits.rows_view(r, 1), row.data());
+      out[size_t(r)] = int32_t(std::max_element(row.begin(), row.end()) - row.begin());
+    }
   }
 
   // Per-op timing (--profile): off by default; a report of the ops timed since the last reset.

@@ -114,22 +114,17 @@ bool Engine::step() {
     layout.tables.push_back(kv_.block_table(s.id));
   }
   layout.row_seq = row_seq;
-  std::vector<float> logits;
   const Tensor out = session_.model().forward_batch(tokens, pos, layout, pick);  // no pick: keys and values only
-  if (!pick.empty()) {
-    logits.resize(size_t(out.rows * out.cols));
-    session_.backend().read(out, logits.data());
-  }
+  const SampledRows rows = sampled_rows(st, out);
   // One draw per sampling row, in the step's order.
-  const int64_t vocab = int64_t(session_.config().n_vocab);
   std::vector<std::pair<Scheduler::SeqId, int32_t>> sampled, going_on;
   std::vector<std::pair<int64_t, Finish>> ended;
   size_t row = 0;
   for (const StepSeq& s : st.seqs) {
     if (!s.logits) continue;
     Live& l = live_.at(s.id);
-    const std::span<const float> lg(logits.data() + int64_t(row++) * vocab, size_t(vocab));
-    const int32_t t = l.sampler->sample(lg, sched_.tokens(s.id));
+    const size_t r = row++;
+    const int32_t t = rows.greedy[r] >= 0 ? rows.greedy[r] : l.sampler->sample(rows.logits(r), sched_.tokens(s.id));
     ++l.generated;
     sampled.emplace_back(s.id, t);
     const bool stop = std::find(l.req.stop.begin(), l.req.stop.end(), t) != l.req.stop.end();
@@ -163,6 +158,35 @@ bool Engine::step() {
     }
   }
   return true;
+}
+
+// Plain greedy rows (temperature <= 0, no repetition penalty) take the backend's argmax, one id
+// per row; the others read their logits rows (all at once when they are most of the rows).
+Engine::SampledRows Engine::sampled_rows(const Step& st, Tensor out) {
+  SampledRows rows;
+  rows.vocab = out.cols;
+  std::vector<bool> plain;
+  for (const StepSeq& s : st.seqs) {
+    if (!s.logits) continue;
+    const SamplerParams& p = live_.at(s.id).sampler->params();
+    plain.push_back(p.temperature <= 0.f && (p.repeat_penalty == 1.f || p.repeat_last_n == 0));
+  }
+  const size_t n = plain.size(), n_plain = size_t(std::count(plain.begin(), plain.end(), true));
+  rows.greedy.assign(n, -1);
+  if (n_plain) session_.backend().argmax_rows(out, rows.greedy);
+  rows.at.assign(n, -1);
+  if (n_plain == n) return rows;
+  const bool all = 2 * (n - n_plain) > n;
+  rows.host.resize(size_t(all ? n : n - n_plain) * size_t(out.cols));
+  size_t k = 0;
+  for (size_t r = 0; r < n; ++r) {
+    if (plain[r]) continue;
+    rows.greedy[r] = -1;
+    rows.at[r] = int64_t(all ? r : k++);
+    if (!all) session_.backend().read(out.rows_view(int64_t(r), 1), rows.host.data() + rows.at[r] * out.cols);
+  }
+  if (all) session_.backend().read(out, rows.host.data());
+  return rows;
 }
 
 void Engine::run_until_idle() {

@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -95,6 +96,15 @@ class Engine {
     std::unique_ptr<Sampler> sampler;
     int generated = 0;
   };
+  // What a step's sampling rows give the host: a greedy id (>= 0) or a logits row.
+  struct SampledRows {
+    std::vector<int32_t> greedy;  // per row: the backend's argmax, or -1
+    std::vector<int64_t> at;      // per row: its row in host, or -1
+    std::vector<float> host;
+    int64_t vocab = 0;
+    std::span<const float> logits(size_t r) const { return {host.data() + at[r] * vocab, size_t(vocab)}; }
+  };
+  SampledRows sampled_rows(const Step& st, Tensor out);
   void admit_pending();  // moves submitted requests and cancellations into the scheduler
   void end(int64_t id, int32_t token, Finish f, const std::string& error = {});
 

@@ -60,6 +60,7 @@ class CudaBackend final : public Backend {
   bool takes_kv_layout() const override { return true; }
   void set_kv_layout(const KvLayout* layout) override;
   void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) override;
+  void argmax_rows(Tensor logits, std::span<int32_t> out) override;
   void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) override;
   void embed_norm(const Weight& table, std::span<const int32_t> tokens, Tensor out, const Weight& norm, float eps,
                   Tensor h) override;

@@ -3,7 +3,7 @@
 // its sequence's block table gives (rope_kv_store with slots), and attention reads each row's own
 // sequence through its table (kernels::attention_paged: the flash-decoding split kernels with a
 // block-table lookup per position, then their merge). The pass's slots and tables are uploaded
-// once, by its first attention op.
+// once, by its first attention op. The greedy rows' ids are made on the device (argmax_rows).
 #include "backend/cuda/cuda_backend.h"
 
 #include "backend/cuda/cuda_check.h"
@@ -93,6 +93,17 @@ void CudaBackend::copy_rows(Tensor src, std::span<const int32_t> rows, Tensor ds
   wrote(dst);
   run_op("copy_rows", double(dst.rows * dst.cols) * 8.0, 0,
          [&] { return kn::gather_rows(src.data, src.cols, idx, dst.rows, dst.data, stream_); });
+}
+
+void CudaBackend::argmax_rows(Tensor logits, std::span<int32_t> out) {
+  settle(logits);
+  check("argmax_rows", int64_t(out.size()) == logits.rows, "one id per row");
+  auto* ids = static_cast<int32_t*>(scratch_bytes(out.size() * sizeof(int32_t)));
+  run_op("argmax rows", double(logits.rows * logits.cols) * 4.0, 0,
+         [&] { return kn::argmax_rows(logits.data, logits.rows, logits.cols, ids, stream_); });
+  cuda_check(cudaMemcpyAsync(out.data(), ids, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_), "argmax_rows");
+  cuda_check(cudaStreamSynchronize(stream_), "argmax_rows");
+  collect_profile();
 }
 
 }  // namespace lamina

@@ -135,5 +135,8 @@ struct SampleArgs {
 };
 Status sample(const float* logits, int n_vocab, const SampleArgs& a, float* scratch, int32_t* out, cudaStream_t s);
 size_t sample_scratch_floats(int n_vocab);
+// out[r] = the greedy id of logits row r (lowest id among equal maxima), for rows x cols f32
+// logits; out on the device.
+Status argmax_rows(const float* logits, int64_t rows, int64_t cols, int32_t* out, cudaStream_t s);
 
 }  // namespace lamina::kernels

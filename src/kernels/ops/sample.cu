@@ -248,6 +248,41 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
 
 }  // namespace
 
+namespace {
+
+// grid: rows, 256 threads: block argmax of row blockIdx.x (lowest id among equal maxima).
+__global__ void __launch_bounds__(256) argmax_rows_kernel(const float* __restrict__ logits, int64_t cols,
+                                                          int32_t* __restrict__ out) {
+  pdl_enter();
+  __shared__ float red_v[8];
+  __shared__ int red_i[8];
+  const float* row = logits + int64_t(blockIdx.x) * cols;
+  float bv = -FLT_MAX;
+  int bi = INT_MAX;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x)  // a thread's indices ascend: `>` keeps its first
+    if (row[i] > bv) bv = row[i], bi = int(i);
+  for (int o = 16; o; o >>= 1) {
+    const float ov = __shfl_xor_sync(~0u, bv, o);
+    const int oi = __shfl_xor_sync(~0u, bi, o);
+    if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+  }
+  if (threadIdx.x % 32 == 0) red_v[threadIdx.x / 32] = bv, red_i[threadIdx.x / 32] = bi;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < 8; ++w)
+      if (red_v[w] > bv || (red_v[w] == bv && red_i[w] < bi)) bv = red_v[w], bi = red_i[w];
+    out[blockIdx.x] = bi == INT_MAX ? 0 : bi;
+  }
+}
+
+}  // namespace
+
+Status argmax_rows(const float* logits, int64_t rows, int64_t cols, int32_t* out, cudaStream_t s) {
+  if (!logits || !out || rows < 0 || cols <= 0 || cols > INT_MAX || rows > INT_MAX) return Status::error("argmax_rows: bad arguments");
+  if (rows) launch_pdl(argmax_rows_kernel, dim3(unsigned(rows)), 256, 0, s, logits, cols, out);
+  return launch_status("argmax_rows");
+}
+
 size_t sample_scratch_floats(int n_vocab) { return size_t(n_vocab); }
 
 Status sample(const float* logits, int n_vocab, const SampleArgs& a, float* scratch, int32_t* out, cudaStream_t s) {
