@@ -88,7 +88,11 @@ static std::string tune_key(const GemmProblem& p) {
 
 // Untuned: the config (without split-K) whose tiles fill the SMs best — the fewest waves of
 // tiles times the tile's area, ties to the earlier (larger-tile) config. At M = 512, N = 4096
-// the default 128x256 tile gives 64 tiles for 132 SMs; 128x128 gives 128.
+// the default 128x256 tile gives 64 tiles for 132 SMs; 128x128 gives 128. Where that leaves more
+// than half the SMs idle (the batching engine's decode rows: M = 16..128 against N = 4096 is 32
+// tiles), the split-K config with the most splits whose blocks still fit in one wave, if the
+// workspace holds its partial sums. (The tuner keys on the exact M, which the engine's passes
+// vary step by step.)
 static GemmConfig untuned_config(const GemmProblem& p, const GemmVariant& v) {
   static const int sms = [] {
     int dev = 0, n = 0;
@@ -104,7 +108,16 @@ static GemmConfig untuned_config(const GemmProblem& p, const GemmVariant& v) {
     const int64_t cost = (tiles + sms - 1) / sms * int64_t(c.bm) * c.bn;
     if (cost < best_cost) best = c, best_cost = cost;
   }
-  return best;
+  const int64_t tiles = ((p.m + best.bm - 1) / best.bm) * ((p.n + best.bn - 1) / best.bn);
+  if (2 * tiles > sms) return best;
+  GemmConfig split = best;
+  for (const GemmConfig& c : v.configs) {
+    const int64_t t = ((p.m + c.bm - 1) / c.bm) * ((p.n + c.bn - 1) / c.bn);
+    if (c.splits > split.splits && t * c.splits <= sms && p.k % (int64_t(c.splits) * c.bk) == 0 &&
+        gemm_workspace_bytes(p, c) <= p.workspace_bytes)
+      split = c;
+  }
+  return split;
 }
 
 Status gemm(const GemmProblem& p, cudaStream_t s) {
