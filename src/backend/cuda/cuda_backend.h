@@ -21,6 +21,7 @@
 #include "backend/cuda_options.h"
 #include "backend/cuda/graph_timing.h"
 #include "kernels/common/status.h"
+#include "kernels/gemm/gemm.h"
 #include "kernels/gemv/gemv.h"
 #include "kernels/ops/ops.h"
 
@@ -128,6 +129,7 @@ class CudaBackend final : public Backend {
   // argmax (optional, one row): the GEMV also leaves the argmax of out (matmul_logits).
   void run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tensor out, bool accumulate,
                   const kernels::GemvProblem* norm = nullptr, const kernels::GemvArgmax* argmax = nullptr);
+  void q6k_by_f16(const Weight& w, kernels::GemmProblem p, bool accumulate);
   void drop_overwritten_norm(Tensor out, Tensor reads);
   void upload_matrix(const GgufTensor& t, const void* host, int64_t rows, bool repack, void* dst);
   void check(const char* op, bool ok, const std::string& msg) const;

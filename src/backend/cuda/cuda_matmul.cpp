@@ -198,7 +198,13 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
     p.workspace = gemm_work_, p.workspace_bytes = gemm_work_bytes_;
     const double bytes = double(d.bytes) + double(x.rows * (x.cols * 2 + out.cols * 4));
     if (try_op(op_name(accumulate ? "gemm+res" : "gemm", w), bytes, flops, [&] { return kn::gemm(p, stream_); }).ok) return;
-    // no GEMM variant for this type: GEMVs over 8-row slices below
+    // no GEMM variant for this type: q6_K of many rows through f16 (below), else GEMVs over 8-row slices
+    if (x.rows > 4 * kn::kGemvMaxBatch && d.repacked && w.type == GgmlType::Q6_K) {
+      p.a_type = p.b_type = GgmlType::F16;
+      p.a = x16(x, GgmlType::F16);
+      p.b_layout = kn::WeightLayout::Gguf;
+      return q6k_by_f16(w, p, accumulate);
+    }
   }
   const double bytes = double(d.bytes) * double((x.rows + 7) / 8) + double(x.rows * x.cols) * 4.0;
   const char* kind = norm_y          ? "gemv+res+norm"
@@ -216,6 +222,24 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
     }
     return kn::Status::success();
   });
+}
+
+// A q6_K matmul of many rows (the batching engine's logits, a prompt through a Q4_K_M file's
+// q6_K tensors): 8-row GEMV slices would read the matrix once per 8 rows, so the matrix is
+// dequantised to f16 in slices of up to 4096 of its rows (32 MiB of scratch at k = 4096) and each
+// slice multiplied by the f16 GEMM into its columns of out. p: the GEMM problem with A in f16.
+void CudaBackend::q6k_by_f16(const Weight& w, kn::GemmProblem p, bool accumulate) {
+  const int64_t slice = std::min<int64_t>(w.rows, 4096);
+  void* b = scratch_bytes(size_t(slice) * size_t(w.cols) * 2);
+  float* c = static_cast<float*>(p.c);
+  for (int64_t r0 = 0; r0 < w.rows; r0 += slice) {
+    const int64_t n = std::min(slice, w.rows - r0);
+    run_op("dequant q6_K", double(n) * double(w.cols) * (210.0 / 256 + 2), 0,
+           [&] { return kn::dequant_q6k_repacked(w.data, w.rows, w.cols, r0, n, b, stream_); });
+    p.n = n, p.b = b, p.ldb = w.cols, p.c = c + r0;
+    run_op(op_name(accumulate ? "gemm+res (f16)" : "gemm (f16)", w), double(n) * double(w.cols) * 2 + double(p.m * (p.k * 2 + n * 4)),
+           2.0 * double(p.m) * double(n) * double(w.cols), [&] { return kn::gemm(p, stream_); });
+  }
 }
 
 void CudaBackend::matmul(const Weight& w, Tensor x, Tensor out) { run_matmul(w, info(w), x, out, false); }

@@ -145,5 +145,8 @@ inline bool repacked_layout_preferred(GgmlType t) {
   return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q6_K;
 }
 Status gemv_repack(GgmlType t, const void* gguf_rows, int64_t n, int64_t k, void* out, cudaStream_t s);
+// out [rows][k] f16 = rows row0 .. row0 + rows - 1 of a repacked q6_K matrix of n x k (k a multiple
+// of 256): the B operand of an f16 GEMM for a q6_K matmul of many rows, which has no GEMM of its own.
+Status dequant_q6k_repacked(const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out, cudaStream_t s);
 
 }  // namespace lamina::kernels

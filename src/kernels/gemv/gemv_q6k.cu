@@ -10,6 +10,7 @@
 #include "kernels/gemv/gemv_internal.h"
 #include "kernels/gemv/gemv_x8.cuh"
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace lamina::kernels {
@@ -177,7 +178,33 @@ __global__ void repack_q6k_kernel(const uint8_t* __restrict__ src, int64_t n, in
   }
 }
 
+// Rows row0 .. row0 + rows - 1 of the planes as f16, one thread per element (GGUF's order within a
+// super-block: element e takes ql byte 64n + 32(t & 1) + l, qh byte 32n + l at bit 2t and scale
+// e / 16, for n = e / 128, t = (e % 128) / 32, l = e % 32).
+__global__ void dequant_q6k_kernel(const uint8_t* __restrict__ w, int64_t n, int64_t k, int64_t row0, int64_t rows,
+                                   __half* __restrict__ out) {
+  const Q6Planes pl(n, k);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * k; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = row0 + i / k, c = i % k, sb = c / 256;
+    const int e = int(c % 256), h = e / 128, t = (e % 128) / 32, l = e % 32;
+    const uint8_t ql = w[size_t(r) * size_t(k / 2) + sb * 128 + 64 * h + 32 * (t & 1) + l];
+    const uint8_t qh = w[pl.qh + size_t(r) * size_t(k / 4) + sb * 64 + 32 * h + l];
+    const int q = ((t < 2 ? ql & 15 : ql >> 4) | ((qh >> (2 * t)) & 3) << 4) - 32;
+    const int sc = reinterpret_cast<const int8_t*>(w + pl.sc)[size_t(r) * size_t(k / 16) + sb * 16 + e / 16];
+    const float d = __half2float(reinterpret_cast<const __half*>(w + pl.d)[r * (k / 256) + sb]);
+    out[i] = __float2half_rn(d * float(sc * q));
+  }
+}
+
 }  // namespace
+
+Status dequant_q6k_repacked(const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out, cudaStream_t s) {
+  if (!w || !out || k % 256 || row0 < 0 || rows <= 0 || row0 + rows > n) return Status::error("dequant_q6k_repacked: bad arguments");
+  const int64_t items = rows * k;
+  dequant_q6k_kernel<<<unsigned(std::min<int64_t>((items + 255) / 256, 8192)), 256, 0, s>>>(
+      static_cast<const uint8_t*>(w), n, k, row0, rows, static_cast<__half*>(out));
+  return launch_status("dequant_q6k_repacked");
+}
 
 size_t gemv_q6k_repacked_bytes(int64_t n, int64_t k) { return Q6Planes(n, k).d + size_t(n) * size_t(k / 256) * 2; }
 
