@@ -48,6 +48,35 @@ TEST_P(VecDotTest, MatchesFp64OfDequantised) {
   }
 }
 
+// The four-row kernels give each row bit for bit what the one-row kernel gives it.
+TEST(VecDot, FourRowKernelsEqualTheOneRowKernel) {
+  if (detect_isa() != CpuIsa::Avx2) GTEST_SKIP() << "CPU has no AVX2";
+  std::mt19937 rng(8);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  int checked = 0;
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1}) {
+    const VecDot vd = vec_dot_for(t, CpuIsa::Avx2);
+    ASSERT_NE(vd.fn4, nullptr) << type_name(t);
+    for (int64_t n : {32, 96, 576, 1568}) {
+      std::vector<float> w(static_cast<size_t>(n)), x(static_cast<size_t>(4 * n));
+      for (auto& v : w) v = nd(rng);
+      for (auto& v : x) v = nd(rng) * (1.f + 9.f * float((&v - x.data()) % 97 == 3));
+      std::vector<uint8_t> wq(row_bytes(t, n)), xq(4 * act_row_bytes(vd.act, n));
+      quantize_row(t, w.data(), wq.data(), n);
+      for (int j = 0; j < 4; ++j)
+        quantize_activations(vd.act, x.data() + j * n, xq.data() + size_t(j) * act_row_bytes(vd.act, n), n);
+      float got[4] = {-1.f, -1.f, -1.f, -1.f};
+      vd.fn4(n, wq.data(), xq.data(), act_row_bytes(vd.act, n), got);
+      for (int j = 0; j < 4; ++j) {
+        const float one = vd.fn(n, wq.data(), xq.data() + size_t(j) * act_row_bytes(vd.act, n));
+        EXPECT_EQ(got[j], one) << type_name(t) << " n=" << n << " row " << j;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 48);
+}
+
 std::vector<Case> all_cases() {
   std::vector<Case> c;
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,

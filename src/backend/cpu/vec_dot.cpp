@@ -241,7 +241,7 @@ const char* isa_name(CpuIsa isa) { return isa == CpuIsa::Avx2 ? "avx2" : "scalar
 VecDot vec_dot_for(GgmlType t, CpuIsa isa) {
   VecDot v = scalar_kernel(t);
   if (isa == CpuIsa::Avx2 && v.fn)
-    if (VecDotFn f = avx2_kernel(t)) v.fn = f;
+    if (VecDotFn f = avx2_kernel(t)) v.fn = f, v.fn4 = avx2_kernel4(t);
   return v;
 }
 

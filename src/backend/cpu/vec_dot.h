@@ -38,10 +38,14 @@ void quantize_activations(ActType t, const float* x, void* dst, int64_t n);
 void dequantize_activations(ActType t, const void* src, float* dst, int64_t n);
 
 using VecDotFn = float (*)(int64_t n, const void* w, const void* x);
+// out[j] = fn(n, w, x + j * x_stride) for j < 4, bit for bit: one weight row against four
+// activation rows (the prompt path), each weight block unpacked once for the four.
+using VecDot4Fn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride, float* out);
 
 struct VecDot {
   ActType act;  // what quantize_activations must produce
   VecDotFn fn;  // nullptr: no direct kernel (the caller dequantises the row to f32)
+  VecDot4Fn fn4 = nullptr;  // four rows at once, where the ISA has such a kernel
 };
 
 enum class CpuIsa { Scalar, Avx2 };
@@ -55,6 +59,7 @@ VecDot vec_dot_for(GgmlType weight_type, CpuIsa isa);
 
 // AVX2 kernels (vec_dot_avx2.cpp); nullptr where none exists.
 VecDotFn avx2_kernel(GgmlType weight_type);
+VecDot4Fn avx2_kernel4(GgmlType weight_type);
 
 // y[0..n) += a * x[0..n) with x in f16 or f32 (attention's V accumulation).
 using AxpyFn = void (*)(int64_t n, float a, const void* x, float* y);
