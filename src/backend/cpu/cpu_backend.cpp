@@ -199,12 +199,27 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
   const size_t ahead = std::max<size_t>(kPrefetchRows * w_rb, 2048);
   // A prompt's tokens go in tiles of kTokenTile: a tile's activations stay in L1 while the
   // thread's rows pass over them (their weights, a thread's share of one matrix, from L2), four
-  // tokens per weight-row pass where the ISA has a kernel for it.
+  // tokens per weight-row pass where the ISA has a kernel for it. The outliers' weights are decoded
+  // once per row for the tile's distinct outlier columns (activation outliers sit in the same few
+  // channels from token to token), not once per token.
   constexpr int64_t kTokenTile = 16;
+  constexpr int kOutlierSlots = kTokenTile * kMaxOutliers;
   pool_.parallel_for(N, [&](int64_t b, int64_t e) {
-    float v[4];
+    float v[4], dec[kOutlierSlots];
+    int32_t cols[kOutlierSlots];
+    uint8_t slot[kTokenTile][kMaxOutliers];
     for (int64_t t0 = 0; t0 < T; t0 += kTokenTile) {
       const int64_t t1 = std::min(T, t0 + kTokenTile);
+      int n_cols = 0;  // the tile's distinct outlier columns; slot[t][i]: token t's outlier i among them
+      for (int64_t t = t0; t < t1; ++t) {
+        const Outliers& o = outliers_[size_t(t)];
+        for (int i = 0; i < o.n; ++i) {
+          int c = 0;
+          while (c < n_cols && cols[c] != o.index[i]) ++c;
+          if (c == n_cols) cols[n_cols++] = o.index[i];
+          slot[t - t0][i] = uint8_t(c);
+        }
+      }
       size_t wi;
       int64_t r = locate(b, wi);
       for (int64_t g = b; g < e; ++g, ++r) {
@@ -212,6 +227,7 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
         const uint8_t* wr = static_cast<const uint8_t*>(ws[wi]->data) + size_t(r) * w_rb;
         if (t0 == 0)
           for (size_t o = 0; o < w_rb; o += 64) prefetch(wr + ahead + o);
+        for (int c = 0; c < n_cols; ++c) dec[c] = elem(wr, cols[c]);
         const Tensor& out = outs[wi];
         for (int64_t t = t0; t < t1;) {
           const int n = vd.fn4 && t + 4 <= t1 ? 4 : 1;
@@ -219,7 +235,7 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
           else v[0] = vd.fn(K, wr, xb + size_t(t) * x_rb);
           for (int j = 0; j < n; ++j, ++t) {
             const Outliers& o = outliers_[size_t(t)];
-            for (int i = 0; i < o.n; ++i) v[j] += o.value[i] * elem(wr, o.index[i]);
+            for (int i = 0; i < o.n; ++i) v[j] += o.value[i] * dec[slot[t - t0][i]];
             out.data[t * out.cols + r] = v[j];
           }
         }
