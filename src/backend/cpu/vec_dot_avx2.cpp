@@ -165,16 +165,23 @@ LAMINA_AVX2 inline const Act* act_row(const void* x, size_t stride, int j) {
   return reinterpret_cast<const Act*>(static_cast<const uint8_t*>(x) + size_t(j) * stride);
 }
 
-LAMINA_AVX2 void dot4_q4_0(int64_t n, const void* w, const void* x, size_t stride, float* out) {
-  const auto* a = static_cast<const block_q4_0*>(w);
+// The signed-weight types (q4_0: nibbles - 8; q8_0: bytes) share one four-row kernel; a
+// block's quants as 32 signed bytes:
+LAMINA_AVX2 inline __m256i quants_s8(const block_q4_0& b) {
+  return _mm256_sub_epi8(unpack_nibbles(b.qs), _mm256_set1_epi8(8));
+}
+LAMINA_AVX2 inline __m256i quants_s8(const block_q8_0& b) { return load32(b.qs); }
+
+template <class Block>
+LAMINA_AVX2 void dot4_s8(int64_t n, const void* w, const void* x, size_t stride, float* out) {
+  const auto* a = static_cast<const Block*>(w);
   const act_q8* b[4] = {act_row<act_q8>(x, stride, 0), act_row<act_q8>(x, stride, 1), act_row<act_q8>(x, stride, 2),
                         act_row<act_q8>(x, stride, 3)};
   __m256 acc[4][2];
   for (auto& p : acc) p[0] = p[1] = _mm256_setzero_ps();
-  const __m256i eight = _mm256_set1_epi8(8);
   const int64_t nb = n / QK;
   for (int64_t i = 0; i < nb; ++i) {
-    const __m256i q = _mm256_sub_epi8(unpack_nibbles(a[i].qs), eight);
+    const __m256i q = quants_s8(a[i]);
     const __m256i uq = _mm256_sign_epi8(q, q);  // dot_s8's |q|, once for the four rows
     const float dw = h2f(a[i].d);
     for (int j = 0; j < 4; ++j) {
@@ -205,27 +212,6 @@ LAMINA_AVX2 void dot4_q4_1(int64_t n, const void* w, const void* x, size_t strid
       const __m256 d = _mm256_broadcastss_ps(dm);
       const __m256 m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
       acc[j][i & 1] = _mm256_add_ps(acc[j][i & 1], _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), m));
-    }
-  }
-  for (int j = 0; j < 4; ++j) out[j] = hsum(_mm256_add_ps(acc[j][0], acc[j][1]));
-}
-
-LAMINA_AVX2 void dot4_q8_0(int64_t n, const void* w, const void* x, size_t stride, float* out) {
-  const auto* a = static_cast<const block_q8_0*>(w);
-  const act_q8* b[4] = {act_row<act_q8>(x, stride, 0), act_row<act_q8>(x, stride, 1), act_row<act_q8>(x, stride, 2),
-                        act_row<act_q8>(x, stride, 3)};
-  __m256 acc[4][2];
-  for (auto& p : acc) p[0] = p[1] = _mm256_setzero_ps();
-  const int64_t nb = n / QK;
-  for (int64_t i = 0; i < nb; ++i) {
-    const __m256i q = load32(a[i].qs);
-    const __m256i uq = _mm256_sign_epi8(q, q);
-    const float dw = h2f(a[i].d);
-    for (int j = 0; j < 4; ++j) {
-      const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(uq, _mm256_sign_epi8(load32(b[j][i].qs), q)),
-                                          _mm256_set1_epi16(1));
-      const __m256 d = _mm256_set1_ps(dw * b[j][i].d);
-      acc[j][i & 1] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[j][i & 1]);
     }
   }
   for (int j = 0; j < 4; ++j) out[j] = hsum(_mm256_add_ps(acc[j][0], acc[j][1]));
@@ -332,9 +318,9 @@ VecDotFn avx2_kernel(GgmlType t) {
 
 VecDot4Fn avx2_kernel4(GgmlType t) {
   switch (t) {
-    case GgmlType::Q4_0: return dot4_q4_0;
+    case GgmlType::Q4_0: return dot4_s8<block_q4_0>;
     case GgmlType::Q4_1: return dot4_q4_1;
-    case GgmlType::Q8_0: return dot4_q8_0;
+    case GgmlType::Q8_0: return dot4_s8<block_q8_0>;
     default: return nullptr;
   }
 }
