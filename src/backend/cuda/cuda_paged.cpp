@@ -20,9 +20,6 @@ void CudaBackend::set_kv_layout(const KvLayout* layout) {
   if (layout && layout->block_tokens <= 0) fail("paged KV cache: block size {} is not positive", layout->block_tokens);
   layout_ = layout;
   paged_ = {};
-  // A decode step a Session left running ahead is not the engine's next pass: begin_forward must
-  // stage the pass's own inputs, never take them for that step's.
-  if (layout) ahead_ = false;
 }
 
 // [slots | row_seq | tables] built on the host, checked against the cache, and uploaded into
