@@ -164,12 +164,13 @@ class Backend {
   virtual void read(Tensor t, float* host) = 0;                    // copy rows to host
 
   // Step recording (CUDA graphs). The model brackets a forward pass that it may repeat with the
-  // same shapes (a decode step) with capture_begin/capture_end; a backend that records returns
-  // true from capture_begin when this pass is being recorded, and replay(key) later re-runs the
-  // recording with the inputs given to begin_forward. capture_abort ends a failed recording.
-  virtual bool replay(uint64_t key) { return false; }
+  // same shapes (a decode step) with capture_begin/capture_end(the pass's result); a backend
+  // that records returns true from capture_begin when this pass is being recorded, and
+  // replay(key, out) later re-runs the recording with the inputs given to begin_forward and sets
+  // out to where it leaves its result. capture_abort ends a failed recording.
+  virtual bool replay(uint64_t key, Tensor& out) { return false; }
   virtual bool capture_begin(uint64_t key) { return false; }
-  virtual void capture_end() {}
+  virtual void capture_end(Tensor out) {}
   virtual void capture_abort() {}
 
   // Sampling in backend memory: the host then waits for one token id, not a logits row.

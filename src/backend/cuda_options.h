@@ -17,6 +17,8 @@ struct CudaOptions {
   // Time every replayed decode step (GPU time against the host's) and print it when the backend
   // goes (`lamina bench --graph-timing`).
   bool graph_timing = false;
+  // Record repeated decode passes as CUDA graphs and replay them (false: every pass eager).
+  bool graphs = true;
 
   // Measured slower and kept as an opt-in rung (docs/benchmarks.md): the decode RMSNorm
   // deferred into the next GEMV's prologue.

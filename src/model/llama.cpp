@@ -146,14 +146,42 @@ void LlamaModel::check_inputs(std::span<const int32_t> tokens, std::span<const i
     if (tk < 0 || uint32_t(tk) >= cfg_.n_vocab) fail("token id {} is outside the vocabulary of {}", tk, cfg_.n_vocab);
 }
 
+// A pass the backend may record (key != 0) and replay: a decode step of one sequence, or of
+// several sequences with one row each.
+Tensor LlamaModel::recordable_pass(uint64_t key, std::span<const int32_t> tokens, std::span<const int32_t> pos,
+                                   Logits mode, std::span<const int32_t> pick) {
+  Tensor out;
+  if (key && be_.replay(key, out)) return out;
+  const bool recording = key && be_.capture_begin(key);
+  try {
+    out = run_layers(tokens, pos, mode, pick);
+    if (recording) be_.capture_end(out);
+    return out;
+  } catch (...) {
+    if (recording) be_.capture_abort();
+    throw;
+  }
+}
+
 Tensor LlamaModel::forward_batch(std::span<const int32_t> tokens, std::span<const int32_t> pos, const KvLayout& layout,
                                  std::span<const int32_t> logit_rows) {
   check_inputs(tokens, pos);
-  if (layout.row_seq.size() != tokens.size()) fail("forward: {} tokens but {} row sequences", tokens.size(), layout.row_seq.size());
+  const size_t T = tokens.size();
+  if (layout.row_seq.size() != T) fail("forward: {} tokens but {} row sequences", T, layout.row_seq.size());
+  // Logits of every row in order (each sequence's decode row, or a whole pass) need no gather.
+  bool every_row = logit_rows.size() == T, one_row_each = layout.tables.size() == T;
+  for (size_t i = 0; i < T; ++i) {
+    every_row = every_row && logit_rows[i] == int32_t(i);
+    one_row_each = one_row_each && layout.row_seq[i] == int32_t(i);
+  }
+  // A decode step of T sequences: recorded per row count (the backend adds the length bucket).
+  const uint64_t key = every_row && one_row_each ? uint64_t(T) << 8 | 2 : 0;
   be_.set_kv_layout(&layout);
   try {
     be_.begin_forward(tokens, pos);
-    const Tensor out = run_layers(tokens, pos, logit_rows.empty() ? Logits::None : Logits::All, logit_rows);
+    const Tensor out = logit_rows.empty() ? run_layers(tokens, pos, Logits::None)
+                       : every_row        ? recordable_pass(key, tokens, pos, Logits::All, {})
+                                          : run_layers(tokens, pos, Logits::All, logit_rows);
     be_.set_kv_layout(nullptr);
     return out;
   } catch (...) {
@@ -170,20 +198,7 @@ Tensor LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int3
 
   be_.begin_forward(tokens, pos);
   constexpr uint64_t kDecodeStep = 1;
-  const bool step = T == 1 && mode == Logits::Last;
-  if (step && be_.replay(kDecodeStep)) return step_logits_;
-  const bool recording = step && be_.capture_begin(kDecodeStep);
-  try {
-    const Tensor out = run_layers(tokens, pos, mode);
-    if (recording) {
-      be_.capture_end();
-      step_logits_ = out;
-    }
-    return out;
-  } catch (...) {
-    if (recording) be_.capture_abort();
-    throw;
-  }
+  return recordable_pass(T == 1 && mode == Logits::Last ? kDecodeStep : 0, tokens, pos, mode, {});
 }
 
 Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode,

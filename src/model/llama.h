@@ -53,9 +53,12 @@ class LlamaModel {
   std::vector<LayerWeights> layers_;
   std::vector<float> rope_freqs_;  // Llama 3 frequency factors (host copy), empty if none
   int n_ctx_ = 0;
-  Tensor step_logits_;  // where a recorded decode step leaves its logits
 
   void check_inputs(std::span<const int32_t> tokens, std::span<const int32_t> pos) const;
+  // run_layers, recorded and replayed by the backend when key != 0 (a pass repeated with the
+  // same shapes: the backend keys it further by the length bucket).
+  Tensor recordable_pass(uint64_t key, std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode,
+                         std::span<const int32_t> pick);
   // The layers, then the logits of `mode`, or of the rows in `pick` when it is not empty.
   Tensor run_layers(std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode,
                     std::span<const int32_t> pick = {});

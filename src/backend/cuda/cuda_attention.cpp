@@ -57,7 +57,7 @@ void CudaBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<c
                             const AttentionParams& p, Tensor out) {
   settle(q, k, v, out);
   const LayerCache c = layer_cache(layer, q, pos, p);
-  const int32_t* rows_at = layout_ ? paged_pass(pos).slots : dev_pos();  // kv_store writes row t at rows_at[t]
+  const int32_t* rows_at = layout_ ? paged_pass().slots : dev_pos();  // kv_store writes row t at rows_at[t]
   run_op("kv_store", double(k.rows * k.cols) * (8.0 + 2 * kv_elem_bytes()), 0,
          [&] { return kn::kv_store(k.data, v.data, k.rows, rows_at, c.k, c.v, c.a, stream_); });
   if (layout_) attend_paged(c, q, pos, p, out);
@@ -74,7 +74,7 @@ void CudaBackend::rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::s
   const kn::RopeArgs r = rope_args(p.n_head, p.head_dim, rope_p);
   const double bytes = double(q.rows * q.cols) * 8.0 + double(k.rows * k.cols) * (8.0 + 2 * kv_elem_bytes());
   if (layout_) {  // several sequences on the paged cache: each row's k and v go to its slot
-    const int32_t* slots = paged_pass(pos).slots;
+    const int32_t* slots = paged_pass().slots;
     run_op("rope+kv_store", bytes, 0, [&] {
       return kn::rope_kv_store(q.data, k.data, v.data, q.rows, dev_pos(), r, c.k, c.v, c.a, stream_, slots);
     });

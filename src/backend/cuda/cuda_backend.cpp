@@ -35,7 +35,8 @@ CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
       single_pass_attention_(o.single_pass_attention),
       defer_norm_(o.defer_norm),
       lookup_upload_(o.staged_lookup),
-      fused_argmax_(o.fused_argmax) {
+      fused_argmax_(o.fused_argmax),
+      graphs_enabled_(o.graphs) {
   cuda_check(cudaSetDevice(device), "cudaSetDevice");
   cudaDeviceProp prop{};
   cuda_check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
@@ -66,7 +67,10 @@ CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
-  if (graph_timing_) std::fputs(graph_timing_->report().c_str(), stderr);
+  if (graph_timing_) {
+    std::fputs(graph_timing_->report().c_str(), stderr);
+    std::fprintf(stderr, "graphs: %ld recorded, %ld dropped because buffers moved\n", graphs_recorded_, graphs_dropped_);
+  }
   for (auto& [k, g] : graphs_)
     if (g.exec) cudaGraphExecDestroy(g.exec);
   for (void* p : owned_) cudaFree(p);
@@ -75,6 +79,8 @@ CudaBackend::~CudaBackend() {
   for (auto& [h, d] : freq_factors_) cudaFree(d);
   cudaFree(dev_in_);
   cudaFreeHost(host_in_);
+  cudaFree(dev_paged_);
+  cudaFreeHost(host_paged_);
   cudaFreeHost(host_id_);
   cudaFreeHost(seen_);
   cudaEventDestroy(sampled_);
@@ -130,15 +136,19 @@ Tensor CudaBackend::alloc(int64_t rows, int64_t cols) {
   return Tensor{static_cast<float*>(scratch_bytes(size_t(rows * cols) * sizeof(float))), rows, cols};
 }
 
+// Scratch that grew during the last pass becomes one chunk large enough for all of it.
+void CudaBackend::compact_scratch() {
+  if (scratch_.size() < 2 || capturing_) return;
+  size_t total = 0;
+  cuda_check(cudaStreamSynchronize(stream_), "scratch reset");
+  for (auto& c : scratch_) total += c.size, cudaFree(c.base);
+  scratch_.clear();
+  scratch_.push_back({dev_alloc(total, "activations"), total});
+  ++generation_;
+}
+
 void CudaBackend::reset_scratch() {
-  if (scratch_.size() > 1) {  // grew during the last pass: one chunk large enough for all of it
-    size_t total = 0;
-    cuda_check(cudaStreamSynchronize(stream_), "scratch reset");
-    for (auto& c : scratch_) total += c.size, cudaFree(c.base);
-    scratch_.clear();
-    scratch_.push_back({dev_alloc(total, "activations"), total});
-    ++generation_;
-  }
+  compact_scratch();
   scratch_used_ = 0;
   shadow_ = {};
   pending_norm_ = {};  // its tensors are dead with the scratch

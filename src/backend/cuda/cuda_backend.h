@@ -82,9 +82,9 @@ class CudaBackend final : public Backend {
   void swiglu(Tensor gate, Tensor up) override;
   void read(Tensor t, float* host) override;
 
-  bool replay(uint64_t key) override;
+  bool replay(uint64_t key, Tensor& out) override;
   bool capture_begin(uint64_t key) override;
-  void capture_end() override;
+  void capture_end(Tensor out) override;
   void capture_abort() override;
 
   bool samples_on_device() const override { return true; }
@@ -97,6 +97,7 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream() const { return stream_; }
   void set_graphs(bool on) { graphs_enabled_ = on; }  // off: every pass runs eagerly (tests)
+  int recorded_graphs() const;  // passes recorded so far (tests)
 
  private:
   struct DevWeight {
@@ -121,6 +122,7 @@ class CudaBackend final : public Backend {
 
   void* dev_alloc(size_t bytes, const char* what);
   void* scratch_bytes(size_t bytes);
+  void compact_scratch();
   void upload(void* dst, const void* src, size_t bytes);
   const DevWeight& info(const Weight& w) const;
   // 16-bit copy of x for a GEMM (the RMSNorm's copy when it made one).
@@ -171,17 +173,22 @@ class CudaBackend final : public Backend {
   };
   LayerCache layer_cache(int layer, Tensor q, std::span<const int32_t> pos, const AttentionParams& p);
   void attend(const LayerCache& c, Tensor q, std::span<const int32_t> pos, const AttentionParams& p, Tensor out);
-  // The batching engine's paged cache (set_kv_layout, cuda_paged.cpp): the pass's layout and,
-  // once its first attention op has uploaded them into scratch, each row's cache slot and the
-  // sequences' block tables (kernels::PagedKv).
+  // The batching engine's paged cache (set_kv_layout, cuda_paged.cpp): the pass's layout, and
+  // each row's cache slot and the sequences' block tables (kernels::PagedKv), staged with the
+  // pass's inputs in pinned memory [slots | row_seq | tables] and copied to the device by the
+  // pass's input upload (a node of a recorded graph: the tables' stride is fixed by the length
+  // bucket, so that a recorded pass always copies the same number of words).
   const KvLayout* layout_ = nullptr;
   struct PagedPass {
-    bool ready = false;
     const int32_t* slots = nullptr;  // device [rows]
     kernels::PagedKv kv;
   } paged_;
-  std::vector<int32_t> paged_host_;  // [slots | row_seq | tables], uploaded once per pass
-  const PagedPass& paged_pass(std::span<const int32_t> pos);
+  int32_t* host_paged_ = nullptr;  // pinned staging
+  int32_t* dev_paged_ = nullptr;
+  size_t paged_capacity_ = 0;      // words of each
+  size_t paged_words_ = 0;         // staged for this pass (0: not a paged pass)
+  void stage_paged(std::span<const int32_t> pos);
+  const PagedPass& paged_pass();  // the staged tables, uploaded
   void attend_paged(const LayerCache& c, Tensor q, std::span<const int32_t> pos, const AttentionParams& p, Tensor out);
   // (bytes, flops) of attention over the cache for the profile.
   std::pair<double, double> attention_cost(Tensor q, std::span<const int32_t> pos, const AttentionParams& p) const;
@@ -308,8 +315,11 @@ class CudaBackend final : public Backend {
     uint64_t generation = 0;
     int seen = 0;  // passes seen for this key; recorded on the second (the first warms up)
     const float* argmax_of = nullptr;  // the logits row whose greedy id the graph makes
+    Tensor out;                        // where the pass leaves its result
+    size_t scratch_used = 0;           // the scratch the pass takes (ops after a replay allocate past it)
   };
   std::map<uint64_t, Recorded> graphs_;
+  long graphs_recorded_ = 0, graphs_dropped_ = 0;  // reported with --graph-timing
   uint64_t capturing_ = 0;
   bool graphs_enabled_ = true;
   std::unique_ptr<GraphTiming> graph_timing_;  // CudaOptions::graph_timing

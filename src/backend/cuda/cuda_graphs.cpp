@@ -61,8 +61,11 @@ void CudaBackend::stage_inputs(std::span<const int32_t> tokens, std::span<const 
   host_in_[2 * in_capacity_] = ++stamp_;
   n_in_ = int64_t(n);
   last_pos_ = n ? pos.back() : 0;
+  const int64_t longest = n ? int64_t(*std::max_element(pos.begin(), pos.end())) + 1 : 0;
   kv_bucket_ = kMinBucket;
-  if (n) while (kv_bucket_ < int64_t(last_pos_) + 1) kv_bucket_ *= 2;
+  while (kv_bucket_ < longest) kv_bucket_ *= 2;
+  paged_words_ = 0;
+  if (layout_) stage_paged(pos);  // (after the bucket: it sets the tables' stride)
   inputs_staged_ = true;
 }
 
@@ -83,6 +86,11 @@ void CudaBackend::wait_staging_read() {
 void CudaBackend::upload_inputs() {
   if (!inputs_staged_) return;
   inputs_staged_ = false;
+  // The paged tables first (from pinned memory: a memcpy node in a graph); the stamp the upload
+  // kernel writes then also says that they have been read.
+  if (paged_words_)
+    cuda_check(cudaMemcpyAsync(dev_paged_, host_paged_, paged_words_ * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+               "paged KV tables");
   const kn::Status st =
       kn::upload_inputs(host_in_dev_, dev_in_, n_in_, int64_t(in_capacity_), dev_sampled_, seen_dev_, stream_);
   check("input upload", st.ok, st.message);
@@ -102,7 +110,7 @@ void CudaBackend::launch_graph(cudaGraphExec_t exec) {
   inputs_staged_ = false;
 }
 
-bool CudaBackend::replay(uint64_t key) {
+bool CudaBackend::replay(uint64_t key, Tensor& out) {
   if (!graphs_enabled_ || profiling_) return false;
   key = graph_key(key);
   if (ahead_hit_) {  // already on the stream
@@ -110,6 +118,8 @@ bool CudaBackend::replay(uint64_t key) {
     if (key == ahead_graph_) {
       last_graph_ = key;
       argmax_of_ = graphs_[key].argmax_of;
+      out = graphs_[key].out;
+      scratch_used_ = graphs_[key].scratch_used;
       inputs_staged_ = false;
       return true;
     }
@@ -117,6 +127,7 @@ bool CudaBackend::replay(uint64_t key) {
   auto it = graphs_.find(key);
   if (it == graphs_.end() || !it->second.exec) return false;
   if (it->second.generation != generation_) {  // buffers moved since it was recorded
+    ++graphs_dropped_;
     cudaGraphExecDestroy(it->second.exec);
     graphs_.erase(it);
     return false;
@@ -124,6 +135,8 @@ bool CudaBackend::replay(uint64_t key) {
   launch_graph(it->second.exec);
   last_graph_ = key;
   argmax_of_ = it->second.argmax_of;
+  out = it->second.out;
+  scratch_used_ = it->second.scratch_used;  // what follows the pass allocates after its tensors
   return true;
 }
 
@@ -132,6 +145,9 @@ bool CudaBackend::capture_begin(uint64_t key) {
   key = graph_key(key);
   Recorded& r = graphs_[key];
   if (++r.seen < 2) return false;  // the first pass runs eagerly: it sizes scratch and warms caches
+  // Scratch that grew in an earlier pass is merged now, not inside the recording (the merge
+  // waits for the stream). The recording's own pass then allocates what the eager one did.
+  compact_scratch();
   // The inputs are still staged (begin_forward ran first): the pass's first op that reads them
   // records their upload, so that replays fetch the fresh staging contents.
   inputs_staged_ = true;
@@ -141,7 +157,7 @@ bool CudaBackend::capture_begin(uint64_t key) {
   return true;
 }
 
-void CudaBackend::capture_end() {
+void CudaBackend::capture_end(Tensor out) {
   // A norm still pending here is the pass's last (the decode output norm, read by the logits
   // GEMV through x8_ss): its output lives in scratch, which no later op of this pass reads and
   // the next pass writes anew, so it is dropped rather than run at the end of every replay.
@@ -159,9 +175,16 @@ void CudaBackend::capture_end() {
   r.exec = exec;
   r.generation = generation_;
   r.argmax_of = argmax_of_;
+  r.out = out;
+  r.scratch_used = scratch_used_;
+  ++graphs_recorded_;
   cuda_check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
   upload_enqueued_ = true;
   last_graph_ = key;
+}
+
+int CudaBackend::recorded_graphs() const {
+  return int(std::count_if(graphs_.begin(), graphs_.end(), [](const auto& g) { return g.second.exec != nullptr; }));
 }
 
 void CudaBackend::capture_abort() {

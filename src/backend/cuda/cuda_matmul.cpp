@@ -78,9 +78,10 @@ void CudaBackend::embed_norm(const Weight& table, std::span<const int32_t> token
   x8.gain = static_cast<const float*>(norm.data);
   x8.ss = static_cast<double*>(scratch_bytes(size_t(out.cols / 32) * sizeof(double)));
   const double bytes = double(row_bytes(table.type, table.cols)) + out.cols * 4.0 + double(kn::x8_bytes(out.cols));
-  // The step's inputs not yet uploaded: the lookup reads its token from the staging itself.
+  // The step's inputs not yet uploaded: the lookup reads its token from the staging itself
+  // (not in a paged pass: its tables travel by the upload, which copies them first).
   kn::StagedInputs in;
-  if (lookup_upload_ && inputs_staged_ && n_in_ == 1) {
+  if (lookup_upload_ && inputs_staged_ && n_in_ == 1 && paged_words_ == 0) {
     in = {host_in_dev_, dev_in_, int64_t(in_capacity_), dev_sampled_, seen_dev_, table.rows};
     inputs_staged_ = false;
     upload_enqueued_ = true;

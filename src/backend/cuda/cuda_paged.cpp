@@ -2,8 +2,8 @@
 // several sequences on a paged KV cache (Backend::KvLayout). Each row's k and v go to the slot
 // its sequence's block table gives (rope_kv_store with slots), and attention reads each row's own
 // sequence through its table (kernels::attention_paged: the flash-decoding split kernels with a
-// block-table lookup per position, then their merge). The pass's slots and tables are uploaded
-// once, by its first attention op. The greedy rows' ids are made on the device (argmax_rows).
+// block-table lookup per position, then their merge). The pass's slots and tables are staged with
+// its inputs and uploaded with them. The greedy rows' ids are made on the device (argmax_rows).
 #include "backend/cuda/cuda_backend.h"
 
 #include "backend/cuda/cuda_check.h"
@@ -19,28 +19,40 @@ namespace lamina {
 void CudaBackend::set_kv_layout(const KvLayout* layout) {
   if (layout && layout->block_tokens <= 0) fail("paged KV cache: block size {} is not positive", layout->block_tokens);
   layout_ = layout;
-  paged_ = {};
+  // A single-sequence step running ahead (launch_ahead) is not this pass: begin_forward must
+  // not take it for one. That step simply runs first on the stream.
+  if (layout) ahead_ = false;
 }
 
-// [slots | row_seq | tables] built on the host, checked against the cache, and uploaded into
-// this pass's scratch.
-const CudaBackend::PagedPass& CudaBackend::paged_pass(std::span<const int32_t> pos) {
-  if (paged_.ready) return paged_;
+// [slots | row_seq | tables] built in the pinned staging (stage_inputs has waited until the last
+// upload read it), checked against the cache. Each table takes the blocks of the length bucket
+// (kv_bucket_ / block_tokens: every position of the pass lies below the bucket), so that a
+// recorded decode pass copies the same number of words on every replay.
+void CudaBackend::stage_paged(std::span<const int32_t> pos) {
   const KvLayout& l = *layout_;
   const int64_t rows = int64_t(pos.size());
-  check("paged attention", int64_t(l.row_seq.size()) == rows && rows == n_in_, "the layout's rows differ from the pass's");
-  size_t max_blocks = 1;
-  for (const auto& t : l.tables) max_blocks = std::max(max_blocks, t.size());
+  check("paged attention", int64_t(l.row_seq.size()) == rows, "the layout's rows differ from the pass's");
   const int64_t n_blocks = kv_ctx_ / l.block_tokens;
-  paged_host_.assign(size_t(2 * rows) + l.tables.size() * max_blocks, 0);
-  int32_t* slots = paged_host_.data();
+  const size_t stride = size_t(std::min<int64_t>((kv_bucket_ + l.block_tokens - 1) / l.block_tokens, std::max<int64_t>(1, n_blocks)));
+  const size_t words = size_t(2 * rows) + l.tables.size() * stride;
+  if (words > paged_capacity_) {
+    cuda_check(cudaStreamSynchronize(stream_), "paged KV tables");
+    cudaFree(dev_paged_);
+    cudaFreeHost(host_paged_);
+    paged_capacity_ = std::max<size_t>(words, 4096);
+    cuda_check(cudaMallocHost(&host_paged_, paged_capacity_ * sizeof(int32_t)), "cudaMallocHost");
+    dev_paged_ = static_cast<int32_t*>(dev_alloc(paged_capacity_ * sizeof(int32_t), "paged KV tables"));
+    ++generation_;
+  }
+  int32_t* slots = host_paged_;
   int32_t* row_seq = slots + rows;
   int32_t* tables = row_seq + rows;
+  std::fill(tables, tables + l.tables.size() * stride, 0);
   for (size_t s = 0; s < l.tables.size(); ++s)
-    for (size_t b = 0; b < l.tables[s].size(); ++b) {
+    for (size_t b = 0; b < std::min(stride, l.tables[s].size()); ++b) {
       const int32_t id = l.tables[s][b];
       if (id < 0 || id >= n_blocks) fail("paged KV cache: block {} of sequence {} is outside the cache's {} blocks", id, s, n_blocks);
-      tables[s * max_blocks + b] = id;
+      tables[s * stride + b] = id;
     }
   for (int64_t t = 0; t < rows; ++t) {
     const int32_t s = l.row_seq[size_t(t)], p = pos[size_t(t)];
@@ -50,28 +62,29 @@ const CudaBackend::PagedPass& CudaBackend::paged_pass(std::span<const int32_t> p
     row_seq[t] = s;
     slots[t] = l.tables[size_t(s)][size_t(p / l.block_tokens)] * l.block_tokens + p % l.block_tokens;
   }
-  auto* dev = static_cast<int32_t*>(scratch_bytes(paged_host_.size() * sizeof(int32_t)));
-  // (A copy from pageable memory returns once the data is staged: paged_host_ may change after.)
-  cuda_check(cudaMemcpyAsync(dev, paged_host_.data(), paged_host_.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
-             "paged KV tables");
-  paged_.ready = true;
-  paged_.slots = dev;
-  paged_.kv.row_seq = dev + rows;
-  paged_.kv.tables = dev + 2 * rows;
-  paged_.kv.max_blocks = int(max_blocks);
+  paged_words_ = words;
+  paged_.slots = dev_paged_;
+  paged_.kv.row_seq = dev_paged_ + rows;
+  paged_.kv.tables = dev_paged_ + 2 * rows;
+  paged_.kv.max_blocks = int(stride);
   paged_.kv.block_tokens = l.block_tokens;
+}
+
+const CudaBackend::PagedPass& CudaBackend::paged_pass() {
+  check("paged attention", paged_words_ > 0, "the pass's inputs were staged without the layout");
+  upload_inputs();
   return paged_;
 }
 
-// Splits per (KV head, row) as in decode (two waves of blocks over the SMs, at least 64 positions
-// a split), sized by the pass's longest row.
+// Splits per (KV head, row): two waves of blocks over the SMs, at least 64 positions a split of
+// the pass's length bucket (the bucket, not the longest row: a recorded pass keeps its launch
+// shape).
 void CudaBackend::attend_paged(const LayerCache& c, Tensor q, std::span<const int32_t> pos, const AttentionParams& p,
                                Tensor out) {
   wrote(out);
-  const PagedPass& pp = paged_pass(pos);
-  const int64_t longest = int64_t(*std::max_element(pos.begin(), pos.end())) + 1;
+  const PagedPass& pp = paged_pass();
   const int64_t blocks = int64_t(p.n_head_kv) * q.rows;
-  const int splits = int(std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, std::max<int64_t>(1, longest / 64)));
+  const int splits = int(std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, std::max<int64_t>(1, kv_bucket_ / 64)));
   float* work = static_cast<float*>(scratch_bytes(kn::attention_work_floats(c.a, q.rows, splits) * sizeof(float)));
   double kv_read = 0, flops = 0;  // every row reads its own positions
   for (int32_t x : pos) {
