@@ -14,6 +14,9 @@ BUILD=build-gpu
 extra=()
 [ -f /usr/include/pcre2.h ] || extra+=("-DLAMINA_EXTRA_INCLUDE=$PWD/.carry/include")
 [ -d ../shared/data ] || extra+=("-DLAMINA_SHARED_DIR=$PWD/.carry/shared")
+# cpp-httplib's single header (upstream, carried in .carry/httplib) where the image lacks the package.
+pkg-config --exists cpp-httplib 2>/dev/null || [ ! -f .carry/httplib/httplib.h ] ||
+  extra+=("-DLAMINA_HTTPLIB_HEADER_DIR=$PWD/.carry/httplib")
 export LAMINA_TUNE_CACHE_DIR="$OUT"
 [ -z "${LAMINA_MODEL:-}" ] && [ -f .carry/smollm2.gguf ] && export LAMINA_MODEL=$PWD/.carry/smollm2.gguf
 MODELS="${MODELS:-/tmp/lamina-models}"
@@ -75,6 +78,24 @@ if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
   [ -f "$MODELS/llama2-7b-q8_0.gguf" ] && step bench-pg-7b-q8_0 "$L" bench -m "$MODELS/llama2-7b-q8_0.gguf" -p 0 -n 0 --pg 4096,128 -r 2 -d cuda
   # The batching engine (#30): closed loop of 128-token prompts and 128 greedy tokens each.
   [ -f "$MODELS/llama3-8b-q4_0.gguf" ] && step bench-parallel "$L" bench -m "$MODELS/llama3-8b-q4_0.gguf" -d cuda -p 128 -n 128 --parallel 1,16,64,128
+  # The same workload through HTTP (#31): lamina serve on the GPU, scripts/bench-serve.py closed loop.
+  bench_serve() {
+    grep -q "serve enabled" "$OUT/configure.log" || { echo "serve is not built (no cpp-httplib)"; return 1; }
+    "$L" serve -m "$MODELS/llama3-8b-q4_0.gguf" -d cuda --port 0 --ctx 49152 --parallel 128 --template llama3 2>"$OUT/serve.log" &
+    local pid=$! port= i r s
+    for i in $(seq 1 180); do
+      port=$(grep -oE "ready on http://[0-9.]+:[0-9]+" "$OUT/serve.log" | grep -oE "[0-9]+$")
+      [ -n "$port" ] && break
+      kill -0 $pid 2>/dev/null || { cat "$OUT/serve.log"; return 1; }
+      sleep 1
+    done
+    [ -n "$port" ] || { kill $pid; return 1; }
+    python3 scripts/bench-serve.py --url "http://127.0.0.1:$port" --concurrency 1,16,64,128 -p 128 -n 128; r=$?
+    kill -TERM $pid; wait $pid; s=$?
+    echo "serve exit status after SIGTERM: $s"
+    return $((r || s))
+  }
+  [ -f "$MODELS/llama3-8b-q4_0.gguf" ] && step bench-serve bench_serve
   [ -f "$MODELS/llama2-7b-q4_0.gguf" ] && step profile-llama2-7b-q4_0 "$L" bench -m "$MODELS/llama2-7b-q4_0.gguf" -p 512 -n 128 -r 1 -d cuda --profile
   [ -f "$MODELS/llama2-7b-q4_0.gguf" ] && step same-tokens-7b same_tokens "$MODELS/llama2-7b-q4_0.gguf" 16 7b report
   [ -n "${LAMINA_MODEL:-}" ] && step same-tokens-smol same_tokens "$LAMINA_MODEL" 32 smol strict
@@ -102,6 +123,7 @@ grep -hE "(smollm2 prompt|7B: )" "$OUT/gpu-tests.log" 2>/dev/null | sed "s/^[0-9
 cat "$OUT/too-big.log" 2>/dev/null; tail -4 "$OUT/info-cuda.log" 2>/dev/null
 grep -hE "^\| (llama|model)" "$OUT"/bench-*.log 2>/dev/null | sort -u -r | head -12
 grep -E "^\| +[0-9]+ \|" "$OUT/bench-parallel.log" 2>/dev/null | sed 's/^/llama3-8b q4_0 parallel: /'
+grep -E "^\| +[0-9]+ \|" "$OUT/bench-serve.log" 2>/dev/null | sed 's/^/llama3-8b q4_0 serve (HTTP): /'
 grep -h "part at a near tie" "$OUT/gpu-tests.log" 2>/dev/null | sed "s/^[0-9]*: //"
 cat "$OUT"/same-tokens-*.log 2>/dev/null
 for m in exact fast; do [ -f "$OUT/ppl-kld-$m.log" ] && echo "CUDA $m vs CPU exact (GPL-3, 4 chunks): $(grep -E '^(PPL|base PPL|mean KLD|same top)' "$OUT/ppl-kld-$m.log" | tr '\n' ';')"; done

@@ -208,3 +208,12 @@ TEST_F(ServerTest, ConcurrentRequestsGetWhatEachGetsAlone) {
 }
 
 }  // namespace
+
+// Generated text that is not valid UTF-8 (a lead byte followed by ASCII, a stray continuation
+// byte) still makes a JSON body: each invalid byte becomes U+FFFD, the valid text stays.
+TEST(ServerJson, InvalidUtf8InGeneratedTextBecomesReplacementCharacters) {
+  const std::string text = std::string("ok \xE3") + "a" + "\x80" + " \xC3\xA9";
+  const std::string body = json_text(completion_chunk("cmpl-1", "m", 0, text, nullptr));
+  const json back = json::parse(body);
+  EXPECT_EQ(back["choices"][0]["text"].get<std::string>(), "ok \xEF\xBF\xBD" "a\xEF\xBF\xBD \xC3\xA9");
+}

@@ -171,6 +171,8 @@ std::string TextStream::finish() {
   return out;
 }
 
+std::string json_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 std::string finish_reason(Finish f) {
   switch (f) {
     case Finish::Stop: return "stop";

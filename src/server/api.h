@@ -71,6 +71,9 @@ class TextStream {
 };
 
 // Response objects.
+// A response body as text. Generated text need not be valid UTF-8 (a byte token, a character
+// the model never finishes): each invalid byte becomes U+FFFD instead of failing the response.
+std::string json_text(const json& j);
 std::string finish_reason(Finish f);  // "stop", "length" (or "cancelled"/"error")
 json usage(int prompt_tokens, int completion_tokens);
 json chat_response(const std::string& id, const std::string& model, int64_t created, const std::string& text,

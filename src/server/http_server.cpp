@@ -38,7 +38,7 @@ struct Channel {
 
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  res.set_content(json_text(body), "application/json");
 }
 
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, error_body(e)); }
@@ -288,7 +288,7 @@ void HttpServer::completion(const httplib::Request& req, httplib::Response& res,
       "text/event-stream",
       [this, ch, st, id, chat, rid, model, created, n_prompt, include_usage, log, t0](size_t, httplib::DataSink& sink) {
         auto send = [&](const json& j) {
-          const std::string line = "data: " + j.dump() + "\n\n";
+          const std::string line = "data: " + json_text(j) + "\n\n";
           return sink.write(line.data(), line.size());
         };
         auto piece = [&](const std::string& t, const Finish* f) {
