@@ -21,7 +21,7 @@ class VecDotTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(VecDotTest, MatchesFp64OfDequantised) {
   const auto [type, isa] = GetParam();
-  if (isa == CpuIsa::Avx2 && detect_isa() != CpuIsa::Avx2) GTEST_SKIP() << "CPU has no AVX2";
+  if (isa > detect_isa()) GTEST_SKIP() << "CPU has no " << isa_name(isa);
   const VecDot vd = vec_dot_for(type, isa);
   ASSERT_NE(vd.fn, nullptr);
   std::mt19937 rng(uint32_t(type) * 31 + uint32_t(isa));
@@ -48,15 +48,19 @@ TEST_P(VecDotTest, MatchesFp64OfDequantised) {
   }
 }
 
-// The four-row kernels give each row bit for bit what the one-row kernel gives it.
-TEST(VecDot, FourRowKernelsEqualTheOneRowKernel) {
-  if (detect_isa() != CpuIsa::Avx2) GTEST_SKIP() << "CPU has no AVX2";
+// The four-row kernels give each row bit for bit what the one-row kernel gives it, and the
+// AVX-VNNI kernels what the AVX2 ones give (their integer sums are exact).
+void four_rows_equal_one_row(CpuIsa isa) {
+  if (isa > detect_isa()) GTEST_SKIP() << "CPU has no " << isa_name(isa);
   std::mt19937 rng(8);
   std::normal_distribution<float> nd(0.f, 1.f);
   int checked = 0;
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1}) {
-    const VecDot vd = vec_dot_for(t, CpuIsa::Avx2);
+    const VecDot vd = vec_dot_for(t, isa), avx2 = vec_dot_for(t, CpuIsa::Avx2);
     ASSERT_NE(vd.fn4, nullptr) << type_name(t);
+    if (isa == CpuIsa::AvxVnni) {
+      EXPECT_NE(vd.fn, avx2.fn) << type_name(t) << ": no AVX-VNNI kernel";
+    }
     for (int64_t n : {32, 96, 576, 1568}) {
       std::vector<float> w(static_cast<size_t>(n)), x(static_cast<size_t>(4 * n));
       for (auto& v : w) v = nd(rng);
@@ -70,6 +74,8 @@ TEST(VecDot, FourRowKernelsEqualTheOneRowKernel) {
       for (int j = 0; j < 4; ++j) {
         const float one = vd.fn(n, wq.data(), xq.data() + size_t(j) * act_row_bytes(vd.act, n));
         EXPECT_EQ(got[j], one) << type_name(t) << " n=" << n << " row " << j;
+        EXPECT_EQ(one, avx2.fn(n, wq.data(), xq.data() + size_t(j) * act_row_bytes(vd.act, n)))
+            << type_name(t) << " " << isa_name(isa) << " against avx2, n=" << n;
         ++checked;
       }
     }
@@ -77,17 +83,23 @@ TEST(VecDot, FourRowKernelsEqualTheOneRowKernel) {
   EXPECT_EQ(checked, 48);
 }
 
+TEST(VecDot, FourRowKernelsEqualTheOneRowKernel) { four_rows_equal_one_row(CpuIsa::Avx2); }
+TEST(VecDot, AvxVnniKernelsEqualTheAvx2Ones) { four_rows_equal_one_row(CpuIsa::AvxVnni); }
+
 std::vector<Case> all_cases() {
   std::vector<Case> c;
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,
                      GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q6_K})
-    for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2})
-      if (isa == CpuIsa::Scalar || avx2_kernel(t)) c.push_back({t, isa});
+    for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::AvxVnni})
+      if (isa == CpuIsa::Scalar || (isa == CpuIsa::Avx2 ? avx2_kernel(t) : vnni_kernel(t))) c.push_back({t, isa});
   return c;
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, VecDotTest, ::testing::ValuesIn(all_cases()), [](const auto& p) {
-  return std::string(type_name(p.param.type)) + "_" + isa_name(p.param.isa);
+  std::string name = std::string(type_name(p.param.type)) + "_" + isa_name(p.param.isa);
+  for (char& c : name)
+    if (c == '-') c = '_';  // (test names are identifiers)
+  return name;
 });
 
 TEST(VecDot, ActivationFormatsRoundTrip) {

@@ -218,7 +218,7 @@ void axpy_f16(int64_t n, float a, const void* x, float* y) {
 }  // namespace
 
 AxpyFn axpy_for(GgmlType t, CpuIsa isa) {
-  if (isa == CpuIsa::Avx2)
+  if (isa >= CpuIsa::Avx2)
     if (AxpyFn f = avx2_axpy(t)) return f;
   return t == GgmlType::F16 ? axpy_f16 : axpy_f32;
 }
@@ -229,25 +229,38 @@ CpuIsa detect_isa() {
     // F16C via CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
     const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) return CpuIsa::Avx2;
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c)) return CpuIsa::Scalar;
+    // AVX-VNNI (the VEX encoding: leaf 7 sub-leaf 1, EAX bit 4), with the OS saving the YMM state
+    // (AVX2 usable already says so).
+    const bool vnni = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4));
+    return vnni ? CpuIsa::AvxVnni : CpuIsa::Avx2;
 #endif
     return CpuIsa::Scalar;
   }();
   return isa;
 }
 
-const char* isa_name(CpuIsa isa) { return isa == CpuIsa::Avx2 ? "avx2" : "scalar"; }
+const char* isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::AvxVnni: return "avx-vnni";
+    case CpuIsa::Avx2: return "avx2";
+    default: return "scalar";
+  }
+}
 
 VecDot vec_dot_for(GgmlType t, CpuIsa isa) {
   VecDot v = scalar_kernel(t);
-  if (isa == CpuIsa::Avx2 && v.fn)
+  if (isa >= CpuIsa::Avx2 && v.fn)
     if (VecDotFn f = avx2_kernel(t)) v.fn = f, v.fn4 = avx2_kernel4(t);
+  if (isa >= CpuIsa::AvxVnni && v.fn)
+    if (VecDotFn f = vnni_kernel(t)) v.fn = f, v.fn4 = vnni_kernel4(t);
   return v;
 }
 
 std::optional<CpuIsa> parse_isa(std::string_view name) {
   if (name == "auto") return detect_isa();
-  if (name == "scalar") return CpuIsa::Scalar;
+  for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::AvxVnni})
+    if (name == isa_name(isa)) return isa;
   return std::nullopt;
 }
 

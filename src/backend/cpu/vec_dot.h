@@ -6,8 +6,8 @@
 //   ActType::Q8S  {f32 d; f32 s = d*sum(q); q[32]} for Q4_1, Q5_1 weights (offset term exact)
 //   ActType::Q8K  ggml's block_q8_K (f32 d, exact int16 group sums) for the K types
 // llama.cpp's Q8_0/Q8_1 keep d and s in f16; on models with outlier activations (SmolLM2) that
-// rounding doubles the distance to an exact reference. Kernels: scalar (any CPU) and
-// AVX2+FMA+F16C, chosen at run time.
+// rounding doubles the distance to an exact reference. Kernels: scalar (any CPU), AVX2+FMA+F16C
+// and AVX-VNNI, chosen at run time.
 #pragma once
 
 #include <optional>
@@ -48,10 +48,13 @@ struct VecDot {
   VecDot4Fn fn4 = nullptr;  // four rows at once, where the ISA has such a kernel
 };
 
-enum class CpuIsa { Scalar, Avx2 };
+// Instruction-set tiers, each a superset of the one before: the portable kernels; AVX2 + FMA +
+// F16C; AVX-VNNI (the int8 formats' products in dpbusd, the rest as AVX2).
+enum class CpuIsa { Scalar, Avx2, AvxVnni };
 CpuIsa detect_isa();  // the best this CPU runs
-const char* isa_name(CpuIsa isa);
-// "auto" (detect_isa) or "scalar" (the portable kernels, e.g. to test them); nullopt if unknown.
+const char* isa_name(CpuIsa isa);  // "scalar", "avx2", "avx-vnni"
+// "auto" (detect_isa) or a tier's name (a lower one than the CPU's: every path can be tested on
+// one machine); nullopt if unknown.
 std::optional<CpuIsa> parse_isa(std::string_view name);
 
 // The kernel for a weight type on the given ISA.
@@ -60,6 +63,9 @@ VecDot vec_dot_for(GgmlType weight_type, CpuIsa isa);
 // AVX2 kernels (vec_dot_avx2.cpp); nullptr where none exists.
 VecDotFn avx2_kernel(GgmlType weight_type);
 VecDot4Fn avx2_kernel4(GgmlType weight_type);
+// AVX-VNNI kernels (vec_dot_vnni.cpp); nullptr where none exists (the AVX2 one serves).
+VecDotFn vnni_kernel(GgmlType weight_type);
+VecDot4Fn vnni_kernel4(GgmlType weight_type);
 
 // y[0..n) += a * x[0..n) with x in f16 or f32 (attention's V accumulation).
 using AxpyFn = void (*)(int64_t n, float a, const void* x, float* y);

@@ -1,10 +1,8 @@
 // AVX2 + FMA + F16C row dot products. Each function carries a target attribute, so this file
-// builds without -mavx2 and the dispatcher only calls it on CPUs that have the extensions.
-//
-// Integer kernels follow one pattern: widen 32 weights to signed or unsigned bytes, multiply
-// with 32 activation bytes by _mm256_maddubs_epi16 (u8 x s8 -> pairs summed to s16; the
-// signed x signed case moves the sign onto the activation with _mm256_sign_epi8), sum pairs to
-// s32 with _mm256_madd_epi16, then scale by the blocks' f32 factors in a float accumulator.
+// builds without -mavx2 and the dispatcher only calls it on CPUs that have the extensions. The
+// int8 kernels are in vec_dot_int8_x86.inc (shared with the AVX-VNNI build, vec_dot_vnni.cpp);
+// here u8 x s8 products go through _mm256_maddubs_epi16 (pairs summed to s16) and
+// _mm256_madd_epi16 (pairs of those to s32).
 #include "backend/cpu/vec_dot.h"
 
 #include "core/half.h"
@@ -16,41 +14,13 @@
 #include <immintrin.h>
 
 #define LAMINA_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define LAMINA_X86 LAMINA_AVX2
+#define LAMINA_DOT_U8S8(a, b) _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))
 
 namespace lamina {
 namespace {
 
-// One-instruction f16 -> f32 (F16C); the portable core/half.h version is branchy integer code.
-LAMINA_AVX2 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-LAMINA_AVX2 inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-LAMINA_AVX2 inline int hsum_i32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-  return _mm_cvtsi128_si32(s);
-}
-// Sum of products of signed bytes, as 8 x s32.
-LAMINA_AVX2 inline __m256i dot_s8(__m256i a, __m256i b) {
-  const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
-  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-// Sum of products of unsigned bytes a with signed bytes b, as 8 x s32.
-LAMINA_AVX2 inline __m256i dot_u8s8(__m256i a, __m256i b) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
-}
-// 16 packed nibble bytes -> 32 bytes: low nibbles (elements 0..15) then high (16..31).
-LAMINA_AVX2 inline __m256i unpack_nibbles(const uint8_t* qs) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
-  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-}
-LAMINA_AVX2 inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+#include "backend/cpu/vec_dot_int8_x86.inc"
 
 LAMINA_AVX2 float dot_f32(int64_t n, const void* w, const void* x) {
   const float* a = static_cast<const float*>(w);
@@ -94,127 +64,6 @@ LAMINA_AVX2 float dot_bf16(int64_t n, const void* w, const void* x) {
   float s = hsum(acc);
   for (; i < n; ++i) s += bf16_to_f32(a[i]) * b[i];
   return s;
-}
-
-// Two f16 fields stored next to each other (d, m) as floats in lanes 0 and 1.
-LAMINA_AVX2 inline __m128 h2f_pair(const uint16_t* p) {
-  uint32_t bits;
-  std::memcpy(&bits, p, 4);
-  return _mm_cvtph_ps(_mm_cvtsi32_si128(int(bits)));
-}
-
-LAMINA_AVX2 float dot_q4_0(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const block_q4_0*>(w);
-  const auto* b = static_cast<const act_q8*>(x);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  const __m256i eight = _mm256_set1_epi8(8);
-  const int64_t nb = n / QK;
-  for (int64_t i = 0; i < nb; ++i) {  // odd and even blocks in two independent accumulators
-    const __m256i q = _mm256_sub_epi8(unpack_nibbles(a[i].qs), eight);
-    const __m256i p = dot_s8(q, load32(b[i].qs));
-    const __m256 d = _mm256_set1_ps(h2f(a[i].d) * b[i].d);
-    if (i & 1) acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc1);
-    else acc0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc0);
-  }
-  return hsum(_mm256_add_ps(acc0, acc1));
-}
-
-LAMINA_AVX2 float dot_q4_1(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const block_q4_1*>(w);
-  const auto* b = static_cast<const act_q8s*>(x);
-  // The offset term m*s goes into the same accumulator, spread over the 8 lanes, so that it
-  // cancels against its block's main term before rounding (a separate running sum of the
-  // m*s terms loses precision when activations have outliers).
-  const __m128 eighth = _mm_setr_ps(1.f, 0.125f, 0.f, 0.f);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  const int64_t nb = n / QK;
-  for (int64_t i = 0; i < nb; ++i) {
-    const __m256i p = dot_u8s8(unpack_nibbles(a[i].qs), load32(b[i].qs));
-    // [d_w * d_x, m_w * s_x / 8] with one conversion and two multiplies
-    const __m128 xs = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(&b[i].d)));
-    const __m128 dm = _mm_mul_ps(_mm_mul_ps(h2f_pair(&a[i].d), xs), eighth);
-    const __m256 d = _mm256_broadcastss_ps(dm);
-    const __m256 m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-    const __m256 v = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), m);
-    if (i & 1) acc1 = _mm256_add_ps(acc1, v);
-    else acc0 = _mm256_add_ps(acc0, v);
-  }
-  return hsum(_mm256_add_ps(acc0, acc1));
-}
-
-LAMINA_AVX2 float dot_q8_0(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const block_q8_0*>(w);
-  const auto* b = static_cast<const act_q8*>(x);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  const int64_t nb = n / QK;
-  for (int64_t i = 0; i < nb; ++i) {
-    const __m256i p = dot_s8(load32(a[i].qs), load32(b[i].qs));
-    const __m256 d = _mm256_set1_ps(h2f(a[i].d) * b[i].d);
-    if (i & 1) acc1 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc1);
-    else acc0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc0);
-  }
-  return hsum(_mm256_add_ps(acc0, acc1));
-}
-
-// Four activation rows (x, x + stride, ...) against one weight row: the prompt path, where each
-// weight block is unpacked once for four tokens instead of once per token. Each token's sums run
-// in exactly the order of the one-row kernel above (same accumulators by block parity, same
-// products), so out[j] is bit for bit what dot_<type>(n, w, x + j * stride) returns.
-template <class Act>
-LAMINA_AVX2 inline const Act* act_row(const void* x, size_t stride, int j) {
-  return reinterpret_cast<const Act*>(static_cast<const uint8_t*>(x) + size_t(j) * stride);
-}
-
-// The signed-weight types (q4_0: nibbles - 8; q8_0: bytes) share one four-row kernel; a
-// block's quants as 32 signed bytes:
-LAMINA_AVX2 inline __m256i quants_s8(const block_q4_0& b) {
-  return _mm256_sub_epi8(unpack_nibbles(b.qs), _mm256_set1_epi8(8));
-}
-LAMINA_AVX2 inline __m256i quants_s8(const block_q8_0& b) { return load32(b.qs); }
-
-template <class Block>
-LAMINA_AVX2 void dot4_s8(int64_t n, const void* w, const void* x, size_t stride, float* out) {
-  const auto* a = static_cast<const Block*>(w);
-  const act_q8* b[4] = {act_row<act_q8>(x, stride, 0), act_row<act_q8>(x, stride, 1), act_row<act_q8>(x, stride, 2),
-                        act_row<act_q8>(x, stride, 3)};
-  __m256 acc[4][2];
-  for (auto& p : acc) p[0] = p[1] = _mm256_setzero_ps();
-  const int64_t nb = n / QK;
-  for (int64_t i = 0; i < nb; ++i) {
-    const __m256i q = quants_s8(a[i]);
-    const __m256i uq = _mm256_sign_epi8(q, q);  // dot_s8's |q|, once for the four rows
-    const float dw = h2f(a[i].d);
-    for (int j = 0; j < 4; ++j) {
-      const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(uq, _mm256_sign_epi8(load32(b[j][i].qs), q)),
-                                          _mm256_set1_epi16(1));
-      const __m256 d = _mm256_set1_ps(dw * b[j][i].d);
-      acc[j][i & 1] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[j][i & 1]);
-    }
-  }
-  for (int j = 0; j < 4; ++j) out[j] = hsum(_mm256_add_ps(acc[j][0], acc[j][1]));
-}
-
-LAMINA_AVX2 void dot4_q4_1(int64_t n, const void* w, const void* x, size_t stride, float* out) {
-  const auto* a = static_cast<const block_q4_1*>(w);
-  const act_q8s* b[4] = {act_row<act_q8s>(x, stride, 0), act_row<act_q8s>(x, stride, 1), act_row<act_q8s>(x, stride, 2),
-                         act_row<act_q8s>(x, stride, 3)};
-  const __m128 eighth = _mm_setr_ps(1.f, 0.125f, 0.f, 0.f);
-  __m256 acc[4][2];
-  for (auto& p : acc) p[0] = p[1] = _mm256_setzero_ps();
-  const int64_t nb = n / QK;
-  for (int64_t i = 0; i < nb; ++i) {
-    const __m256i q = unpack_nibbles(a[i].qs);
-    const __m128 wdm = h2f_pair(&a[i].d);
-    for (int j = 0; j < 4; ++j) {
-      const __m256i p = dot_u8s8(q, load32(b[j][i].qs));
-      const __m128 xs = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(&b[j][i].d)));
-      const __m128 dm = _mm_mul_ps(_mm_mul_ps(wdm, xs), eighth);
-      const __m256 d = _mm256_broadcastss_ps(dm);
-      const __m256 m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-      acc[j][i & 1] = _mm256_add_ps(acc[j][i & 1], _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), m));
-    }
-  }
-  for (int j = 0; j < 4; ++j) out[j] = hsum(_mm256_add_ps(acc[j][0], acc[j][1]));
 }
 
 LAMINA_AVX2 float dot_q4_K(int64_t n, const void* w, const void* x) {

@@ -1,0 +1,52 @@
+// AVX-VNNI row dot products for the int8 formats (q4_0, q4_1, q8_0): the kernels of
+// vec_dot_int8_x86.inc with each u8 x s8 product sum in one _mm256_dpbusd_avx_epi32 instead of
+// AVX2's maddubs + madd pair. The integer sums are exact either way, so the results equal the
+// AVX2 kernels' bit for bit; the other types keep the AVX2 kernels. Each function carries its
+// target attribute: the file builds without -mavxvnni, and the dispatcher calls it only on CPUs
+// that have AVX-VNNI (vec_dot.cpp, detect_isa).
+#include "backend/cpu/vec_dot.h"
+
+#include "core/half.h"
+#include "format/quant_blocks.h"
+
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define LAMINA_X86 __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define LAMINA_DOT_U8S8(a, b) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), a, b)
+
+namespace lamina {
+namespace {
+
+#include "backend/cpu/vec_dot_int8_x86.inc"
+
+}  // namespace
+
+VecDotFn vnni_kernel(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0: return dot_q4_0;
+    case GgmlType::Q4_1: return dot_q4_1;
+    case GgmlType::Q8_0: return dot_q8_0;
+    default: return nullptr;
+  }
+}
+
+VecDot4Fn vnni_kernel4(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0: return dot4_s8<block_q4_0>;
+    case GgmlType::Q4_1: return dot4_q4_1;
+    case GgmlType::Q8_0: return dot4_s8<block_q8_0>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace lamina
+
+#else
+namespace lamina {
+VecDotFn vnni_kernel(GgmlType) { return nullptr; }
+VecDot4Fn vnni_kernel4(GgmlType) { return nullptr; }
+}  // namespace lamina
+#endif
