@@ -38,6 +38,9 @@ constexpr Preset kPresets[] = {
     {"smollm2-135m", 576, 30, 9, 3, 1536, 8192, 49152, 100000.f, false},
     {"llama2-7b", 4096, 32, 32, 32, 11008, 4096, 32000, 10000.f, false},
     {"llama3-8b", 4096, 32, 32, 8, 14336, 8192, 32000, 500000.f, false},
+    // The 70B shapes, for tensor parallelism over several GPUs (issue #35): 39 GB in q4_0.
+    {"llama2-70b", 8192, 80, 64, 8, 28672, 4096, 32000, 10000.f, false},
+    {"llama3-70b", 8192, 80, 64, 8, 28672, 8192, 32000, 500000.f, false},
 };
 
 struct GenArgs {
@@ -97,7 +100,8 @@ void run_gen(const GenArgs& a) {
   const Preset* p = nullptr;
   for (const auto& pr : kPresets)
     if (a.preset == pr.name) p = &pr;
-  if (!p) fail("unknown preset '{}' (tiny, tiny-qwen2, tiny-llama3, smollm2-135m, llama2-7b, llama3-8b)", a.preset);
+  if (!p) fail("unknown preset '{}' (tiny, tiny-qwen2, tiny-llama3, smollm2-135m, llama2-7b, llama3-8b, llama2-70b, llama3-70b)",
+                a.preset);
   const auto target = parse_type(a.type);
   if (!target || !can_quantize_target(*target)) fail("unsupported --type '{}' (f32, f16, q8_0, q4_0, q4_1, q4_K, q6_K)", a.type);
   const auto t0 = std::chrono::steady_clock::now();
@@ -206,7 +210,8 @@ bool can_quantize_target(GgmlType t) {
 Run add_gen_model(CLI::App& app) {
   auto a = std::make_shared<GenArgs>();
   auto* sub = app.add_subcommand("gen-model", "Write a Llama GGUF with seeded random weights");
-  sub->add_option("--preset", a->preset, "tiny, tiny-qwen2, tiny-llama3, smollm2-135m, llama2-7b or llama3-8b")->required();
+  sub->add_option("--preset", a->preset, "tiny, tiny-qwen2, tiny-llama3, smollm2-135m, llama2-7b, llama3-8b, llama2-70b or llama3-70b")
+      ->required();
   sub->add_option("--type", a->type, "f32, f16, q8_0, q4_0, q4_1, q4_K, q6_K");
   sub->add_option("--vocab", a->vocab, "Vocabulary GGUF to copy the tokenizer from (default: synthetic)");
   add_seed_option(sub, "--seed", a->seed, nullptr, "Random seed (0 to 2^64-1)");

@@ -1,0 +1,71 @@
+#include "model/tensor_parallel.h"
+
+#include "core/error.h"
+#include "format/ggml_type.h"
+
+#include <cstring>
+#include <string>
+
+namespace lamina {
+
+TpPlan TpPlan::make(const ModelConfig& c, int ranks, int rank) {
+  if (ranks < 1) fail("tensor parallel: {} ranks", ranks);
+  if (rank < 0 || rank >= ranks) fail("tensor parallel: rank {} of {}", rank, ranks);
+  const int64_t hq = c.n_head, hkv = c.n_head_kv, n = ranks;
+  if (hq % n) fail("tensor parallel: {} query heads do not split over {} ranks", hq, n);
+  if (hkv < 1 || hq % hkv) fail("tensor parallel: {} query heads do not group over {} KV heads", hq, hkv);
+  if (hkv % n && n % hkv)
+    fail("tensor parallel: {} KV heads do not split over {} ranks, nor {} ranks over them", hkv, n, n);
+  if (c.n_ff % n) fail("tensor parallel: the FFN's {} rows do not split over {} ranks", c.n_ff, n);
+  TpPlan p;
+  p.ranks = ranks, p.rank = rank;
+  p.q_heads = {rank * hq / n, hq / n};
+  // With more ranks than KV heads, a rank's query heads all read one KV head (n % hkv == 0).
+  p.kv_heads = n <= hkv ? TpRange{rank * hkv / n, hkv / n} : TpRange{p.q_heads.first / (hq / hkv), 1};
+  p.ff = {rank * int64_t(c.n_ff) / n, int64_t(c.n_ff) / n};
+  const int64_t per = (int64_t(c.n_vocab) + n - 1) / n;
+  const int64_t v0 = std::min<int64_t>(rank * per, c.n_vocab);
+  p.vocab = {v0, std::min<int64_t>(per, c.n_vocab - v0)};
+  return p;
+}
+
+TpSlice tp_slice(const TpPlan& p, const ModelConfig& c, std::string_view name) {
+  using K = TpSlice::Kind;
+  const int64_t hd = c.head_dim;
+  const auto heads = [&](TpRange h) { return TpRange{h.first * hd, h.count * hd}; };
+  const auto ends = [&](std::string_view suffix) {
+    return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
+  };
+  if (name == "output.weight") return {K::Rows, p.vocab};
+  if (ends(".attn_q.weight") || ends(".attn_q.bias")) return {K::Rows, heads(p.q_heads)};
+  if (ends(".attn_k.weight") || ends(".attn_v.weight") || ends(".attn_k.bias") || ends(".attn_v.bias"))
+    return {K::Rows, heads(p.kv_heads)};
+  if (ends(".attn_output.weight")) return {K::Cols, heads(p.q_heads)};
+  if (ends(".ffn_gate.weight") || ends(".ffn_up.weight")) return {K::Rows, p.ff};
+  if (ends(".ffn_down.weight")) return {K::Cols, p.ff};
+  return {};  // norms, embeddings, biases added after an all-reduce: every rank holds them
+}
+
+std::vector<uint8_t> tp_slice_bytes(const GgufTensor& t, const TpSlice& s) {
+  const int64_t cols = t.ne[0], rows = t.nrows();
+  const TypeTraits& tr = traits(t.type);
+  const size_t row = row_bytes(t.type, cols);
+  if (s.kind == TpSlice::Kind::Whole) return std::vector<uint8_t>(t.data, t.data + size_t(rows) * row);
+  const int64_t limit = s.kind == TpSlice::Kind::Rows ? rows : cols;
+  if (s.range.first < 0 || s.range.count < 0 || s.range.end() > limit)
+    fail("tensor parallel: {} [{}, {}) is outside {} {} of tensor '{}'", s.kind == TpSlice::Kind::Rows ? "rows" : "columns",
+         s.range.first, s.range.end(), limit, s.kind == TpSlice::Kind::Rows ? "rows" : "columns", t.name);
+  if (s.kind == TpSlice::Kind::Rows) {
+    const uint8_t* from = t.data + size_t(s.range.first) * row;
+    return std::vector<uint8_t>(from, from + size_t(s.range.count) * row);
+  }
+  if (s.range.first % tr.block_elems || s.range.count % tr.block_elems)
+    fail("tensor parallel: columns [{}, {}) of tensor '{}' do not fall on its {}-element {} blocks", s.range.first,
+         s.range.end(), t.name, tr.block_elems, type_name(t.type));
+  const size_t skip = row_bytes(t.type, s.range.first), take = row_bytes(t.type, s.range.count);
+  std::vector<uint8_t> out(size_t(rows) * take);
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(out.data() + size_t(r) * take, t.data + size_t(r) * row + skip, take);
+  return out;
+}
+
+}  // namespace lamina

@@ -1,0 +1,55 @@
+// Tensor parallelism (issue #35): how a Llama-family model splits over N ranks (GPUs), as data.
+//
+// Each layer splits Megatron-style, one all-reduce after the attention and one after the FFN:
+//   Wq, Wk, Wv  column-parallel: a rank holds the output rows of its heads;
+//   Wo          row-parallel: the input columns of its query heads (partial sums, all-reduced);
+//   gate, up    column-parallel: its rows of the FFN;
+//   down        row-parallel: the matching input columns (partial sums, all-reduced);
+//   output      column-parallel over the vocabulary (each rank's logits; the argmax or the
+//               sampling then runs over the ranks' pieces);
+//   norms, token embeddings: every rank holds all of them.
+// KV heads: with N <= n_head_kv each rank holds n_head_kv / N of them; with more ranks than KV
+// heads, each rank holds the one KV head its query heads read (replicated N / n_head_kv times).
+// A GGUF matrix is [rows][cols] with cols contiguous (ne[0]); quantised rows are whole blocks,
+// so a column range must start and end on block boundaries.
+#pragma once
+
+#include "format/gguf.h"
+#include "model/config.h"
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace lamina {
+
+struct TpRange {
+  int64_t first = 0, count = 0;
+  int64_t end() const { return first + count; }
+};
+
+struct TpPlan {
+  int ranks = 1, rank = 0;
+  TpRange q_heads, kv_heads;  // in heads
+  TpRange ff;                 // rows of gate/up, columns of down
+  TpRange vocab;              // rows of the output matrix (the last rank takes the remainder)
+
+  // The plan of `rank` of `ranks`; throws lamina::Error saying which dimension does not split.
+  static TpPlan make(const ModelConfig& c, int ranks, int rank);
+};
+
+// How one weight is split: all of it, a range of its rows, or a range of every row's columns.
+struct TpSlice {
+  enum class Kind { Whole, Rows, Cols } kind = Kind::Whole;
+  TpRange range;
+};
+
+// The slice of the tensor `name` (a GGUF tensor name, e.g. "blk.3.attn_k.weight") a rank holds.
+TpSlice tp_slice(const TpPlan& p, const ModelConfig& c, std::string_view name);
+
+// The bytes of that slice of `t` (2-D, row-major, any type with whole-block rows), in the same
+// layout: rows * row_bytes(type, cols). Throws lamina::Error when a column range is not on block
+// boundaries or lies outside the tensor.
+std::vector<uint8_t> tp_slice_bytes(const GgufTensor& t, const TpSlice& s);
+
+}  // namespace lamina

@@ -1,0 +1,137 @@
+// Tensor parallelism's arithmetic on the CPU (issue #35): every rank's share of heads, FFN rows
+// and vocabulary, and each rank's slice of a quantised weight equal to that piece of the whole.
+#include "core/error.h"
+#include "format/quant.h"
+#include "model/tensor_parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+using namespace lamina;
+
+namespace {
+
+ModelConfig shape(uint32_t hq, uint32_t hkv, uint32_t ff, uint32_t vocab) {
+  ModelConfig c;
+  c.arch = "llama";
+  c.n_embd = hq * 128, c.n_head = hq, c.n_head_kv = hkv, c.head_dim = 128, c.n_ff = ff, c.n_vocab = vocab;
+  return c;
+}
+
+TEST(TensorParallel, RanksCoverEveryHeadFfnRowAndTokenOnce) {
+  const ModelConfig shapes[] = {shape(32, 8, 14336, 128256), shape(64, 8, 28672, 32000), shape(32, 32, 11008, 32001)};
+  int plans = 0;
+  for (const ModelConfig& c : shapes)
+    for (int n : {1, 2, 4, 8, 16, 32}) {
+      if (c.n_ff % uint32_t(n) || (c.n_head_kv % uint32_t(n) && uint32_t(n) % c.n_head_kv)) continue;
+      std::vector<int> q(c.n_head), kv(c.n_head_kv), ff(c.n_ff), vocab(c.n_vocab);
+      for (int r = 0; r < n; ++r) {
+        const TpPlan p = TpPlan::make(c, n, r);
+        for (int64_t h = p.q_heads.first; h < p.q_heads.end(); ++h) {
+          ++q[size_t(h)];
+          const int64_t group = c.n_head / c.n_head_kv;  // the KV head query head h reads
+          EXPECT_GE(h / group, p.kv_heads.first) << n << " ranks, rank " << r;
+          EXPECT_LT(h / group, p.kv_heads.end()) << n << " ranks, rank " << r;
+        }
+        for (int64_t h = p.kv_heads.first; h < p.kv_heads.end(); ++h) ++kv[size_t(h)];
+        for (int64_t i = p.ff.first; i < p.ff.end(); ++i) ++ff[size_t(i)];
+        for (int64_t i = p.vocab.first; i < p.vocab.end(); ++i) ++vocab[size_t(i)];
+      }
+      const int kv_copies = n > int(c.n_head_kv) ? n / int(c.n_head_kv) : 1;
+      for (int v : q) ASSERT_EQ(v, 1) << n << " ranks";
+      for (int v : kv) ASSERT_EQ(v, kv_copies) << n << " ranks";
+      for (int v : ff) ASSERT_EQ(v, 1) << n << " ranks";
+      for (int v : vocab) ASSERT_EQ(v, 1) << n << " ranks";
+      ++plans;
+    }
+  EXPECT_EQ(plans, 18);  // every shape at every count: the FFNs and heads all divide by 1..32
+}
+
+TEST(TensorParallel, SplitsThatDoNotDivideAreRefusedWithTheReason) {
+  const auto why = [](const ModelConfig& c, int n) {
+    try {
+      TpPlan::make(c, n, 0);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(why(shape(32, 8, 14336, 32000), 3).find("32 query heads do not split over 3 ranks"), std::string::npos);
+  EXPECT_NE(why(shape(32, 8, 14336, 32000), 64).find("query heads"), std::string::npos);
+  EXPECT_NE(why(shape(24, 6, 14336, 32000), 4).find("6 KV heads do not split over 4 ranks"), std::string::npos);
+  EXPECT_NE(why(shape(32, 8, 11000, 32000), 16).find("FFN"), std::string::npos);
+  EXPECT_NE(why(shape(32, 8, 14336, 32000), 0).find("0 ranks"), std::string::npos);
+}
+
+TEST(TensorParallel, WeightsSplitByTheirRole) {
+  const ModelConfig c = shape(32, 8, 14336, 32000);
+  const TpPlan p = TpPlan::make(c, 4, 1);
+  using K = TpSlice::Kind;
+  const auto is = [&](const char* name, K kind, int64_t first, int64_t count) {
+    const TpSlice s = tp_slice(p, c, name);
+    EXPECT_EQ(int(s.kind), int(kind)) << name;
+    if (kind == K::Whole) return;
+    EXPECT_EQ(s.range.first, first) << name;
+    EXPECT_EQ(s.range.count, count) << name;
+  };
+  is("blk.3.attn_q.weight", K::Rows, 8 * 128, 8 * 128);
+  is("blk.3.attn_k.weight", K::Rows, 2 * 128, 2 * 128);
+  is("blk.3.attn_v.weight", K::Rows, 2 * 128, 2 * 128);
+  is("blk.3.attn_output.weight", K::Cols, 8 * 128, 8 * 128);
+  is("blk.3.ffn_gate.weight", K::Rows, 3584, 3584);
+  is("blk.3.ffn_up.weight", K::Rows, 3584, 3584);
+  is("blk.3.ffn_down.weight", K::Cols, 3584, 3584);
+  is("output.weight", K::Rows, 8000, 8000);
+  is("token_embd.weight", K::Whole, 0, 0);
+  is("blk.3.attn_norm.weight", K::Whole, 0, 0);
+}
+
+// A [64][512] matrix quantised; a rank's rows and a rank's columns, dequantised, are exactly
+// those rows and columns of the whole matrix dequantised (a slice moves whole blocks).
+TEST(TensorParallel, SlicesAreExactlyThePiecesOfTheWhole) {
+  constexpr int64_t kRows = 64, kCols = 512;
+  std::mt19937 rng(35);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> w(size_t(kRows * kCols));
+  for (auto& v : w) v = nd(rng);
+  for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K}) {
+    std::vector<uint8_t> q(size_t(kRows) * row_bytes(t, kCols));
+    for (int64_t r = 0; r < kRows; ++r) quantize_row(t, &w[size_t(r * kCols)], q.data() + size_t(r) * row_bytes(t, kCols), kCols);
+    GgufTensor g;
+    g.name = "blk.0.ffn_down.weight", g.n_dims = 2, g.ne[0] = kCols, g.ne[1] = kRows, g.type = t, g.data = q.data();
+    g.nbytes = q.size();
+    std::vector<float> full(size_t(kRows * kCols));
+    for (int64_t r = 0; r < kRows; ++r) dequantize_row(t, q.data() + size_t(r) * row_bytes(t, kCols), &full[size_t(r * kCols)], kCols);
+    // rows 16..39
+    const std::vector<uint8_t> rows = tp_slice_bytes(g, {TpSlice::Kind::Rows, {16, 24}});
+    ASSERT_EQ(rows.size(), size_t(24) * row_bytes(t, kCols));
+    std::vector<float> got(static_cast<size_t>(kCols));
+    for (int64_t r = 0; r < 24; ++r) {
+      dequantize_row(t, rows.data() + size_t(r) * row_bytes(t, kCols), got.data(), kCols);
+      for (int64_t i = 0; i < kCols; ++i) ASSERT_EQ(got[size_t(i)], full[size_t((16 + r) * kCols + i)]) << type_name(t);
+    }
+    // columns 256..511 of every row
+    const std::vector<uint8_t> cols = tp_slice_bytes(g, {TpSlice::Kind::Cols, {256, 256}});
+    ASSERT_EQ(cols.size(), size_t(kRows) * row_bytes(t, 256));
+    for (int64_t r = 0; r < kRows; ++r) {
+      dequantize_row(t, cols.data() + size_t(r) * row_bytes(t, 256), got.data(), 256);
+      for (int64_t i = 0; i < 256; ++i) ASSERT_EQ(got[size_t(i)], full[size_t(r * kCols + 256 + i)]) << type_name(t);
+    }
+  }
+}
+
+TEST(TensorParallel, ColumnsOffTheBlocksAreRefused) {
+  std::vector<uint8_t> q(size_t(4) * row_bytes(GgmlType::Q4_K, 512));
+  GgufTensor g;
+  g.name = "blk.0.ffn_down.weight", g.n_dims = 2, g.ne[0] = 512, g.ne[1] = 4, g.type = GgmlType::Q4_K, g.data = q.data();
+  try {
+    tp_slice_bytes(g, {TpSlice::Kind::Cols, {128, 128}});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("256-element q4_K blocks"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(tp_slice_bytes(g, {TpSlice::Kind::Rows, {2, 4}}), Error);
+}
+
+}  // namespace
