@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 
 using namespace lamina;
 
@@ -132,6 +133,39 @@ TEST(TensorParallel, ColumnsOffTheBlocksAreRefused) {
     EXPECT_NE(std::string(e.what()).find("256-element q4_K blocks"), std::string::npos) << e.what();
   }
   EXPECT_THROW(tp_slice_bytes(g, {TpSlice::Kind::Rows, {2, 4}}), Error);
+}
+
+}  // namespace
+
+namespace {
+
+// The greedy id over a vocabulary split by rows over 4 thread ranks: the largest logit, the
+// lowest id among equal ones, on every rank, also when a rank holds no rows.
+TEST(TensorParallel, ArgmaxOverSplitVocabularyIsTheWholeOnes) {
+  constexpr int kRanks = 4;
+  for (uint32_t vocab : {1000u, 5u}) {
+    ModelConfig c = shape(32, 8, 14336, vocab);
+    std::mt19937 rng(vocab);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> logits(vocab);
+    for (auto& v : logits) v = nd(rng);
+    const int64_t tie_hi = vocab - 1, tie_lo = vocab > 5 ? 300 : 1;
+    logits[size_t(tie_hi)] = logits[size_t(tie_lo)] = 9.f;  // equal maxima on different ranks
+    ThreadGroup group(kRanks);
+    std::vector<int32_t> got(kRanks, -7);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kRanks; ++r)
+      threads.emplace_back([&, r] {
+        auto comm = group.member(r);
+        const TpPlan p = TpPlan::make(c, kRanks, r);
+        got[size_t(r)] = tp_argmax(*comm, logits.data() + p.vocab.first, p.vocab.count, p.vocab.first);
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < kRanks; ++r) EXPECT_EQ(got[size_t(r)], tie_lo) << "vocab " << vocab << ", rank " << r;
+  }
+  auto one = single_rank();
+  const float l[] = {1.f, 3.f, 3.f, -2.f};
+  EXPECT_EQ(tp_argmax(*one, l, 4, 0), 1);
 }
 
 }  // namespace

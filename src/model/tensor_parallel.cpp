@@ -3,7 +3,9 @@
 #include "core/error.h"
 #include "format/ggml_type.h"
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 namespace lamina {
@@ -66,6 +68,24 @@ std::vector<uint8_t> tp_slice_bytes(const GgufTensor& t, const TpSlice& s) {
   std::vector<uint8_t> out(size_t(rows) * take);
   for (int64_t r = 0; r < rows; ++r) std::memcpy(out.data() + size_t(r) * take, t.data + size_t(r) * row + skip, take);
   return out;
+}
+
+int32_t tp_argmax(Communicator& comm, const float* logits, int64_t n, int64_t vocab0) {
+  // (An id travels as a float: exact below 2^24.)
+  if (vocab0 < 0 || n < 0 || vocab0 + n > (int64_t(1) << 24)) fail("tensor parallel argmax: ids [{}, {})", vocab0, vocab0 + n);
+  float best[2] = {-std::numeric_limits<float>::infinity(), -1.f};  // (logit, id); id -1: no rows
+  for (int64_t i = 0; i < n; ++i)
+    if (best[1] < 0 || logits[i] > best[0]) best[0] = logits[i], best[1] = float(vocab0 + i);
+  std::vector<float> all(size_t(comm.ranks()) * 2);
+  comm.all_gather(best, 2, all.data());
+  float value = 0, id = -1;
+  for (int r = 0; r < comm.ranks(); ++r) {
+    const float v = all[size_t(2 * r)], i = all[size_t(2 * r + 1)];
+    if (i < 0) continue;
+    if (id < 0 || v > value || (v == value && i < id)) value = v, id = i;
+  }
+  if (id < 0) fail("tensor parallel argmax: no rank holds any logits");
+  return int32_t(id);
 }
 
 }  // namespace lamina

@@ -14,6 +14,7 @@
 // so a column range must start and end on block boundaries.
 #pragma once
 
+#include "core/communicator.h"
 #include "format/gguf.h"
 #include "model/config.h"
 
@@ -51,5 +52,10 @@ TpSlice tp_slice(const TpPlan& p, const ModelConfig& c, std::string_view name);
 // layout: rows * row_bytes(type, cols). Throws lamina::Error when a column range is not on block
 // boundaries or lies outside the tensor.
 std::vector<uint8_t> tp_slice_bytes(const GgufTensor& t, const TpSlice& s);
+
+// The greedy id over a vocabulary split by rows: each rank passes its logits[0..n) for ids
+// vocab0 .. vocab0 + n - 1. The largest logit wins, the lowest id among equal ones (Sampler's
+// greedy rule); every rank gets the same id. A rank may hold no rows (n = 0).
+int32_t tp_argmax(Communicator& comm, const float* logits, int64_t n, int64_t vocab0);
 
 }  // namespace lamina
