@@ -8,6 +8,7 @@
 #pragma once
 
 #include "backend/sampling_params.h"
+#include "core/communicator.h"
 #include "core/error.h"
 #include "format/ggml_type.h"
 
@@ -146,6 +147,11 @@ class Backend {
   }
   virtual void add_bias(Tensor x, const Weight& b) = 0;           // x[t] += b
   virtual void add(Tensor x, Tensor y) = 0;                        // x += y
+  // t = the element-wise sum of every rank's t (tensor parallelism: a row-parallel matmul's
+  // partial sums). Backends that keep activations elsewhere than host memory say so.
+  virtual void all_reduce_sum(Tensor t, Communicator& comm) {
+    fail("the {} backend does not run tensor parallel yet", name());
+  }
   virtual void rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t> pos,
                     const RopeParams& p) = 0;
   // Stores k, v (rows = tokens) at their positions of `layer`, then computes causal attention

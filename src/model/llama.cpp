@@ -72,8 +72,17 @@ class Binder {
 
 }  // namespace
 
-LlamaModel::LlamaModel(const GgufFile& f, Backend& be) : cfg_(ModelConfig::from_gguf(f)), be_(be) {
+LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(ModelConfig::from_gguf(f)), be_(be) {
   const int64_t E = cfg_.n_embd, V = cfg_.n_vocab, F = cfg_.n_ff;
+  n_head_ = cfg_.n_head, n_head_kv_ = cfg_.n_head_kv, n_ff_ = F, n_logits_ = V;
+  if (tp) {
+    if (!tp->comm || tp->comm->ranks() != tp->plan.ranks || tp->comm->rank() != tp->plan.rank)
+      fail("tensor parallel: the group does not match rank {} of {}", tp->plan.rank, tp->plan.ranks);
+    if (cfg_.arch == "qwen2") fail("{}: tensor parallel does not split QKV biases yet (arch qwen2)", f.path());
+    tp_ = *tp;
+    n_head_ = tp->plan.q_heads.count, n_head_kv_ = tp->plan.kv_heads.count, n_ff_ = tp->plan.ff.count;
+    n_logits_ = tp->plan.vocab.count;
+  }
   const int64_t QD = int64_t(cfg_.n_head) * cfg_.head_dim, KVD = int64_t(cfg_.n_head_kv) * cfg_.head_dim;
   if (V == 0) fail("{}: vocabulary size unknown (no tokenizer.ggml.tokens or {}.vocab_size)", f.path(), cfg_.arch);
   Binder b(f, be);
@@ -95,27 +104,53 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be) : cfg_(ModelConfig::from_
   }
   b.require_all_used(cfg_);
 
+  // A rank's share of a matrix (the whole of it without tensor parallelism), by the role of
+  // `as` (the tied output takes the output's rows of the embeddings).
+  std::vector<GgufTensor> shares;
+  shares.reserve(3);
+  const auto share = [&](const GgufTensor* t, std::string_view as) -> const GgufTensor* {
+    if (!tp_ || !t) return t;
+    const TpSlice sl = tp_slice(tp_->plan, cfg_, as);
+    if (sl.kind == TpSlice::Kind::Whole) return t;
+    slices_.push_back(std::make_unique<std::vector<uint8_t>>(tp_slice_bytes(*t, sl)));
+    shares.push_back(*t);
+    GgufTensor& c = shares.back();
+    (sl.kind == TpSlice::Kind::Rows ? c.ne[1] : c.ne[0]) = sl.range.count;
+    c.data = slices_.back()->data(), c.nbytes = slices_.back()->size();
+    return &c;
+  };
+  const auto matrix = [&](const std::string& name, std::vector<int64_t> shape, bool required = true) -> Weight {
+    const GgufTensor* t = share(b.checked(name, shape, required), name);
+    const Weight w = t ? be.load_weight(*t, WeightUse::Matmul) : Weight{};
+    shares.clear();
+    return w;
+  };
   tok_embd_ = b.bind("token_embd.weight", {E, V}, true, WeightUse::Embedding);
   out_norm_ = b.bind("output_norm.weight", {E});
-  output_ = b.bind("output.weight", {E, V}, false);
-  if (!output_) output_ = b.bind("token_embd.weight", {E, V});  // tied embeddings, as a matmul weight
+  output_ = matrix("output.weight", {E, V}, false);
+  if (!output_) {  // tied embeddings, as a matmul weight
+    output_ = be.load_weight(*share(b.checked("token_embd.weight", {E, V}), "output.weight"), WeightUse::Matmul);
+    shares.clear();
+  }
   for (uint32_t l = 0; l < cfg_.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights w;
     w.attn_norm = b.bind(p + "attn_norm.weight", {E});
-    const GgufTensor* qkv[] = {b.checked(p + "attn_q.weight", {E, QD}), b.checked(p + "attn_k.weight", {E, KVD}),
-                               b.checked(p + "attn_v.weight", {E, KVD})};
+    const GgufTensor* qkv[] = {share(b.checked(p + "attn_q.weight", {E, QD}), p + "attn_q.weight"),
+                               share(b.checked(p + "attn_k.weight", {E, KVD}), p + "attn_k.weight"),
+                               share(b.checked(p + "attn_v.weight", {E, KVD}), p + "attn_v.weight")};
     const std::vector<Weight> wqkv = be.load_stacked(qkv);
+    shares.clear();
     w.wq = wqkv[0], w.wk = wqkv[1], w.wv = wqkv[2];
-    w.wo = b.bind(p + "attn_output.weight", {QD, E});
+    w.wo = matrix(p + "attn_output.weight", {QD, E});
     w.bq = b.bind(p + "attn_q.bias", {QD}, qwen);
     w.bk = b.bind(p + "attn_k.bias", {KVD}, qwen);
     w.bv = b.bind(p + "attn_v.bias", {KVD}, qwen);
     w.bo = b.bind(p + "attn_output.bias", {E}, false);
     w.ffn_norm = b.bind(p + "ffn_norm.weight", {E});
-    w.w_gate = b.bind(p + "ffn_gate.weight", {E, F});
-    w.w_up = b.bind(p + "ffn_up.weight", {E, F});
-    w.w_down = b.bind(p + "ffn_down.weight", {F, E});
+    w.w_gate = matrix(p + "ffn_gate.weight", {E, F});
+    w.w_up = matrix(p + "ffn_up.weight", {E, F});
+    w.w_down = matrix(p + "ffn_down.weight", {F, E});
     layers_.push_back(w);
   }
   if (const GgufTensor* rf = f.find_tensor("rope_freqs.weight")) {
@@ -128,7 +163,7 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be) : cfg_(ModelConfig::from_
 
 void LlamaModel::init_cache(int n_ctx, GgmlType kv_type) {
   n_ctx_ = n_ctx;
-  be_.init_kv_cache(int(cfg_.n_layer), n_ctx, int(cfg_.n_head_kv * cfg_.head_dim), kv_type);
+  be_.init_kv_cache(int(cfg_.n_layer), n_ctx, int(n_head_kv_ * cfg_.head_dim), kv_type);
 }
 
 void LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int32_t> pos, bool all_logits,
@@ -204,15 +239,15 @@ Tensor LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int3
 Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode,
                               std::span<const int32_t> pick) {
   const int64_t T = int64_t(tokens.size());
-  const int64_t E = cfg_.n_embd, F = cfg_.n_ff;
-  const int64_t QD = int64_t(cfg_.n_head) * cfg_.head_dim, KVD = int64_t(cfg_.n_head_kv) * cfg_.head_dim;
+  const int64_t E = cfg_.n_embd, F = n_ff_;
+  const int64_t QD = n_head_ * cfg_.head_dim, KVD = n_head_kv_ * cfg_.head_dim;
   Backend& be = be_;
   be.reset_scratch();
   Tensor x = be.alloc(T, E), h = be.alloc(T, E), q = be.alloc(T, QD), k = be.alloc(T, KVD),
          v = be.alloc(T, KVD), att = be.alloc(T, QD), gate = be.alloc(T, F);
   const RopeParams rope{int(cfg_.n_rot), cfg_.rope_base, cfg_.rope_freq_scale, cfg_.rope_neox,
                         rope_freqs_.empty() ? nullptr : rope_freqs_.data()};
-  const AttentionParams ap{int(cfg_.n_head), int(cfg_.n_head_kv), int(cfg_.head_dim),
+  const AttentionParams ap{int(n_head_), int(n_head_kv_), int(cfg_.head_dim),
                            1.f / std::sqrt(float(cfg_.head_dim))};
 
   // One row (decode): the last W_down's matmul_add_norm makes the output norm (xs = x, hs = h).
@@ -228,21 +263,29 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
     if (w.bk) be.add_bias(k, w.bk);
     if (w.bv) be.add_bias(v, w.bv);
     be.rope_attention(int(l), q, k, v, pos, rope, ap, att);
-    if (w.bo) {
+    if (w.bo || tp_) {  // (tensor parallel: each rank's Wo gives partial sums, added up first)
       Tensor proj = be.alloc(x.rows, x.cols);
       be.matmul(w.wo, att, proj);
-      be.add_bias(proj, w.bo);
+      if (tp_) be.all_reduce_sum(proj, *tp_->comm);
+      if (w.bo) be.add_bias(proj, w.bo);
       be.add(x, proj);
       be.rmsnorm(x, w.ffn_norm, cfg_.rms_eps, h);
     } else {
       be.matmul_add_norm(w.wo, att, x, w.ffn_norm, cfg_.rms_eps, h);
     }
     be.ffn_gate_up(w.w_gate, w.w_up, h, gate);
-    if (l + 1 < layers_.size()) be.matmul_add_norm(w.w_down, gate, x, layers_[l + 1].attn_norm, cfg_.rms_eps, h);
+    if (tp_) {  // down's partial sums added up over the ranks, then the residual and the next norm
+      Tensor proj = be.alloc(x.rows, x.cols);
+      be.matmul(w.w_down, gate, proj);
+      be.all_reduce_sum(proj, *tp_->comm);
+      be.add(x, proj);
+      if (l + 1 < layers_.size()) be.rmsnorm(x, layers_[l + 1].attn_norm, cfg_.rms_eps, h);
+      else if (final_norm_fused) be.rmsnorm(x, out_norm_, cfg_.rms_eps, h);
+    } else if (l + 1 < layers_.size()) be.matmul_add_norm(w.w_down, gate, x, layers_[l + 1].attn_norm, cfg_.rms_eps, h);
     else if (final_norm_fused) be.matmul_add_norm(w.w_down, gate, x, out_norm_, cfg_.rms_eps, h);
     else be.matmul_add(w.w_down, gate, x);
   }
-  if (mode == Logits::None) return Tensor{nullptr, 0, int64_t(cfg_.n_vocab)};
+  if (mode == Logits::None) return Tensor{nullptr, 0, n_logits_};
   // Logits for every row, or only the last (prompt processing needs only the last), or the
   // rows picked (a pass over several sequences: the last row of each that samples next).
   const bool all = mode == Logits::All;
@@ -253,7 +296,7 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
     be.copy_rows(x, pick, xs);
   }
   if (!final_norm_fused) be.rmsnorm(xs, out_norm_, cfg_.rms_eps, hs);
-  Tensor out = be.alloc(xs.rows, int64_t(cfg_.n_vocab));
+  Tensor out = be.alloc(xs.rows, n_logits_);
   be.matmul_logits(output_, hs, out);
   return out;
 }

@@ -4,8 +4,10 @@
 
 #include "backend/backend.h"
 #include "model/config.h"
+#include "model/tensor_parallel.h"
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -20,8 +22,16 @@ struct LayerWeights {
 
 class LlamaModel {
  public:
+  // A rank of a tensor-parallel group (tensor_parallel.h): its plan and its group's collectives.
+  struct TpRank {
+    TpPlan plan;
+    Communicator* comm = nullptr;
+  };
   // Binds every tensor to the backend; throws lamina::Error naming missing or mis-shaped ones.
-  LlamaModel(const GgufFile& file, Backend& backend);
+  // With `tp`, only the rank's share of each weight (sliced from the file's tensors), its KV heads
+  // in the cache, and an all-reduce after Wo and after down; the logits are the rank's rows of
+  // the vocabulary (tp_argmax picks the greedy id over the group).
+  LlamaModel(const GgufFile& file, Backend& backend, const TpRank* tp = nullptr);
 
   const ModelConfig& config() const { return cfg_; }
   Backend& backend() { return be_; }
@@ -53,6 +63,10 @@ class LlamaModel {
   std::vector<LayerWeights> layers_;
   std::vector<float> rope_freqs_;  // Llama 3 frequency factors (host copy), empty if none
   int n_ctx_ = 0;
+  // This rank's dimensions (the whole model's without tensor parallelism).
+  std::optional<TpRank> tp_;
+  int64_t n_head_ = 0, n_head_kv_ = 0, n_ff_ = 0, n_logits_ = 0;
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> slices_;  // sliced weights' bytes (backends may keep pointers)
 
   void check_inputs(std::span<const int32_t> tokens, std::span<const int32_t> pos) const;
   // run_layers, recorded and replayed by the backend when key != 0 (a pass repeated with the

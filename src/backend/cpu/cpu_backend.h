@@ -35,6 +35,7 @@ class CpuBackend final : public Backend {
   void matmul_multi(std::span<const Weight* const> w, Tensor x, std::span<const Tensor> out) override;
   void add_bias(Tensor x, const Weight& b) override;
   void add(Tensor x, Tensor y) override;
+  void all_reduce_sum(Tensor t, Communicator& comm) override { comm.all_reduce_sum(t.data, size_t(t.rows * t.cols)); }
   void rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t> pos, const RopeParams& p) override;
   void attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
                  const AttentionParams& p, Tensor out) override;
