@@ -156,23 +156,13 @@ VecDotFn avx2_kernel(GgmlType t) {
     case GgmlType::F32: return dot_f32;
     case GgmlType::F16: return dot_f16;
     case GgmlType::BF16: return dot_bf16;
-    case GgmlType::Q4_0: return dot_q4_0;
-    case GgmlType::Q4_1: return dot_q4_1;
-    case GgmlType::Q8_0: return dot_q8_0;
     case GgmlType::Q4_K: return dot_q4_K;
     case GgmlType::Q6_K: return dot_q6_K;
-    default: return nullptr;
+    default: return int8_kernel(t);
   }
 }
 
-VecDot4Fn avx2_kernel4(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q4_0: return dot4_s8<block_q4_0>;
-    case GgmlType::Q4_1: return dot4_q4_1;
-    case GgmlType::Q8_0: return dot4_s8<block_q8_0>;
-    default: return nullptr;
-  }
-}
+VecDot4Fn avx2_kernel4(GgmlType t) { return int8_kernel4(t); }
 
 }  // namespace lamina
 

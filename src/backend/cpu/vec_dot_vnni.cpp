@@ -24,23 +24,8 @@ namespace {
 
 }  // namespace
 
-VecDotFn vnni_kernel(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q4_0: return dot_q4_0;
-    case GgmlType::Q4_1: return dot_q4_1;
-    case GgmlType::Q8_0: return dot_q8_0;
-    default: return nullptr;
-  }
-}
-
-VecDot4Fn vnni_kernel4(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q4_0: return dot4_s8<block_q4_0>;
-    case GgmlType::Q4_1: return dot4_q4_1;
-    case GgmlType::Q8_0: return dot4_s8<block_q8_0>;
-    default: return nullptr;
-  }
-}
+VecDotFn vnni_kernel(GgmlType t) { return int8_kernel(t); }
+VecDot4Fn vnni_kernel4(GgmlType t) { return int8_kernel4(t); }
 
 }  // namespace lamina
 
