@@ -54,7 +54,7 @@ void four_rows_equal_one_row(CpuIsa isa) {
   if (isa > detect_isa()) GTEST_SKIP() << "CPU has no " << isa_name(isa);
   std::mt19937 rng(8);
   std::normal_distribution<float> nd(0.f, 1.f);
-  int checked = 0;
+  int checked = 0, with_offsets = 0;
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1}) {
     const VecDot vd = vec_dot_for(t, isa), avx2 = vec_dot_for(t, CpuIsa::Avx2);
     ASSERT_NE(vd.fn4, nullptr) << type_name(t);
@@ -71,9 +71,20 @@ void four_rows_equal_one_row(CpuIsa isa) {
         quantize_activations(vd.act, x.data() + j * n, xq.data() + size_t(j) * act_row_bytes(vd.act, n), n);
       float got[4] = {-1.f, -1.f, -1.f, -1.f};
       vd.fn4(n, wq.data(), xq.data(), act_row_bytes(vd.act, n), got);
+      float got_c[4] = {-1.f, -1.f, -1.f, -1.f};
+      if (vd.fn4c) {  // offset weights: the same floats
+        std::vector<int32_t> corr(size_t(4 * n / 4));
+        for (int j = 0; j < 4; ++j)
+          act_corrections(xq.data() + size_t(j) * act_row_bytes(vd.act, n), n, vd.corr_bias, corr.data() + j * n / 4);
+        vd.fn4c(n, wq.data(), xq.data(), act_row_bytes(vd.act, n), corr.data(), size_t(n / 4), got_c);
+        ++with_offsets;
+      }
       for (int j = 0; j < 4; ++j) {
         const float one = vd.fn(n, wq.data(), xq.data() + size_t(j) * act_row_bytes(vd.act, n));
         EXPECT_EQ(got[j], one) << type_name(t) << " n=" << n << " row " << j;
+        if (vd.fn4c) {
+          EXPECT_EQ(got_c[j], one) << type_name(t) << " offset weights, n=" << n << " row " << j;
+        }
         EXPECT_EQ(one, avx2.fn(n, wq.data(), xq.data() + size_t(j) * act_row_bytes(vd.act, n)))
             << type_name(t) << " " << isa_name(isa) << " against avx2, n=" << n;
         ++checked;
@@ -81,6 +92,7 @@ void four_rows_equal_one_row(CpuIsa isa) {
     }
   }
   EXPECT_EQ(checked, 48);
+  EXPECT_EQ(with_offsets, isa == CpuIsa::AvxVnni ? 8 : 0);  // q8_0 and q4_0 at four lengths
 }
 
 TEST(VecDot, FourRowKernelsEqualTheOneRowKernel) { four_rows_equal_one_row(CpuIsa::Avx2); }

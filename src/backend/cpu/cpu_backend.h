@@ -72,6 +72,7 @@ class CpuBackend final : public Backend {
   std::vector<std::vector<float>> scratch_;
   size_t scratch_used_ = 0;  // floats used in scratch_.back()
   std::vector<uint8_t> act_q_;                      // quantised activations for matmul
+  std::vector<int32_t> act_corr_;                   // their offset corrections (VecDot::fn4c)
   std::vector<Outliers> outliers_;                  // per activation row
   // KV cache: [layer][pos][kv_dim] for K and for V.
   GgmlType kv_type_ = GgmlType::F16;

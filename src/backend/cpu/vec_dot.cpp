@@ -253,7 +253,7 @@ VecDot vec_dot_for(GgmlType t, CpuIsa isa) {
   if (isa >= CpuIsa::Avx2 && v.fn)
     if (VecDotFn f = avx2_kernel(t)) v.fn = f, v.fn4 = avx2_kernel4(t);
   if (isa >= CpuIsa::AvxVnni && v.fn)
-    if (VecDotFn f = vnni_kernel(t)) v.fn = f, v.fn4 = vnni_kernel4(t);
+    if (VecDotFn f = vnni_kernel(t)) v.fn = f, v.fn4 = vnni_kernel4(t), v.fn4c = vnni_kernel4c(t, &v.corr_bias);
   return v;
 }
 
@@ -262,6 +262,15 @@ std::optional<CpuIsa> parse_isa(std::string_view name) {
   for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::AvxVnni})
     if (name == isa_name(isa)) return isa;
   return std::nullopt;
+}
+
+void act_corrections(const void* xq, int64_t n, int bias, int32_t* corr) {
+  const auto* b = static_cast<const act_q8*>(xq);
+  for (int64_t i = 0; i < n / QK; ++i)
+    for (int g = 0; g < 8; ++g) {
+      const int8_t* q = b[i].qs + 4 * g;
+      corr[i * 8 + g] = -bias * (int32_t(q[0]) + q[1] + q[2] + q[3]);
+    }
 }
 
 size_t act_row_bytes(ActType t, int64_t n) {

@@ -42,11 +42,23 @@ using VecDotFn = float (*)(int64_t n, const void* w, const void* x);
 // activation rows (the prompt path), each weight block unpacked once for the four.
 using VecDot4Fn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride, float* out);
 
+// The same for signed-weight types with the weights' sign handled by an offset: each weight byte
+// is taken as unsigned (q + bias), and corr (int32, 8 per 32-element block per row: -bias times
+// the sum of each 4 activations; act_corrections) takes the offset back out. corr rows are
+// corr_stride int32 apart. Bit for bit what fn gives (the integer sums are the same).
+using VecDot4CFn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride, const int32_t* corr,
+                            size_t corr_stride, float* out);
+
 struct VecDot {
   ActType act;  // what quantize_activations must produce
   VecDotFn fn;  // nullptr: no direct kernel (the caller dequantises the row to f32)
   VecDot4Fn fn4 = nullptr;  // four rows at once, where the ISA has such a kernel
+  VecDot4CFn fn4c = nullptr;  // four rows with offset weights, where it pays (preferred to fn4)
+  int corr_bias = 0;          // the weight offset fn4c takes (act_corrections' bias)
 };
+
+// corr[b * 8 + g] = -bias * (x[32 b + 4 g] + ... + x[32 b + 4 g + 3]) for an ActType::Q8 row of n.
+void act_corrections(const void* xq, int64_t n, int bias, int32_t* corr);
 
 // Instruction-set tiers, each a superset of the one before: the portable kernels; AVX2 + FMA +
 // F16C; AVX-VNNI (the int8 formats' products in dpbusd, the rest as AVX2).
@@ -66,6 +78,7 @@ VecDot4Fn avx2_kernel4(GgmlType weight_type);
 // AVX-VNNI kernels (vec_dot_vnni.cpp); nullptr where none exists (the AVX2 one serves).
 VecDotFn vnni_kernel(GgmlType weight_type);
 VecDot4Fn vnni_kernel4(GgmlType weight_type);
+VecDot4CFn vnni_kernel4c(GgmlType weight_type, int* bias);
 
 // y[0..n) += a * x[0..n) with x in f16 or f32 (attention's V accumulation).
 using AxpyFn = void (*)(int64_t n, float a, const void* x, float* y);
