@@ -106,32 +106,24 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
 
   // A rank's share of a matrix (the whole of it without tensor parallelism), by the role of
   // `as` (the tied output takes the output's rows of the embeddings).
-  std::vector<GgufTensor> shares;
-  shares.reserve(3);
   const auto share = [&](const GgufTensor* t, std::string_view as) -> const GgufTensor* {
     if (!tp_ || !t) return t;
     const TpSlice sl = tp_slice(tp_->plan, cfg_, as);
     if (sl.kind == TpSlice::Kind::Whole) return t;
-    slices_.push_back(std::make_unique<std::vector<uint8_t>>(tp_slice_bytes(*t, sl)));
-    shares.push_back(*t);
-    GgufTensor& c = shares.back();
-    (sl.kind == TpSlice::Kind::Rows ? c.ne[1] : c.ne[0]) = sl.range.count;
-    c.data = slices_.back()->data(), c.nbytes = slices_.back()->size();
-    return &c;
+    auto& c = *slices_.emplace_back(std::make_unique<Slice>(Slice{*t, tp_slice_bytes(*t, sl)}));
+    (sl.kind == TpSlice::Kind::Rows ? c.tensor.ne[1] : c.tensor.ne[0]) = sl.range.count;
+    c.tensor.data = c.bytes.data(), c.tensor.nbytes = c.bytes.size();
+    return &c.tensor;
   };
   const auto matrix = [&](const std::string& name, std::vector<int64_t> shape, bool required = true) -> Weight {
     const GgufTensor* t = share(b.checked(name, shape, required), name);
-    const Weight w = t ? be.load_weight(*t, WeightUse::Matmul) : Weight{};
-    shares.clear();
-    return w;
+    return t ? be.load_weight(*t, WeightUse::Matmul) : Weight{};
   };
   tok_embd_ = b.bind("token_embd.weight", {E, V}, true, WeightUse::Embedding);
   out_norm_ = b.bind("output_norm.weight", {E});
   output_ = matrix("output.weight", {E, V}, false);
-  if (!output_) {  // tied embeddings, as a matmul weight
+  if (!output_)  // tied embeddings, as a matmul weight
     output_ = be.load_weight(*share(b.checked("token_embd.weight", {E, V}), "output.weight"), WeightUse::Matmul);
-    shares.clear();
-  }
   for (uint32_t l = 0; l < cfg_.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights w;
@@ -140,7 +132,6 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
                                share(b.checked(p + "attn_k.weight", {E, KVD}), p + "attn_k.weight"),
                                share(b.checked(p + "attn_v.weight", {E, KVD}), p + "attn_v.weight")};
     const std::vector<Weight> wqkv = be.load_stacked(qkv);
-    shares.clear();
     w.wq = wqkv[0], w.wk = wqkv[1], w.wv = wqkv[2];
     w.wo = matrix(p + "attn_output.weight", {QD, E});
     w.bq = b.bind(p + "attn_q.bias", {QD}, qwen);

@@ -66,7 +66,11 @@ class LlamaModel {
   // This rank's dimensions (the whole model's without tensor parallelism).
   std::optional<TpRank> tp_;
   int64_t n_head_ = 0, n_head_kv_ = 0, n_ff_ = 0, n_logits_ = 0;
-  std::vector<std::unique_ptr<std::vector<uint8_t>>> slices_;  // sliced weights' bytes (backends may keep pointers)
+  struct Slice {  // a rank's share of a file tensor: the tensor as the backend sees it, and its bytes
+    GgufTensor tensor;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<std::unique_ptr<Slice>> slices_;  // (stable addresses: backends may keep pointers)
 
   void check_inputs(std::span<const int32_t> tokens, std::span<const int32_t> pos) const;
   // run_layers, recorded and replayed by the backend when key != 0 (a pass repeated with the

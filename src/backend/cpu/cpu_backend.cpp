@@ -178,17 +178,18 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
   const void* xq = x.data;
   size_t x_rb = size_t(K) * 4;
   outliers_.assign(size_t(T), {});
+  const bool offsets = vd.fn4c && T >= 4;  // four-row passes take offset weights and their corrections
   if (vd.act != ActType::F32) {
     x_rb = act_row_bytes(vd.act, K);
     act_q_.resize(x_rb * size_t(T));
-    if (vd.fn4c && T >= 4) act_corr_.resize(size_t(T) * size_t(K / 4));
+    if (offsets) act_corr_.resize(size_t(T) * size_t(K / 4));
     pool_.parallel_for(T, [&](int64_t b, int64_t e) {
       std::vector<float> tmp;
       for (int64_t t = b; t < e; ++t) {
         const float* xr = x.data + t * x.cols;
         split_outliers(xr, K, tmp, outliers_[size_t(t)]);
         quantize_activations(vd.act, outliers_[size_t(t)].n ? tmp.data() : xr, act_q_.data() + size_t(t) * x_rb, K);
-        if (vd.fn4c && T >= 4) act_corrections(act_q_.data() + size_t(t) * x_rb, K, vd.corr_bias, act_corr_.data() + size_t(t) * size_t(K / 4));
+        if (offsets) act_corrections(act_q_.data() + size_t(t) * x_rb, K, vd.corr_bias, act_corr_.data() + size_t(t) * size_t(K / 4));
       }
     });
     xq = act_q_.data();
@@ -233,7 +234,7 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
         const Tensor& out = outs[wi];
         for (int64_t t = t0; t < t1;) {
           const int n = vd.fn4 && t + 4 <= t1 ? 4 : 1;
-          if (n == 4 && vd.fn4c)
+          if (n == 4 && offsets)
             vd.fn4c(K, wr, xb + size_t(t) * x_rb, x_rb, act_corr_.data() + size_t(t) * size_t(K / 4), size_t(K / 4), v);
           else if (n == 4) vd.fn4(K, wr, xb + size_t(t) * x_rb, x_rb, v);
           else v[0] = vd.fn(K, wr, xb + size_t(t) * x_rb);
