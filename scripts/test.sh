@@ -8,6 +8,7 @@ scripts/deps.sh
 # Test data: the default model and llama.cpp's further tokenizer vocabularies. Tests that need
 # them are skipped visibly (never passed) when they cannot be fetched.
 if model=$(scripts/fetch-model.sh); then export LAMINA_MODEL="$model"; else echo "test: default model unavailable; its tests will be skipped" >&2; fi
+if model=$(scripts/fetch-model.sh gemma3); then export LAMINA_GEMMA3="$model"; else echo "test: Gemma 3 270M unavailable; its tests will be skipped" >&2; fi
 if vocab=$(scripts/fetch-vocab.sh); then export LAMINA_VOCAB_DIR="$vocab"; else echo "test: extra vocabularies unavailable; their test will be skipped" >&2; fi
 
 # The CUDA code is compiled wherever nvcc exists, GPU or not (a plain build skips it without a

@@ -60,4 +60,11 @@ inline std::string default_model() {
   return std::string(home ? home : "") + "/.cache/lamina/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
+// The real Gemma 3 270M Q4_K_M (scripts/fetch-model.sh gemma3).
+inline std::string gemma3_model() {
+  if (const char* p = std::getenv("LAMINA_GEMMA3")) return p;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "") + "/.cache/lamina/models/gemma-3-270m-q4_k_m.gguf";
+}
+
 }  // namespace lamina::test

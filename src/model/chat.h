@@ -13,10 +13,10 @@ struct ChatMessage {
   std::string content;
 };
 
-enum class ChatTemplate { ChatML, Llama2, Llama2Sys, Llama2SysBos, Llama2SysStrip, Llama3, MistralV1, MistralV3,
+enum class ChatTemplate { ChatML, Gemma, Llama2, Llama2Sys, Llama2SysBos, Llama2SysStrip, Llama3, MistralV1, MistralV3,
                           MistralV3Tekken, MistralV7 };
 
-// Names accepted by --template: chatml, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip,
+// Names accepted by --template: chatml, gemma, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip,
 // llama3, mistral-v1, mistral-v3, mistral-v3-tekken, mistral-v7.
 std::optional<ChatTemplate> chat_template_from_name(const std::string& name);
 std::string chat_template_name(ChatTemplate t);

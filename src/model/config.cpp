@@ -11,8 +11,8 @@ namespace lamina {
 ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   ModelConfig c;
   c.arch = f.require_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2")
-    fail("{}: architecture '{}' is not supported (supported: llama, qwen2)", f.path(), c.arch);
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "gemma3")
+    fail("{}: architecture '{}' is not supported (supported: llama, qwen2, qwen3, gemma3)", f.path(), c.arch);
   c.name = f.get_string("general.name").value_or("");
   const std::string a = c.arch + ".";
   auto u32 = [&](const std::string& key) -> uint32_t {
@@ -76,7 +76,19 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     c.rope_freq_scale = float(1.0 / *lin);
     c.rope_scaling = "linear";
   }
-  c.rope_neox = c.arch == "qwen2";
+  c.rope_neox = c.arch != "llama";
+  c.attn_scale = 1.f / std::sqrt(float(c.head_dim));
+  c.qk_norm = c.arch == "qwen3" || c.arch == "gemma3";
+  if (c.arch == "gemma3") {
+    // llama.cpp's reading of a gemma3 file (the file holds RMSNorm weights with Gemma's +1 already added).
+    c.embed_scale = std::sqrt(float(c.n_embd));
+    c.post_norms = c.gelu_ffn = true;
+    if (f.find(a + "attention.sliding_window")) {
+      c.sliding_window = u32("attention.sliding_window");
+      c.swa_pattern = f.find(a + "attention.sliding_window_pattern") ? u32("attention.sliding_window_pattern") : 6;
+    }
+    if (c.n_layer == 62) c.attn_scale = 1.f / std::sqrt(float(c.n_embd / c.n_head));  // 27B: query_pre_attn_scalar
+  }
   if (f.find(a + "vocab_size")) c.n_vocab = u32("vocab_size");
   else if (const auto* toks = f.get_string_array("tokenizer.ggml.tokens")) c.n_vocab = uint32_t(toks->size());
   return c;

@@ -9,7 +9,7 @@ namespace lamina {
 class GgufFile;
 
 struct ModelConfig {
-  std::string arch;          // "llama" or "qwen2"
+  std::string arch;          // "llama", "qwen2", "qwen3" or "gemma3"
   std::string name;          // general.name, if any
   uint32_t n_ctx_train = 0;  // {arch}.context_length
   uint32_t n_embd = 0;
@@ -24,7 +24,23 @@ struct ModelConfig {
   float rope_base = 10000.f;
   float rope_freq_scale = 1.f;  // 1 / rope.scaling.factor
   std::string rope_scaling = "none";
-  bool rope_neox = false;       // qwen2: NEOX pairs (i, i+n/2); llama: adjacent pairs
+  bool rope_neox = false;       // qwen2/qwen3/gemma3: NEOX pairs (i, i+n/2); llama: adjacent pairs
+  float attn_scale = 0.f;       // q.k scale: 1/sqrt(head_dim) (Gemma 3 27B: 1/sqrt(n_embd/n_head))
+
+  // Gemma 3 and Qwen 3 (formats.md §3): what sets them apart from a Llama block.
+  float embed_scale = 1.f;      // x = embed(tokens) * embed_scale (gemma3: sqrt(n_embd))
+  bool qk_norm = false;         // q and k RMS-normalised per head (attn_q_norm, attn_k_norm [head_dim])
+  bool post_norms = false;      // the attention and FFN outputs RMS-normalised before the residual add
+  bool gelu_ffn = false;        // FFN gate GELU (tanh form) instead of SiLU
+  // Sliding-window layers (gemma3): a local layer's query at position p attends to positions
+  // p - window + 1 .. p and rotates with its own RoPE base (no scaling); every swa_pattern-th
+  // layer (l % swa_pattern == swa_pattern - 1) is global.
+  uint32_t sliding_window = 0;  // 0: every layer global
+  uint32_t swa_pattern = 0;
+  float rope_base_local = 10000.f;
+  bool is_local(uint32_t layer) const {
+    return sliding_window > 0 && swa_pattern > 0 && layer % swa_pattern != swa_pattern - 1;
+  }
 
   // Reads and validates the config; throws lamina::Error naming the key that is missing or bad.
   static ModelConfig from_gguf(const GgufFile& f);

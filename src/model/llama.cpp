@@ -1,9 +1,12 @@
 // The forward pass, written once against the backend interface (formats.md §3.1):
 //
-//   x = embed(tokens)
+//   x = embed(tokens) (* sqrt(n_embd): gemma3)
 //   per layer:  h = rmsnorm(x) * attn_norm;  q,k,v = Wq h (+bq), Wk h (+bk), Wv h (+bv)
-//               rope(q), rope(k);  o = attention(q, k, v, cache);  x += Wo o
-//               h = rmsnorm(x) * ffn_norm;   x += Wdown (silu(Wgate h) * Wup h)
+//               (qwen3, gemma3: q, k RMS-normalised per head)
+//               rope(q), rope(k);  o = attention(q, k, v, cache) (gemma3 local layers: a window)
+//               x += Wo o                   (gemma3: x += rmsnorm(Wo o) * post_attention_norm)
+//               h = rmsnorm(x) * ffn_norm;  x += Wdown (silu(Wgate h) * Wup h)
+//               (gemma3: gelu instead of silu, and the sum RMS-normalised by post_ffw_norm)
 //   logits = Wout (rmsnorm(x) * out_norm)      (Wout = token_embd when tied)
 #include "model/llama.h"
 
@@ -78,7 +81,7 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
   if (tp) {
     if (!tp->comm || tp->comm->ranks() != tp->plan.ranks || tp->comm->rank() != tp->plan.rank)
       fail("tensor parallel: the group does not match rank {} of {}", tp->plan.rank, tp->plan.ranks);
-    if (cfg_.arch == "qwen2") fail("{}: tensor parallel does not split QKV biases yet (arch qwen2)", f.path());
+    if (cfg_.arch != "llama") fail("{}: tensor parallel runs arch llama only (this file: {})", f.path(), cfg_.arch);
     tp_ = *tp;
     n_head_ = tp->plan.q_heads.count, n_head_kv_ = tp->plan.kv_heads.count, n_ff_ = tp->plan.ff.count;
     n_logits_ = tp->plan.vocab.count;
@@ -91,16 +94,24 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
   b.checked("output_norm.weight", {E});
   b.checked("output.weight", {E, V}, false);
   b.checked("rope_freqs.weight", {cfg_.n_rot / 2}, false);
-  const bool qwen = cfg_.arch == "qwen2";
+  const bool qwen = cfg_.arch == "qwen2", qk = cfg_.qk_norm, post = cfg_.post_norms;
+  const int64_t HD = cfg_.head_dim;
+  // (name, shape, required, allowed): a tensor not allowed for the architecture is left out, so
+  // that require_all_used refuses a file that has it.
   for (uint32_t l = 0; l < cfg_.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    for (const auto& [name, shape, required] : std::initializer_list<std::tuple<const char*, std::vector<int64_t>, bool>>{
-             {"attn_norm.weight", {E}, true}, {"attn_q.weight", {E, QD}, true}, {"attn_k.weight", {E, KVD}, true},
-             {"attn_v.weight", {E, KVD}, true}, {"attn_output.weight", {QD, E}, true}, {"attn_q.bias", {QD}, qwen},
-             {"attn_k.bias", {KVD}, qwen}, {"attn_v.bias", {KVD}, qwen}, {"attn_output.bias", {E}, false},
-             {"ffn_norm.weight", {E}, true}, {"ffn_gate.weight", {E, F}, true}, {"ffn_up.weight", {E, F}, true},
-             {"ffn_down.weight", {F, E}, true}})
-      b.checked(p + name, shape, required);
+    for (const auto& [name, shape, required, allowed] :
+         std::initializer_list<std::tuple<const char*, std::vector<int64_t>, bool, bool>>{
+             {"attn_norm.weight", {E}, true, true}, {"attn_q.weight", {E, QD}, true, true},
+             {"attn_k.weight", {E, KVD}, true, true}, {"attn_v.weight", {E, KVD}, true, true},
+             {"attn_output.weight", {QD, E}, true, true}, {"attn_q.bias", {QD}, qwen, qwen},
+             {"attn_k.bias", {KVD}, qwen, qwen}, {"attn_v.bias", {KVD}, qwen, qwen},
+             {"attn_output.bias", {E}, false, true}, {"attn_q_norm.weight", {HD}, qk, qk},
+             {"attn_k_norm.weight", {HD}, qk, qk}, {"post_attention_norm.weight", {E}, post, post},
+             {"ffn_norm.weight", {E}, true, true}, {"ffn_gate.weight", {E, F}, true, true},
+             {"ffn_up.weight", {E, F}, true, true}, {"ffn_down.weight", {F, E}, true, true},
+             {"post_ffw_norm.weight", {E}, post, post}})
+      if (allowed) b.checked(p + name, shape, required);
   }
   b.require_all_used(cfg_);
 
@@ -138,6 +149,9 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
     w.bk = b.bind(p + "attn_k.bias", {KVD}, qwen);
     w.bv = b.bind(p + "attn_v.bias", {KVD}, qwen);
     w.bo = b.bind(p + "attn_output.bias", {E}, false);
+    if (qk) w.q_norm = b.bind(p + "attn_q_norm.weight", {HD}), w.k_norm = b.bind(p + "attn_k_norm.weight", {HD});
+    if (post) w.post_attn_norm = b.bind(p + "post_attention_norm.weight", {E});
+    if (post) w.post_ffn_norm = b.bind(p + "post_ffw_norm.weight", {E});
     w.ffn_norm = b.bind(p + "ffn_norm.weight", {E});
     w.w_gate = matrix(p + "ffn_gate.weight", {E, F});
     w.w_up = matrix(p + "ffn_up.weight", {E, F});
@@ -238,12 +252,20 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
          v = be.alloc(T, KVD), att = be.alloc(T, QD), gate = be.alloc(T, F);
   const RopeParams rope{int(cfg_.n_rot), cfg_.rope_base, cfg_.rope_freq_scale, cfg_.rope_neox,
                         rope_freqs_.empty() ? nullptr : rope_freqs_.data()};
-  const AttentionParams ap{int(n_head_), int(n_head_kv_), int(cfg_.head_dim),
-                           1.f / std::sqrt(float(cfg_.head_dim))};
+  const AttentionParams ap{int(n_head_), int(n_head_kv_), int(cfg_.head_dim), cfg_.attn_scale};
 
   // One row (decode): the last W_down's matmul_add_norm makes the output norm (xs = x, hs = h).
   const bool final_norm_fused = T == 1 && mode != Logits::None && pick.empty();
-  be.embed_norm(tok_embd_, tokens, x, layers_[0].attn_norm, cfg_.rms_eps, h);
+  if (cfg_.embed_scale != 1.f) {
+    be.embed(tok_embd_, tokens, x);
+    be.scale(x, cfg_.embed_scale);
+    be.rmsnorm(x, layers_[0].attn_norm, cfg_.rms_eps, h);
+  } else {
+    be.embed_norm(tok_embd_, tokens, x, layers_[0].attn_norm, cfg_.rms_eps, h);
+  }
+  Tensor qn, kn, up;  // q and k normalised per head; the up projection of a GELU-gated FFN
+  if (cfg_.qk_norm) qn = be.alloc(T, QD), kn = be.alloc(T, KVD);
+  if (cfg_.gelu_ffn) up = be.alloc(T, F);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerWeights& w = layers_[l];  // h = rmsnorm(x) * attn_norm here
     // x += Wo attention(rope(Wq h + bq), rope(Wk h + bk), Wv h + bv) (+ bo); h = rmsnorm(x) * ffn_norm
@@ -253,28 +275,31 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
     if (w.bq) be.add_bias(q, w.bq);
     if (w.bk) be.add_bias(k, w.bk);
     if (w.bv) be.add_bias(v, w.bv);
-    be.rope_attention(int(l), q, k, v, pos, rope, ap, att);
-    if (w.bo || tp_) {  // (tensor parallel: each rank's Wo gives partial sums, added up first)
-      Tensor proj = be.alloc(x.rows, x.cols);
-      be.matmul(w.wo, att, proj);
-      if (tp_) be.all_reduce_sum(proj, *tp_->comm);
-      if (w.bo) be.add_bias(proj, w.bo);
-      be.add(x, proj);
-      be.rmsnorm(x, w.ffn_norm, cfg_.rms_eps, h);
-    } else {
-      be.matmul_add_norm(w.wo, att, x, w.ffn_norm, cfg_.rms_eps, h);
+    Tensor qr = q, kr = k;
+    if (cfg_.qk_norm) {
+      head_norm(q, n_head_, w.q_norm, qn);
+      head_norm(k, n_head_kv_, w.k_norm, kn);
+      qr = qn, kr = kn;
     }
-    be.ffn_gate_up(w.w_gate, w.w_up, h, gate);
-    if (tp_) {  // down's partial sums added up over the ranks, then the residual and the next norm
-      Tensor proj = be.alloc(x.rows, x.cols);
-      be.matmul(w.w_down, gate, proj);
-      be.all_reduce_sum(proj, *tp_->comm);
-      be.add(x, proj);
-      if (l + 1 < layers_.size()) be.rmsnorm(x, layers_[l + 1].attn_norm, cfg_.rms_eps, h);
-      else if (final_norm_fused) be.rmsnorm(x, out_norm_, cfg_.rms_eps, h);
-    } else if (l + 1 < layers_.size()) be.matmul_add_norm(w.w_down, gate, x, layers_[l + 1].attn_norm, cfg_.rms_eps, h);
-    else if (final_norm_fused) be.matmul_add_norm(w.w_down, gate, x, out_norm_, cfg_.rms_eps, h);
-    else be.matmul_add(w.w_down, gate, x);
+    RopeParams rl = rope;
+    AttentionParams al = ap;
+    if (cfg_.is_local(uint32_t(l))) {  // a sliding-window layer: its own RoPE base, unscaled
+      rl.base = cfg_.rope_base_local, rl.freq_scale = 1.f, rl.freq_factors = nullptr;
+      al.window = int(cfg_.sliding_window);
+    }
+    be.rope_attention(int(l), qr, kr, v, pos, rl, al, att);
+    project_add(w.wo, att, w.bo, w.post_attn_norm, x, &w.ffn_norm, h);
+    // x += Wdown act(Wgate h) * (Wup h); h = rmsnorm(x) * the next layer's attn_norm (or the output norm)
+    if (cfg_.gelu_ffn) {
+      const Weight* gu_w[] = {&w.w_gate, &w.w_up};
+      const Tensor gu[] = {gate, up};
+      be.matmul_multi(gu_w, h, gu);
+      be.geglu(gate, up);
+    } else {
+      be.ffn_gate_up(w.w_gate, w.w_up, h, gate);
+    }
+    const Weight* next = l + 1 < layers_.size() ? &layers_[l + 1].attn_norm : final_norm_fused ? &out_norm_ : nullptr;
+    project_add(w.w_down, gate, Weight{}, w.post_ffn_norm, x, next, h);
   }
   if (mode == Logits::None) return Tensor{nullptr, 0, n_logits_};
   // Logits for every row, or only the last (prompt processing needs only the last), or the
@@ -290,6 +315,32 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
   Tensor out = be.alloc(xs.rows, n_logits_);
   be.matmul_logits(output_, hs, out);
   return out;
+}
+
+void LlamaModel::project_add(const Weight& w, Tensor in, const Weight& bias, const Weight& post_norm, Tensor x,
+                             const Weight* next, Tensor h) {
+  Backend& be = be_;
+  if (!bias && !post_norm && !tp_) {
+    if (next) be.matmul_add_norm(w, in, x, *next, cfg_.rms_eps, h);
+    else be.matmul_add(w, in, x);
+    return;
+  }
+  Tensor proj = be.alloc(x.rows, x.cols);
+  be.matmul(w, in, proj);
+  if (tp_) be.all_reduce_sum(proj, *tp_->comm);  // each rank's matmul gives partial sums
+  if (bias) be.add_bias(proj, bias);
+  if (post_norm) {
+    const Tensor normed = be.alloc(x.rows, x.cols);
+    be.rmsnorm(proj, post_norm, cfg_.rms_eps, normed);
+    proj = normed;
+  }
+  be.add(x, proj);
+  if (next) be.rmsnorm(x, *next, cfg_.rms_eps, h);
+}
+
+void LlamaModel::head_norm(Tensor t, int64_t heads, const Weight& w, Tensor out) {
+  const int64_t hd = cfg_.head_dim;  // each head a row of its own
+  be_.rmsnorm(Tensor{t.data, t.rows * heads, hd}, w, cfg_.rms_eps, Tensor{out.data, t.rows * heads, hd});
 }
 
 }  // namespace lamina

@@ -1,5 +1,7 @@
-// The Llama-family model (arch "llama": Llama 2/3, Mistral, SmolLM2; arch "qwen2": QKV biases,
-// NEOX RoPE): weights bound to a backend, and one forward pass for prompt and decode.
+// The Llama-family model (arch "llama": Llama 2/3, Mistral, SmolLM2; "qwen2": QKV biases, NEOX
+// RoPE; "qwen3": per-head q/k norms; "gemma3": scaled embeddings, q/k norms, norms after attention
+// and FFN, GELU gate, sliding-window layers): weights bound to a backend, and one forward pass
+// for prompt and decode.
 #pragma once
 
 #include "backend/backend.h"
@@ -17,7 +19,9 @@ class GgufFile;
 
 struct LayerWeights {
   Weight attn_norm, wq, wk, wv, wo, bq, bk, bv, bo;
+  Weight q_norm, k_norm, post_attn_norm;  // qwen3, gemma3 (absent elsewhere)
   Weight ffn_norm, w_gate, w_up, w_down;
+  Weight post_ffn_norm;                   // gemma3
 };
 
 class LlamaModel {
@@ -80,6 +84,13 @@ class LlamaModel {
   // The layers, then the logits of `mode`, or of the rows in `pick` when it is not empty.
   Tensor run_layers(std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode,
                     std::span<const int32_t> pick = {});
+  // x += post_norm(w . in + bias) (all-reduced over the ranks first), then h = rmsnorm(x) * next
+  // when next is given: a block's output projection and the residual add; fused where the
+  // backend can when there is no bias, post-norm or tensor parallelism.
+  void project_add(const Weight& w, Tensor in, const Weight& bias, const Weight& post_norm, Tensor x,
+                   const Weight* next, Tensor h);
+  // Per-head RMSNorm of q or k ([rows][heads * head_dim]) into out (qwen3, gemma3).
+  void head_norm(Tensor t, int64_t heads, const Weight& w, Tensor out);
 };
 
 }  // namespace lamina

@@ -354,9 +354,11 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
       const int64_t t = job / p.n_head;
       const int h = int(job % p.n_head), g = h / group;
       const float* qv = q.data + t * q.cols + int64_t(h) * hd;
-      const int64_t n_pos = pos[size_t(t)] + 1;
+      // positions j0 .. pos[t]: every earlier one, or the last p.window of them
+      const int64_t j0 = p.window > 0 ? std::max<int64_t>(0, pos[size_t(t)] + 1 - p.window) : 0;
+      const int64_t n_pos = pos[size_t(t)] + 1 - j0;
       const int64_t* sl = layout_ ? seq_slots[size_t(layout_->row_seq[size_t(t)])].data() : nullptr;
-      auto slot = [sl](int64_t j) { return size_t(sl ? sl[j] : j); };
+      auto slot = [sl, j0](int64_t j) { return size_t(sl ? sl[j0 + j] : j0 + j); };
       scores.resize(size_t(n_pos));
       float mx = -INFINITY;
       for (int64_t j = 0; j < n_pos; ++j) {
@@ -403,6 +405,18 @@ void CpuBackend::swiglu(Tensor gate, Tensor up) {
     const float g = gate.data[i];
     gate.data[i] = g / (1.f + std::exp(-g)) * up.data[i];
   }
+}
+
+void CpuBackend::geglu(Tensor gate, Tensor up) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535588f, kCubic = 0.044715f;
+  for (int64_t i = 0; i < gate.rows * gate.cols; ++i) {
+    const float g = gate.data[i];
+    gate.data[i] = 0.5f * g * (1.f + std::tanh(kSqrt2OverPi * g * (1.f + kCubic * g * g))) * up.data[i];
+  }
+}
+
+void CpuBackend::scale(Tensor x, float s) {
+  for (int64_t i = 0; i < x.rows * x.cols; ++i) x.data[i] *= s;
 }
 
 void CpuBackend::read(Tensor t, float* host) {

@@ -40,6 +40,8 @@ class CpuBackend final : public Backend {
   void attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
                  const AttentionParams& p, Tensor out) override;
   void swiglu(Tensor gate, Tensor up) override;
+  void geglu(Tensor gate, Tensor up) override;
+  void scale(Tensor x, float s) override;
   void read(Tensor t, float* host) override;
   bool takes_kv_layout() const override { return true; }
   void set_kv_layout(const KvLayout* layout) override { layout_ = layout; }

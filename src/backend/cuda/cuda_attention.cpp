@@ -46,7 +46,7 @@ CudaBackend::LayerCache CudaBackend::layer_cache(int layer, Tensor q, std::span<
   if (pos.back() >= kv_ctx_) fail("position {} is outside the context of {} tokens", pos.back(), kv_ctx_);
   LayerCache c;
   c.a.n_head = p.n_head, c.a.n_head_kv = p.n_head_kv, c.a.head_dim = p.head_dim, c.a.scale = p.scale;
-  c.a.kv_type = kv_type_, c.a.n_ctx = kv_ctx_;
+  c.a.kv_type = kv_type_, c.a.n_ctx = kv_ctx_, c.a.window = p.window;
   const size_t layer_off = size_t(layer) * size_t(kv_ctx_) * size_t(kv_dim_) * kv_elem_bytes();
   c.k = static_cast<char*>(k_cache_) + layer_off;
   c.v = static_cast<char*>(v_cache_) + layer_off;
@@ -105,7 +105,7 @@ void CudaBackend::rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::s
 // flops: QK^T and PV over every (query, key) pair (the prompt path counts causal pairs only).
 std::pair<double, double> CudaBackend::attention_cost(Tensor q, std::span<const int32_t> pos,
                                                       const AttentionParams& p) const {
-  const double len = double(pos.back() + 1);
+  const double len = double(p.window > 0 ? std::min(pos.back() + 1, p.window) : pos.back() + 1);
   return {2.0 * len * double(kv_dim_) * double(kv_elem_bytes()), 4.0 * double(q.rows) * len * double(p.n_head) * p.head_dim};
 }
 

@@ -80,6 +80,8 @@ class CudaBackend final : public Backend {
   void rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
                       const RopeParams& rope_p, const AttentionParams& p, Tensor out) override;
   void swiglu(Tensor gate, Tensor up) override;
+  void geglu(Tensor gate, Tensor up) override;
+  void scale(Tensor x, float s) override;
   void read(Tensor t, float* host) override;
 
   bool replay(uint64_t key, Tensor& out) override;

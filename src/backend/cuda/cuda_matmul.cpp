@@ -388,4 +388,17 @@ void CudaBackend::swiglu(Tensor gate, Tensor up) {
   if (h) shadow_ = Shadow{gate.data, n, h, act16_};
 }
 
+void CudaBackend::geglu(Tensor gate, Tensor up) {
+  settle(gate, up);
+  wrote(gate);
+  const int64_t n = gate.rows * gate.cols;
+  run_op("geglu", double(n) * 12.0, 0, [&] { return kn::geglu(gate.data, up.data, n, stream_); });
+}
+
+void CudaBackend::scale(Tensor x, float s) {
+  settle(x);
+  wrote(x);
+  run_op("scale", double(x.rows * x.cols) * 8.0, 0, [&] { return kn::scale(x.data, s, x.rows * x.cols, stream_); });
+}
+
 }  // namespace lamina

@@ -44,9 +44,11 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(const float* __
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int G = a.n_head / a.n_head_kv;
   const int64_t kvd = int64_t(a.n_head_kv) * HD;
-  const int len = pos[t] + 1;
+  // positions first .. pos[t] (all earlier ones, or the last a.window), in `splits` chunks
+  const int first = a.window > 0 ? max(0, pos[t] + 1 - a.window) : 0;
+  const int len = pos[t] + 1 - first;
   const int chunk = (len + splits - 1) / splits;
-  const int begin = sp * chunk, end = min(len, begin + chunk);
+  const int begin = first + sp * chunk, end = min(first + len, begin + chunk);
 
   WarpState<E, MAXG> st;
   st.reset();
@@ -120,6 +122,7 @@ __global__ void kv_store_kernel(const float* __restrict__ k, const float* __rest
 Status check_args(const AttentionArgs& a) {
   if (a.n_head <= 0 || a.n_head_kv <= 0 || a.n_head % a.n_head_kv) return Status::error("attention: bad head counts");
   if (a.n_head / a.n_head_kv > kMaxGroup) return Status::error("attention: more than 8 query heads per KV head");
+  if (a.window < 0) return Status::error("attention: negative sliding window");
   if (a.kv_type != GgmlType::F16 && a.kv_type != GgmlType::F32) return Status::error("attention: KV cache must be f16 or f32");
   if (a.n_ctx <= 0) return Status::error("attention: empty cache");
   return Status::success();

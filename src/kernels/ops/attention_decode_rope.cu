@@ -77,7 +77,7 @@ void launch_hd(float* q, float* k, const float* v, const int32_t* pos, const Rop
 
 bool attention_decode_rope_supported(const AttentionArgs& a, const RopeArgs& r, int64_t rows) {
   const bool hd = a.head_dim == 64 || a.head_dim == 96 || a.head_dim == 128 || a.head_dim == 256;
-  return rows == 1 && hd && a.kv_type == GgmlType::F16 && a.n_head > 0 && a.n_head == a.n_head_kv && r.n_rot > 0 &&
+  return rows == 1 && hd && a.kv_type == GgmlType::F16 && a.window == 0 && a.n_head > 0 && a.n_head == a.n_head_kv && r.n_rot > 0 &&
          r.n_rot % 2 == 0 && r.n_rot <= a.head_dim;
 }
 
@@ -85,7 +85,7 @@ Status attention_decode_rope(float* q, float* k, const float* v, const int32_t* 
                              void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8) {
   if (!attention_decode_rope_supported(a, r, 1))
     return Status::error("attention_decode_rope: needs an f16 cache, head_dim 64/96/128/256, one query head per KV "
-                         "head and 0 < n_rot <= head_dim (even)");
+                         "head, no sliding window and 0 < n_rot <= head_dim (even)");
   if (!q || !k || !v || !pos || !k_cache || !v_cache || !out) return Status::error("attention_decode_rope: null pointer");
   const float theta_scale = powf(r.base, -2.0f / float(r.n_rot));
   auto* kc = static_cast<__half*>(k_cache);

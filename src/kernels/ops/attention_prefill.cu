@@ -317,14 +317,14 @@ const char* prefill_attention_name(PrefillAttention v) {
 }
 
 bool attention_prefill_supported(const AttentionArgs& a) {
-  return a.kv_type == GgmlType::F16 && (a.head_dim == 64 || a.head_dim == 128) && a.n_head_kv > 0 &&
+  return a.kv_type == GgmlType::F16 && (a.head_dim == 64 || a.head_dim == 128) && a.window == 0 && a.n_head_kv > 0 &&
          a.n_head % a.n_head_kv == 0;
 }
 
 Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
                          const AttentionArgs& a, float* out, cudaStream_t s, void* out16, GgmlType t16,
                          PrefillAttention variant) {
-  if (!attention_prefill_supported(a)) return Status::error("attention_prefill: needs an f16 cache and head_dim 64 or 128");
+  if (!attention_prefill_supported(a)) return Status::error("attention_prefill: needs an f16 cache, head_dim 64 or 128 and no sliding window");
   if (!q || !pos || !k_cache || !v_cache || !out) return Status::error("attention_prefill: null pointer");
   if (out16 && t16 != GgmlType::F16 && t16 != GgmlType::BF16) return Status::error("attention_prefill: out16 must be f16 or bf16");
   if (rows <= 0) return Status::success();

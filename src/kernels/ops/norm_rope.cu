@@ -107,19 +107,24 @@ __global__ void rope_kernel(float* __restrict__ x, int64_t rows, const int32_t* 
   }
 }
 
-enum class Ew { Add, Swiglu };
+enum class Ew { Add, Swiglu, Geglu };
 
 template <Ew kOp>
 __global__ void binary_kernel(float* __restrict__ x, const float* __restrict__ y, int64_t n) {
   pdl_enter();
+  constexpr float kSqrt2OverPi = 0.79788456080286535588f, kCubic = 0.044715f;  // GELU's tanh form (ggml's)
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    if constexpr (kOp == Ew::Add) {
-      x[i] += y[i];
-    } else {
-      const float g = x[i];
-      x[i] = g / (1.f + expf(-g)) * y[i];
-    }
+    const float g = x[i];
+    if constexpr (kOp == Ew::Add) x[i] = g + y[i];
+    else if constexpr (kOp == Ew::Swiglu) x[i] = g / (1.f + expf(-g)) * y[i];
+    else x[i] = 0.5f * g * (1.f + tanhf(kSqrt2OverPi * g * (1.f + kCubic * g * g))) * y[i];
   }
+}
+
+__global__ void scale_kernel(float* __restrict__ x, float f, int64_t n) {
+  pdl_enter();
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] *= f;
 }
 
 // gate = silu(gate) * up on float4s, and the result rounded to T16 in out16: the down
@@ -225,6 +230,18 @@ Status add(float* x, const float* y, int64_t n, cudaStream_t s) {
   if (!x || !y || n < 0) return Status::error("add: bad arguments");
   if (n) launch_pdl(binary_kernel<Ew::Add>, grid_for(n, 256), 256, 0, s, x, y, n);
   return launch_status("add");
+}
+
+Status geglu(float* gate, const float* up, int64_t n, cudaStream_t s) {
+  if (!gate || !up || n < 0) return Status::error("geglu: bad arguments");
+  if (n) launch_pdl(binary_kernel<Ew::Geglu>, grid_for(n, 256), 256, 0, s, gate, up, n);
+  return launch_status("geglu");
+}
+
+Status scale(float* x, float f, int64_t n, cudaStream_t s) {
+  if (!x || n < 0) return Status::error("scale: bad arguments");
+  if (n) launch_pdl(scale_kernel, grid_for(n, 256), 256, 0, s, x, f, n);
+  return launch_status("scale");
 }
 
 Status swiglu(float* gate, const float* up, int64_t n, cudaStream_t s, void* out16, GgmlType t16) {

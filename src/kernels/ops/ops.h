@@ -29,6 +29,9 @@ Status add_bias(float* x, const float* b, int64_t rows, int64_t cols, cudaStream
 // gate = silu(gate) * up; out16 (optional, n % 4 == 0) also receives it rounded to t16 (F16/BF16).
 Status swiglu(float* gate, const float* up, int64_t n, cudaStream_t s, void* out16 = nullptr,
               GgmlType t16 = GgmlType::F16);
+// gate = gelu(gate) * up, GELU in its tanh form (as ggml).
+Status geglu(float* gate, const float* up, int64_t n, cudaStream_t s);
+Status scale(float* x, float f, int64_t n, cudaStream_t s);  // x *= f
 // dst[t][c] = src[t][col0 + c] for c < n_cols (splitting a stacked matmul's output).
 Status copy_columns(const float* src, int64_t rows, int64_t src_cols, int64_t col0, int64_t n_cols, float* dst,
                     cudaStream_t s);
@@ -51,6 +54,7 @@ struct AttentionArgs {
   float scale = 1.f;
   GgmlType kv_type = GgmlType::F16;  // F16 or F32
   int n_ctx = 0;                     // positions in the cache
+  int window = 0;                    // > 0: position p attends to p - window + 1 .. p only (sliding window)
 };
 // Writes k, v [rows][n_head_kv * head_dim] into the cache at their positions.
 Status kv_store(const float* k, const float* v, int64_t rows, const int32_t* pos, void* k_cache, void* v_cache,
@@ -64,8 +68,9 @@ Status rope_kv_store(float* q, float* k, const float* v, int64_t rows, const int
                      void* k_cache, void* v_cache, const AttentionArgs& a, cudaStream_t s,
                      const int32_t* slots = nullptr);
 
-// Causal attention of q [rows][n_head * head_dim] over cache positions 0..pos[t] (GQA: head h
-// reads KV head h / (n_head / n_head_kv)): out[t] = concat_h softmax(q_h K^T scale) V.
+// Causal attention of q [rows][n_head * head_dim] over cache positions 0..pos[t] (the last
+// a.window of them when it is set; GQA: head h reads KV head h / (n_head / n_head_kv)):
+// out[t] = concat_h softmax(q_h K^T scale) V.
 //
 // Flash-decoding: each (KV head, token) has `splits` blocks, each block takes a contiguous
 // share of the positions (sized on the device from pos[t], so a captured graph stays valid as
@@ -92,14 +97,15 @@ Status attention_paged(const float* q, int64_t rows, const int32_t* pos, const P
 // A decode token's attention block in one kernel: rope_kv_store() then attention_decode() for
 // one row, without splits (one block per KV head), so meant for short contexts; same results as
 // those two up to float summation order (q and k rotated in place, the cache row written).
-// Supported: one row, an F16 cache, head_dim 64/96/128/256, no GQA (one query head per KV head).
+// Supported: one row, an F16 cache, head_dim 64/96/128/256, no GQA (one query head per KV head),
+// no sliding window.
 bool attention_decode_rope_supported(const AttentionArgs& a, const RopeArgs& r, int64_t rows);
 Status attention_decode_rope(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, void* k_cache,
                              void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8 = nullptr);
 
 // Prompt attention on tensor cores (flash-attention: query tiles, K/V tiles streamed through
-// shared memory, online softmax, f16 mma.sync). Requires an F16 cache, head_dim 64 or 128, and the
-// rows at consecutive positions pos[0] .. pos[0] + rows - 1. out16 (optional) also receives the
+// shared memory, online softmax, f16 mma.sync). Requires an F16 cache, head_dim 64 or 128, no
+// sliding window, and the rows at consecutive positions pos[0] .. pos[0] + rows - 1. out16 (optional) also receives the
 // output rounded to t16 (F16 or BF16), the A operand of the next GEMM. The variants are the
 // family's ladder (attention_prefill.cu says what each changes); the last is the default.
 enum class PrefillAttention { V1Mma, V2Pipelined };
