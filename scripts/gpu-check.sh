@@ -5,7 +5,8 @@
 # used when the image lacks libpcre2-dev, and .carry/shared stands in for ../shared (README).
 # Set GPU_CHECK_BENCH=0 to skip the kernel benchmarks, GPU_CHECK_MODELS=0 to skip the 7B-shape
 # model runs (gen-model files in $MODELS, default /tmp/lamina-models); LAMINA_MODEL names the
-# SmolLM2 file for the end-to-end tests (.carry/smollm2.gguf when carried there).
+# SmolLM2 file for the end-to-end tests (.carry/smollm2.gguf when carried there), LAMINA_GEMMA3
+# the real Gemma 3 270M (.carry/gemma3.gguf when carried there): its tests and benchmark.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-logs}"
@@ -19,6 +20,7 @@ pkg-config --exists cpp-httplib 2>/dev/null || [ ! -f .carry/httplib/httplib.h ]
   extra+=("-DLAMINA_HTTPLIB_HEADER_DIR=$PWD/.carry/httplib")
 export LAMINA_TUNE_CACHE_DIR="$OUT"
 [ -z "${LAMINA_MODEL:-}" ] && [ -f .carry/smollm2.gguf ] && export LAMINA_MODEL=$PWD/.carry/smollm2.gguf
+[ -z "${LAMINA_GEMMA3:-}" ] && [ -f .carry/gemma3.gguf ] && export LAMINA_GEMMA3=$PWD/.carry/gemma3.gguf
 MODELS="${MODELS:-/tmp/lamina-models}"
 L="$PWD/$BUILD/tools/lamina"
 summary=()
@@ -99,6 +101,8 @@ if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
   [ -f "$MODELS/llama2-7b-q4_0.gguf" ] && step profile-llama2-7b-q4_0 "$L" bench -m "$MODELS/llama2-7b-q4_0.gguf" -p 512 -n 128 -r 1 -d cuda --profile
   [ -f "$MODELS/llama2-7b-q4_0.gguf" ] && step same-tokens-7b same_tokens "$MODELS/llama2-7b-q4_0.gguf" 16 7b report
   [ -n "${LAMINA_MODEL:-}" ] && step same-tokens-smol same_tokens "$LAMINA_MODEL" 32 smol strict
+  [ -n "${LAMINA_GEMMA3:-}" ] && step same-tokens-gemma3 same_tokens "$LAMINA_GEMMA3" 32 gemma3 strict
+  [ -n "${LAMINA_GEMMA3:-}" ] && step bench-gemma3 "$L" bench -m "$LAMINA_GEMMA3" -p 512 -n 128 -r 3 -d cuda
   # Perplexity and KL divergence on the default text (GPL-3) against the exact CPU path, 4
   # chunks, issue #29's targets: CUDA exact mean KLD <= 1e-5; CUDA fast mean KLD <= 6e-4, the
   # same top token >= 98 % and PPL within 0.2 % of the exact path's.

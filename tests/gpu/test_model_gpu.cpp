@@ -22,11 +22,11 @@ using namespace lamina::test;
 namespace {
 
 std::unique_ptr<Session> open(const std::string& model, const char* device, bool exact, bool graphs = true,
-                              const CudaOptions& cuda = {}) {
+                              const CudaOptions& cuda = {}, int n_ctx = 256) {
   SessionOptions o;
   o.cuda = cuda;
   o.model_path = model;
-  o.n_ctx = 256;
+  o.n_ctx = n_ctx;
   o.exact_matmul = exact;
   o.device = device;
   auto s = std::make_unique<Session>(o);
@@ -152,7 +152,8 @@ TEST(CudaRunAhead, FusedArgmaxAndStagedLookupMatchTheKernelsApart) {
 INSTANTIATE_TEST_SUITE_P(Models, CudaTiny,
                          ::testing::Values("tiny-f32", "tiny-f16", "tiny-bf16", "tiny-q8_0", "tiny-q4_0", "tiny-q4_1",
                                            "tiny-q4_K", "tiny-q6_K", "tiny-qwen2-f16", "tiny-qwen2-q8_0",
-                                           "tiny-llama3-f16", "tiny-llama3-q8_0"),
+                                           "tiny-llama3-f16", "tiny-llama3-q8_0", "tiny-qwen3-f16", "tiny-qwen3-q8_0",
+                                           "tiny-gemma3-f16", "tiny-gemma3-q8_0"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n) if (ch == '-') ch = '_';
@@ -170,7 +171,18 @@ std::vector<int32_t> greedy(Session& s, const std::vector<int32_t>& prompt, size
   return got;
 }
 
-class CudaSmol : public ::testing::TestWithParam<int> {};
+// A real model's golden case: "smollm2-pN" (the default model, LAMINA_MODEL) or "gemma3-pN"
+// (Gemma 3 270M, LAMINA_GEMMA3: scripts/gpu-check.sh sets it where the file was carried).
+class CudaReal : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const bool gemma = GetParam().starts_with("gemma3");
+    if (gemma && !std::getenv("LAMINA_GEMMA3")) GTEST_SKIP() << "LAMINA_GEMMA3 is not set";
+    model_ = gemma ? gemma3_model() : default_model();
+    ASSERT_TRUE(std::filesystem::exists(model_)) << "model not found at " << model_;
+  }
+  std::string model_;
+};
 
 // The exact path reproduces all 32 reference tokens. The fast path (int8-block activations that
 // scale each block to its second-largest element, kernels/common/q8_blocks.h) agrees up to the
@@ -180,12 +192,12 @@ class CudaSmol : public ::testing::TestWithParam<int> {};
 // 5.8e-2, 1.4e-2 and 1.2e-2 on the three prompts (docs/benchmarks.md). The fast path's
 // faithfulness is held over 2,000 tokens by scripts/gpu-check.sh's perplexity/KLD step. CUDA and
 // CPU fast are compared too (reported).
-TEST_P(CudaSmol, GreedyTokens) {
-  const std::string model = default_model();
-  ASSERT_TRUE(std::filesystem::exists(model)) << "SmolLM2 not found at " << model << " (set LAMINA_MODEL)";
+TEST_P(CudaReal, GreedyTokens) {
+  const std::string& model = model_;
   const json m = manifest();
   json c;
-  for (const auto& x : m["cases"]) if (x["name"] == "smollm2-p" + std::to_string(GetParam())) c = x;
+  for (const auto& x : m["cases"]) if (x["name"] == GetParam()) c = x;
+  ASSERT_FALSE(c.is_null()) << GetParam();
   const auto want = c["greedy"].get<std::vector<int32_t>>();
   const auto margins = c["greedy_margins"].get<std::vector<double>>();
   const auto prompt = c["tokens"].get<std::vector<int32_t>>();
@@ -204,16 +216,44 @@ TEST_P(CudaSmol, GreedyTokens) {
   while (must < want.size() && margins[must] >= near_tie) ++must;
   for (size_t i = 0; i < must; ++i) ASSERT_EQ(f[i], want[i]) << "CUDA fast, step " << i;
   const size_t same = size_t(std::mismatch(f.begin(), f.end(), fc.begin()).first - f.begin());
-  std::printf("smollm2 prompt %d: CUDA fast = reference for %zu/%zu tokens (first near tie at %zu: margin < %.3f; "
+  std::printf("%s: CUDA fast = reference for %zu/%zu tokens (first near tie at %zu: margin < %.3f; "
               "fast prompt logits rel. L2 %.2e, max error %.3f), = CPU fast for %zu\n",
-              GetParam(), size_t(std::mismatch(f.begin(), f.end(), want.begin()).first - f.begin()), want.size(), must,
+              GetParam().c_str(), size_t(std::mismatch(f.begin(), f.end(), want.begin()).first - f.begin()), want.size(), must,
               near_tie, rel_l2(fast_logits, ref_logits), max_err, same);
   // logits of the prompt against the reference
   auto ex2 = open(model, "cuda", true);
   EXPECT_LE(rel_l2(ex2->eval(prompt), ref_logits), 1e-3);
 }
 
-INSTANTIATE_TEST_SUITE_P(Prompts, CudaSmol, ::testing::Values(0, 1, 2));
+INSTANTIATE_TEST_SUITE_P(Prompts, CudaReal,
+                         ::testing::Values("smollm2-p0", "smollm2-p1", "smollm2-p2", "gemma3-p0", "gemma3-p1", "gemma3-p2"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n) if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+// Gemma 3 270M past its sliding window (512 positions): a 700-token prompt and 8 decode steps,
+// CUDA against CPU, exact (f32 activations) and fast; the local layers' window and RoPE base
+// and the global layers' full attention are all exercised at the real shape (head_dim 256).
+TEST(CudaGemma3, PastTheSlidingWindowMatchesCpu) {
+  if (!std::getenv("LAMINA_GEMMA3")) GTEST_SKIP() << "LAMINA_GEMMA3 is not set";
+  std::vector<int32_t> prompt = {2};
+  for (int i = 0; i < 699; ++i) prompt.push_back(1000 + (i * 7919) % 50000);  // arbitrary ordinary tokens
+  for (const bool exact : {true, false}) {
+    auto gpu = open(gemma3_model(), "cuda", exact, true, {}, 1024), cpu = open(gemma3_model(), "cpu", exact, true, {}, 1024);
+    std::vector<float> lg = gpu->eval(prompt), lc = cpu->eval(prompt);
+    double worst = rel_l2(lg, lc);
+    for (int step = 0; step < 8; ++step) {
+      const int32_t t = argmax(lc);
+      lg = gpu->eval(std::span<const int32_t>(&t, 1)), lc = cpu->eval(std::span<const int32_t>(&t, 1));
+      worst = std::max(worst, rel_l2(lg, lc));
+    }
+    std::printf("gemma3 700-token prompt + 8 steps, CUDA vs CPU (%s): largest rel. L2 of logits %.2e\n",
+                exact ? "exact" : "fast", worst);
+    EXPECT_LE(worst, exact ? 1e-3 : 8e-2) << (exact ? "exact" : "fast");
+  }
+}
 
 // A generated 7B-shape model (scripts/gpu-check.sh sets LAMINA_7B_MODEL): 16 greedy tokens from
 // CUDA and CPU, both exact (f32 activations). Random weights give flat logits, so the check is
