@@ -102,7 +102,11 @@ if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
   [ -f "$MODELS/llama2-7b-q4_0.gguf" ] && step same-tokens-7b same_tokens "$MODELS/llama2-7b-q4_0.gguf" 16 7b report
   [ -n "${LAMINA_MODEL:-}" ] && step same-tokens-smol same_tokens "$LAMINA_MODEL" 32 smol strict
   [ -n "${LAMINA_GEMMA3:-}" ] && step same-tokens-gemma3 same_tokens "$LAMINA_GEMMA3" 32 gemma3 strict
-  [ -n "${LAMINA_GEMMA3:-}" ] && step bench-gemma3 "$L" bench -m "$LAMINA_GEMMA3" -p 512 -n 128 -r 3 -d cuda
+  if [ -n "${LAMINA_GEMMA3:-}" ]; then
+    step tune-gemma3 "$L" tune -m "$LAMINA_GEMMA3" --batch 1 --prompt 512
+    step bench-gemma3 "$L" bench -m "$LAMINA_GEMMA3" -p 512 -n 128 -r 3 -d cuda
+    step profile-gemma3 "$L" bench -m "$LAMINA_GEMMA3" -p 512 -n 128 -r 1 -d cuda --profile
+  fi
   # Perplexity and KL divergence on the default text (GPL-3) against the exact CPU path, 4
   # chunks, issue #29's targets: CUDA exact mean KLD <= 1e-5; CUDA fast mean KLD <= 6e-4, the
   # same top token >= 98 % and PPL within 0.2 % of the exact path's.

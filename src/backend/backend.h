@@ -44,6 +44,8 @@ struct RopeParams {
   const float* freq_factors = nullptr;  // [n_rot/2] divisors (Llama 3 rope_freqs), host memory
 };
 
+enum class Glu { Silu, Gelu };  // the gated FFN's activation (GELU in its tanh form)
+
 // What a weight is used for, so a backend can choose its layout (a GPU repacks matmul weights
 // but keeps the embedding table in GGUF blocks for row lookups). A tied output matrix is bound
 // twice: as Embedding and as Matmul.
@@ -138,13 +140,27 @@ class Backend {
     matmul_add(w, x, inout);
     rmsnorm(inout, norm, eps, out);
   }
-  // out = silu(x . gate^T) * (x . up^T) (SwiGLU fused into the matmul where the backend can).
-  virtual void ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Tensor out) {
+  // out = act(x . gate^T) * (x . up^T), act SiLU (SwiGLU) or GELU (GeGLU), fused into the matmul
+  // where the backend can.
+  virtual void ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Tensor out, Glu act) {
     Tensor u = alloc(x.rows, up.rows);
     const Weight* w[] = {&gate, &up};
     const Tensor o[] = {out, u};
     matmul_multi(w, x, o);
-    swiglu(out, u);
+    if (act == Glu::Gelu) geglu(out, u);
+    else swiglu(out, u);
+  }
+  // x += y (y_norm: x += rmsnorm(y) * y_norm), then h = rmsnorm(x) * norm when norm is given: a
+  // block's output joining the residual stream (Gemma's post-norm) and the norm that reads it
+  // next; one pass over the rows where the backend can.
+  virtual void add_norm(Tensor x, Tensor y, const Weight* y_norm, const Weight* norm, float eps, Tensor h) {
+    if (y_norm) {
+      const Tensor normed = alloc(y.rows, y.cols);
+      rmsnorm(y, *y_norm, eps, normed);
+      y = normed;
+    }
+    add(x, y);
+    if (norm) rmsnorm(x, *norm, eps, h);
   }
   virtual void add_bias(Tensor x, const Weight& b) = 0;           // x[t] += b
   virtual void add(Tensor x, Tensor y) = 0;                        // x += y

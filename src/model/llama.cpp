@@ -263,9 +263,8 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
   } else {
     be.embed_norm(tok_embd_, tokens, x, layers_[0].attn_norm, cfg_.rms_eps, h);
   }
-  Tensor qn, kn, up;  // q and k normalised per head; the up projection of a GELU-gated FFN
+  Tensor qn, kn;  // q and k normalised per head
   if (cfg_.qk_norm) qn = be.alloc(T, QD), kn = be.alloc(T, KVD);
-  if (cfg_.gelu_ffn) up = be.alloc(T, F);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerWeights& w = layers_[l];  // h = rmsnorm(x) * attn_norm here
     // x += Wo attention(rope(Wq h + bq), rope(Wk h + bk), Wv h + bv) (+ bo); h = rmsnorm(x) * ffn_norm
@@ -290,14 +289,7 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
     be.rope_attention(int(l), qr, kr, v, pos, rl, al, att);
     project_add(w.wo, att, w.bo, w.post_attn_norm, x, &w.ffn_norm, h);
     // x += Wdown act(Wgate h) * (Wup h); h = rmsnorm(x) * the next layer's attn_norm (or the output norm)
-    if (cfg_.gelu_ffn) {
-      const Weight* gu_w[] = {&w.w_gate, &w.w_up};
-      const Tensor gu[] = {gate, up};
-      be.matmul_multi(gu_w, h, gu);
-      be.geglu(gate, up);
-    } else {
-      be.ffn_gate_up(w.w_gate, w.w_up, h, gate);
-    }
+    be.ffn_gate_up(w.w_gate, w.w_up, h, gate, cfg_.gelu_ffn ? Glu::Gelu : Glu::Silu);
     const Weight* next = l + 1 < layers_.size() ? &layers_[l + 1].attn_norm : final_norm_fused ? &out_norm_ : nullptr;
     project_add(w.w_down, gate, Weight{}, w.post_ffn_norm, x, next, h);
   }
@@ -329,13 +321,7 @@ void LlamaModel::project_add(const Weight& w, Tensor in, const Weight& bias, con
   be.matmul(w, in, proj);
   if (tp_) be.all_reduce_sum(proj, *tp_->comm);  // each rank's matmul gives partial sums
   if (bias) be.add_bias(proj, bias);
-  if (post_norm) {
-    const Tensor normed = be.alloc(x.rows, x.cols);
-    be.rmsnorm(proj, post_norm, cfg_.rms_eps, normed);
-    proj = normed;
-  }
-  be.add(x, proj);
-  if (next) be.rmsnorm(x, *next, cfg_.rms_eps, h);
+  be.add_norm(x, proj, post_norm ? &post_norm : nullptr, next, cfg_.rms_eps, h);
 }
 
 void LlamaModel::head_norm(Tensor t, int64_t heads, const Weight& w, Tensor out) {

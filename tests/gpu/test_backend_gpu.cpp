@@ -145,6 +145,20 @@ TEST(BackendOps, RmsNormAddBiasSwiglu) {
       EXPECT_LE(rel(b.get(b.gpu, xg), b.get(b.cpu, xc)), 1e-7) << "add_bias";
       b.cpu.swiglu(xc, yc), b.gpu.swiglu(xg, yg);
       EXPECT_LE(rel(b.get(b.gpu, xg), b.get(b.cpu, xc)), 1e-6) << "swiglu";
+      b.cpu.geglu(xc, yc), b.gpu.geglu(xg, yg);
+      EXPECT_LE(rel(b.get(b.gpu, xg), b.get(b.cpu, xc)), 1e-6) << "geglu";
+      b.cpu.scale(xc, 25.3f), b.gpu.scale(xg, 25.3f);
+      EXPECT_LE(rel(b.get(b.gpu, xg), b.get(b.cpu, xc)), 1e-7) << "scale";
+      // the residual add with the norms around it (Gemma's post-norm; the next layer's norm),
+      // every combination; h's int8 copy (rows <= 8) is checked by the GEMV that reads it below
+      for (const bool post : {false, true})
+        for (const bool next : {false, true}) {
+          Tensor hc = b.cpu.alloc(rows, cols), hg = b.gpu.alloc(rows, cols);
+          b.cpu.add_norm(xc, yc, post ? &wc : nullptr, next ? &wc : nullptr, 1e-6f, hc);
+          b.gpu.add_norm(xg, yg, post ? &wg : nullptr, next ? &wg : nullptr, 1e-6f, hg);
+          EXPECT_LE(rel(b.get(b.gpu, xg), b.get(b.cpu, xc)), 1e-6) << "add_norm x, post " << post << " next " << next;
+          if (next) EXPECT_LE(rel(b.get(b.gpu, hg), b.get(b.cpu, hc)), 1e-6) << "add_norm h, post " << post;
+        }
     }
   }
 }
@@ -210,15 +224,18 @@ TEST(BackendOps, MatmulEveryTypeAndEpilogue) {
       Tensor rc = b.put(b.cpu, rh, rows, N), rg = b.put(b.gpu, rh, rows, N);
       b.cpu.matmul_add(wc, xc, rc), b.gpu.matmul_add(wg, xg, rg);
       EXPECT_LE(rel(b.get(b.gpu, rg), b.get(b.cpu, rc)), tol) << "matmul_add " << type_name(t) << " rows " << rows;
-      // SwiGLU of the gate/up pair
-      Tensor gc = b.cpu.alloc(rows, N), gg = b.gpu.alloc(rows, N);
-      b.cpu.ffn_gate_up(wc, uc, xc, gc), b.gpu.ffn_gate_up(wg, ug, xg, gg);
-      EXPECT_LE(rel(b.get(b.gpu, gg), b.get(b.cpu, gc)), 2 * tol) << "ffn_gate_up " << type_name(t) << " rows " << rows;
+      // SwiGLU and GeGLU of the gate/up pair
+      for (const Glu act : {Glu::Silu, Glu::Gelu}) {
+        Tensor gc = b.cpu.alloc(rows, N), gg = b.gpu.alloc(rows, N);
+        b.cpu.ffn_gate_up(wc, uc, xc, gc, act), b.gpu.ffn_gate_up(wg, ug, xg, gg, act);
+        EXPECT_LE(rel(b.get(b.gpu, gg), b.get(b.cpu, gc)), 2 * tol)
+            << "ffn_gate_up " << type_name(t) << " rows " << rows << (act == Glu::Gelu ? " gelu" : " silu");
+      }
     }
   }
 }
 
-// RMSNorm, decode attention and the gate/up GEMV also write their output as int8 blocks for the
+// RMSNorm, add_norm, decode attention and the gate/up GEMV also write their output as int8 blocks for the
 // next GEMV. The matmul that reads that copy must give bit for bit what it gives when it
 // quantises the output itself (the copy made stale by adding zeros).
 TEST(BackendOps, Int8CopiesMatchInKernelQuantisation) {
@@ -242,6 +259,12 @@ TEST(BackendOps, Int8CopiesMatchInKernelQuantisation) {
       b.gpu.add(h, zeros);      // same values, copy stale
       b.gpu.matmul(wg, h, y2);  // quantises h itself
       EXPECT_EQ(b.get(b.gpu, y1), b.get(b.gpu, y2)) << "rmsnorm copy, " << type_name(t) << " rows " << rows;
+      Tensor x2 = b.put(b.gpu, xh, rows, K), h2 = b.gpu.alloc(rows, K);
+      b.gpu.add_norm(x2, x, &ng, &ng, 1e-6f, h2);
+      b.gpu.matmul(wg, h2, y1);  // reads add_norm's int8 copy
+      b.gpu.add(h2, zeros);
+      b.gpu.matmul(wg, h2, y2);
+      EXPECT_EQ(b.get(b.gpu, y1), b.get(b.gpu, y2)) << "add_norm copy, " << type_name(t) << " rows " << rows;
       const auto kh = randn(size_t(rows * kv_heads * hd), rng), vh = randn(size_t(rows * kv_heads * hd), rng);
       Tensor k = b.put(b.gpu, kh, rows, kv_heads * hd), v = b.put(b.gpu, vh, rows, kv_heads * hd), o = b.gpu.alloc(rows, K);
       const AttentionParams ap{int(heads), int(kv_heads), int(hd), 0.1f};
@@ -255,7 +278,7 @@ TEST(BackendOps, Int8CopiesMatchInKernelQuantisation) {
       auto [uc, ug] = b.weight(t, F, K, quantised(t, F, K, rng));
       auto [dc, dg] = b.weight(t, N, F, quantised(t, N, F, rng));
       Tensor f = b.gpu.alloc(rows, F), fzeros = b.put(b.gpu, std::vector<float>(size_t(rows * F)), rows, F);
-      b.gpu.ffn_gate_up(gg, ug, h, f);
+      b.gpu.ffn_gate_up(gg, ug, h, f, Glu::Silu);
       b.gpu.matmul(dg, f, y1);  // reads the gate/up GEMV's int8 copy of its output
       b.gpu.add(f, fzeros);
       b.gpu.matmul(dg, f, y2);
@@ -314,7 +337,7 @@ TEST(BackendOps, NormFusedIntoTheNextGemv) {
         for (const Tensor& t : o) out.push_back(b.get(be, t));
         be.rmsnorm(x, nw, 1e-5f, h2);
         Tensor f = be.alloc(rows, F);
-        be.ffn_gate_up(g, u, h2, f);
+        be.ffn_gate_up(g, u, h2, f, Glu::Silu);
         out.push_back(b.get(be, f));
         out.push_back(b.get(be, h2));
         // the norm's input overwritten before any GEMV read the norm: the norm runs first
@@ -322,7 +345,7 @@ TEST(BackendOps, NormFusedIntoTheNextGemv) {
         be.rmsnorm(x, nw, 1e-5f, h3);
         be.add(x, x);
         Tensor f2 = be.alloc(rows, F);
-        be.ffn_gate_up(g, u, h3, f2);
+        be.ffn_gate_up(g, u, h3, f2, Glu::Silu);
         out.push_back(b.get(be, f2));
         return out;
       };
@@ -366,7 +389,7 @@ TEST(BackendOps, MatmulAddNormFeedsTheNextGemvs) {
       for (int step = 0; step < 2; ++step) {  // the second step drops the first's pending norm
         be.matmul_add_norm(w[2], a, x, nw, 1e-5f, h);
         be.matmul_multi(pw, h, o);
-        be.ffn_gate_up(w[0], w[1], h, f);
+        be.ffn_gate_up(w[0], w[1], h, f, Glu::Silu);
       }
       for (const Tensor& t : o) out.push_back(b.get(be, t));
       out.push_back(b.get(be, f));
@@ -457,15 +480,19 @@ struct AttnCase {
   GgmlType kv;
 };
 
+// With a sliding window (Gemma 3's local layers) too: a query then attends to its last 48
+// positions only, which the prompt, the decode rows and the long chunk all pass.
 TEST(BackendOps, AttentionPrefillThenDecode) {
   std::mt19937 rng(5);
+  for (const int window : {0, 48})
   for (const AttnCase& c : {AttnCase{4, 2, 64, GgmlType::F16}, AttnCase{8, 8, 128, GgmlType::F16},
                             AttnCase{9, 3, 64, GgmlType::F32}, AttnCase{32, 8, 128, GgmlType::F16},
-                            AttnCase{2, 1, 96, GgmlType::F16}, AttnCase{4, 4, 256, GgmlType::F32}}) {
+                            AttnCase{2, 1, 96, GgmlType::F16}, AttnCase{4, 4, 256, GgmlType::F32},
+                            AttnCase{4, 1, 256, GgmlType::F16}}) {
     Both b;
     const int n_ctx = 300, kvd = c.n_head_kv * c.head_dim, qd = c.n_head * c.head_dim;
     b.cpu.init_kv_cache(1, n_ctx, kvd, c.kv), b.gpu.init_kv_cache(1, n_ctx, kvd, c.kv);
-    const AttentionParams ap{c.n_head, c.n_head_kv, c.head_dim, 1.f / std::sqrt(float(c.head_dim))};
+    const AttentionParams ap{c.n_head, c.n_head_kv, c.head_dim, 1.f / std::sqrt(float(c.head_dim)), window};
     int past = 0;
     for (int rows : {37, 1, 1, 5, 200, 1}) {  // a prompt, decode steps, a small batch, a long chunk
       std::vector<int32_t> pos(static_cast<size_t>(rows)), toks(static_cast<size_t>(rows), 0);
@@ -475,9 +502,9 @@ TEST(BackendOps, AttentionPrefillThenDecode) {
       Tensor oc = b.cpu.alloc(rows, qd), og = b.gpu.alloc(rows, qd);
       b.cpu.attention(0, qc, kc, vc, pos, ap, oc), b.gpu.attention(0, qg, kg, vg, pos, ap, og);
       // the tensor-core prefill rounds q and the probabilities to f16
-      const bool tc = rows > 8 && c.kv == GgmlType::F16 && (c.head_dim == 64 || c.head_dim == 128);
+      const bool tc = window == 0 && rows > 8 && c.kv == GgmlType::F16 && (c.head_dim == 64 || c.head_dim == 128);
       EXPECT_LE(rel(b.get(b.gpu, og), b.get(b.cpu, oc)), tc ? 3e-3 : 1e-4)
-          << "heads " << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim << " rows " << rows << " at " << past;
+          << "window " << window << " heads " << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim << " rows " << rows << " at " << past;
       past += rows;
     }
   }

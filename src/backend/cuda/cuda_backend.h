@@ -71,7 +71,7 @@ class CudaBackend final : public Backend {
   void matmul_multi(std::span<const Weight* const> w, Tensor x, std::span<const Tensor> out) override;
   void matmul_add(const Weight& w, Tensor x, Tensor inout) override;
   void matmul_add_norm(const Weight& w, Tensor x, Tensor inout, const Weight& norm, float eps, Tensor out) override;
-  void ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Tensor out) override;
+  void ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Tensor out, Glu act) override;
   void add_bias(Tensor x, const Weight& b) override;
   void add(Tensor x, Tensor y) override;
   void rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t> pos, const RopeParams& p) override;
@@ -81,6 +81,7 @@ class CudaBackend final : public Backend {
                       const RopeParams& rope_p, const AttentionParams& p, Tensor out) override;
   void swiglu(Tensor gate, Tensor up) override;
   void geglu(Tensor gate, Tensor up) override;
+  void add_norm(Tensor x, Tensor y, const Weight* y_norm, const Weight* norm, float eps, Tensor h) override;
   void scale(Tensor x, float s) override;
   void read(Tensor t, float* host) override;
 

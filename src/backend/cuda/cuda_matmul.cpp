@@ -337,10 +337,11 @@ void CudaBackend::matmul_add_norm(const Weight& w, Tensor x, Tensor inout, const
   pending_norm_ = {inout, out, p.y8_gain, eps, p.y8, p.y8_ss};
 }
 
-void CudaBackend::ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Tensor out) {
+void CudaBackend::ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Tensor out, Glu act) {
   const DevWeight& dg = info(gate);
   if (x.rows <= kn::kGemvMaxBatch && gate.type == up.type && dg.repacked == info(up).repacked && !exact_) {
     kn::GemvProblem p;
+    p.gelu = act == Glu::Gelu;
     p.wtype = gate.type;
     p.layout = dg.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
     p.w = gate.data, p.w_up = up.data;
@@ -361,7 +362,8 @@ void CudaBackend::ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Te
   Tensor u = alloc(x.rows, up.rows);
   matmul(gate, x, out);
   matmul(up, x, u);
-  swiglu(out, u);
+  if (act == Glu::Gelu) geglu(out, u);
+  else swiglu(out, u);
 }
 
 void CudaBackend::add_bias(Tensor x, const Weight& b) {
@@ -386,6 +388,22 @@ void CudaBackend::swiglu(Tensor gate, Tensor up) {
   run_op("swiglu", double(n) * (h ? 14.0 : 12.0), 0,
          [&] { return kn::swiglu(gate.data, up.data, n, stream_, h, act16_); });
   if (h) shadow_ = Shadow{gate.data, n, h, act16_};
+}
+
+void CudaBackend::add_norm(Tensor x, Tensor y, const Weight* y_norm, const Weight* norm, float eps, Tensor h) {
+  check("add_norm", x.rows == y.rows && x.cols == y.cols && (!norm || (h.rows == x.rows && h.cols == x.cols)),
+        "shapes differ");
+  if (norm) drop_overwritten_norm(h, x);  // (defer_norm: a pending norm into h is dead)
+  settle(x, y);
+  if (norm) settle(h);
+  wrote(x);
+  if (norm) wrote(h);
+  void* h8 = norm ? make_x8(h) : nullptr;
+  const auto f = [](const Weight* w) { return w ? static_cast<const float*>(w->data) : nullptr; };
+  run_op(norm ? "add+norm" : "add", double(x.rows * x.cols) * (norm ? 16.0 : 12.0), 0, [&] {
+    return kn::add_norm(x.data, y.data, f(y_norm), f(norm), x.rows, x.cols, eps, norm ? h.data : nullptr, stream_, h8);
+  });
+  if (h8) shadow8_ = {h.data, h.rows, h.cols, h8};
 }
 
 void CudaBackend::geglu(Tensor gate, Tensor up) {

@@ -5,7 +5,8 @@
 //      repacked variants, the planes made by gemv_repack(): quants [n][k*bits/8] then scales.
 //   x  [batch][k] f32, contiguous;   y [batch][n] f32, contiguous.
 // Epilogues (optional): + bias[n];  + residual[b][n] (may alias y);  gate/up pair: when w_up
-// is set, y = silu(W x) * (W_up x) with both matrices of the same type and shape.
+// is set, y = silu(W x) * (W_up x) (gelu instead of silu when gelu is set) with both matrices of
+// the same type and shape.
 //
 // Every variant is registered with its name, the types it takes and a config space; the
 // autotuner (kernels/autotune) times configs per shape and device, and gemv() uses its choice.
@@ -48,6 +49,7 @@ struct GemvProblem {
   WeightLayout layout = WeightLayout::Gguf;
   const void* w = nullptr;       // device
   const void* w_up = nullptr;    // device, optional (gate/up pair)
+  bool gelu = false;             // the gate/up pair's activation: GELU (tanh form) instead of SiLU
   int64_t n = 0, k = 0;
   const float* x = nullptr;      // device [batch][k]
   // device, optional: x already as int8 blocks (kernels/common/q8_blocks.cuh, x8_bytes(k) bytes

@@ -40,20 +40,25 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 __device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
+// GELU in its tanh form (ggml's): 0.5 g (1 + tanh(sqrt(2/pi) g (1 + 0.044715 g^2))).
+__device__ __forceinline__ float gelu_tanh(float g) {
+  return 0.5f * g * (1.f + tanhf(0.79788456080286535588f * g * (1.f + 0.044715f * g * g)));
+}
 
-// The epilogue every production variant applies to one output: bias, residual, or silu * up;
-// and, with y8, the int8-block copy of y (publish_y8 below).
+// The epilogue every production variant applies to one output: bias, residual, or act(gate) *
+// up (silu, or gelu when gelu is set); and, with y8, the int8-block copy of y (publish_y8 below).
 struct Epilogue {
   const float* bias;
   const float* residual;
   bool gate_up;
+  bool gelu;
   uint8_t* y8;         // GemvProblem::y8 when the variant makes it itself, else null
   unsigned* y8_count;  // [n / 32] counters, zero between launches
   const float* y8_gain;  // [n] or null: y8 holds the blocks of y * y8_gain
   double* y8_ss;         // [batch][n / 32] or null: each block's sum of squares of y
   GemvArgmax argmax;     // GemvProblem::argmax when the variant makes it (argmax.id set), else empty
   __device__ __forceinline__ float apply(float acc, float up, int64_t row, int64_t b, int64_t n) const {
-    float v = gate_up ? silu(acc) * up : acc;
+    float v = gate_up ? (gelu ? gelu_tanh(acc) : silu(acc)) * up : acc;
     if (bias) v += bias[row];
     if (residual) v += residual[b * n + row];
     return v;
@@ -62,8 +67,8 @@ struct Epilogue {
 
 inline Epilogue epilogue_of(const GemvProblem& p) {
   const bool y8 = p.y8 && p.y8_count;
-  return {p.bias,      p.residual, p.w_up != nullptr, y8 ? static_cast<uint8_t*>(p.y8) : nullptr, y8 ? p.y8_count : nullptr,
-          y8 ? p.y8_gain : nullptr, y8 ? p.y8_ss : nullptr, p.argmax};
+  return {p.bias,          p.residual, p.w_up != nullptr, p.gelu, y8 ? static_cast<uint8_t*>(p.y8) : nullptr,
+          y8 ? p.y8_count : nullptr, y8 ? p.y8_gain : nullptr, y8 ? p.y8_ss : nullptr, p.argmax};
 }
 
 // GemvProblem::argmax made by the GEMV (writes_argmax): lane 0 of a warp keeps the best key of

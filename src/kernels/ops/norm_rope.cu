@@ -1,5 +1,6 @@
-// RMSNorm (one block of 1024 threads per row, f64 sum of squares as ggml), RoPE (one thread per rotated pair)
-// and the element-wise ops (grid-stride loops over float4 where the size allows).
+// RMSNorm (one block of 1024 threads per row, f64 sum of squares as ggml), the residual add with the
+// norms around it (add_norm), RoPE (one thread per rotated pair) and the element-wise ops
+// (grid-stride loops over float4 where the size allows).
 #include "kernels/common/launch_status.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/q8_blocks.cuh"
@@ -203,6 +204,50 @@ __global__ void convert_kernel(const float* __restrict__ x, int64_t n, T* __rest
   }
 }
 
+constexpr int kAddNormThreads = 256;
+
+// The sum of v over the block, the same in every thread (part: kAddNormThreads / 32 doubles).
+__device__ double block_sum(double v, double* part) {
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(~0u, v, o);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+  __syncthreads();
+  double t = 0;
+  for (int i = 0; i < int(blockDim.x / 32); ++i) t += part[i];
+  __syncthreads();  // (part is reused by the next call)
+  return t;
+}
+
+// One block per row. x, y, h: [rows][cols]; yw, w: [cols] (optional); h8: [rows][x8_bytes(cols)]
+// (optional, cols % 32 == 0). x[t] += y[t], or += rmsnorm(y[t]) * yw; then h[t] = rmsnorm(x[t]) * w.
+// Each thread reads back only the elements it wrote. Sums of squares in f64, as rmsnorm's.
+__global__ void __launch_bounds__(kAddNormThreads)
+    add_norm_kernel(float* __restrict__ x, const float* __restrict__ y, const float* __restrict__ yw,
+                    const float* __restrict__ w, int64_t cols, float eps, float* __restrict__ h, uint8_t* __restrict__ h8) {
+  pdl_enter();
+  __shared__ double part[kAddNormThreads / 32];
+  float* xr = x + blockIdx.x * cols;
+  const float* yr = y + blockIdx.x * cols;
+  float ys = 1.f;
+  if (yw) {
+    double ss = 0;
+    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) ss += double(yr[i]) * yr[i];
+    ys = float(1.0 / sqrt(block_sum(ss, part) / double(cols) + double(eps)));
+  }
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float v = xr[i] + (yw ? yr[i] * ys * yw[i] : yr[i]);
+    xr[i] = v;
+    ss += double(v) * v;
+  }
+  if (!w) return;
+  const float sc = float(1.0 / sqrt(block_sum(ss, part) / double(cols) + double(eps)));
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {  // a warp's lanes: 32 consecutive columns
+    const float v = xr[i] * sc * w[i];
+    h[blockIdx.x * cols + i] = v;
+    if (h8) quantize_block32(v, cols, i / 32, h8 + size_t(blockIdx.x) * x8_bytes(cols));
+  }
+}
+
 unsigned grid_for(int64_t n, int threads) {
   return unsigned(std::clamp<int64_t>((n + threads - 1) / threads, 1, 65535));
 }
@@ -230,6 +275,16 @@ Status add(float* x, const float* y, int64_t n, cudaStream_t s) {
   if (!x || !y || n < 0) return Status::error("add: bad arguments");
   if (n) launch_pdl(binary_kernel<Ew::Add>, grid_for(n, 256), 256, 0, s, x, y, n);
   return launch_status("add");
+}
+
+Status add_norm(float* x, const float* y, const float* yw, const float* w, int64_t rows, int64_t cols, float eps,
+                float* h, cudaStream_t s, void* h8) {
+  if (!x || !y || (w && !h)) return Status::error("add_norm: null pointer");
+  if (rows < 0 || cols <= 0 || rows > 0x7fffffff) return Status::error("add_norm: bad shape");
+  if (h8 && (cols % 32 || !w)) return Status::error("add_norm: h8 needs w and a multiple of 32 columns");
+  if (rows) launch_pdl(add_norm_kernel, unsigned(rows), kAddNormThreads, 0, s, x, y, yw, w, cols, eps, h,
+                       static_cast<uint8_t*>(h8));
+  return launch_status("add_norm");
 }
 
 Status geglu(float* gate, const float* up, int64_t n, cudaStream_t s) {

@@ -25,6 +25,11 @@ Status rmsnorm(const float* x, const float* w, int64_t rows, int64_t cols, float
                void* out16, GgmlType t16, cudaStream_t s, void* out8 = nullptr);
 
 Status add(float* x, const float* y, int64_t n, cudaStream_t s);                          // x += y
+// x[t] += y[t] (yw given: += rmsnorm(y[t]) * yw), then h[t] = rmsnorm(x[t]) * w when w is given;
+// h8 (optional, cols % 32 == 0) also receives h as int8 blocks (x8_bytes(cols) per row).
+// x, y, h: [rows][cols]; yw, w: [cols].
+Status add_norm(float* x, const float* y, const float* yw, const float* w, int64_t rows, int64_t cols, float eps,
+                float* h, cudaStream_t s, void* h8 = nullptr);
 Status add_bias(float* x, const float* b, int64_t rows, int64_t cols, cudaStream_t s);    // x[t] += b
 // gate = silu(gate) * up; out16 (optional, n % 4 == 0) also receives it rounded to t16 (F16/BF16).
 Status swiglu(float* gate, const float* up, int64_t n, cudaStream_t s, void* out16 = nullptr,
