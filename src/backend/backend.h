@@ -58,6 +58,14 @@ struct AttentionParams {
   int window = 0;            // > 0: a query at position p attends to p - window + 1 .. p only (sliding window)
 };
 
+// Per-head RMSNorm of q and k before RoPE (qwen3, gemma3): weights [head_dim] each, or none.
+struct QkNorm {
+  const Weight* q = nullptr;
+  const Weight* k = nullptr;
+  float eps = 0.f;
+  explicit operator bool() const { return q != nullptr; }
+};
+
 // Where a pass's rows keep their keys and values when it runs several sequences on a paged KV
 // cache (engine/kv_blocks.h): the cache's positions are slots of blocks of block_tokens; row t
 // belongs to sequence row_seq[t] of the pass, whose position p lives in slot
@@ -177,9 +185,18 @@ class Backend {
   virtual void attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
                          const AttentionParams& p, Tensor out) = 0;
   // RoPE on q (n_head heads) and k (n_head_kv heads), then attention (which stores k and v):
-  // the attention block of a layer. Backends may fuse the rotation with the cache store.
+  // the attention block of a layer. With qk set, each head of q and k is RMS-normalised first.
+  // q and k may be overwritten. Backends may fuse the norms and the rotation with the cache store.
   virtual void rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
-                              const RopeParams& rope_p, const AttentionParams& p, Tensor out) {
+                              const RopeParams& rope_p, const AttentionParams& p, const QkNorm& qk, Tensor out) {
+    if (qk) {  // each head a row of its own
+      const int64_t hd = p.head_dim;
+      const Tensor qh{q.data, q.rows * p.n_head, hd}, kh{k.data, k.rows * p.n_head_kv, hd};
+      const Tensor qn = alloc(qh.rows, hd), kn = alloc(kh.rows, hd);
+      rmsnorm(qh, *qk.q, qk.eps, qn);
+      rmsnorm(kh, *qk.k, qk.eps, kn);
+      q = Tensor{qn.data, q.rows, q.cols}, k = Tensor{kn.data, k.rows, k.cols};
+    }
     rope(q, p.n_head, p.head_dim, pos, rope_p);
     rope(k, p.n_head_kv, p.head_dim, pos, rope_p);
     attention(layer, q, k, v, pos, p, out);

@@ -263,8 +263,6 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
   } else {
     be.embed_norm(tok_embd_, tokens, x, layers_[0].attn_norm, cfg_.rms_eps, h);
   }
-  Tensor qn, kn;  // q and k normalised per head
-  if (cfg_.qk_norm) qn = be.alloc(T, QD), kn = be.alloc(T, KVD);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerWeights& w = layers_[l];  // h = rmsnorm(x) * attn_norm here
     // x += Wo attention(rope(Wq h + bq), rope(Wk h + bk), Wv h + bv) (+ bo); h = rmsnorm(x) * ffn_norm
@@ -274,19 +272,14 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
     if (w.bq) be.add_bias(q, w.bq);
     if (w.bk) be.add_bias(k, w.bk);
     if (w.bv) be.add_bias(v, w.bv);
-    Tensor qr = q, kr = k;
-    if (cfg_.qk_norm) {
-      head_norm(q, n_head_, w.q_norm, qn);
-      head_norm(k, n_head_kv_, w.k_norm, kn);
-      qr = qn, kr = kn;
-    }
+    const QkNorm qk = cfg_.qk_norm ? QkNorm{&w.q_norm, &w.k_norm, cfg_.rms_eps} : QkNorm{};
     RopeParams rl = rope;
     AttentionParams al = ap;
     if (cfg_.is_local(uint32_t(l))) {  // a sliding-window layer: its own RoPE base, unscaled
       rl.base = cfg_.rope_base_local, rl.freq_scale = 1.f, rl.freq_factors = nullptr;
       al.window = int(cfg_.sliding_window);
     }
-    be.rope_attention(int(l), qr, kr, v, pos, rl, al, att);
+    be.rope_attention(int(l), q, k, v, pos, rl, al, qk, att);
     project_add(w.wo, att, w.bo, w.post_attn_norm, x, &w.ffn_norm, h);
     // x += Wdown act(Wgate h) * (Wup h); h = rmsnorm(x) * the next layer's attn_norm (or the output norm)
     be.ffn_gate_up(w.w_gate, w.w_up, h, gate, cfg_.gelu_ffn ? Glu::Gelu : Glu::Silu);
@@ -322,11 +315,6 @@ void LlamaModel::project_add(const Weight& w, Tensor in, const Weight& bias, con
   if (tp_) be.all_reduce_sum(proj, *tp_->comm);  // each rank's matmul gives partial sums
   if (bias) be.add_bias(proj, bias);
   be.add_norm(x, proj, post_norm ? &post_norm : nullptr, next, cfg_.rms_eps, h);
-}
-
-void LlamaModel::head_norm(Tensor t, int64_t heads, const Weight& w, Tensor out) {
-  const int64_t hd = cfg_.head_dim;  // each head a row of its own
-  be_.rmsnorm(Tensor{t.data, t.rows * heads, hd}, w, cfg_.rms_eps, Tensor{out.data, t.rows * heads, hd});
 }
 
 }  // namespace lamina

@@ -89,8 +89,6 @@ class LlamaModel {
   // backend can when there is no bias, post-norm or tensor parallelism.
   void project_add(const Weight& w, Tensor in, const Weight& bias, const Weight& post_norm, Tensor x,
                    const Weight* next, Tensor h);
-  // Per-head RMSNorm of q or k ([rows][heads * head_dim]) into out (qwen3, gemma3).
-  void head_norm(Tensor t, int64_t heads, const Weight& w, Tensor out);
 };
 
 }  // namespace lamina

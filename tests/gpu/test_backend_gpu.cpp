@@ -542,7 +542,8 @@ TEST(BackendOps, LongContextDecode) {
 // 256, partial rotary, Llama 3 frequency factors): the row at 0 (nothing cached), at 23 and 24
 // (the warps' first round, loaded before the wait, only), at 254 and 255 (its last bucket's end,
 // a second round read after the cache store), the row at 256 the split path again; GQA cases the
-// split path throughout.
+// split path throughout. With per-head q/k norms (Qwen 3, Gemma 3) the norms go into the
+// RoPE + cache store kernel (n_rot == head_dim) or run as ops of their own (partial rotary).
 TEST(BackendOps, RopeAttentionFused) {
   std::mt19937 rng(6);
   struct Case {
@@ -550,12 +551,14 @@ TEST(BackendOps, RopeAttentionFused) {
     bool neox;
     GgmlType kv;
     bool factors = false;
+    bool norms = false;
   };
   for (const Case& c : {Case{4, 2, 64, 64, false, GgmlType::F16}, Case{8, 2, 128, 128, true, GgmlType::F16},
                         Case{6, 3, 64, 32, true, GgmlType::F32}, Case{4, 4, 96, 48, false, GgmlType::F16},
                         Case{16, 2, 128, 128, false, GgmlType::F16, true}, Case{2, 2, 256, 256, true, GgmlType::F16},
                         Case{8, 1, 64, 64, false, GgmlType::F16}, Case{12, 12, 128, 64, false, GgmlType::F16},
-                        Case{6, 6, 128, 128, false, GgmlType::F16, true}}) {
+                        Case{6, 6, 128, 128, false, GgmlType::F16, true}, Case{4, 1, 256, 256, true, GgmlType::F16, false, true},
+                        Case{8, 2, 128, 128, true, GgmlType::F16, false, true}, Case{6, 3, 64, 32, true, GgmlType::F32, false, true}}) {
     Both b;
     const int n_ctx = 300, kvd = c.n_head_kv * c.head_dim, qd = c.n_head * c.head_dim;
     b.cpu.init_kv_cache(1, n_ctx, kvd, c.kv), b.gpu.init_kv_cache(1, n_ctx, kvd, c.kv);
@@ -563,6 +566,10 @@ TEST(BackendOps, RopeAttentionFused) {
     std::vector<float> ff(size_t(c.n_rot / 2));
     for (size_t i = 0; i < ff.size(); ++i) ff[i] = 1.f + float(i % 7);
     const RopeParams rp{c.n_rot, 10000.f, 1.f, c.neox, c.factors ? ff.data() : nullptr};
+    auto [qnc, qng] = b.weight(GgmlType::F32, 1, c.head_dim, f32_bytes(randn(size_t(c.head_dim), rng)), WeightUse::Vector);
+    auto [knc, kng] = b.weight(GgmlType::F32, 1, c.head_dim, f32_bytes(randn(size_t(c.head_dim), rng)), WeightUse::Vector);
+    const QkNorm qk_cpu = c.norms ? QkNorm{&qnc, &knc, 1e-6f} : QkNorm{};
+    const QkNorm qk_gpu = c.norms ? QkNorm{&qng, &kng, 1e-6f} : QkNorm{};
     int past = 0;
     for (int rows : {1, 22, 1, 1, 3, 226, 1, 1, 1}) {
       std::vector<int32_t> pos(static_cast<size_t>(rows)), toks(static_cast<size_t>(rows), 0);
@@ -570,12 +577,14 @@ TEST(BackendOps, RopeAttentionFused) {
       b.begin(toks, pos);
       const auto [qc, qg, kc, kg, vc, vg] = b.put_qkv(rows, qd, kvd, rng);
       Tensor oc = b.cpu.alloc(rows, qd), og = b.gpu.alloc(rows, qd);
-      b.cpu.Backend::rope_attention(0, qc, kc, vc, pos, rp, ap, oc);
-      b.gpu.rope_attention(0, qg, kg, vg, pos, rp, ap, og);
+      b.cpu.Backend::rope_attention(0, qc, kc, vc, pos, rp, ap, qk_cpu, oc);
+      b.gpu.rope_attention(0, qg, kg, vg, pos, rp, ap, qk_gpu, og);
       const std::string at = "hd " + std::to_string(c.head_dim) + " n_rot " + std::to_string(c.n_rot) + " rows " +
-                             std::to_string(rows) + " at " + std::to_string(past);
-      EXPECT_LE(rel(b.get(b.gpu, qg), b.get(b.cpu, qc)), 2e-6) << "q " << at;
-      EXPECT_LE(rel(b.get(b.gpu, kg), b.get(b.cpu, kc)), 2e-6) << "k " << at;
+                             std::to_string(rows) + " at " + std::to_string(past) + (c.norms ? " norms" : "");
+      if (!c.norms) {  // (with norms the CPU rotates copies: only the output and the cache compare)
+        EXPECT_LE(rel(b.get(b.gpu, qg), b.get(b.cpu, qc)), 2e-6) << "q " << at;
+        EXPECT_LE(rel(b.get(b.gpu, kg), b.get(b.cpu, kc)), 2e-6) << "k " << at;
+      }
       const bool tc = rows > 8 && c.kv == GgmlType::F16 && (c.head_dim == 64 || c.head_dim == 128);
       EXPECT_LE(rel(b.get(b.gpu, og), b.get(b.cpu, oc)), tc ? 3e-3 : 1e-4) << "out " << at;
       past += rows;
@@ -623,7 +632,7 @@ TEST(BackendOps, AttentionOut) {
       const auto xh = randn(size_t(rows * c.E), rng, 2.f);
       auto pass = [&](Backend& be, Tensor q, Tensor k, Tensor v, const Weight& w, const Weight& nw, const Weight& f) {
         Tensor x = b.put(be, xh, rows, c.E), att = be.alloc(rows, qd), h = be.alloc(rows, c.E), y = be.alloc(rows, F);
-        be.rope_attention(0, q, k, v, pos, rp, ap, att);
+        be.rope_attention(0, q, k, v, pos, rp, ap, {}, att);
         be.matmul_add_norm(w, att, x, nw, 1e-5f, h);
         be.matmul(f, h, y);
         return std::vector<std::vector<float>>{b.get(be, att), b.get(be, x), b.get(be, y), b.get(be, h)};
@@ -695,7 +704,7 @@ TEST(BackendOps, AttentionBlock) {
         be.matmul_add_norm(d, a, x, n1, 1e-5f, h);  // h: the pending norm of the decode chain
         const Tensor qkv[] = {q, k, v};
         be.matmul_multi(pw, h, qkv);
-        be.rope_attention(0, q, k, v, pos, rp, ap, att);
+        be.rope_attention(0, q, k, v, pos, rp, ap, {}, att);
         be.matmul_add_norm(o, att, x, n2, 1e-5f, h);
         be.matmul(f, h, y);
         return std::vector<std::vector<float>>{b.get(be, q), b.get(be, att), b.get(be, x), b.get(be, y), b.get(be, h)};

@@ -68,15 +68,21 @@ void CudaBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<c
 // attention in one kernel. Otherwise RoPE and the cache store in one kernel, then the attention
 // kernels.
 void CudaBackend::rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
-                                 const RopeParams& rope_p, const AttentionParams& p, Tensor out) {
+                                 const RopeParams& rope_p, const AttentionParams& p, const QkNorm& qk, Tensor out) {
+  // q/k norms go into the RoPE + cache store kernel where it rotates whole heads (n_rot ==
+  // head_dim, as in Qwen 3 and Gemma 3); partial rotary takes the ops one by one.
+  if (qk && (rope_p.n_rot != p.head_dim || p.n_head + p.n_head_kv > 256))
+    return Backend::rope_attention(layer, q, k, v, pos, rope_p, p, qk, out);
   settle(q, k, v, out);
   const LayerCache c = layer_cache(layer, q, pos, p);
   const kn::RopeArgs r = rope_args(p.n_head, p.head_dim, rope_p);
+  kn::HeadNorms norms;
+  if (qk) norms = {static_cast<const float*>(qk.q->data), static_cast<const float*>(qk.k->data), qk.eps};
   const double bytes = double(q.rows * q.cols) * 8.0 + double(k.rows * k.cols) * (8.0 + 2 * kv_elem_bytes());
   if (layout_) {  // several sequences on the paged cache: each row's k and v go to its slot
     const int32_t* slots = paged_pass().slots;
-    run_op("rope+kv_store", bytes, 0, [&] {
-      return kn::rope_kv_store(q.data, k.data, v.data, q.rows, dev_pos(), r, c.k, c.v, c.a, stream_, slots);
+    run_op(qk ? "qk_norm+rope+kv_store" : "rope+kv_store", bytes, 0, [&] {
+      return kn::rope_kv_store(q.data, k.data, v.data, q.rows, dev_pos(), r, c.k, c.v, c.a, stream_, slots, norms);
     });
     wrote(q);
     wrote(k);
@@ -84,7 +90,7 @@ void CudaBackend::rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::s
     return;
   }
   // (Without GQA only: see attention_decode_rope.cu.)
-  if (kv_bucket_ == kMinBucket && single_pass_attention_ && kn::attention_decode_rope_supported(c.a, r, q.rows)) {
+  if (kv_bucket_ == kMinBucket && single_pass_attention_ && !qk && kn::attention_decode_rope_supported(c.a, r, q.rows)) {
     const auto [kv_read, flops] = attention_cost(q, pos, p);
     wrote(q), wrote(k), wrote(out);
     void* q8 = make_x8(out);
@@ -94,8 +100,8 @@ void CudaBackend::rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::s
     if (q8) shadow8_ = {out.data, out.rows, out.cols, q8};
     return;
   }
-  run_op("rope+kv_store", bytes, 0,
-         [&] { return kn::rope_kv_store(q.data, k.data, v.data, q.rows, dev_pos(), r, c.k, c.v, c.a, stream_); });
+  run_op(qk ? "qk_norm+rope+kv_store" : "rope+kv_store", bytes, 0,
+         [&] { return kn::rope_kv_store(q.data, k.data, v.data, q.rows, dev_pos(), r, c.k, c.v, c.a, stream_, nullptr, norms); });
   wrote(q);
   wrote(k);
   attend(c, q, pos, p, out);
@@ -134,14 +140,17 @@ void CudaBackend::attend(const LayerCache& c, Tensor q, std::span<const int32_t>
   if (q8) shadow8_ = {out.data, out.rows, out.cols, q8};
 }
 
-// Flash-decoding splits per (KV head, row): enough blocks for two waves over the SMs, at least
-// 64 positions per split; past 1024 positions, one split per 128 positions of the length
-// rounded up to a power of two (kv_bucket_), up to eight waves, so that a long context keeps
-// enough rows in flight. A decode graph is recorded per bucket (graph_key), so it only changes
-// at 256, 512, 1024, 2048, ... positions (below 1024 the split count is that of 1024).
+// Flash-decoding splits per (KV head, row): enough blocks for two waves over the SMs, with at
+// least 16 positions of the length bucket (the last position + 1 rounded up to a power of two,
+// kv_bucket_) and 64 of the cache per split; past 1024 positions, one split per 128 positions of
+// the bucket, up to eight waves, so that a long context keeps enough rows in flight. A decode
+// graph is recorded per bucket (graph_key), so it only changes at 256, 512, 1024, 2048, ...
+// positions. (Without the bucket's cap, one KV head — Gemma 3 270M — took 264 splits of a
+// 128-position sequence, and merging them cost more than the attention: docs/benchmarks.md.)
 int CudaBackend::decode_splits(int n_head_kv, int64_t rows) const {
   const int64_t blocks = int64_t(n_head_kv) * rows;
-  const int64_t base = std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, std::max(1, kv_ctx_ / 64));
+  const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(kv_ctx_ / 64, kv_bucket_ / 16));
+  const int64_t base = std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, cap);
   const int64_t most = std::max<int64_t>(base, (8 * sm_count_ + blocks - 1) / blocks);
   return int(std::clamp<int64_t>(std::max<int64_t>(kv_bucket_, 1024) / 128, base, most));
 }

@@ -78,7 +78,7 @@ class CudaBackend final : public Backend {
   void attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
                  const AttentionParams& p, Tensor out) override;
   void rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
-                      const RopeParams& rope_p, const AttentionParams& p, Tensor out) override;
+                      const RopeParams& rope_p, const AttentionParams& p, const QkNorm& qk, Tensor out) override;
   void swiglu(Tensor gate, Tensor up) override;
   void geglu(Tensor gate, Tensor up) override;
   void add_norm(Tensor x, Tensor y, const Weight* y_norm, const Weight* norm, float eps, Tensor h) override;

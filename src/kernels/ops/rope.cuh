@@ -27,6 +27,18 @@ __device__ __forceinline__ int2 rotate(float* v, int i, float cs, float sn, cons
   return make_int2(i0, i1);
 }
 
+// rotate() of the pair after a per-head RMSNorm: each element times the head's 1/rms `scale` and
+// its weight w[i] first (the values rmsnorm() then rope() give, bit for bit).
+__device__ __forceinline__ int2 rotate_normed(float* v, int i, float cs, float sn, const RopeArgs& a, float scale,
+                                              const float* w) {
+  const int half = a.n_rot / 2;
+  const int i0 = a.neox ? i : 2 * i, i1 = a.neox ? i + half : 2 * i + 1;
+  const float p = v[i0] * scale * w[i0], q = v[i1] * scale * w[i1];
+  v[i0] = p * cs - q * sn;
+  v[i1] = p * sn + q * cs;
+  return make_int2(i0, i1);
+}
+
 __device__ __forceinline__ int2 rotate_pair(float* v, int i, int position, float theta_scale, const RopeArgs& a) {
   float cs, sn;
   angle(i, position, theta_scale, a, cs, sn);

@@ -6,7 +6,9 @@
 //   [n_head_kv * head_dim]   v elements stored
 // The angles are computed once per row and block (the prompt's rows have 32 heads or more each,
 // which all rotate by the same angles), not once per pair and head.
-// Values are those of rope() then kv_store(), bit for bit.
+// Values are those of rope() then kv_store(), bit for bit. With head norms (qwen3, gemma3) one
+// block takes a whole row: it first finds each head's 1/rms (a warp per head, f64 sums as
+// rmsnorm's) before any of its threads rotates in place.
 #include "kernels/common/launch_status.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/ops/ops.h"
@@ -21,7 +23,7 @@
 namespace lamina::kernels {
 namespace {
 
-constexpr int kMaxPairs = 256, kThreads = 256, kPerThread = 4;
+constexpr int kMaxPairs = 256, kThreads = 256, kPerThread = 4, kMaxNormHeads = 256;
 
 template <class KT>
 __device__ __forceinline__ KT to_cache(float v) {
@@ -35,27 +37,42 @@ __device__ __forceinline__ KT to_cache(float v) {
 template <class KT>
 __global__ void rope_kv_store_kernel(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v,
                                      const int32_t* __restrict__ pos, RopeArgs r, AttentionArgs a, float theta_scale,
-                                     KT* __restrict__ kc, KT* __restrict__ vc, const int32_t* __restrict__ slots) {
+                                     KT* __restrict__ kc, KT* __restrict__ vc, const int32_t* __restrict__ slots,
+                                     HeadNorms nrm) {
   __shared__ float cs_s[kMaxPairs], sn_s[kMaxPairs];
+  __shared__ float inv_s[kMaxNormHeads];  // with norms: 1/rms of each q head, then of each k head
   pdl_enter();
   const int64_t t = blockIdx.y;
   const int hd = a.head_dim, half = r.n_rot / 2, position = pos[t];
-  for (int i = threadIdx.x; i < half; i += blockDim.x) rope_detail::angle(i, position, theta_scale, r, cs_s[i], sn_s[i]);
-  __syncthreads();
   const int64_t kvd = int64_t(a.n_head_kv) * hd;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) rope_detail::angle(i, position, theta_scale, r, cs_s[i], sn_s[i]);
+  if (nrm.q) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int h = warp; h < a.n_head + a.n_head_kv; h += blockDim.x / 32) {
+      const float* src = h < a.n_head ? q + (t * a.n_head + h) * hd : k + t * kvd + int64_t(h - a.n_head) * hd;
+      double ss = 0;
+      for (int i = lane; i < hd; i += 32) ss += double(src[i]) * src[i];
+      for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(~0u, ss, o);
+      if (lane == 0) inv_s[h] = float(1.0 / sqrt(ss / double(hd) + double(nrm.eps)));
+    }
+  }
+  __syncthreads();
   const int n_q = a.n_head * half, n_k = a.n_head_kv * (hd / 2), n_v = int(kvd);
   const int64_t slot = slots ? slots[t] : position;  // the cache row (a paged cache: the row's slot)
   KT* kdst = kc + slot * kvd;
   for (int idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n_q + n_k + n_v; idx += gridDim.x * blockDim.x) {
     if (idx < n_q) {
-      const int i = idx % half;
-      rope_detail::rotate(q + (t * a.n_head + idx / half) * hd, i, cs_s[i], sn_s[i], r);
+      const int i = idx % half, head = idx / half;
+      float* qh = q + (t * a.n_head + head) * hd;
+      if (nrm.q) rope_detail::rotate_normed(qh, i, cs_s[i], sn_s[i], r, inv_s[head], nrm.q);
+      else rope_detail::rotate(qh, i, cs_s[i], sn_s[i], r);
     } else if (idx < n_q + n_k) {
       const int j = idx - n_q, pair = j % (hd / 2), head = j / (hd / 2);
       float* src = k + t * kvd + int64_t(head) * hd;
       int2 e;
       if (pair < half) {
-        e = rope_detail::rotate(src, pair, cs_s[pair], sn_s[pair], r);
+        e = nrm.k ? rope_detail::rotate_normed(src, pair, cs_s[pair], sn_s[pair], r, inv_s[a.n_head + head], nrm.k)
+                  : rope_detail::rotate(src, pair, cs_s[pair], sn_s[pair], r);
       } else {  // past the rotated dimensions: two elements stored as they are
         const int i0 = r.n_rot + 2 * (pair - half);
         e = make_int2(i0, i0 + 1);
@@ -72,7 +89,8 @@ __global__ void rope_kv_store_kernel(float* __restrict__ q, float* __restrict__ 
 }  // namespace
 
 Status rope_kv_store(float* q, float* k, const float* v, int64_t rows, const int32_t* pos, const RopeArgs& r,
-                     void* k_cache, void* v_cache, const AttentionArgs& a, cudaStream_t s, const int32_t* slots) {
+                     void* k_cache, void* v_cache, const AttentionArgs& a, cudaStream_t s, const int32_t* slots,
+                     const HeadNorms& norms) {
   if (!q || !k || !v || !pos || !k_cache || !v_cache) return Status::error("rope_kv_store: null pointer");
   if (a.n_head <= 0 || a.n_head_kv <= 0 || a.head_dim <= 0 || a.head_dim % 2)
     return Status::error("rope_kv_store: bad head geometry");
@@ -85,14 +103,21 @@ Status rope_kv_store(float* q, float* k, const float* v, int64_t rows, const int
   const int64_t items = int64_t(a.n_head) * (r.n_rot / 2) + int64_t(a.n_head_kv) * (a.head_dim / 2) +
                         int64_t(a.n_head_kv) * a.head_dim;  // per row
   if (items > INT32_MAX / 2) return Status::error("rope_kv_store: rows too wide");
-  const dim3 grid(unsigned((items + kThreads * kPerThread - 1) / (kThreads * kPerThread)), unsigned(rows));
+  if (norms.q || norms.k) {
+    if (!norms.q || !norms.k) return Status::error("rope_kv_store: head norms need both q and k weights");
+    if (r.n_rot != a.head_dim) return Status::error("rope_kv_store: head norms need n_rot == head_dim");
+    if (a.n_head + a.n_head_kv > kMaxNormHeads) return Status::error("rope_kv_store: more than 256 heads to normalise");
+  }
+  // (with head norms, one block per row: its threads normalise every head before rotating any)
+  const unsigned blocks_per_row = norms.q ? 1u : unsigned((items + kThreads * kPerThread - 1) / (kThreads * kPerThread));
+  const dim3 grid(blocks_per_row, unsigned(rows));
   const float theta_scale = powf(r.base, -2.0f / float(r.n_rot));
   if (a.kv_type == GgmlType::F16)
     launch_pdl(rope_kv_store_kernel<__half>, grid, kThreads, 0, s, q, k, v, pos, r, a, theta_scale,
-               static_cast<__half*>(k_cache), static_cast<__half*>(v_cache), slots);
+               static_cast<__half*>(k_cache), static_cast<__half*>(v_cache), slots, norms);
   else
     launch_pdl(rope_kv_store_kernel<float>, grid, kThreads, 0, s, q, k, v, pos, r, a, theta_scale,
-               static_cast<float*>(k_cache), static_cast<float*>(v_cache), slots);
+               static_cast<float*>(k_cache), static_cast<float*>(v_cache), slots, norms);
   return launch_status("rope_kv_store");
 }
 
