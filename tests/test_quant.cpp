@@ -251,3 +251,27 @@ TEST(QuantRef, UnsupportedQuantiserThrows) {
 }
 
 }  // namespace
+
+// Q5_0 blocks as Q8_0 (how the backends hold Q5_0 matrices): every value the same, including
+// the extremes q = 0 and 31 of both halves and the high bits of every element.
+TEST(QuantRef, Q5_0AsQ8_0KeepsEveryValue) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  constexpr int kBlocks = 64;
+  std::vector<float> x(kBlocks * QK);
+  for (float& v : x) v = nd(rng);
+  x[0] = 8.f, x[1] = -8.f, x[QK / 2] = 8.f, x[QK / 2 + 1] = -8.f;  // the extremes of the first block
+  std::vector<block_q5_0> q5(kBlocks);
+  quantize_row(GgmlType::Q5_0, x.data(), q5.data(), int64_t(x.size()));
+  std::vector<block_q8_0> q8(kBlocks);
+  q5_0_to_q8_0(q5.data(), q8.data(), kBlocks);
+  std::vector<float> a(x.size()), b(x.size());
+  dequantize_row(GgmlType::Q5_0, q5.data(), a.data(), int64_t(a.size()));
+  dequantize_row(GgmlType::Q8_0, q8.data(), b.data(), int64_t(b.size()));
+  EXPECT_EQ(a, b);
+  int lo = 0, hi = 0;
+  for (const auto& blk : q8)
+    for (int8_t v : blk.qs) lo += v == -16, hi += v == 15;
+  EXPECT_GT(lo, 0);  // both ends of the 5-bit range were exercised
+  EXPECT_GT(hi, 0);
+}

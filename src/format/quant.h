@@ -25,4 +25,8 @@ bool can_quantize(GgmlType t);
 // Encodes n floats as row_bytes(t, n) bytes at dst. Throws lamina::Error for other types.
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
 
+// n Q5_0 blocks at src as n Q8_0 blocks at dst, holding the same values: d * (q - 16) with
+// q - 16 in [-16, 15] (backends load Q5_0 matrices so, to multiply them with their Q8_0 kernels).
+void q5_0_to_q8_0(const void* src, void* dst, int64_t n_blocks);
+
 }  // namespace lamina

@@ -296,4 +296,18 @@ void quantize_row(GgmlType t, const float* x, void* dst, int64_t n) {
   fail("quantize_row: no quantiser for type {}", tr.name);
 }
 
+void q5_0_to_q8_0(const void* src, void* dst, int64_t n_blocks) {
+  const auto* in = static_cast<const block_q5_0*>(src);
+  auto* out = static_cast<block_q8_0*>(dst);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    uint32_t qh;
+    std::memcpy(&qh, in[b].qh, 4);
+    out[b].d = in[b].d;
+    for (int e = 0; e < QK; ++e) {  // element e: nibble e % 16 of qs (low halves first), bit e of qh
+      const int nib = e < QK / 2 ? in[b].qs[e] & 15 : in[b].qs[e - QK / 2] >> 4;
+      out[b].qs[e] = int8_t((nib | int((qh >> e) & 1u) << 4) - 16);
+    }
+  }
+}
+
 }  // namespace lamina

@@ -4,6 +4,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_op.h"
 #include "format/gguf.h"
+#include "format/quant.h"
 #include "format/quant_blocks.h"
 #include "kernels/gemv/gemv.h"
 
@@ -19,25 +20,15 @@ namespace kn = kernels;
 
 namespace {
 
-// Q5_0 matmul weights are loaded as Q8_0: the same values, d * (q - 16) with q - 16 in [-16, 15],
-// which the Q8_0 GEMV and GEMM kernels multiply at their speed (Q5_0 has only the generic GEMV
-// and no GEMM: 2-8 % of bandwidth); 34 instead of 22 bytes per 32 weights. `store` keeps the
-// converted bytes until the upload; the tensor returned points at them.
+// Q5_0 matmul weights are loaded as Q8_0 (format/quant.h: the same values), which the Q8_0 GEMV
+// and GEMM kernels multiply at their speed (Q5_0 has only the generic GEMV and no GEMM: 2-8 % of
+// bandwidth); 34 instead of 22 bytes per 32 weights. `store` keeps the converted bytes until the
+// upload; the tensor returned points at them.
 const GgufTensor& q8_0_for_q5_0(const GgufTensor& t, std::vector<uint8_t>& store, GgufTensor& converted) {
   if (t.type != GgmlType::Q5_0) return t;
-  const size_t n = size_t(t.nelements()) / QK;
-  store.resize(n * sizeof(block_q8_0));
-  const auto* src = reinterpret_cast<const block_q5_0*>(t.data);
-  auto* dst = reinterpret_cast<block_q8_0*>(store.data());
-  for (size_t b = 0; b < n; ++b) {
-    uint32_t qh;
-    std::memcpy(&qh, src[b].qh, 4);
-    dst[b].d = src[b].d;
-    for (int e = 0; e < QK; ++e) {  // element e: nibble e % 16 of qs (low half first), bit e of qh
-      const int nib = e < QK / 2 ? src[b].qs[e] & 15 : src[b].qs[e - QK / 2] >> 4;
-      dst[b].qs[e] = int8_t((nib | int((qh >> e) & 1u) << 4) - 16);
-    }
-  }
+  const int64_t n = t.nelements() / QK;
+  store.resize(size_t(n) * sizeof(block_q8_0));
+  q5_0_to_q8_0(t.data, store.data(), n);
   converted = t;
   converted.type = GgmlType::Q8_0, converted.data = store.data(), converted.nbytes = store.size();
   return converted;
