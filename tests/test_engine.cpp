@@ -106,6 +106,34 @@ TEST_F(EngineTest, ManyRequestsGiveWhatEachGivesAlone) {
   EXPECT_EQ(engine.kv().used_blocks(), 0);
 }
 
+// Gemma 3 on the paged cache: the tiny model's local layers see the last 4 positions only (its
+// sliding window), its global layer all of them; prompts longer than the window, in chunks
+// beside decode rows, greedy and sampled, give what each gives alone.
+class EngineGemma3Test : public EngineTest {
+ protected:
+  static void SetUpTestSuite() {
+    path_ = ::testing::TempDir() + "/lamina-engine-tiny-gemma3-" + std::to_string(getpid()) + ".gguf";
+    shell(std::string(LAMINA_CLI) + " gen-model --preset tiny-gemma3 --type q8_0 --vocab '" + kVocab +
+          "' --seed 7 -o '" + path_ + "' 2>&1");
+  }
+};
+
+TEST_F(EngineGemma3Test, ManyRequestsGiveWhatEachGivesAlone) {
+  Session es(options(512)), ref(options(512));
+  EngineOptions eo;
+  eo.schedule.max_step_tokens = 16;
+  Engine engine(es, eo);
+  std::mt19937 rng(3);
+  std::vector<Request> reqs;
+  for (int len : {2, 9, 30, 5, 21}) reqs.push_back(request(rng, len, 12, reqs.size() % 2 == 1, 200 + reqs.size()));
+  Streams st;
+  std::vector<int64_t> ids;
+  for (const Request& r : reqs) ids.push_back(engine.submit(r, st.callback()));
+  engine.run_until_idle();
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(st.tokens[ids[i]], alone(ref, reqs[i])) << "request " << i;
+  EXPECT_EQ(engine.kv().used_blocks(), 0);
+}
+
 TEST_F(EngineTest, CachedPrefixesAreNotComputedAgain) {
   Session es(options(512)), ref(options(512));
   Engine engine(es, EngineOptions{});
