@@ -39,6 +39,9 @@ constexpr Preset kPresets[] = {
     // Six layers, so that the last is gemma3's global one; a window of 4 tokens that the golden
     // prompt (11 tokens) exceeds.
     {"tiny-gemma3", 256, 6, 4, 1, 512, 512, 32000, 1000000.f, true, "gemma3", false, 0, 4},
+    // Qwen 3's shapes (q/k norms; 0.6B: 16 heads of 128 > n_embd, tied).
+    {"qwen3-0.6b", 1024, 28, 16, 8, 3072, 40960, 151936, 1000000.f, true, "qwen3", false, 128},
+    {"qwen3-8b", 4096, 36, 32, 8, 12288, 40960, 151936, 1000000.f, false, "qwen3", false, 128},
     // Gemma 3 270M's shape (the real file: scripts/fetch-model.sh gemma3).
     {"gemma3-270m", 640, 18, 4, 1, 2048, 32768, 262144, 1000000.f, true, "gemma3", false, 256, 512},
     // SmolLM2 itself ties output and embedding; the preset keeps output.weight separate, as the
