@@ -23,9 +23,12 @@ class ModelErrors : public ::testing::Test {
     const std::string vocab = std::string(LAMINA_SHARED_DIR) + "/data/vocab/ggml-vocab-llama-spm.gguf";
     ASSERT_EQ(std::system((std::string(LAMINA_CLI) + " gen-model --preset tiny --type q8_0 --vocab '" + vocab +
                            "' -o " + dir_ + "/tiny.gguf 2>/dev/null").c_str()), 0);
-    // Variants of the tiny model: one tensor missing, an unknown architecture.
-    const GgufFile f = GgufFile::open(dir_ + "/tiny.gguf");
-    for (const std::string variant : {"missing", "arch"}) {
+    // Variants of the tiny model: one tensor missing, an unknown architecture; of the tiny Phi-3:
+    // LongRoPE factors (not supported yet).
+    ASSERT_EQ(std::system((std::string(LAMINA_CLI) + " gen-model --preset tiny-phi3 --type q8_0 --vocab '" + vocab +
+                           "' -o " + dir_ + "/phi3.gguf 2>/dev/null").c_str()), 0);
+    for (const std::string variant : {"missing", "arch", "longrope"}) {
+      const GgufFile f = GgufFile::open(dir_ + (variant == "longrope" ? "/phi3.gguf" : "/tiny.gguf"));
       GgufWriter w;
       for (const auto& kv : f.kvs()) w.set(kv.key, kv.value);
       if (variant == "arch") w.set_str("general.architecture", "mamba");
@@ -33,6 +36,10 @@ class ModelErrors : public ::testing::Test {
         if (variant == "missing" && t.name == "blk.1.ffn_up.weight") continue;
         w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), std::span<const uint8_t>(t.data, t.nbytes));
       }
+      const std::vector<float> factors(32, 1.f);  // n_rot / 2 of the tiny shape
+      if (variant == "longrope")
+        w.add_tensor("rope_factors_long.weight", GgmlType::F32, {32},
+                     std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(factors.data()), factors.size() * 4));
       w.write(dir_ + "/" + variant + ".gguf");
     }
   }
@@ -55,6 +62,10 @@ TEST_F(ModelErrors, MissingTensorIsNamed) {
 
 TEST_F(ModelErrors, UnknownArchitectureIsNamed) {
   expect_error("logits -m " + dir_ + "/arch.gguf -p hi", "architecture 'mamba' is not supported");
+}
+
+TEST_F(ModelErrors, LongRopeIsRefusedByName) {
+  expect_error("run -m " + dir_ + "/longrope.gguf -p hi -n 1", "LongRoPE (rope_factors_long/short");
 }
 
 TEST_F(ModelErrors, PromptLongerThanContext) {

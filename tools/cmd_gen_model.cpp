@@ -42,6 +42,9 @@ constexpr Preset kPresets[] = {
     // Qwen 3's shapes (q/k norms; 0.6B: 16 heads of 128 > n_embd, tied).
     {"qwen3-0.6b", 1024, 28, 16, 8, 3072, 40960, 151936, 1000000.f, true, "qwen3", false, 128},
     {"qwen3-8b", 4096, 36, 32, 8, 12288, 40960, 151936, 1000000.f, false, "qwen3", false, 128},
+    // Phi-3's fused Q/K/V and gate/up tensors; Phi-3-mini-4k's shape.
+    {"tiny-phi3", 256, 2, 4, 4, 512, 512, 32000, 10000.f, false, "phi3"},
+    {"phi3-mini", 3072, 32, 32, 32, 8192, 4096, 32064, 10000.f, false, "phi3"},
     // Gemma 3 270M's shape (the real file: scripts/fetch-model.sh gemma3).
     {"gemma3-270m", 640, 18, 4, 1, 2048, 32768, 262144, 1000000.f, true, "gemma3", false, 256, 512},
     // SmolLM2 itself ties output and embedding; the preset keeps output.weight separate, as the
@@ -199,10 +202,15 @@ void run_gen(const GenArgs& a) {
   for (uint32_t l = 0; l < p->n_layer; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
     const bool gemma = arch == "gemma3";
+    const bool fused = arch == "phi3";
     norm(b + "attn_norm.weight", E);
-    matrix(b + "attn_q.weight", E, QD);
-    matrix(b + "attn_k.weight", E, KV);
-    matrix(b + "attn_v.weight", E, KV);
+    if (fused) {
+      matrix(b + "attn_qkv.weight", E, QD + 2 * KV);
+    } else {
+      matrix(b + "attn_q.weight", E, QD);
+      matrix(b + "attn_k.weight", E, KV);
+      matrix(b + "attn_v.weight", E, KV);
+    }
     if (arch == "qwen2") {
       bias(b + "attn_q.bias", QD);
       bias(b + "attn_k.bias", KV);
@@ -215,8 +223,12 @@ void run_gen(const GenArgs& a) {
     matrix(b + "attn_output.weight", QD, E);
     if (gemma) norm(b + "post_attention_norm.weight", E);
     norm(b + "ffn_norm.weight", E);
-    matrix(b + "ffn_gate.weight", E, p->n_ff);
-    matrix(b + "ffn_up.weight", E, p->n_ff);
+    if (fused) {
+      matrix(b + "ffn_up.weight", E, 2 * int64_t(p->n_ff));  // gate rows, then up rows
+    } else {
+      matrix(b + "ffn_gate.weight", E, p->n_ff);
+      matrix(b + "ffn_up.weight", E, p->n_ff);
+    }
     matrix(b + "ffn_down.weight", p->n_ff, E);
     if (gemma) norm(b + "post_ffw_norm.weight", E);
   }

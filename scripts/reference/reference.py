@@ -2,11 +2,12 @@
 """Independent reference forward pass for Llama-family GGUF models (NumPy, float64).
 
 It shares no code with lamina: its own GGUF parser and dequantisers (ggml block layouts), and
-the forward semantics of llama.cpp's build_llama / build_qwen2 / build_qwen3 / build_gemma3
-(formats.md section 3): RMSNorm, NORM (llama) or NEOX (qwen2, qwen3, gemma3) RoPE with optional
+the forward semantics of llama.cpp's build_llama / build_qwen2 / build_qwen3 / build_gemma3 /
+build_phi3 (formats.md section 3): RMSNorm, NORM (llama) or NEOX (the others) RoPE with optional
 rope_freqs, GQA, causal softmax attention, SwiGLU, tied embeddings, QKV biases; per-head q/k
-norms (qwen3, gemma3); gemma3's sqrt(n_embd) embedding scale, norms after attention and FFN,
-GELU (tanh) gate, and sliding-window layers (every sixth global) with their own RoPE base. Like llama.cpp, K and V are rounded to f16 in the cache
+norms (qwen3, gemma3); phi3's fused QKV and gate/up tensors; gemma3's sqrt(n_embd) embedding
+scale, norms after attention and FFN, GELU (tanh) gate, and sliding-window layers (every sixth
+global) with their own RoPE base. Like llama.cpp, K and V are rounded to f16 in the cache
 (--kv f32 turns that off). Everything else is float64.
 
   reference.py MODEL.gguf --tokens "1 2 3" [--greedy N] [--top K] [--logits-out FILE]
@@ -149,7 +150,7 @@ class Model:
     def __init__(self, path, kv_f16=True):
         kv, T = load_gguf(path)
         a = kv['general.architecture']
-        assert a in ('llama', 'qwen2', 'qwen3', 'gemma3'), a
+        assert a in ('llama', 'qwen2', 'qwen3', 'gemma3', 'phi3'), a
 
         def u(key, default=None):
             v = kv.get(f'{a}.{key}', default)
@@ -178,6 +179,7 @@ class Model:
         self.out_norm = W('output_norm.weight')
         self.out = W('output.weight') if 'output.weight' in T else self.tok
         self.freqs = W('rope_freqs.weight')
+        assert 'rope_factors_long.weight' not in T, 'LongRoPE not implemented'
         self.layers = []
         for l in range(self.L):
             p = f'blk.{l}.'
@@ -187,7 +189,13 @@ class Model:
                 ('bo', 'attn_output.bias'), ('fn', 'ffn_norm.weight'), ('g', 'ffn_gate.weight'),
                 ('u', 'ffn_up.weight'), ('d', 'ffn_down.weight'), ('qn', 'attn_q_norm.weight'),
                 ('kn', 'attn_k_norm.weight'), ('pan', 'post_attention_norm.weight'),
-                ('pfn', 'post_ffw_norm.weight')]})
+                ('pfn', 'post_ffw_norm.weight'), ('qkv', 'attn_qkv.weight')]})
+            w = self.layers[-1]
+            if w['qkv'] is not None:  # phi3: Q, K, V rows in one tensor; gate and up rows in ffn_up
+                qd, kvd = self.H * self.hd, self.HKV * self.hd
+                w['q'], w['k'], w['v'] = w['qkv'][:qd], w['qkv'][qd:qd + kvd], w['qkv'][qd + kvd:]
+                f = w['u'].shape[0] // 2
+                w['g'], w['u'] = w['u'][:f], w['u'][f:]
         self.cache_k = [np.zeros((0, self.HKV, self.hd)) for _ in range(self.L)]
         self.cache_v = [np.zeros((0, self.HKV, self.hd)) for _ in range(self.L)]
 

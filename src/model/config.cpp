@@ -11,8 +11,8 @@ namespace lamina {
 ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   ModelConfig c;
   c.arch = f.require_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "gemma3")
-    fail("{}: architecture '{}' is not supported (supported: llama, qwen2, qwen3, gemma3)", f.path(), c.arch);
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "gemma3" && c.arch != "phi3")
+    fail("{}: architecture '{}' is not supported (supported: llama, qwen2, qwen3, gemma3, phi3)", f.path(), c.arch);
   c.name = f.get_string("general.name").value_or("");
   const std::string a = c.arch + ".";
   auto u32 = [&](const std::string& key) -> uint32_t {
@@ -79,6 +79,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.rope_neox = c.arch != "llama";
   c.attn_scale = 1.f / std::sqrt(float(c.head_dim));
   c.qk_norm = c.arch == "qwen3" || c.arch == "gemma3";
+  c.fused_qkv_up = c.arch == "phi3";
   if (c.arch == "gemma3") {
     // llama.cpp's reading of a gemma3 file (the file holds RMSNorm weights with Gemma's +1 already added).
     c.embed_scale = std::sqrt(float(c.n_embd));

@@ -9,7 +9,7 @@ namespace lamina {
 class GgufFile;
 
 struct ModelConfig {
-  std::string arch;          // "llama", "qwen2", "qwen3" or "gemma3"
+  std::string arch;          // "llama", "qwen2", "qwen3", "gemma3" or "phi3"
   std::string name;          // general.name, if any
   uint32_t n_ctx_train = 0;  // {arch}.context_length
   uint32_t n_embd = 0;
@@ -24,7 +24,7 @@ struct ModelConfig {
   float rope_base = 10000.f;
   float rope_freq_scale = 1.f;  // 1 / rope.scaling.factor
   std::string rope_scaling = "none";
-  bool rope_neox = false;       // qwen2/qwen3/gemma3: NEOX pairs (i, i+n/2); llama: adjacent pairs
+  bool rope_neox = false;       // qwen2/qwen3/gemma3/phi3: NEOX pairs (i, i+n/2); llama: adjacent pairs
   float attn_scale = 0.f;       // q.k scale: 1/sqrt(head_dim) (Gemma 3 27B: 1/sqrt(n_embd/n_head))
 
   // Gemma 3 and Qwen 3 (formats.md §3): what sets them apart from a Llama block.
@@ -32,6 +32,10 @@ struct ModelConfig {
   bool qk_norm = false;         // q and k RMS-normalised per head (attn_q_norm, attn_k_norm [head_dim])
   bool post_norms = false;      // the attention and FFN outputs RMS-normalised before the residual add
   bool gelu_ffn = false;        // FFN gate GELU (tanh form) instead of SiLU
+  // phi3: Q, K and V in one tensor (attn_qkv [E, QD + 2 KVD], rows in that order) and gate and
+  // up in one (ffn_up [E, 2 F], gate rows first). (Its sliding_window key is ignored, as
+  // llama.cpp does.)
+  bool fused_qkv_up = false;
   // Sliding-window layers (gemma3): a local layer's query at position p attends to positions
   // p - window + 1 .. p and rotates with its own RoPE base (no scaling); every swa_pattern-th
   // layer (l % swa_pattern == swa_pattern - 1) is global.

@@ -94,7 +94,9 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
   b.checked("output_norm.weight", {E});
   b.checked("output.weight", {E, V}, false);
   b.checked("rope_freqs.weight", {cfg_.n_rot / 2}, false);
-  const bool qwen = cfg_.arch == "qwen2", qk = cfg_.qk_norm, post = cfg_.post_norms;
+  const bool qwen = cfg_.arch == "qwen2", qk = cfg_.qk_norm, post = cfg_.post_norms, fused = cfg_.fused_qkv_up;
+  if (f.find_tensor("rope_factors_long.weight") || f.find_tensor("rope_factors_short.weight"))
+    fail("{}: LongRoPE (rope_factors_long/short, Phi-3 128k files) is not supported yet", f.path());
   const int64_t HD = cfg_.head_dim;
   // (name, shape, required, allowed): a tensor not allowed for the architecture is left out, so
   // that require_all_used refuses a file that has it.
@@ -102,14 +104,15 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
     const std::string p = "blk." + std::to_string(l) + ".";
     for (const auto& [name, shape, required, allowed] :
          std::initializer_list<std::tuple<const char*, std::vector<int64_t>, bool, bool>>{
-             {"attn_norm.weight", {E}, true, true}, {"attn_q.weight", {E, QD}, true, true},
-             {"attn_k.weight", {E, KVD}, true, true}, {"attn_v.weight", {E, KVD}, true, true},
+             {"attn_norm.weight", {E}, true, true}, {"attn_q.weight", {E, QD}, !fused, !fused},
+             {"attn_k.weight", {E, KVD}, !fused, !fused}, {"attn_v.weight", {E, KVD}, !fused, !fused},
+             {"attn_qkv.weight", {E, QD + 2 * KVD}, fused, fused},
              {"attn_output.weight", {QD, E}, true, true}, {"attn_q.bias", {QD}, qwen, qwen},
              {"attn_k.bias", {KVD}, qwen, qwen}, {"attn_v.bias", {KVD}, qwen, qwen},
              {"attn_output.bias", {E}, false, true}, {"attn_q_norm.weight", {HD}, qk, qk},
              {"attn_k_norm.weight", {HD}, qk, qk}, {"post_attention_norm.weight", {E}, post, post},
-             {"ffn_norm.weight", {E}, true, true}, {"ffn_gate.weight", {E, F}, true, true},
-             {"ffn_up.weight", {E, F}, true, true}, {"ffn_down.weight", {F, E}, true, true},
+             {"ffn_norm.weight", {E}, true, true}, {"ffn_gate.weight", {E, F}, !fused, !fused},
+             {"ffn_up.weight", {E, fused ? 2 * F : F}, true, true}, {"ffn_down.weight", {F, E}, true, true},
              {"post_ffw_norm.weight", {E}, post, post}})
       if (allowed) b.checked(p + name, shape, required);
   }
@@ -139,9 +142,15 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights w;
     w.attn_norm = b.bind(p + "attn_norm.weight", {E});
-    const GgufTensor* qkv[] = {share(b.checked(p + "attn_q.weight", {E, QD}), p + "attn_q.weight"),
-                               share(b.checked(p + "attn_k.weight", {E, KVD}), p + "attn_k.weight"),
-                               share(b.checked(p + "attn_v.weight", {E, KVD}), p + "attn_v.weight")};
+    std::vector<const GgufTensor*> qkv;
+    if (fused) {  // one tensor: its Q, K and V rows as tensors of their own
+      const GgufTensor* t = b.checked(p + "attn_qkv.weight", {E, QD + 2 * KVD});
+      qkv = {&rows_of(*t, 0, QD), &rows_of(*t, QD, KVD), &rows_of(*t, QD + KVD, KVD)};
+    } else {
+      qkv = {share(b.checked(p + "attn_q.weight", {E, QD}), p + "attn_q.weight"),
+             share(b.checked(p + "attn_k.weight", {E, KVD}), p + "attn_k.weight"),
+             share(b.checked(p + "attn_v.weight", {E, KVD}), p + "attn_v.weight")};
+    }
     const std::vector<Weight> wqkv = be.load_stacked(qkv);
     w.wq = wqkv[0], w.wk = wqkv[1], w.wv = wqkv[2];
     w.wo = matrix(p + "attn_output.weight", {QD, E});
@@ -153,8 +162,14 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
     if (post) w.post_attn_norm = b.bind(p + "post_attention_norm.weight", {E});
     if (post) w.post_ffn_norm = b.bind(p + "post_ffw_norm.weight", {E});
     w.ffn_norm = b.bind(p + "ffn_norm.weight", {E});
-    w.w_gate = matrix(p + "ffn_gate.weight", {E, F});
-    w.w_up = matrix(p + "ffn_up.weight", {E, F});
+    if (fused) {  // gate rows first, then up
+      const GgufTensor* t = b.checked(p + "ffn_up.weight", {E, 2 * F});
+      w.w_gate = be.load_weight(rows_of(*t, 0, F), WeightUse::Matmul);
+      w.w_up = be.load_weight(rows_of(*t, F, F), WeightUse::Matmul);
+    } else {
+      w.w_gate = matrix(p + "ffn_gate.weight", {E, F});
+      w.w_up = matrix(p + "ffn_up.weight", {E, F});
+    }
     w.w_down = matrix(p + "ffn_down.weight", {F, E});
     layers_.push_back(w);
   }
@@ -164,6 +179,14 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
     for (float v : rope_freqs_)
       if (!std::isfinite(v) || v <= 0.f) fail("{}: tensor 'rope_freqs.weight' holds {:g}; its factors must be positive", f.path(), v);
   }
+}
+
+const GgufTensor& LlamaModel::rows_of(const GgufTensor& t, int64_t r0, int64_t n) {
+  const size_t rb = row_bytes(t.type, t.ne[0]);
+  auto& v = *slices_.emplace_back(std::make_unique<Slice>(Slice{t, {}}));
+  v.tensor.ne[1] = n;
+  v.tensor.data = t.data + size_t(r0) * rb, v.tensor.nbytes = size_t(n) * rb;
+  return v.tensor;
 }
 
 void LlamaModel::init_cache(int n_ctx, GgmlType kv_type) {

@@ -1,7 +1,7 @@
 // The Llama-family model (arch "llama": Llama 2/3, Mistral, SmolLM2; "qwen2": QKV biases, NEOX
 // RoPE; "qwen3": per-head q/k norms; "gemma3": scaled embeddings, q/k norms, norms after attention
-// and FFN, GELU gate, sliding-window layers): weights bound to a backend, and one forward pass
-// for prompt and decode.
+// and FFN, GELU gate, sliding-window layers; "phi3": fused QKV and gate/up tensors): weights
+// bound to a backend, and one forward pass for prompt and decode.
 #pragma once
 
 #include "backend/backend.h"
@@ -70,11 +70,13 @@ class LlamaModel {
   // This rank's dimensions (the whole model's without tensor parallelism).
   std::optional<TpRank> tp_;
   int64_t n_head_ = 0, n_head_kv_ = 0, n_ff_ = 0, n_logits_ = 0;
-  struct Slice {  // a rank's share of a file tensor: the tensor as the backend sees it, and its bytes
+  struct Slice {  // a rank's share of a file tensor (its bytes copied), or a fused tensor's part (a view: no bytes)
     GgufTensor tensor;
     std::vector<uint8_t> bytes;
   };
   std::vector<std::unique_ptr<Slice>> slices_;  // (stable addresses: backends may keep pointers)
+  // Rows r0 .. r0 + n of a file tensor as a tensor of its own (a fused tensor's parts; no copy).
+  const GgufTensor& rows_of(const GgufTensor& t, int64_t r0, int64_t n);
 
   void check_inputs(std::span<const int32_t> tokens, std::span<const int32_t> pos) const;
   // run_layers, recorded and replayed by the backend when key != 0 (a pass repeated with the
