@@ -28,6 +28,7 @@ struct Preset {
   bool llama3_rope = false;     // rope_freqs.weight from Llama 3.1's scaling (factor 8)
   uint32_t head_dim = 0;        // attention.key_length when it is not n_embd / n_head
   uint32_t sliding_window = 0;  // gemma3: its local layers' window
+  uint32_t n_expert = 0, n_expert_used = 0;  // a mixture of experts (Mixtral-style llama)
 };
 
 // n_vocab is used only when no --vocab file is given (a synthetic vocabulary is written then).
@@ -42,6 +43,9 @@ constexpr Preset kPresets[] = {
     // Qwen 3's shapes (q/k norms; 0.6B: 16 heads of 128 > n_embd, tied).
     {"qwen3-0.6b", 1024, 28, 16, 8, 3072, 40960, 151936, 1000000.f, true, "qwen3", false, 128},
     {"qwen3-8b", 4096, 36, 32, 8, 12288, 40960, 151936, 1000000.f, false, "qwen3", false, 128},
+    // Mixtral-style experts: 4 of which 2 per token; Mixtral-8x7B's shape (8, 2).
+    {"tiny-moe", 256, 2, 4, 2, 512, 512, 32000, 10000.f, false, "llama", false, 0, 0, 4, 2},
+    {"mixtral-8x7b", 4096, 32, 32, 8, 14336, 32768, 32000, 1000000.f, false, "llama", false, 0, 0, 8, 2},
     // Phi-3's fused Q/K/V and gate/up tensors; Phi-3-mini-4k's shape.
     {"tiny-phi3", 256, 2, 4, 4, 512, 512, 32000, 10000.f, false, "phi3"},
     {"phi3-mini", 3072, 32, 32, 32, 8192, 4096, 32064, 10000.f, false, "phi3"},
@@ -142,6 +146,7 @@ void run_gen(const GenArgs& a) {
   if (p->head_dim) w.set_u32(arch + ".attention.key_length", head_dim), w.set_u32(arch + ".attention.value_length", head_dim);
   w.set_u32(arch + ".rope.dimension_count", head_dim);
   if (p->sliding_window) w.set_u32(arch + ".attention.sliding_window", p->sliding_window);
+  if (p->n_expert) w.set_u32(arch + ".expert_count", p->n_expert), w.set_u32(arch + ".expert_used_count", p->n_expert_used);
   w.set_f32(arch + ".rope.freq_base", p->rope_base);
   w.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
   uint32_t n_vocab = p->n_vocab;
@@ -159,6 +164,21 @@ void run_gen(const GenArgs& a) {
     w.add_tensor(name, t, {ne0, ne1}, [pool, t, ne0, ne1, s, scale](uint8_t* dst, size_t) {
       quantize_tensor(*pool, t, ne0, ne1, [&](int64_t r, float* out) {
         for (int64_t i = 0; i < ne0; i += 2) {  // ne0 is even (a multiple of the block size)
+          normal_pair(s, uint64_t(r * ne0 + i) / 2, out[i], out[i + 1]);
+          out[i] *= scale;
+          out[i + 1] *= scale;
+        }
+      }, dst);
+    });
+  };
+  // n_exp matrices of ne1 x ne0 stacked as one [ne0, ne1, n_exp] tensor (the experts').
+  auto experts = [&](const std::string& name, int64_t ne0, int64_t ne1, int64_t n_exp) {
+    const GgmlType t = tensor_type_for(name, ne0, 2, *target);
+    const uint64_t s = mix(a.seed ^ mix(++stream));
+    const float scale = 1.f / std::sqrt(float(ne0));
+    w.add_tensor(name, t, {ne0, ne1, n_exp}, [pool, t, ne0, ne1, n_exp, s, scale](uint8_t* dst, size_t) {
+      quantize_tensor(*pool, t, ne0, ne1 * n_exp, [&](int64_t r, float* out) {
+        for (int64_t i = 0; i < ne0; i += 2) {
           normal_pair(s, uint64_t(r * ne0 + i) / 2, out[i], out[i + 1]);
           out[i] *= scale;
           out[i + 1] *= scale;
@@ -223,13 +243,23 @@ void run_gen(const GenArgs& a) {
     matrix(b + "attn_output.weight", QD, E);
     if (gemma) norm(b + "post_attention_norm.weight", E);
     norm(b + "ffn_norm.weight", E);
-    if (fused) {
+    if (p->n_expert) {  // the router stays f32 (as llama.cpp's quantiser keeps it)
+      const uint64_t sr = mix(a.seed ^ mix(++stream));
+      const int64_t ne = p->n_expert;
+      w.add_tensor(b + "ffn_gate_inp.weight", GgmlType::F32, {E, ne}, [sr, E, ne](uint8_t* dst, size_t) {
+        float* f = reinterpret_cast<float*>(dst);
+        for (int64_t i = 0; i < E * ne; ++i) f[i] = normal(sr, uint64_t(i)) / std::sqrt(float(E));
+      });
+      experts(b + "ffn_gate_exps.weight", E, p->n_ff, ne);
+      experts(b + "ffn_up_exps.weight", E, p->n_ff, ne);
+      experts(b + "ffn_down_exps.weight", p->n_ff, E, ne);
+    } else if (fused) {
       matrix(b + "ffn_up.weight", E, 2 * int64_t(p->n_ff));  // gate rows, then up rows
     } else {
       matrix(b + "ffn_gate.weight", E, p->n_ff);
       matrix(b + "ffn_up.weight", E, p->n_ff);
     }
-    matrix(b + "ffn_down.weight", p->n_ff, E);
+    if (!p->n_expert) matrix(b + "ffn_down.weight", p->n_ff, E);
     if (gemma) norm(b + "post_ffw_norm.weight", E);
   }
   w.write(output);

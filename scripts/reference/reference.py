@@ -3,7 +3,7 @@
 
 It shares no code with lamina: its own GGUF parser and dequantisers (ggml block layouts), and
 the forward semantics of llama.cpp's build_llama / build_qwen2 / build_qwen3 / build_gemma3 /
-build_phi3 (formats.md section 3): RMSNorm, NORM (llama) or NEOX (the others) RoPE with optional
+build_phi3 (formats.md section 3; Mixtral-style experts): RMSNorm, NORM (llama) or NEOX (the others) RoPE with optional
 rope_freqs, GQA, causal softmax attention, SwiGLU, tied embeddings, QKV biases; per-head q/k
 norms (qwen3, gemma3); phi3's fused QKV and gate/up tensors; gemma3's sqrt(n_embd) embedding
 scale, norms after attention and FFN, GELU (tanh) gate, and sliding-window layers (every sixth
@@ -168,6 +168,7 @@ class Model:
         self.gemma = a == 'gemma3'
         self.scale = 1 / np.sqrt(self.hd)
         self.window, self.pattern, self.base_local = 0, 0, 10000.0
+        self.n_used = u('expert_used_count', 0)
         if self.gemma:
             self.window = u('attention.sliding_window', 0)
             self.pattern = u('attention.sliding_window_pattern', 6)
@@ -189,7 +190,8 @@ class Model:
                 ('bo', 'attn_output.bias'), ('fn', 'ffn_norm.weight'), ('g', 'ffn_gate.weight'),
                 ('u', 'ffn_up.weight'), ('d', 'ffn_down.weight'), ('qn', 'attn_q_norm.weight'),
                 ('kn', 'attn_k_norm.weight'), ('pan', 'post_attention_norm.weight'),
-                ('pfn', 'post_ffw_norm.weight'), ('qkv', 'attn_qkv.weight')]})
+                ('pfn', 'post_ffw_norm.weight'), ('qkv', 'attn_qkv.weight'), ('ri', 'ffn_gate_inp.weight'),
+                ('ge', 'ffn_gate_exps.weight'), ('ue', 'ffn_up_exps.weight'), ('de', 'ffn_down_exps.weight')]})
             w = self.layers[-1]
             if w['qkv'] is not None:  # phi3: Q, K, V rows in one tensor; gate and up rows in ffn_up
                 qd, kvd = self.H * self.hd, self.HKV * self.hd
@@ -223,6 +225,18 @@ class Model:
             a, b = x[..., 0:self.n_rot:2].copy(), x[..., 1:self.n_rot:2].copy()
             x[..., 0:self.n_rot:2], x[..., 1:self.n_rot:2] = a * c - b * s, a * s + b * c
         return x
+
+    def moe(self, h, w):
+        logits = h @ w['ri'].T  # [T, n_expert]
+        p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        p /= p.sum(axis=-1, keepdims=True)
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            top = np.argsort(-p[t], kind='stable')[:self.n_used]
+            for e in top:  # expert e: ge/ue [n_expert, F, E], de [n_expert, E, F]
+                g, u = w['ge'][e] @ h[t], w['ue'][e] @ h[t]
+                out[t] += p[t, e] / p[t, top].sum() * (w['de'][e] @ ((g / (1 + np.exp(-g))) * u))
+        return out
 
     def forward(self, tokens):
         """Appends tokens to the sequence; returns logits [len(tokens), n_vocab]."""
@@ -264,6 +278,9 @@ class Model:
                 o = self.rms(o, w['pan'])
             x = x + o
             h = self.rms(x, w['fn'])
+            if w['ri'] is not None:  # Mixtral-style experts: softmax router, top-k renormalised
+                x = x + self.moe(h, w)
+                continue
             gt = h @ w['g'].T
             if self.gemma:  # GELU, tanh form
                 act = 0.5 * gt * (1 + np.tanh(np.sqrt(2 / np.pi) * (gt + 0.044715 * gt ** 3)))

@@ -112,6 +112,13 @@ class Backend {
   virtual void set_kv_layout(const KvLayout* layout) {
     if (layout) fail("the {} backend does not run several sequences at once yet", name());
   }
+  // Whether add_rows_scaled runs here (mixtures of experts).
+  virtual bool runs_experts() const { return false; }
+  // dst[rows[i]] += scale[i] * src[i]: a mixture of experts' weighted expert outputs back into
+  // the rows of the tokens routed to that expert (rows distinct). `scale` is host memory.
+  virtual void add_rows_scaled(Tensor dst, Tensor src, std::span<const int32_t> rows, std::span<const float> scale) {
+    fail("the {} backend does not run mixtures of experts yet", name());
+  }
   // dst[i] = src[rows[i]]: the rows whose logits a pass wants.
   virtual void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) {
     fail("the {} backend does not gather rows", name());

@@ -80,6 +80,14 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.attn_scale = 1.f / std::sqrt(float(c.head_dim));
   c.qk_norm = c.arch == "qwen3" || c.arch == "gemma3";
   c.fused_qkv_up = c.arch == "phi3";
+  if (f.find(a + "expert_count") && f.require_uint(a + "expert_count") > 0) {
+    if (c.arch != "llama") fail("{}: mixtures of experts run for arch llama only (this file: {})", f.path(), c.arch);
+    c.n_expert = u32("expert_count");
+    c.n_expert_used = f.find(a + "expert_used_count") ? u32("expert_used_count") : 0;
+    if (c.n_expert > 256 || c.n_expert_used == 0 || c.n_expert_used > c.n_expert)
+      fail("{}: expert_count {} and expert_used_count {} must satisfy 0 < used <= count <= 256", f.path(), c.n_expert,
+           c.n_expert_used);
+  }
   if (c.arch == "gemma3") {
     // llama.cpp's reading of a gemma3 file (the file holds RMSNorm weights with Gemma's +1 already added).
     c.embed_scale = std::sqrt(float(c.n_embd));

@@ -36,6 +36,10 @@ struct ModelConfig {
   // up in one (ffn_up [E, 2 F], gate rows first). (Its sliding_window key is ignored, as
   // llama.cpp does.)
   bool fused_qkv_up = false;
+  // Mixture of experts (Mixtral-style llama files: ffn_gate_inp, ffn_{gate,up,down}_exps): each
+  // token's FFN is the sum of its n_expert_used best experts' SwiGLU FFNs, weighted by their
+  // router softmax probabilities renormalised over the chosen ones. 0: a dense FFN.
+  uint32_t n_expert = 0, n_expert_used = 0;
   // Sliding-window layers (gemma3): a local layer's query at position p attends to positions
   // p - window + 1 .. p and rotates with its own RoPE base (no scaling); every swa_pattern-th
   // layer (l % swa_pattern == swa_pattern - 1) is global.

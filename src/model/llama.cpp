@@ -15,7 +15,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <initializer_list>
+#include <numeric>
 #include <tuple>
 #include <unordered_set>
 
@@ -95,6 +97,10 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
   b.checked("output.weight", {E, V}, false);
   b.checked("rope_freqs.weight", {cfg_.n_rot / 2}, false);
   const bool qwen = cfg_.arch == "qwen2", qk = cfg_.qk_norm, post = cfg_.post_norms, fused = cfg_.fused_qkv_up;
+  const int64_t NE = cfg_.n_expert;
+  const bool moe = NE > 0, dense = !moe;
+  if (moe && !be.runs_experts()) fail("{}: the {} backend does not run mixtures of experts yet", f.path(), be.name());
+  if (moe && tp) fail("{}: tensor parallel does not split experts yet", f.path());
   if (f.find_tensor("rope_factors_long.weight") || f.find_tensor("rope_factors_short.weight"))
     fail("{}: LongRoPE (rope_factors_long/short, Phi-3 128k files) is not supported yet", f.path());
   const int64_t HD = cfg_.head_dim;
@@ -111,8 +117,10 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
              {"attn_k.bias", {KVD}, qwen, qwen}, {"attn_v.bias", {KVD}, qwen, qwen},
              {"attn_output.bias", {E}, false, true}, {"attn_q_norm.weight", {HD}, qk, qk},
              {"attn_k_norm.weight", {HD}, qk, qk}, {"post_attention_norm.weight", {E}, post, post},
-             {"ffn_norm.weight", {E}, true, true}, {"ffn_gate.weight", {E, F}, !fused, !fused},
-             {"ffn_up.weight", {E, fused ? 2 * F : F}, true, true}, {"ffn_down.weight", {F, E}, true, true},
+             {"ffn_norm.weight", {E}, true, true}, {"ffn_gate.weight", {E, F}, dense && !fused, dense && !fused},
+             {"ffn_up.weight", {E, fused ? 2 * F : F}, dense, dense}, {"ffn_down.weight", {F, E}, dense, dense},
+             {"ffn_gate_inp.weight", {E, NE}, moe, moe}, {"ffn_gate_exps.weight", {E, F, NE}, moe, moe},
+             {"ffn_up_exps.weight", {E, F, NE}, moe, moe}, {"ffn_down_exps.weight", {F, E, NE}, moe, moe},
              {"post_ffw_norm.weight", {E}, post, post}})
       if (allowed) b.checked(p + name, shape, required);
   }
@@ -162,7 +170,17 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
     if (post) w.post_attn_norm = b.bind(p + "post_attention_norm.weight", {E});
     if (post) w.post_ffn_norm = b.bind(p + "post_ffw_norm.weight", {E});
     w.ffn_norm = b.bind(p + "ffn_norm.weight", {E});
-    if (fused) {  // gate rows first, then up
+    if (moe) {  // expert e: rows e * F .. of the gate and up stacks, e * E .. of the down stack
+      w.gate_inp = be.load_weight(*b.checked(p + "ffn_gate_inp.weight", {E, NE}), WeightUse::Matmul);
+      const GgufTensor* g = b.checked(p + "ffn_gate_exps.weight", {E, F, NE});
+      const GgufTensor* u = b.checked(p + "ffn_up_exps.weight", {E, F, NE});
+      const GgufTensor* d = b.checked(p + "ffn_down_exps.weight", {F, E, NE});
+      for (int64_t e = 0; e < NE; ++e) {
+        w.exp_gate.push_back(be.load_weight(rows_of(*g, e * F, F), WeightUse::Matmul));
+        w.exp_up.push_back(be.load_weight(rows_of(*u, e * F, F), WeightUse::Matmul));
+        w.exp_down.push_back(be.load_weight(rows_of(*d, e * E, E), WeightUse::Matmul));
+      }
+    } else if (fused) {  // gate rows first, then up
       const GgufTensor* t = b.checked(p + "ffn_up.weight", {E, 2 * F});
       w.w_gate = be.load_weight(rows_of(*t, 0, F), WeightUse::Matmul);
       w.w_up = be.load_weight(rows_of(*t, F, F), WeightUse::Matmul);
@@ -170,7 +188,7 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
       w.w_gate = matrix(p + "ffn_gate.weight", {E, F});
       w.w_up = matrix(p + "ffn_up.weight", {E, F});
     }
-    w.w_down = matrix(p + "ffn_down.weight", {F, E});
+    if (dense) w.w_down = matrix(p + "ffn_down.weight", {F, E});
     layers_.push_back(w);
   }
   if (const GgufTensor* rf = f.find_tensor("rope_freqs.weight")) {
@@ -181,10 +199,52 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
   }
 }
 
+void LlamaModel::moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight* next) {
+  Backend& be = be_;
+  const int64_t T = h.rows, NE = cfg_.n_expert, K = cfg_.n_expert_used;
+  const Tensor logits = be.alloc(T, NE);
+  be.matmul(w.gate_inp, h, logits);
+  std::vector<float> p(size_t(T * NE));
+  be.read(logits, p.data());
+  // Per token: softmax over the experts, the K most probable (the lower index first among equal
+  // ones), their probabilities renormalised to sum to 1; grouped by expert.
+  std::vector<std::vector<int32_t>> rows(static_cast<size_t>(NE));
+  std::vector<std::vector<float>> scale(static_cast<size_t>(NE));
+  std::vector<int32_t> order(static_cast<size_t>(NE));
+  for (int64_t t = 0; t < T; ++t) {
+    float* pt = p.data() + t * NE;
+    const float mx = *std::max_element(pt, pt + NE);
+    double sum = 0;
+    for (int64_t e = 0; e < NE; ++e) sum += pt[e] = std::exp(pt[e] - mx);
+    for (int64_t e = 0; e < NE; ++e) pt[e] = float(pt[e] / sum);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [pt](int32_t a, int32_t b) { return pt[a] > pt[b]; });
+    float chosen = 0;
+    for (int64_t k = 0; k < K; ++k) chosen += pt[order[size_t(k)]];
+    for (int64_t k = 0; k < K; ++k) {
+      const int32_t e = order[size_t(k)];
+      rows[size_t(e)].push_back(int32_t(t));
+      scale[size_t(e)].push_back(pt[e] / chosen);
+    }
+  }
+  const int64_t E = cfg_.n_embd, F = n_ff_;
+  for (int64_t e = 0; e < NE; ++e) {
+    const auto& r = rows[size_t(e)];
+    if (r.empty()) continue;
+    const int64_t n = int64_t(r.size());
+    const Tensor hs = be.alloc(n, E), g = be.alloc(n, F), d = be.alloc(n, E);
+    be.copy_rows(h, r, hs);
+    be.ffn_gate_up(w.exp_gate[size_t(e)], w.exp_up[size_t(e)], hs, g, Glu::Silu);
+    be.matmul(w.exp_down[size_t(e)], g, d);
+    be.add_rows_scaled(x, d, r, scale[size_t(e)]);
+  }
+  if (next) be.rmsnorm(x, *next, cfg_.rms_eps, h);
+}
+
 const GgufTensor& LlamaModel::rows_of(const GgufTensor& t, int64_t r0, int64_t n) {
   const size_t rb = row_bytes(t.type, t.ne[0]);
   auto& v = *slices_.emplace_back(std::make_unique<Slice>(Slice{t, {}}));
-  v.tensor.ne[1] = n;
+  v.tensor.ne[1] = n, v.tensor.ne[2] = v.tensor.ne[3] = 1, v.tensor.n_dims = 2;
   v.tensor.data = t.data + size_t(r0) * rb, v.tensor.nbytes = size_t(n) * rb;
   return v.tensor;
 }
@@ -305,8 +365,12 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
     be.rope_attention(int(l), q, k, v, pos, rl, al, qk, att);
     project_add(w.wo, att, w.bo, w.post_attn_norm, x, &w.ffn_norm, h);
     // x += Wdown act(Wgate h) * (Wup h); h = rmsnorm(x) * the next layer's attn_norm (or the output norm)
-    be.ffn_gate_up(w.w_gate, w.w_up, h, gate, cfg_.gelu_ffn ? Glu::Gelu : Glu::Silu);
     const Weight* next = l + 1 < layers_.size() ? &layers_[l + 1].attn_norm : final_norm_fused ? &out_norm_ : nullptr;
+    if (cfg_.n_expert) {
+      moe_ffn(w, h, x, next);
+      continue;
+    }
+    be.ffn_gate_up(w.w_gate, w.w_up, h, gate, cfg_.gelu_ffn ? Glu::Gelu : Glu::Silu);
     project_add(w.w_down, gate, Weight{}, w.post_ffn_norm, x, next, h);
   }
   if (mode == Logits::None) return Tensor{nullptr, 0, n_logits_};

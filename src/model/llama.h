@@ -1,6 +1,7 @@
 // The Llama-family model (arch "llama": Llama 2/3, Mistral, SmolLM2; "qwen2": QKV biases, NEOX
 // RoPE; "qwen3": per-head q/k norms; "gemma3": scaled embeddings, q/k norms, norms after attention
-// and FFN, GELU gate, sliding-window layers; "phi3": fused QKV and gate/up tensors): weights
+// and FFN, GELU gate, sliding-window layers; "phi3": fused QKV and gate/up tensors; Mixtral-style
+// llama files: a mixture of experts): weights
 // bound to a backend, and one forward pass for prompt and decode.
 #pragma once
 
@@ -22,6 +23,9 @@ struct LayerWeights {
   Weight q_norm, k_norm, post_attn_norm;  // qwen3, gemma3 (absent elsewhere)
   Weight ffn_norm, w_gate, w_up, w_down;
   Weight post_ffn_norm;                   // gemma3
+  // A mixture of experts (instead of w_gate, w_up, w_down): the router and each expert's matrices.
+  Weight gate_inp;
+  std::vector<Weight> exp_gate, exp_up, exp_down;
 };
 
 class LlamaModel {
@@ -75,7 +79,12 @@ class LlamaModel {
     std::vector<uint8_t> bytes;
   };
   std::vector<std::unique_ptr<Slice>> slices_;  // (stable addresses: backends may keep pointers)
-  // Rows r0 .. r0 + n of a file tensor as a tensor of its own (a fused tensor's parts; no copy).
+  // x += the token's experts' FFNs of h, weighted (ModelConfig::n_expert), then h = rmsnorm(x) *
+  // next when next is given. The router's probabilities are read to the host, which groups the
+  // tokens by expert.
+  void moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight* next);
+  // Rows r0 .. r0 + n of a file tensor as a tensor of its own (a fused tensor's parts, an
+  // expert's matrix of a stacked [.., .., n_expert] tensor; no copy).
   const GgufTensor& rows_of(const GgufTensor& t, int64_t r0, int64_t n);
 
   void check_inputs(std::span<const int32_t> tokens, std::span<const int32_t> pos) const;

@@ -406,6 +406,15 @@ void CpuBackend::copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst
   }
 }
 
+void CpuBackend::add_rows_scaled(Tensor dst, Tensor src, std::span<const int32_t> rows, std::span<const float> scale) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= dst.rows) fail("add_rows_scaled: row {} of {}", rows[i], dst.rows);
+    float* d = dst.data + int64_t(rows[i]) * dst.cols;
+    const float* s = src.data + int64_t(i) * src.cols;
+    for (int64_t c = 0; c < dst.cols; ++c) d[c] += scale[i] * s[c];
+  }
+}
+
 void CpuBackend::swiglu(Tensor gate, Tensor up) {
   for (int64_t i = 0; i < gate.rows * gate.cols; ++i) {
     const float g = gate.data[i];

@@ -46,6 +46,8 @@ class CpuBackend final : public Backend {
   bool takes_kv_layout() const override { return true; }
   void set_kv_layout(const KvLayout* layout) override { layout_ = layout; }
   void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) override;
+  bool runs_experts() const override { return true; }
+  void add_rows_scaled(Tensor dst, Tensor src, std::span<const int32_t> rows, std::span<const float> scale) override;
 
  private:
   struct Outliers {  // activations handled in f32 by matmul (see cpu_backend.cpp)
