@@ -46,6 +46,9 @@ constexpr Preset kPresets[] = {
     // Mixtral-style experts: 4 of which 2 per token; Mixtral-8x7B's shape (8, 2).
     {"tiny-moe", 256, 2, 4, 2, 512, 512, 32000, 10000.f, false, "llama", false, 0, 0, 4, 2},
     {"mixtral-8x7b", 4096, 32, 32, 8, 14336, 32768, 32000, 1000000.f, false, "llama", false, 0, 0, 8, 2},
+    // Qwen 3's experts (q/k norms; 8 of which 2 here; Qwen3-30B-A3B has 128 of width 768, 8 per token).
+    {"tiny-qwen3moe", 256, 2, 4, 2, 128, 512, 32000, 1000000.f, false, "qwen3moe", false, 0, 0, 8, 2},
+    {"qwen3-30b-a3b", 2048, 48, 32, 4, 768, 40960, 151936, 1000000.f, false, "qwen3moe", false, 128, 0, 128, 8},
     // Phi-3's fused Q/K/V and gate/up tensors; Phi-3-mini-4k's shape.
     {"tiny-phi3", 256, 2, 4, 4, 512, 512, 32000, 10000.f, false, "phi3"},
     {"phi3-mini", 3072, 32, 32, 32, 8192, 4096, 32064, 10000.f, false, "phi3"},
@@ -147,6 +150,7 @@ void run_gen(const GenArgs& a) {
   w.set_u32(arch + ".rope.dimension_count", head_dim);
   if (p->sliding_window) w.set_u32(arch + ".attention.sliding_window", p->sliding_window);
   if (p->n_expert) w.set_u32(arch + ".expert_count", p->n_expert), w.set_u32(arch + ".expert_used_count", p->n_expert_used);
+  if (arch == "qwen3moe") w.set_u32(arch + ".expert_feed_forward_length", p->n_ff);
   w.set_f32(arch + ".rope.freq_base", p->rope_base);
   w.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
   uint32_t n_vocab = p->n_vocab;
@@ -236,7 +240,7 @@ void run_gen(const GenArgs& a) {
       bias(b + "attn_k.bias", KV);
       bias(b + "attn_v.bias", KV);
     }
-    if (arch == "qwen3" || gemma) {
+    if (arch == "qwen3" || arch == "qwen3moe" || gemma) {
       norm(b + "attn_q_norm.weight", hd);
       norm(b + "attn_k_norm.weight", hd);
     }

@@ -3,7 +3,7 @@
 
 It shares no code with lamina: its own GGUF parser and dequantisers (ggml block layouts), and
 the forward semantics of llama.cpp's build_llama / build_qwen2 / build_qwen3 / build_gemma3 /
-build_phi3 (formats.md section 3; Mixtral-style experts): RMSNorm, NORM (llama) or NEOX (the others) RoPE with optional
+build_phi3 (formats.md section 3; Mixtral-style and qwen3moe experts): RMSNorm, NORM (llama) or NEOX (the others) RoPE with optional
 rope_freqs, GQA, causal softmax attention, SwiGLU, tied embeddings, QKV biases; per-head q/k
 norms (qwen3, gemma3); phi3's fused QKV and gate/up tensors; gemma3's sqrt(n_embd) embedding
 scale, norms after attention and FFN, GELU (tanh) gate, and sliding-window layers (every sixth
@@ -150,7 +150,7 @@ class Model:
     def __init__(self, path, kv_f16=True):
         kv, T = load_gguf(path)
         a = kv['general.architecture']
-        assert a in ('llama', 'qwen2', 'qwen3', 'gemma3', 'phi3'), a
+        assert a in ('llama', 'qwen2', 'qwen3', 'qwen3moe', 'gemma3', 'phi3'), a
 
         def u(key, default=None):
             v = kv.get(f'{a}.{key}', default)

@@ -9,7 +9,7 @@ namespace lamina {
 class GgufFile;
 
 struct ModelConfig {
-  std::string arch;          // "llama", "qwen2", "qwen3", "gemma3" or "phi3"
+  std::string arch;          // "llama", "qwen2", "qwen3", "qwen3moe", "gemma3" or "phi3"
   std::string name;          // general.name, if any
   uint32_t n_ctx_train = 0;  // {arch}.context_length
   uint32_t n_embd = 0;
@@ -36,7 +36,8 @@ struct ModelConfig {
   // up in one (ffn_up [E, 2 F], gate rows first). (Its sliding_window key is ignored, as
   // llama.cpp does.)
   bool fused_qkv_up = false;
-  // Mixture of experts (Mixtral-style llama files: ffn_gate_inp, ffn_{gate,up,down}_exps): each
+  // Mixture of experts (Mixtral-style llama files and qwen3moe: ffn_gate_inp,
+  // ffn_{gate,up,down}_exps; n_ff is then the experts' width, expert_feed_forward_length): each
   // token's FFN is the sum of its n_expert_used best experts' SwiGLU FFNs, weighted by their
   // router softmax probabilities renormalised over the chosen ones. 0: a dense FFN.
   uint32_t n_expert = 0, n_expert_used = 0;
