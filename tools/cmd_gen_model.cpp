@@ -48,6 +48,8 @@ constexpr Preset kPresets[] = {
     {"mixtral-8x7b", 4096, 32, 32, 8, 14336, 32768, 32000, 1000000.f, false, "llama", false, 0, 0, 8, 2},
     // Qwen 3's experts (q/k norms; 8 of which 2 here; Qwen3-30B-A3B has 128 of width 768, 8 per token).
     {"tiny-qwen3moe", 256, 2, 4, 2, 128, 512, 32000, 1000000.f, false, "qwen3moe", false, 0, 0, 8, 2},
+    // Qwen 2's experts: QKV biases, the routed experts' weights not renormalised, a shared expert.
+    {"tiny-qwen2moe", 256, 2, 4, 2, 128, 512, 32000, 1000000.f, false, "qwen2moe", false, 0, 0, 8, 2},
     {"qwen3-30b-a3b", 2048, 48, 32, 4, 768, 40960, 151936, 1000000.f, false, "qwen3moe", false, 128, 0, 128, 8},
     // Phi-3's fused Q/K/V and gate/up tensors; Phi-3-mini-4k's shape.
     {"tiny-phi3", 256, 2, 4, 4, 512, 512, 32000, 10000.f, false, "phi3"},
@@ -150,7 +152,8 @@ void run_gen(const GenArgs& a) {
   w.set_u32(arch + ".rope.dimension_count", head_dim);
   if (p->sliding_window) w.set_u32(arch + ".attention.sliding_window", p->sliding_window);
   if (p->n_expert) w.set_u32(arch + ".expert_count", p->n_expert), w.set_u32(arch + ".expert_used_count", p->n_expert_used);
-  if (arch == "qwen3moe") w.set_u32(arch + ".expert_feed_forward_length", p->n_ff);
+  if (arch == "qwen3moe" || arch == "qwen2moe") w.set_u32(arch + ".expert_feed_forward_length", p->n_ff);
+  if (arch == "qwen2moe") w.set_u32(arch + ".expert_shared_feed_forward_length", 2 * p->n_ff);
   w.set_f32(arch + ".rope.freq_base", p->rope_base);
   w.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
   uint32_t n_vocab = p->n_vocab;
@@ -235,7 +238,7 @@ void run_gen(const GenArgs& a) {
       matrix(b + "attn_k.weight", E, KV);
       matrix(b + "attn_v.weight", E, KV);
     }
-    if (arch == "qwen2") {
+    if (arch == "qwen2" || arch == "qwen2moe") {
       bias(b + "attn_q.bias", QD);
       bias(b + "attn_k.bias", KV);
       bias(b + "attn_v.bias", KV);
@@ -257,6 +260,12 @@ void run_gen(const GenArgs& a) {
       experts(b + "ffn_gate_exps.weight", E, p->n_ff, ne);
       experts(b + "ffn_up_exps.weight", E, p->n_ff, ne);
       experts(b + "ffn_down_exps.weight", p->n_ff, E, ne);
+      if (arch == "qwen2moe") {  // the shared expert (twice the routed width) and its gate
+        bias(b + "ffn_gate_inp_shexp.weight", E);
+        matrix(b + "ffn_gate_shexp.weight", E, 2 * p->n_ff);
+        matrix(b + "ffn_up_shexp.weight", E, 2 * p->n_ff);
+        matrix(b + "ffn_down_shexp.weight", 2 * p->n_ff, E);
+      }
     } else if (fused) {
       matrix(b + "ffn_up.weight", E, 2 * int64_t(p->n_ff));  // gate rows, then up rows
     } else {

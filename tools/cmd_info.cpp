@@ -31,7 +31,7 @@ void run_info(const InfoArgs& a) {
   fmt::print("architecture:  {}\n", arch);
   if (auto name = f.get_string("general.name")) fmt::print("name:          {}\n", *name);
 
-  const bool known = arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3" ||
+  const bool known = arch == "llama" || arch == "qwen2" || arch == "qwen2moe" || arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3" ||
                      arch == "phi3";
   if (known) {
     const ModelConfig c = ModelConfig::from_gguf(f);

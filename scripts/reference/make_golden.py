@@ -55,7 +55,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     wanted = lambda name: not a.only or any(name.startswith(p) for p in a.only)
     cases = []
-    tiny = [('tiny', t) for t in TYPES] + [(p, t) for p in ('tiny-qwen2', 'tiny-llama3', 'tiny-qwen3', 'tiny-gemma3', 'tiny-phi3', 'tiny-moe', 'tiny-qwen3moe')
+    tiny = [('tiny', t) for t in TYPES] + [(p, t) for p in ('tiny-qwen2', 'tiny-llama3', 'tiny-qwen3', 'tiny-gemma3', 'tiny-phi3', 'tiny-moe', 'tiny-qwen3moe', 'tiny-qwen2moe')
                                            for t in ('f16', 'q8_0')]
     with tempfile.TemporaryDirectory() as tmp:
         for preset, t in tiny:

@@ -3,7 +3,7 @@
 
 It shares no code with lamina: its own GGUF parser and dequantisers (ggml block layouts), and
 the forward semantics of llama.cpp's build_llama / build_qwen2 / build_qwen3 / build_gemma3 /
-build_phi3 (formats.md section 3; Mixtral-style and qwen3moe experts): RMSNorm, NORM (llama) or NEOX (the others) RoPE with optional
+build_phi3 (formats.md section 3; Mixtral-style, qwen2moe and qwen3moe experts): RMSNorm, NORM (llama) or NEOX (the others) RoPE with optional
 rope_freqs, GQA, causal softmax attention, SwiGLU, tied embeddings, QKV biases; per-head q/k
 norms (qwen3, gemma3); phi3's fused QKV and gate/up tensors; gemma3's sqrt(n_embd) embedding
 scale, norms after attention and FFN, GELU (tanh) gate, and sliding-window layers (every sixth
@@ -150,7 +150,7 @@ class Model:
     def __init__(self, path, kv_f16=True):
         kv, T = load_gguf(path)
         a = kv['general.architecture']
-        assert a in ('llama', 'qwen2', 'qwen3', 'qwen3moe', 'gemma3', 'phi3'), a
+        assert a in ('llama', 'qwen2', 'qwen2moe', 'qwen3', 'qwen3moe', 'gemma3', 'phi3'), a
 
         def u(key, default=None):
             v = kv.get(f'{a}.{key}', default)
@@ -164,11 +164,12 @@ class Model:
         self.base = u('rope.freq_base', 10000.0)
         factor = u('rope.scaling.factor', None)
         self.freq_scale = 1.0 / factor if factor else 1.0
-        self.neox = a != 'llama'
+        self.neox = a != 'llama'  # (qwen2moe too)
         self.gemma = a == 'gemma3'
         self.scale = 1 / np.sqrt(self.hd)
         self.window, self.pattern, self.base_local = 0, 0, 10000.0
         self.n_used = u('expert_used_count', 0)
+        self.norm_topk = a != 'qwen2moe'  # qwen2moe: the routed weights are not renormalised
         if self.gemma:
             self.window = u('attention.sliding_window', 0)
             self.pattern = u('attention.sliding_window_pattern', 6)
@@ -191,7 +192,9 @@ class Model:
                 ('u', 'ffn_up.weight'), ('d', 'ffn_down.weight'), ('qn', 'attn_q_norm.weight'),
                 ('kn', 'attn_k_norm.weight'), ('pan', 'post_attention_norm.weight'),
                 ('pfn', 'post_ffw_norm.weight'), ('qkv', 'attn_qkv.weight'), ('ri', 'ffn_gate_inp.weight'),
-                ('ge', 'ffn_gate_exps.weight'), ('ue', 'ffn_up_exps.weight'), ('de', 'ffn_down_exps.weight')]})
+                ('ge', 'ffn_gate_exps.weight'), ('ue', 'ffn_up_exps.weight'), ('de', 'ffn_down_exps.weight'),
+                ('sgi', 'ffn_gate_inp_shexp.weight'), ('sg', 'ffn_gate_shexp.weight'), ('su', 'ffn_up_shexp.weight'),
+                ('sd', 'ffn_down_shexp.weight')]})
             w = self.layers[-1]
             if w['qkv'] is not None:  # phi3: Q, K, V rows in one tensor; gate and up rows in ffn_up
                 qd, kvd = self.H * self.hd, self.HKV * self.hd
@@ -235,7 +238,12 @@ class Model:
             top = np.argsort(-p[t], kind='stable')[:self.n_used]
             for e in top:  # expert e: ge/ue [n_expert, F, E], de [n_expert, E, F]
                 g, u = w['ge'][e] @ h[t], w['ue'][e] @ h[t]
-                out[t] += p[t, e] / p[t, top].sum() * (w['de'][e] @ ((g / (1 + np.exp(-g))) * u))
+                norm = p[t, top].sum() if self.norm_topk else 1.0
+                out[t] += p[t, e] / norm * (w['de'][e] @ ((g / (1 + np.exp(-g))) * u))
+        if w['sgi'] is not None:  # qwen2moe's shared expert, gated by a sigmoid
+            gate = 1 / (1 + np.exp(-(h @ w['sgi'])))
+            g, u = h @ w['sg'].T, h @ w['su'].T
+            out += gate[:, None] * (((g / (1 + np.exp(-g))) * u) @ w['sd'].T)
         return out
 
     def forward(self, tokens):

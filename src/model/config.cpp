@@ -11,10 +11,10 @@ namespace lamina {
 ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   ModelConfig c;
   c.arch = f.require_string("general.architecture");
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe" && c.arch != "gemma3" &&
-      c.arch != "phi3")
-    fail("{}: architecture '{}' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3, phi3)", f.path(),
-         c.arch);
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen2moe" && c.arch != "qwen3" && c.arch != "qwen3moe" &&
+      c.arch != "gemma3" && c.arch != "phi3")
+    fail("{}: architecture '{}' is not supported (supported: llama, qwen2, qwen2moe, qwen3, qwen3moe, gemma3, phi3)",
+         f.path(), c.arch);
   c.name = f.get_string("general.name").value_or("");
   const std::string a = c.arch + ".";
   auto u32 = [&](const std::string& key) -> uint32_t {
@@ -82,13 +82,17 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.attn_scale = 1.f / std::sqrt(float(c.head_dim));
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "gemma3";
   c.fused_qkv_up = c.arch == "phi3";
-  if (c.arch == "qwen3moe" && !f.find(a + "expert_count")) fail("{}: arch qwen3moe without {}expert_count", f.path(), a);
+  if ((c.arch == "qwen3moe" || c.arch == "qwen2moe") && !f.find(a + "expert_count"))
+    fail("{}: arch {} without {}expert_count", f.path(), c.arch, a);
   if (f.find(a + "expert_count") && f.require_uint(a + "expert_count") > 0) {
-    if (c.arch != "llama" && c.arch != "qwen3moe")
-      fail("{}: mixtures of experts run for archs llama and qwen3moe only (this file: {})", f.path(), c.arch);
+    if (c.arch != "llama" && c.arch != "qwen2moe" && c.arch != "qwen3moe")
+      fail("{}: mixtures of experts run for archs llama, qwen2moe and qwen3moe only (this file: {})", f.path(), c.arch);
     c.n_expert = u32("expert_count");
     // qwen3moe: the experts' FFN width (there is no dense FFN beside them)
     if (f.find(a + "expert_feed_forward_length")) c.n_ff = u32("expert_feed_forward_length");
+    // qwen2moe: a shared expert beside the routed ones, and the routed weights not renormalised
+    c.moe_norm_topk = c.arch != "qwen2moe";
+    if (c.arch == "qwen2moe") c.n_ff_shared = u32("expert_shared_feed_forward_length");
     c.n_expert_used = f.find(a + "expert_used_count") ? u32("expert_used_count") : 0;
     if (c.n_expert > 256 || c.n_expert_used == 0 || c.n_expert_used > c.n_expert)
       fail("{}: expert_count {} and expert_used_count {} must satisfy 0 < used <= count <= 256", f.path(), c.n_expert,

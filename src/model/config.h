@@ -9,7 +9,7 @@ namespace lamina {
 class GgufFile;
 
 struct ModelConfig {
-  std::string arch;          // "llama", "qwen2", "qwen3", "qwen3moe", "gemma3" or "phi3"
+  std::string arch;          // "llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma3" or "phi3"
   std::string name;          // general.name, if any
   uint32_t n_ctx_train = 0;  // {arch}.context_length
   uint32_t n_embd = 0;
@@ -41,6 +41,10 @@ struct ModelConfig {
   // token's FFN is the sum of its n_expert_used best experts' SwiGLU FFNs, weighted by their
   // router softmax probabilities renormalised over the chosen ones. 0: a dense FFN.
   uint32_t n_expert = 0, n_expert_used = 0;
+  bool moe_norm_topk = true;    // renormalise the chosen experts' probabilities (not qwen2moe)
+  // qwen2moe: a shared expert (ffn_{gate,up,down}_shexp of this width) added to every token,
+  // weighted by sigmoid(ffn_gate_inp_shexp . h). 0: none.
+  uint32_t n_ff_shared = 0;
   // Sliding-window layers (gemma3): a local layer's query at position p attends to positions
   // p - window + 1 .. p and rotates with its own RoPE base (no scaling); every swa_pattern-th
   // layer (l % swa_pattern == swa_pattern - 1) is global.

@@ -96,8 +96,8 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
   b.checked("output_norm.weight", {E});
   b.checked("output.weight", {E, V}, false);
   b.checked("rope_freqs.weight", {cfg_.n_rot / 2}, false);
-  const bool qwen = cfg_.arch == "qwen2", qk = cfg_.qk_norm, post = cfg_.post_norms, fused = cfg_.fused_qkv_up;
-  const int64_t NE = cfg_.n_expert;
+  const bool qwen = cfg_.arch == "qwen2" || cfg_.arch == "qwen2moe", qk = cfg_.qk_norm, post = cfg_.post_norms, fused = cfg_.fused_qkv_up;
+  const int64_t NE = cfg_.n_expert, FS = cfg_.n_ff_shared;
   const bool moe = NE > 0, dense = !moe;
   if (moe && !be.runs_experts()) fail("{}: the {} backend does not run mixtures of experts yet", f.path(), be.name());
   if (moe && tp) fail("{}: tensor parallel does not split experts yet", f.path());
@@ -121,6 +121,8 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
              {"ffn_up.weight", {E, fused ? 2 * F : F}, dense, dense}, {"ffn_down.weight", {F, E}, dense, dense},
              {"ffn_gate_inp.weight", {E, NE}, moe, moe}, {"ffn_gate_exps.weight", {E, F, NE}, moe, moe},
              {"ffn_up_exps.weight", {E, F, NE}, moe, moe}, {"ffn_down_exps.weight", {F, E, NE}, moe, moe},
+             {"ffn_gate_inp_shexp.weight", {E}, FS > 0, FS > 0}, {"ffn_gate_shexp.weight", {E, FS}, FS > 0, FS > 0},
+             {"ffn_up_shexp.weight", {E, FS}, FS > 0, FS > 0}, {"ffn_down_shexp.weight", {FS, E}, FS > 0, FS > 0},
              {"post_ffw_norm.weight", {E}, post, post}})
       if (allowed) b.checked(p + name, shape, required);
   }
@@ -180,6 +182,14 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
         w.exp_up.push_back(be.load_weight(rows_of(*u, e * F, F), WeightUse::Matmul));
         w.exp_down.push_back(be.load_weight(rows_of(*d, e * E, E), WeightUse::Matmul));
       }
+      if (FS) {  // the shared expert's gate: one output row
+        GgufTensor gi = *b.checked(p + "ffn_gate_inp_shexp.weight", {E});
+        gi.n_dims = 2, gi.ne[1] = 1;
+        w.shared_gate_inp = be.load_weight(gi, WeightUse::Matmul);
+        w.shared_gate = matrix(p + "ffn_gate_shexp.weight", {E, FS});
+        w.shared_up = matrix(p + "ffn_up_shexp.weight", {E, FS});
+        w.shared_down = matrix(p + "ffn_down_shexp.weight", {FS, E});
+      }
     } else if (fused) {  // gate rows first, then up
       const GgufTensor* t = b.checked(p + "ffn_up.weight", {E, 2 * F});
       w.w_gate = be.load_weight(rows_of(*t, 0, F), WeightUse::Matmul);
@@ -221,6 +231,7 @@ void LlamaModel::moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight
     std::stable_sort(order.begin(), order.end(), [pt](int32_t a, int32_t b) { return pt[a] > pt[b]; });
     float chosen = 0;
     for (int64_t k = 0; k < K; ++k) chosen += pt[order[size_t(k)]];
+    if (!cfg_.moe_norm_topk) chosen = 1.f;
     for (int64_t k = 0; k < K; ++k) {
       const int32_t e = order[size_t(k)];
       rows[size_t(e)].push_back(int32_t(t));
@@ -237,6 +248,19 @@ void LlamaModel::moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight
     be.ffn_gate_up(w.exp_gate[size_t(e)], w.exp_up[size_t(e)], hs, g, Glu::Silu);
     be.matmul(w.exp_down[size_t(e)], g, d);
     be.add_rows_scaled(x, d, r, scale[size_t(e)]);
+  }
+  if (w.shared_gate_inp) {  // every token: sigmoid(gate . h) * the shared expert's FFN of h
+    const int64_t FS = cfg_.n_ff_shared;
+    const Tensor gl = be.alloc(T, 1), g = be.alloc(T, FS), d = be.alloc(T, E);
+    be.matmul(w.shared_gate_inp, h, gl);
+    std::vector<float> s(static_cast<size_t>(T));
+    be.read(gl, s.data());
+    for (float& v : s) v = 1.f / (1.f + std::exp(-v));
+    std::vector<int32_t> all(static_cast<size_t>(T));
+    std::iota(all.begin(), all.end(), 0);
+    be.ffn_gate_up(w.shared_gate, w.shared_up, h, g, Glu::Silu);
+    be.matmul(w.shared_down, g, d);
+    be.add_rows_scaled(x, d, all, s);
   }
   if (next) be.rmsnorm(x, *next, cfg_.rms_eps, h);
 }

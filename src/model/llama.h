@@ -26,6 +26,7 @@ struct LayerWeights {
   // A mixture of experts (instead of w_gate, w_up, w_down): the router and each expert's matrices.
   Weight gate_inp;
   std::vector<Weight> exp_gate, exp_up, exp_down;
+  Weight shared_gate_inp, shared_gate, shared_up, shared_down;  // qwen2moe's shared expert
 };
 
 class LlamaModel {
