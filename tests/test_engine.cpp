@@ -38,13 +38,15 @@ std::vector<int32_t> alone(Session& s, const Request& r) {
 
 class EngineTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    // one file per process: ctest runs each test in its own, in parallel
-    path_ = ::testing::TempDir() + "/lamina-engine-tiny-q8_0-" + std::to_string(getpid()) + ".gguf";
-    shell(std::string(LAMINA_CLI) + " gen-model --preset tiny --type q8_0 --vocab '" + kVocab + "' --seed 7 -o '" + path_ +
-          "' 2>&1");
-  }
+  static void SetUpTestSuite() { generate("tiny"); }
   static void TearDownTestSuite() { std::filesystem::remove(path_); }
+  // The suite's model: a gen-model preset in q8_0, one file per process (ctest runs each test in
+  // its own, in parallel).
+  static void generate(const std::string& preset) {
+    path_ = ::testing::TempDir() + "/lamina-engine-" + preset + "-q8_0-" + std::to_string(getpid()) + ".gguf";
+    shell(std::string(LAMINA_CLI) + " gen-model --preset " + preset + " --type q8_0 --vocab '" + kVocab + "' --seed 7 -o '" +
+          path_ + "' 2>&1");
+  }
 
   static SessionOptions options(int n_ctx) {
     SessionOptions o;
@@ -79,6 +81,23 @@ class EngineTest : public ::testing::Test {
     }
   };
 
+  // Requests of these prompt lengths (greedy and sampled in turn), `max_tokens` each, prompts in
+  // chunks of at most 16 step tokens beside decode rows: each gives what it gives alone.
+  static void expect_each_as_alone(std::initializer_list<int> lens, int max_tokens, unsigned seed) {
+    Session es(options(512)), ref(options(512));
+    EngineOptions eo;
+    eo.schedule.max_step_tokens = 16;
+    Engine engine(es, eo);
+    std::mt19937 rng(seed);
+    std::vector<Request> reqs;
+    for (int len : lens) reqs.push_back(request(rng, len, max_tokens, reqs.size() % 2 == 1, seed * 100 + reqs.size()));
+    Streams st;
+    std::vector<int64_t> ids;
+    for (const Request& r : reqs) ids.push_back(engine.submit(r, st.callback()));
+    engine.run_until_idle();
+    for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(st.tokens[ids[i]], alone(ref, reqs[i])) << "request " << i;
+    EXPECT_EQ(engine.kv().used_blocks(), 0);
+  }
   static inline std::string path_;
 };
 
@@ -107,59 +126,22 @@ TEST_F(EngineTest, ManyRequestsGiveWhatEachGivesAlone) {
 }
 
 // Gemma 3 on the paged cache: the tiny model's local layers see the last 4 positions only (its
-// sliding window), its global layer all of them; prompts longer than the window, in chunks
-// beside decode rows, greedy and sampled, give what each gives alone.
+// sliding window), its global layer all of them; prompts longer than the window.
 class EngineGemma3Test : public EngineTest {
  protected:
-  static void SetUpTestSuite() {
-    path_ = ::testing::TempDir() + "/lamina-engine-tiny-gemma3-" + std::to_string(getpid()) + ".gguf";
-    shell(std::string(LAMINA_CLI) + " gen-model --preset tiny-gemma3 --type q8_0 --vocab '" + kVocab +
-          "' --seed 7 -o '" + path_ + "' 2>&1");
-  }
+  static void SetUpTestSuite() { generate("tiny-gemma3"); }
 };
 
-TEST_F(EngineGemma3Test, ManyRequestsGiveWhatEachGivesAlone) {
-  Session es(options(512)), ref(options(512));
-  EngineOptions eo;
-  eo.schedule.max_step_tokens = 16;
-  Engine engine(es, eo);
-  std::mt19937 rng(3);
-  std::vector<Request> reqs;
-  for (int len : {2, 9, 30, 5, 21}) reqs.push_back(request(rng, len, 12, reqs.size() % 2 == 1, 200 + reqs.size()));
-  Streams st;
-  std::vector<int64_t> ids;
-  for (const Request& r : reqs) ids.push_back(engine.submit(r, st.callback()));
-  engine.run_until_idle();
-  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(st.tokens[ids[i]], alone(ref, reqs[i])) << "request " << i;
-  EXPECT_EQ(engine.kv().used_blocks(), 0);
-}
+TEST_F(EngineGemma3Test, ManyRequestsGiveWhatEachGivesAlone) { expect_each_as_alone({2, 9, 30, 5, 21}, 12, 3); }
 
 // A mixture of experts (4 experts, 2 per token): the router groups a pass's rows by expert, so a
-// batch mixes tokens of several sequences in each expert's matmuls; each request still gives
-// what it gives alone.
+// batch mixes tokens of several sequences in each expert's matmuls.
 class EngineMoeTest : public EngineTest {
  protected:
-  static void SetUpTestSuite() {
-    path_ = ::testing::TempDir() + "/lamina-engine-tiny-moe-" + std::to_string(getpid()) + ".gguf";
-    shell(std::string(LAMINA_CLI) + " gen-model --preset tiny-moe --type q8_0 --vocab '" + kVocab + "' --seed 7 -o '" +
-          path_ + "' 2>&1");
-  }
+  static void SetUpTestSuite() { generate("tiny-moe"); }
 };
 
-TEST_F(EngineMoeTest, ManyRequestsGiveWhatEachGivesAlone) {
-  Session es(options(512)), ref(options(512));
-  EngineOptions eo;
-  eo.schedule.max_step_tokens = 16;
-  Engine engine(es, eo);
-  std::mt19937 rng(5);
-  std::vector<Request> reqs;
-  for (int len : {3, 12, 25, 7}) reqs.push_back(request(rng, len, 10, reqs.size() % 2 == 1, 300 + reqs.size()));
-  Streams st;
-  std::vector<int64_t> ids;
-  for (const Request& r : reqs) ids.push_back(engine.submit(r, st.callback()));
-  engine.run_until_idle();
-  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(st.tokens[ids[i]], alone(ref, reqs[i])) << "request " << i;
-}
+TEST_F(EngineMoeTest, ManyRequestsGiveWhatEachGivesAlone) { expect_each_as_alone({3, 12, 25, 7}, 10, 5); }
 
 TEST_F(EngineTest, CachedPrefixesAreNotComputedAgain) {
   Session es(options(512)), ref(options(512));
