@@ -18,6 +18,13 @@ using json = nlohmann::json;
 inline const std::string kGolden = std::string(LAMINA_TEST_DATA) + "/../golden";
 inline const std::string kVocab = std::string(LAMINA_SHARED_DIR) + "/data/vocab/ggml-vocab-llama-spm.gguf";
 
+// A case name as a gtest parameter name ('-' is not allowed there): "tiny-q8_0" -> "tiny_q8_0".
+inline std::string case_param_name(const std::string& name) {
+  std::string n = name;
+  for (char& ch : n) if (ch == '-') ch = '_';
+  return n;
+}
+
 inline json manifest() {
   std::ifstream in(kGolden + "/golden.json");
   return json::parse(in);

@@ -77,11 +77,7 @@ INSTANTIATE_TEST_SUITE_P(Models, GoldenTiny,
                                            "tiny-llama3-f16", "tiny-llama3-q8_0", "tiny-qwen3-f16", "tiny-qwen3-q8_0",
                                            "tiny-gemma3-f16", "tiny-gemma3-q8_0", "tiny-phi3-f16", "tiny-phi3-q8_0", "tiny-moe-f16", "tiny-moe-q8_0", "tiny-qwen3moe-f16",
                                            "tiny-qwen3moe-q8_0", "tiny-qwen2moe-f16", "tiny-qwen2moe-q8_0"),
-                         [](const auto& param_info) {
-                           std::string n = param_info.param;
-                           for (char& ch : n) if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         [](const auto& param_info) { return case_param_name(param_info.param); });
 
 // A real model's case: "smollm2-pN" (the default model) or "gemma3-pN" (Gemma 3 270M).
 class GoldenReal : public ::testing::TestWithParam<std::string> {
@@ -145,10 +141,6 @@ TEST_P(GoldenReal, GreedyTokensMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(Prompts, GoldenReal,
                          ::testing::Values("smollm2-p0", "smollm2-p1", "smollm2-p2", "gemma3-p0", "gemma3-p1", "gemma3-p2"),
-                         [](const auto& param_info) {
-                           std::string n = param_info.param;
-                           for (char& ch : n) if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         [](const auto& param_info) { return case_param_name(param_info.param); });
 
 }  // namespace

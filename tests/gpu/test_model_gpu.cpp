@@ -154,11 +154,7 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaTiny,
                                            "tiny-q4_K", "tiny-q6_K", "tiny-qwen2-f16", "tiny-qwen2-q8_0",
                                            "tiny-llama3-f16", "tiny-llama3-q8_0", "tiny-qwen3-f16", "tiny-qwen3-q8_0",
                                            "tiny-gemma3-f16", "tiny-gemma3-q8_0", "tiny-phi3-f16", "tiny-phi3-q8_0"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& ch : n) if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         [](const auto& info) { return case_param_name(info.param); });
 
 // Greedy tokens with GPU sampling (Session::eval_sample).
 std::vector<int32_t> greedy(Session& s, const std::vector<int32_t>& prompt, size_t n) {
@@ -227,11 +223,7 @@ TEST_P(CudaReal, GreedyTokens) {
 
 INSTANTIATE_TEST_SUITE_P(Prompts, CudaReal,
                          ::testing::Values("smollm2-p0", "smollm2-p1", "smollm2-p2", "gemma3-p0", "gemma3-p1", "gemma3-p2"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& ch : n) if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         [](const auto& info) { return case_param_name(info.param); });
 
 // Gemma 3 270M past its sliding window (512 positions): a 700-token prompt and 8 decode steps,
 // CUDA against CPU, exact (f32 activations) and fast; the local layers' window and RoPE base
