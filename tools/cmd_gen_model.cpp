@@ -164,12 +164,16 @@ void run_gen(const GenArgs& a) {
   auto pool = std::make_shared<ThreadPool>(threads_to_run(a.threads));
   uint64_t stream = 0;
   // Matrices ~ N(0, 1/sqrt(fan_in)) keep activations O(1); norms ~ 1 + N(0, 0.1).
-  auto matrix = [&](const std::string& name, int64_t ne0, int64_t ne1) {
+  // ne1 x ne0 values, or n_exp such matrices stacked as one [ne0, ne1, n_exp] tensor (experts').
+  auto matrix = [&](const std::string& name, int64_t ne0, int64_t ne1, int64_t n_exp = 1) {
     const GgmlType t = tensor_type_for(name, ne0, 2, *target);
     const uint64_t s = mix(a.seed ^ mix(++stream));
     const float scale = 1.f / std::sqrt(float(ne0));
-    w.add_tensor(name, t, {ne0, ne1}, [pool, t, ne0, ne1, s, scale](uint8_t* dst, size_t) {
-      quantize_tensor(*pool, t, ne0, ne1, [&](int64_t r, float* out) {
+    const int64_t rows = ne1 * n_exp;
+    std::vector<int64_t> shape = {ne0, ne1};
+    if (n_exp > 1) shape.push_back(n_exp);
+    w.add_tensor(name, t, shape, [pool, t, ne0, rows, s, scale](uint8_t* dst, size_t) {
+      quantize_tensor(*pool, t, ne0, rows, [&](int64_t r, float* out) {
         for (int64_t i = 0; i < ne0; i += 2) {  // ne0 is even (a multiple of the block size)
           normal_pair(s, uint64_t(r * ne0 + i) / 2, out[i], out[i + 1]);
           out[i] *= scale;
@@ -178,21 +182,8 @@ void run_gen(const GenArgs& a) {
       }, dst);
     });
   };
-  // n_exp matrices of ne1 x ne0 stacked as one [ne0, ne1, n_exp] tensor (the experts').
-  auto experts = [&](const std::string& name, int64_t ne0, int64_t ne1, int64_t n_exp) {
-    const GgmlType t = tensor_type_for(name, ne0, 2, *target);
-    const uint64_t s = mix(a.seed ^ mix(++stream));
-    const float scale = 1.f / std::sqrt(float(ne0));
-    w.add_tensor(name, t, {ne0, ne1, n_exp}, [pool, t, ne0, ne1, n_exp, s, scale](uint8_t* dst, size_t) {
-      quantize_tensor(*pool, t, ne0, ne1 * n_exp, [&](int64_t r, float* out) {
-        for (int64_t i = 0; i < ne0; i += 2) {
-          normal_pair(s, uint64_t(r * ne0 + i) / 2, out[i], out[i + 1]);
-          out[i] *= scale;
-          out[i + 1] *= scale;
-        }
-      }, dst);
-    });
-  };
+
+
   auto norm = [&](const std::string& name, int64_t n) {
     const uint64_t s = mix(a.seed ^ mix(++stream));
     w.add_tensor(name, GgmlType::F32, {n}, [s, n](uint8_t* dst, size_t) {
@@ -257,9 +248,9 @@ void run_gen(const GenArgs& a) {
         float* f = reinterpret_cast<float*>(dst);
         for (int64_t i = 0; i < E * ne; ++i) f[i] = normal(sr, uint64_t(i)) / std::sqrt(float(E));
       });
-      experts(b + "ffn_gate_exps.weight", E, p->n_ff, ne);
-      experts(b + "ffn_up_exps.weight", E, p->n_ff, ne);
-      experts(b + "ffn_down_exps.weight", p->n_ff, E, ne);
+      matrix(b + "ffn_gate_exps.weight", E, p->n_ff, ne);
+      matrix(b + "ffn_up_exps.weight", E, p->n_ff, ne);
+      matrix(b + "ffn_down_exps.weight", p->n_ff, E, ne);
       if (arch == "qwen2moe") {  // the shared expert (twice the routed width) and its gate
         bias(b + "ffn_gate_inp_shexp.weight", E);
         matrix(b + "ffn_gate_shexp.weight", E, 2 * p->n_ff);

@@ -48,7 +48,7 @@ uint8_t* CpuBackend::arena_alloc(size_t bytes) {
 // and AVX2 kernels multiply; Q5_0 has only a scalar dot product. 34 instead of 22 bytes per 32.
 Weight CpuBackend::load_weight(const GgufTensor& t, WeightUse) {
   const bool q5 = t.type == GgmlType::Q5_0;
-  const size_t bytes = q5 ? size_t(t.nelements() / QK) * sizeof(block_q8_0) : t.nbytes;
+  const size_t bytes = q5 ? row_bytes(GgmlType::Q8_0, t.ne[0]) * size_t(t.nrows()) : t.nbytes;
   auto [it, fresh] = loaded_.try_emplace(t.data, nullptr);
   if (fresh) {  // a tied matrix is bound twice (embedding and output) but copied once
     it->second = arena_alloc(bytes);

@@ -69,13 +69,12 @@ void CudaBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<c
 // kernels.
 void CudaBackend::rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
                                  const RopeParams& rope_p, const AttentionParams& p, const QkNorm& qk, Tensor out) {
-  // q/k norms go into the RoPE + cache store kernel where it rotates whole heads (n_rot ==
-  // head_dim, as in Qwen 3 and Gemma 3); partial rotary takes the ops one by one.
-  if (qk && (rope_p.n_rot != p.head_dim || p.n_head + p.n_head_kv > 256))
-    return Backend::rope_attention(layer, q, k, v, pos, rope_p, p, qk, out);
   settle(q, k, v, out);
   const LayerCache c = layer_cache(layer, q, pos, p);
   const kn::RopeArgs r = rope_args(p.n_head, p.head_dim, rope_p);
+  // q/k norms go into the RoPE + cache store kernel where it takes them (whole heads rotated,
+  // as in Qwen 3 and Gemma 3); otherwise the ops run one by one.
+  if (qk && !kn::head_norms_supported(c.a, r)) return Backend::rope_attention(layer, q, k, v, pos, rope_p, p, qk, out);
   kn::HeadNorms norms;
   if (qk) norms = {static_cast<const float*>(qk.q->data), static_cast<const float*>(qk.k->data), qk.eps};
   const double bytes = double(q.rows * q.cols) * 8.0 + double(k.rows * k.cols) * (8.0 + 2 * kv_elem_bytes());

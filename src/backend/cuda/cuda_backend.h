@@ -322,6 +322,9 @@ class CudaBackend final : public Backend {
     size_t scratch_used = 0;           // the scratch the pass takes (ops after a replay allocate past it)
   };
   std::map<uint64_t, Recorded> graphs_;
+  // A replayed pass (`key`, recorded as r) becomes the current one: its result, scratch mark and
+  // the logits row its greedy id comes from.
+  void adopt_recorded(uint64_t key, const Recorded& r, Tensor& out);
   long graphs_recorded_ = 0, graphs_dropped_ = 0;  // reported with --graph-timing
   uint64_t capturing_ = 0;
   bool graphs_enabled_ = true;

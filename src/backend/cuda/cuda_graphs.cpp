@@ -116,10 +116,7 @@ bool CudaBackend::replay(uint64_t key, Tensor& out) {
   if (ahead_hit_) {  // already on the stream
     ahead_hit_ = false;
     if (key == ahead_graph_) {
-      last_graph_ = key;
-      argmax_of_ = graphs_[key].argmax_of;
-      out = graphs_[key].out;
-      scratch_used_ = graphs_[key].scratch_used;
+      adopt_recorded(key, graphs_[key], out);
       inputs_staged_ = false;
       return true;
     }
@@ -133,11 +130,15 @@ bool CudaBackend::replay(uint64_t key, Tensor& out) {
     return false;
   }
   launch_graph(it->second.exec);
-  last_graph_ = key;
-  argmax_of_ = it->second.argmax_of;
-  out = it->second.out;
-  scratch_used_ = it->second.scratch_used;  // what follows the pass allocates after its tensors
+  adopt_recorded(key, it->second, out);
   return true;
+}
+
+void CudaBackend::adopt_recorded(uint64_t key, const Recorded& r, Tensor& out) {
+  last_graph_ = key;
+  argmax_of_ = r.argmax_of;
+  out = r.out;
+  scratch_used_ = r.scratch_used;  // what follows the pass allocates after its tensors
 }
 
 bool CudaBackend::capture_begin(uint64_t key) {

@@ -75,11 +75,14 @@ struct HeadNorms {
 // kv_store() of the rotated k and v: one kernel. r.n_heads is ignored (q has a.n_head heads,
 // k a.n_head_kv).
 // slots (optional, device [rows]): the cache row of row t (a paged cache), instead of pos[t].
-// norms (optional; needs r.n_rot == head_dim and at most 256 heads of q and k together): each
-// head of q and k RMS-normalised before its rotation, as rmsnorm() per head would.
+// norms (optional; where head_norms_supported): each head of q and k RMS-normalised before its
+// rotation, as rmsnorm() per head would.
 Status rope_kv_store(float* q, float* k, const float* v, int64_t rows, const int32_t* pos, const RopeArgs& r,
                      void* k_cache, void* v_cache, const AttentionArgs& a, cudaStream_t s,
                      const int32_t* slots = nullptr, const HeadNorms& norms = {});
+// Whether rope_kv_store takes head norms for this geometry: whole heads rotated (n_rot ==
+// head_dim) and at most 256 heads of q and k together.
+bool head_norms_supported(const AttentionArgs& a, const RopeArgs& r);
 
 // Causal attention of q [rows][n_head * head_dim] over cache positions 0..pos[t] (the last
 // a.window of them when it is set; GQA: head h reads KV head h / (n_head / n_head_kv)):

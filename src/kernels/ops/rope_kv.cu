@@ -88,6 +88,10 @@ __global__ void rope_kv_store_kernel(float* __restrict__ q, float* __restrict__ 
 
 }  // namespace
 
+bool head_norms_supported(const AttentionArgs& a, const RopeArgs& r) {
+  return r.n_rot == a.head_dim && a.n_head + a.n_head_kv <= kMaxNormHeads;
+}
+
 Status rope_kv_store(float* q, float* k, const float* v, int64_t rows, const int32_t* pos, const RopeArgs& r,
                      void* k_cache, void* v_cache, const AttentionArgs& a, cudaStream_t s, const int32_t* slots,
                      const HeadNorms& norms) {
@@ -105,8 +109,8 @@ Status rope_kv_store(float* q, float* k, const float* v, int64_t rows, const int
   if (items > INT32_MAX / 2) return Status::error("rope_kv_store: rows too wide");
   if (norms.q || norms.k) {
     if (!norms.q || !norms.k) return Status::error("rope_kv_store: head norms need both q and k weights");
-    if (r.n_rot != a.head_dim) return Status::error("rope_kv_store: head norms need n_rot == head_dim");
-    if (a.n_head + a.n_head_kv > kMaxNormHeads) return Status::error("rope_kv_store: more than 256 heads to normalise");
+    if (!head_norms_supported(a, r))
+      return Status::error("rope_kv_store: head norms need n_rot == head_dim and at most 256 heads");
   }
   // (with head norms, one block per row: its threads normalise every head before rotating any)
   const unsigned blocks_per_row = norms.q ? 1u : unsigned((items + kThreads * kPerThread - 1) / (kThreads * kPerThread));
