@@ -26,13 +26,6 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
                   "CPU dot-product kernels: auto (the best this CPU runs), or a lower set: scalar, avx2, avx-vnni")
       ->check(CLI::IsMember({"auto", "scalar", "avx2", "avx-vnni"}));
   sub->add_flag("!--no-graphs", a.opt.cuda.graphs, "CUDA: run every pass eagerly (no recorded decode steps)");
-  sub->add_flag("!--no-merge-in-place", a.opt.cuda.merge_in_place,
-                "CUDA: merge the decode attention's splits in a kernel of their own (an earlier rung, to measure)");
-  sub->add_flag("!--no-rope-in-attention", a.opt.cuda.rope_in_attention,
-                "CUDA: rotate a decode row in a kernel before the split attention (an earlier rung, to measure)");
-  sub->add_option("--split-positions", a.opt.cuda.split_positions,
-                  "CUDA: fewest positions a decode attention split takes (default 16)")
-      ->check(whole_in(1, 65536));
   sub->add_flag("--graph-timing", a.opt.cuda.graph_timing,
                 "CUDA: time each replayed decode step on the GPU against the host's share, printed at exit");
   sub->add_flag("--exact-matmul", a.opt.exact_matmul,

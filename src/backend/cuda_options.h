@@ -14,15 +14,6 @@ struct CudaOptions {
   // Decode attention at short context: RoPE and attention in one kernel per head (true) or the
   // split-by-length kernels at every length (false).
   bool single_pass_attention = true;
-  // Decode attention's splits merged by the last of their blocks to finish (true) or by a
-  // second kernel (false; the same bits, one more launch per layer).
-  bool merge_in_place = true;
-  // One decode row past the one-kernel path: RoPE, q/k norms and the cache store done by the
-  // split kernels themselves (true; needs merge_in_place) or by a kernel before them (false).
-  bool rope_in_attention = true;
-  // Decode attention: the fewest positions of the length bucket (or of a shorter sliding
-  // window) one split block takes; fewer splits mean a cheaper merge, more mean more SMs reading.
-  int split_positions = 16;
   // Time every replayed decode step (GPU time against the host's) and print it when the backend
   // goes (`lamina bench --graph-timing`).
   bool graph_timing = false;

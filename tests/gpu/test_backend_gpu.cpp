@@ -535,57 +535,6 @@ TEST(BackendOps, LongContextDecode) {
   }
 }
 
-// The decode attention's splits merged in place by their last block (the default) give the
-// bits of the merge kernel (CudaOptions::merge_in_place off), the output's int8 copy included
-// (read by a q8_0 GEMV after it). Decode rows split many ways, a windowed 200-row chunk, and
-// 200 rows of 8 KV heads, whose blocks fill the GPU in one split each (written directly).
-TEST(BackendOps, AttentionMergeInPlaceMatchesTheMergeKernel) {
-  std::mt19937 rng(17);
-  CudaOptions apart;
-  apart.merge_in_place = false;
-  for (const int window : {0, 48})
-  for (const AttnCase& c : {AttnCase{8, 8, 128, GgmlType::F16}, AttnCase{4, 1, 256, GgmlType::F16},
-                            AttnCase{9, 3, 64, GgmlType::F32}, AttnCase{32, 8, 128, GgmlType::F16}}) {
-    CudaBackend in_place(0, false), kernel(0, false, apart);
-    const int n_ctx = 700, kvd = c.n_head_kv * c.head_dim, qd = c.n_head * c.head_dim;
-    in_place.init_kv_cache(1, n_ctx, kvd, c.kv), kernel.init_kv_cache(1, n_ctx, kvd, c.kv);
-    const AttentionParams ap{c.n_head, c.n_head_kv, c.head_dim, 1.f / std::sqrt(float(c.head_dim)), window};
-    const std::vector<uint8_t> wq = quantised(GgmlType::Q8_0, 64, qd, rng);
-    GgufTensor wt;
-    wt.name = "w", wt.n_dims = 2, wt.ne[0] = qd, wt.ne[1] = 64, wt.type = GgmlType::Q8_0;
-    wt.nbytes = wq.size(), wt.data = wq.data();
-    const Weight w1 = in_place.load_weight(wt, WeightUse::Matmul), w2 = kernel.load_weight(wt, WeightUse::Matmul);
-    int past = 0;
-    for (int rows : {1, 300, 1, 3, 200, 1}) {
-      std::vector<int32_t> pos(static_cast<size_t>(rows)), toks(static_cast<size_t>(rows), 0);
-      for (int i = 0; i < rows; ++i) pos[size_t(i)] = past + i;
-      const auto qh = randn(size_t(rows * qd), rng), kh = randn(size_t(rows * kvd), rng), vh = randn(size_t(rows * kvd), rng);
-      std::vector<float> got[2], y[2];
-      int i = 0;
-      for (CudaBackend* be : {&in_place, &kernel}) {
-        be->reset_scratch();
-        be->begin_forward(toks, pos);
-        auto put = [&](const std::vector<float>& h, int64_t cols) {
-          Tensor t = be->alloc(rows, cols);
-          cudaMemcpy(t.data, h.data(), h.size() * 4, cudaMemcpyHostToDevice);
-          return t;
-        };
-        Tensor q = put(qh, qd), k = put(kh, kvd), v = put(vh, kvd), o = be->alloc(rows, qd), out = be->alloc(rows, 64);
-        be->attention(0, q, k, v, pos, ap, o);
-        be->matmul(i == 0 ? w1 : w2, o, out);
-        got[i].resize(size_t(rows * qd)), y[i].resize(size_t(rows * 64));
-        be->read(o, got[i].data()), be->read(out, y[i].data());
-        ++i;
-      }
-      const std::string where = "window " + std::to_string(window) + " heads " + std::to_string(c.n_head) + "/" +
-                                std::to_string(c.n_head_kv) + " rows " + std::to_string(rows) + " at " + std::to_string(past);
-      EXPECT_EQ(got[0], got[1]) << where;
-      EXPECT_EQ(y[0], y[1]) << "GEMV after it, " << where;
-      past += rows;
-    }
-  }
-}
-
 // rope_attention: the CUDA backend's fused RoPE + cache store kernel, then attention, against
 // the CPU's rope, rope, attention. Partial rotary (n_rot < head_dim) stores the unrotated tail of
 // k as it is; later passes read the cache the fused kernel wrote. Single decode rows below 256
@@ -638,74 +587,6 @@ TEST(BackendOps, RopeAttentionFused) {
       }
       const bool tc = rows > 8 && c.kv == GgmlType::F16 && (c.head_dim == 64 || c.head_dim == 128);
       EXPECT_LE(rel(b.get(b.gpu, og), b.get(b.cpu, oc)), tc ? 3e-3 : 1e-4) << "out " << at;
-      past += rows;
-    }
-  }
-}
-
-// One decode row's RoPE, q/k norms and cache store done by the split kernels themselves (the
-// default past the one-kernel path) give the bits of rope_kv_store before them
-// (CudaOptions::rope_in_attention off): the output, q and k left rotated, and the cache the
-// later rows read. Gemma 3's shape (4 query heads on one KV head of 256, norms, a window),
-// Llama 3's (GQA), and heads without GQA past the one-kernel path's 256 positions with partial
-// rotary; prompt chunks between the decode rows.
-TEST(BackendOps, RopeInAttentionMatchesTheKernelsApart) {
-  std::mt19937 rng(23);
-  struct Case {
-    int n_head, n_head_kv, head_dim, n_rot, window;
-    bool norms;
-  };
-  CudaOptions apart;
-  apart.rope_in_attention = false;
-  for (const Case& c : {Case{4, 1, 256, 256, 48, true}, Case{32, 8, 128, 128, 0, false}, Case{8, 8, 64, 32, 0, false},
-                        Case{8, 2, 96, 96, 100, true}}) {
-    CudaBackend fused(0, false), kernels(0, false, apart);
-    const int n_ctx = 700, kvd = c.n_head_kv * c.head_dim, qd = c.n_head * c.head_dim;
-    const AttentionParams ap{c.n_head, c.n_head_kv, c.head_dim, 1.f / std::sqrt(float(c.head_dim)), c.window};
-    const RopeParams rp{c.n_rot, 10000.f, 1.f, true, nullptr};
-    const auto qn = f32_bytes(randn(size_t(c.head_dim), rng)), kn = f32_bytes(randn(size_t(c.head_dim), rng));
-    Weight w[2][2];
-    std::vector<GgufTensor> norm_tensors(2);
-    for (int j = 0; j < 2; ++j) {
-      GgufTensor& t = norm_tensors[size_t(j)];
-      t.name = "n", t.n_dims = 1, t.ne[0] = c.head_dim, t.ne[1] = 1, t.type = GgmlType::F32;
-      t.nbytes = qn.size(), t.data = (j == 0 ? qn : kn).data();
-    }
-    int i = 0;
-    for (CudaBackend* be : {&fused, &kernels}) {
-      be->init_kv_cache(1, n_ctx, kvd, GgmlType::F16);
-      for (int j = 0; j < 2; ++j) w[i][j] = be->load_weight(norm_tensors[size_t(j)], WeightUse::Vector);
-      ++i;
-    }
-    int past = 0;
-    for (int rows : {1, 2, 1, 297, 1, 1, 150, 1, 1}) {
-      std::vector<int32_t> pos(static_cast<size_t>(rows)), toks(static_cast<size_t>(rows), 0);
-      for (int r = 0; r < rows; ++r) pos[size_t(r)] = past + r;
-      const auto qh = randn(size_t(rows * qd), rng), kh = randn(size_t(rows * kvd), rng), vh = randn(size_t(rows * kvd), rng);
-      std::vector<float> got[2][3];
-      i = 0;
-      for (CudaBackend* be : {&fused, &kernels}) {
-        be->reset_scratch();
-        be->begin_forward(toks, pos);
-        auto put = [&](const std::vector<float>& h, int64_t cols) {
-          Tensor t = be->alloc(rows, cols);
-          cudaMemcpy(t.data, h.data(), h.size() * 4, cudaMemcpyHostToDevice);
-          return t;
-        };
-        Tensor q = put(qh, qd), k = put(kh, kvd), v = put(vh, kvd), o = be->alloc(rows, qd);
-        be->rope_attention(0, q, k, v, pos, rp, ap, c.norms ? QkNorm{&w[i][0], &w[i][1], 1e-6f} : QkNorm{}, o);
-        int j = 0;
-        for (Tensor t : {o, q, k}) {
-          got[i][j].resize(size_t(t.rows * t.cols));
-          be->read(t, got[i][j++].data());
-        }
-        ++i;
-      }
-      const std::string at = "heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) + " hd " +
-                              std::to_string(c.head_dim) + " rows " + std::to_string(rows) + " at " + std::to_string(past);
-      EXPECT_EQ(got[0][0], got[1][0]) << "out, " << at;
-      EXPECT_EQ(got[0][1], got[1][1]) << "q, " << at;
-      EXPECT_EQ(got[0][2], got[1][2]) << "k, " << at;
       past += rows;
     }
   }

@@ -65,8 +65,8 @@ void CudaBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<c
 }
 
 // One decode token at short context (the smallest length bucket): RoPE, the cache store and the
-// attention in one kernel without splits; one decode token otherwise: the same in the split
-// kernels. Several rows: RoPE and the cache store in one kernel, then the attention kernels.
+// attention in one kernel. Otherwise RoPE and the cache store in one kernel, then the attention
+// kernels.
 void CudaBackend::rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
                                  const RopeParams& rope_p, const AttentionParams& p, const QkNorm& qk, Tensor out) {
   settle(q, k, v, out);
@@ -96,22 +96,6 @@ void CudaBackend::rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::s
     run_op("rope+attention (decode)", bytes + kv_read + double(out.cols) * 4.0, flops, [&] {
       return kn::attention_decode_rope(q.data, k.data, v.data, dev_pos(), r, c.k, c.v, c.a, out.data, stream_, q8);
     });
-    if (q8) shadow8_ = {out.data, out.rows, out.cols, q8};
-    return;
-  }
-  // One decode row otherwise: the split kernels rotate it themselves (and merge in place).
-  unsigned* count = merge_count(p.n_head_kv);
-  if (rope_in_attention_ && count && kn::attention_split_rope_supported(c.a, r, q.rows, bool(qk))) {
-    const auto [kv_read, flops] = attention_cost(q, pos, p);
-    const int splits = decode_splits(p.n_head_kv, q.rows, p.window);
-    float* work = static_cast<float*>(scratch_bytes(kn::attention_work_floats(c.a, q.rows, splits) * sizeof(float)));
-    wrote(q), wrote(k), wrote(out);
-    void* q8 = make_x8(out);
-    run_op(qk ? "qk_norm+rope+attention (decode)" : "rope+attention (decode)", bytes + kv_read + double(out.cols) * 4.0,
-           flops, [&] {
-             return kn::attention_split_rope(q.data, k.data, v.data, dev_pos(), r, norms, c.k, c.v, c.a, splits, work,
-                                             out.data, count, stream_, q8);
-           });
     if (q8) shadow8_ = {out.data, out.rows, out.cols, q8};
     return;
   }
@@ -146,31 +130,28 @@ void CudaBackend::attend(const LayerCache& c, Tensor q, std::span<const int32_t>
     if (h) shadow_ = Shadow{out.data, out.rows * out.cols, h, act16_};
     return;
   }
-  const int splits = decode_splits(p.n_head_kv, q.rows, p.window);
+  const int splits = decode_splits(p.n_head_kv, q.rows);
   float* work = static_cast<float*>(scratch_bytes(kn::attention_work_floats(c.a, q.rows, splits) * sizeof(float)));
   void* q8 = make_x8(out);
   run_op("attention (decode)", kv_read + double(q.rows * q.cols) * 8.0, flops, [&] {
-    return kn::attention_decode(q.data, q.rows, dev_pos(), c.k, c.v, c.a, splits, work, out.data, stream_, q8,
-                                merge_count(q.rows * p.n_head_kv));
+    return kn::attention_decode(q.data, q.rows, dev_pos(), c.k, c.v, c.a, splits, work, out.data, stream_, q8);
   });
   if (q8) shadow8_ = {out.data, out.rows, out.cols, q8};
 }
 
 // Flash-decoding splits per (KV head, row): enough blocks for two waves over the SMs, with at
-// least split_positions_ positions a split of the span the attention reads (the length bucket —
-// the last position + 1 rounded up to a power of two, kv_bucket_ — or a shorter sliding window)
-// and 64 of the cache; past 1024 positions, one split per 128 positions of the bucket, up to
-// eight waves, so that a long context keeps enough rows in flight. A decode graph is recorded
-// per bucket (graph_key), so it only changes at 256, 512, 1024, 2048, ... positions. (Without
-// the span's cap, one KV head — Gemma 3 270M — took 264 splits of a 128-position sequence, and
-// merging them cost more than the attention: docs/benchmarks.md.)
-int CudaBackend::decode_splits(int n_head_kv, int64_t rows, int window) const {
+// least 16 positions of the length bucket (the last position + 1 rounded up to a power of two,
+// kv_bucket_) and 64 of the cache per split; past 1024 positions, one split per 128 positions of
+// the bucket, up to eight waves, so that a long context keeps enough rows in flight. A decode
+// graph is recorded per bucket (graph_key), so it only changes at 256, 512, 1024, 2048, ...
+// positions. (Without the bucket's cap, one KV head — Gemma 3 270M — took 264 splits of a
+// 128-position sequence, and merging them cost more than the attention: docs/benchmarks.md.)
+int CudaBackend::decode_splits(int n_head_kv, int64_t rows) const {
   const int64_t blocks = int64_t(n_head_kv) * rows;
-  const int64_t span = window > 0 ? std::min<int64_t>(kv_bucket_, window) : kv_bucket_;
-  const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(kv_ctx_ / 64, span / split_positions_));
+  const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(kv_ctx_ / 64, kv_bucket_ / 16));
   const int64_t base = std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, cap);
   const int64_t most = std::max<int64_t>(base, (8 * sm_count_ + blocks - 1) / blocks);
-  return int(std::clamp<int64_t>(std::max<int64_t>(span, 1024) / 128, base, most));
+  return int(std::clamp<int64_t>(std::max<int64_t>(kv_bucket_, 1024) / 128, base, most));
 }
 
 }  // namespace lamina

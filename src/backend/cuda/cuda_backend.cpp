@@ -33,9 +33,6 @@ CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
     : device_(device),
       exact_(exact),
       single_pass_attention_(o.single_pass_attention),
-      merge_in_place_(o.merge_in_place),
-      rope_in_attention_(o.rope_in_attention),
-      split_positions_(std::max(1, o.split_positions)),
       defer_norm_(o.defer_norm),
       lookup_upload_(o.staged_lookup),
       fused_argmax_(o.fused_argmax),
@@ -171,11 +168,6 @@ void CudaBackend::init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType typ
   y8_count_ = static_cast<unsigned*>(dev_alloc(kY8Counters * sizeof(unsigned), "GEMV counters"));
   owned_.push_back(y8_count_);
   cuda_check(cudaMemset(y8_count_, 0, kY8Counters * sizeof(unsigned)), "cudaMemset");
-  if (merge_in_place_) {
-    merge_count_ = static_cast<unsigned*>(dev_alloc(kMergeCounters * sizeof(unsigned), "attention counters"));
-    owned_.push_back(merge_count_);
-    cuda_check(cudaMemset(merge_count_, 0, kMergeCounters * sizeof(unsigned)), "cudaMemset");
-  }
   graphs_.clear();
 }
 

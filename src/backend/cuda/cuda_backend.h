@@ -213,9 +213,6 @@ class CudaBackend final : public Backend {
   kernels::PrefillAttention prefill_attention_ = kernels::PrefillAttention::V2Pipelined;
   // Decode attention at short context in one kernel, or always the split path (CudaOptions).
   bool single_pass_attention_ = true;
-  bool merge_in_place_ = true;
-  bool rope_in_attention_ = true;
-  int split_positions_ = 16;
   // Deferred decode RMSNorms, the norm in the next GEMV's prologue (CudaOptions::defer_norm,
   // measured slower in the decode chain: docs/benchmarks.md).
   bool defer_norm_ = false;
@@ -246,12 +243,6 @@ class CudaBackend final : public Backend {
   // (GemvProblem::y8_count): one per 32 output rows.
   static constexpr size_t kY8Counters = 16384;
   unsigned* y8_count_ = nullptr;
-  // Zeroed counters of the decode attention's in-place merge (kernels::attention_decode's
-  // merge_count): one per (KV head, row); null where merge_in_place is off. merge_count(n): the
-  // counters when n fit, else null (the merge kernel runs).
-  static constexpr size_t kMergeCounters = 65536;
-  unsigned* merge_count_ = nullptr;
-  unsigned* merge_count(int64_t n) const { return n <= int64_t(kMergeCounters) ? merge_count_ : nullptr; }
   const void* x8(Tensor x) const;  // the int8 copy of x, if one is valid
   // Inputs of the current pass (cuda_graphs.cpp): pinned host staging [tokens | positions |
   // stamp] and its device copy [tokens | positions]. begin_forward stages them; the pass's first
@@ -299,7 +290,7 @@ class CudaBackend final : public Backend {
   // smallest bucket takes the one-kernel attention (attention_decode_rope).
   static constexpr int64_t kMinBucket = 256;
   int64_t kv_bucket_ = kMinBucket;
-  int decode_splits(int n_head_kv, int64_t rows, int window) const;
+  int decode_splits(int n_head_kv, int64_t rows) const;
   uint64_t graph_key(uint64_t key) const;
   void* k_cache_ = nullptr;
   void* v_cache_ = nullptr;

@@ -92,8 +92,7 @@ void CudaBackend::attend_paged(const LayerCache& c, Tensor q, std::span<const in
     flops += 4.0 * (x + 1) * double(p.n_head) * p.head_dim;
   }
   run_op("attention (paged)", kv_read + double(q.rows * q.cols) * 8.0, flops, [&] {
-    return kn::attention_paged(q.data, q.rows, dev_pos(), pp.kv, c.k, c.v, c.a, splits, work, out.data, stream_,
-                               merge_count(q.rows * p.n_head_kv));
+    return kn::attention_paged(q.data, q.rows, dev_pos(), pp.kv, c.k, c.v, c.a, splits, work, out.data, stream_);
   });
 }
 

@@ -8,22 +8,14 @@
 // P positions at a time (2P row loads in flight; P = 8 for G = 1, else 4), scores them with
 // warp-sum reductions and folds them into its running (max, sum, output) — the online softmax.
 // The block's 4 warps are merged through shared memory and written as one split's partial;
-// the splits are then combined:
+// attn_merge_kernel combines the splits:
 //   M = max_s m_s,  L = sum_s l_s e^(m_s - M),  out = sum_s o_s e^(m_s - M) / L.
-// Two ways to combine them (the family's two rungs; docs/benchmarks.md has their figures):
-//   - attn_merge_kernel, a second launch over (head, token);
-//   - in place: each split block counts itself in (one word per (KV head, token), left zeroed)
-//     and the last to arrive merges its group's heads, the same arithmetic in the same order,
-//     so both give the same bits. A decode step is a chain of short kernels whose boundaries
-//     cost more than the merge: this takes one boundary per layer out. With one split the
-//     block writes the output directly.
 // Each split's share of positions is computed on the device from pos[t], so a captured graph
 // replays correctly while the sequence grows.
 #include "kernels/common/launch_status.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/q8_blocks.cuh"
 #include "kernels/ops/attention_decode.cuh"
-#include "kernels/ops/attention_split.cuh"
 #include "kernels/ops/ops.h"
 
 #include <cuda_fp16.h>
@@ -36,22 +28,27 @@ namespace {
 
 using namespace attn_detail;
 
-constexpr int kWarps = kSplitWarps, kMaxGroup = 8;
+constexpr int kWarps = 4, kMaxGroup = 8;
 
+// work, per (token, head, split): [m, l, o[head_dim]]
 // kPaged: the cache is paged (attention_paged): row t's positions are slots of its sequence's
 // blocks (paged.tables row paged.row_seq[t]); otherwise position j is cache row j.
 template <class KT, int HD, int MAXG, bool kPaged = false>
 __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(const float* __restrict__ q, const int32_t* __restrict__ pos,
                                                                  const KT* __restrict__ kc, const KT* __restrict__ vc,
                                                                  AttentionArgs a, int splits, float* __restrict__ work,
-                                                                 PagedKv paged, SplitMerge mg) {
+                                                                 PagedKv paged) {
   pdl_enter();
   constexpr int E = HD / 32, P = MAXG == 1 ? 8 : 4;
   const int kvh = blockIdx.x, sp = blockIdx.y, t = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int G = a.n_head / a.n_head_kv;
   const int64_t kvd = int64_t(a.n_head_kv) * HD;
-  const SplitRange rg = split_range(pos[t], a.window, splits, sp);
+  // positions first .. pos[t] (all earlier ones, or the last a.window), in `splits` chunks
+  const int first = a.window > 0 ? max(0, pos[t] + 1 - a.window) : 0;
+  const int len = pos[t] + 1 - first;
+  const int chunk = (len + splits - 1) / splits;
+  const int begin = first + sp * chunk, end = min(first + len, begin + chunk);
 
   WarpState<E, MAXG> st;
   st.reset();
@@ -65,20 +62,43 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(const float* __
   const KT* kb = kc + int64_t(kvh) * HD + lane * E;
   const KT* vb = vc + int64_t(kvh) * HD + lane * E;
   if constexpr (kPaged)
-    attend_positions<KT, E, MAXG, P>(st, kb, vb, kvd, rg.begin + warp * P, rg.end, kWarps * P, G, a.scale,
+    attend_positions<KT, E, MAXG, P>(st, kb, vb, kvd, begin + warp * P, end, kWarps * P, G, a.scale,
                                      PagedRows{paged.tables + int64_t(paged.row_seq[t]) * paged.max_blocks, paged.block_tokens});
   else
-    attend_positions<KT, E, MAXG, P>(st, kb, vb, kvd, rg.begin + warp * P, rg.end, kWarps * P, G, a.scale);
+    attend_positions<KT, E, MAXG, P>(st, kb, vb, kvd, begin + warp * P, end, kWarps * P, G, a.scale);
   __shared__ MergeSmem<kWarps, MAXG, HD> sm;
-  finish_split<HD>(st, sm, a, kvh, sp, splits, t, work, mg);
+  merge_warps<kWarps>(st, G, sm, [&](int g, int d, float M, float L, float O) {
+    float* dst = work + ((int64_t(t) * a.n_head + kvh * G + g) * splits + sp) * (HD + 2);
+    if (d == 0) dst[0] = M, dst[1] = L;
+    dst[2 + d] = O;
+  });
 }
 
-// grid (head, token), kSplitWarps warps.
-template <int HD>
-__global__ void __launch_bounds__(kWarps * 32) attn_merge_kernel(const float* __restrict__ work, int n_head, int splits,
-                                                                 float* __restrict__ out, uint8_t* __restrict__ out8) {
+// grid (head, token), 128 threads.  out: [rows][n_head * head_dim];  out8 (optional):
+// [rows][x8_bytes(n_head * head_dim)], each warp quantising the 32-column blocks it wrote.
+__global__ void attn_merge_kernel(const float* __restrict__ work, int head_dim, int n_head, int splits,
+                                  float* __restrict__ out, uint8_t* __restrict__ out8) {
   pdl_enter();
-  merge_heads<HD>(work, n_head, splits, blockIdx.y, blockIdx.x, 1, out, out8);
+  const int h = blockIdx.x, t = blockIdx.y;
+  const float* w = work + (int64_t(t) * n_head + h) * splits * (head_dim + 2);
+  float M = kNoScore;
+  for (int s = 0; s < splits; ++s) M = fmaxf(M, w[s * (head_dim + 2)]);
+  const int64_t width = int64_t(n_head) * head_dim;
+  // warp-uniform steps over whole 32-column blocks (head_dim is a multiple of 32)
+  for (int d0 = threadIdx.x - threadIdx.x % 32; d0 < head_dim; d0 += blockDim.x) {
+    const int d = d0 + threadIdx.x % 32;
+    float L = 0.f, O = 0.f;
+    for (int s = 0; s < splits; ++s) {
+      const float* ws = w + s * (head_dim + 2);
+      const float f = __expf(ws[0] - M);
+      L += ws[1] * f;
+      O += ws[2 + d] * f;
+    }
+    const float o = L > 0.f ? O / L : 0.f;
+    const int64_t col = int64_t(h) * head_dim + d;
+    out[int64_t(t) * width + col] = o;
+    if (out8) quantize_block32(o, width, col / 32, out8 + size_t(t) * x8_bytes(width));
+  }
 }
 
 template <class KT>
@@ -110,56 +130,46 @@ Status check_args(const AttentionArgs& a) {
 
 template <class KT, int HD, bool kPaged>
 void launch_split(const float* q, int64_t rows, const int32_t* pos, const void* kc, const void* vc, const AttentionArgs& a,
-                  int splits, float* work, cudaStream_t s, const PagedKv& paged, const SplitMerge& mg) {
+                  int splits, float* work, cudaStream_t s, const PagedKv& paged) {
   const dim3 grid(unsigned(a.n_head_kv), unsigned(splits), unsigned(rows));
   const int G = a.n_head / a.n_head_kv;
   const auto* k = static_cast<const KT*>(kc);
   const auto* v = static_cast<const KT*>(vc);
   // f32 caches (a debugging option) get the one general instance; f16 caches the one that fits G.
   if constexpr (std::is_same_v<KT, __half>) {
-    if (G == 1) return launch_pdl(attn_split_kernel<KT, HD, 1, kPaged>, grid, kWarps * 32, 0, s, q, pos, k, v, a, splits, work, paged, mg);
-    if (G <= 4) return launch_pdl(attn_split_kernel<KT, HD, 4, kPaged>, grid, kWarps * 32, 0, s, q, pos, k, v, a, splits, work, paged, mg);
+    if (G == 1) return launch_pdl(attn_split_kernel<KT, HD, 1, kPaged>, grid, kWarps * 32, 0, s, q, pos, k, v, a, splits, work, paged);
+    if (G <= 4) return launch_pdl(attn_split_kernel<KT, HD, 4, kPaged>, grid, kWarps * 32, 0, s, q, pos, k, v, a, splits, work, paged);
   }
-  launch_pdl(attn_split_kernel<KT, HD, kMaxGroup, kPaged>, grid, kWarps * 32, 0, s, q, pos, k, v, a, splits, work, paged, mg);
+  launch_pdl(attn_split_kernel<KT, HD, kMaxGroup, kPaged>, grid, kWarps * 32, 0, s, q, pos, k, v, a, splits, work, paged);
 }
 
 template <class KT, bool kPaged>
 bool launch_split_hd(const float* q, int64_t rows, const int32_t* pos, const void* kc, const void* vc, const AttentionArgs& a,
-                     int splits, float* work, cudaStream_t s, const PagedKv& paged, const SplitMerge& mg) {
+                     int splits, float* work, cudaStream_t s, const PagedKv& paged) {
   switch (a.head_dim) {
-    case 64: launch_split<KT, 64, kPaged>(q, rows, pos, kc, vc, a, splits, work, s, paged, mg); return true;
-    case 96: launch_split<KT, 96, kPaged>(q, rows, pos, kc, vc, a, splits, work, s, paged, mg); return true;
-    case 128: launch_split<KT, 128, kPaged>(q, rows, pos, kc, vc, a, splits, work, s, paged, mg); return true;
-    case 256: launch_split<KT, 256, kPaged>(q, rows, pos, kc, vc, a, splits, work, s, paged, mg); return true;
+    case 64: launch_split<KT, 64, kPaged>(q, rows, pos, kc, vc, a, splits, work, s, paged); return true;
+    case 96: launch_split<KT, 96, kPaged>(q, rows, pos, kc, vc, a, splits, work, s, paged); return true;
+    case 128: launch_split<KT, 128, kPaged>(q, rows, pos, kc, vc, a, splits, work, s, paged); return true;
+    case 256: launch_split<KT, 256, kPaged>(q, rows, pos, kc, vc, a, splits, work, s, paged); return true;
     default: return false;
   }
 }
 
-// The split kernels over the cache (paged or not), merging in place when given the counters,
-// else followed by the merge kernel; the result into out (and out8).
+// The split kernels over the cache (paged or not), then their merge into out (and out8).
 template <bool kPaged>
 Status attend_splits(const char* what, const float* q, int64_t rows, const int32_t* pos, const void* k_cache,
                      const void* v_cache, const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s,
-                     void* out8, const PagedKv& paged, unsigned* merge_count) {
+                     void* out8, const PagedKv& paged) {
   if (Status st = check_args(a); !st) return st;
   if (!q || !pos || !k_cache || !v_cache || !work || !out) return Status::error(std::string(what) + ": null pointer");
   if (splits < 1 || splits > 65535 || rows > 65535) return Status::error(std::string(what) + ": bad split count or rows");
   if (rows <= 0) return Status::success();
-  const SplitMerge mg{merge_count, out, static_cast<uint8_t*>(out8)};
   const bool ok = a.kv_type == GgmlType::F16
-                      ? launch_split_hd<__half, kPaged>(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged, mg)
-                      : launch_split_hd<float, kPaged>(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged, mg);
+                      ? launch_split_hd<__half, kPaged>(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged)
+                      : launch_split_hd<float, kPaged>(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged);
   if (!ok) return Status::error(std::string(what) + ": head_dim " + std::to_string(a.head_dim) + " is not 64, 96, 128 or 256");
-  if (!merge_count) {
-    const dim3 grid(unsigned(a.n_head), unsigned(rows));
-    auto* o8 = static_cast<uint8_t*>(out8);
-    switch (a.head_dim) {
-      case 64: launch_pdl(attn_merge_kernel<64>, grid, kWarps * 32, 0, s, work, a.n_head, splits, out, o8); break;
-      case 96: launch_pdl(attn_merge_kernel<96>, grid, kWarps * 32, 0, s, work, a.n_head, splits, out, o8); break;
-      case 128: launch_pdl(attn_merge_kernel<128>, grid, kWarps * 32, 0, s, work, a.n_head, splits, out, o8); break;
-      default: launch_pdl(attn_merge_kernel<256>, grid, kWarps * 32, 0, s, work, a.n_head, splits, out, o8); break;
-    }
-  }
+  launch_pdl(attn_merge_kernel, dim3(unsigned(a.n_head), unsigned(rows)), 128, 0, s, work, a.head_dim, a.n_head, splits,
+             out, static_cast<uint8_t*>(out8));
   return launch_status(what);
 }
 
@@ -180,23 +190,19 @@ Status kv_store(const float* k, const float* v, int64_t rows, const int32_t* pos
 }
 
 size_t attention_work_floats(const AttentionArgs& a, int64_t rows, int splits) {
-  return size_t(rows) * size_t(a.n_head) * size_t(splits) * size_t(a.head_dim + kPartialHead);
+  return size_t(rows) * size_t(a.n_head) * size_t(splits) * size_t(a.head_dim + 2);
 }
 
 Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
-                        const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s, void* out8,
-                        unsigned* merge_count) {
-  return attend_splits<false>("attention_decode", q, rows, pos, k_cache, v_cache, a, splits, work, out, s, out8, {},
-                              merge_count);
+                        const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s, void* out8) {
+  return attend_splits<false>("attention_decode", q, rows, pos, k_cache, v_cache, a, splits, work, out, s, out8, {});
 }
 
 Status attention_paged(const float* q, int64_t rows, const int32_t* pos, const PagedKv& paged, const void* k_cache,
-                       const void* v_cache, const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s,
-                       unsigned* merge_count) {
+                       const void* v_cache, const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s) {
   if (!paged.row_seq || !paged.tables || paged.max_blocks <= 0 || paged.block_tokens <= 0)
     return Status::error("attention_paged: bad block tables");
-  return attend_splits<true>("attention_paged", q, rows, pos, k_cache, v_cache, a, splits, work, out, s, nullptr, paged,
-                             merge_count);
+  return attend_splits<true>("attention_paged", q, rows, pos, k_cache, v_cache, a, splits, work, out, s, nullptr, paged);
 }
 
 }  // namespace lamina::kernels

@@ -90,15 +90,13 @@ bool head_norms_supported(const AttentionArgs& a, const RopeArgs& r);
 //
 // Flash-decoding: each (KV head, token) has `splits` blocks, each block takes a contiguous
 // share of the positions (sized on the device from pos[t], so a captured graph stays valid as
-// the sequence grows) and writes (max, sum, unnormalised output) to `work`. With merge_count
-// (rows * n_head_kv words, zero before the call and left zero after it) the last split block of
-// each (KV head, token) to finish merges them; without, a second kernel does (same bits).
-// `work` holds attention_work_floats(...) floats. out8 (optional) also receives out as int8
-// blocks (q8_blocks.cuh, x8_bytes(n_head * head_dim) bytes per row).
+// the sequence grows) and writes (max, sum, unnormalised output) to `work`; a second kernel
+// merges the splits. `work` holds attention_work_floats(...) floats. out8 (optional) also
+// receives out as int8 blocks (q8_blocks.cuh, x8_bytes(n_head * head_dim) bytes per row).
 size_t attention_work_floats(const AttentionArgs& a, int64_t rows, int splits);
 Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
                         const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s,
-                        void* out8 = nullptr, unsigned* merge_count = nullptr);
+                        void* out8 = nullptr);
 
 // The same attention for the rows of several sequences over a paged cache (the batching engine,
 // engine/kv_blocks.h): row t belongs to sequence row_seq[t], whose position j sits in cache row
@@ -110,8 +108,7 @@ struct PagedKv {
   int max_blocks = 0, block_tokens = 0;
 };
 Status attention_paged(const float* q, int64_t rows, const int32_t* pos, const PagedKv& paged, const void* k_cache,
-                       const void* v_cache, const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s,
-                       unsigned* merge_count = nullptr);
+                       const void* v_cache, const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s);
 
 // A decode token's attention block in one kernel: rope_kv_store() then attention_decode() for
 // one row, without splits (one block per KV head), so meant for short contexts; same results as
@@ -121,15 +118,6 @@ Status attention_paged(const float* q, int64_t rows, const int32_t* pos, const P
 bool attention_decode_rope_supported(const AttentionArgs& a, const RopeArgs& r, int64_t rows);
 Status attention_decode_rope(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, void* k_cache,
                              void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8 = nullptr);
-
-// rope_kv_store() (with its head norms) then attention_decode() with the in-place merge, for
-// one row, in one kernel (the split kernels with the rotation in front; same results bit for bit,
-// q and k left rotated). Supported: one row, an F16 cache, head_dim 64/96/128/256, at most 4
-// query heads per KV head, 0 < n_rot <= head_dim (all of head_dim with head norms); any window.
-bool attention_split_rope_supported(const AttentionArgs& a, const RopeArgs& r, int64_t rows, bool norms);
-Status attention_split_rope(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r,
-                            const HeadNorms& norms, void* k_cache, void* v_cache, const AttentionArgs& a, int splits,
-                            float* work, float* out, unsigned* merge_count, cudaStream_t s, void* out8 = nullptr);
 
 // Prompt attention on tensor cores (flash-attention: query tiles, K/V tiles streamed through
 // shared memory, online softmax, f16 mma.sync). Requires an F16 cache, head_dim 64 or 128, no
