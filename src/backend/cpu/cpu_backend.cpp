@@ -185,17 +185,19 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
   size_t x_rb = size_t(K) * 4;
   outliers_.assign(size_t(T), {});
   const bool offsets = vd.fn4c && T >= 4;  // four-row passes take offset weights and their corrections
+  const bool rows4 = vd.rows4c && T < 4;   // so do four-weight-row passes (decode)
   if (vd.act != ActType::F32) {
     x_rb = act_row_bytes(vd.act, K);
     act_q_.resize(x_rb * size_t(T));
-    if (offsets) act_corr_.resize(size_t(T) * size_t(K / 4));
+    if (offsets || rows4) act_corr_.resize(size_t(T) * size_t(K / 4));
     pool_.parallel_for(T, [&](int64_t b, int64_t e) {
       std::vector<float> tmp;
       for (int64_t t = b; t < e; ++t) {
         const float* xr = x.data + t * x.cols;
         split_outliers(xr, K, tmp, outliers_[size_t(t)]);
         quantize_activations(vd.act, outliers_[size_t(t)].n ? tmp.data() : xr, act_q_.data() + size_t(t) * x_rb, K);
-        if (offsets) act_corrections(act_q_.data() + size_t(t) * x_rb, K, vd.corr_bias, act_corr_.data() + size_t(t) * size_t(K / 4));
+        if (offsets || rows4)
+          act_corrections(act_q_.data() + size_t(t) * x_rb, K, vd.corr_bias, act_corr_.data() + size_t(t) * size_t(K / 4));
       }
     });
     xq = act_q_.data();
@@ -234,10 +236,23 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
       for (int64_t g = b; g < e; ++g, ++r) {
         if (r == ws[wi]->rows) r = 0, ++wi;
         const uint8_t* wr = static_cast<const uint8_t*>(ws[wi]->data) + size_t(r) * w_rb;
+        const Tensor& out = outs[wi];
+        if (rows4 && g + 4 <= e && r + 4 <= ws[wi]->rows) {  // a few tokens: four weight rows per pass
+          for (size_t o = 0; o < 4 * w_rb; o += 64) prefetch(wr + ahead + o);
+          for (int64_t t = t0; t < t1; ++t) {
+            vd.rows4c(K, wr, w_rb, xb + size_t(t) * x_rb, act_corr_.data() + size_t(t) * size_t(K / 4), v);
+            const Outliers& o = outliers_[size_t(t)];
+            for (int j = 0; j < 4; ++j) {
+              for (int i = 0; i < o.n; ++i) v[j] += o.value[i] * elem(wr + size_t(j) * w_rb, o.index[i]);
+              out.data[t * out.cols + r + j] = v[j];
+            }
+          }
+          g += 3, r += 3;  // (and the loop's ++)
+          continue;
+        }
         if (t0 == 0)
           for (size_t o = 0; o < w_rb; o += 64) prefetch(wr + ahead + o);
         for (int c = 0; c < n_cols; ++c) dec[c] = elem(wr, cols[c]);
-        const Tensor& out = outs[wi];
         for (int64_t t = t0; t < t1;) {
           const int n = vd.fn4 && t + 4 <= t1 ? 4 : 1;
           if (n == 4 && offsets)

@@ -253,7 +253,8 @@ VecDot vec_dot_for(GgmlType t, CpuIsa isa) {
   if (isa >= CpuIsa::Avx2 && v.fn)
     if (VecDotFn f = avx2_kernel(t)) v.fn = f, v.fn4 = avx2_kernel4(t);
   if (isa >= CpuIsa::AvxVnni && v.fn)
-    if (VecDotFn f = vnni_kernel(t)) v.fn = f, v.fn4 = vnni_kernel4(t), v.fn4c = vnni_kernel4c(t, &v.corr_bias);
+    if (VecDotFn f = vnni_kernel(t))
+      v.fn = f, v.fn4 = vnni_kernel4(t), v.fn4c = vnni_kernel4c(t, &v.corr_bias), v.rows4c = vnni_rows4c(t);
   return v;
 }
 

@@ -49,12 +49,18 @@ using VecDot4Fn = void (*)(int64_t n, const void* w, const void* x, size_t x_str
 using VecDot4CFn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride, const int32_t* corr,
                             size_t corr_stride, float* out);
 
+// Four weight rows (w + j * w_stride) against one activation row with offset weights (corr: that
+// row's act_corrections): the decode path. out[j] is bit for bit fn(n, w + j * w_stride, x).
+using VecDotRows4CFn = void (*)(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t* corr,
+                                float* out);
+
 struct VecDot {
   ActType act;  // what quantize_activations must produce
   VecDotFn fn;  // nullptr: no direct kernel (the caller dequantises the row to f32)
   VecDot4Fn fn4 = nullptr;  // four rows at once, where the ISA has such a kernel
   VecDot4CFn fn4c = nullptr;  // four rows with offset weights, where it pays (preferred to fn4)
   int corr_bias = 0;          // the weight offset fn4c takes (act_corrections' bias)
+  VecDotRows4CFn rows4c = nullptr;  // four weight rows against one token, offset weights (corr_bias)
 };
 
 // corr[b * 8 + g] = -bias * (x[32 b + 4 g] + ... + x[32 b + 4 g + 3]) for an ActType::Q8 row of n.
@@ -78,6 +84,7 @@ VecDot4Fn avx2_kernel4(GgmlType weight_type);
 // AVX-VNNI kernels (vec_dot_vnni.cpp); nullptr where none exists (the AVX2 one serves).
 VecDotFn vnni_kernel(GgmlType weight_type);
 VecDot4Fn vnni_kernel4(GgmlType weight_type);
+VecDotRows4CFn vnni_rows4c(GgmlType weight_type);
 VecDot4CFn vnni_kernel4c(GgmlType weight_type, int* bias);
 
 // y[0..n) += a * x[0..n) with x in f16 or f32 (attention's V accumulation).
