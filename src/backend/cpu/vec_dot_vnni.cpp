@@ -80,8 +80,8 @@ LAMINA_X86 void rows4c(int64_t n, const void* w, size_t w_stride, const void* x,
 
 }  // namespace
 
-// Where it pays: q4_0 decode (SmolLM2-135M shape, tg64 +5 %); q8_0's four rows measured slower
-// than its one-row kernel (-10 %; docs/benchmarks.md), so q8_0 keeps that.
+// Where it pays: q4_0 decode (SmolLM2-135M shape, tg64 +3.5-5 %). q8_0's four rows measured
+// slower than its one-row kernel (-10 %) and q4_1's no faster (docs/benchmarks.md): they keep it.
 VecDotRows4CFn vnni_rows4c(GgmlType t) { return t == GgmlType::Q4_0 ? rows4c<block_q4_0> : nullptr; }
 
 VecDot4CFn vnni_kernel4c(GgmlType t, int* bias) {
