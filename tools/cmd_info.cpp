@@ -41,6 +41,9 @@ void run_info(const InfoArgs& a) {
     fmt::print("  n_vocab       {}\n  n_ctx_train   {}\n  rms_eps       {:g}\n", c.n_vocab, c.n_ctx_train, c.rms_eps);
     fmt::print("  rope          {} dims, base {:g}, {}, scaling {} (freq_scale {:g})\n", c.n_rot, c.rope_base,
                c.rope_neox ? "neox" : "normal", c.rope_scaling, c.rope_freq_scale);
+    if (f.find_tensor("rope_factors_long.weight"))
+      fmt::print("  LongRoPE      long factors past {} positions of context, cos/sin x {:g}\n", c.n_ctx_orig,
+                 c.rope_attn_factor);
     if (c.n_expert) fmt::print("  experts       {}, {} per token (CPU only for now)\n", c.n_expert, c.n_expert_used);
     if (c.sliding_window)
       fmt::print("  local layers  window {}, rope base {:g}; every {}th layer global\n", c.sliding_window,

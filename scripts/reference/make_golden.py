@@ -25,6 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 VOCAB = os.path.join(ROOT, '..', 'shared', 'data', 'vocab', 'ggml-vocab-llama-spm.gguf')
 TYPES = ['f32', 'f16', 'bf16', 'q8_0', 'q4_0', 'q4_1', 'q4_K', 'q6_K']
 PROMPTS = ['The capital of France is', 'def fibonacci(n):', 'Once upon a time, in a small village,']
+GOLDEN_CTX = 256  # the context tests/test_golden.cpp runs with
 TINY_TOKENS = '1 450 4996 17354 1701 432 975 278 17366 11203 29889'  # "The quick brown fox ..."
 
 
@@ -38,7 +39,7 @@ def sha256(path):
 
 def reference(model, tokens, out_bin, greedy=0):
     cmd = [sys.executable, os.path.join(HERE, 'reference.py'), model, '--tokens', tokens, '--top', '10',
-           '--logits-out', out_bin]
+           '--logits-out', out_bin, '--ctx', str(GOLDEN_CTX)]
     if greedy:
         cmd += ['--greedy', str(greedy)]
     return json.loads(subprocess.check_output(cmd))
@@ -55,7 +56,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     wanted = lambda name: not a.only or any(name.startswith(p) for p in a.only)
     cases = []
-    tiny = [('tiny', t) for t in TYPES] + [(p, t) for p in ('tiny-qwen2', 'tiny-llama3', 'tiny-qwen3', 'tiny-gemma3', 'tiny-phi3', 'tiny-moe', 'tiny-qwen3moe', 'tiny-qwen2moe')
+    tiny = [('tiny', t) for t in TYPES] + [(p, t) for p in ('tiny-qwen2', 'tiny-llama3', 'tiny-qwen3', 'tiny-gemma3', 'tiny-phi3', 'tiny-phi3-longrope', 'tiny-moe', 'tiny-qwen3moe', 'tiny-qwen2moe')
                                            for t in ('f16', 'q8_0')]
     with tempfile.TemporaryDirectory() as tmp:
         for preset, t in tiny:

@@ -147,7 +147,7 @@ def dequant(t, ne, raw):
 # ---- model -----------------------------------------------------------------------------------
 
 class Model:
-    def __init__(self, path, kv_f16=True):
+    def __init__(self, path, kv_f16=True, ctx=None):
         kv, T = load_gguf(path)
         a = kv['general.architecture']
         assert a in ('llama', 'qwen2', 'qwen2moe', 'qwen3', 'qwen3moe', 'gemma3', 'phi3'), a
@@ -181,7 +181,13 @@ class Model:
         self.out_norm = W('output_norm.weight')
         self.out = W('output.weight') if 'output.weight' in T else self.tok
         self.freqs = W('rope_freqs.weight')
-        assert 'rope_factors_long.weight' not in T, 'LongRoPE not implemented'
+        # LongRoPE (Phi-3 128k): the long factors for a context past the original one (ctx: the
+        # context the engine runs with; llama.cpp's choice), cos and sin times attn_factor
+        self.attn_factor = u('rope.scaling.attn_factor', 1.0)
+        if 'rope_factors_long.weight' in T:
+            orig = u('rope.scaling.original_context_length', u('context_length'))
+            ctx = ctx or u('context_length')
+            self.freqs = W('rope_factors_long.weight' if ctx > orig else 'rope_factors_short.weight')
         self.layers = []
         for l in range(self.L):
             p = f'blk.{l}.'
@@ -219,7 +225,8 @@ class Model:
             theta = theta / self.freqs[None, :]
         if not local:
             theta *= self.freq_scale
-        c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+        m = 1.0 if local else self.attn_factor
+        c, s = m * np.cos(theta)[:, None, :], m * np.sin(theta)[:, None, :]
         x = x.copy()
         if self.neox:
             a, b = x[..., :half].copy(), x[..., half:self.n_rot].copy()
@@ -308,9 +315,10 @@ def main():
     ap.add_argument('--greedy', type=int, default=0, help='greedy tokens to generate after the prompt')
     ap.add_argument('--top', type=int, default=10)
     ap.add_argument('--kv', choices=['f16', 'f32'], default='f16')
+    ap.add_argument('--ctx', type=int, help='the context the engine runs with (LongRoPE picks its factors by it; default: the model\'s)')
     ap.add_argument('--logits-out', help='write the last position logits as raw float32')
     a = ap.parse_args()
-    m = Model(a.model, kv_f16=a.kv == 'f16')
+    m = Model(a.model, kv_f16=a.kv == 'f16', ctx=a.ctx)
     toks = [int(t) for t in a.tokens.split()]
     logits = m.forward(toks)[-1]
     if a.logits_out:

@@ -41,7 +41,8 @@ struct RopeParams {
   float base = 10000.f;
   float freq_scale = 1.f;    // 1 / linear scaling factor
   bool neox = false;         // pairs (i, i + n_rot/2) instead of (2i, 2i+1)
-  const float* freq_factors = nullptr;  // [n_rot/2] divisors (Llama 3 rope_freqs), host memory
+  const float* freq_factors = nullptr;  // [n_rot/2] divisors (Llama 3 rope_freqs, LongRoPE), host memory
+  float attn_factor = 1.f;              // cos and sin times this (LongRoPE's magnitude scaling, as ggml)
 };
 
 enum class Glu { Silu, Gelu };  // the gated FFN's activation (GELU in its tanh form)

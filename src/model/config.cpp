@@ -78,6 +78,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
     c.rope_freq_scale = float(1.0 / *lin);
     c.rope_scaling = "linear";
   }
+  c.n_ctx_orig = f.find(a + "rope.scaling.original_context_length") ? u32("rope.scaling.original_context_length") : c.n_ctx_train;
+  c.rope_attn_factor = float(real("rope.scaling.attn_factor", 0.0, 100.0, true, "a positive number near 1").value_or(1.0));
   c.rope_neox = c.arch != "llama";
   c.attn_scale = 1.f / std::sqrt(float(c.head_dim));
   c.qk_norm = c.arch == "qwen3" || c.arch == "qwen3moe" || c.arch == "gemma3";

@@ -24,6 +24,11 @@ struct ModelConfig {
   float rope_base = 10000.f;
   float rope_freq_scale = 1.f;  // 1 / rope.scaling.factor
   std::string rope_scaling = "none";
+  // LongRoPE (Phi-3 128k files: rope_factors_long/short tensors): the context the short factors
+  // were trained for (rope.scaling.original_context_length; longer contexts take the long
+  // factors, as llama.cpp chooses) and the cos/sin scaling (rope.scaling.attn_factor).
+  uint32_t n_ctx_orig = 0;
+  float rope_attn_factor = 1.f;
   bool rope_neox = false;       // qwen2/qwen3/gemma3/phi3: NEOX pairs (i, i+n/2); llama: adjacent pairs
   float attn_scale = 0.f;       // q.k scale: 1/sqrt(head_dim) (Gemma 3 27B: 1/sqrt(n_embd/n_head))
 

@@ -101,8 +101,10 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
   const bool moe = NE > 0, dense = !moe;
   if (moe && !be.runs_experts()) fail("{}: the {} backend does not run mixtures of experts yet", f.path(), be.name());
   if (moe && tp) fail("{}: tensor parallel does not split experts yet", f.path());
-  if (f.find_tensor("rope_factors_long.weight") || f.find_tensor("rope_factors_short.weight"))
-    fail("{}: LongRoPE (rope_factors_long/short, Phi-3 128k files) is not supported yet", f.path());
+  b.checked("rope_factors_long.weight", {cfg_.n_rot / 2}, false);
+  b.checked("rope_factors_short.weight", {cfg_.n_rot / 2}, false);
+  if (bool(f.find_tensor("rope_factors_long.weight")) != bool(f.find_tensor("rope_factors_short.weight")))
+    fail("{}: LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight", f.path());
   const int64_t HD = cfg_.head_dim;
   // (name, shape, required, allowed): a tensor not allowed for the architecture is left out, so
   // that require_all_used refuses a file that has it.
@@ -201,12 +203,20 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
     if (dense) w.w_down = matrix(p + "ffn_down.weight", {F, E});
     layers_.push_back(w);
   }
-  if (const GgufTensor* rf = f.find_tensor("rope_freqs.weight")) {
-    rope_freqs_.resize(size_t(rf->nelements()));
-    std::memcpy(rope_freqs_.data(), rf->data, rope_freqs_.size() * sizeof(float));
-    for (float v : rope_freqs_)
-      if (!std::isfinite(v) || v <= 0.f) fail("{}: tensor 'rope_freqs.weight' holds {:g}; its factors must be positive", f.path(), v);
-  }
+  auto factors = [&](const char* name) {  // (shape and type checked above)
+    std::vector<float> v;
+    if (const GgufTensor* rf = f.find_tensor(name)) {
+      v.resize(size_t(rf->nelements()));
+      std::memcpy(v.data(), rf->data, v.size() * sizeof(float));
+      for (float x : v)
+        if (!std::isfinite(x) || x <= 0.f) fail("{}: tensor '{}' holds {:g}; its factors must be positive", f.path(), name, x);
+    }
+    return v;
+  };
+  rope_freqs_ = factors("rope_freqs.weight");
+  rope_long_ = factors("rope_factors_long.weight");
+  rope_short_ = factors("rope_factors_short.weight");
+  rope_factors_ = !rope_short_.empty() ? rope_short_.data() : rope_freqs_.empty() ? nullptr : rope_freqs_.data();
 }
 
 void LlamaModel::moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight* next) {
@@ -275,6 +285,9 @@ const GgufTensor& LlamaModel::rows_of(const GgufTensor& t, int64_t r0, int64_t n
 
 void LlamaModel::init_cache(int n_ctx, GgmlType kv_type) {
   n_ctx_ = n_ctx;
+  // LongRoPE: the long factors for a context past the one the short factors were trained for
+  // (Each set keeps its own buffer: a backend may cache factors by their address.)
+  if (!rope_long_.empty()) rope_factors_ = uint32_t(n_ctx) > cfg_.n_ctx_orig ? rope_long_.data() : rope_short_.data();
   be_.init_kv_cache(int(cfg_.n_layer), n_ctx, int(n_head_kv_ * cfg_.head_dim), kv_type);
 }
 
@@ -358,7 +371,7 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
   Tensor x = be.alloc(T, E), h = be.alloc(T, E), q = be.alloc(T, QD), k = be.alloc(T, KVD),
          v = be.alloc(T, KVD), att = be.alloc(T, QD), gate = be.alloc(T, F);
   const RopeParams rope{int(cfg_.n_rot), cfg_.rope_base, cfg_.rope_freq_scale, cfg_.rope_neox,
-                        rope_freqs_.empty() ? nullptr : rope_freqs_.data()};
+                        rope_factors_, cfg_.rope_attn_factor};
   const AttentionParams ap{int(n_head_), int(n_head_kv_), int(cfg_.head_dim), cfg_.attn_scale};
 
   // One row (decode): the last W_down's matmul_add_norm makes the output norm (xs = x, hs = h).
@@ -383,7 +396,7 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
     RopeParams rl = rope;
     AttentionParams al = ap;
     if (cfg_.is_local(uint32_t(l))) {  // a sliding-window layer: its own RoPE base, unscaled
-      rl.base = cfg_.rope_base_local, rl.freq_scale = 1.f, rl.freq_factors = nullptr;
+      rl.base = cfg_.rope_base_local, rl.freq_scale = 1.f, rl.freq_factors = nullptr, rl.attn_factor = 1.f;
       al.window = int(cfg_.sliding_window);
     }
     be.rope_attention(int(l), q, k, v, pos, rl, al, qk, att);

@@ -71,6 +71,8 @@ class LlamaModel {
   Weight tok_embd_, out_norm_, output_;
   std::vector<LayerWeights> layers_;
   std::vector<float> rope_freqs_;  // Llama 3 frequency factors (host copy), empty if none
+  std::vector<float> rope_long_, rope_short_;  // LongRoPE's two sets (init_cache picks one), or empty
+  const float* rope_factors_ = nullptr;        // the set in use: one of the above, or null
   int n_ctx_ = 0;
   // This rank's dimensions (the whole model's without tensor parallelism).
   std::optional<TpRank> tp_;

@@ -176,7 +176,8 @@ TEST(BackendOps, Rope) {
         const auto xh = randn(size_t(rows * heads * hd), rng);
         b.begin(toks, pos);
         Tensor xc = b.put(b.cpu, xh, rows, heads * hd), xg = b.put(b.gpu, xh, rows, heads * hd);
-        const RopeParams p{n_rot, 10000.f, 0.5f, neox, ff && n_rot == 64 ? factors : nullptr};
+        // (with the factors, LongRoPE's magnitude scaling of cos and sin too)
+        const RopeParams p{n_rot, 10000.f, 0.5f, neox, ff && n_rot == 64 ? factors : nullptr, ff ? 1.19f : 1.f};
         b.cpu.rope(xc, heads, hd, pos, p), b.gpu.rope(xg, heads, hd, pos, p);
         EXPECT_LE(rel(b.get(b.gpu, xg), b.get(b.cpu, xc)), 2e-6) << "neox " << neox << " n_rot " << n_rot;
       }
@@ -565,7 +566,7 @@ TEST(BackendOps, RopeAttentionFused) {
     const AttentionParams ap{c.n_head, c.n_head_kv, c.head_dim, 1.f / std::sqrt(float(c.head_dim))};
     std::vector<float> ff(size_t(c.n_rot / 2));
     for (size_t i = 0; i < ff.size(); ++i) ff[i] = 1.f + float(i % 7);
-    const RopeParams rp{c.n_rot, 10000.f, 1.f, c.neox, c.factors ? ff.data() : nullptr};
+    const RopeParams rp{c.n_rot, 10000.f, 1.f, c.neox, c.factors ? ff.data() : nullptr, c.factors ? 1.19f : 1.f};
     auto [qnc, qng] = b.weight(GgmlType::F32, 1, c.head_dim, f32_bytes(randn(size_t(c.head_dim), rng)), WeightUse::Vector);
     auto [knc, kng] = b.weight(GgmlType::F32, 1, c.head_dim, f32_bytes(randn(size_t(c.head_dim), rng)), WeightUse::Vector);
     const QkNorm qk_cpu = c.norms ? QkNorm{&qnc, &knc, 1e-6f} : QkNorm{};

@@ -153,7 +153,8 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaTiny,
                          ::testing::Values("tiny-f32", "tiny-f16", "tiny-bf16", "tiny-q8_0", "tiny-q4_0", "tiny-q4_1",
                                            "tiny-q4_K", "tiny-q6_K", "tiny-qwen2-f16", "tiny-qwen2-q8_0",
                                            "tiny-llama3-f16", "tiny-llama3-q8_0", "tiny-qwen3-f16", "tiny-qwen3-q8_0",
-                                           "tiny-gemma3-f16", "tiny-gemma3-q8_0", "tiny-phi3-f16", "tiny-phi3-q8_0"),
+                                           "tiny-gemma3-f16", "tiny-gemma3-q8_0", "tiny-phi3-f16", "tiny-phi3-q8_0",
+                                           "tiny-phi3-longrope-f16", "tiny-phi3-longrope-q8_0"),
                          [](const auto& info) { return case_param_name(info.param); });
 
 // Greedy tokens with GPU sampling (Session::eval_sample).

@@ -317,8 +317,8 @@ void CpuBackend::rope(Tensor x, int n_heads, int head_dim, std::span<const int32
       float th = theta;
       if (p.freq_factors) th /= p.freq_factors[i];
       th *= p.freq_scale;
-      cs[2 * size_t(i)] = std::cos(th);
-      cs[2 * size_t(i) + 1] = std::sin(th);
+      cs[2 * size_t(i)] = std::cos(th) * p.attn_factor;
+      cs[2 * size_t(i) + 1] = std::sin(th) * p.attn_factor;
       theta *= theta_scale;
     }
     for (int h = 0; h < n_heads; ++h) {

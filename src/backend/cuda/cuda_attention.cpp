@@ -18,7 +18,7 @@ namespace kn = kernels;
 kn::RopeArgs CudaBackend::rope_args(int n_heads, int head_dim, const RopeParams& p) {
   kn::RopeArgs a;
   a.n_heads = n_heads, a.head_dim = head_dim, a.n_rot = p.n_rot;
-  a.base = p.base, a.freq_scale = p.freq_scale, a.neox = p.neox;
+  a.base = p.base, a.freq_scale = p.freq_scale, a.neox = p.neox, a.attn_factor = p.attn_factor;
   if (p.freq_factors) {
     auto [it, fresh] = freq_factors_.try_emplace(p.freq_factors, nullptr);
     if (fresh) {

@@ -49,7 +49,8 @@ struct RopeArgs {
   int n_heads = 0, head_dim = 0, n_rot = 0;
   float base = 10000.f, freq_scale = 1.f;
   bool neox = false;
-  const float* freq_factors = nullptr;  // device [n_rot/2] divisors (Llama 3), optional
+  const float* freq_factors = nullptr;  // device [n_rot/2] divisors (Llama 3, LongRoPE), optional
+  float attn_factor = 1.f;              // cos and sin times this (LongRoPE's magnitude scaling)
 };
 // In place on x [rows][n_heads * head_dim]; angles as ggml's CPU rope (running product in f32).
 Status rope(float* x, int64_t rows, const int32_t* pos, const RopeArgs& a, cudaStream_t s);

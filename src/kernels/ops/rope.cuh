@@ -1,6 +1,6 @@
 // The RoPE rotation shared by rope() and rope_kv_store(): angles as ggml's CPU rope computes
 // them, bit for bit (theta_i = pos * theta_scale^i as a running product in f32, divided by the
-// Llama 3 frequency factor, times freq_scale).
+// Llama 3 or LongRoPE frequency factor, times freq_scale; cos and sin times attn_factor).
 #pragma once
 
 #include "kernels/ops/ops.h"
@@ -14,6 +14,8 @@ __device__ __forceinline__ void angle(int i, int position, float theta_scale, co
   if (a.freq_factors) theta /= a.freq_factors[i];
   theta *= a.freq_scale;
   sincosf(theta, &sn, &cs);
+  cs *= a.attn_factor;
+  sn *= a.attn_factor;
 }
 
 // Rotates pair i (0 <= i < n_rot / 2) of the head at v in place by the angle (cs, sn). NEOX pairs
