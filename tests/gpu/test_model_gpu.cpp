@@ -60,8 +60,11 @@ TEST_P(CudaTiny, LogitsMatchReferenceAndCpu) {
   ASSERT_EQ(sha256(path), c["sha256"].get<std::string>());
   const std::string type = c["gen"]["type"];
   const bool flt = type == "f32" || type == "f16" || type == "bf16";
-  // bf16 weights: the prompt's GEMM rounds activations to bf16 (8-bit mantissa): 6e-3 measured
-  const double tol_flt = type == "bf16" ? 1e-2 : 1e-3;
+  // bf16 weights: the prompt's GEMM rounds activations to bf16 (8-bit mantissa): 6e-3 measured.
+  // f16: to f16 (and the prompt attention q and P): tiny-phi3 9.8e-4, tiny-phi3-longrope 1.29e-3
+  // measured (LongRoPE's attn_factor 1.13 scales the scores by 1.29: a sharper softmax); the
+  // exact path stays within 1e-3.
+  const double tol_flt = type == "bf16" ? 1e-2 : type == "f16" ? 2e-3 : 1e-3;
   const std::vector<float> want = read_f32(kGolden + "/" + c["logits"].get<std::string>());
   const std::vector<int32_t> prompt = c["tokens"].get<std::vector<int32_t>>();
 
