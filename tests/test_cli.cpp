@@ -68,3 +68,23 @@ TEST(Cli, TokenizeDetokenize) {
 }
 
 }  // namespace
+
+// kbench cpu runs in every build: the read bandwidth, each type's in-cache row-dot rate, and a row
+// per shape and token count with figures; a K that is not whole blocks of a type is said so; bad
+// shapes, types and token counts are one line each.
+TEST(Cli, KbenchCpu) {
+  auto r = run("kbench cpu --shapes 64x64 --types q8_0,q4_K -t 1 -r 5 --tokens 1,4");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("read bandwidth"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| q8_0 row dot in cache |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| q8_0 | 64x64 | 1 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| q8_0 | 64x64 | 4 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| q4_K | 64x64 | | K is not a whole number of 256-element blocks"), std::string::npos) << r.out;
+  for (const char* bad : {"--shapes 64y64", "--shapes 64x33", "--types iq2_xxs", "--tokens 0", "--tokens 2x"}) {
+    SCOPED_TRACE(bad);
+    r = run(std::string("kbench cpu -r 5 ") + bad);
+    EXPECT_EQ(r.status, 1);
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("kbench cpu:"), std::string::npos) << r.err;
+  }
+}
