@@ -185,8 +185,8 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
   size_t x_rb = size_t(K) * 4;
   outliers_.assign(size_t(T), {});
   const bool offsets = vd.fn4c && T >= 4;  // four-row passes take offset weights and their corrections
-  const bool rows4 = vd.rows4c && T < 4;   // so do four-weight-row passes (decode) of signed types
-  const bool corrections = (offsets || rows4) && vd.corr_bias != 0;
+  const bool rows4 = vd.rows4c && T < 4;   // so do four-weight-row passes (decode)
+  const bool corrections = offsets || rows4;
   if (vd.act != ActType::F32) {
     x_rb = act_row_bytes(vd.act, K);
     act_q_.resize(x_rb * size_t(T));
@@ -241,7 +241,7 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
         if (rows4 && g + 4 <= e && r + 4 <= ws[wi]->rows) {  // a few tokens: four weight rows per pass
           for (size_t o = 0; o < 4 * w_rb; o += 64) prefetch(wr + ahead + o);
           for (int64_t t = t0; t < t1; ++t) {
-            vd.rows4c(K, wr, w_rb, xb + size_t(t) * x_rb, corrections ? act_corr_.data() + size_t(t) * size_t(K / 4) : nullptr, v);
+            vd.rows4c(K, wr, w_rb, xb + size_t(t) * x_rb, act_corr_.data() + size_t(t) * size_t(K / 4), v);
             const Outliers& o = outliers_[size_t(t)];
             for (int j = 0; j < 4; ++j) {
               for (int i = 0; i < o.n; ++i) v[j] += o.value[i] * elem(wr + size_t(j) * w_rb, o.index[i]);

@@ -49,9 +49,9 @@ using VecDot4Fn = void (*)(int64_t n, const void* w, const void* x, size_t x_str
 using VecDot4CFn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride, const int32_t* corr,
                             size_t corr_stride, float* out);
 
-// Four weight rows (w + j * w_stride) against one activation row: the decode path. Signed types
-// take offset weights (corr: that row's act_corrections with corr_bias; null where corr_bias is 0).
-// out[j] is bit for bit fn(n, w + j * w_stride, x).
+// Four weight rows (w + j * w_stride) against one activation row with offset weights (corr: that
+// row's act_corrections with corr_bias): the decode path. out[j] is bit for bit
+// fn(n, w + j * w_stride, x).
 using VecDotRows4CFn = void (*)(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t* corr,
                                 float* out);
 
@@ -61,7 +61,7 @@ struct VecDot {
   VecDot4Fn fn4 = nullptr;  // four rows at once, where the ISA has such a kernel
   VecDot4CFn fn4c = nullptr;  // four rows with offset weights, where it pays (preferred to fn4)
   int corr_bias = 0;          // the weight offset fn4c takes (act_corrections' bias)
-  VecDotRows4CFn rows4c = nullptr;  // four weight rows against one token (offset weights: corr_bias)
+  VecDotRows4CFn rows4c = nullptr;  // four weight rows against one token, offset weights (corr_bias)
 };
 
 // corr[b * 8 + g] = -bias * (x[32 b + 4 g] + ... + x[32 b + 4 g + 3]) for an ActType::Q8 row of n.
