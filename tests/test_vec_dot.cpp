@@ -50,78 +50,56 @@ TEST_P(VecDotTest, MatchesFp64OfDequantised) {
 
 // The four-row kernels give each row bit for bit what the one-row kernel gives it, and the
 // AVX-VNNI kernels what the AVX2 ones give (their integer sums are exact).
-void four_rows_equal_one_row(CpuIsa isa) {
+// The int8 kernels' shapes (four tokens, four weight rows) give each output bit for bit what the
+// one-row kernel gives it, and every tier gives what the scalar kernel gives (vec_dot.h's order).
+void shapes_equal_one_row(CpuIsa isa) {
   if (isa > detect_isa()) GTEST_SKIP() << "CPU has no " << isa_name(isa);
   std::mt19937 rng(8);
   std::normal_distribution<float> nd(0.f, 1.f);
   int checked = 0, with_offsets = 0;
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1}) {
-    const VecDot vd = vec_dot_for(t, isa), avx2 = vec_dot_for(t, CpuIsa::Avx2);
-    ASSERT_NE(vd.fn4, nullptr) << type_name(t);
+    const VecDot vd = vec_dot_for(t, isa), scalar = vec_dot_for(t, CpuIsa::Scalar);
+    ASSERT_NE(vd.fn4c, nullptr) << type_name(t);
+    ASSERT_NE(vd.rows4c, nullptr) << type_name(t);
     if (isa == CpuIsa::AvxVnni) {
-      EXPECT_NE(vd.fn, avx2.fn) << type_name(t) << ": no AVX-VNNI kernel";
+      EXPECT_NE(vd.fn, vec_dot_for(t, CpuIsa::Avx2).fn) << type_name(t) << ": no AVX-VNNI kernel";
     }
-    for (int64_t n : {32, 96, 576, 1568}) {
-      std::vector<float> w(static_cast<size_t>(n)), x(static_cast<size_t>(4 * n));
+    for (int64_t n : {32, 96, 160, 576, 1568}) {
+      const size_t w_rb = row_bytes(t, n), x_rb = act_row_bytes(vd.act, n);
+      std::vector<float> w(static_cast<size_t>(4 * n)), x(static_cast<size_t>(4 * n));
       for (auto& v : w) v = nd(rng);
       for (auto& v : x) v = nd(rng) * (1.f + 9.f * float((&v - x.data()) % 97 == 3));
-      std::vector<uint8_t> wq(row_bytes(t, n)), xq(4 * act_row_bytes(vd.act, n));
-      quantize_row(t, w.data(), wq.data(), n);
-      for (int j = 0; j < 4; ++j)
-        quantize_activations(vd.act, x.data() + j * n, xq.data() + size_t(j) * act_row_bytes(vd.act, n), n);
-      float got[4] = {-1.f, -1.f, -1.f, -1.f};
-      vd.fn4(n, wq.data(), xq.data(), act_row_bytes(vd.act, n), got);
-      float got_c[4] = {-1.f, -1.f, -1.f, -1.f};
-      if (vd.fn4c) {  // offset weights: the same floats
-        std::vector<int32_t> corr(size_t(4 * n / 4));
-        for (int j = 0; j < 4; ++j)
-          act_corrections(xq.data() + size_t(j) * act_row_bytes(vd.act, n), n, vd.corr_bias, corr.data() + j * n / 4);
-        vd.fn4c(n, wq.data(), xq.data(), act_row_bytes(vd.act, n), corr.data(), size_t(n / 4), got_c);
-        ++with_offsets;
-      }
+      std::vector<uint8_t> wq(4 * w_rb), xq(4 * x_rb);
       for (int j = 0; j < 4; ++j) {
-        const float one = vd.fn(n, wq.data(), xq.data() + size_t(j) * act_row_bytes(vd.act, n));
-        EXPECT_EQ(got[j], one) << type_name(t) << " n=" << n << " row " << j;
-        if (vd.fn4c) {
-          EXPECT_EQ(got_c[j], one) << type_name(t) << " offset weights, n=" << n << " row " << j;
-        }
-        EXPECT_EQ(one, avx2.fn(n, wq.data(), xq.data() + size_t(j) * act_row_bytes(vd.act, n)))
-            << type_name(t) << " " << isa_name(isa) << " against avx2, n=" << n;
+        quantize_row(t, w.data() + j * n, wq.data() + size_t(j) * w_rb, n);
+        quantize_activations(vd.act, x.data() + j * n, xq.data() + size_t(j) * x_rb, n);
+      }
+      const int64_t nb = n / 32;
+      std::vector<int32_t> corr(size_t(4 * nb));
+      for (int j = 0; j < 4; ++j) act_corrections(xq.data() + size_t(j) * x_rb, n, vd.corr_bias, corr.data() + j * nb);
+      with_offsets += vd.corr_bias != 0;
+      float tokens[4] = {-1.f, -1.f, -1.f, -1.f};
+      vd.fn4c(n, wq.data(), xq.data(), x_rb, vd.corr_bias ? corr.data() : nullptr, size_t(nb), tokens);
+      for (int j = 0; j < 4; ++j) {
+        const float one = vd.fn(n, wq.data(), xq.data() + size_t(j) * x_rb);
+        EXPECT_EQ(tokens[j], one) << type_name(t) << " four tokens, n=" << n << " token " << j;
+        EXPECT_EQ(one, scalar.fn(n, wq.data(), xq.data() + size_t(j) * x_rb))
+            << type_name(t) << " " << isa_name(isa) << " against scalar, n=" << n;
+        float rows[4] = {-1.f, -1.f, -1.f, -1.f};
+        vd.rows4c(n, wq.data(), w_rb, xq.data() + size_t(j) * x_rb, vd.corr_bias ? corr.data() + j * nb : nullptr, rows);
+        for (int r = 0; r < 4; ++r)
+          EXPECT_EQ(rows[r], vd.fn(n, wq.data() + size_t(r) * w_rb, xq.data() + size_t(j) * x_rb))
+              << type_name(t) << " four rows, n=" << n << " row " << r << " token " << j;
         ++checked;
       }
     }
   }
-  EXPECT_EQ(checked, 48);
-  EXPECT_EQ(with_offsets, isa == CpuIsa::AvxVnni ? 8 : 0);  // q8_0 and q4_0 at four lengths
+  EXPECT_EQ(checked, 60);
+  EXPECT_EQ(with_offsets, isa == CpuIsa::AvxVnni ? 10 : 5);  // q4_0 (and q8_0 on avx-vnni) at five lengths
 }
 
-// The decode kernel of four weight rows against one token gives each weight row bit for bit what
-// the one-row kernel gives it (q4_0 on AVX-VNNI, the type that has one).
-TEST(VecDot, FourWeightRowsEqualTheOneRowKernel) {
-  if (detect_isa() < CpuIsa::AvxVnni) GTEST_SKIP() << "CPU has no avx-vnni";
-  const GgmlType t = GgmlType::Q4_0;
-  const VecDot vd = vec_dot_for(t, CpuIsa::AvxVnni);
-  ASSERT_NE(vd.rows4c, nullptr);
-  std::mt19937 rng(12);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  for (int64_t n : {32, 96, 576, 1568}) {
-    std::vector<float> w(static_cast<size_t>(4 * n)), x(static_cast<size_t>(n));
-    for (auto& v : w) v = nd(rng);
-    for (auto& v : x) v = nd(rng) * (1.f + 9.f * float((&v - x.data()) % 97 == 3));
-    const size_t w_rb = row_bytes(t, n);
-    std::vector<uint8_t> wq(4 * w_rb), xq(act_row_bytes(vd.act, n));
-    for (int j = 0; j < 4; ++j) quantize_row(t, w.data() + j * n, wq.data() + size_t(j) * w_rb, n);
-    quantize_activations(vd.act, x.data(), xq.data(), n);
-    std::vector<int32_t> corr(static_cast<size_t>(n / 4));
-    act_corrections(xq.data(), n, vd.corr_bias, corr.data());
-    float got[4] = {-1.f, -1.f, -1.f, -1.f};
-    vd.rows4c(n, wq.data(), w_rb, xq.data(), corr.data(), got);
-    for (int j = 0; j < 4; ++j) EXPECT_EQ(got[j], vd.fn(n, wq.data() + size_t(j) * w_rb, xq.data())) << "n=" << n << " row " << j;
-  }
-}
-
-TEST(VecDot, FourRowKernelsEqualTheOneRowKernel) { four_rows_equal_one_row(CpuIsa::Avx2); }
-TEST(VecDot, AvxVnniKernelsEqualTheAvx2Ones) { four_rows_equal_one_row(CpuIsa::AvxVnni); }
+TEST(VecDot, Avx2ShapesEqualTheOneRowAndScalarKernels) { shapes_equal_one_row(CpuIsa::Avx2); }
+TEST(VecDot, AvxVnniShapesEqualTheOneRowAndScalarKernels) { shapes_equal_one_row(CpuIsa::AvxVnni); }
 
 std::vector<Case> all_cases() {
   std::vector<Case> c;
@@ -138,6 +116,26 @@ INSTANTIATE_TEST_SUITE_P(Kernels, VecDotTest, ::testing::ValuesIn(all_cases()), 
     if (c == '-') c = '_';  // (test names are identifiers)
   return name;
 });
+
+// The AVX2 activation quantiser gives the portable one's bytes and scales, ties (x * id exactly
+// k + 0.5, rounded away from zero) included.
+TEST(VecDot, Avx2ActivationQuantiserEqualsThePortableOne) {
+  if (detect_isa() < CpuIsa::Avx2) GTEST_SKIP() << "CPU has no avx2";
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (ActType t : {ActType::Q8, ActType::Q8S}) {
+    const int64_t n = 32 * 40;
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = nd(rng) * (1.f + 20.f * float((&v - x.data()) % 53 == 7));
+    for (int64_t b = 0; b < 8; ++b)  // blocks with amax 127: every k + 0.5 is a tie
+      for (int j = 0; j < 32; ++j) x[size_t(32 * b + j)] = j == 0 ? 127.f : float(j - 16) + 0.5f * float(j % 2);
+    for (int j = 0; j < 32; ++j) x[size_t(32 * 8 + j)] = 0.f;  // an all-zero block
+    std::vector<uint8_t> got(act_row_bytes(t, n)), want(act_row_bytes(t, n));
+    avx2_quantize_q8(t, x.data(), got.data(), n);
+    quantize_activations_portable(t, x.data(), want.data(), n);
+    EXPECT_EQ(got, want) << (t == ActType::Q8 ? "q8" : "q8s");
+  }
+}
 
 TEST(VecDot, ActivationFormatsRoundTrip) {
   std::mt19937 rng(5);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "backend/cpu/gemm_amx.h"
 #include "backend/cpu/page_buffer.h"
 #include "backend/cpu/vec_dot.h"
 #include "core/thread_pool.h"
@@ -50,7 +51,7 @@ class CpuBackend final : public Backend {
   void add_rows_scaled(Tensor dst, Tensor src, std::span<const int32_t> rows, std::span<const float> scale) override;
 
  private:
-  struct Outliers {  // activations handled in f32 by matmul (see cpu_backend.cpp)
+  struct Outliers {  // activations handled in f32 by matmul (see cpu_matmul.cpp)
     int n = 0;
     int32_t index[8];
     float value[8];
@@ -77,6 +78,8 @@ class CpuBackend final : public Backend {
   size_t scratch_used_ = 0;  // floats used in scratch_.back()
   std::vector<uint8_t> act_q_;                      // quantised activations for matmul
   std::vector<int32_t> act_corr_;                   // their offset corrections (VecDot::fn4c)
+  AmxBuffer amx_tokens_;                            // and packed as AMX tiles (gemm_amx.h)
+  std::vector<int32_t> amx_col_slot_;               // their outlier columns, numbered
   std::vector<Outliers> outliers_;                  // per activation row
   // KV cache: [layer][pos][kv_dim] for K and for V.
   GgmlType kv_type_ = GgmlType::F16;

@@ -1,6 +1,7 @@
 // Scalar row dot products (the reference for the SIMD kernels) and the dispatcher.
 #include "backend/cpu/vec_dot.h"
 
+#include "backend/cpu/gemm_amx.h"
 #include "core/half.h"
 #include "format/quant.h"
 #include "format/quant_blocks.h"
@@ -47,7 +48,7 @@ float dot_q4_0(int64_t n, const void* w, const void* x) {
     int sum = 0;
     for (int j = 0; j < 16; ++j)
       sum += ((a[i].qs[j] & 15) - 8) * b[i].qs[j] + ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + 16];
-    s += f16_to_f32(a[i].d) * b[i].d * float(sum);
+    s = std::fma(float(sum), f16_to_f32(a[i].d) * b[i].d, s);  // the order vec_dot.h defines
   }
   return s;
 }
@@ -58,7 +59,7 @@ float dot_q4_1(int64_t n, const void* w, const void* x) {
   for (int64_t i = 0; i < n / QK; ++i) {
     int sum = 0;
     for (int j = 0; j < 16; ++j) sum += (a[i].qs[j] & 15) * b[i].qs[j] + (a[i].qs[j] >> 4) * b[i].qs[j + 16];
-    s += f16_to_f32(a[i].d) * b[i].d * float(sum) + f16_to_f32(a[i].m) * b[i].s;
+    s = s + std::fma(f16_to_f32(a[i].d) * b[i].d, float(sum), f16_to_f32(a[i].m) * b[i].s);
   }
   return s;
 }
@@ -103,7 +104,7 @@ float dot_q8_0(int64_t n, const void* w, const void* x) {
   for (int64_t i = 0; i < n / QK; ++i) {
     int sum = 0;
     for (int j = 0; j < QK; ++j) sum += a[i].qs[j] * b[i].qs[j];
-    s += f16_to_f32(a[i].d) * b[i].d * float(sum);
+    s = std::fma(float(sum), f16_to_f32(a[i].d) * b[i].d, s);
   }
   return s;
 }
@@ -233,7 +234,8 @@ CpuIsa detect_isa() {
     // AVX-VNNI (the VEX encoding: leaf 7 sub-leaf 1, EAX bit 4), with the OS saving the YMM state
     // (AVX2 usable already says so).
     const bool vnni = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4));
-    return vnni ? CpuIsa::AvxVnni : CpuIsa::Avx2;
+    if (!vnni) return CpuIsa::Avx2;
+    return amx_usable() ? CpuIsa::Amx : CpuIsa::AvxVnni;
 #endif
     return CpuIsa::Scalar;
   }();
@@ -242,6 +244,7 @@ CpuIsa detect_isa() {
 
 const char* isa_name(CpuIsa isa) {
   switch (isa) {
+    case CpuIsa::Amx: return "amx";
     case CpuIsa::AvxVnni: return "avx-vnni";
     case CpuIsa::Avx2: return "avx2";
     default: return "scalar";
@@ -251,27 +254,26 @@ const char* isa_name(CpuIsa isa) {
 VecDot vec_dot_for(GgmlType t, CpuIsa isa) {
   VecDot v = scalar_kernel(t);
   if (isa >= CpuIsa::Avx2 && v.fn)
-    if (VecDotFn f = avx2_kernel(t)) v.fn = f, v.fn4 = avx2_kernel4(t);
+    if (VecDotFn f = avx2_kernel(t)) v.fn = f, v.fn4c = avx2_kernel4c(t, &v.corr_bias), v.rows4c = avx2_rows4c(t);
   if (isa >= CpuIsa::AvxVnni && v.fn)
-    if (VecDotFn f = vnni_kernel(t))
-      v.fn = f, v.fn4 = vnni_kernel4(t), v.fn4c = vnni_kernel4c(t, &v.corr_bias), v.rows4c = vnni_rows4c(t);
+    if (VecDotFn f = vnni_kernel(t)) v.fn = f, v.fn4c = vnni_kernel4c(t, &v.corr_bias), v.rows4c = vnni_rows4c(t);
   return v;
 }
 
 std::optional<CpuIsa> parse_isa(std::string_view name) {
   if (name == "auto") return detect_isa();
-  for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::AvxVnni})
+  for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::AvxVnni, CpuIsa::Amx})
     if (name == isa_name(isa)) return isa;
   return std::nullopt;
 }
 
 void act_corrections(const void* xq, int64_t n, int bias, int32_t* corr) {
   const auto* b = static_cast<const act_q8*>(xq);
-  for (int64_t i = 0; i < n / QK; ++i)
-    for (int g = 0; g < 8; ++g) {
-      const int8_t* q = b[i].qs + 4 * g;
-      corr[i * 8 + g] = -bias * (int32_t(q[0]) + q[1] + q[2] + q[3]);
-    }
+  for (int64_t i = 0; i < n / QK; ++i) {
+    int32_t sum = 0;
+    for (int j = 0; j < QK; ++j) sum += b[i].qs[j];
+    corr[i] = -bias * sum;
+  }
 }
 
 size_t act_row_bytes(ActType t, int64_t n) {
@@ -285,6 +287,11 @@ size_t act_row_bytes(ActType t, int64_t n) {
 }
 
 void quantize_activations(ActType t, const float* x, void* dst, int64_t n) {
+  if ((t == ActType::Q8 || t == ActType::Q8S) && detect_isa() >= CpuIsa::Avx2) return avx2_quantize_q8(t, x, dst, n);
+  quantize_activations_portable(t, x, dst, n);
+}
+
+void quantize_activations_portable(ActType t, const float* x, void* dst, int64_t n) {
   switch (t) {
     case ActType::F32: std::memcpy(dst, x, size_t(n) * sizeof(float)); return;
     case ActType::Q8: return quantize_q8<false>(x, static_cast<act_q8*>(dst), n);

@@ -35,43 +35,48 @@ static_assert(sizeof(act_q8) == 36 && sizeof(act_q8s) == 40);
 size_t act_row_bytes(ActType t, int64_t n);
 // Converts n activations (n a multiple of the format's block) to `t`, and back (tests).
 void quantize_activations(ActType t, const float* x, void* dst, int64_t n);
+void quantize_activations_portable(ActType t, const float* x, void* dst, int64_t n);  // no SIMD (tests)
 void dequantize_activations(ActType t, const void* src, float* dst, int64_t n);
 
 using VecDotFn = float (*)(int64_t n, const void* w, const void* x);
-// out[j] = fn(n, w, x + j * x_stride) for j < 4, bit for bit: one weight row against four
-// activation rows (the prompt path), each weight block unpacked once for the four.
-using VecDot4Fn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride, float* out);
 
-// The same for signed-weight types with the weights' sign handled by an offset: each weight byte
-// is taken as unsigned (q + bias), and corr (int32, 8 per 32-element block per row: -bias times
-// the sum of each 4 activations; act_corrections) takes the offset back out. corr rows are
-// corr_stride int32 apart. Bit for bit what fn gives (the integer sums are the same).
+// The int8 types (q4_0, q4_1, q8_0) compute every (weight row, token) output in one order, on
+// every instruction set and in every kernel shape (one row, four tokens, four weight rows, AMX
+// tiles): for each 32-element block b in turn, its exact integer sum isum_b, then
+//   q4_0, q8_0: acc = fma(float(isum_b), dw_b * dx_b, acc)
+//   q4_1:       acc = acc + fma(dw_b * dx_b, float(isum_b), mw_b * sx_b)
+// from acc = 0 (d: the blocks' scales, mw: the weight block's min, sx: the activation block's
+// d * sum(q)). So a token's outputs are the same bits whichever tokens share its matmul.
+
+// One weight row against four activation rows (x + j * x_stride, j < 4): out[j] is bit for bit
+// fn(n, w, x + j * x_stride). Where corr_bias != 0 the kernel takes each weight byte as unsigned
+// (q + corr_bias) and corr holds each row's block corrections (act_corrections), rows
+// corr_stride int32 apart; otherwise corr is not read.
 using VecDot4CFn = void (*)(int64_t n, const void* w, const void* x, size_t x_stride, const int32_t* corr,
                             size_t corr_stride, float* out);
 
-// Four weight rows (w + j * w_stride) against one activation row with offset weights (corr: that
-// row's act_corrections with corr_bias): the decode path. out[j] is bit for bit
-// fn(n, w + j * w_stride, x).
+// Four weight rows (w + j * w_stride) against one activation row (corr: that row's
+// act_corrections, as above): the decode path. out[j] is bit for bit fn(n, w + j * w_stride, x).
 using VecDotRows4CFn = void (*)(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t* corr,
                                 float* out);
 
 struct VecDot {
   ActType act;  // what quantize_activations must produce
   VecDotFn fn;  // nullptr: no direct kernel (the caller dequantises the row to f32)
-  VecDot4Fn fn4 = nullptr;  // four rows at once, where the ISA has such a kernel
-  VecDot4CFn fn4c = nullptr;  // four rows with offset weights, where it pays (preferred to fn4)
-  int corr_bias = 0;          // the weight offset fn4c takes (act_corrections' bias)
-  VecDotRows4CFn rows4c = nullptr;  // four weight rows against one token, offset weights (corr_bias)
+  VecDot4CFn fn4c = nullptr;        // four activation rows at once, where the ISA has such a kernel
+  int corr_bias = 0;                // the weight offset fn4c and rows4c take (0: no corrections)
+  VecDotRows4CFn rows4c = nullptr;  // four weight rows against one token
 };
 
-// corr[b * 8 + g] = -bias * (x[32 b + 4 g] + ... + x[32 b + 4 g + 3]) for an ActType::Q8 row of n.
+// corr[b] = -bias * (x[32 b] + ... + x[32 b + 31]) for an ActType::Q8 row of n (n / 32 entries).
 void act_corrections(const void* xq, int64_t n, int bias, int32_t* corr);
 
 // Instruction-set tiers, each a superset of the one before: the portable kernels; AVX2 + FMA +
-// F16C; AVX-VNNI (the int8 formats' products in dpbusd, the rest as AVX2).
-enum class CpuIsa { Scalar, Avx2, AvxVnni };
+// F16C; AVX-VNNI (the int8 formats' products in dpbusd, the rest as AVX2); AMX (AVX-VNNI's
+// kernels, and the int8 formats' prompt matmuls in AMX-INT8 tiles: gemm_amx.h).
+enum class CpuIsa { Scalar, Avx2, AvxVnni, Amx };
 CpuIsa detect_isa();  // the best this CPU runs
-const char* isa_name(CpuIsa isa);  // "scalar", "avx2", "avx-vnni"
+const char* isa_name(CpuIsa isa);  // "scalar", "avx2", "avx-vnni", "amx"
 // "auto" (detect_isa) or a tier's name (a lower one than the CPU's: every path can be tested on
 // one machine); nullopt if unknown.
 std::optional<CpuIsa> parse_isa(std::string_view name);
@@ -81,10 +86,13 @@ VecDot vec_dot_for(GgmlType weight_type, CpuIsa isa);
 
 // AVX2 kernels (vec_dot_avx2.cpp); nullptr where none exists.
 VecDotFn avx2_kernel(GgmlType weight_type);
-VecDot4Fn avx2_kernel4(GgmlType weight_type);
+VecDot4CFn avx2_kernel4c(GgmlType weight_type, int* bias);
+VecDotRows4CFn avx2_rows4c(GgmlType weight_type);
+// ActType::Q8 or Q8S activations in AVX2, bit for bit what quantize_activations' portable code
+// gives (which calls it where the CPU has AVX2).
+void avx2_quantize_q8(ActType t, const float* x, void* dst, int64_t n);
 // AVX-VNNI kernels (vec_dot_vnni.cpp); nullptr where none exists (the AVX2 one serves).
 VecDotFn vnni_kernel(GgmlType weight_type);
-VecDot4Fn vnni_kernel4(GgmlType weight_type);
 VecDotRows4CFn vnni_rows4c(GgmlType weight_type);
 VecDot4CFn vnni_kernel4c(GgmlType weight_type, int* bias);
 

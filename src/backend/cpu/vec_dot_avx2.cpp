@@ -8,7 +8,9 @@
 #include "core/half.h"
 #include "format/quant_blocks.h"
 
+#include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -16,6 +18,7 @@
 #define LAMINA_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define LAMINA_X86 LAMINA_AVX2
 #define LAMINA_DOT_U8S8(a, b) _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))
+#define LAMINA_Q8_BIAS 0  // maddubs would saturate on (q + 128) x s8 pairs
 
 namespace lamina {
 namespace {
@@ -147,6 +150,44 @@ LAMINA_AVX2 void axpy_f32(int64_t n, float a, const void* x, float* y) {
 
 }  // namespace
 
+// quantize_q8 (vec_dot.cpp) in AVX2, bit for bit: the same amax, scale and products, and
+// lround's rounding (half away from zero) as truncation plus a step where |fraction| >= 0.5.
+template <class Block>
+LAMINA_AVX2 void quantize_q8(const float* x, Block* y, int64_t n) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(int(0x80000000u)));
+  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.f);
+  for (int64_t i = 0; i < n / QK; ++i, x += QK) {
+    __m256 v[4], m = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_ps(x + 8 * j), m = _mm256_max_ps(m, _mm256_and_ps(v[j], abs_mask));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    const float d = amax / 127.f, id = d ? 1.f / d : 0.f;
+    __m256i q[4];
+    for (int j = 0; j < 4; ++j) {
+      const __m256 p = _mm256_mul_ps(v[j], _mm256_set1_ps(id));
+      const __m256 t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __m256 up = _mm256_cmp_ps(_mm256_and_ps(_mm256_sub_ps(p, t), abs_mask), half, _CMP_GE_OQ);
+      const __m256 step = _mm256_and_ps(up, _mm256_or_ps(one, _mm256_and_ps(p, sign_mask)));  // +-1 or 0
+      q[j] = _mm256_cvtps_epi32(_mm256_add_ps(t, step));
+    }
+    // s32 -> s8 in element order (packs interleave 128-bit lanes; the permute restores them).
+    const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs), _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    y[i].d = d;
+    if constexpr (std::is_same_v<Block, act_q8s>) {
+      const __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+      y[i].s = d * float(hsum_i32(s));
+    }
+  }
+}
+
+void avx2_quantize_q8(ActType t, const float* x, void* dst, int64_t n) {
+  if (t == ActType::Q8S) quantize_q8(x, static_cast<act_q8s*>(dst), n);
+  else quantize_q8(x, static_cast<act_q8*>(dst), n);
+}
+
 AxpyFn avx2_axpy(GgmlType t) {
   return t == GgmlType::F16 ? axpy_f16 : t == GgmlType::F32 ? axpy_f32 : nullptr;
 }
@@ -162,14 +203,17 @@ VecDotFn avx2_kernel(GgmlType t) {
   }
 }
 
-VecDot4Fn avx2_kernel4(GgmlType t) { return int8_kernel4(t); }
+VecDot4CFn avx2_kernel4c(GgmlType t, int* bias) { return int8_kernel4c(t, bias); }
+VecDotRows4CFn avx2_rows4c(GgmlType t) { return int8_rows4c(t); }
 
 }  // namespace lamina
 
 #else
 namespace lamina {
-VecDot4Fn avx2_kernel4(GgmlType) { return nullptr; }
+VecDot4CFn avx2_kernel4c(GgmlType, int*) { return nullptr; }
+VecDotRows4CFn avx2_rows4c(GgmlType) { return nullptr; }
 VecDotFn avx2_kernel(GgmlType) { return nullptr; }
 AxpyFn avx2_axpy(GgmlType) { return nullptr; }
+void avx2_quantize_q8(ActType, const float*, void*, int64_t) {}
 }  // namespace lamina
 #endif

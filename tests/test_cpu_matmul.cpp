@@ -1,0 +1,106 @@
+// CpuBackend's int8 matmuls (q4_0, q4_1, q8_0) through every kernel shape and instruction-set
+// tier, AMX tiles included: the same bits as the portable one-row kernel for every output (the
+// order vec_dot.h defines), whatever tokens share the call; and close to an fp64 product of the
+// dequantised weights with the unquantised activations. Activation outliers and weights whose
+// rows are not whole 16-row stripes included.
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/gemm_amx.h"
+#include "format/quant.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+using namespace lamina;
+
+namespace {
+
+struct Case {
+  GgmlType type;
+  int64_t K;
+  std::vector<int64_t> rows;  // the weights of one matmul_multi call
+  int64_t T;
+};
+
+// out[w][t][r] of one matmul_multi call on a backend with this tier.
+std::vector<std::vector<float>> run(CpuIsa isa, int threads, const Case& c, const std::vector<std::vector<uint8_t>>& wq,
+                                    const std::vector<float>& x, int64_t t0, int64_t T) {
+  CpuBackend be(threads, false, isa);
+  std::vector<Weight> ws;
+  std::vector<const Weight*> wp;
+  std::vector<std::vector<float>> outs;
+  std::vector<Tensor> ot;
+  for (size_t i = 0; i < c.rows.size(); ++i) {
+    ws.push_back({c.type, c.K, c.rows[i], wq[i].data()});
+    outs.emplace_back(size_t(T * c.rows[i]), std::nanf(""));  // poisoned
+  }
+  for (size_t i = 0; i < c.rows.size(); ++i) wp.push_back(&ws[i]), ot.push_back({outs[i].data(), T, c.rows[i]});
+  std::vector<float> xs(x.begin() + t0 * c.K, x.begin() + (t0 + T) * c.K);
+  be.matmul_multi(wp, Tensor{xs.data(), T, c.K}, ot);
+  return outs;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST(CpuMatmul, EveryTierAndShapeGivesTheOneRowKernelsBits) {
+  const std::vector<Case> cases = {
+      {GgmlType::Q4_0, 576, {64, 48, 37}, 37},  {GgmlType::Q4_1, 160, {100}, 16},
+      {GgmlType::Q8_0, 64, {16, 33}, 21},       {GgmlType::Q4_0, 96, {19}, 3},
+      {GgmlType::Q4_1, 576, {48, 16}, 50},      {GgmlType::Q8_0, 1536, {32}, 17},
+  };
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  int tiers = 0;
+  for (const Case& c : cases) {
+    std::vector<std::vector<uint8_t>> wq;
+    std::vector<std::vector<float>> wf;
+    for (int64_t n : c.rows) {
+      wf.emplace_back(size_t(n * c.K));
+      for (auto& v : wf.back()) v = nd(rng);
+      wq.emplace_back(size_t(n) * row_bytes(c.type, c.K));
+      for (int64_t r = 0; r < n; ++r) quantize_row(c.type, wf.back().data() + r * c.K, wq.back().data() + size_t(r) * row_bytes(c.type, c.K), c.K);
+    }
+    std::vector<float> x(size_t(c.T * c.K));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = nd(rng) * (i % 61 == 5 ? 25.f : 1.f);  // outliers in a few channels
+    const auto want = run(CpuIsa::Scalar, 1, c, wq, x, 0, c.T);
+    // Close to fp64 of the dequantised weights times the f32 activations.
+    for (size_t w = 0; w < c.rows.size(); ++w) {
+      std::vector<float> deq(size_t(c.K));
+      double err = 0, ref2 = 0;
+      for (int64_t r = 0; r < c.rows[w]; ++r) {
+        dequantize_row(c.type, wq[w].data() + size_t(r) * row_bytes(c.type, c.K), deq.data(), c.K);
+        for (int64_t t = 0; t < c.T; ++t) {
+          double ref = 0;
+          for (int64_t k = 0; k < c.K; ++k) ref += double(deq[size_t(k)]) * x[size_t(t * c.K + k)];
+          const double got = want[w][size_t(t * c.rows[w] + r)];
+          err += (got - ref) * (got - ref), ref2 += ref * ref;
+        }
+      }
+      EXPECT_LT(std::sqrt(err / ref2), 1e-2) << type_name(c.type) << " K=" << c.K;
+    }
+    for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::AvxVnni, CpuIsa::Amx}) {
+      if (isa > detect_isa()) continue;
+      ++tiers;
+      const auto got = run(isa, 2, c, wq, x, 0, c.T);
+      for (size_t w = 0; w < c.rows.size(); ++w)
+        EXPECT_TRUE(same_bits(got[w], want[w])) << type_name(c.type) << " " << isa_name(isa) << " K=" << c.K << " T=" << c.T
+                                                << " weight " << w;
+      // Each token alone: the bits it gets in the batch.
+      for (int64_t t : {int64_t(0), c.T - 1}) {
+        const auto one = run(isa, 2, c, wq, x, t, 1);
+        for (size_t w = 0; w < c.rows.size(); ++w)
+          EXPECT_TRUE(same_bits(one[w], std::vector<float>(want[w].begin() + t * c.rows[w], want[w].begin() + (t + 1) * c.rows[w])))
+              << type_name(c.type) << " " << isa_name(isa) << " token " << t << " alone";
+      }
+    }
+  }
+  if (tiers == 0) GTEST_SKIP() << "CPU has no SIMD tier (the portable kernel was checked against fp64 only)";
+  if (detect_isa() < CpuIsa::Amx) std::printf("no AMX on this CPU: its tiles were not checked\n");
+}
