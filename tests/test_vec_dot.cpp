@@ -137,6 +137,28 @@ TEST(VecDot, Avx2ActivationQuantiserEqualsThePortableOne) {
   }
 }
 
+// The outlier scan's AVX2 passes against their portable definitions.
+TEST(VecDot, Avx2OutlierScanEqualsThePortableOne) {
+  if (detect_isa() < CpuIsa::Avx2) GTEST_SKIP() << "CPU has no avx2";
+  std::mt19937 rng(22);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int64_t n : {7, 64, 577, 1536}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = nd(rng) * (nd(rng) > 2.2f ? 30.f : 1.f);
+    double s4[4] = {0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+      for (int j = 0; j < 4; ++j) s4[j] += double(x[size_t(i + j)]) * x[size_t(i + j)];
+    for (; i < n; ++i) s4[0] += double(x[size_t(i)]) * x[size_t(i)];
+    EXPECT_EQ(avx2_sum_squares4(x.data(), n), (s4[0] + s4[1]) + (s4[2] + s4[3])) << "n=" << n;
+    for (int64_t from = 0; from <= n; ++from) {
+      int64_t want = from;
+      while (want < n && !(std::fabs(x[size_t(want)]) > 3.f)) ++want;
+      ASSERT_EQ(avx2_next_above(x.data(), from, n, 3.f), want) << "n=" << n << " from " << from;
+    }
+  }
+}
+
 TEST(VecDot, ActivationFormatsRoundTrip) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 1.f);

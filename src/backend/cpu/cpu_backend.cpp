@@ -114,14 +114,16 @@ void CpuBackend::embed(const Weight& table, std::span<const int32_t> tokens, Ten
 
 void CpuBackend::rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) {
   const float* g = static_cast<const float*>(w.data);
-  for (int64_t t = 0; t < x.rows; ++t) {
-    const float* xr = x.data + t * x.cols;
-    float* o = out.data + t * out.cols;
-    double ss = 0;  // llama.cpp sums the squares in double
-    for (int64_t i = 0; i < x.cols; ++i) ss += double(xr[i]) * xr[i];
-    const float scale = float(1.0 / std::sqrt(ss / double(x.cols) + double(eps)));
-    for (int64_t i = 0; i < x.cols; ++i) o[i] = xr[i] * scale * g[i];
-  }
+  pool_.parallel_for(x.rows, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const float* xr = x.data + t * x.cols;
+      float* o = out.data + t * out.cols;
+      double ss = 0;  // llama.cpp sums the squares in double
+      for (int64_t i = 0; i < x.cols; ++i) ss += double(xr[i]) * xr[i];
+      const float scale = float(1.0 / std::sqrt(ss / double(x.cols) + double(eps)));
+      for (int64_t i = 0; i < x.cols; ++i) o[i] = xr[i] * scale * g[i];
+    }
+  }, 4);
 }
 
 void CpuBackend::add_bias(Tensor x, const Weight& b) {
@@ -168,19 +170,21 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
   const size_t layer_off = size_t(layer) * size_t(kv_ctx_) * size_t(kv_dim);
   uint8_t* kc = k_cache_.data() + layer_off * esz;
   uint8_t* vc = v_cache_.data() + layer_off * esz;
-  for (int64_t t = 0; t < k.rows; ++t) {
-    const int64_t slot = kv_slot(t, pos[size_t(t)]);
-    for (int i = 0; i < kv_dim; ++i) {
-      const size_t idx = size_t(slot) * size_t(kv_dim) + size_t(i);
-      if (f16) {
-        reinterpret_cast<uint16_t*>(kc)[idx] = f32_to_f16(k.data[t * k.cols + i]);
-        reinterpret_cast<uint16_t*>(vc)[idx] = f32_to_f16(v.data[t * v.cols + i]);
-      } else {
-        reinterpret_cast<float*>(kc)[idx] = k.data[t * k.cols + i];
-        reinterpret_cast<float*>(vc)[idx] = v.data[t * v.cols + i];
+  for (int64_t t = 0; t < k.rows; ++t) kv_slot(t, pos[size_t(t)]);  // checked here, on the caller's thread
+  pool_.parallel_for(k.rows, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const size_t at = size_t(kv_slot(t, pos[size_t(t)])) * size_t(kv_dim);
+      for (int i = 0; i < kv_dim; ++i) {
+        if (f16) {
+          reinterpret_cast<uint16_t*>(kc)[at + size_t(i)] = f32_to_f16(k.data[t * k.cols + i]);
+          reinterpret_cast<uint16_t*>(vc)[at + size_t(i)] = f32_to_f16(v.data[t * v.cols + i]);
+        } else {
+          reinterpret_cast<float*>(kc)[at + size_t(i)] = k.data[t * k.cols + i];
+          reinterpret_cast<float*>(vc)[at + size_t(i)] = v.data[t * v.cols + i];
+        }
       }
     }
-  }
+  }, 8);
   // Paged layout: the cache slots of each sequence's positions, found here once (and checked on
   // this thread) for all its rows and heads; one sequence's position j is slot j.
   std::vector<std::vector<int64_t>> seq_slots;
@@ -258,19 +262,26 @@ void CpuBackend::add_rows_scaled(Tensor dst, Tensor src, std::span<const int32_t
   }
 }
 
+// Elementwise ops run on the pool when a prompt makes them long enough to pay.
+static constexpr int64_t kElementGrain = 16384;
+
 void CpuBackend::swiglu(Tensor gate, Tensor up) {
-  for (int64_t i = 0; i < gate.rows * gate.cols; ++i) {
-    const float g = gate.data[i];
-    gate.data[i] = g / (1.f + std::exp(-g)) * up.data[i];
-  }
+  pool_.parallel_for(gate.rows * gate.cols, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float g = gate.data[i];
+      gate.data[i] = g / (1.f + std::exp(-g)) * up.data[i];
+    }
+  }, kElementGrain);
 }
 
 void CpuBackend::geglu(Tensor gate, Tensor up) {
   constexpr float kSqrt2OverPi = 0.79788456080286535588f, kCubic = 0.044715f;
-  for (int64_t i = 0; i < gate.rows * gate.cols; ++i) {
-    const float g = gate.data[i];
-    gate.data[i] = 0.5f * g * (1.f + std::tanh(kSqrt2OverPi * g * (1.f + kCubic * g * g))) * up.data[i];
-  }
+  pool_.parallel_for(gate.rows * gate.cols, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float g = gate.data[i];
+      gate.data[i] = 0.5f * g * (1.f + std::tanh(kSqrt2OverPi * g * (1.f + kCubic * g * g))) * up.data[i];
+    }
+  }, kElementGrain);
 }
 
 void CpuBackend::scale(Tensor x, float s) {

@@ -211,11 +211,10 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
       amx_decode_columns(type, rows, cols.data(), int(cols.size()), dec);
       for (int64_t t = 0; t < T; ++t) {  // the outliers' terms, in each token's order
         const Outliers& o = outliers_[size_t(t)];
-        float* y = out.data + t * out.cols + r;
-        for (int k = 0; k < o.n; ++k) {
-          const float* d = dec + size_t(slot_of[size_t(o.index[k])]) * kAmxRows;
-          for (int i = 0; i < kAmxRows; ++i) y[i] += o.value[k] * d[i];
-        }
+        if (o.n == 0) continue;
+        const float* d[kMaxOutliers];
+        for (int k = 0; k < o.n; ++k) d[k] = dec + size_t(slot_of[size_t(o.index[k])]) * kAmxRows;
+        amx_add_terms(out.data + t * out.cols + r, o.n, o.value, d);
       }
     }
   });
@@ -226,15 +225,22 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
 }
 
 void CpuBackend::split_outliers(const float* x, int64_t n, std::vector<float>& rest, Outliers& o) {
-  double ss4[4] = {0, 0, 0, 0};  // four running sums (independent adds), then paired
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4)
-    for (int j = 0; j < 4; ++j) ss4[j] += double(x[i + j]) * x[i + j];
-  for (; i < n; ++i) ss4[0] += double(x[i]) * x[i];
-  const double ss = (ss4[0] + ss4[1]) + (ss4[2] + ss4[3]);
+  const bool avx2 = detect_isa() >= CpuIsa::Avx2;  // the same results either way
+  double ss = 0;
+  if (avx2) {
+    ss = avx2_sum_squares4(x, n);
+  } else {
+    double ss4[4] = {0, 0, 0, 0};  // four running sums (independent adds), then paired
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+      for (int j = 0; j < 4; ++j) ss4[j] += double(x[i + j]) * x[i + j];
+    for (; i < n; ++i) ss4[0] += double(x[i]) * x[i];
+    ss = (ss4[0] + ss4[1]) + (ss4[2] + ss4[3]);
+  }
   const float limit = kOutlierRms * float(std::sqrt(ss / double(n)));
   o.n = 0;
-  for (i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (avx2 && (i = avx2_next_above(x, i, n, limit)) == n) break;
     const float a = std::fabs(x[i]);
     if (a <= limit || a == 0.f) continue;
     if (o.n < kMaxOutliers) {

@@ -169,17 +169,24 @@ void amx_pack_tokens(GgmlType t, const uint8_t* xq, size_t x_rb, int64_t T, int6
   }
 }
 
-void amx_decode_columns(GgmlType t, const uint8_t* rows, const int32_t* cols, int n, float* dec) {
+LAMINA_AMX void amx_decode_columns(GgmlType t, const uint8_t* rows, const int32_t* cols, int n, float* dec) {
+  const __m512i row_at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(32));
   for (int c = 0; c < n; ++c) {
     const uint8_t* d = rows + size_t(cols[c] / QK) * kAmxBlockBytes;
-    const float* dw = reinterpret_cast<const float*>(d + kScale);
-    const float* mw = reinterpret_cast<const float*>(d + kMin);
-    const int e = cols[c] % QK;
-    for (int i = 0; i < kAmxRows; ++i) {  // d * q (+ m): quant_decode.h's formulas
-      const float q = float(int8_t(d[32 * i + e]));
-      dec[c * kAmxRows + i] = t == GgmlType::Q4_1 ? dw[i] * q + mw[i] : dw[i] * q;
-    }
+    // Row i's quant at byte 32 i + e, as the low byte of a gathered dword, sign-extended.
+    const __m512i g = _mm512_i32gather_epi32(_mm512_add_epi32(row_at, _mm512_set1_epi32(cols[c] % QK)), d, 1);
+    const __m512 q = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(g, 24), 24));
+    __m512 v = _mm512_mul_ps(_mm512_load_ps(d + kScale), q);  // d * q (+ m): quant_decode.h's formulas
+    if (t == GgmlType::Q4_1) v = _mm512_add_ps(v, _mm512_load_ps(d + kMin));
+    _mm512_storeu_ps(dec + size_t(c) * kAmxRows, v);
   }
+}
+
+LAMINA_AMX void amx_add_terms(float* y, int n, const float* value, const float* const* cols) {
+  __m512 v = _mm512_loadu_ps(y);
+  for (int k = 0; k < n; ++k) v = _mm512_add_ps(v, _mm512_mul_ps(_mm512_set1_ps(value[k]), _mm512_loadu_ps(cols[k])));
+  _mm512_storeu_ps(y, v);
 }
 
 void amx_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K, float* out, size_t out_stride,
@@ -192,6 +199,7 @@ void amx_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K,
 
 bool amx_usable() { return false; }
 void amx_decode_columns(GgmlType, const uint8_t*, const int32_t*, int, float*) {}
+void amx_add_terms(float*, int, const float*, const float* const*) {}
 void amx_unpack_rows(GgmlType, const uint8_t*, size_t, int64_t, uint8_t*) {}
 void amx_pack_tokens(GgmlType, const uint8_t*, size_t, int64_t, int64_t, int64_t, uint8_t*) {}
 void amx_tile(GgmlType, const uint8_t*, const uint8_t*, int64_t, float*, size_t, int) {}

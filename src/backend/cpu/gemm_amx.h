@@ -56,6 +56,10 @@ void amx_unpack_rows(GgmlType t, const uint8_t* w, size_t w_rb, int64_t K, uint8
 // amx_unpack_rows: bit for bit what dequantize_element gives (the outlier terms' weights).
 void amx_decode_columns(GgmlType t, const uint8_t* rows, const int32_t* cols, int n, float* dec);
 
+// y[i] = y[i] + value[k] * cols[k][i] for i < 16, for k = 0, 1, ... n - 1 in turn (one token's
+// outlier terms against a stripe's decoded columns; each product rounded, then added).
+void amx_add_terms(float* y, int n, const float* value, const float* const* cols);
+
 // out[j * out_stride + i] for tokens j < n_tokens (<= 16) of one packed token tile and the 16
 // unpacked rows i: the chained dot products, before the outliers' terms.
 void amx_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K, float* out, size_t out_stride,

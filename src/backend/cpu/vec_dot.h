@@ -91,6 +91,11 @@ VecDotRows4CFn avx2_rows4c(GgmlType weight_type);
 // ActType::Q8 or Q8S activations in AVX2, bit for bit what quantize_activations' portable code
 // gives (which calls it where the CPU has AVX2).
 void avx2_quantize_q8(ActType t, const float* x, void* dst, int64_t n);
+// The activation-outlier scan's two passes in AVX2 (cpu_matmul.cpp): the sum of squares in
+// double as four running sums (elements i = j mod 4), paired at the end; the first index >= i
+// whose |x| exceeds limit (n if none).
+double avx2_sum_squares4(const float* x, int64_t n);
+int64_t avx2_next_above(const float* x, int64_t i, int64_t n, float limit);
 // AVX-VNNI kernels (vec_dot_vnni.cpp); nullptr where none exists (the AVX2 one serves).
 VecDotFn vnni_kernel(GgmlType weight_type);
 VecDotRows4CFn vnni_rows4c(GgmlType weight_type);

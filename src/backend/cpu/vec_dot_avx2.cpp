@@ -183,6 +183,30 @@ LAMINA_AVX2 void quantize_q8(const float* x, Block* y, int64_t n) {
   }
 }
 
+LAMINA_AVX2 double avx2_sum_squares4(const float* x, int64_t n) {
+  __m256d acc = _mm256_setzero_pd();  // lane j: the elements i = j (mod 4), as the portable loop
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+    acc = _mm256_add_pd(acc, _mm256_mul_pd(v, v));
+  }
+  alignas(32) double s[4];
+  _mm256_store_pd(s, acc);
+  for (; i < n; ++i) s[0] += double(x[i]) * x[i];
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+LAMINA_AVX2 int64_t avx2_next_above(const float* x, int64_t i, int64_t n, float limit) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)), lim = _mm256_set1_ps(limit);
+  for (; i + 8 <= n; i += 8) {
+    const int m = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask), lim, _CMP_GT_OQ));
+    if (m) return i + __builtin_ctz(unsigned(m));
+  }
+  for (; i < n; ++i)
+    if (std::fabs(x[i]) > limit) return i;
+  return n;
+}
+
 void avx2_quantize_q8(ActType t, const float* x, void* dst, int64_t n) {
   if (t == ActType::Q8S) quantize_q8(x, static_cast<act_q8s*>(dst), n);
   else quantize_q8(x, static_cast<act_q8*>(dst), n);
@@ -215,5 +239,7 @@ VecDotRows4CFn avx2_rows4c(GgmlType) { return nullptr; }
 VecDotFn avx2_kernel(GgmlType) { return nullptr; }
 AxpyFn avx2_axpy(GgmlType) { return nullptr; }
 void avx2_quantize_q8(ActType, const float*, void*, int64_t) {}
+double avx2_sum_squares4(const float*, int64_t) { return 0; }
+int64_t avx2_next_above(const float*, int64_t, int64_t n, float) { return n; }
 }  // namespace lamina
 #endif
