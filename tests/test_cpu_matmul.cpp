@@ -1,4 +1,4 @@
-// CpuBackend's int8 matmuls (q4_0, q4_1, q8_0) through every kernel shape and instruction-set
+// CpuBackend's int8 matmuls (q4_0, q4_1, q8_0, q4_K, q6_K) through every kernel shape and instruction-set
 // tier, AMX tiles included: the same bits as the portable one-row kernel for every output (the
 // order vec_dot.h defines), whatever tokens share the call; and close to an fp64 product of the
 // dequantised weights with the unquantised activations. Activation outliers and weights whose
@@ -51,6 +51,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(CpuMatmul, EveryTierAndShapeGivesTheOneRowKernelsBits) {
   const std::vector<Case> cases = {
+      {GgmlType::Q4_K, 512, {48, 20}, 33},      {GgmlType::Q4_K, 256, {16}, 16},
+      {GgmlType::Q6_K, 512, {32, 18}, 20},      {GgmlType::Q6_K, 768, {16}, 45},
       {GgmlType::Q4_0, 576, {64, 48, 37}, 37},  {GgmlType::Q4_1, 160, {100}, 16},
       {GgmlType::Q8_0, 64, {16, 33}, 21},       {GgmlType::Q4_0, 96, {19}, 3},
       {GgmlType::Q4_1, 576, {48, 16}, 50},      {GgmlType::Q8_0, 1536, {32}, 17},

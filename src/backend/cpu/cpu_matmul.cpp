@@ -180,7 +180,7 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
   // rows, unpacks a stripe once and runs it against every token tile. Rows past a weight's last
   // whole stripe take the row kernels (the same bits).
   const int64_t n_tiles = (T + kAmxTokens - 1) / kAmxTokens;
-  const size_t tile_bytes = size_t(nb) * kAmxBlockBytes;
+  const size_t tile_bytes = amx_tokens_bytes(type, K), stripe_bytes = amx_rows_bytes(type, K);
   uint8_t* packed = amx_tokens_.get(size_t(n_tiles) * tile_bytes);
   pool_.parallel_for(n_tiles, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) amx_pack_tokens(type, xb, x_rb, T, i * kAmxTokens, K, packed + size_t(i) * tile_bytes);
@@ -198,7 +198,7 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
       if (slot_of[size_t(o.index[i])] < 0) slot_of[size_t(o.index[i])] = int32_t(cols.size()), cols.push_back(o.index[i]);
   pool_.parallel_for(int64_t(stripes.size()), [&](int64_t b, int64_t e) {
     thread_local AmxBuffer unpacked, decoded;
-    uint8_t* rows = unpacked.get(tile_bytes);
+    uint8_t* rows = unpacked.get(stripe_bytes);
     float* dec = reinterpret_cast<float*>(decoded.get(cols.size() * kAmxRows * sizeof(float) + 64));
     for (int64_t s = b; s < e; ++s) {
       const auto [wi, r] = stripes[size_t(s)];
@@ -208,7 +208,12 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
       for (int64_t t0 = 0; t0 < T; t0 += kAmxTokens)
         amx_tile(type, rows, packed + size_t(t0 / kAmxTokens) * tile_bytes, K, out.data + t0 * out.cols + r,
                  size_t(out.cols), int(std::min<int64_t>(kAmxTokens, T - t0)));
-      amx_decode_columns(type, rows, cols.data(), int(cols.size()), dec);
+      if (amx_decodes_columns(type)) {
+        amx_decode_columns(type, rows, cols.data(), int(cols.size()), dec);
+      } else {
+        for (size_t c = 0; c < cols.size(); ++c)
+          for (int i = 0; i < kAmxRows; ++i) dec[c * kAmxRows + size_t(i)] = elem(wr + size_t(i) * w_rb, cols[c]);
+      }
       for (int64_t t = 0; t < T; ++t) {  // the outliers' terms, in each token's order
         const Outliers& o = outliers_[size_t(t)];
         if (o.n == 0) continue;

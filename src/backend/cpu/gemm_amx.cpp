@@ -29,7 +29,26 @@ uint8_t* AmxBuffer::get(size_t bytes) {
 }
 void AmxBuffer::Free::operator()(uint8_t* p) const { std::free(p); }
 
-bool amx_supports(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0; }
+bool amx_decodes_columns(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0; }
+bool amx_supports(GgmlType t) { return amx_decodes_columns(t) || t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
+
+// q4_K's layouts (gemm_amx.h), per super-block: offsets into the packed tokens and the unpacked rows.
+constexpr size_t kKTokD = 4096, kKTokPairs = 4160, kKTokBytes = 4416;
+constexpr size_t kKRowSc = 4096, kKRowMin = 4608, kKRowD = 4864, kKRowDmin = 4928, kKRowBytes = 4992;
+// q6_K's: 16 groups of 16 elements, each a B operand of 4 rows x 64 bytes / an A operand of 16
+// rows x 16 bytes (q - 32); d; the group scales as int32 [group][row]; the rows' d.
+constexpr size_t kK6TokBytes = 4096 + 64, kK6RowSc = 4096, kK6RowD = 5120, kK6RowBytes = 5184;
+
+size_t amx_tokens_bytes(GgmlType t, int64_t K) {
+  if (t == GgmlType::Q4_K) return size_t(K / QK_K) * kKTokBytes;
+  if (t == GgmlType::Q6_K) return size_t(K / QK_K) * kK6TokBytes;
+  return size_t(K / QK) * kAmxBlockBytes;
+}
+size_t amx_rows_bytes(GgmlType t, int64_t K) {
+  if (t == GgmlType::Q4_K) return size_t(K / QK_K) * kKRowBytes;
+  if (t == GgmlType::Q6_K) return size_t(K / QK_K) * kK6RowBytes;
+  return size_t(K / QK) * kAmxBlockBytes;
+}
 
 #if LAMINA_HAS_AMX
 
@@ -39,7 +58,7 @@ bool amx_usable() {
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
     const bool amx = (d >> 24 & 1) && (d >> 25 & 1);  // AMX-TILE, AMX-INT8
     if (!amx || !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-        !__builtin_cpu_supports("avx512vl"))
+        !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512vnni"))
       return false;
     // Linux hands out the 8 KiB tile state only on request (ARCH_REQ_XCOMP_PERM, XTILEDATA).
     constexpr int kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
@@ -48,7 +67,7 @@ bool amx_usable() {
   return ok;
 }
 
-#define LAMINA_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c,amx-tile,amx-int8")))
+#define LAMINA_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8")))
 
 namespace {
 
@@ -56,12 +75,13 @@ constexpr size_t kScale = 512, kMin = 576;  // offsets in a block of either layo
 
 // Tiles 0, 1: C, 16 rows x 16 s32 sums (weight rows x tokens); 2, 3: A, 16 weight rows x 32
 // quants; 4, 5: B, 8 rows x 64 bytes (4 quants of each of 16 tokens). Two of each so that one
-// block's products run while the previous block's sums go through the chain.
+// block's products run while the previous block's sums go through the chain. 6, 7: A and B over
+// 16 elements (q6_K's groups).
 struct alignas(64) TileConfig {
   uint8_t palette = 1, start_row = 0;
   uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {64, 64, 32, 32, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 8, 8};
+  uint16_t colsb[16] = {64, 64, 32, 32, 64, 64, 16, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 8, 8, 16, 4};
 };
 
 LAMINA_AMX void configure_tiles() {
@@ -119,6 +139,101 @@ LAMINA_AMX void tile(const uint8_t* rows, const uint8_t* tokens, int64_t nb, flo
     for (int i = 0; i < 16; ++i) out[size_t(j) * out_stride + size_t(i)] = t[i][j];
 }
 
+// q4_K: per super-block, each sub-block's tile sums times its scale (int32), the mins' term as
+// int16 pair products (dpwssd), then the row kernel's formula dx * (d * S - dmin * M), added to
+// the running total (vec_dot_avx2.cpp's dot_q4_K, term for term).
+#define LAMINA_AMX_SUB(C, A, B, sub, cbuf)                   \
+  do {                                                       \
+    _tile_zero(C);                                           \
+    _tile_loadd(A, wb + 512 * (sub), 32);                    \
+    _tile_loadd(B, xb + 512 * (sub), 64);                    \
+    _tile_dpbssd(C, A, B);                                   \
+    _tile_stored(C, cbuf, 64);                               \
+  } while (0)
+
+LAMINA_AMX inline void scale_sums(__m512i (&S)[16], const int32_t* c, const int32_t* sc) {
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) S[i] = _mm512_add_epi32(S[i], _mm512_mullo_epi32(_mm512_load_si512(c + 16 * i), _mm512_set1_epi32(sc[i])));
+}
+
+LAMINA_AMX void tile_q4_K(const uint8_t* rows, const uint8_t* tokens, int64_t nsb, float* out, size_t out_stride,
+                          int n_tokens) {
+  configure_tiles();
+  alignas(64) int32_t c0[256], c1[256];
+  alignas(64) float acc[16][16] = {};
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* wb = rows + size_t(sb) * kKRowBytes;
+    const uint8_t* xb = tokens + size_t(sb) * kKTokBytes;
+    const int32_t* sc = reinterpret_cast<const int32_t*>(wb + kKRowSc);
+    __m512i S[16];
+    for (auto& v : S) v = _mm512_setzero_si512();
+    LAMINA_AMX_SUB(0, 2, 4, 0, c0);
+    for (int sub = 0; sub < 8; sub += 2) {  // sub-block sub + 1's products run beside sub's scaling
+      LAMINA_AMX_SUB(1, 3, 5, sub + 1, c1);
+      scale_sums(S, c0, sc + 16 * sub);
+      if (sub + 2 < 8) LAMINA_AMX_SUB(0, 2, 4, sub + 2, c0);
+      scale_sums(S, c1, sc + 16 * (sub + 1));
+    }
+    const int32_t* mn = reinterpret_cast<const int32_t*>(wb + kKRowMin);
+    const float* dw = reinterpret_cast<const float*>(wb + kKRowD);
+    const float* dmin = reinterpret_cast<const float*>(wb + kKRowDmin);
+    const __m512 dx = _mm512_load_ps(xb + kKTokD);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) {
+      __m512i M = _mm512_setzero_si512();
+      for (int p = 0; p < 4; ++p)
+        M = _mm512_dpwssd_epi32(M, _mm512_set1_epi32(mn[16 * p + i]), _mm512_load_si512(xb + kKTokPairs + 64 * p));
+      const __m512 dS = _mm512_mul_ps(_mm512_set1_ps(dw[i]), _mm512_cvtepi32_ps(S[i]));
+      const __m512 mM = _mm512_mul_ps(_mm512_set1_ps(dmin[i]), _mm512_cvtepi32_ps(M));
+      const __m512 t = _mm512_mul_ps(dx, _mm512_sub_ps(dS, mM));
+      _mm512_store_ps(acc[i], _mm512_add_ps(_mm512_load_ps(acc[i]), t));
+    }
+  }
+  for (int j = 0; j < n_tokens; ++j)
+    for (int i = 0; i < 16; ++i) out[size_t(j) * out_stride + size_t(i)] = acc[i][j];
+}
+
+// q6_K: per super-block, each 16-element group's tile sums times its scale (int32), then the row
+// kernel's formula (dx * d) * S, added to the running total (dot_q6_K, term for term).
+#define LAMINA_AMX_GROUP(C, g, cbuf)                         \
+  do {                                                       \
+    _tile_zero(C);                                           \
+    _tile_loadd(6, wb + 256 * (g), 16);                      \
+    _tile_loadd(7, xb + 256 * (g), 64);                      \
+    _tile_dpbssd(C, 6, 7);                                   \
+    _tile_stored(C, cbuf, 64);                               \
+  } while (0)
+
+LAMINA_AMX void tile_q6_K(const uint8_t* rows, const uint8_t* tokens, int64_t nsb, float* out, size_t out_stride,
+                          int n_tokens) {
+  configure_tiles();
+  alignas(64) int32_t c0[256], c1[256];
+  alignas(64) float acc[16][16] = {};
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* wb = rows + size_t(sb) * kK6RowBytes;
+    const uint8_t* xb = tokens + size_t(sb) * kK6TokBytes;
+    const int32_t* sc = reinterpret_cast<const int32_t*>(wb + kK6RowSc);
+    __m512i S[16];
+    for (auto& v : S) v = _mm512_setzero_si512();
+    LAMINA_AMX_GROUP(0, 0, c0);
+    for (int g = 0; g < 16; g += 2) {
+      LAMINA_AMX_GROUP(1, g + 1, c1);
+      scale_sums(S, c0, sc + 16 * g);
+      if (g + 2 < 16) LAMINA_AMX_GROUP(0, g + 2, c0);
+      scale_sums(S, c1, sc + 16 * (g + 1));
+    }
+    const float* dw = reinterpret_cast<const float*>(wb + kK6RowD);
+    const __m512 dx = _mm512_load_ps(xb + 4096);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) {
+      const __m512 t = _mm512_mul_ps(_mm512_mul_ps(dx, _mm512_set1_ps(dw[i])), _mm512_cvtepi32_ps(S[i]));
+      _mm512_store_ps(acc[i], _mm512_add_ps(_mm512_load_ps(acc[i]), t));
+    }
+  }
+  for (int j = 0; j < n_tokens; ++j)
+    for (int i = 0; i < 16; ++i) out[size_t(j) * out_stride + size_t(i)] = acc[i][j];
+}
+
 LAMINA_AMX inline __m256i nibbles(const uint8_t* qs) {  // 16 bytes -> 32: low nibbles, then high
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
@@ -126,7 +241,68 @@ LAMINA_AMX inline __m256i nibbles(const uint8_t* qs) {  // 16 bytes -> 32: low n
 
 }  // namespace
 
+LAMINA_AMX static void unpack_q4_K(const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int i = 0; i < kAmxRows; ++i) {
+    const auto* row = reinterpret_cast<const block_q4_K*>(w + size_t(i) * w_rb);
+    for (int64_t sb = 0; sb < K / QK_K; ++sb) {
+      const block_q4_K& blk = row[sb];
+      uint8_t* d = dst + size_t(sb) * kKRowBytes;
+      for (int c = 0; c < 4; ++c) {  // 64 elements: 32 low nibbles (sub-block 2c), 32 high (2c + 1)
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * c));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(d + 512 * (2 * c) + 32 * i), _mm256_and_si256(raw, low4));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(d + 512 * (2 * c + 1) + 32 * i),
+                           _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4));
+      }
+      uint8_t sc[8], mn[8];
+      for (int sub = 0; sub < 8; ++sub) q4k_scale_min(sub, blk.scales, &sc[sub], &mn[sub]);
+      auto* scales = reinterpret_cast<int32_t*>(d + kKRowSc);
+      auto* mins = reinterpret_cast<int32_t*>(d + kKRowMin);
+      for (int sub = 0; sub < 8; ++sub) scales[16 * sub + i] = sc[sub];
+      for (int p = 0; p < 4; ++p) mins[16 * p + i] = int32_t(uint32_t(mn[2 * p]) | uint32_t(mn[2 * p + 1]) << 16);
+      reinterpret_cast<float*>(d + kKRowD)[i] = _cvtsh_ss(blk.d);
+      reinterpret_cast<float*>(d + kKRowDmin)[i] = _cvtsh_ss(blk.dmin);
+    }
+  }
+}
+
+LAMINA_AMX static void unpack_q6_K(const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
+  for (int i = 0; i < kAmxRows; ++i) {
+    const auto* row = reinterpret_cast<const block_q6_K*>(w + size_t(i) * w_rb);
+    for (int64_t sb = 0; sb < K / QK_K; ++sb) {
+      const block_q6_K& blk = row[sb];
+      uint8_t* d = dst + size_t(sb) * kK6RowBytes;
+      for (int half = 0; half < 2; ++half) {  // dot_q6_K's bit layout: 4 x 32 elements per half
+        const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * half));
+        const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * half + 32));
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * half));
+        const __m256i q[4] = {
+            _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4)),
+            _mm256_or_si256(_mm256_and_si256(ql1, low4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4)),
+        };
+        for (int k = 0; k < 4; ++k) {  // elements 128 half + 32 k ..: groups 8 half + 2 k and + 1
+          const __m256i s = _mm256_sub_epi8(q[k], bias);
+          const int g = 8 * half + 2 * k;
+          _mm_store_si128(reinterpret_cast<__m128i*>(d + 256 * g + 16 * i), _mm256_castsi256_si128(s));
+          _mm_store_si128(reinterpret_cast<__m128i*>(d + 256 * (g + 1) + 16 * i), _mm256_extracti128_si256(s, 1));
+        }
+      }
+      auto* scales = reinterpret_cast<int32_t*>(d + kK6RowSc);
+      for (int g = 0; g < 16; ++g) scales[16 * g + i] = blk.scales[g];
+      reinterpret_cast<float*>(d + kK6RowD)[i] = _cvtsh_ss(blk.d);
+    }
+  }
+}
+
 LAMINA_AMX void amx_unpack_rows(GgmlType t, const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst) {
+  if (t == GgmlType::Q4_K) return unpack_q4_K(w, w_rb, K, dst);
+  if (t == GgmlType::Q6_K) return unpack_q6_K(w, w_rb, K, dst);
   const int64_t nb = K / QK;
   for (int i = 0; i < kAmxRows; ++i) {
     const uint8_t* row = w + size_t(i) * w_rb;
@@ -152,7 +328,40 @@ LAMINA_AMX void amx_unpack_rows(GgmlType t, const uint8_t* w, size_t w_rb, int64
   }
 }
 
+static void pack_q8_K(const uint8_t* xq, size_t x_rb, int64_t T, int64_t t0, int64_t K, uint8_t* dst) {
+  std::memset(dst, 0, size_t(K / QK_K) * kKTokBytes);
+  for (int n = 0; n < kAmxTokens && t0 + n < T; ++n) {
+    const auto* x = reinterpret_cast<const block_q8_K*>(xq + size_t(t0 + n) * x_rb);
+    for (int64_t sb = 0; sb < K / QK_K; ++sb) {
+      uint8_t* d = dst + size_t(sb) * kKTokBytes;
+      for (int sub = 0; sub < 8; ++sub)
+        for (int k4 = 0; k4 < 8; ++k4) std::memcpy(d + 512 * sub + 64 * k4 + 4 * n, x[sb].qs + 32 * sub + 4 * k4, 4);
+      std::memcpy(d + kKTokD + 4 * n, &x[sb].d, 4);
+      for (int p = 0; p < 4; ++p) {
+        const int16_t sums[2] = {int16_t(x[sb].bsums[4 * p] + x[sb].bsums[4 * p + 1]),
+                                 int16_t(x[sb].bsums[4 * p + 2] + x[sb].bsums[4 * p + 3])};
+        std::memcpy(d + kKTokPairs + 64 * p + 4 * n, sums, 4);
+      }
+    }
+  }
+}
+
+static void pack_q8_K_groups(const uint8_t* xq, size_t x_rb, int64_t T, int64_t t0, int64_t K, uint8_t* dst) {
+  std::memset(dst, 0, size_t(K / QK_K) * kK6TokBytes);
+  for (int n = 0; n < kAmxTokens && t0 + n < T; ++n) {
+    const auto* x = reinterpret_cast<const block_q8_K*>(xq + size_t(t0 + n) * x_rb);
+    for (int64_t sb = 0; sb < K / QK_K; ++sb) {
+      uint8_t* d = dst + size_t(sb) * kK6TokBytes;
+      for (int g = 0; g < 16; ++g)
+        for (int k4 = 0; k4 < 4; ++k4) std::memcpy(d + 256 * g + 64 * k4 + 4 * n, x[sb].qs + 16 * g + 4 * k4, 4);
+      std::memcpy(d + 4096 + 4 * n, &x[sb].d, 4);
+    }
+  }
+}
+
 void amx_pack_tokens(GgmlType t, const uint8_t* xq, size_t x_rb, int64_t T, int64_t t0, int64_t K, uint8_t* dst) {
+  if (t == GgmlType::Q4_K) return pack_q8_K(xq, x_rb, T, t0, K, dst);
+  if (t == GgmlType::Q6_K) return pack_q8_K_groups(xq, x_rb, T, t0, K, dst);
   const bool with_sum = t == GgmlType::Q4_1;  // act_q8s {d, s, qs} rather than act_q8 {d, qs}
   const size_t blk_bytes = with_sum ? sizeof(act_q8s) : sizeof(act_q8), qs_at = with_sum ? 8 : 4;
   const int64_t nb = K / QK;
@@ -191,13 +400,17 @@ LAMINA_AMX void amx_add_terms(float* y, int n, const float* value, const float* 
 
 void amx_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K, float* out, size_t out_stride,
               int n_tokens) {
-  if (t == GgmlType::Q4_1) tile<true>(rows, tokens, K / QK, out, out_stride, n_tokens);
+  if (t == GgmlType::Q4_K) tile_q4_K(rows, tokens, K / QK_K, out, out_stride, n_tokens);
+  else if (t == GgmlType::Q6_K) tile_q6_K(rows, tokens, K / QK_K, out, out_stride, n_tokens);
+  else if (t == GgmlType::Q4_1) tile<true>(rows, tokens, K / QK, out, out_stride, n_tokens);
   else tile<false>(rows, tokens, K / QK, out, out_stride, n_tokens);
 }
 
 #else  // no AMX on this platform: never usable, never called
 
 bool amx_usable() { return false; }
+size_t amx_tokens_bytes(GgmlType, int64_t) { return 0; }
+size_t amx_rows_bytes(GgmlType, int64_t) { return 0; }
 void amx_decode_columns(GgmlType, const uint8_t*, const int32_t*, int, float*) {}
 void amx_add_terms(float*, int, const float*, const float* const*) {}
 void amx_unpack_rows(GgmlType, const uint8_t*, size_t, int64_t, uint8_t*) {}

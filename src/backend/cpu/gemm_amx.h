@@ -1,17 +1,25 @@
-// AMX-INT8 tiles for the prompt matmuls of the int8 weight types (q4_0, q4_1, q8_0) on CPUs that
-// have them (Intel Sapphire Rapids and later). A tile product multiplies 16 weight rows by 16
-// tokens over one 32-element block (TDPBSSD: int8 x int8 -> exact int32 sums); the blocks' sums
-// then go through the float chain of vec_dot.h, so each output is bit for bit what the row dot
-// kernels give it.
+// AMX-INT8 tiles for the prompt matmuls of the int8 weight types (q4_0, q4_1, q8_0), q4_K and q6_K on
+// CPUs that have them (Intel Sapphire Rapids and later). A tile product multiplies 16 weight rows
+// by 16 tokens over one 32-element block (TDPBSSD: int8 x int8 -> exact int32 sums); the blocks'
+// sums then go through the float chain of vec_dot.h (q4_K, q6_K: the sums scaled by the
+// sub-block scales in int32, q4_K's mins' term in int32, then the row kernel's float formula), so
+// each output is bit for bit what the row dot kernels give it.
 //
-// Layouts (bytes):
-//   packed activations, per (token tile of 16, block): qs as the tile's B operand, 8 rows of 64
-//     bytes, row k4 holding for each token n its bytes 4 k4 .. 4 k4 + 3 (kAmxActQs); the 16
-//     tokens' scales d (f32, 64 bytes) and, for q4_1's activations, their d * sum(q) (64 bytes).
-//     Tokens past the end are zero.
-//   unpacked weights, per block of a 16-row stripe: the 16 rows' 32 quants as signed bytes, as the
-//     tile's A operand (16 rows of 32 bytes), then their scales (f32, 64 bytes) and q4_1's mins
-//     (64 bytes).
+// Layouts (bytes), per 32-element block of the int8 types (kAmxBlockBytes):
+//   packed tokens: the block's quants as the tile's B operand, 8 rows of 64 bytes, row k4
+//     holding for each token n its bytes 4 k4 .. 4 k4 + 3; the 16 tokens' scales d (f32); for
+//     q4_1's activations their d * sum(q) (f32). Tokens past the end are zero.
+//   unpacked rows: the 16 rows' 32 quants as signed bytes, as the tile's A operand (16 rows of 32
+//     bytes); their scales (f32); q4_1's mins (f32).
+// and per 256-element super-block of q4_K:
+//   packed tokens: 8 sub-blocks' B operands (8 x 512); d (16 x f32); per pair p of sub-blocks,
+//     each token's two 32-element sums as int16 (2p low, 2p + 1 high: 4 x 64).
+//   unpacked rows: 8 sub-blocks' A operands (8 x 512, nibbles 0..15); the sub-block scales as
+//     int32 [sub][row] (8 x 64); the mins as int16 pairs [pair][row] (4 x 64); d and dmin (f32).
+// and per 256-element super-block of q6_K (16-element groups):
+//   packed tokens: 16 groups' B operands (4 rows of 64 bytes each); d (16 x f32).
+//   unpacked rows: 16 groups' A operands (16 rows of 16 bytes, q - 32); the group scales as
+//     int32 [group][row] (16 x 64); d (f32).
 #pragma once
 
 #include "format/ggml_type.h"
@@ -30,7 +38,13 @@ bool amx_supports(GgmlType t);
 
 constexpr int kAmxRows = 16;    // weight rows per stripe
 constexpr int kAmxTokens = 16;  // tokens per tile
-constexpr size_t kAmxBlockBytes = 512 + 64 + 64;  // one block of either layout above
+constexpr size_t kAmxBlockBytes = 512 + 64 + 64;  // one block of either int8 layout above
+
+// The bytes of one packed token tile and of one unpacked 16-row stripe, K elements per row.
+size_t amx_tokens_bytes(GgmlType t, int64_t K);
+size_t amx_rows_bytes(GgmlType t, int64_t K);
+// amx_decode_columns serves this type (otherwise decode from the weight rows themselves).
+bool amx_decodes_columns(GgmlType t);
 
 // 64-byte aligned scratch that grows and is kept.
 class AmxBuffer {
@@ -45,11 +59,11 @@ class AmxBuffer {
   size_t size_ = 0;
 };
 
-// Packs tokens [t0, t0 + 16) of T (rows of act_q8 / act_q8s, x_rb bytes apart; K elements) into
-// one token tile: K / 32 blocks of kAmxBlockBytes at dst.
+// Packs tokens [t0, t0 + 16) of T (rows of act_q8 / act_q8s / block_q8_K, x_rb bytes apart; K
+// elements) into one token tile at dst (amx_tokens_bytes).
 void amx_pack_tokens(GgmlType t, const uint8_t* xq, size_t x_rb, int64_t T, int64_t t0, int64_t K, uint8_t* dst);
 
-// Unpacks 16 weight rows (w, w + w_rb, ...) into K / 32 blocks of kAmxBlockBytes at dst.
+// Unpacks 16 weight rows (w, w + w_rb, ...) into one stripe at dst (amx_rows_bytes).
 void amx_unpack_rows(GgmlType t, const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst);
 
 // dec[c * 16 + i] = element cols[c] of the stripe's row i (c < n), from 16 rows unpacked by
