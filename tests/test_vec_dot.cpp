@@ -56,7 +56,7 @@ void shapes_equal_one_row(CpuIsa isa) {
   if (isa > detect_isa()) GTEST_SKIP() << "CPU has no " << isa_name(isa);
   std::mt19937 rng(8);
   std::normal_distribution<float> nd(0.f, 1.f);
-  int checked = 0, with_offsets = 0;
+  int checked = 0, with_offsets = 0, with_rows8 = 0;
   for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1}) {
     const VecDot vd = vec_dot_for(t, isa), scalar = vec_dot_for(t, CpuIsa::Scalar);
     ASSERT_NE(vd.fn4c, nullptr) << type_name(t);
@@ -92,9 +92,27 @@ void shapes_equal_one_row(CpuIsa isa) {
               << type_name(t) << " four rows, n=" << n << " row " << r << " token " << j;
         ++checked;
       }
+      if (vd.rows8c) {  // eight weight rows (the nibble types)
+        std::vector<uint8_t> w8(8 * w_rb);
+        std::vector<float> wf(static_cast<size_t>(n));
+        for (int r = 0; r < 8; ++r) {
+          for (auto& v : wf) v = nd(rng);
+          quantize_row(t, wf.data(), w8.data() + size_t(r) * w_rb, n);
+        }
+        for (int j = 0; j < 4; ++j) {
+          float rows[8];
+          std::fill(rows, rows + 8, -1.f);
+          vd.rows8c(n, w8.data(), w_rb, xq.data() + size_t(j) * x_rb, vd.corr_bias ? corr.data() + j * nb : nullptr, rows);
+          for (int r = 0; r < 8; ++r)
+            EXPECT_EQ(rows[r], vd.fn(n, w8.data() + size_t(r) * w_rb, xq.data() + size_t(j) * x_rb))
+                << type_name(t) << " eight rows, n=" << n << " row " << r << " token " << j;
+        }
+        ++with_rows8;
+      }
     }
   }
   EXPECT_EQ(checked, 60);
+  EXPECT_EQ(with_rows8, 10);  // q4_0 and q4_1 at five lengths
   EXPECT_EQ(with_offsets, isa == CpuIsa::AvxVnni ? 10 : 5);  // q4_0 (and q8_0 on avx-vnni) at five lengths
 }
 

@@ -131,7 +131,7 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
   // Rows [b, e) of the concatenated weights with the row dot kernels: four tokens per weight-row
   // pass for prompts, four weight rows per pass for a few tokens.
   auto dot_rows = [&](int64_t b, int64_t e) {
-    float v[4], dec[kOutlierSlots];
+    float v[8], dec[kOutlierSlots];
     TileOutliers to;
     for (int64_t t0 = 0; t0 < T; t0 += kTokenTile) {
       const int64_t t1 = std::min(T, t0 + kTokenTile);
@@ -142,17 +142,21 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
         if (r == ws[wi]->rows) r = 0, ++wi;
         const uint8_t* wr = static_cast<const uint8_t*>(ws[wi]->data) + size_t(r) * w_rb;
         const Tensor& out = outs[wi];
-        if (rows4 && g + 4 <= e && r + 4 <= ws[wi]->rows) {  // a few tokens: four weight rows per pass
-          for (size_t o = 0; o < 4 * w_rb; o += 64) prefetch(wr + ahead + o);
+        // A few tokens: eight or four weight rows per pass.
+        const int width = rows4 && vd.rows8c && g + 8 <= e && r + 8 <= ws[wi]->rows ? 8
+                          : rows4 && g + 4 <= e && r + 4 <= ws[wi]->rows        ? 4
+                                                                                 : 1;
+        if (width > 1) {
+          for (size_t o = 0; o < size_t(width) * w_rb; o += 64) prefetch(wr + ahead + o);
           for (int64_t t = t0; t < t1; ++t) {
-            vd.rows4c(K, wr, w_rb, xb + size_t(t) * x_rb, corr_row(t), v);
+            (width == 8 ? vd.rows8c : vd.rows4c)(K, wr, w_rb, xb + size_t(t) * x_rb, corr_row(t), v);
             const Outliers& o = outliers_[size_t(t)];
-            for (int j = 0; j < 4; ++j) {
+            for (int j = 0; j < width; ++j) {
               for (int i = 0; i < o.n; ++i) v[j] += o.value[i] * elem(wr + size_t(j) * w_rb, o.index[i]);
               out.data[t * out.cols + r + j] = v[j];
             }
           }
-          g += 3, r += 3;  // (and the loop's ++)
+          g += width - 1, r += width - 1;  // (and the loop's ++)
           continue;
         }
         if (t0 == 0)

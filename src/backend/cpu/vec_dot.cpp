@@ -254,9 +254,11 @@ const char* isa_name(CpuIsa isa) {
 VecDot vec_dot_for(GgmlType t, CpuIsa isa) {
   VecDot v = scalar_kernel(t);
   if (isa >= CpuIsa::Avx2 && v.fn)
-    if (VecDotFn f = avx2_kernel(t)) v.fn = f, v.fn4c = avx2_kernel4c(t, &v.corr_bias), v.rows4c = avx2_rows4c(t);
+    if (VecDotFn f = avx2_kernel(t))
+      v.fn = f, v.fn4c = avx2_kernel4c(t, &v.corr_bias), v.rows4c = avx2_rows4c(t), v.rows8c = avx2_rows8c(t);
   if (isa >= CpuIsa::AvxVnni && v.fn)
-    if (VecDotFn f = vnni_kernel(t)) v.fn = f, v.fn4c = vnni_kernel4c(t, &v.corr_bias), v.rows4c = vnni_rows4c(t);
+    if (VecDotFn f = vnni_kernel(t))
+      v.fn = f, v.fn4c = vnni_kernel4c(t, &v.corr_bias), v.rows4c = vnni_rows4c(t), v.rows8c = vnni_rows8c(t);
   return v;
 }
 

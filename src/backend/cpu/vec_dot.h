@@ -66,6 +66,7 @@ struct VecDot {
   VecDot4CFn fn4c = nullptr;        // four activation rows at once, where the ISA has such a kernel
   int corr_bias = 0;                // the weight offset fn4c and rows4c take (0: no corrections)
   VecDotRows4CFn rows4c = nullptr;  // four weight rows against one token
+  VecDotRows4CFn rows8c = nullptr;  // eight (out[0..8)), where the type has such a kernel
 };
 
 // corr[b] = -bias * (x[32 b] + ... + x[32 b + 31]) for an ActType::Q8 row of n (n / 32 entries).
@@ -88,6 +89,7 @@ VecDot vec_dot_for(GgmlType weight_type, CpuIsa isa);
 VecDotFn avx2_kernel(GgmlType weight_type);
 VecDot4CFn avx2_kernel4c(GgmlType weight_type, int* bias);
 VecDotRows4CFn avx2_rows4c(GgmlType weight_type);
+VecDotRows4CFn avx2_rows8c(GgmlType weight_type);
 // ActType::Q8 or Q8S activations in AVX2, bit for bit what quantize_activations' portable code
 // gives (which calls it where the CPU has AVX2).
 void avx2_quantize_q8(ActType t, const float* x, void* dst, int64_t n);
@@ -99,6 +101,7 @@ int64_t avx2_next_above(const float* x, int64_t i, int64_t n, float limit);
 // AVX-VNNI kernels (vec_dot_vnni.cpp); nullptr where none exists (the AVX2 one serves).
 VecDotFn vnni_kernel(GgmlType weight_type);
 VecDotRows4CFn vnni_rows4c(GgmlType weight_type);
+VecDotRows4CFn vnni_rows8c(GgmlType weight_type);
 VecDot4CFn vnni_kernel4c(GgmlType weight_type, int* bias);
 
 // y[0..n) += a * x[0..n) with x in f16 or f32 (attention's V accumulation).

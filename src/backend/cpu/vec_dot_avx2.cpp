@@ -18,6 +18,7 @@
 #define LAMINA_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define LAMINA_X86 LAMINA_AVX2
 #define LAMINA_DOT_U8S8(a, b) _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))
+#define LAMINA_DOT_U8S8_ACC(acc, a, b) _mm256_add_epi32(acc, LAMINA_DOT_U8S8(a, b))
 #define LAMINA_Q8_BIAS 0  // maddubs would saturate on (q + 128) x s8 pairs
 
 namespace lamina {
@@ -229,6 +230,7 @@ VecDotFn avx2_kernel(GgmlType t) {
 
 VecDot4CFn avx2_kernel4c(GgmlType t, int* bias) { return int8_kernel4c(t, bias); }
 VecDotRows4CFn avx2_rows4c(GgmlType t) { return int8_rows4c(t); }
+VecDotRows4CFn avx2_rows8c(GgmlType t) { return int8_rows8c(t); }
 
 }  // namespace lamina
 
@@ -236,6 +238,7 @@ VecDotRows4CFn avx2_rows4c(GgmlType t) { return int8_rows4c(t); }
 namespace lamina {
 VecDot4CFn avx2_kernel4c(GgmlType, int*) { return nullptr; }
 VecDotRows4CFn avx2_rows4c(GgmlType) { return nullptr; }
+VecDotRows4CFn avx2_rows8c(GgmlType) { return nullptr; }
 VecDotFn avx2_kernel(GgmlType) { return nullptr; }
 AxpyFn avx2_axpy(GgmlType) { return nullptr; }
 void avx2_quantize_q8(ActType, const float*, void*, int64_t) {}

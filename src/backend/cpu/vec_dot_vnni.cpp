@@ -19,6 +19,7 @@
 
 #define LAMINA_X86 __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define LAMINA_DOT_U8S8(a, b) _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), a, b)
+#define LAMINA_DOT_U8S8_ACC(acc, a, b) _mm256_dpbusd_avx_epi32(acc, a, b)
 #define LAMINA_Q8_BIAS 128
 
 namespace lamina {
@@ -29,6 +30,7 @@ namespace {
 }  // namespace
 
 VecDotRows4CFn vnni_rows4c(GgmlType t) { return int8_rows4c(t); }
+VecDotRows4CFn vnni_rows8c(GgmlType t) { return int8_rows8c(t); }
 VecDot4CFn vnni_kernel4c(GgmlType t, int* bias) { return int8_kernel4c(t, bias); }
 VecDotFn vnni_kernel(GgmlType t) { return int8_kernel(t); }
 
@@ -37,6 +39,7 @@ VecDotFn vnni_kernel(GgmlType t) { return int8_kernel(t); }
 #else
 namespace lamina {
 VecDotRows4CFn vnni_rows4c(GgmlType) { return nullptr; }
+VecDotRows4CFn vnni_rows8c(GgmlType) { return nullptr; }
 VecDot4CFn vnni_kernel4c(GgmlType, int*) { return nullptr; }
 VecDotFn vnni_kernel(GgmlType) { return nullptr; }
 }  // namespace lamina
