@@ -92,7 +92,7 @@ void shapes_equal_one_row(CpuIsa isa) {
               << type_name(t) << " four rows, n=" << n << " row " << r << " token " << j;
         ++checked;
       }
-      if (vd.rows8c) {  // eight weight rows (the nibble types)
+      if (vd.rows8c) {  // eight weight rows
         std::vector<uint8_t> w8(8 * w_rb);
         std::vector<float> wf(static_cast<size_t>(n));
         for (int r = 0; r < 8; ++r) {
@@ -112,7 +112,7 @@ void shapes_equal_one_row(CpuIsa isa) {
     }
   }
   EXPECT_EQ(checked, 60);
-  EXPECT_EQ(with_rows8, 10);  // q4_0 and q4_1 at five lengths
+  EXPECT_EQ(with_rows8, 15);  // the three types at five lengths
   EXPECT_EQ(with_offsets, isa == CpuIsa::AvxVnni ? 10 : 5);  // q4_0 (and q8_0 on avx-vnni) at five lengths
 }
 
