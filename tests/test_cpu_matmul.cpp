@@ -56,6 +56,7 @@ TEST(CpuMatmul, EveryTierAndShapeGivesTheOneRowKernelsBits) {
       {GgmlType::Q4_0, 576, {64, 48, 37}, 37},  {GgmlType::Q4_1, 160, {100}, 16},
       {GgmlType::Q8_0, 64, {16, 33}, 21},       {GgmlType::Q4_0, 96, {19}, 3},
       {GgmlType::Q4_1, 576, {48, 16}, 50},      {GgmlType::Q8_0, 1536, {32}, 17},
+      {GgmlType::Q4_1, 64, {300, 77}, 2},       {GgmlType::Q8_0, 96, {261}, 1},
   };
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 1.f);

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <climits>
 #include <utility>
 
 namespace lamina {
@@ -131,7 +132,7 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
   // Rows [b, e) of the concatenated weights with the row dot kernels: four tokens per weight-row
   // pass for prompts, four weight rows per pass for a few tokens.
   auto dot_rows = [&](int64_t b, int64_t e) {
-    float v[8], dec[kOutlierSlots];
+    float v[4], dec[kOutlierSlots];
     TileOutliers to;
     for (int64_t t0 = 0; t0 < T; t0 += kTokenTile) {
       const int64_t t1 = std::min(T, t0 + kTokenTile);
@@ -142,14 +143,12 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
         if (r == ws[wi]->rows) r = 0, ++wi;
         const uint8_t* wr = static_cast<const uint8_t*>(ws[wi]->data) + size_t(r) * w_rb;
         const Tensor& out = outs[wi];
-        // A few tokens: eight or four weight rows per pass.
-        const int width = rows4 && vd.rows8c && g + 8 <= e && r + 8 <= ws[wi]->rows ? 8
-                          : rows4 && g + 4 <= e && r + 4 <= ws[wi]->rows        ? 4
-                                                                                 : 1;
+        // A few tokens: four weight rows per pass (eight go through decode_rows below).
+        const int width = rows4 && g + 4 <= e && r + 4 <= ws[wi]->rows ? 4 : 1;
         if (width > 1) {
           for (size_t o = 0; o < size_t(width) * w_rb; o += 64) prefetch(wr + ahead + o);
           for (int64_t t = t0; t < t1; ++t) {
-            (width == 8 ? vd.rows8c : vd.rows4c)(K, wr, w_rb, xb + size_t(t) * x_rb, corr_row(t), v);
+            vd.rows4c(K, wr, w_rb, xb + size_t(t) * x_rb, corr_row(t), v);
             const Outliers& o = outliers_[size_t(t)];
             for (int j = 0; j < width; ++j) {
               for (int i = 0; i < o.n; ++i) v[j] += o.value[i] * elem(wr + size_t(j) * w_rb, o.index[i]);
@@ -175,6 +174,39 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
       }
     }
   };
+  // Decode with an eight-row kernel: a chunk's rows of one weight as eight runs of S rows, row k
+  // of each run in one pass (rows r0 + k + j S). Each of the eight streams then reads
+  // consecutive rows, long enough for the hardware prefetcher to ramp up; eight consecutive rows
+  // made eight streams of one short row each.
+  auto decode_rows = [&](int64_t b, int64_t e) {
+    float v[8];
+    while (b < e) {
+      size_t wi;
+      const int64_t r0 = locate(b, wi), L = std::min(e - b, ws[wi]->rows - r0);
+      int64_t S = L / 8;
+      const uint8_t* w0 = static_cast<const uint8_t*>(ws[wi]->data) + size_t(r0) * w_rb;
+      if (size_t(S) * w_rb * 7 > size_t(INT32_MAX)) S = 0;  // the kernel's gather offsets are 32-bit
+      const size_t stride = size_t(S) * w_rb;
+      const Tensor& out = outs[wi];
+      for (int64_t k = 0; k < S; ++k) {
+        const uint8_t* wr = w0 + size_t(k) * w_rb;  // no software prefetch: measured slower here
+        for (int64_t t = 0; t < T; ++t) {
+          vd.rows8c(K, wr, stride, xb + size_t(t) * x_rb, corr_row(t), v);
+          const Outliers& o = outliers_[size_t(t)];
+          for (int j = 0; j < 8; ++j) {
+            for (int i = 0; i < o.n; ++i) v[j] += o.value[i] * elem(wr + size_t(j) * stride, o.index[i]);
+            out.data[t * out.cols + r0 + k + j * S] = v[j];
+          }
+        }
+      }
+      if (8 * S < L) dot_rows(b + 8 * S, b + L);
+      b += L;
+    }
+  };
+  if (rows4 && vd.rows8c) {
+    pool_.parallel_for(N, decode_rows, 16);
+    return;
+  }
   if (!(isa_ >= CpuIsa::Amx && amx_supports(type) && T >= kAmxMinTokens)) {
     pool_.parallel_for(N, dot_rows, 16);
     return;
