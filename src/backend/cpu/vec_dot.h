@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "format/ggml_type.h"
+#include "format/quant.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -90,6 +91,12 @@ VecDotFn avx2_kernel(GgmlType weight_type);
 VecDot4CFn avx2_kernel4c(GgmlType weight_type, int* bias);
 VecDotRows4CFn avx2_rows4c(GgmlType weight_type);
 VecDotRows4CFn avx2_rows8c(GgmlType weight_type);
+// dequantize_element for q4_0, q4_1 and q8_0 with F16C (the same floats); nullptr for other types.
+ElementFn avx2_element(GgmlType weight_type);
+// v[j] += value[k] * element(row j, cols[k]) for eight rows (w + j * w_stride) and k = 0 .. n - 1
+// in turn, each product rounded, then added (q4_0, q4_1, q8_0; nullptr for other types).
+using Outliers8Fn = void (*)(const uint8_t* w, size_t w_stride, int n, const int32_t* cols, const float* value, float* v);
+Outliers8Fn avx2_outliers8(GgmlType weight_type);
 // ActType::Q8 or Q8S activations in AVX2, bit for bit what quantize_activations' portable code
 // gives (which calls it where the CPU has AVX2).
 void avx2_quantize_q8(ActType t, const float* x, void* dst, int64_t n);

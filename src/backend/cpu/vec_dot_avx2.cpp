@@ -6,9 +6,11 @@
 #include "backend/cpu/vec_dot.h"
 
 #include "core/half.h"
+#include "format/quant.h"
 #include "format/quant_blocks.h"
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 
@@ -208,6 +210,73 @@ LAMINA_AVX2 int64_t avx2_next_above(const float* x, int64_t i, int64_t n, float 
   return n;
 }
 
+// One weight element (the outlier terms' weights): quant_decode.h's formulas with the F16C
+// conversion, which is exact like the portable one, so the same floats.
+LAMINA_AVX2 float element_q4_0(const void* row, int64_t i) {
+  const auto& b = static_cast<const block_q4_0*>(row)[i / QK];
+  const int e = int(i % QK), byte = b.qs[e % 16];
+  return h2f(b.d) * float((e < 16 ? byte & 15 : byte >> 4) - 8);
+}
+LAMINA_AVX2 float element_q4_1(const void* row, int64_t i) {
+  const auto& b = static_cast<const block_q4_1*>(row)[i / QK];
+  const int e = int(i % QK), byte = b.qs[e % 16];
+  return h2f(b.d) * float(e < 16 ? byte & 15 : byte >> 4) + h2f(b.m);
+}
+LAMINA_AVX2 float element_q8_0(const void* row, int64_t i) {
+  const auto& b = static_cast<const block_q8_0*>(row)[i / QK];
+  return h2f(b.d) * float(b.qs[i % QK]);
+}
+// The outliers' terms of eight rows (w + j * w_stride): v[j] += value[k] * element(row j, cols[k])
+// for k in turn, the eight rows' elements decoded side by side (gathers of the blocks' scale
+// dwords and quant dwords), each product rounded, then added: element_q* and the row loop's
+// floats.
+LAMINA_AVX2 inline __m256 low_halves_f16(__m256i x) {  // the low halves of eight dwords (< 2^16) as floats
+  return _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(x, _mm256_setzero_si256()), 0x08)));
+}
+
+template <GgmlType T>
+LAMINA_AVX2 void outliers8(const uint8_t* w, size_t w_stride, int n, const int32_t* cols, const float* value, float* v) {
+  using Block = std::conditional_t<T == GgmlType::Q4_0, block_q4_0, std::conditional_t<T == GgmlType::Q4_1, block_q4_1, block_q8_0>>;
+  constexpr size_t kQs = offsetof(Block, qs);
+  const __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(int(w_stride)));
+  const __m256i low16 = _mm256_set1_epi32(0xFFFF);
+  __m256 acc = _mm256_loadu_ps(v);
+  for (int k = 0; k < n; ++k) {
+    const int e = cols[k] % QK;
+    const uint8_t* blk = w + size_t(cols[k] / QK) * sizeof(Block);
+    const __m256i dm = _mm256_i32gather_epi32(reinterpret_cast<const int*>(blk), at, 1);
+    const int p = T == GgmlType::Q8_0 ? e : e % 16;  // the quant's byte
+    const __m256i word = _mm256_i32gather_epi32(reinterpret_cast<const int*>(blk + kQs + (p & ~3)), at, 1);
+    const __m256i byte = _mm256_srli_epi32(word, 8 * (p & 3));
+    __m256i q;
+    if constexpr (T == GgmlType::Q8_0) q = _mm256_srai_epi32(_mm256_slli_epi32(byte, 24), 24);
+    else q = _mm256_and_si256(e < 16 ? byte : _mm256_srli_epi32(byte, 4), _mm256_set1_epi32(15));
+    if constexpr (T == GgmlType::Q4_0) q = _mm256_sub_epi32(q, _mm256_set1_epi32(8));
+    __m256 x = _mm256_mul_ps(low_halves_f16(_mm256_and_si256(dm, low16)), _mm256_cvtepi32_ps(q));
+    if constexpr (T == GgmlType::Q4_1) x = _mm256_add_ps(x, low_halves_f16(_mm256_srli_epi32(dm, 16)));
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(value[k]), x));
+  }
+  _mm256_storeu_ps(v, acc);
+}
+
+Outliers8Fn avx2_outliers8(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0: return outliers8<GgmlType::Q4_0>;
+    case GgmlType::Q4_1: return outliers8<GgmlType::Q4_1>;
+    case GgmlType::Q8_0: return outliers8<GgmlType::Q8_0>;
+    default: return nullptr;
+  }
+}
+
+ElementFn avx2_element(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0: return element_q4_0;
+    case GgmlType::Q4_1: return element_q4_1;
+    case GgmlType::Q8_0: return element_q8_0;
+    default: return nullptr;
+  }
+}
+
 void avx2_quantize_q8(ActType t, const float* x, void* dst, int64_t n) {
   if (t == ActType::Q8S) quantize_q8(x, static_cast<act_q8s*>(dst), n);
   else quantize_q8(x, static_cast<act_q8*>(dst), n);
@@ -242,6 +311,8 @@ VecDotRows4CFn avx2_rows8c(GgmlType) { return nullptr; }
 VecDotFn avx2_kernel(GgmlType) { return nullptr; }
 AxpyFn avx2_axpy(GgmlType) { return nullptr; }
 void avx2_quantize_q8(ActType, const float*, void*, int64_t) {}
+ElementFn avx2_element(GgmlType) { return nullptr; }
+Outliers8Fn avx2_outliers8(GgmlType) { return nullptr; }
 double avx2_sum_squares4(const float*, int64_t) { return 0; }
 int64_t avx2_next_above(const float*, int64_t, int64_t n, float) { return n; }
 }  // namespace lamina
