@@ -119,7 +119,7 @@ Shape parse_shape(const std::string& s) {
 
 void run_kbench_cpu(const KbenchCpuArgs& a) {
   const std::optional<CpuIsa> isa = parse_isa(a.isa);
-  if (!isa) fail("kbench cpu: unknown CPU kernel set '{}' (auto, scalar, avx2 or avx-vnni)", a.isa);
+  if (!isa) fail("kbench cpu: unknown CPU kernel set '{}' (auto, scalar, avx2, avx-vnni or amx)", a.isa);
   if (*isa > detect_isa()) fail("kbench cpu: --cpu-isa {}: this CPU runs at most {}", a.isa, isa_name(detect_isa()));
   std::vector<Shape> shapes;
   for (const auto& s : split_list(a.shapes.empty() ? "1536x576,576x1536,4096x4096,11008x4096" : a.shapes))

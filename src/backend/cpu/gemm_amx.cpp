@@ -71,6 +71,9 @@ bool amx_usable() {
 
 namespace {
 
+#define LAMINA_X86 LAMINA_AMX
+#include "backend/cpu/q6k_x86.inc"
+
 constexpr size_t kScale = 512, kMin = 576;  // offsets in a block of either layout (quants at 0)
 
 // Tiles 0, 1: C, 16 rows x 16 s32 sums (weight rows x tokens); 2, 3: A, 16 weight rows x 32
@@ -267,25 +270,15 @@ LAMINA_AMX static void unpack_q4_K(const uint8_t* w, size_t w_rb, int64_t K, uin
 }
 
 LAMINA_AMX static void unpack_q6_K(const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
+  const __m256i bias = _mm256_set1_epi8(32);
   for (int i = 0; i < kAmxRows; ++i) {
     const auto* row = reinterpret_cast<const block_q6_K*>(w + size_t(i) * w_rb);
     for (int64_t sb = 0; sb < K / QK_K; ++sb) {
       const block_q6_K& blk = row[sb];
       uint8_t* d = dst + size_t(sb) * kK6RowBytes;
       for (int half = 0; half < 2; ++half) {  // dot_q6_K's bit layout: 4 x 32 elements per half
-        const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * half));
-        const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * half + 32));
-        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * half));
-        const __m256i q[4] = {
-            _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4)),
-            _mm256_or_si256(_mm256_and_si256(ql1, low4),
-                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
-                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4)),
-        };
+        __m256i q[4];
+        q6k_quants(blk, half, q);
         for (int k = 0; k < 4; ++k) {  // elements 128 half + 32 k ..: groups 8 half + 2 k and + 1
           const __m256i s = _mm256_sub_epi8(q[k], bias);
           const int g = 8 * half + 2 * k;

@@ -27,6 +27,7 @@ namespace lamina {
 namespace {
 
 #include "backend/cpu/vec_dot_int8_x86.inc"
+#include "backend/cpu/q6k_x86.inc"
 
 LAMINA_AVX2 float dot_f32(int64_t n, const void* w, const void* x) {
   const float* a = static_cast<const float*>(w);
@@ -100,7 +101,6 @@ LAMINA_AVX2 float dot_q4_K(int64_t n, const void* w, const void* x) {
 LAMINA_AVX2 float dot_q6_K(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const block_q6_K*>(w);
   const auto* b = static_cast<const block_q8_K*>(x);
-  const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
   float total = 0;
   for (int64_t i = 0; i < n / QK_K; ++i) {
     // sum_g scale_g * sum_e (q_e + 32) y_e  -  32 * sum_g scale_g * bsum_g
@@ -108,18 +108,8 @@ LAMINA_AVX2 float dot_q6_K(int64_t n, const void* w, const void* x) {
     for (int g = 0; g < 16; ++g) bias += a[i].scales[g] * b[i].bsums[g];
     __m256i sumi = _mm256_setzero_si256();
     for (int half = 0; half < 2; ++half) {
-      const __m256i ql0 = load32(a[i].ql + 64 * half);
-      const __m256i ql1 = load32(a[i].ql + 64 * half + 32);
-      const __m256i qh = load32(a[i].qh + 32 * half);
-      const __m256i q[4] = {
-          _mm256_or_si256(_mm256_and_si256(ql0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4)),
-          _mm256_or_si256(_mm256_and_si256(ql1, low4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), two), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), two), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), two), 4)),
-      };
+      __m256i q[4];
+      q6k_quants(a[i], half, q);
       for (int k = 0; k < 4; ++k) {
         const int g = 8 * half + 2 * k;  // two groups of 16 per 32 elements
         const __m256i p = _mm256_maddubs_epi16(q[k], load32(b[i].qs + 128 * half + 32 * k));
