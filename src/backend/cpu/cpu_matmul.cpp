@@ -249,12 +249,7 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
       for (int64_t t0 = 0; t0 < T; t0 += kAmxTokens)
         amx_tile(type, rows, packed + size_t(t0 / kAmxTokens) * tile_bytes, K, out.data + t0 * out.cols + r,
                  size_t(out.cols), int(std::min<int64_t>(kAmxTokens, T - t0)));
-      if (amx_decodes_columns(type)) {
-        amx_decode_columns(type, rows, cols.data(), int(cols.size()), dec);
-      } else {
-        for (size_t c = 0; c < cols.size(); ++c)
-          for (int i = 0; i < kAmxRows; ++i) dec[c * kAmxRows + size_t(i)] = elem(wr + size_t(i) * w_rb, cols[c]);
-      }
+      amx_decode_columns(type, rows, cols.data(), int(cols.size()), dec);
       for (int64_t t = 0; t < T; ++t) {  // the outliers' terms, in each token's order
         const Outliers& o = outliers_[size_t(t)];
         if (o.n == 0) continue;

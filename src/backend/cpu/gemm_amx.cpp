@@ -29,8 +29,9 @@ uint8_t* AmxBuffer::get(size_t bytes) {
 }
 void AmxBuffer::Free::operator()(uint8_t* p) const { std::free(p); }
 
-bool amx_decodes_columns(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0; }
-bool amx_supports(GgmlType t) { return amx_decodes_columns(t) || t == GgmlType::Q4_K || t == GgmlType::Q6_K; }
+bool amx_supports(GgmlType t) {
+  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K;
+}
 
 // q4_K's layouts (gemm_amx.h), per super-block: offsets into the packed tokens and the unpacked rows.
 constexpr size_t kKTokD = 4096, kKTokPairs = 4160, kKTokBytes = 4416;
@@ -371,7 +372,35 @@ void amx_pack_tokens(GgmlType t, const uint8_t* xq, size_t x_rb, int64_t T, int6
   }
 }
 
+// The k-quants' elements from their unpacked stripes, quant_decode.h's formulas term for term.
+static void decode_columns_k(GgmlType t, const uint8_t* rows, const int32_t* cols, int n, float* dec) {
+  for (int c = 0; c < n; ++c) {
+    const int e = cols[c] % QK_K;
+    if (t == GgmlType::Q4_K) {
+      const uint8_t* d = rows + size_t(cols[c] / QK_K) * kKRowBytes;
+      const int sub = e / 32;
+      for (int i = 0; i < kAmxRows; ++i) {
+        const int32_t sc = reinterpret_cast<const int32_t*>(d + kKRowSc)[16 * sub + i];
+        const uint32_t pair = uint32_t(reinterpret_cast<const int32_t*>(d + kKRowMin)[16 * (sub / 2) + i]);
+        const float m = float(sub % 2 ? pair >> 16 : pair & 0xFFFF);
+        const float q = float(d[512 * sub + 32 * i + e % 32]);
+        dec[c * kAmxRows + i] = reinterpret_cast<const float*>(d + kKRowD)[i] * float(sc) * q -
+                                reinterpret_cast<const float*>(d + kKRowDmin)[i] * m;
+      }
+    } else {  // q6_K
+      const uint8_t* d = rows + size_t(cols[c] / QK_K) * kK6RowBytes;
+      const int g = e / 16;
+      for (int i = 0; i < kAmxRows; ++i) {
+        const int32_t sc = reinterpret_cast<const int32_t*>(d + kK6RowSc)[16 * g + i];
+        const float q = float(int8_t(d[256 * g + 16 * i + e % 16]));
+        dec[c * kAmxRows + i] = reinterpret_cast<const float*>(d + kK6RowD)[i] * float(sc) * q;
+      }
+    }
+  }
+}
+
 LAMINA_AMX void amx_decode_columns(GgmlType t, const uint8_t* rows, const int32_t* cols, int n, float* dec) {
+  if (t == GgmlType::Q4_K || t == GgmlType::Q6_K) return decode_columns_k(t, rows, cols, n, dec);
   const __m512i row_at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                             _mm512_set1_epi32(32));
   for (int c = 0; c < n; ++c) {

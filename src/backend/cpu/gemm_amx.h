@@ -43,8 +43,6 @@ constexpr size_t kAmxBlockBytes = 512 + 64 + 64;  // one block of either int8 la
 // The bytes of one packed token tile and of one unpacked 16-row stripe, K elements per row.
 size_t amx_tokens_bytes(GgmlType t, int64_t K);
 size_t amx_rows_bytes(GgmlType t, int64_t K);
-// amx_decode_columns serves this type (otherwise decode from the weight rows themselves).
-bool amx_decodes_columns(GgmlType t);
 
 // 64-byte aligned scratch that grows and is kept.
 class AmxBuffer {
