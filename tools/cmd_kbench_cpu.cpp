@@ -188,7 +188,7 @@ void run_kbench_cpu(const KbenchCpuArgs& a) {
 void add_kbench_cpu_options(CLI::App* sub, KbenchCpuArgs& a) {
   sub->add_option("-t,--threads", a.threads, "cpu: threads (default: every CPU this process may use)")->check(whole_in(0, 4096));
   sub->add_option("--tokens", a.tokens, "cpu: comma-separated token counts per matmul (default 1,128)");
-  sub->add_option("--cpu-isa", a.isa, "cpu: kernel set: auto, scalar, avx2, avx-vnni")
+  sub->add_option("--cpu-isa", a.isa, "cpu: kernel set: auto, scalar, avx2, avx-vnni, amx")
       ->check(CLI::IsMember({"auto", "scalar", "avx2", "avx-vnni", "amx"}));
 }
 

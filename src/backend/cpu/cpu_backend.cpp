@@ -16,7 +16,9 @@
 
 namespace lamina {
 
-CpuBackend::CpuBackend(int n_threads, bool exact_matmul, CpuIsa isa) : pool_(n_threads), exact_(exact_matmul), isa_(isa) {}
+// A tier above this CPU's is lowered to it (the CLI refuses such a request with a message first).
+CpuBackend::CpuBackend(int n_threads, bool exact_matmul, CpuIsa isa)
+    : pool_(n_threads), exact_(exact_matmul), isa_(std::min(isa, detect_isa())) {}
 
 std::string CpuBackend::name() const {
   return fmt::format("cpu ({} threads, {}{})", pool_.size(), isa_name(isa_), exact_ ? ", exact matmul" : "");

@@ -258,6 +258,7 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
         amx_add_terms(out.data + t * out.cols + r, o.n, o.value, d);
       }
     }
+    amx_release_tiles();
   });
   for (size_t wi = 0; wi < ws.size(); ++wi) {  // the rows past the whole stripes
     const int64_t tail = ws[wi]->rows % kAmxRows, at = first[wi] + ws[wi]->rows - tail;

@@ -88,12 +88,13 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {16, 16, 16, 16, 8, 8, 16, 4};
 };
 
+thread_local bool tiles_configured = false;  // until amx_release_tiles on this thread
+
 LAMINA_AMX void configure_tiles() {
-  thread_local bool done = false;  // the configuration stays with the thread
-  if (done) return;
+  if (tiles_configured) return;
   static const TileConfig config;
   _tile_loadconfig(&config);
-  done = true;
+  tiles_configured = true;
 }
 
 // One block's sums c[i][j] (row i, token j) into the chain (vec_dot.h): acc[i] lanes are tokens.
@@ -420,6 +421,12 @@ LAMINA_AMX void amx_add_terms(float* y, int n, const float* value, const float* 
   _mm512_storeu_ps(y, v);
 }
 
+LAMINA_AMX void amx_release_tiles() {
+  if (!tiles_configured) return;
+  _tile_release();
+  tiles_configured = false;
+}
+
 void amx_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K, float* out, size_t out_stride,
               int n_tokens) {
   if (t == GgmlType::Q4_K) tile_q4_K(rows, tokens, K / QK_K, out, out_stride, n_tokens);
@@ -431,8 +438,7 @@ void amx_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K,
 #else  // no AMX on this platform: never usable, never called
 
 bool amx_usable() { return false; }
-size_t amx_tokens_bytes(GgmlType, int64_t) { return 0; }
-size_t amx_rows_bytes(GgmlType, int64_t) { return 0; }
+void amx_release_tiles() {}
 void amx_decode_columns(GgmlType, const uint8_t*, const int32_t*, int, float*) {}
 void amx_add_terms(float*, int, const float*, const float* const*) {}
 void amx_unpack_rows(GgmlType, const uint8_t*, size_t, int64_t, uint8_t*) {}

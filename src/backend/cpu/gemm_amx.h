@@ -64,6 +64,11 @@ void amx_pack_tokens(GgmlType t, const uint8_t* xq, size_t x_rb, int64_t T, int6
 // Unpacks 16 weight rows (w, w + w_rb, ...) into one stripe at dst (amx_rows_bytes).
 void amx_unpack_rows(GgmlType t, const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst);
 
+// Gives the calling thread's tile state back (the tiles are configured on a thread's first
+// amx_tile): called at the end of each matmul's work on the thread, so that idle workers do not
+// carry 8 KiB of live tile registers.
+void amx_release_tiles();
+
 // dec[c * 16 + i] = element cols[c] of the stripe's row i (c < n), from 16 rows unpacked by
 // amx_unpack_rows: bit for bit what dequantize_element gives (the outlier terms' weights).
 void amx_decode_columns(GgmlType t, const uint8_t* rows, const int32_t* cols, int n, float* dec);
