@@ -177,6 +177,25 @@ TEST(VecDot, Avx2OutlierScanEqualsThePortableOne) {
   }
 }
 
+// f16 weights: the four-token kernel gives each token the one-row kernel's bits (tails included).
+TEST(VecDot, F16FourTokensEqualTheOneRowKernel) {
+  if (detect_isa() < CpuIsa::Avx2) GTEST_SKIP() << "CPU has no avx2";
+  const VecDot vd = vec_dot_for(GgmlType::F16, CpuIsa::Avx2);
+  ASSERT_NE(vd.fn4c, nullptr);
+  std::mt19937 rng(24);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int64_t n : {8, 16, 37, 576, 1541}) {
+    std::vector<float> w(static_cast<size_t>(n)), x(static_cast<size_t>(4 * n));
+    for (auto& v : w) v = nd(rng);
+    for (auto& v : x) v = nd(rng);
+    std::vector<uint8_t> wq(row_bytes(GgmlType::F16, n));
+    quantize_row(GgmlType::F16, w.data(), wq.data(), n);
+    float got[4] = {-1.f, -1.f, -1.f, -1.f};
+    vd.fn4c(n, wq.data(), x.data(), size_t(n) * 4, nullptr, 0, got);
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(got[j], vd.fn(n, wq.data(), x.data() + j * n)) << "n=" << n << " token " << j;
+  }
+}
+
 // The F16C element decoders give dequantize_element's floats.
 TEST(VecDot, Avx2ElementDecodersEqualThePortableOnes) {
   if (detect_isa() < CpuIsa::Avx2) GTEST_SKIP() << "CPU has no avx2";

@@ -59,6 +59,31 @@ LAMINA_AVX2 float dot_f16(int64_t n, const void* w, const void* x) {
   return s;
 }
 
+// One f16 weight row against four f32 activation rows (x + j * stride): the prompt path. Each
+// token keeps dot_f16's two accumulators and its tail, so out[j] is bit for bit
+// dot_f16(n, w, x + j * stride); the row's conversion to f32 is shared by the four.
+LAMINA_AVX2 void dot4_f16(int64_t n, const void* w, const void* x, size_t stride, const int32_t*, size_t, float* out) {
+  const uint16_t* a = static_cast<const uint16_t*>(w);
+  const float* b[4];
+  for (int j = 0; j < 4; ++j) b[j] = reinterpret_cast<const float*>(static_cast<const uint8_t*>(x) + size_t(j) * stride);
+  __m256 acc0[4], acc1[4];
+  for (int j = 0; j < 4; ++j) acc0[j] = acc1[j] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i + 8)));
+    for (int j = 0; j < 4; ++j) {
+      acc0[j] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(b[j] + i), acc0[j]);
+      acc1[j] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(b[j] + i + 8), acc1[j]);
+    }
+  }
+  for (int j = 0; j < 4; ++j) {
+    float s = hsum(_mm256_add_ps(acc0[j], acc1[j]));
+    for (int64_t k = i; k < n; ++k) s += h2f(a[k]) * b[j][k];
+    out[j] = s;
+  }
+}
+
 LAMINA_AVX2 float dot_bf16(int64_t n, const void* w, const void* x) {
   const uint16_t* a = static_cast<const uint16_t*>(w);
   const float* b = static_cast<const float*>(x);
@@ -287,7 +312,7 @@ VecDotFn avx2_kernel(GgmlType t) {
   }
 }
 
-VecDot4CFn avx2_kernel4c(GgmlType t, int* bias) { return int8_kernel4c(t, bias); }
+VecDot4CFn avx2_kernel4c(GgmlType t, int* bias) { return t == GgmlType::F16 ? (*bias = 0, dot4_f16) : int8_kernel4c(t, bias); }
 VecDotRows4CFn avx2_rows4c(GgmlType t) { return int8_rows4c(t); }
 VecDotRows4CFn avx2_rows8c(GgmlType t) { return int8_rows8c(t); }
 
