@@ -52,6 +52,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 TEST(CpuMatmul, EveryTierAndShapeGivesTheOneRowKernelsBits) {
   const std::vector<Case> cases = {
       {GgmlType::Q4_K, 512, {48, 20}, 33},      {GgmlType::Q4_K, 256, {16}, 16},
+      {GgmlType::Q4_0, 64, {32, 17}, 7},        {GgmlType::Q6_K, 256, {16}, 6},
       {GgmlType::Q6_K, 512, {32, 18}, 20},      {GgmlType::Q6_K, 768, {16}, 45},
       {GgmlType::Q4_0, 576, {64, 48, 37}, 37},  {GgmlType::Q4_1, 160, {100}, 16},
       {GgmlType::Q8_0, 64, {16, 33}, 21},       {GgmlType::Q4_0, 96, {19}, 3},

@@ -22,8 +22,9 @@ namespace lamina {
 static constexpr float kOutlierRms = 3.f;
 static constexpr int kMaxOutliers = 8;
 static constexpr size_t kPrefetchRows = 8;
-// Prompts of at least this many tokens take the AMX tiles where the CPU has them.
-static constexpr int64_t kAmxMinTokens = 16;
+// Prompts of at least this many tokens take the AMX tiles where the CPU has them (a tile of 16
+// tokens, padded, beats the four-token row kernels from 6 tokens on: docs/benchmarks.md).
+static constexpr int64_t kAmxMinTokens = 6;
 // A prompt's tokens go in tiles of kTokenTile: a tile's activations stay in L1 while the thread's
 // rows pass over them (the AMX tiles' 16 tokens too).
 static constexpr int64_t kTokenTile = kAmxTokens;
