@@ -141,17 +141,19 @@ TEST(VecDot, Avx2ActivationQuantiserEqualsThePortableOne) {
   if (detect_isa() < CpuIsa::Avx2) GTEST_SKIP() << "CPU has no avx2";
   std::mt19937 rng(21);
   std::normal_distribution<float> nd(0.f, 1.f);
-  for (ActType t : {ActType::Q8, ActType::Q8S}) {
+  for (ActType t : {ActType::Q8, ActType::Q8S, ActType::Q8K}) {
     const int64_t n = 32 * 40;
     std::vector<float> x(static_cast<size_t>(n));
     for (auto& v : x) v = nd(rng) * (1.f + 20.f * float((&v - x.data()) % 53 == 7));
     for (int64_t b = 0; b < 8; ++b)  // blocks with amax 127: every k + 0.5 is a tie
       for (int j = 0; j < 32; ++j) x[size_t(32 * b + j)] = j == 0 ? 127.f : float(j - 16) + 0.5f * float(j % 2);
     for (int j = 0; j < 32; ++j) x[size_t(32 * 8 + j)] = 0.f;  // an all-zero block
+    for (int j = 1024; j < 1280; ++j) x[size_t(j)] = 0.f;     // an all-zero q8_K super-block
+    x[520] = -300.f, x[600] = 300.f;  // equal magnitudes: the first sets q8_K's sign
     std::vector<uint8_t> got(act_row_bytes(t, n)), want(act_row_bytes(t, n));
     avx2_quantize_q8(t, x.data(), got.data(), n);
     quantize_activations_portable(t, x.data(), want.data(), n);
-    EXPECT_EQ(got, want) << (t == ActType::Q8 ? "q8" : "q8s");
+    EXPECT_EQ(got, want) << (t == ActType::Q8 ? "q8" : t == ActType::Q8S ? "q8s" : "q8K");
   }
 }
 

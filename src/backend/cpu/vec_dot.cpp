@@ -289,7 +289,7 @@ size_t act_row_bytes(ActType t, int64_t n) {
 }
 
 void quantize_activations(ActType t, const float* x, void* dst, int64_t n) {
-  if ((t == ActType::Q8 || t == ActType::Q8S) && detect_isa() >= CpuIsa::Avx2) return avx2_quantize_q8(t, x, dst, n);
+  if (t != ActType::F32 && detect_isa() >= CpuIsa::Avx2) return avx2_quantize_q8(t, x, dst, n);
   quantize_activations_portable(t, x, dst, n);
 }
 

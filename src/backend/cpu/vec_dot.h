@@ -97,8 +97,8 @@ ElementFn avx2_element(GgmlType weight_type);
 // in turn, each product rounded, then added (q4_0, q4_1, q8_0; nullptr for other types).
 using Outliers8Fn = void (*)(const uint8_t* w, size_t w_stride, int n, const int32_t* cols, const float* value, float* v);
 Outliers8Fn avx2_outliers8(GgmlType weight_type);
-// ActType::Q8 or Q8S activations in AVX2, bit for bit what quantize_activations' portable code
-// gives (which calls it where the CPU has AVX2).
+// ActType::Q8, Q8S or Q8K activations in AVX2, bit for bit what quantize_activations' portable
+// code gives (which calls it where the CPU has AVX2).
 void avx2_quantize_q8(ActType t, const float* x, void* dst, int64_t n);
 // The activation-outlier scan's two passes in AVX2 (cpu_matmul.cpp): the sum of squares in
 // double as four running sums (elements i = j mod 4), paired at the end; the first index >= i

@@ -292,8 +292,50 @@ ElementFn avx2_element(GgmlType t) {
   }
 }
 
+// quantize_q8_K (vec_dot.cpp) in AVX2, bit for bit: the element of largest magnitude (the first
+// such), iscale = -127 / it, nearbyint's rounding (to nearest even, the default mode), values
+// above 127 clamped, the 16-element sums and d = 1 / iscale.
+LAMINA_AVX2 void quantize_q8_K(const float* x, block_q8_K* y, int64_t n) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  for (int64_t i = 0; i < n / QK_K; ++i, x += QK_K) {
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < QK_K; j += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    if (amax == 0) {
+      std::memset(&y[i], 0, sizeof y[i]);
+      continue;
+    }
+    int first = 0;  // the first element whose magnitude is amax
+    for (int j = 0; j < QK_K; j += 8) {
+      const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), abs_mask), _mm256_set1_ps(amax), _CMP_EQ_OQ));
+      if (hit) {
+        first = j + __builtin_ctz(unsigned(hit));
+        break;
+      }
+    }
+    const float iscale = -127.f / x[first];
+    const __m256 is = _mm256_set1_ps(iscale), hi = _mm256_set1_ps(127.f);
+    for (int g = 0; g < QK_K / 16; ++g) {
+      __m256i q[2];
+      for (int h = 0; h < 2; ++h) {
+        const __m256 v = _mm256_round_ps(_mm256_mul_ps(is, _mm256_loadu_ps(x + 16 * g + 8 * h)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        q[h] = _mm256_cvtps_epi32(_mm256_min_ps(v, hi));
+      }
+      const __m256i w16 = _mm256_packs_epi32(q[0], q[1]);  // lanes: q0[0..3] q1[0..3] | q0[4..7] q1[4..7]
+      const __m128i b8 = _mm_packs_epi16(_mm256_castsi256_si128(w16), _mm256_extracti128_si256(w16, 1));
+      // b8 bytes: q0[0..3] q1[0..3] q0[4..7] q1[4..7]; element order is q0[0..7] q1[0..7]
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y[i].qs + 16 * g), _mm_shuffle_epi32(b8, _MM_SHUFFLE(3, 1, 2, 0)));
+      y[i].bsums[g] = int16_t(hsum_i32(_mm256_add_epi32(q[0], q[1])));
+    }
+    y[i].d = 1.f / iscale;
+  }
+}
+
 void avx2_quantize_q8(ActType t, const float* x, void* dst, int64_t n) {
-  if (t == ActType::Q8S) quantize_q8(x, static_cast<act_q8s*>(dst), n);
+  if (t == ActType::Q8K) quantize_q8_K(x, static_cast<block_q8_K*>(dst), n);
+  else if (t == ActType::Q8S) quantize_q8(x, static_cast<act_q8s*>(dst), n);
   else quantize_q8(x, static_cast<act_q8*>(dst), n);
 }
 
