@@ -104,8 +104,11 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
   size_t x_rb = size_t(K) * 4;
   outliers_.assign(size_t(T), {});
   const bool tokens4 = vd.fn4c && T >= 4;  // a weight row against four tokens per pass (prompts)
-  const bool rows4 = vd.rows4c && T < 4;    // four weight rows against a token per pass (decode)
-  const bool corrections = (tokens4 || rows4) && vd.corr_bias != 0;  // the kernels' offset weights
+  const bool rows4 = vd.rows4c && T < 4;    // four (or eight) weight rows against a token per pass (decode)
+  const bool amx = isa_ >= CpuIsa::Amx && amx_supports(type) && T >= kAmxMinTokens;
+  bool row_kernels = !amx;  // with AMX, only the rows past a weight's last whole stripe take them
+  for (const Weight* w : ws) row_kernels = row_kernels || w->rows % kAmxRows != 0;
+  const bool corrections = row_kernels && (tokens4 || rows4) && vd.corr_bias != 0;  // their offset weights
   const int64_t nb = K / QK;  // corrections per activation row
   if (vd.act != ActType::F32) {
     x_rb = act_row_bytes(vd.act, K);
@@ -213,7 +216,7 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
     pool_.parallel_for(N, decode_rows, 16);
     return;
   }
-  if (!(isa_ >= CpuIsa::Amx && amx_supports(type) && T >= kAmxMinTokens)) {
+  if (!amx) {
     pool_.parallel_for(N, dot_rows, 16);
     return;
   }
