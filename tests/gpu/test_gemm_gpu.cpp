@@ -233,14 +233,17 @@ TEST(GemmGpu, QuantisedWeightsHopperWgmma) {
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
   if (prop.major != 9) GTEST_SKIP() << "q2_wgmma needs an sm_90 GPU (this is sm_" << prop.major << prop.minor << ")";
   std::mt19937 rng(5);
-  const GemmVariant* v = find_gemm_variant("q2_wgmma");
-  ASSERT_NE(v, nullptr);
   // Edges: M and N not multiples of the tile (rows beyond N arrive as zeros), few k-steps
-  // (split-K units left empty), several tiles per block of the persistent grid. K is a multiple
-  // of 256 (q2_wgmma's TMA row-stride rule).
-  for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K})
-    for (const Shape s : {Shape{77, 67, 256}, Shape{130, 300, 512}, Shape{3, 200, 768}, Shape{700, 1500, 256}})
-      run_quant(v, wt, GgmlType::F16, s, rng);
+  // (split-K units left empty, or starting inside a group of 4 k-steps), several tiles per
+  // block of the persistent grid. K is a multiple of 256 (the TMA row-stride rule).
+  for (const char* name : {"q2_wgmma", "q3_wgmma_rs"}) {
+    const GemmVariant* v = find_gemm_variant(name);
+    ASSERT_NE(v, nullptr) << name;
+    for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K})
+      for (const Shape s : {Shape{77, 67, 256}, Shape{130, 300, 512}, Shape{3, 200, 768}, Shape{700, 1500, 256},
+                            Shape{300, 260, 1536}})
+        run_quant(v, wt, GgmlType::F16, s, rng);
+  }
 }
 
 TEST(GemmGpu, BadArgumentsAreRejectedBeforeLaunch) {

@@ -129,7 +129,7 @@ Status gemm(const GemmProblem& p, cudaStream_t s) {
       return v->launch(p, c, s);
     }
   }
-  for (const char* name : {"q2_wgmma", "q1_mma", "h2_wgmma", "h1_mma", "s6_cp_async"}) {  // untuned: the top rung that takes it
+  for (const char* name : {"q3_wgmma_rs", "q2_wgmma", "q1_mma", "h2_wgmma", "h1_mma", "s6_cp_async"}) {  // untuned: the top rung that takes it
     const GemmVariant* v = find_gemm_variant(name);
     if (v && v->supports(p)) {
       if (Status st = gemm_validate(p, *v); !st) return st;

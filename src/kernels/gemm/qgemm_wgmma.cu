@@ -1,6 +1,7 @@
-// q2_wgmma registration and dispatch; the kernels are in qgemm_wgmma.cuh, instantiated per weight
-// type in qgemm_wgmma_<type>.cu (three translation units compile in parallel).
-#include "kernels/gemm/qgemm_wgmma.cuh"
+// q2_wgmma and q3_wgmma_rs registration and dispatch; the kernels are in qgemm_wgmma.cuh and
+// qgemm_rs.cuh, instantiated per weight type in qgemm_wgmma_<type>.cu and qgemm_rs_<type>.cu
+// (the translation units compile in parallel).
+#include "kernels/gemm/qgemm_rs.cuh"
 
 namespace lamina::kernels {
 namespace {
@@ -11,7 +12,13 @@ Status run_q2(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
   return qgemm_wgmma::run_q4_k(p, c, s);
 }
 
-// TMA needs 16-byte row strides: K a multiple of 256 (the d plane's rows are k/16 bytes).
+Status run_q3(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
+  if (p.b_type == GgmlType::Q8_0) return qgemm_rs::run_q8_0(p, c, s);
+  if (p.b_type == GgmlType::Q4_0) return qgemm_rs::run_q4_0(p, c, s);
+  return qgemm_rs::run_q4_k(p, c, s);
+}
+
+// Both variants read the same bytes. TMA needs 16-byte row strides: K a multiple of 256 (the d plane's rows are k/16 bytes).
 bool q2_supports(const GemmProblem& p) {
   const bool repacked = (p.b_type == GgmlType::Q8_0 || p.b_type == GgmlType::Q4_0) && p.b_layout == WeightLayout::Repacked;
   const bool q4k = p.b_type == GgmlType::Q4_K && p.b_layout == WeightLayout::Gguf;
@@ -27,6 +34,19 @@ void register_qgemm_wgmma_variants(std::vector<GemmVariant>& out) {
   split2.splits = 2, split4.splits = 4;
   out.push_back({"q2_wgmma", "Hopper: the h2_wgmma pipeline with producer warpgroups dequantising W into the stage",
                  q2_supports, run_q2, {GemmConfig{128, 128, 64, 4}, split2, split4}, false});
+  // bm: activation rows per block (wgmma's N); bn: the block's weight rows (wgmma's M side,
+  // 64 per consumer warpgroup and half).
+  std::vector<GemmConfig> rs;
+  for (auto [bm, bn] : {std::pair{256, 128}, {128, 128}, {128, 256}, {64, 256}, {64, 128}})
+    rs.push_back(GemmConfig{bm, bn, 64, 4});
+  for (auto [bm, bn] : {std::pair{128, 128}, {64, 128}})
+    for (int splits : {2, 4}) {
+      GemmConfig c{bm, bn, 64, 4};
+      c.splits = splits;
+      rs.push_back(c);
+    }
+  out.push_back({"q3_wgmma_rs", "Hopper: W converted straight into wgmma's register operand (C^T = W X^T), no f16 stage of W",
+                 q2_supports, run_q3, rs, false});
 }
 
 }  // namespace lamina::kernels

@@ -56,12 +56,12 @@ constexpr size_t smem_bytes() {
   return ring_offset<T, kBn, kStages>() + BPolicy::kSlots * BPolicy::template kSlotBytes<kBn> + 1024;
 }
 
-// Work unit u -> output tile (m0, n0), split index and k-step range [kt0, kt1).
+// Work unit u -> output tile (m0, n0) of bm x bn, split index and k-step range [kt0, kt1).
 struct Schedule {
   int64_t grid_m, grid_n, units;
-  int splits, ktiles, kt_per;
-  __device__ Schedule(int64_t m, int64_t n, int64_t k, int bn, int splits_)
-      : grid_m((m + kBm - 1) / kBm), grid_n((n + bn - 1) / bn), units(0), splits(splits_),
+  int bm, splits, ktiles, kt_per;
+  __device__ Schedule(int64_t m, int64_t n, int64_t k, int bm_, int bn, int splits_)
+      : grid_m((m + bm_ - 1) / bm_), grid_n((n + bn - 1) / bn), units(0), bm(bm_), splits(splits_),
         ktiles(int((k + kBk - 1) / kBk)), kt_per((ktiles + splits_ - 1) / splits_) {
     units = grid_m * grid_n * splits;
   }
@@ -69,7 +69,7 @@ struct Schedule {
     const int64_t t = u / splits, per_group = 8 * grid_n, first_m = (t / per_group) * 8;
     const int64_t group_m = grid_m - first_m < 8 ? grid_m - first_m : 8;
     split = int(u % splits);
-    m0 = (first_m + (t % per_group) % group_m) * kBm;
+    m0 = (first_m + (t % per_group) % group_m) * bm;
     n0 = ((t % per_group) / group_m) * bn;
     kt0 = split * kt_per;
     kt1 = kt0 + kt_per < ktiles ? kt0 + kt_per : ktiles;
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kThreadsOf<BPolicy>, 1)
     tma::mbar_fence_init();
   }
   __syncthreads();
-  const Schedule sched(m, n, k, kBn, splits);
+  const Schedule sched(m, n, k, kBm, kBn, splits);
   // First unit at or after u with a non-empty k range (split-K can leave the last ones empty).
   auto seek = [&](int64_t& u, int64_t& m0, int64_t& n0, int& kt, int& kt1) {
     for (int split; u < sched.units; u += gridDim.x) {

@@ -1,0 +1,346 @@
+// q3_wgmma_rs: quantised weights as wgmma's register operand (sm_90a). Against q2_wgmma, the
+// roles of the operands swap: the block computes C^T[n][m] = W[n][k] X[m][k]^T, with the 128
+// weight rows of its tile as wgmma's M side (2 consumer warpgroups x 64 rows) and up to 256
+// activation rows as its N side. The quantised bytes of W arrive by TMA into a ring of raw
+// slots (q2_wgmma's slot layouts, 4 k-steps each) and each consumer thread converts the
+// bytes of its own A fragment straight into registers: no f16 copy of W is written to shared
+// memory, there are no producer warpgroups doing the conversion, and a W tile is converted
+// once per 64 x BM x 16 tensor-core product instead of once per 128 x 128 x 16 one.
+//
+//   block:  1 producer warpgroup (thread 0 issues every TMA), 2 consumer warpgroups; a tile of
+//           BM activation rows x 128 weight rows, or x 256 (each consumer then owns two 64-row
+//           halves: the X stage feeds twice the rows)
+//   smem:   X stages [kStages][BM][64] f16, K-major, 128-byte swizzle (wgmma's B operand);
+//           W ring [2][slot] of raw bytes (q2_wgmma's DequantB::issue_raw layout);
+//           full/empty mbarriers for each X stage and each W slot
+//   thread: warp w of consumer c, lane (g = lane / 4, t = lane % 4) owns weight rows
+//           r0 = 64 c + 16 w + g and r0 + 8, k offsets 2t, 2t+1, 2t+8, 2t+9 of each k16 step
+//   output: accumulator register 4j + r holds C[m0 + 8j + 2t + r % 2][n0 + r0 + 8 (r / 2)],
+//           stored straight from registers (eight lanes write 32 consecutive bytes of a row)
+//
+// Values are the same f16 numbers q2_wgmma stages (one rounding of the dequantised weight).
+// Figures: docs/benchmarks.md (lamina kbench gemm).
+#pragma once
+
+#include "kernels/gemm/qgemm_wgmma.cuh"
+
+namespace lamina::kernels::qgemm_rs {
+
+using qgemm_wgmma::QKind;
+using qgemm_wgmma::kQ8_0;
+using qgemm_wgmma::kQ4_0;
+using qgemm_wgmma::kQ4_K;
+using wgmma_gemm::kBk;
+using wgmma_gemm::kWgThreads;
+
+inline constexpr int kThreads = 3 * kWgThreads;
+template <QKind kKind>
+using Raw = qgemm_wgmma::DequantB<kKind, 128>;  // the layout of a 128-row (sub-)slot and its TMA
+
+// Bytes 2t, 2t+1, 2t+8, 2t+9 of a 16-byte chunk (the k offsets of one thread's fragment).
+__device__ __forceinline__ uint32_t pick4(const uint8_t* chunk, int t) {
+  const auto* w = reinterpret_cast<const uint32_t*>(chunk);
+  return __byte_perm(w[t >> 1], w[2 + (t >> 1)], (t & 1) ? 0x7632 : 0x5410);
+}
+
+// Two nibbles (of bytes 0, 1 or 2, 3 of x; low or high) as the half2 (q - 8) d.
+__device__ __forceinline__ uint32_t q4_pair(uint32_t x, bool upper_bytes, bool high, __half2 d, __half2 off) {
+  using qgemm_wgmma::as_h2, qgemm_wgmma::as_u32, qgemm_wgmma::h2_const;
+  const uint32_t p = __byte_perm(x, 0, upper_bytes ? 0x4342 : 0x4140);
+  const __half2 q = high ? __hfma2(as_h2((p & 0x00F000F0u) | 0x64006400u), h2_const(0x2C00), h2_const(0xD400))
+                         : __hsub2(as_h2((p & 0x000F000Fu) | 0x64006400u), h2_const(0x6400));
+  return as_u32(__hfma2(q, d, off));
+}
+
+// Two signed bytes (bytes 0, 1 or 2, 3 of u = x ^ 0x80808080) as the half2 q d.
+__device__ __forceinline__ uint32_t q8_pair(uint32_t u, bool upper_bytes, __half2 d) {
+  using qgemm_wgmma::as_h2, qgemm_wgmma::as_u32, qgemm_wgmma::h2_const;
+  const uint32_t h = __byte_perm(u, 0x64646464u, upper_bytes ? 0x4342 : 0x4140);
+  return as_u32(__hmul2(__hsub2(as_h2(h), h2_const(0x6480)), d));
+}
+
+// Two nibbles of Q4_K as the half2 of q ds - dm, computed in f32 and rounded once.
+__device__ __forceinline__ uint32_t q4k_pair(uint32_t x, bool upper_bytes, bool high, float ds, float dm) {
+  const int sh = (upper_bytes ? 16 : 0) + (high ? 4 : 0);
+  const float lo = __uint_as_float(0x4B000000u | ((x >> sh) & 15u)) - 8388608.f;
+  const float hi = __uint_as_float(0x4B000000u | ((x >> (sh + 8)) & 15u)) - 8388608.f;
+  return mma::pack2<__half>(fmaf(lo, ds, -dm), fmaf(hi, ds, -dm));
+}
+
+// One thread's A fragments of one k-step (4 k16 steps x 4 registers) from a ring slot.
+template <QKind kKind>
+struct Frags {
+  uint4 aux[2];  // per group, rows r0 and r0 + 8: the eight f16 d (Q8_0, Q4_0) or the Q4_K header
+
+  __device__ void load_aux(const uint8_t* slot, int r0) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = r0 + 8 * i;
+      if constexpr (kKind == kQ4_K) aux[i] = *reinterpret_cast<const uint4*>(slot + size_t(r) * 144);
+      else aux[i] = *reinterpret_cast<const uint4*>(slot + size_t(128) * 4 * Raw<kKind>::kQBytes + size_t(r) * 16);
+    }
+  }
+
+  // The f16 d of block b (0..7) of the group, row i.
+  __device__ __half2 d_of(int i, int b) const {
+    const uint32_t w = qgemm_wgmma::word(aux[i], b / 2);
+    return __half2half2(__ushort_as_half(uint16_t(w >> (16 * (b % 2)))));
+  }
+
+  // f[4 kk + reg]: k16 step kk of k-step s4 (0..3) of the group.
+  __device__ void convert(const uint8_t* slot, int r0, int t, int s4, uint32_t (&f)[16]) const {
+    if constexpr (kKind == kQ4_0) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // block b = 2 s4 + half covers k16 steps 2 half, 2 half + 1
+        const int b = 2 * s4 + half;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int r = r0 + 8 * i;
+          const uint32_t x = pick4(slot + size_t(r) * 128 + 16 * (b ^ (r % 8)), t);
+          const __half2 d = d_of(i, b), off = __hneg2(__hmul2(qgemm_wgmma::h2_const(0x4800), d));
+#pragma unroll
+          for (int hi = 0; hi < 2; ++hi) {  // low nibbles: k 0..15 of the block; high: 16..31
+            f[4 * (2 * half + hi) + i] = q4_pair(x, false, hi, d, off);
+            f[4 * (2 * half + hi) + 2 + i] = q4_pair(x, true, hi, d, off);
+          }
+        }
+      }
+    } else if constexpr (kKind == kQ8_0) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const int b = 2 * s4 + kk / 2, chunk = 2 * (b % 4) + kk % 2;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int r = r0 + 8 * i;
+          const uint8_t* row = slot + size_t(b / 4) * 128 * 128 + size_t(r) * 128;
+          const uint32_t u = pick4(row + 16 * (chunk ^ (r % 8)), t) ^ 0x80808080u;
+          const __half2 d = d_of(i, b);
+          f[4 * kk + i] = q8_pair(u, false, d);
+          f[4 * kk + 2 + i] = q8_pair(u, true, d);
+        }
+      }
+    } else {
+      // Sub-blocks 2 s4 (low nibbles) and 2 s4 + 1 (high) of quant bytes 32 s4 .. 32 s4 + 31.
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = r0 + 8 * i;
+        const float d = __half2float(__ushort_as_half(uint16_t(aux[i].x)));
+        const float dmin = __half2float(__ushort_as_half(uint16_t(aux[i].x >> 16)));
+        float ds[2], dm[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float sc, mn;
+          qgemm_wgmma::q4k_scale_min_words(2 * s4 + h, aux[i], sc, mn);
+          ds[h] = d * sc, dm[h] = dmin * mn;
+        }
+#pragma unroll
+        for (int hb = 0; hb < 2; ++hb) {  // bytes 0..15 or 16..31 of the 32
+          const uint32_t x = pick4(slot + size_t(r) * 144 + 16 + 32 * s4 + 16 * hb, t);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {  // k16 step 2 h + hb
+            f[4 * (2 * h + hb) + i] = q4k_pair(x, false, h, ds[h], dm[h]);
+            f[4 * (2 * h + hb) + 2 + i] = q4k_pair(x, true, h, ds[h], dm[h]);
+          }
+        }
+      }
+    }
+  }
+};
+
+// Shared memory: X stages, the W ring (kBw / 128 sub-slots of q2_wgmma's layout per slot),
+// barriers, and slack to align the base to 1024.
+template <QKind kKind, int kBm, int kBw, int kStages>
+constexpr size_t smem_bytes() {
+  return size_t(kStages) * kBm * kBk * 2 + 2 * (kBw / 128) * Raw<kKind>::template kSlotBytes<128> + 1024 + 1024;
+}
+
+template <QKind kKind, int kBm, int kBw, int kStages>
+__global__ void __launch_bounds__(kThreads, 1)
+    qgemm_rs_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ typename Raw<kKind>::Args w,
+                    tc_gemm::Out out, int splits, int64_t m, int64_t n, int64_t k) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  // kBw = 256: each consumer warpgroup owns two 64-row halves (sub-slot h holds weight rows
+  // 128 h .. 128 h + 127), so every X stage feeds twice the weight rows.
+  constexpr int kHalves = kBw / 128;
+  static_assert(kHalves == 1 || kHalves == 2, "128 or 256 weight rows per block");
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  constexpr size_t kStageBytes = size_t(kBm) * kBk * 2, kSubBytes = Raw<kKind>::template kSlotBytes<128>;
+  constexpr size_t kSlotBytes = kHalves * kSubBytes;
+  uint8_t* xs = smem;                          // [kStages][kBm][64] f16, swizzled
+  uint8_t* ring = xs + kStages * kStageBytes;  // [2][kHalves][kSubBytes]
+  auto* full_x = reinterpret_cast<uint64_t*>(ring + 2 * kSlotBytes);
+  uint64_t* empty_x = full_x + kStages;
+  uint64_t* full_w = empty_x + kStages;  // [2]
+  uint64_t* empty_w = full_w + 2;        // [2]
+  constexpr int kConsumerWarps = 8;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) tma::mbar_init(&full_x[s], 1), tma::mbar_init(&empty_x[s], kConsumerWarps);
+    for (int i = 0; i < 2; ++i) tma::mbar_init(&full_w[i], kHalves), tma::mbar_init(&empty_w[i], kConsumerWarps);
+    tma::mbar_fence_init();
+  }
+  __syncthreads();
+  const wgmma_gemm::Schedule sched(m, n, k, kBm, kBw, splits);
+  constexpr int kGroup = Raw<kKind>::kStepsPerSlot;  // k-steps per W slot
+  const int wg = int(threadIdx.x) / kWgThreads;
+  if (wg == 0) {  // producer: thread 0 issues the copies, in the order the consumers use them
+    tma::setmaxnreg_dec<40>();
+    if (threadIdx.x != 0) return;
+    int s = 0, ws = 0;
+    uint32_t phase = 0, wphase = 0;
+    for (int64_t u = blockIdx.x; u < sched.units; u += gridDim.x) {
+      int64_t m0, n0;
+      int split, kt0, kt1;
+      sched.unit(u, kBw, m0, n0, split, kt0, kt1);
+      for (int kt = kt0; kt < kt1; ++kt) {
+        if (kt == kt0 || kt % kGroup == 0) {
+          tma::mbar_wait(&empty_w[ws], wphase ^ 1);
+          for (int h = 0; h < kHalves; ++h)  // one arrival (with its bytes) per sub-slot
+            Raw<kKind>::template issue_raw<128>(w, n0 + 128 * h, kt / kGroup, ring + ws * kSlotBytes + h * kSubBytes,
+                                                &full_w[ws]);
+          if (++ws == 2) ws = 0, wphase ^= 1;
+        }
+        tma::mbar_wait(&empty_x[s], phase ^ 1);
+        tma::mbar_arrive_expect_tx(&full_x[s], uint32_t(kStageBytes));
+        tma::load_2d(xs + s * kStageBytes, &map_x, kt * kBk, int(m0), &full_x[s]);
+        if (++s == kStages) s = 0, phase ^= 1;
+      }
+    }
+    return;
+  }
+  tma::setmaxnreg_inc<232>();
+  const int c = wg - 1, warp = (int(threadIdx.x) / 32) % 4, lane = int(threadIdx.x) % 32;
+  const int r0 = 64 * c + 16 * warp + lane / 4, t = lane % 4;  // row within a 128-row sub-slot
+  int s = 0, ws = 0;
+  uint32_t phase = 0, wphase = 0;
+  Frags<kKind> fr[kHalves];
+  using I0 = std::integral_constant<int, 0>;
+  using I1 = std::integral_constant<int, kHalves - 1>;
+  for (int64_t u = blockIdx.x; u < sched.units; u += gridDim.x) {
+    int64_t m0, n0;
+    int split, kt0, kt1;
+    sched.unit(u, kBw, m0, n0, split, kt0, kt1);
+    if (kt0 >= kt1) continue;  // split-K can leave the last units empty (the producer skips them too)
+    // One accumulator array per half, not a 2-D array: ptxas kept the 2-D one on the stack
+    // (and serialised the wgmmas reading it).
+    float acc0[kBm / 2], acc1[kHalves == 2 ? kBm / 2 : 1];
+#pragma unroll
+    for (int i = 0; i < kBm / 2; ++i) acc0[i] = 0.f;
+#pragma unroll
+    for (int i = 0; i < int(sizeof(acc1) / sizeof(float)); ++i) acc1[i] = 0.f;
+    int prev = -1;
+    // Half h of k-step kt: convert its fragments into f (which the wgmma group before last has
+    // stopped reading), then its four k16 products against the X stage, one commit group. After
+    // each group only the newest stays in flight, so at half 0 the previous k-step is done with
+    // its X stage.
+    auto sub = [&](int kt, auto hc, uint32_t (&f)[16], float (&a)[kBm / 2]) {
+      constexpr int h = decltype(hc)::value;
+      uint8_t* slot = ring + ws * kSlotBytes;
+      if (h == 0 && (kt == kt0 || kt % kGroup == 0)) {
+        tma::mbar_wait(&full_w[ws], wphase);
+#pragma unroll
+        for (int hh = 0; hh < kHalves; ++hh) fr[hh].load_aux(slot + hh * kSubBytes, r0);
+      }
+      fr[h].convert(slot + h * kSubBytes, r0, t, kt % kGroup, f);
+      if (h == kHalves - 1 && (kt + 1 == kt1 || (kt + 1) % kGroup == 0)) {  // done with this slot
+        __syncwarp();
+        if (lane == 0) tma::mbar_arrive(&empty_w[ws]);
+        if (++ws == 2) ws = 0, wphase ^= 1;
+      }
+      if (h == 0) tma::mbar_wait(&full_x[s], phase);
+      const uint64_t dx = tma::desc_k_major_sw128(xs + s * kStageBytes);
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint32_t fk[4] = {f[4 * kk], f[4 * kk + 1], f[4 * kk + 2], f[4 * kk + 3]};
+        wgmma::wgmma_m64k16_rs<kBm>(a, fk, dx + 2 * kk, 1);  // +32 bytes of K per k16: +2
+      }
+      wgmma::commit();
+      wgmma::wait<1>();
+      if (h == 0) {
+        if (prev >= 0 && lane == 0) tma::mbar_arrive(&empty_x[prev]);
+        prev = s;
+      }
+      if (h == kHalves - 1 && ++s == kStages) s = 0, phase ^= 1;
+    };
+    uint32_t fa[16], fb[16];
+    int kt = kt0;
+    if constexpr (kHalves == 2) {
+      for (; kt < kt1; ++kt) sub(kt, I0{}, fa, acc0), sub(kt, I1{}, fb, acc1);
+    } else {
+      for (; kt + 1 < kt1; kt += 2) sub(kt, I0{}, fa, acc0), sub(kt + 1, I0{}, fb, acc0);
+      if (kt < kt1) sub(kt, I0{}, fa, acc0);
+    }
+    wgmma::wait<0>();
+    if (lane == 0) tma::mbar_arrive(&empty_x[prev]);
+    tc_gemm::Out o = out;  // split-K: this split's f32 plane of the workspace
+    if (splits > 1) o.c = static_cast<float*>(out.c) + split * m * n;
+    auto store = [&](const float (&a)[kBm / 2], int64_t col) {
+#pragma unroll
+      for (int j = 0; j < kBm / 8; ++j) {
+        const int64_t row = m0 + 8 * j + 2 * t;
+        tc_gemm::out_store(o, row, col, a[4 * j]);
+        tc_gemm::out_store(o, row + 1, col, a[4 * j + 1]);
+        tc_gemm::out_store(o, row, col + 8, a[4 * j + 2]);
+        tc_gemm::out_store(o, row + 1, col + 8, a[4 * j + 3]);
+      }
+    };
+    store(acc0, n0 + r0);
+    if constexpr (kHalves == 2) store(acc1, n0 + 128 + r0);
+  }
+#else
+  __trap();  // built for another architecture; the variant's supports() keeps launches away
+#endif
+}
+
+// Launches the persistent grid (one block per SM at most); with split-K, the partials go to
+// p.workspace and splitk_reduce finishes C.
+template <QKind kKind, int kBm, int kBw, int kStages>
+Status launch(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
+  const char* name = "q3_wgmma_rs";
+  typename Raw<kKind>::Args w{};
+  if (!qgemm_wgmma::make_args<kKind, 128>(p, w)) return Status::error("q3_wgmma_rs: the driver refused the TMA descriptors of W");
+  CUtensorMap mx{};
+  if (!tma::encode_2d_sw128(&mx, false, p.a, uint64_t(p.m), uint64_t(p.k), uint64_t(p.lda), kBm, kBk))
+    return Status::error("q3_wgmma_rs: the driver refused the TMA descriptor of A (alignment or size)");
+  if (c.splits < 1) return Status::error("q3_wgmma_rs: splits must be >= 1");
+  if (gemm_workspace_bytes(p, c) > p.workspace_bytes || (c.splits > 1 && !p.workspace))
+    return Status::error("q3_wgmma_rs: split-K needs " + std::to_string(gemm_workspace_bytes(p, c)) + " bytes of workspace");
+  int dev = 0, sms = 0, smem_optin = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  constexpr size_t smem = smem_bytes<kKind, kBm, kBw, kStages>();
+  auto kernel = qgemm_rs_kernel<kKind, kBm, kBw, kStages>;
+  if (smem > size_t(smem_optin) ||
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
+    return Status::error("q3_wgmma_rs: " + std::to_string(smem) + " bytes of shared memory not available");
+  const int64_t units = ((p.m + kBm - 1) / kBm) * ((p.n + kBw - 1) / kBw) * c.splits;
+  const unsigned grid = unsigned(std::min<int64_t>(units, sms));
+  tc_gemm::Out out = tc_gemm::make_out(p);
+  if (c.splits > 1) out = tc_gemm::Out{p.workspace, p.n, p.m, p.n, 0, 1.f, 0.f};
+  kernel<<<grid, kThreads, smem, s>>>(mx, w, out, c.splits, p.m, p.n, p.k);
+  if (Status st = launch_status(name); !st) return st;
+  return c.splits > 1 ? splitk_reduce(p, c.splits, s) : Status::success();
+}
+
+// The instances of one weight type (one translation unit each: qgemm_rs_<type>.cu).
+template <QKind kKind>
+Status run_kind(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
+  if (c.stages == 4 && c.bn == 128) {
+    if (c.bm == 256) return launch<kKind, 256, 128, 4>(p, c, s);
+    if (c.bm == 128) return launch<kKind, 128, 128, 4>(p, c, s);
+    if (c.bm == 64) return launch<kKind, 64, 128, 4>(p, c, s);
+  }
+  if (c.stages == 4 && c.bn == 256) {  // two 64-row halves per consumer warpgroup: half the X traffic per weight row
+    if (c.bm == 128) return launch<kKind, 128, 256, 4>(p, c, s);
+    if (c.bm == 64) return launch<kKind, 64, 256, 4>(p, c, s);
+  }
+  return Status::error("q3_wgmma_rs: no instance for config " + c.str());
+}
+
+Status run_q8_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
+Status run_q4_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
+Status run_q4_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
+
+}  // namespace lamina::kernels::qgemm_rs

@@ -1,0 +1,8 @@
+// q3_wgmma_rs instances for Q4_K weights (see qgemm_rs.cuh).
+#include "kernels/gemm/qgemm_rs.cuh"
+
+namespace lamina::kernels::qgemm_rs {
+
+Status run_q4_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) { return run_kind<kQ4_K>(p, c, s); }
+
+}  // namespace lamina::kernels::qgemm_rs
