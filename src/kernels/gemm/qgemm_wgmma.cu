@@ -37,7 +37,8 @@ void register_qgemm_wgmma_variants(std::vector<GemmVariant>& out) {
   // bm: activation rows per block (wgmma's N); bn: the block's weight rows (wgmma's M side,
   // 64 per consumer warpgroup and half).
   std::vector<GemmConfig> rs;
-  for (auto [bm, bn] : {std::pair{256, 128}, {128, 128}, {128, 256}, {64, 256}, {64, 128}})
+  // (128 x 256 blocks were never the fastest at the 54 shapes of the default kbench; removed.)
+  for (auto [bm, bn] : {std::pair{256, 128}, {128, 128}, {64, 256}, {64, 128}})
     rs.push_back(GemmConfig{bm, bn, 64, 4});
   for (auto [bm, bn] : {std::pair{128, 128}, {64, 128}})
     for (int splits : {2, 4}) {
