@@ -332,8 +332,8 @@ Status run_kind(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
     if (c.bm == 128) return launch<kKind, 128, 128, 4>(p, c, s);
     if (c.bm == 64) return launch<kKind, 64, 128, 4>(p, c, s);
   }
-  // Two 64-row halves per consumer warpgroup: half the X traffic per weight row (Q8_0 at 16 and
-  // 64 rows; at 128 activation rows and more, 256-row weight tiles never won in kbench).
+  // Two 64-row halves per consumer warpgroup: half the X traffic per weight row (the fastest
+  // config at 16-64 activation rows; at 128 and more, 256-row weight tiles never won in kbench).
   if (c.stages == 4 && c.bn == 256 && c.bm == 64) return launch<kKind, 64, 256, 4>(p, c, s);
   return Status::error("q3_wgmma_rs: no instance for config " + c.str());
 }
