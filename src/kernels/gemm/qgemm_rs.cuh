@@ -43,29 +43,13 @@ __device__ __forceinline__ uint32_t pick4(const uint8_t* chunk, int t) {
   return __byte_perm(w[t >> 1], w[2 + (t >> 1)], (t & 1) ? 0x7632 : 0x5410);
 }
 
-// Two nibbles (of bytes 0, 1 or 2, 3 of x; low or high) as the half2 (q - 8) d.
+// Two nibbles (of bytes 0, 1 or 2, 3 of x; low or high) as the half2 (q - 8) d: one rounding,
+// as -8 d (off) is exact.
 __device__ __forceinline__ uint32_t q4_pair(uint32_t x, bool upper_bytes, bool high, __half2 d, __half2 off) {
-  using qgemm_wgmma::as_h2, qgemm_wgmma::as_u32, qgemm_wgmma::h2_const;
-  const uint32_t p = __byte_perm(x, 0, upper_bytes ? 0x4342 : 0x4140);
-  const __half2 q = high ? __hfma2(as_h2((p & 0x00F000F0u) | 0x64006400u), h2_const(0x2C00), h2_const(0xD400))
-                         : __hsub2(as_h2((p & 0x000F000Fu) | 0x64006400u), h2_const(0x6400));
-  return as_u32(__hfma2(q, d, off));
+  return qgemm_wgmma::as_u32(__hfma2(qgemm_wgmma::nibble_pair(x, upper_bytes, high), d, off));
 }
-
-// Two signed bytes (bytes 0, 1 or 2, 3 of u = x ^ 0x80808080) as the half2 q d.
-__device__ __forceinline__ uint32_t q8_pair(uint32_t u, bool upper_bytes, __half2 d) {
-  using qgemm_wgmma::as_h2, qgemm_wgmma::as_u32, qgemm_wgmma::h2_const;
-  const uint32_t h = __byte_perm(u, 0x64646464u, upper_bytes ? 0x4342 : 0x4140);
-  return as_u32(__hmul2(__hsub2(as_h2(h), h2_const(0x6480)), d));
-}
-
-// Two nibbles of Q4_K as the half2 of q ds - dm, computed in f32 and rounded once.
-__device__ __forceinline__ uint32_t q4k_pair(uint32_t x, bool upper_bytes, bool high, float ds, float dm) {
-  const int sh = (upper_bytes ? 16 : 0) + (high ? 4 : 0);
-  const float lo = __uint_as_float(0x4B000000u | ((x >> sh) & 15u)) - 8388608.f;
-  const float hi = __uint_as_float(0x4B000000u | ((x >> (sh + 8)) & 15u)) - 8388608.f;
-  return mma::pack2<__half>(fmaf(lo, ds, -dm), fmaf(hi, ds, -dm));
-}
+using qgemm_wgmma::q4k_pair;
+using qgemm_wgmma::q8_pair;
 
 // One thread's A fragments of one k-step (4 k16 steps x 4 registers) from a ring slot.
 template <QKind kKind>
@@ -113,10 +97,10 @@ struct Frags {
         for (int i = 0; i < 2; ++i) {
           const int r = r0 + 8 * i;
           const uint8_t* row = slot + size_t(b / 4) * 128 * 128 + size_t(r) * 128;
-          const uint32_t u = pick4(row + 16 * (chunk ^ (r % 8)), t) ^ 0x80808080u;
+          const uint32_t x = pick4(row + 16 * (chunk ^ (r % 8)), t);
           const __half2 d = d_of(i, b);
-          f[4 * kk + i] = q8_pair(u, false, d);
-          f[4 * kk + 2 + i] = q8_pair(u, true, d);
+          f[4 * kk + i] = q8_pair(x, false, d);
+          f[4 * kk + 2 + i] = q8_pair(x, true, d);
         }
       }
     } else {
@@ -293,35 +277,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// Launches the persistent grid (one block per SM at most); with split-K, the partials go to
-// p.workspace and splitk_reduce finishes C.
+// Launches the persistent grid (wgmma_gemm::launch_persistent: split-K, shared memory, grid).
 template <QKind kKind, int kBm, int kBw, int kStages>
 Status launch(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
-  const char* name = "q3_wgmma_rs";
   typename Raw<kKind>::Args w{};
   if (!qgemm_wgmma::make_args<kKind, 128>(p, w)) return Status::error("q3_wgmma_rs: the driver refused the TMA descriptors of W");
-  CUtensorMap mx{};
-  if (!tma::encode_2d_sw128(&mx, false, p.a, uint64_t(p.m), uint64_t(p.k), uint64_t(p.lda), kBm, kBk))
-    return Status::error("q3_wgmma_rs: the driver refused the TMA descriptor of A (alignment or size)");
-  if (c.splits < 1) return Status::error("q3_wgmma_rs: splits must be >= 1");
-  if (gemm_workspace_bytes(p, c) > p.workspace_bytes || (c.splits > 1 && !p.workspace))
-    return Status::error("q3_wgmma_rs: split-K needs " + std::to_string(gemm_workspace_bytes(p, c)) + " bytes of workspace");
-  int dev = 0, sms = 0, smem_optin = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  constexpr size_t smem = smem_bytes<kKind, kBm, kBw, kStages>();
-  auto kernel = qgemm_rs_kernel<kKind, kBm, kBw, kStages>;
-  if (smem > size_t(smem_optin) ||
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
-    return Status::error("q3_wgmma_rs: " + std::to_string(smem) + " bytes of shared memory not available");
-  const int64_t units = ((p.m + kBm - 1) / kBm) * ((p.n + kBw - 1) / kBw) * c.splits;
-  const unsigned grid = unsigned(std::min<int64_t>(units, sms));
-  tc_gemm::Out out = tc_gemm::make_out(p);
-  if (c.splits > 1) out = tc_gemm::Out{p.workspace, p.n, p.m, p.n, 0, 1.f, 0.f};
-  kernel<<<grid, kThreads, smem, s>>>(mx, w, out, c.splits, p.m, p.n, p.k);
-  if (Status st = launch_status(name); !st) return st;
-  return c.splits > 1 ? splitk_reduce(p, c.splits, s) : Status::success();
+  const int64_t tiles = ((p.m + kBm - 1) / kBm) * ((p.n + kBw - 1) / kBw);
+  return wgmma_gemm::launch_persistent(qgemm_rs_kernel<kKind, kBm, kBw, kStages>, kThreads,
+                                       smem_bytes<kKind, kBm, kBw, kStages>(), kBm, false, tiles, w, p, c, "q3_wgmma_rs", s);
 }
 
 // The instances of one weight type (one translation unit each: qgemm_rs_<type>.cu).

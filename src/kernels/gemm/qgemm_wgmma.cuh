@@ -33,47 +33,51 @@ __device__ __forceinline__ __half2 as_h2(uint32_t u) { return *reinterpret_cast<
 __device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
 __device__ __forceinline__ __half2 h2_const(uint16_t bits) { return as_h2(uint32_t(bits) * 0x10001u); }
 
-// Eight signed bytes (w0, w1) -> eight f16 q * d. Each byte, biased to q + 128, becomes the low
-// mantissa byte of f16 0x64xx = 1024 + q + 128, so subtracting 1152 leaves q exactly.
-__device__ __forceinline__ uint4 q8x8_to_f16(uint32_t w0, uint32_t w1, __half2 d) {
-  const uint32_t u0 = w0 ^ 0x80808080u, u1 = w1 ^ 0x80808080u;
-  const __half2 bias = h2_const(0x6480);  // 1152
-  const uint32_t h[4] = {__byte_perm(u0, 0x64646464u, 0x4140), __byte_perm(u0, 0x64646464u, 0x4342),
-                         __byte_perm(u1, 0x64646464u, 0x4140), __byte_perm(u1, 0x64646464u, 0x4342)};
-  uint32_t r[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) r[i] = as_u32(__hmul2(__hsub2(as_h2(h[i]), bias), d));
-  return {r[0], r[1], r[2], r[3]};
+// One pair of a Q8_0 fragment: the signed bytes 0, 1 (or 2, 3 when `upper`) of w, as the half2
+// q * d. Each byte, biased to q + 128, becomes the low mantissa byte of f16 0x64xx = 1024 + q +
+// 128, so subtracting 1152 leaves q exactly; the product is the one rounding.
+__device__ __forceinline__ uint32_t q8_pair(uint32_t w, bool upper, __half2 d) {
+  const uint32_t h = __byte_perm(w ^ 0x80808080u, 0x64646464u, upper ? 0x4342 : 0x4140);
+  return as_u32(__hmul2(__hsub2(as_h2(h), h2_const(0x6480)), d));  // 0x6480: 1152
 }
 
-// Eight 4-bit values (the low or the high nibbles of the bytes of w0, w1) -> four half2 holding
-// the integers 0..15 exactly: the nibble sits under f16 exponent 0x64 (1024 + q, or 1024 + 16 q).
+// Eight signed bytes (w0, w1) -> eight f16 q * d.
+__device__ __forceinline__ uint4 q8x8_to_f16(uint32_t w0, uint32_t w1, __half2 d) {
+  return {q8_pair(w0, false, d), q8_pair(w0, true, d), q8_pair(w1, false, d), q8_pair(w1, true, d)};
+}
+
+// The low (or, when `high`, the high) nibbles of bytes 0, 1 (or 2, 3 when `upper`) of w as a
+// half2 holding the integers 0..15 exactly: the nibble sits under f16 exponent 0x64 (1024 + q,
+// or 1024 + 16 q).
+__device__ __forceinline__ __half2 nibble_pair(uint32_t w, bool upper, bool high) {
+  const uint32_t pair = __byte_perm(w, 0, upper ? 0x4342 : 0x4140);  // the two bytes -> the low byte of each half
+  if (high) return __hfma2(as_h2((pair & 0x00F000F0u) | 0x64006400u), h2_const(0x2C00), h2_const(0xD400));  // /16 - 64
+  return __hsub2(as_h2((pair & 0x000F000Fu) | 0x64006400u), h2_const(0x6400));                             // - 1024
+}
+
+// Eight 4-bit values (the low or the high nibbles of the bytes of w0, w1) -> four half2 of 0..15.
 __device__ __forceinline__ void nibbles_to_f16(uint32_t w0, uint32_t w1, bool high, __half2 (&q)[4]) {
-  const uint32_t w[2] = {w0, w1};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t pair = __byte_perm(w[i / 2], 0, i % 2 ? 0x4342 : 0x4140);  // bytes 2i', 2i'+1 -> low byte of each half
-    if (high) q[i] = __hfma2(as_h2((pair & 0x00F000F0u) | 0x64006400u), h2_const(0x2C00), h2_const(0xD400));  // /16 - 64
-    else q[i] = __hsub2(as_h2((pair & 0x000F000Fu) | 0x64006400u), h2_const(0x6400));                       // - 1024
-  }
+  q[0] = nibble_pair(w0, false, high), q[1] = nibble_pair(w0, true, high);
+  q[2] = nibble_pair(w1, false, high), q[3] = nibble_pair(w1, true, high);
 }
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
-// Eight 4-bit values of Q4_K (low or high nibbles of the bytes of w0, w1) -> eight f16 of
-// q * ds - dm, computed in f32 as the reference dequantisation does (ds * q is exact in f32),
-// rounded to f16 once. The nibble becomes an f32 integer under exponent 0x4B (2^23 + q).
+// One pair of a Q4_K fragment: the low (or high) nibbles of bytes 0, 1 (or 2, 3 when `upper`)
+// of w as the half2 of q * ds - dm, computed in f32 as the reference dequantisation does (ds * q
+// is exact in f32) and rounded to f16 once. The nibble becomes an f32 integer under exponent
+// 0x4B (2^23 + q).
+__device__ __forceinline__ uint32_t q4k_pair(uint32_t w, bool upper, bool high, float ds, float dm) {
+  const int sh = (upper ? 16 : 0) + (high ? 4 : 0);
+  const float lo = __uint_as_float(0x4B000000u | ((w >> sh) & 15u)) - 8388608.f;
+  const float hi = __uint_as_float(0x4B000000u | ((w >> (sh + 8)) & 15u)) - 8388608.f;
+  return mma::pack2<__half>(fmaf(lo, ds, -dm), fmaf(hi, ds, -dm));
+}
+
+// Eight 4-bit values of Q4_K (low or high nibbles of the bytes of w0, w1) -> eight f16 of q * ds - dm.
 __device__ __forceinline__ uint4 q4k_x8_to_f16(uint32_t w0, uint32_t w1, bool high, float ds, float dm) {
-  uint32_t r[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t w = i < 2 ? w0 : w1;
-    const int sh = 16 * (i % 2) + (high ? 4 : 0);
-    const float lo = __uint_as_float(0x4B000000u | ((w >> sh) & 15u)) - 8388608.f;
-    const float hi = __uint_as_float(0x4B000000u | ((w >> (sh + 8)) & 15u)) - 8388608.f;
-    r[i] = mma::pack2<__half>(fmaf(lo, ds, -dm), fmaf(hi, ds, -dm));
-  }
-  return {r[0], r[1], r[2], r[3]};
+  return {q4k_pair(w0, false, high, ds, dm), q4k_pair(w0, true, high, ds, dm), q4k_pair(w1, false, high, ds, dm),
+          q4k_pair(w1, true, high, ds, dm)};
 }
 
 // Q4_K's 6-bit scale and min of sub-block j from the header words y, z, w (bytes 4..15).

@@ -223,15 +223,16 @@ __global__ void __launch_bounds__(kThreadsOf<BPolicy>, 1)
 
 bool hopper();  // the device is sm_90 (hgemm_wgmma.cu)
 
-// Launches the persistent grid; with split-K, the partials go to p.workspace and splitk_reduce
-// finishes C.
-template <class T, int kBn, int kStages, class BPolicy>
-Status launch(const GemmProblem& p, const GemmConfig& c, const typename BPolicy::Args& b, const char* name,
-              cudaStream_t s) {
+// The launch both Hopper GEMM kernels share (this mainloop and q3_wgmma_rs, qgemm_rs.cuh): A's
+// TMA map (boxes of box_rows x 64), the split-K workspace and shared-memory checks, a persistent
+// grid over tiles x splits work units (one block per SM at most), then splitk_reduce, which
+// finishes C from the f32 partials in p.workspace. `kernel` takes (A's map, b, out, splits, m, n, k).
+template <class Kernel, class BArgs>
+Status launch_persistent(Kernel kernel, int threads, size_t smem, int box_rows, bool bf16, int64_t tiles, const BArgs& b,
+                         const GemmProblem& p, const GemmConfig& c, const char* name, cudaStream_t s) {
   const std::string who = name;
   CUtensorMap ma{};
-  if (!tma::encode_2d_sw128(&ma, std::is_same_v<T, __nv_bfloat16>, p.a, uint64_t(p.m), uint64_t(p.k), uint64_t(p.lda),
-                            kBm, kBk))
+  if (!tma::encode_2d_sw128(&ma, bf16, p.a, uint64_t(p.m), uint64_t(p.k), uint64_t(p.lda), box_rows, kBk))
     return Status::error(who + ": the driver refused the TMA descriptor of A (alignment or size)");
   if (c.splits < 1) return Status::error(who + ": splits must be >= 1");
   if (gemm_workspace_bytes(p, c) > p.workspace_bytes || (c.splits > 1 && !p.workspace))
@@ -240,18 +241,25 @@ Status launch(const GemmProblem& p, const GemmConfig& c, const typename BPolicy:
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  constexpr size_t smem = smem_bytes<T, kBn, kStages, BPolicy>();
-  auto kernel = wgmma_gemm_kernel<T, kBn, kStages, BPolicy>;
   if (smem > size_t(smem_optin) ||
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
     return Status::error(who + ": " + std::to_string(smem) + " bytes of shared memory not available");
-  const int64_t units = ((p.m + kBm - 1) / kBm) * ((p.n + kBn - 1) / kBn) * c.splits;
-  const unsigned grid = unsigned(std::min<int64_t>(units, sms));
+  const unsigned grid = unsigned(std::min<int64_t>(tiles * c.splits, sms));
   tc_gemm::Out out = tc_gemm::make_out(p);
   if (c.splits > 1) out = tc_gemm::Out{p.workspace, p.n, p.m, p.n, 0, 1.f, 0.f};
-  kernel<<<grid, kThreadsOf<BPolicy>, smem, s>>>(ma, b, out, c.splits, p.m, p.n, p.k);
+  kernel<<<grid, threads, smem, s>>>(ma, b, out, c.splits, p.m, p.n, p.k);
   if (Status st = launch_status(name); !st) return st;
   return c.splits > 1 ? splitk_reduce(p, c.splits, s) : Status::success();
+}
+
+// Launches this mainloop for one policy and tile width.
+template <class T, int kBn, int kStages, class BPolicy>
+Status launch(const GemmProblem& p, const GemmConfig& c, const typename BPolicy::Args& b, const char* name,
+              cudaStream_t s) {
+  const int64_t tiles = ((p.m + kBm - 1) / kBm) * ((p.n + kBn - 1) / kBn);
+  return launch_persistent(wgmma_gemm_kernel<T, kBn, kStages, BPolicy>, kThreadsOf<BPolicy>,
+                           smem_bytes<T, kBn, kStages, BPolicy>(), kBm, std::is_same_v<T, __nv_bfloat16>, tiles, b, p, c,
+                           name, s);
 }
 
 }  // namespace lamina::kernels::wgmma_gemm
