@@ -1,4 +1,4 @@
-// CPU dot-product kernels (scalar and AVX2) against an fp64 dot of the dequantised operands,
+// CPU dot-product kernels (scalar, AVX2, AVX-VNNI, AVX-512) against an fp64 dot of the dequantised operands,
 // on random data, for every weight type and lengths that exercise tails.
 #include "backend/cpu/vec_dot.h"
 #include "format/quant.h"
@@ -21,7 +21,7 @@ class VecDotTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(VecDotTest, MatchesFp64OfDequantised) {
   const auto [type, isa] = GetParam();
-  if (isa > detect_isa()) GTEST_SKIP() << "CPU has no " << isa_name(isa);
+  if (!cpu_runs(isa)) GTEST_SKIP() << "CPU has no " << isa_name(isa);
   const VecDot vd = vec_dot_for(type, isa);
   ASSERT_NE(vd.fn, nullptr);
   std::mt19937 rng(uint32_t(type) * 31 + uint32_t(isa));
@@ -53,7 +53,7 @@ TEST_P(VecDotTest, MatchesFp64OfDequantised) {
 // The int8 kernels' shapes (four tokens, four weight rows) give each output bit for bit what the
 // one-row kernel gives it, and every tier gives what the scalar kernel gives (vec_dot.h's order).
 void shapes_equal_one_row(CpuIsa isa) {
-  if (isa > detect_isa()) GTEST_SKIP() << "CPU has no " << isa_name(isa);
+  if (!cpu_runs(isa)) GTEST_SKIP() << "CPU has no " << isa_name(isa);
   std::mt19937 rng(8);
   std::normal_distribution<float> nd(0.f, 1.f);
   int checked = 0, with_offsets = 0, with_rows8 = 0;
@@ -61,8 +61,8 @@ void shapes_equal_one_row(CpuIsa isa) {
     const VecDot vd = vec_dot_for(t, isa), scalar = vec_dot_for(t, CpuIsa::Scalar);
     ASSERT_NE(vd.fn4c, nullptr) << type_name(t);
     ASSERT_NE(vd.rows4c, nullptr) << type_name(t);
-    if (isa == CpuIsa::AvxVnni) {
-      EXPECT_NE(vd.fn, vec_dot_for(t, CpuIsa::Avx2).fn) << type_name(t) << ": no AVX-VNNI kernel";
+    if (isa >= CpuIsa::AvxVnni) {
+      EXPECT_NE(vd.fn, vec_dot_for(t, CpuIsa::Avx2).fn) << type_name(t) << ": no " << isa_name(isa) << " kernel";
     }
     for (int64_t n : {32, 96, 160, 576, 1568}) {
       const size_t w_rb = row_bytes(t, n), x_rb = act_row_bytes(vd.act, n);
@@ -113,18 +113,22 @@ void shapes_equal_one_row(CpuIsa isa) {
   }
   EXPECT_EQ(checked, 60);
   EXPECT_EQ(with_rows8, 15);  // the three types at five lengths
-  EXPECT_EQ(with_offsets, isa == CpuIsa::AvxVnni ? 10 : 5);  // q4_0 (and q8_0 on avx-vnni) at five lengths
+  EXPECT_EQ(with_offsets, isa >= CpuIsa::AvxVnni ? 10 : 5);  // q4_0 (and q8_0 with dpbusd) at five lengths
 }
 
 TEST(VecDot, Avx2ShapesEqualTheOneRowAndScalarKernels) { shapes_equal_one_row(CpuIsa::Avx2); }
 TEST(VecDot, AvxVnniShapesEqualTheOneRowAndScalarKernels) { shapes_equal_one_row(CpuIsa::AvxVnni); }
+TEST(VecDot, Avx512ShapesEqualTheOneRowAndScalarKernels) { shapes_equal_one_row(CpuIsa::Avx512); }
 
 std::vector<Case> all_cases() {
   std::vector<Case> c;
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,
                      GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q6_K})
-    for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::AvxVnni})
-      if (isa == CpuIsa::Scalar || (isa == CpuIsa::Avx2 ? avx2_kernel(t) : vnni_kernel(t))) c.push_back({t, isa});
+    for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::AvxVnni, CpuIsa::Avx512})
+      if (isa == CpuIsa::Scalar || (isa == CpuIsa::Avx2      ? avx2_kernel(t)
+                                    : isa == CpuIsa::AvxVnni ? vnni_kernel(t)
+                                                             : avx512_kernel(t)))
+        c.push_back({t, isa});
   return c;
 }
 
@@ -196,6 +200,44 @@ TEST(VecDot, F16FourTokensEqualTheOneRowKernel) {
     vd.fn4c(n, wq.data(), x.data(), size_t(n) * 4, nullptr, 0, got);
     for (int j = 0; j < 4; ++j) EXPECT_EQ(got[j], vd.fn(n, wq.data(), x.data() + j * n)) << "n=" << n << " token " << j;
   }
+}
+
+// f16 weights on AVX-512: the register tile (four rows x 1..6 tokens) gives each output the
+// one-row kernel's bits (tails included), and writes only its outputs.
+TEST(VecDot, F16TileEqualsTheOneRowKernel) {
+  if (!cpu_runs(CpuIsa::Avx512)) GTEST_SKIP() << "CPU has no avx512";
+  const VecDot vd = vec_dot_for(GgmlType::F16, CpuIsa::Avx512);
+  ASSERT_NE(vd.tile, nullptr);
+  std::mt19937 rng(25);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  int checked = 0;
+  for (int64_t n : {8, 16, 37, 576, 1541}) {
+    const size_t w_rb = row_bytes(GgmlType::F16, n), x_rb = size_t(n) * 4 + 12;  // rows not packed tight
+    std::vector<float> w(static_cast<size_t>(n)), x(size_t(kTileTokens) * x_rb / 4);
+    std::vector<uint8_t> wq(kTileRows * w_rb);
+    for (int i = 0; i < kTileRows; ++i) {
+      for (auto& v : w) v = nd(rng);
+      quantize_row(GgmlType::F16, w.data(), wq.data() + size_t(i) * w_rb, n);
+    }
+    for (auto& v : x) v = nd(rng);
+    for (int tokens = 1; tokens <= kTileTokens; ++tokens) {
+      const size_t out_stride = kTileRows + 3;
+      std::vector<float> out(size_t(kTileTokens) * out_stride, std::nanf(""));
+      vd.tile(n, wq.data(), w_rb, x.data(), x_rb, tokens, out.data(), out_stride);
+      for (int j = 0; j < kTileTokens; ++j)
+        for (size_t i = 0; i < out_stride; ++i) {
+          const float v = out[size_t(j) * out_stride + i];
+          if (j >= tokens || i >= size_t(kTileRows)) {
+            EXPECT_TRUE(std::isnan(v)) << "n=" << n << " wrote outside the tile: token " << j << " row " << i;
+            continue;
+          }
+          const auto* xj = reinterpret_cast<const uint8_t*>(x.data()) + size_t(j) * x_rb;
+          EXPECT_EQ(v, vd.fn(n, wq.data() + i * w_rb, xj)) << "n=" << n << " tokens " << tokens << " row " << i << " token " << j;
+          ++checked;
+        }
+    }
+  }
+  EXPECT_EQ(checked, 5 * kTileRows * (1 + 2 + 3 + 4 + 5 + 6));
 }
 
 // The F16C element decoders give dequantize_element's floats.

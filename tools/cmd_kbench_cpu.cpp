@@ -119,8 +119,9 @@ Shape parse_shape(const std::string& s) {
 
 void run_kbench_cpu(const KbenchCpuArgs& a) {
   const std::optional<CpuIsa> isa = parse_isa(a.isa);
-  if (!isa) fail("kbench cpu: unknown CPU kernel set '{}' (auto, scalar, avx2, avx-vnni or amx)", a.isa);
-  if (*isa > detect_isa()) fail("kbench cpu: --cpu-isa {}: this CPU runs at most {}", a.isa, isa_name(detect_isa()));
+  if (!isa) fail("kbench cpu: unknown CPU kernel set '{}' (auto, scalar, avx2, avx-vnni, avx512 or amx)", a.isa);
+  if (!cpu_runs(*isa))
+    fail("kbench cpu: --cpu-isa {}: this CPU does not run it (its best: {})", a.isa, isa_name(detect_isa()));
   std::vector<Shape> shapes;
   for (const auto& s : split_list(a.shapes.empty() ? "1536x576,576x1536,4096x4096,11008x4096" : a.shapes))
     shapes.push_back(parse_shape(s));
@@ -188,8 +189,8 @@ void run_kbench_cpu(const KbenchCpuArgs& a) {
 void add_kbench_cpu_options(CLI::App* sub, KbenchCpuArgs& a) {
   sub->add_option("-t,--threads", a.threads, "cpu: threads (default: every CPU this process may use)")->check(whole_in(0, 4096));
   sub->add_option("--tokens", a.tokens, "cpu: comma-separated token counts per matmul (default 1,128)");
-  sub->add_option("--cpu-isa", a.isa, "cpu: kernel set: auto, scalar, avx2, avx-vnni, amx")
-      ->check(CLI::IsMember({"auto", "scalar", "avx2", "avx-vnni", "amx"}));
+  sub->add_option("--cpu-isa", a.isa, "cpu: kernel set: auto, scalar, avx2, avx-vnni, avx512, amx")
+      ->check(CLI::IsMember({"auto", "scalar", "avx2", "avx-vnni", "avx512", "amx"}));
 }
 
 }  // namespace lamina::cli

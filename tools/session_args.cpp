@@ -23,8 +23,9 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   sub->add_flag("--profile", a.opt.profile, "Per-op GPU time breakdown with achieved GB/s, TFLOP/s and % of roofline");
   sub->add_option("--cpu-isa", a.opt.cpu_isa,
-                  "CPU dot-product kernels: auto (the best this CPU runs), or a lower set: scalar, avx2, avx-vnni, amx")
-      ->check(CLI::IsMember({"auto", "scalar", "avx2", "avx-vnni", "amx"}));
+                  "CPU dot-product kernels: auto (the best this CPU runs), or a lower set: scalar, avx2, avx-vnni, "
+                  "avx512, amx")
+      ->check(CLI::IsMember({"auto", "scalar", "avx2", "avx-vnni", "avx512", "amx"}));
   sub->add_flag("!--no-graphs", a.opt.cuda.graphs, "CUDA: run every pass eagerly (no recorded decode steps)");
   sub->add_flag("--graph-timing", a.opt.cuda.graph_timing,
                 "CUDA: time each replayed decode step on the GPU against the host's share, printed at exit");

@@ -27,8 +27,8 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   if (dev == "cuda") fail("--device cuda: this lamina was built without CUDA");
 #endif
   const std::optional<CpuIsa> isa = parse_isa(o.cpu_isa);
-  if (!isa) fail("unknown CPU kernel set '{}' (auto, scalar, avx2, avx-vnni or amx)", o.cpu_isa);
-  if (*isa > detect_isa()) fail("--cpu-isa {}: this CPU runs at most {}", o.cpu_isa, isa_name(detect_isa()));
+  if (!isa) fail("unknown CPU kernel set '{}' (auto, scalar, avx2, avx-vnni, avx512 or amx)", o.cpu_isa);
+  if (!cpu_runs(*isa)) fail("--cpu-isa {}: this CPU does not run it (its best: {})", o.cpu_isa, isa_name(detect_isa()));
   return std::make_unique<CpuBackend>(usable_threads(o.n_threads), o.exact_matmul, *isa);
 }
 

@@ -16,9 +16,10 @@
 
 namespace lamina {
 
-// A tier above this CPU's is lowered to it (the CLI refuses such a request with a message first).
+// A tier this CPU does not run is lowered to one it does (the CLI refuses such a request with a
+// message first).
 CpuBackend::CpuBackend(int n_threads, bool exact_matmul, CpuIsa isa)
-    : pool_(n_threads), exact_(exact_matmul), isa_(std::min(isa, detect_isa())) {}
+    : pool_(n_threads), exact_(exact_matmul), isa_(runnable_isa(isa)) {}
 
 std::string CpuBackend::name() const {
   return fmt::format("cpu ({} threads, {}{})", pool_.size(), isa_name(isa_), exact_ ? ", exact matmul" : "");

@@ -149,6 +149,17 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
         if (r == ws[wi]->rows) r = 0, ++wi;
         const uint8_t* wr = static_cast<const uint8_t*>(ws[wi]->data) + size_t(r) * w_rb;
         const Tensor& out = outs[wi];
+        // Float weights with a register tile: kTileRows weight rows x up to kTileTokens tokens
+        // per pass (f32 activations, so no outlier terms).
+        if (vd.tile && g + kTileRows <= e && r + kTileRows <= ws[wi]->rows) {
+          if (t0 == 0)
+            for (size_t o = 0; o < size_t(kTileRows) * w_rb; o += 64) prefetch(wr + ahead + o);
+          for (int64_t t = t0; t < t1; t += kTileTokens)
+            vd.tile(K, wr, w_rb, xb + size_t(t) * x_rb, x_rb, int(std::min<int64_t>(kTileTokens, t1 - t)),
+                    out.data + t * out.cols + r, size_t(out.cols));
+          g += kTileRows - 1, r += kTileRows - 1;  // (and the loop's ++)
+          continue;
+        }
         // A few tokens: four weight rows per pass (eight go through decode_rows below).
         const int width = rows4 && g + 4 <= e && r + 4 <= ws[wi]->rows ? 4 : 1;
         if (width > 1) {

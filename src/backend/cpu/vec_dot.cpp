@@ -224,27 +224,42 @@ AxpyFn axpy_for(GgmlType t, CpuIsa isa) {
   return t == GgmlType::F16 ? axpy_f16 : axpy_f32;
 }
 
-CpuIsa detect_isa() {
-  static const CpuIsa isa = [] {
+bool cpu_runs(CpuIsa isa) {
 #if defined(__x86_64__)
-    // F16C via CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
-    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c)) return CpuIsa::Scalar;
-    // AVX-VNNI (the VEX encoding: leaf 7 sub-leaf 1, EAX bit 4), with the OS saving the YMM state
-    // (AVX2 usable already says so).
-    const bool vnni = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4));
-    if (!vnni) return CpuIsa::Avx2;
-    return amx_usable() ? CpuIsa::Amx : CpuIsa::AvxVnni;
+  if (isa == CpuIsa::Scalar) return true;
+  // F16C via CPUID (leaf 1, ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
+  if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c)) return false;
+  switch (isa) {
+    case CpuIsa::Avx2: return true;
+    case CpuIsa::AvxVnni:  // the VEX encoding: leaf 7 sub-leaf 1, EAX bit 4 (AVX2 usable says the OS saves YMM)
+      return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4));
+    case CpuIsa::Avx512:  // (the compiler's checks include the OS saving the ZMM state)
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    case CpuIsa::Amx: return cpu_runs(CpuIsa::Avx512) && amx_usable();
+    default: return false;
+  }
+#else
+  return isa == CpuIsa::Scalar;
 #endif
-    return CpuIsa::Scalar;
-  }();
+}
+
+CpuIsa runnable_isa(CpuIsa want) {
+  while (want != CpuIsa::Scalar && !cpu_runs(want)) want = CpuIsa(int(want) - 1);
+  return want;
+}
+
+CpuIsa detect_isa() {
+  static const CpuIsa isa = runnable_isa(CpuIsa::Amx);
   return isa;
 }
 
 const char* isa_name(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::Amx: return "amx";
+    case CpuIsa::Avx512: return "avx512";
     case CpuIsa::AvxVnni: return "avx-vnni";
     case CpuIsa::Avx2: return "avx2";
     default: return "scalar";
@@ -256,15 +271,20 @@ VecDot vec_dot_for(GgmlType t, CpuIsa isa) {
   if (isa >= CpuIsa::Avx2 && v.fn)
     if (VecDotFn f = avx2_kernel(t))
       v.fn = f, v.fn4c = avx2_kernel4c(t, &v.corr_bias), v.rows4c = avx2_rows4c(t), v.rows8c = avx2_rows8c(t);
-  if (isa >= CpuIsa::AvxVnni && v.fn)
+  if (isa == CpuIsa::AvxVnni && v.fn)
     if (VecDotFn f = vnni_kernel(t))
       v.fn = f, v.fn4c = vnni_kernel4c(t, &v.corr_bias), v.rows4c = vnni_rows4c(t), v.rows8c = vnni_rows8c(t);
+  if (isa >= CpuIsa::Avx512 && v.fn) {  // (not the VEX AVX-VNNI kernels: a tier above need not have them)
+    if (VecDotFn f = avx512_kernel(t))
+      v.fn = f, v.fn4c = avx512_kernel4c(t, &v.corr_bias), v.rows4c = avx512_rows4c(t), v.rows8c = avx512_rows8c(t);
+    v.tile = avx512_tile(t);
+  }
   return v;
 }
 
 std::optional<CpuIsa> parse_isa(std::string_view name) {
   if (name == "auto") return detect_isa();
-  for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::AvxVnni, CpuIsa::Amx})
+  for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::AvxVnni, CpuIsa::Avx512, CpuIsa::Amx})
     if (name == isa_name(isa)) return isa;
   return std::nullopt;
 }

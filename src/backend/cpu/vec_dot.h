@@ -6,8 +6,8 @@
 //   ActType::Q8S  {f32 d; f32 s = d*sum(q); q[32]} for Q4_1, Q5_1 weights (offset term exact)
 //   ActType::Q8K  ggml's block_q8_K (f32 d, exact int16 group sums) for the K types
 // llama.cpp's Q8_0/Q8_1 keep d and s in f16; on models with outlier activations (SmolLM2) that
-// rounding doubles the distance to an exact reference. Kernels: scalar (any CPU), AVX2+FMA+F16C
-// and AVX-VNNI, chosen at run time.
+// rounding doubles the distance to an exact reference. Kernels: scalar (any CPU), AVX2+FMA+F16C,
+// AVX-VNNI and AVX-512, chosen at run time.
 #pragma once
 
 #include <optional>
@@ -61,6 +61,13 @@ using VecDot4CFn = void (*)(int64_t n, const void* w, const void* x, size_t x_st
 using VecDotRows4CFn = void (*)(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t* corr,
                                 float* out);
 
+// Four weight rows (w + i * w_stride) against `tokens` <= kTileTokens activation rows (x + j *
+// x_stride): out[j * out_stride + i] is bit for bit fn(n, w + i * w_stride, x + j * x_stride).
+// The prompt path of float weights, whose activations are f32 (no outlier terms).
+constexpr int kTileRows = 4, kTileTokens = 6;
+using VecDotTileFn = void (*)(int64_t n, const void* w, size_t w_stride, const void* x, size_t x_stride, int tokens,
+                              float* out, size_t out_stride);
+
 struct VecDot {
   ActType act;  // what quantize_activations must produce
   VecDotFn fn;  // nullptr: no direct kernel (the caller dequantises the row to f32)
@@ -68,17 +75,23 @@ struct VecDot {
   int corr_bias = 0;                // the weight offset fn4c and rows4c take (0: no corrections)
   VecDotRows4CFn rows4c = nullptr;  // four weight rows against one token
   VecDotRows4CFn rows8c = nullptr;  // eight (out[0..8)), where the type has such a kernel
+  VecDotTileFn tile = nullptr;      // kTileRows weight rows x up to kTileTokens tokens
 };
 
 // corr[b] = -bias * (x[32 b] + ... + x[32 b + 31]) for an ActType::Q8 row of n (n / 32 entries).
 void act_corrections(const void* xq, int64_t n, int bias, int32_t* corr);
 
-// Instruction-set tiers, each a superset of the one before: the portable kernels; AVX2 + FMA +
-// F16C; AVX-VNNI (the int8 formats' products in dpbusd, the rest as AVX2); AMX (AVX-VNNI's
-// kernels, and the int8 formats' prompt matmuls in AMX-INT8 tiles: gemm_amx.h).
-enum class CpuIsa { Scalar, Avx2, AvxVnni, Amx };
-CpuIsa detect_isa();  // the best this CPU runs
-const char* isa_name(CpuIsa isa);  // "scalar", "avx2", "avx-vnni", "amx"
+// Instruction-set tiers, each a superset of the one before in what it computes: the portable
+// kernels; AVX2 + FMA + F16C; AVX-VNNI (the int8 formats' products in the VEX dpbusd, the rest as
+// AVX2); AVX-512 F/BW/VL/VNNI (the same products in the EVEX dpbusd, f16 prompts in zmm register
+// tiles); AMX (AVX-512's kernels, and the int8 formats' prompt matmuls in AMX-INT8 tiles:
+// gemm_amx.h). A CPU may run a tier without the one below it (AVX-512 VNNI without VEX AVX-VNNI:
+// AMD Zen 4, Intel Ice Lake), so ask cpu_runs, not a comparison with detect_isa.
+enum class CpuIsa { Scalar, Avx2, AvxVnni, Avx512, Amx };
+bool cpu_runs(CpuIsa isa);  // this CPU (and OS) has what the tier's kernels use
+CpuIsa detect_isa();        // the best tier this CPU runs
+CpuIsa runnable_isa(CpuIsa want);  // want, or the best tier below it that this CPU runs
+const char* isa_name(CpuIsa isa);  // "scalar", "avx2", "avx-vnni", "avx512", "amx"
 // "auto" (detect_isa) or a tier's name (a lower one than the CPU's: every path can be tested on
 // one machine); nullopt if unknown.
 std::optional<CpuIsa> parse_isa(std::string_view name);
@@ -110,6 +123,12 @@ VecDotFn vnni_kernel(GgmlType weight_type);
 VecDotRows4CFn vnni_rows4c(GgmlType weight_type);
 VecDotRows4CFn vnni_rows8c(GgmlType weight_type);
 VecDot4CFn vnni_kernel4c(GgmlType weight_type, int* bias);
+// AVX-512 kernels (vec_dot_avx512.cpp); nullptr where none exists.
+VecDotFn avx512_kernel(GgmlType weight_type);
+VecDot4CFn avx512_kernel4c(GgmlType weight_type, int* bias);
+VecDotRows4CFn avx512_rows4c(GgmlType weight_type);
+VecDotRows4CFn avx512_rows8c(GgmlType weight_type);
+VecDotTileFn avx512_tile(GgmlType weight_type);
 
 // y[0..n) += a * x[0..n) with x in f16 or f32 (attention's V accumulation).
 using AxpyFn = void (*)(int64_t n, float a, const void* x, float* y);
