@@ -1,0 +1,62 @@
+// vec_math.h: exp_poly correctly rounded over float's range (against double's exp), and silu_mul /
+// exp_shifted giving the portable code's bits on every tier, tails included.
+#include "backend/cpu/vec_math.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+using namespace lamina;
+
+TEST(VecMath, ExpPolyIsCorrectlyRounded) {
+  double worst = 0;
+  int64_t n = 0, not_nearest = 0, not_libm = 0;
+  for (float x = -103.f; x <= 88.7f; x += 0.000731f, ++n) {
+    const double want = std::exp(double(x));
+    const float got = exp_poly(x);
+    const double ulp = std::ldexp(1.0, std::max(std::ilogb(want), -126) - 23);
+    worst = std::max(worst, std::fabs(double(got) - want) / ulp);
+    not_nearest += got != float(want);
+    not_libm += got != std::exp(x);
+  }
+  EXPECT_LE(worst, 0.501);
+  EXPECT_LE(not_nearest, n / 100000) << "of " << n;
+  std::printf("exp_poly: largest error %.4f ulp; %lld of %lld not the nearest float, %lld not libm's expf\n", worst,
+              (long long)not_nearest, (long long)n, (long long)not_libm);
+  EXPECT_EQ(exp_poly(0.f), 1.f);
+  EXPECT_GT(exp_poly(-100.f), 0.f);  // subnormal
+  EXPECT_EQ(exp_poly(-110.f), 0.f);
+  EXPECT_EQ(exp_poly(89.f), INFINITY);
+  EXPECT_EQ(exp_poly(-INFINITY), 0.f);
+  EXPECT_EQ(exp_poly(INFINITY), INFINITY);
+  EXPECT_TRUE(std::isnan(exp_poly(NAN)));
+}
+
+TEST(VecMath, EveryTierGivesThePortableBits) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 4.f);
+  for (int64_t n : {1, 7, 8, 15, 16, 17, 100, 1000}) {
+    std::vector<float> g(static_cast<size_t>(n)), u(static_cast<size_t>(n));
+    for (auto& v : g) v = nd(rng);
+    for (auto& v : u) v = nd(rng);
+    g[0] = -95.f;  // exp(-g) past the overflow bound
+    std::vector<float> want_silu = g, want_exp = g;
+    silu_mul(want_silu.data(), u.data(), n, CpuIsa::Scalar);
+    exp_shifted(want_exp.data(), n, 1.5f, CpuIsa::Scalar);
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = g[size_t(i)];
+      EXPECT_NEAR(want_silu[size_t(i)], double(x) / (1 + std::exp(-double(x))) * u[size_t(i)], 1e-6 * (1 + std::fabs(x * u[size_t(i)])));
+    }
+    for (CpuIsa isa : {CpuIsa::Avx2, CpuIsa::Avx512}) {
+      if (!cpu_runs(isa)) continue;
+      std::vector<float> s = g, e = g;
+      silu_mul(s.data(), u.data(), n, isa);
+      exp_shifted(e.data(), n, 1.5f, isa);
+      EXPECT_EQ(std::memcmp(s.data(), want_silu.data(), size_t(n) * 4), 0) << isa_name(isa) << " silu n=" << n;
+      EXPECT_EQ(std::memcmp(e.data(), want_exp.data(), size_t(n) * 4), 0) << isa_name(isa) << " exp n=" << n;
+    }
+  }
+}
