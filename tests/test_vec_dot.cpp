@@ -245,14 +245,15 @@ TEST(VecDot, Avx2ElementDecodersEqualThePortableOnes) {
   if (detect_isa() < CpuIsa::Avx2) GTEST_SKIP() << "CPU has no avx2";
   std::mt19937 rng(23);
   std::normal_distribution<float> nd(0.f, 1.f);
-  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0}) {
+  constexpr int64_t n = 2048;  // eight K-quant blocks: scales and mins over their whole 6-bit range
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
     const ElementFn fast = avx2_element(t);
     ASSERT_NE(fast, nullptr) << type_name(t);
-    std::vector<float> w(256);
-    for (auto& v : w) v = nd(rng) * 3.f;
-    std::vector<uint8_t> q(row_bytes(t, 256));
-    quantize_row(t, w.data(), q.data(), 256);
-    for (int64_t i = 0; i < 256; ++i) EXPECT_EQ(fast(q.data(), i), dequantize_element(t, q.data(), i)) << type_name(t) << " " << i;
+    std::vector<float> w(n);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = nd(rng) * 3.f * float(1 + i % 97) + float(i % 61) * 0.1f;
+    std::vector<uint8_t> q(row_bytes(t, n));
+    quantize_row(t, w.data(), q.data(), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(fast(q.data(), i), dequantize_element(t, q.data(), i)) << type_name(t) << " " << i;
   }
 }
 

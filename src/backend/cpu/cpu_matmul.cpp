@@ -208,7 +208,11 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
       for (int64_t k = 0; k < S; ++k) {
         const uint8_t* wr = w0 + size_t(k) * w_rb;  // no software prefetch: measured slower here
         for (int64_t t = 0; t < T; ++t) {
-          vd.rows8c(K, wr, stride, xb + size_t(t) * x_rb, corr_row(t), v);
+          if (vd.rows8c) {
+            vd.rows8c(K, wr, stride, xb + size_t(t) * x_rb, corr_row(t), v);
+          } else {  // the one-row kernel down the eight streams
+            for (int j = 0; j < 8; ++j) v[j] = vd.fn(K, wr + size_t(j) * stride, xb + size_t(t) * x_rb);
+          }
           const Outliers& o = outliers_[size_t(t)];
           if (outliers8 && o.n) {
             outliers8(wr, stride, o.n, o.index, o.value, v);
@@ -223,7 +227,7 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
       b += L;
     }
   };
-  if (rows4 && vd.rows8c) {
+  if ((rows4 && vd.rows8c) || (T < 4 && !vd.tile && !vd.rows4c && vd.act != ActType::F32)) {
     pool_.parallel_for(N, decode_rows, 16);
     return;
   }

@@ -104,7 +104,7 @@ VecDotFn avx2_kernel(GgmlType weight_type);
 VecDot4CFn avx2_kernel4c(GgmlType weight_type, int* bias);
 VecDotRows4CFn avx2_rows4c(GgmlType weight_type);
 VecDotRows4CFn avx2_rows8c(GgmlType weight_type);
-// dequantize_element for q4_0, q4_1 and q8_0 with F16C (the same floats); nullptr for other types.
+// dequantize_element for q4_0, q4_1, q8_0, q4_K and q6_K with F16C (the same floats); nullptr for other types.
 ElementFn avx2_element(GgmlType weight_type);
 // v[j] += value[k] * element(row j, cols[k]) for eight rows (w + j * w_stride) and k = 0 .. n - 1
 // in turn, each product rounded, then added (q4_0, q4_1, q8_0; nullptr for other types).

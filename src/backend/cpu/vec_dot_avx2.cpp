@@ -98,29 +98,72 @@ LAMINA_AVX2 float dot_bf16(int64_t n, const void* w, const void* x) {
   return s;
 }
 
-LAMINA_AVX2 float dot_q4_K(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const block_q4_K*>(w);
+// A q4_K block's eight 6-bit sub-block scales (bytes 0-7 of the result) and mins (bytes 8-15)
+// from its 12 packed bytes, four at a time (q4k_scale_min's formula): scales 0-3 and mins 0-3
+// are the low 6 bits of bytes 0-3 and 4-7; scales 4-7 and mins 4-7 take their low 4 bits from
+// the nibbles of bytes 8-11 and their high 2 bits from the top of bytes 0-3 and 4-7.
+LAMINA_AVX2 inline __m128i q4k_scales_mins(const uint8_t* s12) {
+  uint32_t u[3];
+  std::memcpy(u, s12, 12);
+  const uint32_t sc_lo = u[0] & 0x3F3F3F3Fu, mn_lo = u[1] & 0x3F3F3F3Fu;
+  const uint32_t sc_hi = (u[2] & 0x0F0F0F0Fu) | ((u[0] >> 6) & 0x03030303u) << 4;
+  const uint32_t mn_hi = ((u[2] >> 4) & 0x0F0F0F0Fu) | ((u[1] >> 6) & 0x03030303u) << 4;
+  return _mm_setr_epi32(int(sc_lo), int(sc_hi), int(mn_lo), int(mn_hi));
+}
+
+// q4_K against q8_K for R weight rows (w + r * w_stride) at once, out[r]: each row's blocks in
+// turn, as the one-row kernel (R = 1) takes them; R rows read side by side keep R memory streams
+// in flight (decode), and share the activation loads.
+template <int R>
+LAMINA_AVX2 void rows_q4_K(int64_t n, const void* w, size_t w_stride, const void* x, float* out) {
   const auto* b = static_cast<const block_q8_K*>(x);
   const __m256i low4 = _mm256_set1_epi8(0x0F);
-  float total = 0;
+  float total[R];
+  for (int r = 0; r < R; ++r) total[r] = 0;
   for (int64_t i = 0; i < n / QK_K; ++i) {
-    uint8_t sc[8], mn[8];
-    for (int t = 0; t < 8; ++t) q4k_scale_min(t, a[i].scales, &sc[t], &mn[t]);
-    int sum_min = 0;
-    for (int t = 0; t < 8; ++t) sum_min += mn[t] * (b[i].bsums[2 * t] + b[i].bsums[2 * t + 1]);
-    __m256i sumi = _mm256_setzero_si256();
-    for (int c = 0; c < 4; ++c) {  // 64 elements: 32 low nibbles (sub-block 2c), 32 high (2c+1)
-      const __m256i raw = load32(a[i].qs + 32 * c);
-      const __m256i lo = _mm256_and_si256(raw, low4);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-      const __m256i plo = _mm256_maddubs_epi16(lo, load32(b[i].qs + 64 * c));
-      const __m256i phi = _mm256_maddubs_epi16(hi, load32(b[i].qs + 64 * c + 32));
-      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, _mm256_set1_epi16(sc[2 * c])));
-      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, _mm256_set1_epi16(sc[2 * c + 1])));
+    const block_q4_K* a[R];
+    for (int r = 0; r < R; ++r) a[r] = reinterpret_cast<const block_q4_K*>(static_cast<const uint8_t*>(w) + size_t(r) * w_stride) + i;
+    // sum_t min_t * (bsums[2t] + bsums[2t+1]): the pairs by hadd (|sum| <= 4064), then madd.
+    const __m256i bs = load32(b[i].bsums);
+    const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    alignas(16) int16_t sc16[R][8];  // the eight scales as int16
+    int sum_min[R];
+    __m256i sumi[R];
+    for (int r = 0; r < R; ++r) {
+      const __m128i sm = q4k_scales_mins(a[r]->scales);
+      __m128i pm = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_unpackhi_epi64(sm, sm)), pairs);
+      pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));
+      sum_min[r] = _mm_cvtsi128_si32(_mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1)));
+      _mm_store_si128(reinterpret_cast<__m128i*>(sc16[r]), _mm_cvtepu8_epi16(sm));
+      sumi[r] = _mm256_setzero_si256();
     }
-    total += b[i].d * (h2f(a[i].d) * float(hsum_i32(sumi)) - h2f(a[i].dmin) * float(sum_min));
+    for (int c = 0; c < 4; ++c) {  // 64 elements: 32 low nibbles (sub-block 2c), 32 high (2c+1)
+      const __m256i xl = load32(b[i].qs + 64 * c), xh = load32(b[i].qs + 64 * c + 32);
+      for (int r = 0; r < R; ++r) {
+        const __m256i raw = load32(a[r]->qs + 32 * c);
+        const __m256i plo = _mm256_maddubs_epi16(_mm256_and_si256(raw, low4), xl);
+        const __m256i phi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low4), xh);
+        const __m256i s_lo = _mm256_set1_epi16(sc16[r][2 * c]), s_hi = _mm256_set1_epi16(sc16[r][2 * c + 1]);
+        sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(plo, s_lo));
+        sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(phi, s_hi));
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      total[r] += b[i].d * (h2f(a[r]->d) * float(hsum_i32(sumi[r])) - h2f(a[r]->dmin) * float(sum_min[r]));
   }
-  return total;
+  for (int r = 0; r < R; ++r) out[r] = total[r];
+}
+
+LAMINA_AVX2 float dot_q4_K(int64_t n, const void* w, const void* x) {
+  float out;
+  rows_q4_K<1>(n, w, 0, x, &out);
+  return out;
+}
+LAMINA_AVX2 void rows4_q4_K(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
+  rows_q4_K<4>(n, w, w_stride, x, out);
+}
+LAMINA_AVX2 void rows8_q4_K(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
+  rows_q4_K<8>(n, w, w_stride, x, out);
 }
 
 LAMINA_AVX2 float dot_q6_K(int64_t n, const void* w, const void* x) {
@@ -283,8 +326,29 @@ Outliers8Fn avx2_outliers8(GgmlType t) {
   }
 }
 
+// decode_q4_K and decode_q6_K (quant_decode.h) with F16C's conversions: the same floats.
+LAMINA_AVX2 float element_q4_K(const void* row, int64_t i) {
+  const block_q4_K& b = static_cast<const block_q4_K*>(row)[i / QK_K];
+  const int e = int(i % QK_K);
+  alignas(16) uint8_t sm[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(sm), q4k_scales_mins(b.scales));
+  const uint8_t byte = b.qs[32 * (e / 64) + e % 32];
+  const int q = (e % 64 < 32) ? (byte & 15) : (byte >> 4);
+  return h2f(b.d) * float(sm[e / 32]) * float(q) - h2f(b.dmin) * float(sm[8 + e / 32]);
+}
+LAMINA_AVX2 float element_q6_K(const void* row, int64_t i) {
+  const block_q6_K& b = static_cast<const block_q6_K*>(row)[i / QK_K];
+  const int e = int(i % QK_K), n = e / 128, k = (e % 128) / 32, l = e % 32;
+  const uint8_t byte = b.ql[64 * n + 32 * (k & 1) + l];
+  const int lo4 = k < 2 ? (byte & 15) : (byte >> 4);
+  const int hi2 = (b.qh[32 * n + l] >> (2 * k)) & 3;
+  return h2f(b.d) * float(b.scales[e / 16]) * float((lo4 | hi2 << 4) - 32);
+}
+
 ElementFn avx2_element(GgmlType t) {
   switch (t) {
+    case GgmlType::Q4_K: return element_q4_K;
+    case GgmlType::Q6_K: return element_q6_K;
     case GgmlType::Q4_0: return element_q4_0;
     case GgmlType::Q4_1: return element_q4_1;
     case GgmlType::Q8_0: return element_q8_0;
@@ -355,8 +419,8 @@ VecDotFn avx2_kernel(GgmlType t) {
 }
 
 VecDot4CFn avx2_kernel4c(GgmlType t, int* bias) { return t == GgmlType::F16 ? (*bias = 0, dot4_f16) : int8_kernel4c(t, bias); }
-VecDotRows4CFn avx2_rows4c(GgmlType t) { return int8_rows4c(t); }
-VecDotRows4CFn avx2_rows8c(GgmlType t) { return int8_rows8c(t); }
+VecDotRows4CFn avx2_rows4c(GgmlType t) { return t == GgmlType::Q4_K ? rows4_q4_K : int8_rows4c(t); }
+VecDotRows4CFn avx2_rows8c(GgmlType t) { return t == GgmlType::Q4_K ? rows8_q4_K : int8_rows8c(t); }
 
 }  // namespace lamina
 
