@@ -1,4 +1,4 @@
-// CpuBackend's int8 matmuls (q4_0, q4_1, q8_0, q4_K, q6_K) and f16 ones through every kernel shape and instruction-set
+// CpuBackend's int8 matmuls (q4_0, q4_1, q8_0, q4_K, q6_K) and f16/bf16 ones through every kernel shape and instruction-set
 // tier, AMX tiles included: the same bits as the portable one-row kernel for every output (the
 // order vec_dot.h defines), whatever tokens share the call; and close to an fp64 product of the
 // dequantised weights with the unquantised activations. Activation outliers and weights whose
@@ -59,7 +59,8 @@ TEST(CpuMatmul, EveryTierAndShapeGivesTheOneRowKernelsBits) {
       {GgmlType::Q4_1, 576, {48, 16}, 50},      {GgmlType::Q8_0, 1536, {32}, 17},
       {GgmlType::Q4_1, 64, {300, 77}, 2},       {GgmlType::Q8_0, 96, {261}, 1},
       {GgmlType::F16, 576, {64, 18}, 23},       {GgmlType::F16, 40, {7}, 13},
-      {GgmlType::F16, 1536, {9, 12}, 3},
+      {GgmlType::F16, 1536, {9, 12}, 3},       {GgmlType::BF16, 576, {21, 8}, 19},
+      {GgmlType::BF16, 72, {5}, 7},
   };
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -75,9 +76,11 @@ TEST(CpuMatmul, EveryTierAndShapeGivesTheOneRowKernelsBits) {
     }
     std::vector<float> x(size_t(c.T * c.K));
     for (size_t i = 0; i < x.size(); ++i) x[i] = nd(rng) * (i % 61 == 5 ? 25.f : 1.f);  // outliers in a few channels
-    // The bits to match: the portable kernel's (vec_dot.h's one order); f16 has its order from
-    // AVX2's one-row kernel (two 8-lane chains) on every SIMD tier, the portable one a plain chain.
-    const CpuIsa ref_isa = c.type == GgmlType::F16 ? CpuIsa::Avx2 : CpuIsa::Scalar;
+    // The bits to match: the portable kernel's (vec_dot.h's one order); f16 and bf16 have their
+    // order from AVX2's one-row kernel (two 8-lane chains) on every SIMD tier, the portable one a
+    // plain chain.
+    const bool half = c.type == GgmlType::F16 || c.type == GgmlType::BF16;
+    const CpuIsa ref_isa = half ? CpuIsa::Avx2 : CpuIsa::Scalar;
     if (!cpu_runs(ref_isa)) continue;
     const auto want = run(ref_isa, 1, c, wq, x, 0, c.T);
     // Close to fp64 of the dequantised weights times the f32 activations.

@@ -183,10 +183,11 @@ TEST(VecDot, Avx2OutlierScanEqualsThePortableOne) {
   }
 }
 
-// f16 weights: the four-token kernel gives each token the one-row kernel's bits (tails included).
-TEST(VecDot, F16FourTokensEqualTheOneRowKernel) {
+// f16 and bf16 weights: the four-token kernel gives each token the one-row kernel's bits (tails included).
+TEST(VecDot, HalfFourTokensEqualTheOneRowKernel) {
   if (detect_isa() < CpuIsa::Avx2) GTEST_SKIP() << "CPU has no avx2";
-  const VecDot vd = vec_dot_for(GgmlType::F16, CpuIsa::Avx2);
+  for (GgmlType type : {GgmlType::F16, GgmlType::BF16}) {
+  const VecDot vd = vec_dot_for(type, CpuIsa::Avx2);
   ASSERT_NE(vd.fn4c, nullptr);
   std::mt19937 rng(24);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -194,30 +195,33 @@ TEST(VecDot, F16FourTokensEqualTheOneRowKernel) {
     std::vector<float> w(static_cast<size_t>(n)), x(static_cast<size_t>(4 * n));
     for (auto& v : w) v = nd(rng);
     for (auto& v : x) v = nd(rng);
-    std::vector<uint8_t> wq(row_bytes(GgmlType::F16, n));
-    quantize_row(GgmlType::F16, w.data(), wq.data(), n);
+    std::vector<uint8_t> wq(row_bytes(type, n));
+    quantize_row(type, w.data(), wq.data(), n);
     float got[4] = {-1.f, -1.f, -1.f, -1.f};
     vd.fn4c(n, wq.data(), x.data(), size_t(n) * 4, nullptr, 0, got);
-    for (int j = 0; j < 4; ++j) EXPECT_EQ(got[j], vd.fn(n, wq.data(), x.data() + j * n)) << "n=" << n << " token " << j;
+    for (int j = 0; j < 4; ++j)
+      EXPECT_EQ(got[j], vd.fn(n, wq.data(), x.data() + j * n)) << type_name(type) << " n=" << n << " token " << j;
+  }
   }
 }
 
-// f16 weights on AVX-512: the register tile (four rows x 1..6 tokens) gives each output the
-// one-row kernel's bits (tails included), and writes only its outputs.
-TEST(VecDot, F16TileEqualsTheOneRowKernel) {
+// f16 and bf16 weights on AVX-512: the register tile (four rows x 1..6 tokens) gives each output
+// the one-row kernel's bits (tails included), and writes only its outputs.
+TEST(VecDot, HalfTileEqualsTheOneRowKernel) {
   if (!cpu_runs(CpuIsa::Avx512)) GTEST_SKIP() << "CPU has no avx512";
-  const VecDot vd = vec_dot_for(GgmlType::F16, CpuIsa::Avx512);
+  int checked = 0;
+  for (GgmlType type : {GgmlType::F16, GgmlType::BF16}) {
+  const VecDot vd = vec_dot_for(type, CpuIsa::Avx512);
   ASSERT_NE(vd.tile, nullptr);
   std::mt19937 rng(25);
   std::normal_distribution<float> nd(0.f, 1.f);
-  int checked = 0;
   for (int64_t n : {8, 16, 37, 576, 1541}) {
-    const size_t w_rb = row_bytes(GgmlType::F16, n), x_rb = size_t(n) * 4 + 12;  // rows not packed tight
+    const size_t w_rb = row_bytes(type, n), x_rb = size_t(n) * 4 + 12;  // rows not packed tight
     std::vector<float> w(static_cast<size_t>(n)), x(size_t(kTileTokens) * x_rb / 4);
     std::vector<uint8_t> wq(kTileRows * w_rb);
     for (int i = 0; i < kTileRows; ++i) {
       for (auto& v : w) v = nd(rng);
-      quantize_row(GgmlType::F16, w.data(), wq.data() + size_t(i) * w_rb, n);
+      quantize_row(type, w.data(), wq.data() + size_t(i) * w_rb, n);
     }
     for (auto& v : x) v = nd(rng);
     for (int tokens = 1; tokens <= kTileTokens; ++tokens) {
@@ -237,7 +241,8 @@ TEST(VecDot, F16TileEqualsTheOneRowKernel) {
         }
     }
   }
-  EXPECT_EQ(checked, 5 * kTileRows * (1 + 2 + 3 + 4 + 5 + 6));
+  }
+  EXPECT_EQ(checked, 2 * 5 * kTileRows * (1 + 2 + 3 + 4 + 5 + 6));
 }
 
 // The F16C element decoders give dequantize_element's floats.

@@ -43,26 +43,42 @@ LAMINA_AVX2 float dot_f32(int64_t n, const void* w, const void* x) {
   return s;
 }
 
-LAMINA_AVX2 float dot_f16(int64_t n, const void* w, const void* x) {
+// Eight 16-bit floats as f32: f16 (F16C) or bf16 (the high half of an f32); and one of them.
+template <GgmlType T>
+LAMINA_AVX2 inline __m256 half8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (T == GgmlType::F16) return _mm256_cvtph_ps(h);
+  else return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+template <GgmlType T>
+LAMINA_AVX2 inline float half1(uint16_t h) {
+  if constexpr (T == GgmlType::F16) return h2f(h);
+  else return bf16_to_f32(h);
+}
+
+// f16 / bf16 weights against f32 activations: two 8-lane accumulators over 16-element steps
+// (acc0 takes elements s..s+7, acc1 s+8..s+15), their sum's hsum, then the tail in order. The
+// four-token kernel and the AVX-512 register tile (vec_dot_avx512.cpp) keep this order.
+template <GgmlType T>
+LAMINA_AVX2 float dot_half(int64_t n, const void* w, const void* x) {
   const uint16_t* a = static_cast<const uint16_t*>(w);
   const float* b = static_cast<const float*>(x);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
-    const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i + 8)));
-    acc0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(b + i + 8), acc1);
+    acc0 = _mm256_fmadd_ps(half8<T>(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(half8<T>(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
   }
   float s = hsum(_mm256_add_ps(acc0, acc1));
-  for (; i < n; ++i) s += h2f(a[i]) * b[i];
+  for (; i < n; ++i) s += half1<T>(a[i]) * b[i];
   return s;
 }
 
-// One f16 weight row against four f32 activation rows (x + j * stride): the prompt path. Each
-// token keeps dot_f16's two accumulators and its tail, so out[j] is bit for bit
-// dot_f16(n, w, x + j * stride); the row's conversion to f32 is shared by the four.
-LAMINA_AVX2 void dot4_f16(int64_t n, const void* w, const void* x, size_t stride, const int32_t*, size_t, float* out) {
+// One f16 / bf16 weight row against four f32 activation rows (x + j * stride): the prompt path
+// where there is no register tile. Each token keeps dot_half's two accumulators and its tail, so
+// out[j] is bit for bit dot_half(n, w, x + j * stride); the row's conversion is shared by the four.
+template <GgmlType T>
+LAMINA_AVX2 void dot4_half(int64_t n, const void* w, const void* x, size_t stride, const int32_t*, size_t, float* out) {
   const uint16_t* a = static_cast<const uint16_t*>(w);
   const float* b[4];
   for (int j = 0; j < 4; ++j) b[j] = reinterpret_cast<const float*>(static_cast<const uint8_t*>(x) + size_t(j) * stride);
@@ -70,8 +86,7 @@ LAMINA_AVX2 void dot4_f16(int64_t n, const void* w, const void* x, size_t stride
   for (int j = 0; j < 4; ++j) acc0[j] = acc1[j] = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
-    const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i + 8)));
+    const __m256 w0 = half8<T>(a + i), w1 = half8<T>(a + i + 8);
     for (int j = 0; j < 4; ++j) {
       acc0[j] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(b[j] + i), acc0[j]);
       acc1[j] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(b[j] + i + 8), acc1[j]);
@@ -79,23 +94,9 @@ LAMINA_AVX2 void dot4_f16(int64_t n, const void* w, const void* x, size_t stride
   }
   for (int j = 0; j < 4; ++j) {
     float s = hsum(_mm256_add_ps(acc0[j], acc1[j]));
-    for (int64_t k = i; k < n; ++k) s += h2f(a[k]) * b[j][k];
+    for (int64_t k = i; k < n; ++k) s += half1<T>(a[k]) * b[j][k];
     out[j] = s;
   }
-}
-
-LAMINA_AVX2 float dot_bf16(int64_t n, const void* w, const void* x) {
-  const uint16_t* a = static_cast<const uint16_t*>(w);
-  const float* b = static_cast<const float*>(x);
-  __m256 acc = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
-    acc = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h, 16)), _mm256_loadu_ps(b + i), acc);
-  }
-  float s = hsum(acc);
-  for (; i < n; ++i) s += bf16_to_f32(a[i]) * b[i];
-  return s;
 }
 
 // A q4_K block's eight 6-bit sub-block scales (bytes 0-7 of the result) and mins (bytes 8-15)
@@ -410,15 +411,21 @@ AxpyFn avx2_axpy(GgmlType t) {
 VecDotFn avx2_kernel(GgmlType t) {
   switch (t) {
     case GgmlType::F32: return dot_f32;
-    case GgmlType::F16: return dot_f16;
-    case GgmlType::BF16: return dot_bf16;
+    case GgmlType::F16: return dot_half<GgmlType::F16>;
+    case GgmlType::BF16: return dot_half<GgmlType::BF16>;
     case GgmlType::Q4_K: return dot_q4_K;
     case GgmlType::Q6_K: return dot_q6_K;
     default: return int8_kernel(t);
   }
 }
 
-VecDot4CFn avx2_kernel4c(GgmlType t, int* bias) { return t == GgmlType::F16 ? (*bias = 0, dot4_f16) : int8_kernel4c(t, bias); }
+VecDot4CFn avx2_kernel4c(GgmlType t, int* bias) {
+  if (t == GgmlType::F16 || t == GgmlType::BF16) {
+    *bias = 0;
+    return t == GgmlType::F16 ? dot4_half<GgmlType::F16> : dot4_half<GgmlType::BF16>;
+  }
+  return int8_kernel4c(t, bias);
+}
 VecDotRows4CFn avx2_rows4c(GgmlType t) { return t == GgmlType::Q4_K ? rows4_q4_K : int8_rows4c(t); }
 VecDotRows4CFn avx2_rows8c(GgmlType t) { return t == GgmlType::Q4_K ? rows8_q4_K : int8_rows8c(t); }
 
