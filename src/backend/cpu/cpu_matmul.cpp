@@ -25,6 +25,9 @@ static constexpr size_t kPrefetchRows = 8;
 // Prompts of at least this many tokens take the AMX tiles where the CPU has them (a tile of 16
 // tokens, padded, beats the four-token row kernels from 6 tokens on: docs/benchmarks.md).
 static constexpr int64_t kAmxMinTokens = 6;
+// And the AVX-512 VNNI tiles from this many (measured: 5 tokens break even with the four-token
+// row kernels, 6 gain 18 %: docs/benchmarks.md).
+static constexpr int64_t kVnniMinTokens = 6;
 // A prompt's tokens go in tiles of kTokenTile: a tile's activations stay in L1 while the thread's
 // rows pass over them (the AMX tiles' 16 tokens too).
 static constexpr int64_t kTokenTile = kAmxTokens;
@@ -105,8 +108,14 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
   outliers_.assign(size_t(T), {});
   const bool tokens4 = vd.fn4c && T >= 4;  // a weight row against four tokens per pass (prompts)
   const bool rows4 = vd.rows4c && T < 4;    // four (or eight) weight rows against a token per pass (decode)
-  const bool amx = isa_ >= CpuIsa::Amx && amx_supports(type) && T >= kAmxMinTokens;
-  bool row_kernels = !amx;  // with AMX, only the rows past a weight's last whole stripe take them
+  // Decode: eight weight rows per pass down eight streams (decode_rows below), for the types
+  // with an eight-row kernel and for those with neither a tile nor a four-row kernel.
+  const bool decode8 = (rows4 && vd.rows8c) || (T < 4 && !vd.tile && !vd.rows4c && vd.act != ActType::F32);
+  const bool amx = !decode8 && isa_ >= CpuIsa::Amx && amx_supports(type) && T >= kAmxMinTokens;
+  // Without AMX, AVX-512 VNNI runs the same tiles by dpbusd (gemm_vnni.cpp).
+  const bool vnni_tiles = !decode8 && !amx && isa_ >= CpuIsa::Avx512 && vnni_tiles_support(type) && T >= kVnniMinTokens;
+  const bool tiles = amx || vnni_tiles;
+  bool row_kernels = !tiles;  // with tiles, only the rows past a weight's last whole stripe take them
   for (const Weight* w : ws) row_kernels = row_kernels || w->rows % kAmxRows != 0;
   const bool corrections = row_kernels && (tokens4 || rows4) && vd.corr_bias != 0;  // their offset weights
   const int64_t nb = K / QK;  // corrections per activation row
@@ -227,16 +236,16 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
       b += L;
     }
   };
-  if ((rows4 && vd.rows8c) || (T < 4 && !vd.tile && !vd.rows4c && vd.act != ActType::F32)) {
+  if (decode8) {
     pool_.parallel_for(N, decode_rows, 16);
     return;
   }
-  if (!amx) {
+  if (!tiles) {
     pool_.parallel_for(N, dot_rows, 16);
     return;
   }
 
-  // AMX: the tokens packed once into tiles of 16, then each thread takes stripes of 16 weight
+  // Tiles (AMX, or AVX-512 VNNI): the tokens packed once into tiles of 16, then each thread takes stripes of 16 weight
   // rows, unpacks a stripe once and runs it against every token tile. Rows past a weight's last
   // whole stripe take the row kernels (the same bits).
   const int64_t n_tiles = (T + kAmxTokens - 1) / kAmxTokens;
@@ -266,8 +275,9 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
       const Tensor& out = outs[wi];
       amx_unpack_rows(type, wr, w_rb, K, rows);
       for (int64_t t0 = 0; t0 < T; t0 += kAmxTokens)
-        amx_tile(type, rows, packed + size_t(t0 / kAmxTokens) * tile_bytes, K, out.data + t0 * out.cols + r,
-                 size_t(out.cols), int(std::min<int64_t>(kAmxTokens, T - t0)));
+        (amx ? amx_tile : vnni_tile)(type, rows, packed + size_t(t0 / kAmxTokens) * tile_bytes, K,
+                                     out.data + t0 * out.cols + r, size_t(out.cols),
+                                     int(std::min<int64_t>(kAmxTokens, T - t0)));
       amx_decode_columns(type, rows, cols.data(), int(cols.size()), dec);
       for (int64_t t = 0; t < T; ++t) {  // the outliers' terms, in each token's order
         const Outliers& o = outliers_[size_t(t)];
@@ -277,7 +287,7 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
         amx_add_terms(out.data + t * out.cols + r, o.n, o.value, d);
       }
     }
-    amx_release_tiles();
+    if (amx) amx_release_tiles();
   });
   for (size_t wi = 0; wi < ws.size(); ++wi) {  // the rows past the whole stripes
     const int64_t tail = ws[wi]->rows % kAmxRows, at = first[wi] + ws[wi]->rows - tail;

@@ -2,6 +2,8 @@
 // file builds without -mamx-*, and the backend calls it only where amx_usable() said yes.
 #include "backend/cpu/gemm_amx.h"
 
+#include "backend/cpu/gemm_tile_layout.h"
+
 #include "backend/cpu/vec_dot.h"
 #include "format/quant_blocks.h"
 
@@ -33,12 +35,7 @@ bool amx_supports(GgmlType t) {
   return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K;
 }
 
-// q4_K's layouts (gemm_amx.h), per super-block: offsets into the packed tokens and the unpacked rows.
-constexpr size_t kKTokD = 4096, kKTokPairs = 4160, kKTokBytes = 4416;
-constexpr size_t kKRowSc = 4096, kKRowMin = 4608, kKRowD = 4864, kKRowDmin = 4928, kKRowBytes = 4992;
-// q6_K's: 16 groups of 16 elements, each a B operand of 4 rows x 64 bytes / an A operand of 16
-// rows x 16 bytes (q - 32); d; the group scales as int32 [group][row]; the rows' d.
-constexpr size_t kK6TokBytes = 4096 + 64, kK6RowSc = 4096, kK6RowD = 5120, kK6RowBytes = 5184;
+using namespace tile_layout;
 
 size_t amx_tokens_bytes(GgmlType t, int64_t K) {
   if (t == GgmlType::Q4_K) return size_t(K / QK_K) * kKTokBytes;
@@ -74,8 +71,8 @@ namespace {
 
 #define LAMINA_X86 LAMINA_AMX
 #include "backend/cpu/q6k_x86.inc"
-
-constexpr size_t kScale = 512, kMin = 576;  // offsets in a block of either layout (quants at 0)
+#define LAMINA_TILE LAMINA_AMX
+#include "backend/cpu/gemm_tile_chain.inc"
 
 // Tiles 0, 1: C, 16 rows x 16 s32 sums (weight rows x tokens); 2, 3: A, 16 weight rows x 32
 // quants; 4, 5: B, 8 rows x 64 bytes (4 quants of each of 16 tokens). Two of each so that one
@@ -105,12 +102,7 @@ LAMINA_AMX inline void chain16(__m512 (&acc)[16], const int32_t* c, const uint8_
   const __m512 dx = _mm512_load_ps(xb + kScale);
   const __m512 sx = Min ? _mm512_load_ps(xb + kMin) : _mm512_setzero_ps();
 #pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) {
-    const __m512 s = _mm512_mul_ps(_mm512_set1_ps(dw[i]), dx);
-    const __m512 f = _mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * i));
-    if constexpr (Min) acc[i] = _mm512_add_ps(acc[i], _mm512_fmadd_ps(s, f, _mm512_mul_ps(_mm512_set1_ps(mw[i]), sx)));
-    else acc[i] = _mm512_fmadd_ps(f, s, acc[i]);
-  }
+  for (int i = 0; i < 16; ++i) acc[i] = chain_step<Min>(acc[i], _mm512_load_si512(c + 16 * i), dw[i], mw[i], dx, sx);
 }
 
 // Block blk's products into tile C (A, B its operands), stored to cbuf.
@@ -138,10 +130,7 @@ LAMINA_AMX void tile(const uint8_t* rows, const uint8_t* tokens, int64_t nb, flo
     if (b + 2 < nb) LAMINA_AMX_BLOCK(0, 2, 4, b + 2, c0);
     chain16<Min>(acc, c1, rows + size_t(b + 1) * kAmxBlockBytes, tokens + size_t(b + 1) * kAmxBlockBytes);
   }
-  alignas(64) float t[16][16];  // [row][token] -> out[token][row]
-  for (int i = 0; i < 16; ++i) _mm512_store_ps(t[i], acc[i]);
-  for (int j = 0; j < n_tokens; ++j)
-    for (int i = 0; i < 16; ++i) out[size_t(j) * out_stride + size_t(i)] = t[i][j];
+  store_tile(acc, out, out_stride, n_tokens);
 }
 
 // q4_K: per super-block, each sub-block's tile sums times its scale (int32), the mins' term as
@@ -158,14 +147,15 @@ LAMINA_AMX void tile(const uint8_t* rows, const uint8_t* tokens, int64_t nb, flo
 
 LAMINA_AMX inline void scale_sums(__m512i (&S)[16], const int32_t* c, const int32_t* sc) {
 #pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) S[i] = _mm512_add_epi32(S[i], _mm512_mullo_epi32(_mm512_load_si512(c + 16 * i), _mm512_set1_epi32(sc[i])));
+  for (int i = 0; i < 16; ++i) scale_add(S[i], _mm512_load_si512(c + 16 * i), sc[i]);
 }
 
 LAMINA_AMX void tile_q4_K(const uint8_t* rows, const uint8_t* tokens, int64_t nsb, float* out, size_t out_stride,
                           int n_tokens) {
   configure_tiles();
   alignas(64) int32_t c0[256], c1[256];
-  alignas(64) float acc[16][16] = {};
+  __m512 acc[16];
+  for (auto& a : acc) a = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* wb = rows + size_t(sb) * kKRowBytes;
     const uint8_t* xb = tokens + size_t(sb) * kKTokBytes;
@@ -179,23 +169,10 @@ LAMINA_AMX void tile_q4_K(const uint8_t* rows, const uint8_t* tokens, int64_t ns
       if (sub + 2 < 8) LAMINA_AMX_SUB(0, 2, 4, sub + 2, c0);
       scale_sums(S, c1, sc + 16 * (sub + 1));
     }
-    const int32_t* mn = reinterpret_cast<const int32_t*>(wb + kKRowMin);
-    const float* dw = reinterpret_cast<const float*>(wb + kKRowD);
-    const float* dmin = reinterpret_cast<const float*>(wb + kKRowDmin);
-    const __m512 dx = _mm512_load_ps(xb + kKTokD);
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) {
-      __m512i M = _mm512_setzero_si512();
-      for (int p = 0; p < 4; ++p)
-        M = _mm512_dpwssd_epi32(M, _mm512_set1_epi32(mn[16 * p + i]), _mm512_load_si512(xb + kKTokPairs + 64 * p));
-      const __m512 dS = _mm512_mul_ps(_mm512_set1_ps(dw[i]), _mm512_cvtepi32_ps(S[i]));
-      const __m512 mM = _mm512_mul_ps(_mm512_set1_ps(dmin[i]), _mm512_cvtepi32_ps(M));
-      const __m512 t = _mm512_mul_ps(dx, _mm512_sub_ps(dS, mM));
-      _mm512_store_ps(acc[i], _mm512_add_ps(_mm512_load_ps(acc[i]), t));
-    }
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_add_ps(acc[i], q4k_term(S[i], wb, xb, i));
   }
-  for (int j = 0; j < n_tokens; ++j)
-    for (int i = 0; i < 16; ++i) out[size_t(j) * out_stride + size_t(i)] = acc[i][j];
+  store_tile(acc, out, out_stride, n_tokens);
 }
 
 // q6_K: per super-block, each 16-element group's tile sums times its scale (int32), then the row
@@ -213,7 +190,8 @@ LAMINA_AMX void tile_q6_K(const uint8_t* rows, const uint8_t* tokens, int64_t ns
                           int n_tokens) {
   configure_tiles();
   alignas(64) int32_t c0[256], c1[256];
-  alignas(64) float acc[16][16] = {};
+  __m512 acc[16];
+  for (auto& a : acc) a = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* wb = rows + size_t(sb) * kK6RowBytes;
     const uint8_t* xb = tokens + size_t(sb) * kK6TokBytes;
@@ -227,16 +205,10 @@ LAMINA_AMX void tile_q6_K(const uint8_t* rows, const uint8_t* tokens, int64_t ns
       if (g + 2 < 16) LAMINA_AMX_GROUP(0, g + 2, c0);
       scale_sums(S, c1, sc + 16 * (g + 1));
     }
-    const float* dw = reinterpret_cast<const float*>(wb + kK6RowD);
-    const __m512 dx = _mm512_load_ps(xb + 4096);
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) {
-      const __m512 t = _mm512_mul_ps(_mm512_mul_ps(dx, _mm512_set1_ps(dw[i])), _mm512_cvtepi32_ps(S[i]));
-      _mm512_store_ps(acc[i], _mm512_add_ps(_mm512_load_ps(acc[i]), t));
-    }
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_add_ps(acc[i], q6k_term(S[i], wb, xb, i));
   }
-  for (int j = 0; j < n_tokens; ++j)
-    for (int i = 0; i < 16; ++i) out[size_t(j) * out_stride + size_t(i)] = acc[i][j];
+  store_tile(acc, out, out_stride, n_tokens);
 }
 
 LAMINA_AMX inline __m256i nibbles(const uint8_t* qs) {  // 16 bytes -> 32: low nibbles, then high
@@ -349,7 +321,7 @@ static void pack_q8_K_groups(const uint8_t* xq, size_t x_rb, int64_t T, int64_t 
       uint8_t* d = dst + size_t(sb) * kK6TokBytes;
       for (int g = 0; g < 16; ++g)
         for (int k4 = 0; k4 < 4; ++k4) std::memcpy(d + 256 * g + 64 * k4 + 4 * n, x[sb].qs + 16 * g + 4 * k4, 4);
-      std::memcpy(d + 4096 + 4 * n, &x[sb].d, 4);
+      std::memcpy(d + kK6TokD + 4 * n, &x[sb].d, 4);
     }
   }
 }

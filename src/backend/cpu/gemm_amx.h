@@ -82,4 +82,10 @@ void amx_add_terms(float* y, int n, const float* value, const float* const* cols
 void amx_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K, float* out, size_t out_stride,
               int n_tokens);
 
+// The same tiles on CPUs with AVX-512 VNNI and no AMX (gemm_vnni.cpp): the same layouts, the
+// products by dpbusd, the same bits. vnni_tiles_support: where this build has them for a type.
+bool vnni_tiles_support(GgmlType t);
+void vnni_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K, float* out, size_t out_stride,
+               int n_tokens);
+
 }  // namespace lamina
