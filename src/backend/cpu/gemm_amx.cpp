@@ -72,6 +72,7 @@ namespace {
 #define LAMINA_X86 LAMINA_AMX
 #include "backend/cpu/q6k_x86.inc"
 #define LAMINA_TILE LAMINA_AMX
+#include "backend/cpu/gemm_tile_zmm.inc"
 #include "backend/cpu/gemm_tile_chain.inc"
 
 // Tiles 0, 1: C, 16 rows x 16 s32 sums (weight rows x tokens); 2, 3: A, 16 weight rows x 32

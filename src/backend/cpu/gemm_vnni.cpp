@@ -28,6 +28,7 @@ namespace {
 using namespace tile_layout;
 
 #define LAMINA_TILE LAMINA_VNNI
+#include "backend/cpu/gemm_tile_zmm.inc"
 #include "backend/cpu/gemm_tile_chain.inc"
 
 // c[i] lane j = sum over G four-byte groups of row i's quants (a + i * a_row) times token j's
