@@ -1,6 +1,7 @@
 // vec_math.h: exp_poly correctly rounded over float's range (against double's exp), and silu_mul /
 // exp_shifted giving the portable code's bits on every tier, tails included.
 #include "backend/cpu/vec_math.h"
+#include "core/half.h"
 
 #include <gtest/gtest.h>
 
@@ -58,5 +59,23 @@ TEST(VecMath, EveryTierGivesThePortableBits) {
       EXPECT_EQ(std::memcmp(s.data(), want_silu.data(), size_t(n) * 4), 0) << isa_name(isa) << " silu n=" << n;
       EXPECT_EQ(std::memcmp(e.data(), want_exp.data(), size_t(n) * 4), 0) << isa_name(isa) << " exp n=" << n;
     }
+  }
+}
+
+// The KV cache's f16 stores: F16C's conversion gives core/half.h's bits (ties to even,
+// subnormals, overflow to inf, NaN quieted).
+TEST(VecMath, F16RowEqualsThePortableConversion) {
+  std::mt19937 rng(4);
+  std::vector<float> x;
+  for (int e = -30; e <= 17; ++e)
+    for (int k = 0; k < 64; ++k) x.push_back(std::ldexp(1.f + float(rng() % 8192) / 8192.f, e) * (k % 2 ? -1.f : 1.f));
+  for (float v : {0.f, -0.f, 65504.f, 65519.f, 65520.f, 1e9f, -1e9f, INFINITY, -INFINITY, NAN, 5.9604645e-8f, 2.9802322e-8f,
+                  1.0009765625f, 1.00048828125f, 1.00146484375f})  // the last three: ties to even, both ways
+    x.push_back(v);
+  for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2}) {
+    if (!cpu_runs(isa)) continue;
+    std::vector<uint16_t> y(x.size());
+    f32_to_f16_row(x.data(), y.data(), int64_t(x.size()), isa);
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], f32_to_f16(x[i])) << isa_name(isa) << " x=" << x[i];
   }
 }

@@ -179,14 +179,12 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
   pool_.parallel_for(k.rows, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       const size_t at = size_t(kv_slot(t, pos[size_t(t)])) * size_t(kv_dim);
-      for (int i = 0; i < kv_dim; ++i) {
-        if (f16) {
-          reinterpret_cast<uint16_t*>(kc)[at + size_t(i)] = f32_to_f16(k.data[t * k.cols + i]);
-          reinterpret_cast<uint16_t*>(vc)[at + size_t(i)] = f32_to_f16(v.data[t * v.cols + i]);
-        } else {
-          reinterpret_cast<float*>(kc)[at + size_t(i)] = k.data[t * k.cols + i];
-          reinterpret_cast<float*>(vc)[at + size_t(i)] = v.data[t * v.cols + i];
-        }
+      if (f16) {
+        f32_to_f16_row(k.data + t * k.cols, reinterpret_cast<uint16_t*>(kc) + at, kv_dim, isa_);
+        f32_to_f16_row(v.data + t * v.cols, reinterpret_cast<uint16_t*>(vc) + at, kv_dim, isa_);
+      } else {
+        std::memcpy(reinterpret_cast<float*>(kc) + at, k.data + t * k.cols, size_t(kv_dim) * 4);
+        std::memcpy(reinterpret_cast<float*>(vc) + at, v.data + t * v.cols, size_t(kv_dim) * 4);
       }
     }
   }, 8);

@@ -3,6 +3,8 @@
 // calls std::fma, so every element gets the same bits whichever code ran it.
 #include "backend/cpu/vec_math.h"
 
+#include "core/half.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -56,6 +58,7 @@ float silu_mul_one(float g, float u) { return g / (1.f + exp_poly(-g)) * u; }
 #if defined(__x86_64__)
 #define LAMINA_AVX2 __attribute__((target("avx2,fma")))
 #define LAMINA_AVX512 __attribute__((target("avx2,fma,avx512f")))
+#define LAMINA_AVX2F16C __attribute__((target("avx2,fma,f16c")))
 
 LAMINA_AVX2 __m128 exp4(__m128 xf) {
   const __m256d x = _mm256_min_pd(_mm256_set1_pd(kHi), _mm256_max_pd(_mm256_set1_pd(kLo), _mm256_cvtps_pd(xf)));
@@ -124,9 +127,23 @@ LAMINA_AVX512 void exp_shifted_avx512(float* s, int64_t n, float mx) {
     _mm512_mask_storeu_ps(s + i, m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + i), _mm512_set1_ps(mx))));
   }
 }
+LAMINA_AVX2F16C void f32_to_f16_avx2(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i) y[i] = f32_to_f16(x[i]);
+}
 #endif
 
 }  // namespace
+
+void f32_to_f16_row(const float* x, uint16_t* y, int64_t n, CpuIsa isa) {
+#if defined(__x86_64__)
+  if (isa >= CpuIsa::Avx2) return f32_to_f16_avx2(x, y, n);
+#endif
+  (void)isa;
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_f16(x[i]);
+}
 
 void silu_mul(float* g, const float* u, int64_t n, CpuIsa isa) {
 #if defined(__x86_64__)

@@ -18,5 +18,8 @@ float exp_poly(float x);
 void silu_mul(float* g, const float* u, int64_t n, CpuIsa isa);
 // s[i] = exp(s[i] - m), i < n (softmax after its max).
 void exp_shifted(float* s, int64_t n, float m, CpuIsa isa);
+// y[i] = f32_to_f16(x[i]) (core/half.h: to nearest even, NaN quieted), i < n; F16C where the
+// tier has it (the KV cache's stores).
+void f32_to_f16_row(const float* x, uint16_t* y, int64_t n, CpuIsa isa);
 
 }  // namespace lamina
