@@ -1,7 +1,8 @@
 // CpuBackend's matmuls: activations quantised once per call (outliers split off first), then
-// the weight rows shared out between the threads. Prompts on CPUs with AMX go through 16 x 16
-// int8 tiles (gemm_amx.h), everything else through the row dot kernels (vec_dot.h); both give
-// each output the same bits (vec_dot.h's order), so a token's results never depend on its batch.
+// the weight rows shared out between the threads. Prompts of the int8 and k-quant types go
+// through 16 x 16 tiles (gemm_amx.h: AMX, AVX-512 VNNI, AVX-VNNI or AVX2 products), everything
+// else through the row dot kernels (vec_dot.h); all give each output the same bits (vec_dot.h's
+// order), so a token's results never depend on its batch.
 #include "backend/cpu/cpu_backend.h"
 
 #include "backend/cpu/gemm_amx.h"
@@ -28,6 +29,9 @@ static constexpr int64_t kAmxMinTokens = 6;
 // And the AVX-512 VNNI tiles from this many (measured: 5 tokens break even with the four-token
 // row kernels, 6 gain 18 %: docs/benchmarks.md).
 static constexpr int64_t kVnniMinTokens = 6;
+// And the AVX2 / AVX-VNNI tiles from this many (measured against the four-token row kernels: even
+// at 10-12 / 8 tokens, ahead from 14 / 10: docs/benchmarks.md).
+static constexpr int64_t kAvx2TileMinTokens = 12, kAvxVnniTileMinTokens = 10;
 // A prompt's tokens go in tiles of kTokenTile: a tile's activations stay in L1 while the thread's
 // rows pass over them (the AMX tiles' 16 tokens too).
 static constexpr int64_t kTokenTile = kAmxTokens;
@@ -114,7 +118,13 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
   const bool amx = !decode8 && isa_ >= CpuIsa::Amx && amx_supports(type) && T >= kAmxMinTokens;
   // Without AMX, AVX-512 VNNI runs the same tiles by dpbusd (gemm_vnni.cpp).
   const bool vnni_tiles = !decode8 && !amx && isa_ >= CpuIsa::Avx512 && vnni_tiles_support(type) && T >= kVnniMinTokens;
-  const bool tiles = amx || vnni_tiles;
+  // Without AVX-512, the same tiles in 8-lane vectors (gemm_ymm.cpp).
+  const bool ymm_tiles = !decode8 && (isa_ == CpuIsa::Avx2 || isa_ == CpuIsa::AvxVnni) && ymm_tiles_support(type) &&
+                         T >= (isa_ == CpuIsa::AvxVnni ? kAvxVnniTileMinTokens : kAvx2TileMinTokens);
+  const bool tiles = amx || vnni_tiles || ymm_tiles;
+  const auto tile_fn = amx ? amx_tile : vnni_tiles ? vnni_tile : isa_ == CpuIsa::AvxVnni ? avxvnni_tile : avx2_tile;
+  const auto decode_columns = ymm_tiles ? tile_decode_columns : amx_decode_columns;
+  const auto add_terms = ymm_tiles ? tile_add_terms : amx_add_terms;
   bool row_kernels = !tiles;  // with tiles, only the rows past a weight's last whole stripe take them
   for (const Weight* w : ws) row_kernels = row_kernels || w->rows % kAmxRows != 0;
   const bool corrections = row_kernels && (tokens4 || rows4) && vd.corr_bias != 0;  // their offset weights
@@ -275,16 +285,15 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
       const Tensor& out = outs[wi];
       amx_unpack_rows(type, wr, w_rb, K, rows);
       for (int64_t t0 = 0; t0 < T; t0 += kAmxTokens)
-        (amx ? amx_tile : vnni_tile)(type, rows, packed + size_t(t0 / kAmxTokens) * tile_bytes, K,
-                                     out.data + t0 * out.cols + r, size_t(out.cols),
-                                     int(std::min<int64_t>(kAmxTokens, T - t0)));
-      amx_decode_columns(type, rows, cols.data(), int(cols.size()), dec);
+        tile_fn(type, rows, packed + size_t(t0 / kAmxTokens) * tile_bytes, K, out.data + t0 * out.cols + r,
+                size_t(out.cols), int(std::min<int64_t>(kAmxTokens, T - t0)));
+      decode_columns(type, rows, cols.data(), int(cols.size()), dec);
       for (int64_t t = 0; t < T; ++t) {  // the outliers' terms, in each token's order
         const Outliers& o = outliers_[size_t(t)];
         if (o.n == 0) continue;
         const float* d[kMaxOutliers];
         for (int k = 0; k < o.n; ++k) d[k] = dec + size_t(slot_of[size_t(o.index[k])]) * kAmxRows;
-        amx_add_terms(out.data + t * out.cols + r, o.n, o.value, d);
+        add_terms(out.data + t * out.cols + r, o.n, o.value, d);
       }
     }
     if (amx) amx_release_tiles();

@@ -69,7 +69,10 @@ bool amx_usable() {
 
 namespace {
 
-#define LAMINA_X86 LAMINA_AMX
+// The stripes are unpacked with AVX2 + F16C only: the AVX2 and AVX-VNNI tiles (gemm_ymm.cpp) use
+// them too.
+#define LAMINA_UNPACK __attribute__((target("avx2,fma,f16c")))
+#define LAMINA_X86 LAMINA_UNPACK
 #include "backend/cpu/q6k_x86.inc"
 #define LAMINA_TILE LAMINA_AMX
 #include "backend/cpu/gemm_tile_zmm.inc"
@@ -212,14 +215,14 @@ LAMINA_AMX void tile_q6_K(const uint8_t* rows, const uint8_t* tokens, int64_t ns
   store_tile(acc, out, out_stride, n_tokens);
 }
 
-LAMINA_AMX inline __m256i nibbles(const uint8_t* qs) {  // 16 bytes -> 32: low nibbles, then high
+LAMINA_UNPACK inline __m256i nibbles(const uint8_t* qs) {  // 16 bytes -> 32: low nibbles, then high
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
 }
 
 }  // namespace
 
-LAMINA_AMX static void unpack_q4_K(const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst) {
+LAMINA_UNPACK static void unpack_q4_K(const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int i = 0; i < kAmxRows; ++i) {
     const auto* row = reinterpret_cast<const block_q4_K*>(w + size_t(i) * w_rb);
@@ -244,7 +247,7 @@ LAMINA_AMX static void unpack_q4_K(const uint8_t* w, size_t w_rb, int64_t K, uin
   }
 }
 
-LAMINA_AMX static void unpack_q6_K(const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst) {
+LAMINA_UNPACK static void unpack_q6_K(const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst) {
   const __m256i bias = _mm256_set1_epi8(32);
   for (int i = 0; i < kAmxRows; ++i) {
     const auto* row = reinterpret_cast<const block_q6_K*>(w + size_t(i) * w_rb);
@@ -268,7 +271,7 @@ LAMINA_AMX static void unpack_q6_K(const uint8_t* w, size_t w_rb, int64_t K, uin
   }
 }
 
-LAMINA_AMX void amx_unpack_rows(GgmlType t, const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst) {
+LAMINA_UNPACK void amx_unpack_rows(GgmlType t, const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst) {
   if (t == GgmlType::Q4_K) return unpack_q4_K(w, w_rb, K, dst);
   if (t == GgmlType::Q6_K) return unpack_q6_K(w, w_rb, K, dst);
   const int64_t nb = K / QK;
@@ -346,35 +349,8 @@ void amx_pack_tokens(GgmlType t, const uint8_t* xq, size_t x_rb, int64_t T, int6
   }
 }
 
-// The k-quants' elements from their unpacked stripes, quant_decode.h's formulas term for term.
-static void decode_columns_k(GgmlType t, const uint8_t* rows, const int32_t* cols, int n, float* dec) {
-  for (int c = 0; c < n; ++c) {
-    const int e = cols[c] % QK_K;
-    if (t == GgmlType::Q4_K) {
-      const uint8_t* d = rows + size_t(cols[c] / QK_K) * kKRowBytes;
-      const int sub = e / 32;
-      for (int i = 0; i < kAmxRows; ++i) {
-        const int32_t sc = reinterpret_cast<const int32_t*>(d + kKRowSc)[16 * sub + i];
-        const uint32_t pair = uint32_t(reinterpret_cast<const int32_t*>(d + kKRowMin)[16 * (sub / 2) + i]);
-        const float m = float(sub % 2 ? pair >> 16 : pair & 0xFFFF);
-        const float q = float(d[512 * sub + 32 * i + e % 32]);
-        dec[c * kAmxRows + i] = reinterpret_cast<const float*>(d + kKRowD)[i] * float(sc) * q -
-                                reinterpret_cast<const float*>(d + kKRowDmin)[i] * m;
-      }
-    } else {  // q6_K
-      const uint8_t* d = rows + size_t(cols[c] / QK_K) * kK6RowBytes;
-      const int g = e / 16;
-      for (int i = 0; i < kAmxRows; ++i) {
-        const int32_t sc = reinterpret_cast<const int32_t*>(d + kK6RowSc)[16 * g + i];
-        const float q = float(int8_t(d[256 * g + 16 * i + e % 16]));
-        dec[c * kAmxRows + i] = reinterpret_cast<const float*>(d + kK6RowD)[i] * float(sc) * q;
-      }
-    }
-  }
-}
-
 LAMINA_AMX void amx_decode_columns(GgmlType t, const uint8_t* rows, const int32_t* cols, int n, float* dec) {
-  if (t == GgmlType::Q4_K || t == GgmlType::Q6_K) return decode_columns_k(t, rows, cols, n, dec);
+  if (t == GgmlType::Q4_K || t == GgmlType::Q6_K) return tile_decode_columns(t, rows, cols, n, dec);  // scalar
   const __m512i row_at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                             _mm512_set1_epi32(32));
   for (int c = 0; c < n; ++c) {

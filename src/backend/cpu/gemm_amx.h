@@ -88,4 +88,15 @@ bool vnni_tiles_support(GgmlType t);
 void vnni_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K, float* out, size_t out_stride,
                int n_tokens);
 
+// And on CPUs without AVX-512 (gemm_ymm.cpp): AVX2 (maddubs + madd) and AVX-VNNI (the VEX dpbusd)
+// tiles, 8 tokens per vector; the same bits. ymm_tiles_support: where this build has them.
+bool ymm_tiles_support(GgmlType t);
+void avx2_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K, float* out, size_t out_stride,
+               int n_tokens);
+void avxvnni_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K, float* out, size_t out_stride,
+                  int n_tokens);
+// amx_decode_columns and amx_add_terms in portable code (the same bits), for those tiers.
+void tile_decode_columns(GgmlType t, const uint8_t* rows, const int32_t* cols, int n, float* dec);
+void tile_add_terms(float* y, int n, const float* value, const float* const* cols);
+
 }  // namespace lamina
