@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace lamina {
 
@@ -99,6 +100,18 @@ inline void q4k_scale_min(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
     *sc = uint8_t((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
     *m = uint8_t((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
   }
+}
+
+// All eight scales and mins of a q4_K block at once, q4k_scale_min's formula four at a time on
+// 32-bit words: out[0..8) the scales, out[8..16) the mins. Scales and mins 0-3 are the low 6 bits
+// of bytes 0-3 and 4-7; 4-7 take their low 4 bits from the nibbles of bytes 8-11 and their high
+// 2 bits from the top of bytes 0-3 (scales) and 4-7 (mins).
+inline void q4k_scales_mins(const uint8_t* s, uint8_t out[16]) {
+  uint32_t u[3];
+  std::memcpy(u, s, 12);
+  const uint32_t w[4] = {u[0] & 0x3F3F3F3Fu, (u[2] & 0x0F0F0F0Fu) | ((u[0] >> 6) & 0x03030303u) << 4,
+                         u[1] & 0x3F3F3F3Fu, ((u[2] >> 4) & 0x0F0F0F0Fu) | ((u[1] >> 6) & 0x03030303u) << 4};
+  std::memcpy(out, w, 16);
 }
 
 }  // namespace lamina

@@ -99,17 +99,12 @@ LAMINA_AVX2 void dot4_half(int64_t n, const void* w, const void* x, size_t strid
   }
 }
 
-// A q4_K block's eight 6-bit sub-block scales (bytes 0-7 of the result) and mins (bytes 8-15)
-// from its 12 packed bytes, four at a time (q4k_scale_min's formula): scales 0-3 and mins 0-3
-// are the low 6 bits of bytes 0-3 and 4-7; scales 4-7 and mins 4-7 take their low 4 bits from
-// the nibbles of bytes 8-11 and their high 2 bits from the top of bytes 0-3 and 4-7.
+// A q4_K block's eight 6-bit sub-block scales (bytes 0-7) and mins (bytes 8-15) in one register
+// (quant_blocks.h's q4k_scales_mins).
 LAMINA_AVX2 inline __m128i q4k_scales_mins(const uint8_t* s12) {
-  uint32_t u[3];
-  std::memcpy(u, s12, 12);
-  const uint32_t sc_lo = u[0] & 0x3F3F3F3Fu, mn_lo = u[1] & 0x3F3F3F3Fu;
-  const uint32_t sc_hi = (u[2] & 0x0F0F0F0Fu) | ((u[0] >> 6) & 0x03030303u) << 4;
-  const uint32_t mn_hi = ((u[2] >> 4) & 0x0F0F0F0Fu) | ((u[1] >> 6) & 0x03030303u) << 4;
-  return _mm_setr_epi32(int(sc_lo), int(sc_hi), int(mn_lo), int(mn_hi));
+  alignas(16) uint8_t sm[16];
+  lamina::q4k_scales_mins(s12, sm);
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(sm));
 }
 
 // q4_K against q8_K for R weight rows (w + r * w_stride) at once, out[r]: each row's blocks in
@@ -331,8 +326,8 @@ Outliers8Fn avx2_outliers8(GgmlType t) {
 LAMINA_AVX2 float element_q4_K(const void* row, int64_t i) {
   const block_q4_K& b = static_cast<const block_q4_K*>(row)[i / QK_K];
   const int e = int(i % QK_K);
-  alignas(16) uint8_t sm[16];
-  _mm_store_si128(reinterpret_cast<__m128i*>(sm), q4k_scales_mins(b.scales));
+  uint8_t sm[16];
+  lamina::q4k_scales_mins(b.scales, sm);
   const uint8_t byte = b.qs[32 * (e / 64) + e % 32];
   const int q = (e % 64 < 32) ? (byte & 15) : (byte >> 4);
   return h2f(b.d) * float(sm[e / 32]) * float(q) - h2f(b.dmin) * float(sm[8 + e / 32]);
