@@ -6,6 +6,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/gemm_amx.h"
 #include "format/quant.h"
+#include "format/quant_blocks.h"
 
 #include <gtest/gtest.h>
 
@@ -43,6 +44,22 @@ std::vector<std::vector<float>> run(CpuIsa isa, int threads, const Case& c, cons
   return outs;
 }
 
+// Some quants and scales at the ends of their ranges, which quantising Gaussians never gives:
+// q8_0 quants of -128 and 127 (the products' extremes), q6_K group scales of -128 and 127.
+void extremes(GgmlType t, std::vector<uint8_t>& wq, int64_t K) {
+  const size_t rb = row_bytes(t, K);
+  for (size_t r = 0; r * rb < wq.size(); r += 3) {
+    uint8_t* row = wq.data() + r * rb;
+    if (t == GgmlType::Q8_0) {
+      auto* b = reinterpret_cast<block_q8_0*>(row);
+      b[0].qs[1] = uint8_t(int8_t(-128)), b[0].qs[2] = 127, b[0].qs[3] = uint8_t(int8_t(-128));
+    } else if (t == GgmlType::Q6_K) {
+      auto* b = reinterpret_cast<block_q6_K*>(row);
+      b[0].scales[0] = int8_t(-128), b[0].scales[5] = 127;
+    }
+  }
+}
+
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -61,6 +78,10 @@ TEST(CpuMatmul, EveryTierAndShapeGivesTheOneRowKernelsBits) {
       {GgmlType::F16, 576, {64, 18}, 23},       {GgmlType::F16, 40, {7}, 13},
       {GgmlType::F16, 1536, {9, 12}, 3},       {GgmlType::BF16, 576, {21, 8}, 19},
       {GgmlType::BF16, 72, {5}, 7},
+      // around the tiles' thresholds (6: AMX, AVX-512; 10: AVX-VNNI; 12: AVX2)
+      {GgmlType::Q4_0, 128, {32}, 5},           {GgmlType::Q8_0, 64, {16}, 9},
+      {GgmlType::Q4_1, 96, {16}, 10},           {GgmlType::Q4_K, 256, {16}, 11},
+      {GgmlType::Q6_K, 256, {32}, 12},
   };
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -73,6 +94,7 @@ TEST(CpuMatmul, EveryTierAndShapeGivesTheOneRowKernelsBits) {
       for (auto& v : wf.back()) v = nd(rng);
       wq.emplace_back(size_t(n) * row_bytes(c.type, c.K));
       for (int64_t r = 0; r < n; ++r) quantize_row(c.type, wf.back().data() + r * c.K, wq.back().data() + size_t(r) * row_bytes(c.type, c.K), c.K);
+      extremes(c.type, wq.back(), c.K);
     }
     std::vector<float> x(size_t(c.T * c.K));
     for (size_t i = 0; i < x.size(); ++i) x[i] = nd(rng) * (i % 61 == 5 ? 25.f : 1.f);  // outliers in a few channels

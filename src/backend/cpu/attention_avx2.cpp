@@ -24,7 +24,8 @@ struct Simd {
   LAMINA_X86 static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   LAMINA_X86 static V set1(float x) { return _mm256_set1_ps(x); }
   LAMINA_X86 static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
-  LAMINA_X86 static float sum(V v) {
+  LAMINA_X86 static float sum(const V (&parts)[2]) {  // lanes 0-7, then 8-15 of 16
+    const V v = _mm256_add_ps(parts[0], parts[1]);
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));

@@ -8,8 +8,10 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12: AVX-512 intrinsics' pass-through operands
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 #define LAMINA_X86 __attribute__((target("avx2,fma,f16c,avx512f")))
 
@@ -26,7 +28,8 @@ struct Simd {
   LAMINA_X86 static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   LAMINA_X86 static V set1(float x) { return _mm512_set1_ps(x); }
   LAMINA_X86 static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
-  LAMINA_X86 static float sum(V v) {  // halves added, then as AVX2's sum
+  LAMINA_X86 static float sum(const V (&parts)[1]) {  // halves added, then as AVX2's sum
+    const V v = parts[0];
     const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));

@@ -18,7 +18,8 @@ constexpr int kAttendMaxQueries = 8;
 // n positions whose K and V head rows (f16 or f32, the KV cache's type) start at k + offs[j] and
 // v + offs[j] bytes: out + i * out_stride = softmax_j(scale * q_i . k_j) weighted sum of v_j.
 // scores: nq * n floats of scratch. Each score is one fixed-order dot product and each output
-// element one fixed-order sum over j, so a query's result does not depend on nq.
+// element one fixed-order sum over j, so a query's result does not depend on nq; and the AVX2 and
+// AVX-512 kernels keep the same orders, so their results are the same bits.
 using AttendFn = void (*)(int hd, int nq, const float* q, size_t q_stride, const uint8_t* k, const uint8_t* v,
                           const size_t* offs, int64_t n, float scale, float* scores, float* out, size_t out_stride);
 

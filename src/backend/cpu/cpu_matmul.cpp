@@ -255,7 +255,7 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
     return;
   }
 
-  // Tiles (AMX, or AVX-512 VNNI): the tokens packed once into tiles of 16, then each thread takes stripes of 16 weight
+  // Tiles (AMX, AVX-512 VNNI, AVX-VNNI or AVX2): the tokens packed once into tiles of 16, then each thread takes stripes of 16 weight
   // rows, unpacks a stripe once and runs it against every token tile. Rows past a weight's last
   // whole stripe take the row kernels (the same bits).
   const int64_t n_tiles = (T + kAmxTokens - 1) / kAmxTokens;

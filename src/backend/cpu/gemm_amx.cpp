@@ -1,5 +1,8 @@
-// AMX-INT8 prompt matmul tiles (gemm_amx.h). Each function carries its target attribute: the
-// file builds without -mamx-*, and the backend calls it only where amx_usable() said yes.
+// AMX-INT8 prompt matmul tiles (gemm_amx.h), and the token packing and stripe unpacking that every
+// tile kind shares. Each function carries its target attribute, so the file builds without
+// -mamx-*: the tiles (AMX) run only where amx_usable() said yes; amx_decode_columns and
+// amx_add_terms (AVX-512) also on the AVX-512 tier; the packing (baseline x86-64) and unpacking
+// (AVX2 + F16C only: keep it so) on every tier with tiles, AVX2 included.
 #include "backend/cpu/gemm_amx.h"
 
 #include "backend/cpu/gemm_tile_layout.h"
@@ -17,7 +20,9 @@
 #include <unistd.h>
 #define LAMINA_HAS_AMX 1
 // GCC 12 warns that _mm512_cvtepi32_ps's unused pass-through operand is uninitialised.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #endif
 
 namespace lamina {
@@ -66,6 +71,7 @@ bool amx_usable() {
 }
 
 #define LAMINA_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,amx-tile,amx-int8")))
+#define LAMINA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
 namespace {
 
@@ -351,7 +357,7 @@ void amx_pack_tokens(GgmlType t, const uint8_t* xq, size_t x_rb, int64_t T, int6
   }
 }
 
-LAMINA_AMX void amx_decode_columns(GgmlType t, const uint8_t* rows, const int32_t* cols, int n, float* dec) {
+LAMINA_AVX512 void amx_decode_columns(GgmlType t, const uint8_t* rows, const int32_t* cols, int n, float* dec) {
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   if (t == GgmlType::Q4_K || t == GgmlType::Q6_K) {  // tile_decode_columns' formulas, 16 rows at once
     const bool q4 = t == GgmlType::Q4_K;
@@ -388,7 +394,7 @@ LAMINA_AMX void amx_decode_columns(GgmlType t, const uint8_t* rows, const int32_
   }
 }
 
-LAMINA_AMX void amx_add_terms(float* y, int n, const float* value, const float* const* cols) {
+LAMINA_AVX512 void amx_add_terms(float* y, int n, const float* value, const float* const* cols) {
   __m512 v = _mm512_loadu_ps(y);
   for (int k = 0; k < n; ++k) v = _mm512_add_ps(v, _mm512_mul_ps(_mm512_set1_ps(value[k]), _mm512_loadu_ps(cols[k])));
   _mm512_storeu_ps(y, v);

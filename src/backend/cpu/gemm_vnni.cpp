@@ -17,8 +17,10 @@
 
 #if defined(__x86_64__) && defined(__linux__)
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12: AVX-512 intrinsics' pass-through operands
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 #define LAMINA_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 

@@ -63,7 +63,8 @@ using VecDotRows4CFn = void (*)(int64_t n, const void* w, size_t w_stride, const
 
 // Four weight rows (w + i * w_stride) against `tokens` <= kTileTokens activation rows (x + j *
 // x_stride): out[j * out_stride + i] is bit for bit fn(n, w + i * w_stride, x + j * x_stride).
-// The prompt path of float weights, whose activations are f32 (no outlier terms).
+// Float weights (f16, bf16) on AVX-512, prompts and decode alike; their activations are f32, so
+// there are no outlier terms.
 constexpr int kTileRows = 4, kTileTokens = 6;
 using VecDotTileFn = void (*)(int64_t n, const void* w, size_t w_stride, const void* x, size_t x_stride, int tokens,
                               float* out, size_t out_stride);
@@ -83,9 +84,9 @@ void act_corrections(const void* xq, int64_t n, int bias, int32_t* corr);
 
 // Instruction-set tiers, each a superset of the one before in what it computes: the portable
 // kernels; AVX2 + FMA + F16C; AVX-VNNI (the int8 formats' products in the VEX dpbusd, the rest as
-// AVX2); AVX-512 F/BW/VL/VNNI (the same products in the EVEX dpbusd, f16 prompts in zmm register
+// AVX2); AVX-512 F/BW/VL/VNNI (the same products in the EVEX dpbusd, f16 and bf16 in zmm register
 // tiles); AMX (AVX-512's kernels, and the int8 formats' prompt matmuls in AMX-INT8 tiles:
-// gemm_amx.h). A CPU may run a tier without the one below it (AVX-512 VNNI without VEX AVX-VNNI:
+// gemm_amx.h; every tier from AVX2 runs those prompt tiles with its own products). A CPU may run a tier without the one below it (AVX-512 VNNI without VEX AVX-VNNI:
 // AMD Zen 4, Intel Ice Lake), so ask cpu_runs, not a comparison with detect_isa.
 enum class CpuIsa { Scalar, Avx2, AvxVnni, Avx512, Amx };
 bool cpu_runs(CpuIsa isa);  // this CPU (and OS) has what the tier's kernels use

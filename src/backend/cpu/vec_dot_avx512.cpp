@@ -17,8 +17,10 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 // GCC 12 warns that the AVX-512 intrinsics' unused pass-through operands are uninitialised.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 #define LAMINA_X86 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define LAMINA_DOT_U8S8(a, b) _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b)

@@ -13,8 +13,10 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12: AVX-512 intrinsics' pass-through operands
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #endif
 
 namespace lamina {
