@@ -114,12 +114,13 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
   const bool rows4 = vd.rows4c && T < 4;    // four (or eight) weight rows against a token per pass (decode)
   // Decode: eight weight rows per pass down eight streams (decode_rows below), for the types
   // with an eight-row kernel and for those with neither a tile nor a four-row kernel.
-  const bool decode8 = (rows4 && vd.rows8c) || (T < 4 && !vd.tile && !vd.rows4c && vd.act != ActType::F32);
-  const bool amx = !decode8 && isa_ >= CpuIsa::Amx && amx_supports(type) && T >= kAmxMinTokens;
-  // Without AMX, AVX-512 VNNI runs the same tiles by dpbusd (gemm_vnni.cpp).
-  const bool vnni_tiles = !decode8 && !amx && isa_ >= CpuIsa::Avx512 && vnni_tiles_support(type) && T >= kVnniMinTokens;
-  // Without AVX-512, the same tiles in 8-lane vectors (gemm_ymm.cpp).
-  const bool ymm_tiles = !decode8 && (isa_ == CpuIsa::Avx2 || isa_ == CpuIsa::AvxVnni) && ymm_tiles_support(type) &&
+  const bool decode8 = T < 4 && vd.act != ActType::F32 && (vd.rows8c || !vd.rows4c);
+  // Prompts: AMX tiles; without AMX, AVX-512 VNNI runs the same tiles by dpbusd (gemm_vnni.cpp);
+  // without AVX-512, in 8-lane vectors (gemm_ymm.cpp).
+  const bool tile_type = !decode8 && tiles_support(type);
+  const bool amx = tile_type && isa_ >= CpuIsa::Amx && T >= kAmxMinTokens;
+  const bool vnni_tiles = tile_type && isa_ == CpuIsa::Avx512 && T >= kVnniMinTokens;
+  const bool ymm_tiles = tile_type && (isa_ == CpuIsa::Avx2 || isa_ == CpuIsa::AvxVnni) &&
                          T >= (isa_ == CpuIsa::AvxVnni ? kAvxVnniTileMinTokens : kAvx2TileMinTokens);
   const bool tiles = amx || vnni_tiles || ymm_tiles;
   const auto tile_fn = amx ? amx_tile : vnni_tiles ? vnni_tile : isa_ == CpuIsa::AvxVnni ? avxvnni_tile : avx2_tile;
@@ -255,9 +256,9 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
     return;
   }
 
-  // Tiles (AMX, AVX-512 VNNI, AVX-VNNI or AVX2): the tokens packed once into tiles of 16, then each thread takes stripes of 16 weight
-  // rows, unpacks a stripe once and runs it against every token tile. Rows past a weight's last
-  // whole stripe take the row kernels (the same bits).
+  // Tiles (AMX, AVX-512 VNNI, AVX-VNNI or AVX2): the tokens packed once into tiles of 16, then
+  // each thread takes stripes of 16 weight rows, unpacks a stripe once and runs it against every
+  // token tile. Rows past a weight's last whole stripe take the row kernels (the same bits).
   const int64_t n_tiles = (T + kAmxTokens - 1) / kAmxTokens;
   const size_t tile_bytes = amx_tokens_bytes(type, K), stripe_bytes = amx_rows_bytes(type, K);
   uint8_t* packed = amx_tokens_.get(size_t(n_tiles) * tile_bytes);

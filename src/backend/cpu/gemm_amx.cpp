@@ -36,9 +36,6 @@ uint8_t* AmxBuffer::get(size_t bytes) {
 }
 void AmxBuffer::Free::operator()(uint8_t* p) const { std::free(p); }
 
-bool amx_supports(GgmlType t) {
-  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K;
-}
 
 using namespace tile_layout;
 
@@ -54,6 +51,10 @@ size_t amx_rows_bytes(GgmlType t, int64_t K) {
 }
 
 #if LAMINA_HAS_AMX
+
+bool tiles_support(GgmlType t) {
+  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K;
+}
 
 bool amx_usable() {
   static const bool ok = [] {
@@ -414,8 +415,9 @@ void amx_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K,
   else tile<false>(rows, tokens, K / QK, out, out_stride, n_tokens);
 }
 
-#else  // no AMX on this platform: never usable, never called
+#else  // no tiles on this platform: never usable, never called
 
+bool tiles_support(GgmlType) { return false; }
 bool amx_usable() { return false; }
 void amx_release_tiles() {}
 void amx_decode_columns(GgmlType, const uint8_t*, const int32_t*, int, float*) {}

@@ -33,8 +33,9 @@ namespace lamina {
 // The CPU has AMX-INT8 with AVX-512, and the kernel let this process use the tile state (asked
 // once, on the first call).
 bool amx_usable();
-// The weight types with an AMX path.
-bool amx_supports(GgmlType t);
+// The weight types with prompt tiles (every tile kind below: AMX, AVX-512 VNNI, AVX-VNNI, AVX2)
+// in this build: q4_0, q4_1, q8_0, q4_K, q6_K on x86 Linux, none elsewhere.
+bool tiles_support(GgmlType t);
 
 constexpr int kAmxRows = 16;    // weight rows per stripe
 constexpr int kAmxTokens = 16;  // tokens per tile
@@ -83,14 +84,12 @@ void amx_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K,
               int n_tokens);
 
 // The same tiles on CPUs with AVX-512 VNNI and no AMX (gemm_vnni.cpp): the same layouts, the
-// products by dpbusd, the same bits. vnni_tiles_support: where this build has them for a type.
-bool vnni_tiles_support(GgmlType t);
+// products by dpbusd, the same bits.
 void vnni_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K, float* out, size_t out_stride,
                int n_tokens);
 
 // And on CPUs without AVX-512 (gemm_ymm.cpp): AVX2 (maddubs + madd) and AVX-VNNI (the VEX dpbusd)
-// tiles, 8 tokens per vector; the same bits. ymm_tiles_support: where this build has them.
-bool ymm_tiles_support(GgmlType t);
+// tiles, 8 tokens per vector; the same bits.
 void avx2_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K, float* out, size_t out_stride,
                int n_tokens);
 void avxvnni_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K, float* out, size_t out_stride,

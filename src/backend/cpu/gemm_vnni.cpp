@@ -104,8 +104,6 @@ LAMINA_VNNI void tile_k(const uint8_t* rows, const uint8_t* tokens, int64_t nsb,
 
 }  // namespace
 
-bool vnni_tiles_support(GgmlType t) { return amx_supports(t); }
-
 void vnni_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K, float* out, size_t out_stride,
                int n_tokens) {
   if (t == GgmlType::Q4_K) tile_k<GgmlType::Q4_K>(rows, tokens, K / QK_K, out, out_stride, n_tokens);
@@ -118,7 +116,6 @@ void vnni_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K
 
 #else  // the stripes and token tiles are built by x86 Linux code only (gemm_amx.cpp)
 namespace lamina {
-bool vnni_tiles_support(GgmlType) { return false; }
 void vnni_tile(GgmlType, const uint8_t*, const uint8_t*, int64_t, float*, size_t, int) {}
 }  // namespace lamina
 #endif

@@ -31,8 +31,6 @@ namespace ymm_vnni {
 #undef LAMINA_YMM_VNNI
 }  // namespace ymm_vnni
 
-bool ymm_tiles_support(GgmlType t) { return amx_supports(t); }
-
 void avx2_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K, float* out, size_t out_stride,
                int n_tokens) {
   ymm_avx2::tile(t, rows, tokens, K, out, out_stride, n_tokens);
@@ -46,7 +44,6 @@ void avxvnni_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_
 
 #else
 namespace lamina {
-bool ymm_tiles_support(GgmlType) { return false; }
 void avx2_tile(GgmlType, const uint8_t*, const uint8_t*, int64_t, float*, size_t, int) {}
 void avxvnni_tile(GgmlType, const uint8_t*, const uint8_t*, int64_t, float*, size_t, int) {}
 }  // namespace lamina
