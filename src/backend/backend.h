@@ -128,37 +128,35 @@ class Backend {
   // Ops. `pos[t]` is the position of row t (one sequence; causal).
   virtual void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) = 0;
   virtual void rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) = 0;
-  // out = embed(tokens), then h = rmsnorm(out) * norm: the lookup and the norm that reads it next
-  // (a backend may fuse them).
-  virtual void embed_norm(const Weight& table, std::span<const int32_t> tokens, Tensor out, const Weight& norm,
+  // Composed ops, written once in the plain ops above and below. They are not virtual: a backend
+  // that fuses (the CUDA backend's step plan, backend/step_plan.h) finds the patterns itself.
+  //
+  // out = embed(tokens), then h = rmsnorm(out) * norm.
+  void embed_norm(const Weight& table, std::span<const int32_t> tokens, Tensor out, const Weight& norm,
                           float eps, Tensor h) {
     embed(table, tokens, out);
     rmsnorm(out, norm, eps, h);
   }
   virtual void matmul(const Weight& w, Tensor x, Tensor out) = 0;
-  // The logits matmul, a pass's last op, whose row sample() reads next: a backend may find the
-  // greedy id in the same kernel (the default is matmul).
-  virtual void matmul_logits(const Weight& w, Tensor x, Tensor out) { matmul(w, x, out); }
   // Several matmuls of the same input (Q/K/V, gate/up): out[i] = x . w[i]^T. Backends may
   // share the input's conversion and one parallel pass; the default calls matmul per weight.
   virtual void matmul_multi(std::span<const Weight* const> w, Tensor x, std::span<const Tensor> out) {
     for (size_t i = 0; i < w.size(); ++i) matmul(*w[i], x, out[i]);
   }
-  // inout += x . w^T (a residual add fused into the matmul where the backend can).
+  // inout += x . w^T (a plain op whose default adds a product in scratch).
   virtual void matmul_add(const Weight& w, Tensor x, Tensor inout) {
     Tensor t = alloc(x.rows, w.rows);
     matmul(w, x, t);
     add(inout, t);
   }
   // inout += x . w^T, then out = rmsnorm(inout) * norm: the residual add and the norm that reads
-  // it next (a backend may fuse them).
-  virtual void matmul_add_norm(const Weight& w, Tensor x, Tensor inout, const Weight& norm, float eps, Tensor out) {
+  // it next.
+  void matmul_add_norm(const Weight& w, Tensor x, Tensor inout, const Weight& norm, float eps, Tensor out) {
     matmul_add(w, x, inout);
     rmsnorm(inout, norm, eps, out);
   }
-  // out = act(x . gate^T) * (x . up^T), act SiLU (SwiGLU) or GELU (GeGLU), fused into the matmul
-  // where the backend can.
-  virtual void ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Tensor out, Glu act) {
+  // out = act(x . gate^T) * (x . up^T), act SiLU (SwiGLU) or GELU (GeGLU).
+  void ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Tensor out, Glu act) {
     Tensor u = alloc(x.rows, up.rows);
     const Weight* w[] = {&gate, &up};
     const Tensor o[] = {out, u};
@@ -168,8 +166,8 @@ class Backend {
   }
   // x += y (y_norm: x += rmsnorm(y) * y_norm), then h = rmsnorm(x) * norm when norm is given: a
   // block's output joining the residual stream (Gemma's post-norm) and the norm that reads it
-  // next; one pass over the rows where the backend can.
-  virtual void add_norm(Tensor x, Tensor y, const Weight* y_norm, const Weight* norm, float eps, Tensor h) {
+  // next.
+  void add_norm(Tensor x, Tensor y, const Weight* y_norm, const Weight* norm, float eps, Tensor h) {
     if (y_norm) {
       const Tensor normed = alloc(y.rows, y.cols);
       rmsnorm(y, *y_norm, eps, normed);
@@ -194,8 +192,8 @@ class Backend {
                          const AttentionParams& p, Tensor out) = 0;
   // RoPE on q (n_head heads) and k (n_head_kv heads), then attention (which stores k and v):
   // the attention block of a layer. With qk set, each head of q and k is RMS-normalised first.
-  // q and k may be overwritten. Backends may fuse the norms and the rotation with the cache store.
-  virtual void rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
+  // q and k may be overwritten.
+  void rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
                               const RopeParams& rope_p, const AttentionParams& p, const QkNorm& qk, Tensor out) {
     if (qk) {  // each head a row of its own
       const int64_t hd = p.head_dim;

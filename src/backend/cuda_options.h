@@ -20,10 +20,6 @@ struct CudaOptions {
   // Record repeated decode passes as CUDA graphs and replay them (false: every pass eager).
   bool graphs = true;
 
-  // Measured slower and kept as an opt-in rung (docs/benchmarks.md): the decode RMSNorm
-  // deferred into the next GEMV's prologue.
-  bool defer_norm = false;
-
   // The fused decode paths; tests turn them off to compare with the kernels they replace: the
   // greedy id from the logits GEMV (else the sampling kernel) and the one-row lookup reading the
   // staged inputs itself (else an upload kernel first).

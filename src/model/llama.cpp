@@ -422,7 +422,7 @@ Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const i
   }
   if (!final_norm_fused) be.rmsnorm(xs, out_norm_, cfg_.rms_eps, hs);
   Tensor out = be.alloc(xs.rows, n_logits_);
-  be.matmul_logits(output_, hs, out);
+  be.matmul(output_, hs, out);  // (a one-row pass: the CUDA plan also takes its greedy id)
   return out;
 }
 

@@ -123,7 +123,7 @@ TEST(CudaRunAhead, StepsAndDivergingCallersMatchEagerPasses) {
   EXPECT_LE(rel_l2(ahead->eval(more_tokens), eager->eval(more_tokens)), 1e-6) << "rewind";
 }
 
-// The greedy id made by the logits GEMV (matmul_logits: q6k_dp4a's epilogue for q4_0's q6_K
+// The greedy id made by the logits GEMV (the step plan's argmax: q6k_dp4a's epilogue for q4_0's q6_K
 // output, gemv()'s argmax kernel after f16's) and the lookup that reads the staged inputs itself
 // give the ids of the sampling kernel after an upload kernel (both switched off), run-ahead on.
 TEST(CudaRunAhead, FusedArgmaxAndStagedLookupMatchTheKernelsApart) {

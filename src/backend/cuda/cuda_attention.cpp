@@ -14,6 +14,7 @@
 namespace lamina {
 
 namespace kn = kernels;
+using plan::Node;
 
 kn::RopeArgs CudaBackend::rope_args(int n_heads, int head_dim, const RopeParams& p) {
   kn::RopeArgs a;
@@ -31,112 +32,107 @@ kn::RopeArgs CudaBackend::rope_args(int n_heads, int head_dim, const RopeParams&
   return a;
 }
 
-void CudaBackend::rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t> pos, const RopeParams& p) {
-  settle(x);
-  check("rope", int64_t(pos.size()) == n_in_ && x.rows == n_in_, "positions differ from begin_forward's");
-  const kn::RopeArgs a = rope_args(n_heads, head_dim, p);
-  run_op("rope", double(x.rows * x.cols) * 8.0, 0, [&] { return kn::rope(x.data, x.rows, dev_pos(), a, stream_); });
-  wrote(x);
+void CudaBackend::exec_rope(const Node& n) {
+  const kn::RopeArgs a = rope_args(n.n_heads, n.head_dim, n.rope);
+  run_op("rope", double(n.x.rows * n.x.cols) * 8.0, 0, [&] { return kn::rope(n.x.data, n.x.rows, dev_pos(), a, stream_); });
 }
 
+// The checks of an attention op's arguments (at record time) and the layer's cache.
 CudaBackend::LayerCache CudaBackend::layer_cache(int layer, Tensor q, std::span<const int32_t> pos,
                                                  const AttentionParams& p) {
   check("attention", int64_t(pos.size()) == n_in_ && q.rows == n_in_, "positions differ from begin_forward's");
   check("attention", layer >= 0 && layer < kv_layers_, "layer outside the KV cache");
   if (pos.back() >= kv_ctx_) fail("position {} is outside the context of {} tokens", pos.back(), kv_ctx_);
+  Node n;
+  n.layer = layer, n.attn = p;
+  return layer_cache(n);
+}
+
+CudaBackend::LayerCache CudaBackend::layer_cache(const Node& n) const {
+  const AttentionParams& p = n.attn;
   LayerCache c;
   c.a.n_head = p.n_head, c.a.n_head_kv = p.n_head_kv, c.a.head_dim = p.head_dim, c.a.scale = p.scale;
   c.a.kv_type = kv_type_, c.a.n_ctx = kv_ctx_, c.a.window = p.window;
-  const size_t layer_off = size_t(layer) * size_t(kv_ctx_) * size_t(kv_dim_) * kv_elem_bytes();
+  const size_t layer_off = size_t(n.layer) * size_t(kv_ctx_) * size_t(kv_dim_) * kv_elem_bytes();
   c.k = static_cast<char*>(k_cache_) + layer_off;
   c.v = static_cast<char*>(v_cache_) + layer_off;
   return c;
 }
 
-void CudaBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
-                            const AttentionParams& p, Tensor out) {
-  settle(q, k, v, out);
-  const LayerCache c = layer_cache(layer, q, pos, p);
+// The cache store of k and v (rows at their positions, or their paged slots), then attention.
+void CudaBackend::exec_attention(const Node& n, Made& m) {
+  const LayerCache c = layer_cache(n);
+  const Tensor k = n.y;
   const int32_t* rows_at = layout_ ? paged_pass().slots : dev_pos();  // kv_store writes row t at rows_at[t]
   run_op("kv_store", double(k.rows * k.cols) * (8.0 + 2 * kv_elem_bytes()), 0,
-         [&] { return kn::kv_store(k.data, v.data, k.rows, rows_at, c.k, c.v, c.a, stream_); });
-  if (layout_) attend_paged(c, q, pos, p, out);
-  else attend(c, q, pos, p, out);
+         [&] { return kn::kv_store(k.data, n.z.data, k.rows, rows_at, c.k, c.v, c.a, stream_); });
+  if (layout_) attend_paged(c, n);
+  else attend(c, n, m);
 }
 
-// One decode token at short context (the smallest length bucket): RoPE, the cache store and the
-// attention in one kernel. Otherwise RoPE and the cache store in one kernel, then the attention
-// kernels.
-void CudaBackend::rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
-                                 const RopeParams& rope_p, const AttentionParams& p, const QkNorm& qk, Tensor out) {
-  settle(q, k, v, out);
-  const LayerCache c = layer_cache(layer, q, pos, p);
-  const kn::RopeArgs r = rope_args(p.n_head, p.head_dim, rope_p);
-  // q/k norms go into the RoPE + cache store kernel where it takes them (whole heads rotated,
-  // as in Qwen 3 and Gemma 3); otherwise the ops run one by one.
-  if (qk && !kn::head_norms_supported(c.a, r)) return Backend::rope_attention(layer, q, k, v, pos, rope_p, p, qk, out);
+// RoPE of q (x) and k (y), with their head norms (norm, norm2) where fuse() put them in, and the
+// cache store in one kernel, then the attention kernels. One decode token at short context (the
+// smallest length bucket): RoPE, the cache store and the attention in one kernel.
+void CudaBackend::exec_rope_attention(const Node& n, Made& m) {
+  const LayerCache c = layer_cache(n);
+  const Tensor q = n.x, k = n.y, v = n.z;
+  const kn::RopeArgs r = rope_args(n.attn.n_head, n.attn.head_dim, n.rope);
+  const bool qk = bool(n.norm);
   kn::HeadNorms norms;
-  if (qk) norms = {static_cast<const float*>(qk.q->data), static_cast<const float*>(qk.k->data), qk.eps};
+  if (qk) norms = {static_cast<const float*>(n.norm.data), static_cast<const float*>(n.norm2.data), n.eps};
   const double bytes = double(q.rows * q.cols) * 8.0 + double(k.rows * k.cols) * (8.0 + 2 * kv_elem_bytes());
   if (layout_) {  // several sequences on the paged cache: each row's k and v go to its slot
     const int32_t* slots = paged_pass().slots;
     run_op(qk ? "qk_norm+rope+kv_store" : "rope+kv_store", bytes, 0, [&] {
       return kn::rope_kv_store(q.data, k.data, v.data, q.rows, dev_pos(), r, c.k, c.v, c.a, stream_, slots, norms);
     });
-    wrote(q);
-    wrote(k);
-    attend_paged(c, q, pos, p, out);
-    return;
+    return attend_paged(c, n);
   }
   // (Without GQA only: see attention_decode_rope.cu.)
   if (kv_bucket_ == kMinBucket && single_pass_attention_ && !qk && kn::attention_decode_rope_supported(c.a, r, q.rows)) {
-    const auto [kv_read, flops] = attention_cost(q, pos, p);
-    wrote(q), wrote(k), wrote(out);
-    void* q8 = make_x8(out);
-    run_op("rope+attention (decode)", bytes + kv_read + double(out.cols) * 4.0, flops, [&] {
-      return kn::attention_decode_rope(q.data, k.data, v.data, dev_pos(), r, c.k, c.v, c.a, out.data, stream_, q8);
+    const auto [kv_read, flops] = attention_cost(n);
+    m.x8 = x8_scratch(n, n.out);
+    run_op("rope+attention (decode)", bytes + kv_read + double(n.out.cols) * 4.0, flops, [&] {
+      return kn::attention_decode_rope(q.data, k.data, v.data, dev_pos(), r, c.k, c.v, c.a, n.out.data, stream_, m.x8);
     });
-    if (q8) shadow8_ = {out.data, out.rows, out.cols, q8};
     return;
   }
   run_op(qk ? "qk_norm+rope+kv_store" : "rope+kv_store", bytes, 0,
          [&] { return kn::rope_kv_store(q.data, k.data, v.data, q.rows, dev_pos(), r, c.k, c.v, c.a, stream_, nullptr, norms); });
-  wrote(q);
-  wrote(k);
-  attend(c, q, pos, p, out);
+  attend(c, n, m);
 }
 
 // Attention reads K and V of every position up to the last one (the host knows the positions);
 // flops: QK^T and PV over every (query, key) pair (the prompt path counts causal pairs only).
-std::pair<double, double> CudaBackend::attention_cost(Tensor q, std::span<const int32_t> pos,
-                                                      const AttentionParams& p) const {
-  const double len = double(p.window > 0 ? std::min(pos.back() + 1, p.window) : pos.back() + 1);
-  return {2.0 * len * double(kv_dim_) * double(kv_elem_bytes()), 4.0 * double(q.rows) * len * double(p.n_head) * p.head_dim};
+std::pair<double, double> CudaBackend::attention_cost(const Node& n) const {
+  const AttentionParams& p = n.attn;
+  const double len = double(p.window > 0 ? std::min(n.pos_last + 1, p.window) : n.pos_last + 1);
+  return {2.0 * len * double(kv_dim_) * double(kv_elem_bytes()), 4.0 * double(n.x.rows) * len * double(p.n_head) * p.head_dim};
 }
 
-void CudaBackend::attend(const LayerCache& c, Tensor q, std::span<const int32_t> pos, const AttentionParams& p,
-                         Tensor out) {
-  wrote(out);
-  const auto [kv_read, flops] = attention_cost(q, pos, p);
-  if (q.rows > kn::kGemvMaxBatch && kn::attention_prefill_supported(c.a) && pos.back() - pos.front() + 1 == q.rows) {
+// The attention kernels over the stored cache: the prompt kernel (which also writes the 16-bit
+// copy of out the Wo GEMM reads), or flash-decoding (which also writes out's int8 blocks for the
+// Wo GEMV), as fuse() marked.
+void CudaBackend::attend(const LayerCache& c, const Node& n, Made& m) {
+  const Tensor q = n.x, out = n.out;
+  const auto [kv_read, flops] = attention_cost(n);
+  if (q.rows > kn::kGemvMaxBatch && kn::attention_prefill_supported(c.a) && n.pos_last - n.pos_first + 1 == q.rows) {
     // causal: each query reads on average half of the new keys plus every earlier one
-    const double causal = flops / 2 + flops * pos.front() / (2.0 * (pos.back() + 1));
-    // The Wo GEMM reads the output in 16 bits: the kernel writes that copy too.
-    void* h = exact_ ? nullptr : scratch_bytes(size_t(out.rows * out.cols) * 2);
+    const double causal = flops / 2 + flops * n.pos_first / (2.0 * (n.pos_last + 1));
+    void* h = n.x16_out ? scratch_bytes(size_t(out.rows * out.cols) * 2) : nullptr;
+    m.x16 = h;
     run_op("attention (prefill)", kv_read + double(q.rows * q.cols) * (h ? 10.0 : 8.0), causal, [&] {
       return kn::attention_prefill(q.data, q.rows, dev_pos(), c.k, c.v, c.a, out.data, stream_, h, act16_,
                                    prefill_attention_);
     });
-    if (h) shadow_ = Shadow{out.data, out.rows * out.cols, h, act16_};
     return;
   }
-  const int splits = decode_splits(p.n_head_kv, q.rows);
+  const int splits = decode_splits(n.attn.n_head_kv, q.rows);
   float* work = static_cast<float*>(scratch_bytes(kn::attention_work_floats(c.a, q.rows, splits) * sizeof(float)));
-  void* q8 = make_x8(out);
+  m.x8 = x8_scratch(n, out);
   run_op("attention (decode)", kv_read + double(q.rows * q.cols) * 8.0, flops, [&] {
-    return kn::attention_decode(q.data, q.rows, dev_pos(), c.k, c.v, c.a, splits, work, out.data, stream_, q8);
+    return kn::attention_decode(q.data, q.rows, dev_pos(), c.k, c.v, c.a, splits, work, out.data, stream_, m.x8);
   });
-  if (q8) shadow8_ = {out.data, out.rows, out.cols, q8};
 }
 
 // Flash-decoding splits per (KV head, row): enough blocks for two waves over the SMs, with at

@@ -33,7 +33,6 @@ CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
     : device_(device),
       exact_(exact),
       single_pass_attention_(o.single_pass_attention),
-      defer_norm_(o.defer_norm),
       lookup_upload_(o.staged_lookup),
       fused_argmax_(o.fused_argmax),
       graphs_enabled_(o.graphs) {
@@ -148,10 +147,9 @@ void CudaBackend::compact_scratch() {
 }
 
 void CudaBackend::reset_scratch() {
+  flush({}, true);  // (ops recorded before the reset ran on the old tensors)
   compact_scratch();
   scratch_used_ = 0;
-  shadow_ = {};
-  pending_norm_ = {};  // its tensors are dead with the scratch
 }
 
 void CudaBackend::init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type) {
@@ -173,14 +171,6 @@ void CudaBackend::init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType typ
 
 size_t CudaBackend::kv_cache_bytes() const {
   return 2 * size_t(kv_layers_) * size_t(kv_ctx_) * size_t(kv_dim_) * (kv_type_ == GgmlType::F16 ? 2 : 4);
-}
-
-void CudaBackend::read(Tensor t, float* host) {
-  settle(t);
-  cuda_check(cudaMemcpyAsync(host, t.data, size_t(t.rows * t.cols) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
-             "read");
-  cuda_check(cudaStreamSynchronize(stream_), "read");
-  collect_profile();
 }
 
 }  // namespace lamina

@@ -5,10 +5,11 @@
 // activations come from a device bump allocator kept across passes. When that allocator has to
 // grow, recorded graphs are dropped (their addresses would be stale).
 //
-// Matmuls: <= 8 rows go to gemv() (fused epilogues: residual add, SwiGLU of the gate/up pair);
-// more rows go to gemm() with the input rounded to f16/bf16 (by the RMSNorm that produced it
-// where possible) and beta = 1 for the residual add. Weight types without a GEMM variant run as
-// GEMVs over 8-row slices.
+// Ops are recorded into the pass's step plan (backend/step_plan.h, cuda_ops.cpp) and launched by
+// flush() once fused (cuda_exec.cpp). Matmuls: <= 8 rows go to gemv() (fused epilogues: residual
+// add, SwiGLU of the gate/up pair, the next norm's int8 blocks); more rows go to gemm() with the
+// input rounded to f16/bf16 (by the op that produced it where the plan says so) and beta = 1 for
+// the residual add. Weight types without a GEMM variant run as GEMVs over 8-row slices.
 //
 // A decode step is captured as a CUDA graph once and replayed: token ids and positions are read
 // from device buffers that the graph's first kernel fills from pinned host memory, and every
@@ -19,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda_options.h"
+#include "backend/step_plan.h"
 #include "backend/cuda/graph_timing.h"
 #include "kernels/common/status.h"
 #include "kernels/gemm/gemm.h"
@@ -62,26 +64,20 @@ class CudaBackend final : public Backend {
   void set_kv_layout(const KvLayout* layout) override;
   void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) override;
   void argmax_rows(Tensor logits, std::span<int32_t> out) override;
+  // The ops record nodes of the pass's step plan (backend/step_plan.h); flush() fuses and runs
+  // them when the pass's results are wanted (read, sample, argmax_rows, the end of a capture).
   void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) override;
-  void embed_norm(const Weight& table, std::span<const int32_t> tokens, Tensor out, const Weight& norm, float eps,
-                  Tensor h) override;
   void rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) override;
   void matmul(const Weight& w, Tensor x, Tensor out) override;
-  void matmul_logits(const Weight& w, Tensor x, Tensor out) override;
   void matmul_multi(std::span<const Weight* const> w, Tensor x, std::span<const Tensor> out) override;
   void matmul_add(const Weight& w, Tensor x, Tensor inout) override;
-  void matmul_add_norm(const Weight& w, Tensor x, Tensor inout, const Weight& norm, float eps, Tensor out) override;
-  void ffn_gate_up(const Weight& gate, const Weight& up, Tensor x, Tensor out, Glu act) override;
   void add_bias(Tensor x, const Weight& b) override;
   void add(Tensor x, Tensor y) override;
   void rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t> pos, const RopeParams& p) override;
   void attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
                  const AttentionParams& p, Tensor out) override;
-  void rope_attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
-                      const RopeParams& rope_p, const AttentionParams& p, const QkNorm& qk, Tensor out) override;
   void swiglu(Tensor gate, Tensor up) override;
   void geglu(Tensor gate, Tensor up) override;
-  void add_norm(Tensor x, Tensor y, const Weight* y_norm, const Weight* norm, float eps, Tensor h) override;
   void scale(Tensor x, float s) override;
   void read(Tensor t, float* host) override;
 
@@ -99,6 +95,9 @@ class CudaBackend final : public Backend {
   void profile_reset() override;
 
   cudaStream_t stream() const { return stream_; }
+  // Runs the ops recorded so far and waits for them (before the host writes device memory that
+  // they read or write, as tests do).
+  void finish();
   void set_graphs(bool on) { graphs_enabled_ = on; }  // off: every pass runs eagerly (tests)
   int recorded_graphs() const;  // passes recorded so far (tests)
 
@@ -128,14 +127,6 @@ class CudaBackend final : public Backend {
   void compact_scratch();
   void upload(void* dst, const void* src, size_t bytes);
   const DevWeight& info(const Weight& w) const;
-  // 16-bit copy of x for a GEMM (the RMSNorm's copy when it made one).
-  const void* x16(Tensor x, GgmlType type);
-  // norm (optional): the producer side of matmul_add_norm (y8, y8_count, y8_gain, y8_ss).
-  // argmax (optional, one row): the GEMV also leaves the argmax of out (matmul_logits).
-  void run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tensor out, bool accumulate,
-                  const kernels::GemvProblem* norm = nullptr, const kernels::GemvArgmax* argmax = nullptr);
-  void q6k_by_f16(const Weight& w, kernels::GemmProblem p, bool accumulate);
-  void drop_overwritten_norm(Tensor out, Tensor reads);
   void upload_matrix(const GgufTensor& t, const void* host, int64_t rows, bool repack, void* dst);
   void check(const char* op, bool ok, const std::string& msg) const;
   // --profile
@@ -143,29 +134,41 @@ class CudaBackend final : public Backend {
   void op_end(const std::string& name, double bytes, double flops);
   template <class F> kernels::Status try_op(const std::string& name, double bytes, double flops, F&& launch);
   template <class F> void run_op(const std::string& name, double bytes, double flops, F&& launch);
-  void wrote(Tensor t);
-  // A decode RMSNorm is deferred to the GEMV that reads its output next (GemvProblem::norm_w:
-  // the norm in that GEMV's prologue, which also writes the output and its int8 copy). Any other
-  // op that touches its input or output first runs it as a kernel of its own (settle).
-  // Two kinds: the norm made in the next GEMV's prologue (opt-in), or (x8, ss set) made by the
-  // GEMV that wrote x (matmul_add_norm: int8 blocks of x * w and their sums of squares), the next
-  // GEMV scaling its sums by the RMS; out itself is then only written if something reads it.
-  struct PendingNorm {
-    Tensor x, out;
-    const float* w = nullptr;
-    float eps = 0.f;
+
+  // ---- the step plan (cuda_exec.cpp) ----
+  // The pass's ops as recorded since the last flush; flush() fuses them (Plan::fuse, with this
+  // backend's rules) and launches each node in order (into the graph being captured, if any).
+  plan::Plan plan_;
+  plan::Rules fusion_rules() const;
+  void flush(Tensor result = {}, bool pass_end = false);
+  // What a node wrote beside its output while the plan ran, for the nodes that fuse() marked to
+  // read it: int8 blocks (with their sums of squares for a pending norm), a 16-bit copy.
+  struct Made {
     void* x8 = nullptr;
     double* ss = nullptr;
+    const void* x16 = nullptr;
   };
-  template <class... T> void settle(const T&... ts) { (settle_one(ts), ...); }
-  void settle_one(const Tensor& t);
-  void settle_all();
-  void run_rmsnorm(Tensor x, const float* w, float eps, Tensor out);
-  // The pending norm whose output is x, if any: fills p's norm fields, clears it.
-  void take_norm(Tensor x, kernels::GemvProblem& p);
-  // A GEMV's x: decode rows' int8 copy or the pending norm whose output x is (take_norm);
-  // otherwise x is settled. Sets p.x8 and the norm fields (p.x is the caller's).
-  void gemv_x(Tensor x, kernels::GemvProblem& p);
+  struct Run {
+    const std::vector<plan::Node>& nodes;
+    std::vector<Made> made;
+  };
+  void exec(const plan::Node& n, Run& r, Made& m);
+  void exec_embed(const plan::Node& n, Made& m);
+  void exec_rmsnorm(const plan::Node& n, Made& m);
+  void exec_elementwise(const plan::Node& n, Made& m);
+  // Matmuls (cuda_matmul.cpp). gemv_input: the fields of x a GEMV takes (its int8 blocks, or
+  // the pending norm whose output x is); x16: the 16-bit copy of x a GEMM takes, or null.
+  void exec_matmul(const plan::Node& n, Run& r, Made& m);
+  void exec_matmul_multi(const plan::Node& n, Run& r);
+  void exec_gate_up(const plan::Node& n, Run& r, Made& m);
+  void gemv_input(const plan::Node& n, const Run& r, kernels::GemvProblem& p) const;
+  const void* x16_input(const plan::Node& n, const Run& r) const;
+  const void* convert(Tensor x, GgmlType type);  // x rounded to 16 bits in scratch
+  void run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tensor out, bool accumulate,
+                  const kernels::GemvProblem& base, const void* x16);
+  void q6k_by_f16(const Weight& w, kernels::GemmProblem p, bool accumulate);
+  // Scratch for out's int8 blocks where a GEMV reads them (fuse() marked n.x8_out), else null.
+  void* x8_scratch(const plan::Node& n, Tensor out);
   bool whole_stack(std::span<const Weight* const> w, Weight& stacked, DevWeight& ds);
   // Attention: the layer's cache and kernel arguments (after checking the positions), and the
   // attention kernels over it (prefill or flash-decoding) once k and v are stored.
@@ -175,7 +178,13 @@ class CudaBackend final : public Backend {
     void* v = nullptr;
   };
   LayerCache layer_cache(int layer, Tensor q, std::span<const int32_t> pos, const AttentionParams& p);
-  void attend(const LayerCache& c, Tensor q, std::span<const int32_t> pos, const AttentionParams& p, Tensor out);
+  LayerCache layer_cache(const plan::Node& n) const;
+  // Attention nodes (cuda_attention.cpp): RoPE alone, the cache store and attention, the fused
+  // RoPE + cache store (+ the decode attention in one kernel at short context).
+  void exec_rope(const plan::Node& n);
+  void exec_attention(const plan::Node& n, Made& m);
+  void exec_rope_attention(const plan::Node& n, Made& m);
+  void attend(const LayerCache& c, const plan::Node& n, Made& m);
   // The batching engine's paged cache (set_kv_layout, cuda_paged.cpp): the pass's layout, and
   // each row's cache slot and the sequences' block tables (kernels::PagedKv), staged with the
   // pass's inputs in pinned memory [slots | row_seq | tables] and copied to the device by the
@@ -192,9 +201,10 @@ class CudaBackend final : public Backend {
   size_t paged_words_ = 0;         // staged for this pass (0: not a paged pass)
   void stage_paged(std::span<const int32_t> pos);
   const PagedPass& paged_pass();  // the staged tables, uploaded
-  void attend_paged(const LayerCache& c, Tensor q, std::span<const int32_t> pos, const AttentionParams& p, Tensor out);
+  void attend_paged(const LayerCache& c, const plan::Node& n);
+  void exec_copy_rows(const plan::Node& n);
   // (bytes, flops) of attention over the cache for the profile.
-  std::pair<double, double> attention_cost(Tensor q, std::span<const int32_t> pos, const AttentionParams& p) const;
+  std::pair<double, double> attention_cost(const plan::Node& n) const;
   kernels::RopeArgs rope_args(int n_heads, int head_dim, const RopeParams& p);
   size_t kv_elem_bytes() const { return kv_type_ == GgmlType::F16 ? 2 : 4; }
   std::string op_name(const char* kind, const Weight& w) const;
@@ -213,37 +223,16 @@ class CudaBackend final : public Backend {
   kernels::PrefillAttention prefill_attention_ = kernels::PrefillAttention::V2Pipelined;
   // Decode attention at short context in one kernel, or always the split path (CudaOptions).
   bool single_pass_attention_ = true;
-  // Deferred decode RMSNorms, the norm in the next GEMV's prologue (CudaOptions::defer_norm,
-  // measured slower in the decode chain: docs/benchmarks.md).
-  bool defer_norm_ = false;
-  PendingNorm pending_norm_;
   // Scratch: chunks of device memory, bump-allocated; merged into one at reset after growth.
   std::vector<Chunk> scratch_;
   size_t scratch_used_ = 0;
   uint64_t generation_ = 0;  // bumped whenever scratch or input buffers move
-  // The RMSNorm's 16-bit copy of its output, valid until something else writes that tensor.
-  struct Shadow {
-    const float* src = nullptr;
-    int64_t n = 0;
-    const void* data = nullptr;
-    GgmlType type = GgmlType::F16;
-  } shadow_;
-  // The int8-block copy (kernels/common/q8_blocks.h) an op wrote next to its output for the
-  // dp4a GEMVs of the next matmul (RMSNorm, attention in decode), valid until `src` is written.
-  struct Shadow8 {
-    const float* src = nullptr;
-    int64_t rows = 0, cols = 0;
-    void* data = nullptr;
-  } shadow8_;
   // Only quantised matrices are multiplied by dp4a GEMVs: the copies are made once one is loaded.
   bool int8_x_ = false;
-  bool wants_x8(Tensor out) const;  // out's rows will feed a dp4a GEMV
-  void* make_x8(Tensor out);       // scratch for out's int8 copy, or null where none pays
   // Zeroed counters a GEMV uses to make its output's int8 copy in its own epilogue
   // (GemvProblem::y8_count): one per 32 output rows.
   static constexpr size_t kY8Counters = 16384;
   unsigned* y8_count_ = nullptr;
-  const void* x8(Tensor x) const;  // the int8 copy of x, if one is valid
   // Inputs of the current pass (cuda_graphs.cpp): pinned host staging [tokens | positions |
   // stamp] and its device copy [tokens | positions]. begin_forward stages them; the pass's first
   // op that reads them uploads them first (upload_inputs: one kernel that reads the staging over
@@ -263,7 +252,7 @@ class CudaBackend final : public Backend {
   void stage_inputs(std::span<const int32_t> tokens, std::span<const int32_t> pos);
   void wait_staging_read();
   void upload_inputs();
-  // A one-row pass's lookup (embed_norm) reads the staging itself, with no upload kernel before
+  // A one-row pass's lookup (the plan's EmbedNorm) reads the staging itself, with no upload kernel before
   // it (kernels' StagedInputs; CudaOptions::staged_lookup).
   bool lookup_upload_ = true;
   const int32_t* dev_tokens() { upload_inputs(); return dev_in_; }
@@ -305,7 +294,7 @@ class CudaBackend final : public Backend {
   // may complete before the host reads, writes the other word.
   int32_t* host_id_ = nullptr;
   int32_t* host_id_dev_ = nullptr;  // host_id_ as the device addresses it
-  // The greedy id made by the logits GEMV (matmul_logits; CudaOptions::fused_argmax): it writes
+  // The greedy id made by the logits GEMV (the plan's argmax; CudaOptions::fused_argmax): it writes
   // the id where the sampling kernel would (host_id_, dev_sampled_), and sample() launches
   // nothing for a greedy draw without penalty from argmax_of_, the logits row it was made from
   // in this pass (null when none).
@@ -338,6 +327,7 @@ class CudaBackend final : public Backend {
   std::vector<cudaEvent_t> event_pool_;  // [2i], [2i+1]: start and stop of pending_[i]
   std::vector<Pending> pending_;
   std::map<std::string, OpTimes> profile_;
+  std::map<int64_t, std::string> plans_;  // the last fused step plan of a pass of so many rows
   double copy_gbps_ = 0, gemm_tflops_ = 0;  // rooflines measured when profiling is switched on
 };
 

@@ -22,7 +22,7 @@ namespace kn = kernels;
 // ---- inputs --------------------------------------------------------------------------------
 
 void CudaBackend::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> pos) {
-  settle_all();
+  flush({}, true);
   last_graph_ = 0;
   argmax_of_ = nullptr;
   ahead_hit_ = false;
@@ -159,10 +159,10 @@ bool CudaBackend::capture_begin(uint64_t key) {
 }
 
 void CudaBackend::capture_end(Tensor out) {
-  // A norm still pending here is the pass's last (the decode output norm, read by the logits
-  // GEMV through x8_ss): its output lives in scratch, which no later op of this pass reads and
-  // the next pass writes anew, so it is dropped rather than run at the end of every replay.
-  pending_norm_ = {};
+  // The pass's nodes go into the recording. A norm still pending at its end is dropped rather
+  // than run at the end of every replay: its output lives in scratch, which the next pass
+  // writes anew.
+  flush(out, true);
   cudaGraph_t g = nullptr;
   const uint64_t key = capturing_;
   capturing_ = 0;
@@ -189,6 +189,7 @@ int CudaBackend::recorded_graphs() const {
 }
 
 void CudaBackend::capture_abort() {
+  plan_.clear();  // the failed pass's ops
   cudaGraph_t g = nullptr;
   cudaStreamEndCapture(stream_, &g);
   if (g) cudaGraphDestroy(g);

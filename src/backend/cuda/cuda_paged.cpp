@@ -16,8 +16,11 @@
 
 namespace lamina {
 
+using plan::Node;
+
 void CudaBackend::set_kv_layout(const KvLayout* layout) {
   if (layout && layout->block_tokens <= 0) fail("paged KV cache: block size {} is not positive", layout->block_tokens);
+  if (layout != layout_) flush();  // the ops recorded so far run on the layout they were recorded under
   layout_ = layout;
   // A single-sequence step running ahead (launch_ahead) is not this pass: begin_forward must
   // not take it for one. That step simply runs first on the stream.
@@ -79,37 +82,32 @@ const CudaBackend::PagedPass& CudaBackend::paged_pass() {
 // Splits per (KV head, row): two waves of blocks over the SMs, at least 64 positions a split of
 // the pass's length bucket (the bucket, not the longest row: a recorded pass keeps its launch
 // shape).
-void CudaBackend::attend_paged(const LayerCache& c, Tensor q, std::span<const int32_t> pos, const AttentionParams& p,
-                               Tensor out) {
-  wrote(out);
+void CudaBackend::attend_paged(const LayerCache& c, const Node& n) {
+  const Tensor q = n.x;
   const PagedPass& pp = paged_pass();
+  const AttentionParams& p = n.attn;
   const int64_t blocks = int64_t(p.n_head_kv) * q.rows;
   const int splits = int(std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, std::max<int64_t>(1, kv_bucket_ / 64)));
   float* work = static_cast<float*>(scratch_bytes(kn::attention_work_floats(c.a, q.rows, splits) * sizeof(float)));
   double kv_read = 0, flops = 0;  // every row reads its own positions
-  for (int32_t x : pos) {
+  for (int32_t x : n.ids) {
     kv_read += 2.0 * (x + 1) * double(kv_dim_) * double(kv_elem_bytes());
     flops += 4.0 * (x + 1) * double(p.n_head) * p.head_dim;
   }
   run_op("attention (paged)", kv_read + double(q.rows * q.cols) * 8.0, flops, [&] {
-    return kn::attention_paged(q.data, q.rows, dev_pos(), pp.kv, c.k, c.v, c.a, splits, work, out.data, stream_);
+    return kn::attention_paged(q.data, q.rows, dev_pos(), pp.kv, c.k, c.v, c.a, splits, work, n.out.data, stream_);
   });
 }
 
-void CudaBackend::copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) {
-  settle(src, dst);
-  check("copy_rows", int64_t(rows.size()) == dst.rows && src.cols == dst.cols, "shapes differ");
-  for (int32_t r : rows)
-    if (r < 0 || r >= src.rows) fail("copy_rows: row {} of {}", r, src.rows);
-  auto* idx = static_cast<int32_t*>(scratch_bytes(rows.size() * sizeof(int32_t)));
-  cuda_check(cudaMemcpyAsync(idx, rows.data(), rows.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "copy_rows");
-  wrote(dst);
-  run_op("copy_rows", double(dst.rows * dst.cols) * 8.0, 0,
-         [&] { return kn::gather_rows(src.data, src.cols, idx, dst.rows, dst.data, stream_); });
+void CudaBackend::exec_copy_rows(const Node& n) {
+  auto* idx = static_cast<int32_t*>(scratch_bytes(n.ids.size() * sizeof(int32_t)));
+  cuda_check(cudaMemcpyAsync(idx, n.ids.data(), n.ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "copy_rows");
+  run_op("copy_rows", double(n.out.rows * n.out.cols) * 8.0, 0,
+         [&] { return kn::gather_rows(n.x.data, n.x.cols, idx, n.out.rows, n.out.data, stream_); });
 }
 
 void CudaBackend::argmax_rows(Tensor logits, std::span<int32_t> out) {
-  settle(logits);
+  flush({}, true);
   check("argmax_rows", int64_t(out.size()) == logits.rows, "one id per row");
   auto* ids = static_cast<int32_t*>(scratch_bytes(out.size() * sizeof(int32_t)));
   run_op("argmax rows", double(logits.rows * logits.cols) * 4.0, 0,

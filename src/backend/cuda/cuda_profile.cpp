@@ -76,6 +76,7 @@ void CudaBackend::collect_profile() {
 void CudaBackend::profile_reset() {
   collect_profile();
   profile_.clear();
+  plans_.clear();
 }
 
 std::string CudaBackend::profile_report() {
@@ -95,6 +96,8 @@ std::string CudaBackend::profile_report() {
                      o.ms, 100 * o.ms / total, gbs, 100 * gbs / copy_gbps_, tf, o.flops > 0 ? 100 * tf / gemm_tflops_ : 0.0);
   }
   r += fmt::format("| {:<22} | {:>7} | {:>10.3f} |\n", "total (GPU time)", "", total);
+  for (const auto& [n_rows, plan] : plans_)  // what ran, as the fusion pass left it
+    r += fmt::format("\nstep plan of a {}-row pass, after fusion (the last one run):\n{}", n_rows, plan);
   return r;
 }
 

@@ -16,7 +16,7 @@ namespace kn = kernels;
 
 int32_t CudaBackend::sample(Tensor logits, const SamplerParams& p, std::span<const int32_t> penalty_ids, double u,
                             bool more) {
-  settle(logits);
+  flush(logits, true);
   const Tensor row = logits.rows_view(logits.rows - 1, 1);
   if (!sample_ids_) {
     sample_ids_ = static_cast<int32_t*>(dev_alloc(kMaxPenalty * sizeof(int32_t), "sampling"));
@@ -42,7 +42,7 @@ int32_t CudaBackend::sample(Tensor logits, const SamplerParams& p, std::span<con
   // to dev_sampled_ for a step that runs ahead (cuda_graphs.cpp).
   a.also = dev_sampled_;
   const int slot = last_pos_ & 1;  // this pass's host word (launch_ahead stages the next position)
-  // Greedy without a penalty from the row matmul_logits made: its GEMV has written the id.
+  // Greedy without a penalty from the row whose GEMV the plan asked for the argmax: the id is written.
   const bool made = p.temperature <= 0.f && p.repeat_penalty == 1.f && logits.rows == 1 && argmax_of_ == logits.data;
   if (!made)
     run_op("sample", double(row.cols) * 8.0, 0,

@@ -1,0 +1,164 @@
+// Running the step plan: the fusion rules of this backend, flush() (fuse, then launch every
+// node in order), and the nodes that are one kernel each (lookups, norms, element-wise ops).
+// Matmuls are in cuda_matmul.cpp, RoPE and attention in cuda_attention.cpp.
+#include "backend/cuda/cuda_backend.h"
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_op.h"
+#include "kernels/common/q8_blocks.h"
+#include "kernels/dequant/dequant.h"
+#include "kernels/gemv/gemv.h"
+#include "kernels/ops/ops.h"
+
+#include <cuda_runtime.h>
+
+namespace lamina {
+
+using plan::Node;
+using plan::Op;
+
+plan::Rules CudaBackend::fusion_rules() const {
+  plan::Rules r;
+  r.gemv_max_rows = kn::kGemvMaxBatch;
+  r.exact = exact_, r.int8_x = int8_x_, r.fused_argmax = fused_argmax_, r.paged = layout_ != nullptr;
+  r.x8_ss_max_k = kn::kX8SsMaxK;
+  r.y8_counters = int64_t(kY8Counters);
+  r.stacked = [this](const Weight& w) { return info(w).stack != nullptr; };
+  r.repacked = [this](const Weight& w) { return info(w).repacked; };
+  r.gemv_makes_y8 = [this](const Node& n, bool x8) {
+    static const int marker = 0;  // (dispatch looks at which inputs are given, not at their addresses)
+    kn::GemvProblem p;
+    p.wtype = n.w.type, p.layout = info(n.w).repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
+    p.n = n.w.rows, p.k = n.w.cols, p.batch = 1, p.x8 = x8 ? &marker : nullptr;
+    p.y8_count = y8_count_;
+    return kn::gemv_makes_y8(p);
+  };
+  r.head_norms_fused = [this](const Node& n) {
+    kn::AttentionArgs a;
+    a.n_head = n.attn.n_head, a.n_head_kv = n.attn.n_head_kv, a.head_dim = n.attn.head_dim;
+    kn::RopeArgs ra;
+    ra.n_heads = n.attn.n_head, ra.head_dim = n.attn.head_dim, ra.n_rot = n.rope.n_rot;
+    return kn::head_norms_supported(a, ra);
+  };
+  r.gemm_input = [](const Weight& w) {
+    return w.type == GgmlType::F32 ? GgmlType::F32 : w.type == GgmlType::BF16 ? GgmlType::BF16 : GgmlType::F16;
+  };
+  return r;
+}
+
+void CudaBackend::flush(Tensor result, bool pass_end) {
+  if (plan_.empty()) return;
+  plan::Plan p = std::move(plan_);  // (cleared first: an error below leaves no half-run plan)
+  plan_.clear();
+  p.fuse(fusion_rules(), result, pass_end);
+  if (profiling_) plans_[n_in_] = p.str();  // --profile shows each pass size's fused plan
+  Run r{p.nodes(), std::vector<Made>(p.nodes().size())};
+  for (size_t i = 0; i < p.nodes().size(); ++i) exec(p.nodes()[i], r, r.made[i]);
+}
+
+void CudaBackend::exec(const Node& n, Run& r, Made& m) {
+  switch (n.op) {
+    case Op::Embed:
+    case Op::EmbedNorm: return exec_embed(n, m);
+    case Op::RmsNorm: return exec_rmsnorm(n, m);
+    case Op::Matmul:
+    case Op::MatmulAddNorm: return exec_matmul(n, r, m);
+    case Op::MatmulMulti: return exec_matmul_multi(n, r);
+    case Op::GateUp: return exec_gate_up(n, r, m);
+    case Op::Rope: return exec_rope(n);
+    case Op::Attention: return exec_attention(n, m);
+    case Op::RopeAttention: return exec_rope_attention(n, m);
+    case Op::CopyRows: return exec_copy_rows(n);
+    default: return exec_elementwise(n, m);
+  }
+}
+
+void* CudaBackend::x8_scratch(const Node& n, Tensor out) {
+  return n.x8_out ? scratch_bytes(size_t(out.rows) * kn::x8_bytes(out.cols)) : nullptr;
+}
+
+// The lookup; fused with the norm after it (one decode row), it also writes the int8 blocks of
+// out * norm and their sums of squares (kernels' RowsX8), and the norm stays pending: the GEMVs
+// that read h take those (x8_ss) and scale by the RMS.
+void CudaBackend::exec_embed(const Node& n, Made& m) {
+  const bool fused = n.op == Op::EmbedNorm;
+  const Tensor e = fused ? n.x : n.out;
+  kn::RowsX8 x8;
+  if (fused) {
+    m.x8 = scratch_bytes(kn::x8_bytes(e.cols));
+    m.ss = static_cast<double*>(scratch_bytes(size_t(e.cols / 32) * sizeof(double)));
+    x8 = {static_cast<uint8_t*>(m.x8), static_cast<const float*>(n.norm.data), m.ss};
+  }
+  // The step's inputs not yet uploaded: a one-row lookup reads its token from the staging itself
+  // (not in a paged pass: its tables travel by the upload, which copies them first).
+  kn::StagedInputs in;
+  if (fused && lookup_upload_ && inputs_staged_ && n_in_ == 1 && paged_words_ == 0) {
+    in = {host_in_dev_, dev_in_, int64_t(in_capacity_), dev_sampled_, seen_dev_, n.w.rows};
+    inputs_staged_ = false;
+    upload_enqueued_ = true;
+  }
+  const double bytes = double(e.rows) * (double(row_bytes(n.w.type, n.w.cols)) + e.cols * 4.0) +
+                       (fused ? double(kn::x8_bytes(e.cols)) : 0.0);
+  run_op(fused ? "embed+norm" : "embed", bytes, 0, [&] {
+    return kn::dequantize_rows(n.w.type, n.w.data, n.w.cols, in.src ? nullptr : dev_tokens(), e.rows, e.data, stream_,
+                               x8, in);
+  });
+}
+
+// Rows a GEMM reads next get a 16-bit copy made in the same pass, rows a GEMV reads an int8 copy.
+void CudaBackend::exec_rmsnorm(const Node& n, Made& m) {
+  void* h = n.x16_out ? scratch_bytes(size_t(n.out.rows * n.out.cols) * 2) : nullptr;
+  m.x8 = x8_scratch(n, n.out);
+  m.x16 = h;
+  run_op("rmsnorm", double(n.x.rows * n.x.cols) * (h ? 10.0 : 8.0), 0, [&] {
+    return kn::rmsnorm(n.x.data, static_cast<const float*>(n.w.data), n.x.rows, n.x.cols, n.eps, n.out.data, h, act16_,
+                       stream_, m.x8);
+  });
+}
+
+void CudaBackend::exec_elementwise(const Node& n, Made& m) {
+  const Tensor x = n.x;
+  const int64_t len = x.rows * x.cols;
+  const auto f = [](const Weight& w) { return w ? static_cast<const float*>(w.data) : nullptr; };
+  switch (n.op) {
+    case Op::Add:
+      return run_op("add", double(len) * 12.0, 0, [&] { return kn::add(x.data, n.y.data, len, stream_); });
+    case Op::AddBias:
+      return run_op("add_bias", double(len) * 8.0, 0,
+                    [&] { return kn::add_bias(x.data, f(n.w), x.rows, x.cols, stream_); });
+    case Op::Scale:
+      return run_op("scale", double(len) * 8.0, 0, [&] { return kn::scale(x.data, n.s, len, stream_); });
+    case Op::Geglu:
+      return run_op("geglu", double(len) * 12.0, 0, [&] { return kn::geglu(x.data, n.y.data, len, stream_); });
+    case Op::Swiglu: {  // a GEMM's input (the down projection) gets its 16-bit copy in the same pass
+      void* h = n.x16_out && len % 4 == 0 ? scratch_bytes(size_t(len) * 2) : nullptr;
+      m.x16 = h;
+      return run_op("swiglu", double(len) * (h ? 14.0 : 12.0), 0,
+                    [&] { return kn::swiglu(x.data, n.y.data, len, stream_, h, act16_); });
+    }
+    case Op::AddNorm: {  // x += [rmsnorm(y) * norm] y, then out = rmsnorm(x) * norm2: one pass over the rows
+      const bool h = bool(n.norm2);
+      m.x8 = h ? x8_scratch(n, n.out) : nullptr;
+      return run_op(h ? "add+norm" : "add", double(len) * (h ? 16.0 : 12.0), 0, [&] {
+        return kn::add_norm(x.data, n.y.data, f(n.norm), f(n.norm2), x.rows, x.cols, n.eps, h ? n.out.data : nullptr,
+                            stream_, m.x8);
+      });
+    }
+    default: check(plan::op_name(n.op), false, "no kernel for this node");
+  }
+}
+
+void CudaBackend::finish() {
+  flush();
+  cuda_check(cudaStreamSynchronize(stream_), "finish");
+}
+
+void CudaBackend::read(Tensor t, float* host) {
+  flush();
+  cuda_check(cudaMemcpyAsync(host, t.data, size_t(t.rows * t.cols) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+             "read");
+  cuda_check(cudaStreamSynchronize(stream_), "read");
+  collect_profile();
+}
+
+}  // namespace lamina

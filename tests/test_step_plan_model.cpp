@@ -1,0 +1,77 @@
+// The step plan and its fusion pass on whole models: every architecture's forward pass recorded,
+// fused with the CUDA backend's rules and run on the CPU (tests/plan_on_cpu.h), against the
+// plain CPU backend. A prompt of 11 rows (GEMM inputs: 16-bit copies), three rows (int8 copies),
+// then decode steps of one row (pending norms, the logits row's argmax): the same logits bit for
+// bit, and the fusions did happen.
+#include "golden_util.h"
+#include "model/llama.h"
+#include "plan_on_cpu.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <numeric>
+
+namespace lamina::test {
+namespace {
+
+struct Passes {
+  std::vector<std::vector<float>> logits;
+};
+
+// The prompt, then three rows, then four single-row steps; the logits of each pass's last row.
+Passes run_model(const GgufFile& f, Backend& be, const std::vector<int32_t>& prompt) {
+  LlamaModel m(f, be);
+  m.init_cache(64, GgmlType::F16);
+  Passes r;
+  int32_t p0 = 0;
+  auto pass = [&](std::vector<int32_t> toks) {
+    std::vector<int32_t> pos(toks.size());
+    std::iota(pos.begin(), pos.end(), p0);
+    p0 += int32_t(toks.size());
+    r.logits.emplace_back();
+    m.forward(toks, pos, false, r.logits.back());
+  };
+  pass(prompt);
+  pass({7, 8, 9});
+  for (int32_t t : {3, 4, 5, 6}) pass({t});
+  return r;
+}
+
+class StepPlanModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StepPlanModel, FusedPlanGivesThePlainOpsLogits) {
+  const json mf = manifest();
+  json c;
+  for (const auto& x : mf["cases"]) if (x["name"] == GetParam()) c = x;
+  ASSERT_FALSE(c.is_null()) << GetParam();
+  const std::string path = ::testing::TempDir() + "/lamina-plan-" + GetParam() + ".gguf";
+  const std::string cmd = std::string(LAMINA_CLI) + " gen-model --preset " + c["gen"]["preset"].get<std::string>() +
+                          " --type " + c["gen"]["type"].get<std::string>() + " --vocab '" + kVocab + "' --seed 42 -o '" +
+                          path + "' 2>&1";
+  shell(cmd);
+  ASSERT_TRUE(std::filesystem::exists(path)) << cmd;
+  const GgufFile f = GgufFile::open(path);
+  const std::vector<int32_t> prompt = c["tokens"].get<std::vector<int32_t>>();
+  CpuBackend plain(2), under(2);
+  PlanOnCpu planned(under);
+  const Passes want = run_model(f, plain, prompt), got = run_model(f, planned, prompt);
+  ASSERT_EQ(got.logits.size(), want.logits.size());
+  for (size_t i = 0; i < want.logits.size(); ++i) EXPECT_EQ(got.logits[i], want.logits[i]) << "pass " << i;
+  EXPECT_GT(planned.fused_nodes, 0);
+  EXPECT_GT(planned.copies_read, 0);
+  const bool pending = c["gen"]["preset"] != "tiny-gemma3";  // (Gemma: post-norms, its lookup scaled: none pending)
+  if (pending) {
+    EXPECT_GT(planned.taken_norms, 0);
+  }
+  std::filesystem::remove(path);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, StepPlanModel,
+                         ::testing::Values("tiny-f16", "tiny-q8_0", "tiny-q4_0", "tiny-q4_K", "tiny-qwen2-q8_0",
+                                           "tiny-llama3-q8_0", "tiny-qwen3-q8_0", "tiny-gemma3-q8_0", "tiny-phi3-q8_0",
+                                           "tiny-phi3-longrope-q8_0", "tiny-moe-q8_0", "tiny-qwen3moe-q8_0"),
+                         [](const auto& p) { return case_param_name(p.param); });
+
+}  // namespace
+}  // namespace lamina::test
