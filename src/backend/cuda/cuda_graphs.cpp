@@ -1,11 +1,10 @@
 // The CUDA backend's pass inputs, recorded graphs and decode run-ahead (cuda_backend.h says what
 // each member is for).
 //
-// Run-ahead, measured (H100, llama2-7b q4_0 preset, --graph-timing, 2026-11-23): a decode
-// graph took 1800.6 µs on the GPU while a token took 1820.5 µs; in between the host woke from
-// the sampling kernel, took its turn (3.8 µs) and spent 8.3 µs inside cudaGraphLaunch, with the
-// GPU idle. Enqueueing the next step before waiting for the id moves all of that off the GPU's
-// path.
+// Run-ahead: between two decode graphs the host wakes from the sampling kernel, takes its turn
+// and spends microseconds inside cudaGraphLaunch, with the GPU idle (--graph-timing measures it:
+// docs/benchmarks.md, thirteenth session). Enqueueing the next step before waiting for the id
+// moves all of that off the GPU's path.
 #include "backend/cuda/cuda_backend.h"
 
 #include "backend/cuda/cuda_check.h"

@@ -6,7 +6,7 @@
 // kernel writes and before it writes anything. The decode step is a chain of short dependent
 // kernels; this takes the launch and the ramp-up of each off the critical path.
 //
-// Where the kernels trigger (measured, H100, tg128 on the llama2-7b presets, 2026-11-22):
+// Where the kernels trigger (measured in tg128 on the llama2-7b presets: docs/benchmarks.md):
 //   - the small ops (norm, rope, attention, sampling) at their start: they occupy few SMs, so
 //     the matmul after them can be resident and waiting when they finish;
 //   - the GEMVs when their last weights are in (triggering at their start placed the next
@@ -15,7 +15,7 @@
 //   - an L2 prefetch of the GEMV weights before the wait gained nothing or lost up to 8 % (the
 //     prefetched lines compete with the kernel before), so none is done; nor did an L2 prefetch
 //     of the next matrix issued by the kernel before (its last pass, or the decode attention for
-//     all of Wo; 0 to -3 %, 2026-11-23, commit 812bab9, reverted);
+//     all of Wo; 0 to -3 %, reverted);
 //   - loading a GEMV's first step of weights into registers before the wait gained 5 % (q4_0)
 //     and 2 % (q8_0); copying a block's rows into shared memory before it lost 11 % (blocks that
 //     hold ~200 KiB of shared memory start only once the kernel before has left the SM).

@@ -11,30 +11,25 @@
 //   - sum_i (d_w q_i + m_w) * x_i = d_x * (d_w * dp4a(q, xq) + m_w * sum(xq))   (Q4_1)
 //   - sum_i q_i * x_i = d_w * d_x * dp4a(q, xq)   (Q8_0)
 //   - the first step's weights are loaded before the PDL wait (weights never depend on an
-//     earlier kernel), so they overlap the kernel before and the making of x: tg128 on the 7B
-//     q4_0 preset 360 -> 378 t/s, q8_0 241 -> 247 (H100, 2026-11-22; f16's v5_stream: no change).
+//     earlier kernel), so they overlap the kernel before and the making of x.
 //   - with GemvProblem::y8 the epilogue also writes y as int8 blocks (publish_y8): the gate/up
 //     pair makes the down projection's x, so that GEMV no longer quantises 11008 values in
-//     every block (in-graph 23.0 -> 9.8 µs on 4096 x 11008 q4_0).
+//     every block.
 //   - configs with 32 rows per block (rows=2 x 16 warps, rows=4 x 8) make y8 in the block
 //     (publish_y8_block: shared memory and one barrier per pass) instead of through global
-//     counters and fences; tuner, in-graph with the y8 epilogue (q4_0, H100, 2026-11-23): Wo
-//     6.16 -> 5.46 µs, W_down 12.06 -> 11.00, gate/up 24.84 -> 21.72.
+//     counters and fences.
 //   - batch-1 problems (decode) run instances whose batch loops are unrolled for one row
 //     (kMaxB = 1): the 8-row instances are 160-244 KiB of SASS, and a batch-1 warp ran one copy
 //     of each loop body and branched over seven; in the decode chain every kernel starts on
-//     cold instruction caches (ncu: 18-27 % of stall samples "no instructions"). Tuner in-graph
-//     q4_0 (H100, 2026-11-23): Wo y8 5.55 -> 5.19 µs, gate/up y8 22.30 -> 20.94, W_down y8
-//     11.26 -> 10.52; tg128 q4_0 471 -> 527 t/s, q8_0 316 -> 330.
+//     cold instruction caches (ncu: stall samples "no instructions").
 //   - decode's instances keep weights in flight across the epilogue (kOverlap, q4_0 / q8_0,
 //     16 warps x 2 rows): the gate and up steps are loaded together, the next pass's first step
 //     goes out before this pass's epilogue, and y8 is made by a rotating warp behind named
 //     barriers while the other warps go on; one matrix at unroll 2 runs q_dp4a_slots (two
 //     register slots, gemv_dp4a_slots.cu). Where q_dp4a waited at the y8 barrier, the SM's loads
-//     drained. tg128 (H100, 2026-11-23, arms on one machine, each its own tune): q4_0
-//     525.9 -> 543.9 t/s, q8_0 329.8 -> 335.4. Each part alone
-//     (q4_0 / q8_0): loads ahead +1.7 / +1.3 %; rotating y8 alone ±0; slots for every one-matrix
-//     shape +1.6 / +0.6 % (the gate/up pair in slots lost 1 µs against loads ahead in the chain).
+//     drained. (The gate/up pair stays out of the slots: it lost to loads ahead in the chain.)
+// Each bullet's figures, measured in the decode chain: docs/benchmarks.md, "Whole model on the
+// GPU (issue #6)".
 // Activations lose precision to 8 bits (as in llama.cpp): the GPU test checks this variant
 // against an fp64 reference of the same quantised x.
 #include "kernels/gemv/gemv_common.cuh"
@@ -123,8 +118,7 @@ struct Dp4aLaunch {
           // to q_dp4a_slots (gemv_dp4a_slots.cu). The gate/up pair runs at unroll 2 for either
           // config (at 4 its two steps of registers spill): the pair's unroll-4 config had run the
           // instance without overlap, which the tuner's back-to-back graph sometimes ranked first
-          // and which in the chain cost q8_0 1.6 % (tg128 335.6 against 341.1 t/s, H100,
-          // 2026-11-24, the same binary with either tune).
+          // and which in the chain cost q8_0 decode (docs/benchmarks.md, sixteenth session).
           if constexpr (kRows == 2 && !kMin) {
             if constexpr (!kGateUp && kUnroll == 2) return gemv_dp4a_slots_launch<kBits>(p, c, s);
             else

@@ -187,9 +187,8 @@ struct Dp4aSlots {
   }
 };
 
-// Persistent grids of the dp4a GEMVs: one block per SM. Measured in the decode chain (tg128,
-// llama2-7b presets, H100, 2026-11-23; each tuned so, one block per SM on every persistent
-// GEMV): q4_0 456.6 -> 463.8 t/s, q8_0 296.7 -> 312.1, over as many blocks as fit. The
+// Persistent grids of the dp4a GEMVs: one block per SM, faster in the decode chain than as many
+// blocks as fit (docs/benchmarks.md, sixth session). The
 // tuner then takes the 16-warp, 32-row configs (one block fills an SM's registers), which in the
 // chain beat the two 8-warp blocks per SM it picks otherwise by a hair in isolation.
 inline constexpr int kDp4aBlocksPerSm = 1;

@@ -11,10 +11,9 @@
 //     overlapping instances.
 //   - same chunks, products and epilogue as q_dp4a (Dp4aStep, store_rows); the sums add the
 //     steps in the same order.
-// Measured (H100, 2026-11-23, q4_0 7B decode; CUPTI trace of the decode graph, µs per layer,
-// against q_dp4a loading the next pass ahead with the same rotating y8): Wo 6.44 -> 5.16, W_down
-// 13.26 -> 12.22; the gate/up pair in two slots lost (22.05 vs 21.13) and stays in q_dp4a. With
-// the rest of the overlap, tg128 q4_0 526 -> 544 t/s, q8_0 330 -> 335 (gemv_dp4a.cu's header).
+// Measured in the decode graph against q_dp4a loading the next pass ahead with the same
+// rotating y8: faster for Wo and W_down; the gate/up pair in two slots lost and stays in q_dp4a
+// (docs/benchmarks.md, eleventh session).
 #include "kernels/gemv/gemv_common.cuh"
 #include "kernels/gemv/gemv_dp4a.cuh"
 #include "kernels/gemv/gemv_internal.h"

@@ -104,7 +104,7 @@ struct Q6Step {
 // kMaxB: the batch rows the loops unroll for (1 for decode's problems: code size, as q_dp4a).
 // kArgmax: the instance that also makes GemvProblem::argmax (decode's logits), a separate one so
 // that the others carry none of its code (argmax in every instance of q_dp4a and q6k_dp4a, even
-// when not asked for, cost the q4_0 decode chain 2 %: 553.6 -> 543.0 t/s, H100, 2026-11-23).
+// when not asked for, cost the q4_0 decode chain 2 %: docs/benchmarks.md).
 // kEarly: the warp's first step is loaded before the PDL wait (weights never depend on an
 // earlier kernel), so that it overlaps the kernel before, as in q_dp4a (the logits GEMV follows
 // the last W_down in the decode chain).

@@ -10,8 +10,7 @@
 //   1. the n_rot/2 angles of the position into shared memory, and each warp's first round of
 //      cache rows below the position into registers (preload_first_round), both before the PDL
 //      wait (pos is the pass's input copy; its upload kernel completes before any later kernel
-//      starts); the preload measured tg128 q4_0 462.5 -> 463.6 t/s, q8_0 310.5 -> 312.5 (H100,
-//      2026-11-23, two rounds each; always on since);
+//      starts; the preload: a small gain in tg128, docs/benchmarks.md);
 //   2. the head's q, k and v into shared memory (one round trip), q and k rotated there (pairs
 //      (2i, 2i+1), or (i, i + n_rot/2) for NEOX; rope.cuh, the same arithmetic as rope() bit for
 //      bit), written back to q and k, k and v stored in the cache row; past the first round a
@@ -39,7 +38,7 @@ using namespace attn_detail;
 constexpr int rope_attn_warps(int hd) { return hd <= 128 ? 16 : 8; }
 
 // One query head per KV head (no GQA: with Llama-3's 8 KV heads of 4 query heads the grid had 8
-// blocks and measured slower than the split path, tg128 333 vs 372 t/s, docs/benchmarks.md).
+// blocks and measured slower than the split path, docs/benchmarks.md).
 // q, k: [n_head * HD] (in place), v: [n_head * HD]; kc, vc: [n_ctx][n_head * HD] f16;
 // out: [n_head * HD]; out8: x8_bytes(n_head * HD) or null. Block h: head h. Each warp's first
 // round of cache rows is loaded before the PDL wait (they were written by earlier steps).

@@ -3,15 +3,15 @@
 //
 // v1_mma: grid (query tile of 64, head); 4 warps, each owning 16 query rows. KV tiles of 64
 //   positions are loaded synchronously into shared memory, K as [key][d] and V transposed to
-//   [d][key] element by element, so every B fragment is one 32-bit shared load.
-//   Measured at pp512 (q4_0 7B, H100): 38.9 TFLOP/s, 6.8 % of the f16 tensor-core roofline.
+//   [d][key] element by element, so every B fragment is one 32-bit shared load. The synchronous
+//   loads leave the tensor cores mostly idle (a few % of their roofline: docs/benchmarks.md).
 // v2_pipelined: grid (head, query tile of 128), the longest tiles first; 8 warps. K and V tiles
 //   stay [key][d] as in the cache and stream through two shared-memory stages with cp.async (the
 //   next tile is in flight while this one is multiplied); B fragments come from ldmatrix (K) and
 //   ldmatrix.trans (V), four 8x8 matrices per instruction. A KV tile now serves 128 queries.
-//   Measured (H100, --profile): 199 TFLOP/s at pp4096 (q8_0 7B; v1 there: pp4096 16070 t/s
-//   against v2's 18829), 68 TFLOP/s at pp512 (f16 7B: 32 heads x 4 tiles is one wave, and the
-//   causal tiles are uneven). A 4-warp, 64-query version of v2 measured the same (dropped).
+//   At pp512 32 heads x 4 tiles is one wave and the causal tiles are uneven, so v2 gains most on
+//   long prompts (figures: docs/benchmarks.md). A 4-warp, 64-query version of v2 measured the
+//   same (dropped).
 //
 // Common to both: Q is read once from the f32 activations into A fragments (scaled by scale *
 // log2 e, so the softmax uses exp2). Shared rows are padded by 8 halves so that the 8 rows of a

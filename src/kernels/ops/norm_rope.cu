@@ -183,8 +183,7 @@ __global__ void upload_inputs_kernel(const int32_t* __restrict__ src, int32_t* _
   // PDL wait (attention_head_rope.cuh), which is safe only once this kernel has completed; with
   // the trigger at the start, an attention kernel right behind this one read the previous
   // pass's position (BackendOps.AttentionBlockFused, whose first op reading the inputs is the
-  // attention: q rotated by the wrong angle, 2026-11-23). The next kernel launches when this one
-  // completes.
+  // attention: q rotated by the wrong angle). The next kernel launches when this one completes.
   const int32_t stamp = threadIdx.x == 0 ? src[2 * half] : 0;  // in flight with the entries
   for (int64_t i = threadIdx.x; i < 2 * n; i += blockDim.x) {
     const int64_t at = i < n ? i : half + (i - n);

@@ -1,8 +1,8 @@
 // Sampling on the GPU, one block of 1024 threads over the logits row (model/sampler.cpp's rules):
 //   1. copy the row to scratch and apply the repetition penalty to the given (distinct) ids;
 //   2. greedy: block argmax (lowest id among equal maxima) — done; without a penalty straight
-//      from the logits, coalesced (21.4 -> 4.4 µs per token on a 32000 vocabulary: CUPTI trace of
-//      the decode graph, H100, 2026-11-23), as float4s where the row allows;
+//      from the logits, coalesced (a fifth of the copy-first path's time in the decode graph:
+//      docs/benchmarks.md), as float4s where the row allows;
 //   3. otherwise the top n = min(top_k or V, kMaxCand) tokens in the order (logit desc, id asc):
 //      a radix select over order-preserving 32-bit keys (4 passes of 8-bit histograms) finds the
 //      n-th key; tokens above it, and the first tied ones in id order, are gathered to shared
