@@ -139,6 +139,7 @@ class CudaBackend final : public Backend {
   // The pass's ops as recorded since the last flush; flush() fuses them (Plan::fuse, with this
   // backend's rules) and launches each node in order (into the graph being captured, if any).
   plan::Plan plan_;
+  void record_in_place(plan::Op op, Tensor x, Tensor y);
   plan::Rules fusion_rules() const;
   void flush(Tensor result = {}, bool pass_end = false);
   // What a node wrote beside its output while the plan ran, for the nodes that fuse() marked to

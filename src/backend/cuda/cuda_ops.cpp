@@ -67,24 +67,15 @@ void CudaBackend::add_bias(Tensor x, const Weight& b) {
   plan_.add(std::move(n));
 }
 
-void CudaBackend::add(Tensor x, Tensor y) {
-  check("add", x.rows == y.rows && x.cols == y.cols, "shapes differ");
-  Node n = node(Op::Add, x);
+void CudaBackend::add(Tensor x, Tensor y) { record_in_place(Op::Add, x, y); }
+void CudaBackend::swiglu(Tensor gate, Tensor up) { record_in_place(Op::Swiglu, gate, up); }
+void CudaBackend::geglu(Tensor gate, Tensor up) { record_in_place(Op::Geglu, gate, up); }
+
+// x op= y, element by element (add, swiglu, geglu).
+void CudaBackend::record_in_place(Op op, Tensor x, Tensor y) {
+  check(plan::op_name(op), x.rows == y.rows && x.cols == y.cols, "shapes differ");
+  Node n = node(op, x);
   n.y = y;
-  plan_.add(std::move(n));
-}
-
-void CudaBackend::swiglu(Tensor gate, Tensor up) {
-  check("swiglu", gate.rows == up.rows && gate.cols == up.cols, "shapes differ");
-  Node n = node(Op::Swiglu, gate);
-  n.y = up;
-  plan_.add(std::move(n));
-}
-
-void CudaBackend::geglu(Tensor gate, Tensor up) {
-  check("geglu", gate.rows == up.rows && gate.cols == up.cols, "shapes differ");
-  Node n = node(Op::Geglu, gate);
-  n.y = up;
   plan_.add(std::move(n));
 }
 
