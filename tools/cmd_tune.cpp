@@ -1,6 +1,8 @@
-// lamina tune -m MODEL: tunes the model's matrix shapes for batch 1..8 (GEMV) and for prompt
-// passes of --prompt rows (GEMM, default 512) into the tune cache. Needs no cuBLAS: it ranks
-// lamina's own variants (kbench, a developer build, compares them with cuBLAS).
+// lamina tune -m MODEL: runs the model on the GPU once per pass size — `--batch` rows (GEMVs; a
+// decode step for 1) and prompt passes of `--prompt` rows (GEMMs, default 512) — with the CUDA
+// backend collecting the GEMV and GEMM problems its step plans launch, then tunes each of those
+// problems into the tune cache. Needs no cuBLAS: it ranks lamina's own variants (kbench, a
+// developer build, compares them with cuBLAS).
 #include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
@@ -11,7 +13,8 @@
 #include <sstream>
 
 #if defined(LAMINA_HAVE_CUDA)
-#include "format/gguf.h"
+#include "backend/cuda/cuda_backend.h"
+#include "engine/session.h"
 #include "kernels/autotune/autotune.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemv/gemv_tune.h"
@@ -20,6 +23,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 #endif
 
 namespace lamina::cli {
@@ -65,79 +69,88 @@ void cuda_check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("{}: {}", what, cudaGetErrorString(e));
 }
 
-// The GEMMs a prompt of m rows runs, as the CUDA backend sets them up: A in f16 (bf16 for bf16
-// weights, f32 for f32), quantised weights in the layout it loads them in, C in f32.
-void tune_prompt_gemms(const std::set<std::tuple<GgmlType, int64_t, int64_t, bool>>& shapes, const std::string& prompts,
-                       cudaStream_t s) {
-  if (prompts.empty()) return;
-  std::set<std::tuple<GgmlType, int64_t, int64_t>> mats;  // the gate/up pair is the gate's shape
-  for (const auto& [type, n, k, pair] : shapes) mats.insert({type, n, k});
-  for (const auto& ms : split_list(prompts)) {
-    const int64_t m = std::stoll(ms);
-    if (m <= kGemvMaxBatch) fail("--prompt {}: prompt passes of up to {} rows run GEMVs", m, kGemvMaxBatch);
-    for (const auto& [type, n, k] : mats) {
-      GemmProblem p;
-      p.b_type = type;
-      p.a_type = type == GgmlType::F32 ? GgmlType::F32 : type == GgmlType::BF16 ? GgmlType::BF16 : GgmlType::F16;
-      p.b_layout = repacked_layout_preferred(type) ? WeightLayout::Repacked : WeightLayout::Gguf;
-      p.m = m, p.n = n, p.k = k, p.lda = k, p.ldb = k, p.ldc = n;
-      // gemm_time_variants records the fastest production variant; the same one is printed
-      std::vector<GemmTiming> t = gemm_time_variants(p, true, true, s);
-      std::erase_if(t, [](const GemmTiming& x) { return x.variant->teaching; });
-      if (t.empty()) continue;
-      const auto best = *std::min_element(t.begin(), t.end(), [](auto& x, auto& y) { return x.us < y.us; });
-      fmt::print("{:<6} {:>5} x {:>6} x {:<6} gemm: {} ({}) {:.2f} µs\n", type_name(type), m, n, k, best.variant->name,
-                 best.config.str(), best.us);
+// The model's passes on the GPU, each run once with the backend collecting the problems its
+// step plans launch: `batches` rows (a decode step for 1) and prompt passes of `prompts` rows.
+CudaBackend::MatmulProblems run_passes(const std::string& model, const std::vector<int64_t>& batches,
+                                       const std::vector<int64_t>& prompts) {
+  int64_t longest = 8;
+  for (int64_t r : batches) longest = std::max(longest, r);
+  for (int64_t r : prompts) longest = std::max(longest, r);
+  SessionOptions o;
+  o.model_path = model;
+  o.device = "cuda";
+  o.n_ctx = int(longest) + 8;
+  o.n_batch = int(longest);
+  o.cuda.graphs = false;  // every pass through the plan (a replayed graph launches no op)
+  Session s(o);
+  auto* cuda = dynamic_cast<CudaBackend*>(&s.backend());
+  if (!cuda) fail("tune: the model did not load on the CUDA backend");
+  CudaBackend::MatmulProblems seen;
+  cuda->collect_matmul_problems(&seen);
+  for (const auto* rows : {&batches, &prompts})
+    for (int64_t r : *rows) {
+      s.reset();
+      s.eval(std::vector<int32_t>(size_t(r), 1));
     }
+  cuda->collect_matmul_problems(nullptr);
+  return seen;
+}
+
+std::vector<int64_t> rows_list(const std::string& s, const char* opt, int64_t lo, int64_t hi) {
+  std::vector<int64_t> v;
+  for (const auto& x : split_list(s)) {
+    int64_t r = 0;
+    try {
+      r = std::stoll(x);
+    } catch (...) {
+      fail("{} {}: not a number", opt, x);
+    }
+    if (r < lo || r > hi) fail("{} {}: from {} to {}", opt, x, lo, hi);
+    v.push_back(r);
   }
-  TuneCache::get("gemm").save();
-  fmt::print("saved to {}\n", tune_cache_path("gemm"));
+  return v;
 }
 
 void run_tune(const TuneArgs& a) {
-  const GgufFile f = GgufFile::open(a.model);
+  const auto batches = rows_list(a.batches, "--batch", 1, kGemvMaxBatch);
+  const auto prompts = rows_list(a.prompts, "--prompt", kGemvMaxBatch + 1, 65536);
+  const CudaBackend::MatmulProblems seen = run_passes(a.model, batches, prompts);
   cudaStream_t s;
   cuda_check(cudaStreamCreate(&s), "no CUDA device available");
-  // (type, n, k, gate/up pair): every matmul weight, plus the shapes the CUDA backend runs:
-  // Q/K/V stacked into one matrix, and the gate/up pair with its fused SwiGLU.
-  std::set<std::tuple<GgmlType, int64_t, int64_t, bool>> shapes;
-  for (const auto& t : f.tensors())
-    if (t.n_dims == 2 && t.name.ends_with(".weight") && t.name != "token_embd.weight")
-      shapes.insert({t.type, t.ne[1], t.ne[0], false});
-  if (const GgufTensor* te = f.find_tensor("token_embd.weight"); te && !f.find_tensor("output.weight"))
-    shapes.insert({te->type, te->ne[1], te->ne[0], false});  // tied output
-  for (int l = 0; const GgufTensor* q = f.find_tensor("blk." + std::to_string(l) + ".attn_q.weight"); ++l) {
-    const std::string b = "blk." + std::to_string(l) + ".";
-    const GgufTensor *k = f.find_tensor(b + "attn_k.weight"), *v = f.find_tensor(b + "attn_v.weight");
-    if (k && v && k->type == q->type && v->type == q->type) shapes.insert({q->type, q->ne[1] + k->ne[1] + v->ne[1], q->ne[0], false});
-    const GgufTensor *g = f.find_tensor(b + "ffn_gate.weight"), *u = f.find_tensor(b + "ffn_up.weight");
-    if (g && u && g->type == u->type) shapes.insert({g->type, g->ne[1], g->ne[0], true});
+  // GEMVs by what their tune key holds (the shape, x as int8 blocks, y's blocks made in the
+  // epilogue; a pending norm's GEMV is tuned as one with x8, where gemv() looks it up).
+  std::set<std::tuple<GgmlType, WeightLayout, int64_t, int64_t, int, bool, bool, bool>> gemvs;
+  for (const GemvProblem& p : seen.gemv)
+    gemvs.insert({p.wtype, p.layout, p.n, p.k, p.batch, p.w_up != nullptr, p.x8 || p.norm_w, p.y8 && p.y8_count});
+  for (const auto& [type, layout, n, k, batch, pair, with_x8, with_y8] : gemvs) {
+    GemvProblem p;
+    p.wtype = type, p.layout = layout, p.n = n, p.k = k, p.batch = batch;
+    mark_inputs(p, pair, with_x8, with_y8);
+    if (auto best = gemv_tune(p, s, a.skip))
+      fmt::print("{:<6} {:>6} x {:<6} b{} {:<8}{}{}{}: {} ({}) {:.2f} µs\n", type_name(type), n, k, batch,
+                 layout == WeightLayout::Repacked ? "repacked" : "gguf", pair ? " gate/up" : "", with_x8 ? " x8" : "",
+                 with_y8 ? " y8" : "", best->variant->name, best->config.str(), best->best_us());
   }
-  // Each shape with x as f32 only, with x also given as int8 blocks, and, for one row with x8,
-  // also with y's int8 copy made in the epilogue (mark_inputs).
-  for (const auto& [type, n, k, pair] : shapes)
-    for (const auto& bs : split_list(a.batches)) {
-      for (WeightLayout layout : {WeightLayout::Gguf, WeightLayout::Repacked})
-      for (int mode : {0, 1, 2}) {  // x; x8; x8 and y8
-        const bool with_x8 = mode > 0, with_y8 = mode == 2;
-        if (with_x8 && k % 32) continue;
-        GemvProblem p;
-        p.wtype = type;
-        p.layout = layout;
-        p.n = n;
-        p.k = k;
-        p.batch = std::stoi(bs);
-        if (with_y8 && (p.batch != 1 || n % 32 || layout != WeightLayout::Repacked)) continue;
-        mark_inputs(p, pair, with_x8, with_y8);
-        if (auto best = gemv_tune(p, s, a.skip))
-          fmt::print("{:<6} {:>6} x {:<6} b{} {:<8}{}{}{}: {} ({}) {:.2f} µs\n", type_name(type), n, k, p.batch,
-                     layout == WeightLayout::Repacked ? "repacked" : "gguf", pair ? " gate/up" : "", with_x8 ? " x8" : "",
-                     with_y8 ? " y8" : "", best->variant->name, best->config.str(), best->best_us());
-      }
-    }
   TuneCache::get("gemv").save();
   fmt::print("saved to {}\n", tune_cache_path("gemv"));
-  tune_prompt_gemms(shapes, a.prompts, s);
+  std::set<std::tuple<GgmlType, GgmlType, WeightLayout, int64_t, int64_t, int64_t>> gemms;
+  for (const GemmProblem& p : seen.gemm) gemms.insert({p.a_type, p.b_type, p.b_layout, p.m, p.n, p.k});
+  for (const auto& [a_type, b_type, layout, m, n, k] : gemms) {
+    GemmProblem p;
+    p.a_type = a_type, p.b_type = b_type, p.b_layout = layout, p.c_type = GgmlType::F32;
+    p.m = m, p.n = n, p.k = k, p.lda = k, p.ldb = k, p.ldc = n;
+    // gemm_time_variants records the fastest production variant; the same one is printed
+    std::vector<GemmTiming> t = gemm_time_variants(p, true, true, s);
+    std::erase_if(t, [](const GemmTiming& x) { return x.variant->teaching; });
+    if (t.empty()) continue;
+    const auto best = *std::min_element(t.begin(), t.end(), [](auto& x, auto& y) { return x.us < y.us; });
+    fmt::print("{:<6} {:>5} x {:>6} x {:<6} gemm: {} ({}) {:.2f} µs\n", type_name(b_type), m, n, k, best.variant->name,
+               best.config.str(), best.us);
+  }
+  if (!gemms.empty()) {
+    TuneCache::get("gemm").save();
+    fmt::print("saved to {}\n", tune_cache_path("gemm"));
+  }
   cudaStreamDestroy(s);
 }
 #else

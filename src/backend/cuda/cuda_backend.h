@@ -98,6 +98,13 @@ class CudaBackend final : public Backend {
   // Runs the ops recorded so far and waits for them (before the host writes device memory that
   // they read or write, as tests do).
   void finish();
+  // `lamina tune`: the GEMV and GEMM problems the step plans launch while a collector is set
+  // (null: none), as launched.
+  struct MatmulProblems {
+    std::vector<kernels::GemvProblem> gemv;
+    std::vector<kernels::GemmProblem> gemm;
+  };
+  void collect_matmul_problems(MatmulProblems* into) { problems_ = into; }
   void set_graphs(bool on) { graphs_enabled_ = on; }  // off: every pass runs eagerly (tests)
   int recorded_graphs() const;  // passes recorded so far (tests)
 
@@ -139,6 +146,7 @@ class CudaBackend final : public Backend {
   // The pass's ops as recorded since the last flush; flush() fuses them (Plan::fuse, with this
   // backend's rules) and launches each node in order (into the graph being captured, if any).
   plan::Plan plan_;
+  MatmulProblems* problems_ = nullptr;
   void record_in_place(plan::Op op, Tensor x, Tensor y);
   plan::Rules fusion_rules() const;
   void flush(Tensor result = {}, bool pass_end = false);

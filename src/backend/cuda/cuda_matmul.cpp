@@ -78,6 +78,7 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
     p.beta = accumulate ? 1.f : 0.f;
     p.workspace = gemm_work_, p.workspace_bytes = gemm_work_bytes_;
     const double bytes = double(d.bytes) + double(x.rows * (x.cols * 2 + out.cols * 4));
+    if (problems_) problems_->gemm.push_back(p);
     if (try_op(op_name(accumulate ? "gemm+res" : "gemm", w), bytes, flops, [&] { return kn::gemm(p, stream_); }).ok) return;
     // no GEMM variant for this type: q6_K of many rows through f16 (below), else GEMVs over 8-row slices
     if (x.rows > 4 * kn::kGemvMaxBatch && d.repacked && w.type == GgmlType::Q6_K) {
@@ -99,6 +100,7 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
       p.batch = int(std::min<int64_t>(kn::kGemvMaxBatch, x.rows - r0));
       p.y = out.data + r0 * out.cols;
       p.residual = accumulate ? p.y : nullptr;
+      if (problems_) problems_->gemv.push_back(p);
       if (kn::Status st = exact_ ? gemv_exact(p, stream_) : kn::gemv(p, stream_); !st) return st;
     }
     return kn::Status::success();
@@ -216,6 +218,7 @@ void CudaBackend::exec_gate_up(const Node& n, Run& r, Made& m) {
   gemv_input(n, r, p);
   m.x8 = p.y8 = x8_scratch(n, n.out);
   p.y8_count = n.out.cols / 32 <= int64_t(kY8Counters) ? y8_count_ : nullptr;
+  if (problems_) problems_->gemv.push_back(p);
   run_op(op_name(p.norm_w ? "gemv+norm gate/up" : "gemv gate/up", n.w), 2.0 * double(dg.bytes),
          4.0 * double(n.x.rows * n.w.rows * n.w.cols), [&] { return kn::gemv(p, stream_); });
 }
