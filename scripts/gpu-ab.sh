@@ -3,7 +3,8 @@
 # tree ("old"), built in the same build folder (the old files overlaid, lamina rebuilt, then the
 # new files back: only what differs recompiles), tuned once by the new build into one tune cache,
 # then benchmarked alternating old / new, two rounds.
-#   here:   git archive REV | gzip > .carry/ab/old.tar.gz   (REV: the tree before the change)
+#   here:   git archive REV CMakeLists.txt cmake src tests tools | gzip > .carry/ab/old.tar.gz
+#           (REV: the tree before the change; only those folders: they are what is swapped)
 #   there:  scripts/gpu-ab.sh .carry/ab/old.tar.gz           (after scripts/gpu-check.sh built build-gpu
 #                                                            and generated the models in $MODELS)
 # Prints the pp/tg lines of `lamina bench` with old/new and the round in front; $OUT/ab.log.
