@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <numeric>
+#include <tuple>
 
 namespace lamina::test {
 namespace {
@@ -64,6 +65,45 @@ TEST_P(StepPlanModel, FusedPlanGivesThePlainOpsLogits) {
   if (pending) {
     EXPECT_GT(planned.taken_norms, 0);
   }
+  std::filesystem::remove(path);
+}
+
+// The engine's passes over a paged cache (several sequences, rows picked for logits, decode rows
+// of three sequences in one pass): the same through the fused plan as through the plain ops.
+TEST(StepPlanModel, PagedPassesGiveThePlainOpsLogits) {
+  const std::string path = ::testing::TempDir() + "/lamina-plan-paged.gguf";
+  shell(std::string(LAMINA_CLI) + " gen-model --preset tiny-llama3 --type q8_0 --vocab '" + kVocab + "' --seed 7 -o '" +
+        path + "' 2>&1");
+  ASSERT_TRUE(std::filesystem::exists(path));
+  const GgufFile f = GgufFile::open(path);
+  constexpr int kBlock = 16;
+  const std::vector<std::vector<int32_t>> tables{{5, 2}, {9, 0, 14}, {7}};
+  const std::vector<std::span<const int32_t>> spans(tables.begin(), tables.end());
+  // per pass: (sequence, first position, rows)
+  const std::vector<std::vector<std::tuple<int, int, int>>> passes{
+      {{0, 0, 20}, {1, 0, 30}}, {{0, 20, 1}, {1, 30, 1}, {2, 0, 10}}, {{0, 21, 1}, {1, 31, 1}, {2, 10, 1}}, {{2, 11, 1}}};
+  auto run = [&](Backend& be) {
+    LlamaModel m(f, be);
+    m.init_cache(256, GgmlType::F16);
+    std::vector<std::vector<float>> out;
+    for (const auto& pass : passes) {
+      std::vector<int32_t> tokens, pos, row_seq, pick;
+      for (const auto& [q, first, rows] : pass) {
+        for (int i = 0; i < rows; ++i) tokens.push_back(3 + (q * 37 + first + i) % 90), pos.push_back(first + i), row_seq.push_back(q);
+        pick.push_back(int32_t(tokens.size()) - 1);
+      }
+      const KvLayout layout{kBlock, row_seq, spans};
+      const Tensor lg = m.forward_batch(tokens, pos, layout, pick);
+      out.emplace_back(size_t(lg.rows * lg.cols));
+      be.read(lg, out.back().data());
+    }
+    return out;
+  };
+  CpuBackend plain(2), under(2);
+  PlanOnCpu planned(under);
+  const auto want = run(plain), got = run(planned);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "pass " << i;
+  EXPECT_GT(planned.fused_nodes, 0);
   std::filesystem::remove(path);
 }
 
