@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# What the lent GPU machine lacks, carried in the ignored folder .carry (README, "GPU machine"):
+#   scripts/gpu-carry.sh prepare    here: pcre2.h, cpp-httplib's header, a copy of ../shared, and
+#                                   the test models (SmolLM2, Gemma 3 270M; scripts/fetch-model.sh)
+#                                   cut into parts of at most 47 MiB; prints what each call carries
+#                                   (a call takes 64 MiB in all, the working tree included)
+#   scripts/gpu-carry.sh assemble   there: joins a model whose parts have all arrived (kept between
+#                                   calls while the machine is warm) into .carry/<name>.gguf, checked
+#                                   by sha256; gpu-check.sh then finds it
+set -euo pipefail
+cd "$(dirname "$0")/.."
+C=.carry
+PART=47M
+case "${1:-}" in
+  prepare)
+    mkdir -p $C/include $C/httplib $C/shared $C/parts
+    cp /usr/include/pcre2.h $C/include/
+    cp /usr/include/httplib.h $C/httplib/ 2>/dev/null || echo "gpu-carry: no /usr/include/httplib.h (scripts/deps.sh installs it): serve is not built there" >&2
+    rm -rf $C/shared/data && cp -r ../shared/data $C/shared/ && chmod -R u+w $C/shared
+    rm -f $C/parts/*
+    for name in smollm2 gemma3; do
+      arg=; [ $name = gemma3 ] && arg=gemma3
+      model=$(scripts/fetch-model.sh $arg) || { echo "gpu-carry: $name unavailable" >&2; continue; }
+      split -b $PART -d "$model" $C/parts/$name.
+      sha256sum "$model" | cut -c1-64 > $C/parts/$name.sha256
+    done
+    parts=($(ls $C/parts/smollm2.[0-9][0-9] $C/parts/gemma3.[0-9][0-9] 2>/dev/null))
+    echo "call 1 carries: $C/include $C/httplib $C/shared $(ls $C/parts/*.sha256 | tr '\n' ' ')${parts[0]:-}"
+    for f in "${parts[@]:1}"; do echo "next call carries: $f"; done
+    echo "each call that has all of a model's parts runs scripts/gpu-carry.sh assemble first"
+    ;;
+  assemble)
+    for sum in $C/parts/*.sha256; do
+      [ -f "$sum" ] || continue
+      name=$(basename "$sum" .sha256)
+      [ -f $C/$name.gguf ] && continue
+      cat $C/parts/$name.[0-9][0-9] > $C/$name.gguf.tmp
+      if [ "$(sha256sum $C/$name.gguf.tmp | cut -c1-64)" = "$(cat "$sum")" ]; then
+        mv $C/$name.gguf.tmp $C/$name.gguf && echo "gpu-carry: $C/$name.gguf"
+      else
+        rm $C/$name.gguf.tmp && echo "gpu-carry: $name: parts missing or damaged (sha256 differs)"
+      fi
+    done
+    ;;
+  *) echo "usage: scripts/gpu-carry.sh prepare|assemble" >&2; exit 1 ;;
+esac
