@@ -24,7 +24,7 @@ case "${1:-}" in
       split -b $PART -d "$model" $C/parts/$name.
       sha256sum "$model" | cut -c1-64 > $C/parts/$name.sha256
     done
-    parts=($(ls $C/parts/smollm2.[0-9][0-9] $C/parts/gemma3.[0-9][0-9] 2>/dev/null))
+    parts=($(ls $C/parts/smollm2.[0-9][0-9] 2>/dev/null) $(ls $C/parts/gemma3.[0-9][0-9] 2>/dev/null))
     echo "call 1 carries: $C/include $C/httplib $C/shared $(ls $C/parts/*.sha256 | tr '\n' ' ')${parts[0]:-}"
     for f in "${parts[@]:1}"; do echo "next call carries: $f"; done
     echo "each call that has all of a model's parts runs scripts/gpu-carry.sh assemble first"
