@@ -19,6 +19,7 @@ extra=()
 pkg-config --exists cpp-httplib 2>/dev/null || [ ! -f .carry/httplib/httplib.h ] ||
   extra+=("-DLAMINA_HTTPLIB_HEADER_DIR=$PWD/.carry/httplib")
 export LAMINA_TUNE_CACHE_DIR="$OUT"
+[ -d .carry/parts ] && scripts/gpu-carry.sh assemble  # models carried in parts (scripts/gpu-carry.sh)
 [ -z "${LAMINA_MODEL:-}" ] && [ -f .carry/smollm2.gguf ] && export LAMINA_MODEL=$PWD/.carry/smollm2.gguf
 [ -z "${LAMINA_GEMMA3:-}" ] && [ -f .carry/gemma3.gguf ] && export LAMINA_GEMMA3=$PWD/.carry/gemma3.gguf
 MODELS="${MODELS:-/tmp/lamina-models}"
