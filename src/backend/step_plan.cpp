@@ -125,7 +125,9 @@ class Fuser {
         }
       }
       // 5b. The add of a block's output, then the norm of the sum.
-      if ((a.op == Op::Add || (a.op == Op::AddNorm && !a.norm2)) && same(a.x, b.x) && !overlaps(b.out, a.x)) {
+      // (One eps for both norms: the kernel takes one.)
+      const bool one_eps = a.op == Op::Add || !a.norm || a.eps == b.eps;
+      if ((a.op == Op::Add || (a.op == Op::AddNorm && !a.norm2)) && one_eps && same(a.x, b.x) && !overlaps(b.out, a.x)) {
         Node f = a;
         f.op = Op::AddNorm, f.out = b.out, f.norm2 = b.w, f.eps = b.eps;
         replace_tail(o, 2, std::move(f));
