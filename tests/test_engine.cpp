@@ -247,6 +247,16 @@ TEST_F(EngineTest, BenchParallelPrintsOneRowPerCount) {
   const std::string out = shell(cli + "--parallel 1,3 -p 12 -n 4 --prefix 8 2>&1");
   EXPECT_NE(out.find("| parallel | requests |    gen t/s"), std::string::npos) << out;
   for (const char* row : {"|        1 |        2 |", "|        3 |        6 |"}) EXPECT_NE(out.find(row), std::string::npos) << out;
+  // KV waste: each sequence holds 12 to 16 tokens in one block of 16 (the shared 8-token prefix
+  // fills no block), so between 0 and 4 of its 16 positions are empty: 0 to 25 %, and 25 % at
+  // admission.
+  EXPECT_NE(out.find("KV waste %"), std::string::npos) << out;
+  const size_t row3 = out.find("|        3 |        6 |"), end = out.find('\n', row3);
+  ASSERT_NE(row3, std::string::npos);
+  const std::string line = out.substr(row3, end - row3 - 1);  // (up to the closing '|')
+  const double waste = std::stod(line.substr(line.rfind('|', line.size() - 1) + 1));
+  EXPECT_GT(waste, 0.0) << line;
+  EXPECT_LE(waste, 25.0) << line;
   EXPECT_NE(out.find("prompt tokens found in the prefix cache"), std::string::npos) << out;
   for (const char* bad : {"--parallel 0", "--parallel 2,x", "--parallel 2 -p 4 --prefix 5"}) {
     const std::string err = shell(cli + bad + " 2>&1 >/dev/null; echo rc=$?");

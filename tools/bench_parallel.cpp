@@ -3,7 +3,9 @@
 // one replaced at once, until 2N have finished. Each request is a prompt of -p random tokens (the
 // first --prefix of them shared by all) and -n greedy tokens. Reported per N: aggregate
 // generated tokens per second over the run, the mean per-sequence decode rate, time to first
-// token and inter-token latency (p50 / p99), and the most KV blocks in use.
+// token and inter-token latency (p50 / p99), the most KV blocks in use, and the KV waste: the
+// used blocks' positions that hold no token (each sequence's last block is part full), as a
+// share of the used blocks' positions, averaged over the engine's steps.
 #include "bench_parallel.h"
 
 #include "core/error.h"
@@ -59,15 +61,18 @@ void run_parallel_bench(Session& sess, const ParallelBenchSpec& spec) {
   std::mt19937_64 rng(11);
   std::vector<int32_t> prefix(size_t(spec.prefix));
   for (auto& t : prefix) t = int32_t(rng() % c.n_vocab);
-  fmt::print("| {:>8} | {:>8} | {:>10} | {:>10} | {:>12} | {:>12} | {:>11} | {:>11} | {:>9} |\n", "parallel", "requests",
-             "gen t/s", "seq t/s", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms", "KV blocks");
-  fmt::print("| {:->8} | {:->8} | {:->10} | {:->10} | {:->12} | {:->12} | {:->11} | {:->11} | {:->9} |\n", "", "", "", "", "",
-             "", "", "", "");
+  fmt::print("| {:>8} | {:>8} | {:>10} | {:>10} | {:>12} | {:>12} | {:>11} | {:>11} | {:>9} | {:>10} |\n", "parallel",
+             "requests", "gen t/s", "seq t/s", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms", "KV blocks",
+             "KV waste %");
+  fmt::print("| {:->8} | {:->8} | {:->10} | {:->10} | {:->12} | {:->12} | {:->11} | {:->11} | {:->9} | {:->10} |\n", "", "", "", "",
+             "", "", "", "", "", "");
   for (int n_par : spec.parallel) {
     const int total = 2 * n_par;
     std::map<int64_t, Timing> timing;
     std::vector<double> ttft, itl, seq_rate;
     int submitted = 0, finished = 0, max_blocks = 0;
+    double waste_sum = 0;  // the KV blocks' positions holding no token, summed over the steps
+    int64_t steps = 0;
     int64_t generated = 0;
     std::function<void()> submit_one;
     TokenCallback on_token = [&](const TokenEvent& e) {
@@ -107,13 +112,14 @@ void run_parallel_bench(Session& sess, const ParallelBenchSpec& spec) {
     while (finished < total) {
       if (!engine.step()) fail("bench: the engine stopped with {} of {} requests unfinished", total - finished, total);
       max_blocks = std::max(max_blocks, engine.kv().used_blocks());
+      waste_sum += engine.kv().waste(), ++steps;
     }
     const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
     double seq_mean = 0;
     for (double v : seq_rate) seq_mean += v / double(seq_rate.size());
-    fmt::print("| {:>8} | {:>8} | {:>10.2f} | {:>10.2f} | {:>12.1f} | {:>12.1f} | {:>11.2f} | {:>11.2f} | {:>9} |\n", n_par,
-               total, double(generated) / wall, seq_mean, percentile(ttft, 0.5), percentile(ttft, 0.99),
-               percentile(itl, 0.5), percentile(itl, 0.99), max_blocks);
+    fmt::print("| {:>8} | {:>8} | {:>10.2f} | {:>10.2f} | {:>12.1f} | {:>12.1f} | {:>11.2f} | {:>11.2f} | {:>9} | {:>10.2f} |\n",
+               n_par, total, double(generated) / wall, seq_mean, percentile(ttft, 0.5), percentile(ttft, 0.99),
+               percentile(itl, 0.5), percentile(itl, 0.99), max_blocks, steps ? 100 * waste_sum / double(steps) : 0.0);
     std::fflush(stdout);
   }
   const EngineStats s = engine.stats();
