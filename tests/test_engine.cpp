@@ -258,7 +258,7 @@ TEST_F(EngineTest, BenchParallelPrintsOneRowPerCount) {
   EXPECT_GT(waste, 0.0) << line;
   EXPECT_LE(waste, 25.0) << line;
   EXPECT_NE(out.find("prompt tokens found in the prefix cache"), std::string::npos) << out;
-  for (const char* bad : {"--parallel 0", "--parallel 2,x", "--parallel 2 -p 4 --prefix 5"}) {
+  for (const char* bad : {"--parallel 0", "--parallel 2,x", "--parallel 2 -p 4 --prefix 5", "--parallel 2 --kv-block 0"}) {
     const std::string err = shell(cli + bad + " 2>&1 >/dev/null; echo rc=$?");
     EXPECT_NE(err.find("rc=1"), std::string::npos) << bad << ": " << err;
     EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 2) << bad << ": " << err;  // one line, then rc

@@ -57,7 +57,9 @@ std::vector<int> parse_parallel(const std::string& list) {
 
 void run_parallel_bench(Session& sess, const ParallelBenchSpec& spec) {
   const ModelConfig& c = sess.config();
-  Engine engine(sess, EngineOptions{});
+  EngineOptions eo;
+  eo.block_tokens = spec.block_tokens;
+  Engine engine(sess, eo);
   std::mt19937_64 rng(11);
   std::vector<int32_t> prefix(size_t(spec.prefix));
   for (auto& t : prefix) t = int32_t(rng() % c.n_vocab);

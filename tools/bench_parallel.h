@@ -12,6 +12,7 @@ struct ParallelBenchSpec {
   std::vector<int> parallel;  // concurrent sequences per row
   int n_prompt = 128, n_gen = 128;
   int prefix = 0;             // leading prompt tokens every request shares
+  int block_tokens = 16;      // positions per KV block
 };
 
 // "1,16,64" -> {1, 16, 64}; throws lamina::Error naming the flag on anything else.

@@ -5,7 +5,8 @@
 // Generated tokens are sampled greedily where the backend samples (on the GPU: one id per step).
 // --profile: after the table, the per-op breakdown of one more run of each test.
 // --parallel N1,N2,...: many sequences at once through the batching engine instead
-// (bench_parallel.cpp), with -p / -n per request and --prefix shared prompt tokens.
+// (bench_parallel.cpp), with -p / -n per request, --prefix shared prompt tokens and --kv-block
+// positions per KV block.
 #include "bench_parallel.h"
 #include "cli_checks.h"
 #include "commands.h"
@@ -31,6 +32,7 @@ struct BenchArgs {
   std::string pg;  // "P,N"
   std::string parallel;  // "N1,N2,..."
   int prefix = 0;
+  int kv_block = 16;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -76,12 +78,13 @@ double time_prompt_gen(Session& s, const std::vector<int32_t>& toks, int n, size
 void run_parallel(const BenchArgs& a) {
   ParallelBenchSpec spec;
   spec.parallel = parse_parallel(a.parallel);
-  spec.n_prompt = a.n_prompt, spec.n_gen = a.n_gen, spec.prefix = a.prefix;
+  spec.n_prompt = a.n_prompt, spec.n_gen = a.n_gen, spec.prefix = a.prefix, spec.block_tokens = a.kv_block;
   if (spec.n_prompt < 1 || spec.n_gen < 1) fail("--parallel wants -p and -n of at least 1");
   if (spec.prefix > spec.n_prompt) fail("--prefix {} is longer than the prompt of {} tokens (-p)", spec.prefix, spec.n_prompt);
   SessionOptions o = a.s.resolve();
-  // The cache: every sequence of the widest row at full length, in blocks of 16.
-  if (o.n_ctx == 0) o.n_ctx = *std::max_element(spec.parallel.begin(), spec.parallel.end()) * ((spec.n_prompt + spec.n_gen + 15) / 16 + 1) * 16;
+  // The cache: every sequence of the widest row at full length, in whole blocks, and one more.
+  const int bt = spec.block_tokens;
+  if (o.n_ctx == 0) o.n_ctx = *std::max_element(spec.parallel.begin(), spec.parallel.end()) * ((spec.n_prompt + spec.n_gen + bt - 1) / bt + 1) * bt;
   o.n_batch = 512;
   Session sess(o);
   const auto t0 = Clock::now();
@@ -157,6 +160,7 @@ Run add_bench(CLI::App& app) {
   sub->add_option("--parallel", a->parallel,
                   "Sequences at once through the batching engine, closed loop: N1,N2,... (each request -p prompt and -n generated tokens)");
   sub->add_option("--prefix", a->prefix, "With --parallel: leading prompt tokens all requests share")->check(whole_in(0, 1 << 16));
+  sub->add_option("--kv-block", a->kv_block, "With --parallel: positions per KV block (default 16)")->check(whole_in(1, 4096));
   return [a] { run_bench(*a); };
 }
 
