@@ -118,10 +118,13 @@ void run_tune(const TuneArgs& a) {
   cudaStream_t s;
   cuda_check(cudaStreamCreate(&s), "no CUDA device available");
   // GEMVs by what their tune key holds (the shape, x as int8 blocks, y's blocks made in the
-  // epilogue; a pending norm's GEMV is tuned as one with x8, where gemv() looks it up).
+  // epilogue; a pending norm's GEMV is tuned as one with x8, where gemv() looks it up). y8 is
+  // timed for one repacked row only, as decode makes it; others fall back to the shape without.
   std::set<std::tuple<GgmlType, WeightLayout, int64_t, int64_t, int, bool, bool, bool>> gemvs;
-  for (const GemvProblem& p : seen.gemv)
-    gemvs.insert({p.wtype, p.layout, p.n, p.k, p.batch, p.w_up != nullptr, p.x8 || p.norm_w, p.y8 && p.y8_count});
+  for (const GemvProblem& p : seen.gemv) {
+    const bool y8 = p.y8 && p.y8_count && p.batch == 1 && p.n % 32 == 0 && p.layout == WeightLayout::Repacked;
+    gemvs.insert({p.wtype, p.layout, p.n, p.k, p.batch, p.w_up != nullptr, p.x8 || p.norm_w, y8});
+  }
   for (const auto& [type, layout, n, k, batch, pair, with_x8, with_y8] : gemvs) {
     GemvProblem p;
     p.wtype = type, p.layout = layout, p.n = n, p.k = k, p.batch = batch;
