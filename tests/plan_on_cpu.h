@@ -47,72 +47,31 @@ class PlanOnCpu final : public Backend {
   void read(Tensor t, float* host) override { flush(), cpu_.read(t, host); }
   void argmax_rows(Tensor logits, std::span<int32_t> out) override { flush({}, true), cpu_.argmax_rows(logits, out); }
 
-  void embed(const Weight& table, std::span<const int32_t>, Tensor out) override { record(op(plan::Op::Embed, {}, out, table)); }
-  void rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) override {
-    plan::Node n = op(plan::Op::RmsNorm, x, out, w);
-    n.eps = eps;
-    record(std::move(n));
-  }
-  void matmul(const Weight& w, Tensor x, Tensor out) override { record(op(plan::Op::Matmul, x, out, w)); }
-  void matmul_add(const Weight& w, Tensor x, Tensor inout) override {
-    plan::Node n = op(plan::Op::Matmul, x, inout, w);
-    n.accumulate = true;
-    record(std::move(n));
-  }
+  // The ops recorded as the CUDA backend records them (Plan's recording methods).
+  void embed(const Weight& table, std::span<const int32_t>, Tensor out) override { plan_.embed(table, out); }
+  void rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) override { plan_.rmsnorm(x, w, eps, out); }
+  void matmul(const Weight& w, Tensor x, Tensor out) override { plan_.matmul(w, x, out); }
+  void matmul_add(const Weight& w, Tensor x, Tensor inout) override { plan_.matmul(w, x, inout, true); }
   void matmul_multi(std::span<const Weight* const> w, Tensor x, std::span<const Tensor> out) override {
-    plan::Node n = op(plan::Op::MatmulMulti, x);
-    for (const Weight* wi : w) n.ws.push_back(*wi);
-    n.outs.assign(out.begin(), out.end());
-    record(std::move(n));
+    plan_.matmul_multi(w, x, out);
   }
-  void add_bias(Tensor x, const Weight& b) override { record(op(plan::Op::AddBias, x, {}, b)); }
-  void add(Tensor x, Tensor y) override {
-    plan::Node n = op(plan::Op::Add, x);
-    n.y = y;
-    record(std::move(n));
-  }
+  void add_bias(Tensor x, const Weight& b) override { plan_.add_bias(x, b); }
+  void add(Tensor x, Tensor y) override { plan_.in_place(plan::Op::Add, x, y); }
   void rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t>, const RopeParams& p) override {
-    plan::Node n = op(plan::Op::Rope, x);
-    n.n_heads = n_heads, n.head_dim = head_dim, n.rope = p;
-    record(std::move(n));
+    plan_.rope(x, n_heads, head_dim, p);
   }
   void attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos, const AttentionParams& p,
                  Tensor out) override {
-    plan::Node n = op(plan::Op::Attention, q, out);
-    n.y = k, n.z = v, n.layer = layer, n.attn = p, n.pos_first = pos.front(), n.pos_last = pos.back();
-    record(std::move(n));
+    plan_.attention(layer, q, k, v, pos, p, out, false);
   }
-  void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) override {
-    plan::Node n = op(plan::Op::CopyRows, src, dst);
-    n.ids.assign(rows.begin(), rows.end());
-    record(std::move(n));
-  }
-  void swiglu(Tensor gate, Tensor up) override {
-    plan::Node n = op(plan::Op::Swiglu, gate);
-    n.y = up;
-    record(std::move(n));
-  }
-  void geglu(Tensor gate, Tensor up) override {
-    plan::Node n = op(plan::Op::Geglu, gate);
-    n.y = up;
-    record(std::move(n));
-  }
-  void scale(Tensor x, float s) override {
-    plan::Node n = op(plan::Op::Scale, x);
-    n.s = s;
-    record(std::move(n));
-  }
+  void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) override { plan_.copy_rows(src, rows, dst); }
+  void swiglu(Tensor gate, Tensor up) override { plan_.in_place(plan::Op::Swiglu, gate, up); }
+  void geglu(Tensor gate, Tensor up) override { plan_.in_place(plan::Op::Geglu, gate, up); }
+  void scale(Tensor x, float s) override { plan_.scale(x, s); }
 
   int fused_nodes = 0, taken_norms = 0, copies_read = 0;  // what the plans did (the test asserts some happened)
 
  private:
-  static plan::Node op(plan::Op o, Tensor x, Tensor out = {}, const Weight& w = {}) {
-    plan::Node n;
-    n.op = o, n.x = x, n.out = out, n.w = w;
-    return n;
-  }
-  void record(plan::Node n) { plan_.add(std::move(n)); }
-
   plan::Rules rules() const {
     plan::Rules r;
     r.int8_x = true, r.x8_ss_max_k = 4096, r.y8_counters = 16384;

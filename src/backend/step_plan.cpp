@@ -322,6 +322,69 @@ std::vector<Tensor> writes(const Node& n) {
   }
 }
 
+namespace {
+Node node(Op op, Tensor x, Tensor out = {}, const Weight& w = {}) {
+  Node n;
+  n.op = op, n.x = x, n.out = out, n.w = w;
+  return n;
+}
+}  // namespace
+
+void Plan::embed(const Weight& table, Tensor out) { add(node(Op::Embed, {}, out, table)); }
+
+void Plan::rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) {
+  Node n = node(Op::RmsNorm, x, out, w);
+  n.eps = eps;
+  add(std::move(n));
+}
+
+void Plan::matmul(const Weight& w, Tensor x, Tensor out, bool accumulate) {
+  Node n = node(Op::Matmul, x, out, w);
+  n.accumulate = accumulate;
+  add(std::move(n));
+}
+
+void Plan::matmul_multi(std::span<const Weight* const> w, Tensor x, std::span<const Tensor> out) {
+  Node n = node(Op::MatmulMulti, x);
+  for (const Weight* wi : w) n.ws.push_back(*wi);
+  n.outs.assign(out.begin(), out.end());
+  add(std::move(n));
+}
+
+void Plan::in_place(Op op, Tensor x, Tensor y) {
+  Node n = node(op, x);
+  n.y = y;
+  add(std::move(n));
+}
+
+void Plan::add_bias(Tensor x, const Weight& b) { add(node(Op::AddBias, x, {}, b)); }
+
+void Plan::scale(Tensor x, float s) {
+  Node n = node(Op::Scale, x);
+  n.s = s;
+  add(std::move(n));
+}
+
+void Plan::rope(Tensor x, int n_heads, int head_dim, const RopeParams& p) {
+  Node n = node(Op::Rope, x);
+  n.n_heads = n_heads, n.head_dim = head_dim, n.rope = p;
+  add(std::move(n));
+}
+
+void Plan::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos, const AttentionParams& p,
+                     Tensor out, bool each_position) {
+  Node n = node(Op::Attention, q, out);
+  n.y = k, n.z = v, n.layer = layer, n.attn = p, n.pos_first = pos.front(), n.pos_last = pos.back();
+  if (each_position) n.ids.assign(pos.begin(), pos.end());
+  add(std::move(n));
+}
+
+void Plan::copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) {
+  Node n = node(Op::CopyRows, src, dst);
+  n.ids.assign(rows.begin(), rows.end());
+  add(std::move(n));
+}
+
 void Plan::fuse(const Rules& r, Tensor result, bool pass_end) {
   nodes_ = Fuser(r).merge(nodes_);
   nodes_ = settle_pending(std::move(nodes_), r, pass_end);

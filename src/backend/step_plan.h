@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,20 @@ bool overlaps(const Tensor& a, const Tensor& b);
 
 class Plan {
  public:
+  // Recording: one node per plain op, as Backend's ops (the backend checks the arguments first).
+  void embed(const Weight& table, Tensor out);
+  void rmsnorm(Tensor x, const Weight& w, float eps, Tensor out);
+  void matmul(const Weight& w, Tensor x, Tensor out, bool accumulate = false);
+  void matmul_multi(std::span<const Weight* const> w, Tensor x, std::span<const Tensor> out);
+  void in_place(Op op, Tensor x, Tensor y);  // Add, Swiglu, Geglu: x op= y
+  void add_bias(Tensor x, const Weight& b);
+  void scale(Tensor x, float s);
+  void rope(Tensor x, int n_heads, int head_dim, const RopeParams& p);
+  // each_position: keep every row's position (the paged path's costs), not only the first and last.
+  void attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos, const AttentionParams& p,
+                 Tensor out, bool each_position);
+  void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst);
+
   void add(Node n) { nodes_.push_back(std::move(n)); }
   bool empty() const { return nodes_.empty(); }
   void clear() { nodes_.clear(); }

@@ -37,17 +37,7 @@ void CudaBackend::exec_rope(const Node& n) {
   run_op("rope", double(n.x.rows * n.x.cols) * 8.0, 0, [&] { return kn::rope(n.x.data, n.x.rows, dev_pos(), a, stream_); });
 }
 
-// The checks of an attention op's arguments (at record time) and the layer's cache.
-CudaBackend::LayerCache CudaBackend::layer_cache(int layer, Tensor q, std::span<const int32_t> pos,
-                                                 const AttentionParams& p) {
-  check("attention", int64_t(pos.size()) == n_in_ && q.rows == n_in_, "positions differ from begin_forward's");
-  check("attention", layer >= 0 && layer < kv_layers_, "layer outside the KV cache");
-  if (pos.back() >= kv_ctx_) fail("position {} is outside the context of {} tokens", pos.back(), kv_ctx_);
-  Node n;
-  n.layer = layer, n.attn = p;
-  return layer_cache(n);
-}
-
+// The layer's cache and the kernels' attention arguments.
 CudaBackend::LayerCache CudaBackend::layer_cache(const Node& n) const {
   const AttentionParams& p = n.attn;
   LayerCache c;

@@ -148,6 +148,7 @@ class CudaBackend final : public Backend {
   plan::Plan plan_;
   MatmulProblems* problems_ = nullptr;
   void record_in_place(plan::Op op, Tensor x, Tensor y);
+  void record_matmul(const Weight& w, Tensor x, Tensor out, bool accumulate);
   plan::Rules fusion_rules() const;
   void flush(Tensor result = {}, bool pass_end = false);
   // What a node wrote beside its output while the plan ran, for the nodes that fuse() marked to
@@ -186,7 +187,6 @@ class CudaBackend final : public Backend {
     void* k = nullptr;
     void* v = nullptr;
   };
-  LayerCache layer_cache(int layer, Tensor q, std::span<const int32_t> pos, const AttentionParams& p);
   LayerCache layer_cache(const plan::Node& n) const;
   // Attention nodes (cuda_attention.cpp): RoPE alone, the cache store and attention, the fused
   // RoPE + cache store (+ the decode attention in one kernel at short context).

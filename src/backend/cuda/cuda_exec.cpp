@@ -40,9 +40,7 @@ plan::Rules CudaBackend::fusion_rules() const {
     ra.n_heads = n.attn.n_head, ra.head_dim = n.attn.head_dim, ra.n_rot = n.rope.n_rot;
     return kn::head_norms_supported(a, ra);
   };
-  r.gemm_input = [](const Weight& w) {
-    return w.type == GgmlType::F32 ? GgmlType::F32 : w.type == GgmlType::BF16 ? GgmlType::BF16 : GgmlType::F16;
-  };
+  r.gemm_input = [](const Weight& w) { return gemm_input_type(w.type); };
   return r;
 }
 

@@ -65,7 +65,7 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
     kn::GemmProblem p;
     p.b_type = w.type;
     p.b_layout = layout;
-    p.a_type = w.type == GgmlType::F32 ? GgmlType::F32 : w.type == GgmlType::BF16 ? GgmlType::BF16 : GgmlType::F16;
+    p.a_type = gemm_input_type(w.type);
     p.c_type = GgmlType::F32;
     p.m = x.rows, p.n = w.rows, p.k = w.cols;
     const auto a16 = [&](GgmlType t) { return x16 && t == act16_ ? x16 : convert(x, t); };

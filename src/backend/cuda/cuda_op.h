@@ -18,8 +18,10 @@ inline constexpr size_t kMinScratch = size_t(64) << 20;
 
 inline bool float_type(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
 
-inline bool overlaps(const Tensor& a, const Tensor& b) {
-  return a.data && b.data && a.data < b.data + b.rows * b.cols && b.data < a.data + a.rows * a.cols;
+// The type a GEMM with this weight reads its activations in: f32 for f32 weights, bf16 for bf16,
+// f16 otherwise.
+inline GgmlType gemm_input_type(GgmlType w) {
+  return w == GgmlType::F32 ? GgmlType::F32 : w == GgmlType::BF16 ? GgmlType::BF16 : GgmlType::F16;
 }
 
 // One kernel-library call as a named op: timed under --profile (bytes and FLOPs give its GB/s and

@@ -7,110 +7,72 @@
 
 namespace lamina {
 
-using plan::Node;
-using plan::Op;
-
-namespace {
-
-Node node(Op op, Tensor x, Tensor out = {}) {
-  Node n;
-  n.op = op, n.x = x, n.out = out;
-  return n;
-}
-
-}  // namespace
-
 void CudaBackend::embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) {
   check("embed", int64_t(tokens.size()) == n_in_ && out.rows == n_in_, "token ids differ from begin_forward's");
   check("embed", !info(table).repacked, "the embedding table must stay in GGUF blocks");
   check("embed", out.cols == table.cols, "the output's width differs from the table's");
-  Node n = node(Op::Embed, {}, out);
-  n.w = table;
-  plan_.add(std::move(n));
+  plan_.embed(table, out);
 }
 
 void CudaBackend::rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) {
   check("rmsnorm", x.rows == out.rows && x.cols == out.cols && w.cols == x.cols, "shapes differ");
-  Node n = node(Op::RmsNorm, x, out);
-  n.w = w, n.eps = eps;
-  plan_.add(std::move(n));
+  plan_.rmsnorm(x, w, eps, out);
 }
 
-void CudaBackend::matmul(const Weight& w, Tensor x, Tensor out) {
+void CudaBackend::matmul(const Weight& w, Tensor x, Tensor out) { record_matmul(w, x, out, false); }
+void CudaBackend::matmul_add(const Weight& w, Tensor x, Tensor inout) { record_matmul(w, x, inout, true); }
+
+void CudaBackend::record_matmul(const Weight& w, Tensor x, Tensor out, bool accumulate) {
   check("matmul", x.cols == w.cols && out.rows == x.rows && out.cols == w.rows, "shapes differ");
   const DevWeight& d = info(w);
   check("matmul", !d.stack || !d.repacked, "a part of a repacked stack is only multiplied together with the other parts");
-  Node n = node(Op::Matmul, x, out);
-  n.w = w;
-  plan_.add(std::move(n));
-}
-
-void CudaBackend::matmul_add(const Weight& w, Tensor x, Tensor inout) {
-  matmul(w, x, inout);
-  plan_.nodes().back().accumulate = true;
+  plan_.matmul(w, x, out, accumulate);
 }
 
 void CudaBackend::matmul_multi(std::span<const Weight* const> w, Tensor x, std::span<const Tensor> out) {
   check("matmul_multi", !w.empty() && w.size() == out.size(), "one output per weight");
   for (size_t i = 0; i < w.size(); ++i)
     check("matmul_multi", x.cols == w[i]->cols && out[i].rows == x.rows && out[i].cols == w[i]->rows, "shapes differ");
-  Node n = node(Op::MatmulMulti, x);
-  for (const Weight* wi : w) n.ws.push_back(*wi);
-  n.outs.assign(out.begin(), out.end());
-  plan_.add(std::move(n));
+  plan_.matmul_multi(w, x, out);
 }
 
 void CudaBackend::add_bias(Tensor x, const Weight& b) {
   check("add_bias", b.cols == x.cols, "shapes differ");
-  Node n = node(Op::AddBias, x);
-  n.w = b;
-  plan_.add(std::move(n));
+  plan_.add_bias(x, b);
 }
 
-void CudaBackend::add(Tensor x, Tensor y) { record_in_place(Op::Add, x, y); }
-void CudaBackend::swiglu(Tensor gate, Tensor up) { record_in_place(Op::Swiglu, gate, up); }
-void CudaBackend::geglu(Tensor gate, Tensor up) { record_in_place(Op::Geglu, gate, up); }
+void CudaBackend::add(Tensor x, Tensor y) { record_in_place(plan::Op::Add, x, y); }
+void CudaBackend::swiglu(Tensor gate, Tensor up) { record_in_place(plan::Op::Swiglu, gate, up); }
+void CudaBackend::geglu(Tensor gate, Tensor up) { record_in_place(plan::Op::Geglu, gate, up); }
 
 // x op= y, element by element (add, swiglu, geglu).
-void CudaBackend::record_in_place(Op op, Tensor x, Tensor y) {
+void CudaBackend::record_in_place(plan::Op op, Tensor x, Tensor y) {
   check(plan::op_name(op), x.rows == y.rows && x.cols == y.cols, "shapes differ");
-  Node n = node(op, x);
-  n.y = y;
-  plan_.add(std::move(n));
+  plan_.in_place(op, x, y);
 }
 
-void CudaBackend::scale(Tensor x, float s) {
-  Node n = node(Op::Scale, x);
-  n.s = s;
-  plan_.add(std::move(n));
-}
+void CudaBackend::scale(Tensor x, float s) { plan_.scale(x, s); }
 
 void CudaBackend::rope(Tensor x, int n_heads, int head_dim, std::span<const int32_t> pos, const RopeParams& p) {
   check("rope", int64_t(pos.size()) == n_in_ && x.rows == n_in_, "positions differ from begin_forward's");
   check("rope", int64_t(n_heads) * head_dim == x.cols, "heads differ from the row's width");
-  Node n = node(Op::Rope, x);
-  n.n_heads = n_heads, n.head_dim = head_dim, n.rope = p;
-  plan_.add(std::move(n));
+  plan_.rope(x, n_heads, head_dim, p);
 }
 
 void CudaBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos,
                             const AttentionParams& p, Tensor out) {
-  layer_cache(layer, q, pos, p);  // (its checks)
+  check("attention", int64_t(pos.size()) == n_in_ && q.rows == n_in_, "positions differ from begin_forward's");
+  check("attention", layer >= 0 && layer < kv_layers_, "layer outside the KV cache");
+  if (pos.back() >= kv_ctx_) fail("position {} is outside the context of {} tokens", pos.back(), kv_ctx_);
   check("attention", k.rows == q.rows && v.rows == q.rows && out.rows == q.rows, "rows differ");
-  Node n = node(Op::Attention, q, out);
-  n.y = k, n.z = v, n.layer = layer, n.attn = p;
-  n.pos_first = pos.front(), n.pos_last = pos.back();
-  if (layout_) n.ids.assign(pos.begin(), pos.end());  // each row's own length (paged costs)
-  plan_.add(std::move(n));
+  plan_.attention(layer, q, k, v, pos, p, out, layout_ != nullptr);  // (paged: each row's own length for the costs)
 }
 
 void CudaBackend::copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) {
   check("copy_rows", int64_t(rows.size()) == dst.rows && src.cols == dst.cols, "shapes differ");
   for (int32_t r : rows)
     if (r < 0 || r >= src.rows) fail("copy_rows: row {} of {}", r, src.rows);
-  Node n = node(Op::CopyRows, src, dst);
-  n.ids.assign(rows.begin(), rows.end());
-  plan_.add(std::move(n));
+  plan_.copy_rows(src, rows, dst);
 }
 
 }  // namespace lamina
