@@ -61,6 +61,20 @@ inline double rel_l2(const std::vector<float>& got, const std::vector<float>& wa
   return std::sqrt(e / n);
 }
 
+// The manifest's case `name` (null when there is none).
+inline json golden_case(const std::string& name) {
+  const json m = manifest();
+  for (const auto& c : m["cases"])
+    if (c["name"] == name) return c;
+  return nullptr;
+}
+
+// `lamina gen-model --preset P --type T --seed S -o path` with the test vocabulary; its output.
+inline std::string gen_model(const std::string& preset, const std::string& type, int seed, const std::string& path) {
+  return shell(std::string(LAMINA_CLI) + " gen-model --preset " + preset + " --type " + type + " --vocab '" + kVocab +
+               "' --seed " + std::to_string(seed) + " -o '" + path + "' 2>&1");
+}
+
 inline std::string default_model() {
   if (const char* p = std::getenv("LAMINA_MODEL")) return p;
   const char* home = std::getenv("HOME");

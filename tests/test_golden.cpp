@@ -54,16 +54,12 @@ void check_logits(const std::string& model, const json& c, bool exact, double to
 class GoldenTiny : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoldenTiny, LogitsMatchReference) {
-  const json m = manifest();
-  json c;
-  for (const auto& x : m["cases"]) if (x["name"] == GetParam()) c = x;
+  const json c = golden_case(GetParam());
   ASSERT_FALSE(c.is_null()) << GetParam();
   const std::string type = c["gen"]["type"], preset = c["gen"]["preset"];
   const std::string path = ::testing::TempDir() + "/lamina-golden-" + GetParam() + ".gguf";
-  const std::string cmd = std::string(LAMINA_CLI) + " gen-model --preset " + preset + " --type " + type + " --vocab '" +
-                          kVocab + "' --seed 42 -o '" + path + "' 2>&1";
-  shell(cmd);
-  ASSERT_TRUE(std::filesystem::exists(path)) << cmd;
+  const std::string out = gen_model(preset, type, 42, path);
+  ASSERT_TRUE(std::filesystem::exists(path)) << out;
   ASSERT_EQ(sha256(path), c["sha256"].get<std::string>())
       << "gen-model output changed: regenerate tests/golden with scripts/reference/make_golden.py";
   check_logits(path, c, true, 1e-3);

@@ -42,16 +42,11 @@ Passes run_model(const GgufFile& f, Backend& be, const std::vector<int32_t>& pro
 class StepPlanModel : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(StepPlanModel, FusedPlanGivesThePlainOpsLogits) {
-  const json mf = manifest();
-  json c;
-  for (const auto& x : mf["cases"]) if (x["name"] == GetParam()) c = x;
+  const json c = golden_case(GetParam());
   ASSERT_FALSE(c.is_null()) << GetParam();
   const std::string path = ::testing::TempDir() + "/lamina-plan-" + GetParam() + ".gguf";
-  const std::string cmd = std::string(LAMINA_CLI) + " gen-model --preset " + c["gen"]["preset"].get<std::string>() +
-                          " --type " + c["gen"]["type"].get<std::string>() + " --vocab '" + kVocab + "' --seed 42 -o '" +
-                          path + "' 2>&1";
-  shell(cmd);
-  ASSERT_TRUE(std::filesystem::exists(path)) << cmd;
+  gen_model(c["gen"]["preset"], c["gen"]["type"], 42, path);
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
   const GgufFile f = GgufFile::open(path);
   const std::vector<int32_t> prompt = c["tokens"].get<std::vector<int32_t>>();
   CpuBackend plain(2), under(2);
@@ -72,8 +67,7 @@ TEST_P(StepPlanModel, FusedPlanGivesThePlainOpsLogits) {
 // of three sequences in one pass): the same through the fused plan as through the plain ops.
 TEST(StepPlanModel, PagedPassesGiveThePlainOpsLogits) {
   const std::string path = ::testing::TempDir() + "/lamina-plan-paged.gguf";
-  shell(std::string(LAMINA_CLI) + " gen-model --preset tiny-llama3 --type q8_0 --vocab '" + kVocab + "' --seed 7 -o '" +
-        path + "' 2>&1");
+  gen_model("tiny-llama3", "q8_0", 7, path);
   ASSERT_TRUE(std::filesystem::exists(path));
   const GgufFile f = GgufFile::open(path);
   constexpr int kBlock = 16;

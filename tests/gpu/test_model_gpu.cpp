@@ -43,9 +43,7 @@ std::vector<std::vector<float>> run(Session& s, const std::vector<int32_t>& prom
 
 std::string gen_tiny(const json& c) {
   const std::string path = ::testing::TempDir() + "/lamina-gpu-" + c["name"].get<std::string>() + ".gguf";
-  if (!std::filesystem::exists(path))
-    shell(std::string(LAMINA_CLI) + " gen-model --preset " + c["gen"]["preset"].get<std::string>() + " --type " +
-          c["gen"]["type"].get<std::string>() + " --vocab '" + kVocab + "' --seed 42 -o '" + path + "' 2>&1");
+  if (!std::filesystem::exists(path)) gen_model(c["gen"]["preset"], c["gen"]["type"], 42, path);
   return path;
 }
 
