@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the lent GPU machine lacks, carried in the ignored folder .carry (README, "GPU machine"):
-#   scripts/gpu-carry.sh prepare    here: pcre2.h, cpp-httplib's header, a copy of ../shared, and
+#   scripts/gpu-carry.sh prepare    here: pcre2.h, checks cpp-httplib's header, a copy of ../shared, and
 #                                   the test models (SmolLM2, Gemma 3 270M; scripts/fetch-model.sh)
 #                                   cut into parts of at most 47 MiB; prints what each call carries
 #                                   (a call takes 64 MiB in all, the working tree included)
@@ -15,7 +15,10 @@ case "${1:-}" in
   prepare)
     mkdir -p $C/include $C/httplib $C/shared $C/parts
     cp /usr/include/pcre2.h $C/include/
-    cp /usr/include/httplib.h $C/httplib/ 2>/dev/null || echo "gpu-carry: no /usr/include/httplib.h (scripts/deps.sh installs it): serve is not built there" >&2
+    # Debian's httplib.h declares only (its code is in libcpp-httplib.so, absent there): the GPU
+    # machine needs upstream's single header, tag v0.11.4, put in $C/httplib by hand (README).
+    grep -q "inline void Server::stop" $C/httplib/httplib.h 2>/dev/null ||
+      echo "gpu-carry: no single-header httplib.h in $C/httplib (README, GPU machine): serve is not built there" >&2
     rm -rf $C/shared/data && cp -r ../shared/data $C/shared/ && chmod -R u+w $C/shared
     rm -f $C/parts/*
     for name in smollm2 gemma3; do

@@ -200,11 +200,12 @@ TEST(CudaEngine, GreedyTokensEqualTheCpuEnginesUpToNearTies) {
     const size_t j = size_t(std::mismatch(w.begin(), w.end(), g.begin()).first - w.begin());
     if (j == w.size()) continue;
     ++parted;
-    std::printf("request %zu parts at token %zu\n", i, j);
     std::vector<int32_t> ctx = reqs[i].prompt;
     ctx.insert(ctx.end(), w.begin(), w.begin() + long(j));
     check.reset();
     const std::vector<float>& lg = check.eval(ctx);
+    std::printf("request %zu (%zu prompt tokens) parts at token %zu: CPU margin %.4f\n", i, reqs[i].prompt.size(), j,
+                double(lg[size_t(w[j])] - lg[size_t(g[j])]));
     EXPECT_LE(lg[size_t(w[j])] - lg[size_t(g[j])], 5e-2f) << "request " << i << " parts at token " << j << ": CPU "
                                                           << w[j] << ", CUDA " << g[j];
   }

@@ -5,6 +5,7 @@
 #include "format/quant.h"
 #include "kernels/common/q8_blocks.h"
 #include "kernels/gemv/gemv.h"
+#include "kernels/gemv/gemv_tune.h"
 #include "x8_host.h"
 
 #include <cuda_runtime.h>
@@ -445,6 +446,36 @@ TEST(GemvY8, GemvMakesTheInt8CopyOfY) {
   DeviceBuf w(1 << 14), x(1 << 12), y(1 << 12);
   bad.w = w.p, bad.x = x.as<float>(), bad.y = y.as<float>(), bad.n = 40, bad.k = 64, bad.y8 = x.p;
   EXPECT_FALSE(gemv_validate(bad, *find_gemv_variant("v5_stream")).ok);
+}
+
+// Decode's gate/up takes a pending norm (norm_w, x8 and x8_ss given) and makes the down
+// projection's y8; `lamina tune` times it as the pair with x8 given and y8 made. gemv() must find
+// that entry, not fall back to the default rung: the tuned choice here skips the default's first
+// config, so only a lookup that finds the entry can return it. (It once fell back: the lookup
+// dropped y8 before trying x8 for norm_w, and decode ran 28 % slower.)
+TEST(GemvTune, PendingNormGateUpFindsTheTunedX8Y8Entry) {
+  static const int marker = 0;
+  static int y8_marker = 0;
+  static unsigned count_marker = 0;
+  GemvProblem shape;  // a shape no other test tunes; pointers are markers (gemv_tune allocates)
+  shape.wtype = GgmlType::Q4_0, shape.layout = WeightLayout::Repacked;
+  shape.n = 1120, shape.k = 640, shape.batch = 1;
+  shape.w_up = &marker, shape.x8 = &marker, shape.y8 = &y8_marker, shape.y8_count = &count_marker;
+  const GemvVariant* fallback = find_gemv_variant("q_dp4a");
+  ASSERT_NE(fallback, nullptr);
+  const std::string fallback_choice = std::string("q_dp4a(") + fallback->configs.front().str() + ")";
+  ASSERT_EQ(gemv_choice(shape), fallback_choice) << "untuned: the default rung's first config";
+  const auto best = gemv_tune(shape, nullptr, fallback_choice);
+  ASSERT_TRUE(best.has_value());
+  const std::string tuned = std::string(best->variant->name) + "(" + best->config.str() + ")";
+  ASSERT_NE(tuned, fallback_choice);
+  GemvProblem run = shape;  // as the CUDA backend runs it: the pending norm's fields as well
+  static const float gain = 1.f;
+  static const double ss = 1.0;
+  run.norm_w = &gain, run.norm_eps = 1e-5f, run.x8_ss = &ss;
+  EXPECT_EQ(gemv_choice(run), tuned);
+  run.y8 = nullptr, run.y8_count = nullptr;  // no y8 entry for this one: the x8 pair's own (untuned)
+  EXPECT_EQ(gemv_choice(run), fallback_choice);
 }
 
 // gemv() with norm_w: a variant that fuses the norm (q_dp4a for q4_0) does it in its prologue;

@@ -101,26 +101,29 @@ static const GemvVariant* default_variant(const GemvProblem& p) {
   return nullptr;
 }
 
-// The tuned entry for p: its own shape's; without the int8 copy of y; with norm_w, the same
-// shape's with x8 given; then the shape's without x8.
+// The tuned entry for p, the first found of: its own shape's; with norm_w, the same shape's with
+// x8 given (tune times a pending norm's GEMV so); each of those without the int8 copy of y; then
+// the shape's without x8. (Decode's gate/up takes a pending norm and makes y8: tuned as x8 y8.)
 static std::optional<TuneEntry> tuned_entry(const GemvProblem& p) {
-  auto& cache = TuneCache::get("gemv");
-  GemvProblem q = p;
-  auto e = cache.find(tune_key(q));
-  if (!e && q.y8) {
-    q.y8 = nullptr;
-    e = cache.find(tune_key(q));
-  }
-  if (!e && q.norm_w) {
-    static const char marker = 0;
+  static const char marker = 0;
+  std::vector<GemvProblem> tries{p};
+  if (p.norm_w) {
+    GemvProblem q = p;
     q.norm_w = nullptr, q.x8 = &marker;
-    e = cache.find(tune_key(q));
+    tries.push_back(q);
   }
-  if (!e && q.x8) {
-    q.x8 = nullptr;
-    e = cache.find(tune_key(q));
+  for (size_t i = 0, n = tries.size(); i < n && p.y8; ++i) {
+    GemvProblem q = tries[i];
+    q.y8 = nullptr;
+    tries.push_back(q);
   }
-  return e;
+  GemvProblem bare = tries.back();
+  bare.x8 = nullptr;
+  if (p.x8 || p.norm_w) tries.push_back(bare);
+  auto& cache = TuneCache::get("gemv");
+  for (const GemvProblem& q : tries)
+    if (auto e = cache.find(tune_key(q))) return e;
+  return std::nullopt;
 }
 
 // The variant and config gemv() runs for p.
@@ -139,6 +142,12 @@ bool gemv_makes_y8(const GemvProblem& p) {
   GemvConfig c;
   const GemvVariant* v = dispatch(p, c);
   return v && v->writes_y8 && p.y8_count;
+}
+
+std::string gemv_choice(const GemvProblem& p) {
+  GemvConfig c;
+  const GemvVariant* v = dispatch(p, c);
+  return v ? std::string(v->name) + "(" + c.str() + ")" : "";
 }
 
 Status gemv(const GemvProblem& p, cudaStream_t s) {

@@ -123,6 +123,10 @@ struct GemvVariant {
 // p.y8_count is given); y8_gain and y8_ss need that.
 bool gemv_makes_y8(const GemvProblem& p);
 
+// The variant and config gemv() would run for p, as "name(config)": the tuned entry its lookup
+// finds (see gemv()), else the default rung's first config; "" when no variant takes p.
+std::string gemv_choice(const GemvProblem& p);
+
 const std::vector<GemvVariant>& gemv_variants();
 const GemvVariant* find_gemv_variant(const std::string& name);
 
@@ -130,8 +134,9 @@ const GemvVariant* find_gemv_variant(const std::string& name);
 Status gemv_validate(const GemvProblem& p, const GemvVariant& v);
 
 // Runs the best known variant/config for the problem (autotune cache, else a default), then
-// makes y8 if one was asked for and the variant did not. With norm_w the lookup falls back to
-// the shape tuned with x8 (the same x8 made in the prologue), then without.
+// makes y8 if one was asked for and the variant did not. The lookup falls back from p's own
+// shape to, in order: with norm_w, the shape tuned with x8 (the same x8 made in the prologue);
+// each without y8; the shape without x8.
 Status gemv(const GemvProblem& p, cudaStream_t s);
 
 // Bytes of W (and W_up) a GEMV reads: the figure GB/s is computed from.
