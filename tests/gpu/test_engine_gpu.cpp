@@ -135,8 +135,9 @@ TEST(CudaPaged, SmolPassesMatchCpuAndTheSequenceAlone) {
   paged_passes_match(smol_path(), 8e-2);
 }
 
-// Prompts of real text (the GPL-3 license every Debian and Ubuntu system has), greedy.
-std::vector<Request> text_requests(Session& s, int n, int max_tokens) {
+// Prompts of real text (the GPL-3 license every Debian and Ubuntu system has), drawn at
+// `temperature` (0: greedy, the device's argmax rows; else the host's seeded sampler, seed 0).
+std::vector<Request> text_requests(Session& s, int n, int max_tokens, float temperature) {
   std::ifstream f("/usr/share/common-licenses/GPL-3");
   std::stringstream ss;
   ss << f.rdbuf();
@@ -147,6 +148,7 @@ std::vector<Request> text_requests(Session& s, int n, int max_tokens) {
     const size_t at = size_t(i) * 997 % (text.size() - 2000);
     r.prompt = s.tokenizer().tokenize(text.substr(at, 60 + size_t(i) * 37 % 400), true, false);
     r.max_tokens = max_tokens;
+    r.sampling.temperature = temperature;
     out.push_back(std::move(r));
   }
   return out;
@@ -184,7 +186,7 @@ TEST(CudaEngine, GreedyTokensEqualTheCpuEnginesUpToNearTies) {
   Session cpu(o);
   o.device = "cuda";
   Session cuda(o);
-  const std::vector<Request> reqs = text_requests(cpu, 24, 24);
+  const std::vector<Request> reqs = text_requests(cpu, 24, 24, 0.f);
   std::vector<int64_t> cpu_ids, cuda_ids;
   auto want = run_engine(cpu, reqs, cpu_ids);
   auto got = run_engine(cuda, reqs, cuda_ids);
@@ -216,7 +218,7 @@ TEST(CudaEngine, GreedyTokensEqualTheCpuEnginesUpToNearTies) {
 // length bucket and replayed: the same kernels on the same data, so the tokens are those of eager
 // passes, bit for bit, on the fast and the exact path; with steps of 16 and fewer rows recurring,
 // graphs must have been recorded.
-void recorded_steps_give_eager_tokens(bool exact, int n_tokens) {
+void recorded_steps_give_eager_tokens(bool exact, int n_tokens, float temperature) {
   ASSERT_FALSE(smol_path().empty()) << "set LAMINA_MODEL to SmolLM2 (scripts/gpu-check.sh does)";
   std::map<int64_t, std::vector<int32_t>> runs[2];
   int recorded = 0;
@@ -230,7 +232,7 @@ void recorded_steps_give_eager_tokens(bool exact, int n_tokens) {
     auto& cuda = dynamic_cast<CudaBackend&>(s.backend());
     cuda.set_graphs(graphs);
     std::vector<int64_t> ids;
-    const auto got = run_engine(s, text_requests(s, 16, n_tokens), ids);
+    const auto got = run_engine(s, text_requests(s, 16, n_tokens, temperature), ids);
     for (size_t i = 0; i < ids.size(); ++i) runs[graphs][int64_t(i)] = got.at(ids[i]);
     if (graphs) recorded = cuda.recorded_graphs();
   }
@@ -243,7 +245,8 @@ void recorded_steps_give_eager_tokens(bool exact, int n_tokens) {
               recorded);
 }
 
-TEST(CudaEngine, RecordedDecodeStepsGiveTheEagerTokens) { recorded_steps_give_eager_tokens(false, 300); }
-TEST(CudaEngine, RecordedExactDecodeStepsGiveTheEagerTokens) { recorded_steps_give_eager_tokens(true, 100); }
+// Sampled rows (the logits to the host's sampler) and greedy rows (the device's argmax).
+TEST(CudaEngine, RecordedDecodeStepsGiveTheEagerTokens) { recorded_steps_give_eager_tokens(false, 300, 0.8f); }
+TEST(CudaEngine, RecordedExactDecodeStepsGiveTheEagerTokens) { recorded_steps_give_eager_tokens(true, 100, 0.f); }
 
 }  // namespace
