@@ -82,6 +82,7 @@ TEST(CpuMatmul, EveryTierAndShapeGivesTheOneRowKernelsBits) {
       {GgmlType::Q4_0, 128, {32}, 5},           {GgmlType::Q8_0, 64, {16}, 9},
       {GgmlType::Q4_1, 96, {16}, 10},           {GgmlType::Q4_K, 256, {16}, 11},
       {GgmlType::Q6_K, 256, {32}, 12},
+      {GgmlType::Q5_K, 512, {24, 9}, 13},       {GgmlType::Q5_K, 256, {16}, 2},
   };
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 1.f);

@@ -220,7 +220,7 @@ INSTANTIATE_TEST_SUITE_P(Types, RoundTrip,
   ::testing::Values(Bound{GgmlType::F16, 1e-3}, Bound{GgmlType::BF16, 8e-3}, Bound{GgmlType::Q8_0, 1e-2},
                     Bound{GgmlType::Q8_1, 1e-2}, Bound{GgmlType::Q5_0, 0.06}, Bound{GgmlType::Q5_1, 0.05},
                     Bound{GgmlType::Q4_0, 0.12}, Bound{GgmlType::Q4_1, 0.10}, Bound{GgmlType::Q4_K, 0.10},
-                    Bound{GgmlType::Q6_K, 0.03}),
+                    Bound{GgmlType::Q5_K, 0.05}, Bound{GgmlType::Q6_K, 0.03}),
   [](const auto& p) { return std::string(type_name(p.param.type)); });
 
 TEST(QuantRef, KQuantsBeatLegacyAtSameBits) {
@@ -239,6 +239,7 @@ TEST(QuantRef, KQuantsBeatLegacyAtSameBits) {
     return std::sqrt(e / n);
   };
   EXPECT_LT(rmse(GgmlType::Q4_K), rmse(GgmlType::Q4_1));
+  EXPECT_LT(rmse(GgmlType::Q5_K), rmse(GgmlType::Q5_1));
   EXPECT_LT(rmse(GgmlType::Q6_K), rmse(GgmlType::Q5_0));
 }
 

@@ -1,5 +1,5 @@
 // Reference quantisers. The legacy ones reproduce llama.cpp's quantize_row_*_ref bit for bit
-// (formats.md §2.4); Q4_K and Q6_K use a least-squares scale search of our own.
+// (formats.md §2.4); Q4_K, Q5_K and Q6_K use a least-squares scale search of our own.
 #include "core/error.h"
 #include "core/half.h"
 #include "format/quant.h"
@@ -152,16 +152,18 @@ float fit_scale_min(const float* x, const float* w, int n, int nmax, uint8_t* q,
   return best_scale;
 }
 
-void q4_K(const float* x, block_q4_K* b) {
+// Q4_K and Q5_K (nmax 15 or 31): per 32-element sub-block a fitted scale and min, both stored as
+// 6-bit multiples of the super-block's d and dmin; the quants re-fitted to the stored scales.
+// Writes the header (d, dmin, scales) and returns the quants L[256] in 0..nmax.
+void k_scales_and_quants(const float* x, int nmax, uint16_t* d_out, uint16_t* dmin_out, uint8_t* scales_out, uint8_t* L) {
   float scales[8], mins[8], w[32];
-  uint8_t L[QK_K];
   float sum2 = 0;
   for (int i = 0; i < QK_K; ++i) sum2 += x[i] * x[i];
   const float av = std::sqrt(sum2 / QK_K);
   float max_scale = 0, max_min = 0;
   for (int j = 0; j < 8; ++j) {
     for (int l = 0; l < 32; ++l) w[l] = av + std::fabs(x[32 * j + l]);
-    scales[j] = fit_scale_min(x + 32 * j, w, 32, 15, L + 32 * j, &mins[j]);
+    scales[j] = fit_scale_min(x + 32 * j, w, 32, nmax, L + 32 * j, &mins[j]);
     max_scale = std::max(max_scale, scales[j]);
     max_min = std::max(max_min, mins[j]);
   }
@@ -171,26 +173,41 @@ void q4_K(const float* x, block_q4_K* b) {
     ls[j] = uint8_t(std::min(63, d > 0 ? nearest(scales[j] / d) : 0));
     lm[j] = uint8_t(std::min(63, dmin > 0 ? nearest(mins[j] / dmin) : 0));
   }
-  std::memset(b->scales, 0, sizeof b->scales);
-  for (int j = 0; j < 4; ++j) { b->scales[j] = ls[j]; b->scales[j + 4] = lm[j]; }
+  std::memset(scales_out, 0, K_SCALE_SIZE);
+  for (int j = 0; j < 4; ++j) { scales_out[j] = ls[j]; scales_out[j + 4] = lm[j]; }
   for (int j = 4; j < 8; ++j) {
-    b->scales[j + 4] = uint8_t((ls[j] & 15) | (lm[j] & 15) << 4);
-    b->scales[j - 4] |= uint8_t((ls[j] >> 4) << 6);
-    b->scales[j] |= uint8_t((lm[j] >> 4) << 6);
+    scales_out[j + 4] = uint8_t((ls[j] & 15) | (lm[j] & 15) << 4);
+    scales_out[j - 4] |= uint8_t((ls[j] >> 4) << 6);
+    scales_out[j] |= uint8_t((lm[j] >> 4) << 6);
   }
-  b->d = f32_to_f16(d);
-  b->dmin = f32_to_f16(dmin);
+  *d_out = f32_to_f16(d);
+  *dmin_out = f32_to_f16(dmin);
   // Re-quantise against the scales as stored (rounded to 6 bits and f16).
-  const float df = f16_to_f32(b->d), dminf = f16_to_f32(b->dmin);
+  const float df = f16_to_f32(*d_out), dminf = f16_to_f32(*dmin_out);
   for (int j = 0; j < 8; ++j) {
     uint8_t sc, m;
-    q4k_scale_min(j, b->scales, &sc, &m);
+    q4k_scale_min(j, scales_out, &sc, &m);
     const float ds = df * sc, dm = dminf * m;
     for (int l = 0; l < 32; ++l)
-      L[32 * j + l] = uint8_t(ds > 0 ? std::clamp(nearest((x[32 * j + l] + dm) / ds), 0, 15) : 0);
+      L[32 * j + l] = uint8_t(ds > 0 ? std::clamp(nearest((x[32 * j + l] + dm) / ds), 0, nmax) : 0);
   }
+}
+
+void q4_K(const float* x, block_q4_K* b) {
+  uint8_t L[QK_K];
+  k_scales_and_quants(x, 15, &b->d, &b->dmin, b->scales, L);
   for (int c = 0; c < 4; ++c)
     for (int l = 0; l < 32; ++l) b->qs[32 * c + l] = uint8_t(L[64 * c + l] | L[64 * c + 32 + l] << 4);
+}
+
+// Q5_K: Q4_K's nibbles (the low 4 bits) and the fifth bit of element e as bit e / 32 of qh[e % 32].
+void q5_K(const float* x, block_q5_K* b) {
+  uint8_t L[QK_K];
+  k_scales_and_quants(x, 31, &b->d, &b->dmin, b->scales, L);
+  std::memset(b->qh, 0, sizeof b->qh);
+  for (int c = 0; c < 4; ++c)
+    for (int l = 0; l < 32; ++l) b->qs[32 * c + l] = uint8_t((L[64 * c + l] & 15) | (L[64 * c + 32 + l] & 15) << 4);
+  for (int e = 0; e < QK_K; ++e) b->qh[e % 32] |= uint8_t((L[e] >> 4) << (e / 32));
 }
 
 // Symmetric fit x ~ scale*q, q in [-nmax, nmax-1], weights x^2; returns the scale.
@@ -262,7 +279,7 @@ bool can_quantize(GgmlType t) {
   switch (t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0:
     case GgmlType::Q8_1: case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0:
-    case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q6_K: return true;
+    case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: return true;
     default: return false;
   }
 }
@@ -290,6 +307,7 @@ void quantize_row(GgmlType t, const float* x, void* dst, int64_t n) {
     case GgmlType::Q5_0: return blocks<block_q5_0, q5_0, QK>(x, dst, n);
     case GgmlType::Q5_1: return blocks<block_q5_1, q5_1, QK>(x, dst, n);
     case GgmlType::Q4_K: return blocks<block_q4_K, q4_K, QK_K>(x, dst, n);
+    case GgmlType::Q5_K: return blocks<block_q5_K, q5_K, QK_K>(x, dst, n);
     case GgmlType::Q6_K: return blocks<block_q6_K, q6_K, QK_K>(x, dst, n);
     default: break;
   }

@@ -130,6 +130,30 @@ float dot_q4_K(int64_t n, const void* w, const void* x) {
   }
   return s;
 }
+// Q5_K: dot_q4_K's sums with the fifth bit (bit e / 32 of qh[e % 32]) added to each quant.
+float dot_q5_K(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const block_q5_K*>(w);
+  const auto* b = static_cast<const block_q8_K*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    int sum = 0, sum_min = 0;
+    for (int t = 0; t < 8; ++t) {
+      uint8_t sc, m;
+      q4k_scale_min(t, a[i].scales, &sc, &m);
+      int st = 0;
+      for (int l = 0; l < 32; ++l) {
+        const int e = 32 * t + l;
+        const uint8_t byte = a[i].qs[32 * (e / 64) + l];
+        const int q = ((e % 64 < 32) ? (byte & 15) : (byte >> 4)) | ((a[i].qh[l] >> t) & 1) << 4;
+        st += q * b[i].qs[e];
+      }
+      sum += sc * st;
+      sum_min += m * (b[i].bsums[2 * t] + b[i].bsums[2 * t + 1]);
+    }
+    s += b[i].d * (f16_to_f32(a[i].d) * float(sum) - f16_to_f32(a[i].dmin) * float(sum_min));
+  }
+  return s;
+}
 float dot_q6_K(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const block_q6_K*>(w);
   const auto* b = static_cast<const block_q8_K*>(x);
@@ -202,6 +226,7 @@ VecDot scalar_kernel(GgmlType t) {
     case GgmlType::Q5_1: return {ActType::Q8S, dot_q5_1};
     case GgmlType::Q8_0: return {ActType::Q8, dot_q8_0};
     case GgmlType::Q4_K: return {ActType::Q8K, dot_q4_K};
+    case GgmlType::Q5_K: return {ActType::Q8K, dot_q5_K};
     case GgmlType::Q6_K: return {ActType::Q8K, dot_q6_K};
     default: return {ActType::F32, nullptr};  // dequantise-then-dot fallback
   }

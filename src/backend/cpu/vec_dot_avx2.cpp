@@ -107,24 +107,26 @@ LAMINA_AVX2 inline __m128i q4k_scales_mins(const uint8_t* s12) {
   return _mm_load_si128(reinterpret_cast<const __m128i*>(sm));
 }
 
-// q4_K against q8_K for R weight rows (w + r * w_stride) at once, out[r]: each row's blocks in
-// turn, as the one-row kernel (R = 1) takes them; R rows read side by side keep R memory streams
-// in flight (decode), and share the activation loads.
-template <int R>
+// q4_K (or, kQ5, q5_K) against q8_K for R weight rows (w + r * w_stride) at once, out[r]: each
+// row's blocks in turn, as the one-row kernel (R = 1) takes them; R rows read side by side keep R
+// memory streams in flight (decode), and share the activation loads. q5_K's fifth bit of element
+// e is bit e / 32 of qh[e % 32]: merged into each byte as 16 before the multiply (quants 0..31).
+template <int R, bool kQ5 = false>
 LAMINA_AVX2 void rows_q4_K(int64_t n, const void* w, size_t w_stride, const void* x, float* out) {
+  using Block = std::conditional_t<kQ5, block_q5_K, block_q4_K>;
   const auto* b = static_cast<const block_q8_K*>(x);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
   float total[R];
   for (int r = 0; r < R; ++r) total[r] = 0;
   for (int64_t i = 0; i < n / QK_K; ++i) {
-    const block_q4_K* a[R];
-    for (int r = 0; r < R; ++r) a[r] = reinterpret_cast<const block_q4_K*>(static_cast<const uint8_t*>(w) + size_t(r) * w_stride) + i;
+    const Block* a[R];
+    for (int r = 0; r < R; ++r) a[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + size_t(r) * w_stride) + i;
     // sum_t min_t * (bsums[2t] + bsums[2t+1]): the pairs by hadd (|sum| <= 4064), then madd.
     const __m256i bs = load32(b[i].bsums);
     const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
     alignas(16) int16_t sc16[R][8];  // the eight scales as int16
     int sum_min[R];
-    __m256i sumi[R];
+    __m256i sumi[R], qh[R];
     for (int r = 0; r < R; ++r) {
       const __m128i sm = q4k_scales_mins(a[r]->scales);
       __m128i pm = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_unpackhi_epi64(sm, sm)), pairs);
@@ -132,13 +134,19 @@ LAMINA_AVX2 void rows_q4_K(int64_t n, const void* w, size_t w_stride, const void
       sum_min[r] = _mm_cvtsi128_si32(_mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1)));
       _mm_store_si128(reinterpret_cast<__m128i*>(sc16[r]), _mm_cvtepu8_epi16(sm));
       sumi[r] = _mm256_setzero_si256();
+      if constexpr (kQ5) qh[r] = load32(a[r]->qh);
     }
     for (int c = 0; c < 4; ++c) {  // 64 elements: 32 low nibbles (sub-block 2c), 32 high (2c+1)
       const __m256i xl = load32(b[i].qs + 64 * c), xh = load32(b[i].qs + 64 * c + 32);
       for (int r = 0; r < R; ++r) {
         const __m256i raw = load32(a[r]->qs + 32 * c);
-        const __m256i plo = _mm256_maddubs_epi16(_mm256_and_si256(raw, low4), xl);
-        const __m256i phi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), low4), xh);
+        __m256i qlo = _mm256_and_si256(raw, low4), qhi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        if constexpr (kQ5) {  // bits 2c and 2c + 1 of each qh byte, moved to bit 4 (16-bit shifts; masked per byte)
+          qlo = _mm256_or_si256(qlo, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh[r], 2 * c), 4), bit4));
+          qhi = _mm256_or_si256(qhi, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh[r], 2 * c + 1), 4), bit4));
+        }
+        const __m256i plo = _mm256_maddubs_epi16(qlo, xl);
+        const __m256i phi = _mm256_maddubs_epi16(qhi, xh);
         const __m256i s_lo = _mm256_set1_epi16(sc16[r][2 * c]), s_hi = _mm256_set1_epi16(sc16[r][2 * c + 1]);
         sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(plo, s_lo));
         sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(phi, s_hi));
@@ -150,16 +158,19 @@ LAMINA_AVX2 void rows_q4_K(int64_t n, const void* w, size_t w_stride, const void
   for (int r = 0; r < R; ++r) out[r] = total[r];
 }
 
-LAMINA_AVX2 float dot_q4_K(int64_t n, const void* w, const void* x) {
+template <bool kQ5>
+LAMINA_AVX2 float dot_qk(int64_t n, const void* w, const void* x) {
   float out;
-  rows_q4_K<1>(n, w, 0, x, &out);
+  rows_q4_K<1, kQ5>(n, w, 0, x, &out);
   return out;
 }
-LAMINA_AVX2 void rows4_q4_K(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
-  rows_q4_K<4>(n, w, w_stride, x, out);
+template <bool kQ5>
+LAMINA_AVX2 void rows4_qk(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
+  rows_q4_K<4, kQ5>(n, w, w_stride, x, out);
 }
-LAMINA_AVX2 void rows8_q4_K(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
-  rows_q4_K<8>(n, w, w_stride, x, out);
+template <bool kQ5>
+LAMINA_AVX2 void rows8_qk(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
+  rows_q4_K<8, kQ5>(n, w, w_stride, x, out);
 }
 
 LAMINA_AVX2 float dot_q6_K(int64_t n, const void* w, const void* x) {
@@ -408,7 +419,8 @@ VecDotFn avx2_kernel(GgmlType t) {
     case GgmlType::F32: return dot_f32;
     case GgmlType::F16: return dot_half<GgmlType::F16>;
     case GgmlType::BF16: return dot_half<GgmlType::BF16>;
-    case GgmlType::Q4_K: return dot_q4_K;
+    case GgmlType::Q4_K: return dot_qk<false>;
+    case GgmlType::Q5_K: return dot_qk<true>;
     case GgmlType::Q6_K: return dot_q6_K;
     default: return int8_kernel(t);
   }
@@ -421,8 +433,12 @@ VecDot4CFn avx2_kernel4c(GgmlType t, int* bias) {
   }
   return int8_kernel4c(t, bias);
 }
-VecDotRows4CFn avx2_rows4c(GgmlType t) { return t == GgmlType::Q4_K ? rows4_q4_K : int8_rows4c(t); }
-VecDotRows4CFn avx2_rows8c(GgmlType t) { return t == GgmlType::Q4_K ? rows8_q4_K : int8_rows8c(t); }
+VecDotRows4CFn avx2_rows4c(GgmlType t) {
+  return t == GgmlType::Q4_K ? rows4_qk<false> : t == GgmlType::Q5_K ? rows4_qk<true> : int8_rows4c(t);
+}
+VecDotRows4CFn avx2_rows8c(GgmlType t) {
+  return t == GgmlType::Q4_K ? rows8_qk<false> : t == GgmlType::Q5_K ? rows8_qk<true> : int8_rows8c(t);
+}
 
 }  // namespace lamina
 

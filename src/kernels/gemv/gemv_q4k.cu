@@ -1,11 +1,16 @@
-// q4k_dp4a: Q4_K in the GGUF layout with int8 activations and dp4a.
-// A 144-byte super-block is [d f16, dmin f16, scales 12 bytes][qs 128 bytes]; with 16-byte
-// aligned rows every super-block is 16-byte aligned. qs chunk j (16 bytes, j = 2c + h) holds
-// elements 64c + 16h + i (low nibbles, sub-block 2c) and 64c + 32 + 16h + i (high nibbles,
-// sub-block 2c + 1), i = 0..15. A lane takes one chunk per step:
+// q4k_dp4a / q5k_dp4a: Q4_K and Q5_K in the GGUF layout with int8 activations and dp4a.
+// A 144-byte Q4_K super-block is [d f16, dmin f16, scales 12 bytes][qs 128 bytes]; Q5_K's 176
+// bytes put qh (32 bytes) between the header and qs. With 16-byte aligned rows every super-block
+// is 16-byte aligned. qs chunk j (16 bytes, j = 2c + h) holds elements 64c + 16h + i (low
+// nibbles, sub-block 2c) and 64c + 32 + 16h + i (high nibbles, sub-block 2c + 1), i = 0..15; in
+// Q5_K the fifth bit of element e is bit e / 32 of qh[e % 32], so the same lane's 16 qh bytes are
+// qh[16h .. 16h + 15], bits 2c (low run) and 2c + 1 (high run). A lane takes one chunk per step:
 //   d * sc_lo * dx_lo * dp4a(lo, x_lo) - dmin * m_lo * dx_lo * sum(x_lo)   (+ the same for hi)
 // where x_lo / x_hi are the 16 int8 activations those nibbles meet (shared-memory x, as q_dp4a),
 // with each x block's largest element (its Q) in the integer sums (q8_blocks.h).
+// q5k_dp4a against q4k_dp4a (the rung it extends): one more 16-byte load per lane and step (the
+// qh half) and the fifth bits merged into both runs before the dp4a, so Q5_K files (Q5_K_M) read
+// their 5.5 bits per weight once instead of falling back to q_generic.
 #include "format/quant_blocks.h"
 #include "kernels/gemv/gemv_common.cuh"
 #include "kernels/gemv/gemv_internal.h"
@@ -13,12 +18,14 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
+
 namespace lamina::kernels {
 namespace {
 
 using namespace gemv_detail;
 
-template <int kRows, int kUnroll, bool kGateUp>
+template <int kRows, int kUnroll, bool kGateUp, bool kQ5>
 __global__ void __launch_bounds__(256) q4k_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
                                                 XSource xin,
                                                 float* __restrict__ y, int64_t n, int64_t k,
@@ -28,7 +35,9 @@ __global__ void __launch_bounds__(256) q4k_dp4a(const uint8_t* __restrict__ w, c
   const uint8_t* xs = x8_source(xin, k, batch, smem);
   const int lane = threadIdx.x % 32;
   const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / 32);
-  const size_t row_bytes = size_t(k / QK_K) * sizeof(block_q4_K);
+  constexpr size_t kBlock = kQ5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+  constexpr int kQs = kQ5 ? 48 : 16;  // qs's offset in the super-block
+  const size_t row_bytes = size_t(k / QK_K) * kBlock;
   const int64_t chunks = (k / QK_K) * 8;
   for (int64_t row0 = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows; row0 < n;
        row0 += warps_total * kRows) {
@@ -38,17 +47,19 @@ __global__ void __launch_bounds__(256) q4k_dp4a(const uint8_t* __restrict__ w, c
     for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat) {
       const uint8_t* wm = mat ? w_up : w;
       for (int64_t j0 = 0; j0 < chunks; j0 += 32 * kUnroll) {
-        uint4 qs[kRows][kUnroll], hd[kRows][kUnroll];
+        uint4 qs[kRows][kUnroll], hd[kRows][kUnroll], qh[kRows][kQ5 ? kUnroll : 1];
 #pragma unroll
         for (int r = 0; r < kRows; ++r)
 #pragma unroll
           for (int u = 0; u < kUnroll; ++u) {
             const int64_t j = j0 + u * 32 + lane;
             const int64_t rr = row0 + r < n ? row0 + r : n - 1;
-            const uint8_t* sb = wm + size_t(rr) * row_bytes + size_t(j / 8) * sizeof(block_q4_K);
+            const uint8_t* sb = wm + size_t(rr) * row_bytes + size_t(j / 8) * kBlock;
             const bool in = j < chunks;
-            qs[r][u] = in ? load_stream(sb + 16 + (j % 8) * 16) : make_uint4(0, 0, 0, 0);
+            qs[r][u] = in ? load_stream(sb + kQs + (j % 8) * 16) : make_uint4(0, 0, 0, 0);
             hd[r][u] = in ? *reinterpret_cast<const uint4*>(sb) : make_uint4(0, 0, 0, 0);  // shared by 8 lanes
+            if constexpr (kQ5)  // qh[16h .. 16h + 15], shared by the 4 lanes of the same h
+              qh[r][u] = in ? *reinterpret_cast<const uint4*>(sb + 16 + (j % 2) * 16) : make_uint4(0, 0, 0, 0);
           }
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
@@ -70,19 +81,38 @@ __global__ void __launch_bounds__(256) q4k_dp4a(const uint8_t* __restrict__ w, c
               q4k_scale_min(2 * c + 1, blk.scales, &sc1, &m1);
               const uint4 v = qs[r][u];
               const uint32_t mk = 0x0F0F0F0Fu;
-              int dl = __dp4a(int(v.x & mk), x.lo.x, 0);
-              dl = __dp4a(int(v.y & mk), x.lo.y, dl);
-              dl = __dp4a(int(v.z & mk), x.lo.z, dl);
-              dl = __dp4a(int(v.w & mk), x.lo.w, dl);
-              const uint32_t hk = 0xF0F0F0F0u;  // high nibbles in place, 16x (dp4a_us)
-              int dh = dp4a_us(v.x & hk, x.hi.x, 0);
-              dh = dp4a_us(v.y & hk, x.hi.y, dh);
-              dh = dp4a_us(v.z & hk, x.hi.z, dh);
-              dh = dp4a_us(v.w & hk, x.hi.w, dh);
-              dh >>= 4;  // exact: a multiple of 16
-              // the quants the blocks' largest elements meet (low nibbles: lo run, high: hi run)
-              dl += int(chunk_byte(v.x, v.y, v.z, v.w, x.m_lo) & 15u) * x.big_lo;
-              dh += int(chunk_byte(v.x, v.y, v.z, v.w, x.m_hi) >> 4) * x.big_hi;
+              int dl, dh;
+              if constexpr (kQ5) {  // 5-bit quants 0..31 of each run, one per byte
+                const uint4 hb = qh[r][u];
+                const auto lo5 = [&](uint32_t q, uint32_t h) { return (q & mk) | (((h >> (2 * c)) & 0x01010101u) << 4); };
+                const auto hi5 = [&](uint32_t q, uint32_t h) { return ((q >> 4) & mk) | (((h >> (2 * c + 1)) & 0x01010101u) << 4); };
+                const uint32_t l0 = lo5(v.x, hb.x), l1 = lo5(v.y, hb.y), l2 = lo5(v.z, hb.z), l3 = lo5(v.w, hb.w);
+                const uint32_t h0 = hi5(v.x, hb.x), h1 = hi5(v.y, hb.y), h2 = hi5(v.z, hb.z), h3 = hi5(v.w, hb.w);
+                dl = __dp4a(int(l0), x.lo.x, 0);
+                dl = __dp4a(int(l1), x.lo.y, dl);
+                dl = __dp4a(int(l2), x.lo.z, dl);
+                dl = __dp4a(int(l3), x.lo.w, dl);
+                dh = __dp4a(int(h0), x.hi.x, 0);
+                dh = __dp4a(int(h1), x.hi.y, dh);
+                dh = __dp4a(int(h2), x.hi.z, dh);
+                dh = __dp4a(int(h3), x.hi.w, dh);
+                dl += int(chunk_byte(l0, l1, l2, l3, x.m_lo)) * x.big_lo;  // the blocks' largest elements
+                dh += int(chunk_byte(h0, h1, h2, h3, x.m_hi)) * x.big_hi;
+              } else {
+                dl = __dp4a(int(v.x & mk), x.lo.x, 0);
+                dl = __dp4a(int(v.y & mk), x.lo.y, dl);
+                dl = __dp4a(int(v.z & mk), x.lo.z, dl);
+                dl = __dp4a(int(v.w & mk), x.lo.w, dl);
+                const uint32_t hk = 0xF0F0F0F0u;  // high nibbles in place, 16x (dp4a_us)
+                dh = dp4a_us(v.x & hk, x.hi.x, 0);
+                dh = dp4a_us(v.y & hk, x.hi.y, dh);
+                dh = dp4a_us(v.z & hk, x.hi.z, dh);
+                dh = dp4a_us(v.w & hk, x.hi.w, dh);
+                dh >>= 4;  // exact: a multiple of 16
+                // the quants the blocks' largest elements meet (low nibbles: lo run, high: hi run)
+                dl += int(chunk_byte(v.x, v.y, v.z, v.w, x.m_lo) & 15u) * x.big_lo;
+                dh += int(chunk_byte(v.x, v.y, v.z, v.w, x.m_hi) >> 4) * x.big_hi;
+              }
               const float d = __half2float(__ushort_as_half(blk.d)), dmin = __half2float(__ushort_as_half(blk.dmin));
               acc[mat][r][b] += x.d_lo * (d * float(sc0) * float(dl) - dmin * float(m0) * float(x.sum_lo)) +
                                 x.d_hi * (d * float(sc1) * float(dh) - dmin * float(m1) * float(x.sum_hi));
@@ -95,34 +125,41 @@ __global__ void __launch_bounds__(256) q4k_dp4a(const uint8_t* __restrict__ w, c
   }
 }
 
-template <int kRows, int kUnroll, bool kGateUp>
+template <int kRows, int kUnroll, bool kGateUp, bool kQ5>
 Status launch_impl(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  return launch_x8_persistent(q4k_dp4a<kRows, kUnroll, kGateUp>, "q4k_dp4a", p, c, kRows, s);
+  return launch_x8_persistent(q4k_dp4a<kRows, kUnroll, kGateUp, kQ5>, kQ5 ? "q5k_dp4a" : "q4k_dp4a", p, c, kRows, s);
 }
 
-template <int kRows, int kUnroll>
+template <int kRows, int kUnroll, bool kQ5>
 Status launch_gate(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  return p.w_up ? launch_impl<kRows, kUnroll, true>(p, c, s) : launch_impl<kRows, kUnroll, false>(p, c, s);
+  return p.w_up ? launch_impl<kRows, kUnroll, true, kQ5>(p, c, s) : launch_impl<kRows, kUnroll, false, kQ5>(p, c, s);
 }
 
-Status run_q4k(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  if (p.wtype != GgmlType::Q4_K) return Status::error("q4k_dp4a: q4_K only");
-  if (p.k % QK_K) return Status::error("q4k_dp4a: k must be a multiple of 256");
-  if (c.rows == 1 && c.unroll == 2) return launch_gate<1, 2>(p, c, s);
-  if (c.rows == 2 && c.unroll == 2) return launch_gate<2, 2>(p, c, s);
-  if (c.rows == 1 && c.unroll == 4) return launch_gate<1, 4>(p, c, s);
-  return Status::error("q4k_dp4a: no instance for config " + c.str());
+template <bool kQ5>
+Status run_k(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+  const GgmlType want = kQ5 ? GgmlType::Q5_K : GgmlType::Q4_K;
+  const std::string name = kQ5 ? "q5k_dp4a" : "q4k_dp4a";
+  if (p.wtype != want) return Status::error(name + ": " + std::string(type_name(want)) + " only");
+  if (p.k % QK_K) return Status::error(name + ": k must be a multiple of 256");
+  if (c.rows == 1 && c.unroll == 2) return launch_gate<1, 2, kQ5>(p, c, s);
+  if (c.rows == 2 && c.unroll == 2) return launch_gate<2, 2, kQ5>(p, c, s);
+  if (c.rows == 1 && c.unroll == 4) return launch_gate<1, 4, kQ5>(p, c, s);
+  return Status::error(name + ": no instance for config " + c.str());
 }
 
 bool q4k_only(GgmlType t) { return t == GgmlType::Q4_K; }
+bool q5k_only(GgmlType t) { return t == GgmlType::Q5_K; }
 
 }  // namespace
 
 void register_q4k_variants(std::vector<GemvVariant>& out) {
+  const std::vector<GemvConfig> configs{GemvConfig{1, 8, 2}, GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 4, 2}};
   out.push_back({"q4k_dp4a", "q4_K in place: a 16-byte quant chunk per lane, int8 x in shared memory, dp4a",
-                 WeightLayout::Gguf, q4k_only, run_q4k,
-                 {GemvConfig{1, 8, 2}, GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 4, 2}},
-                 XRounding::Int8Blocks, /*writes_y8=*/true, /*fuses_norm=*/true});
+                 WeightLayout::Gguf, q4k_only, run_k<false>, configs, XRounding::Int8Blocks, /*writes_y8=*/true,
+                 /*fuses_norm=*/true});
+  out.push_back({"q5k_dp4a", "q5_K in place: q4k_dp4a with the qh half of each lane's chunk merged in as the fifth bit",
+                 WeightLayout::Gguf, q5k_only, run_k<true>, configs, XRounding::Int8Blocks, /*writes_y8=*/true,
+                 /*fuses_norm=*/true});
 }
 
 }  // namespace lamina::kernels
