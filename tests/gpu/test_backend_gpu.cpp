@@ -122,7 +122,8 @@ std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
 }
 
 const GgmlType kTypes[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
-                           GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q6_K};
+                           GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K,
+                           GgmlType::Q6_K};
 
 bool int8_x(GgmlType t) { return t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16; }
 
@@ -204,7 +205,7 @@ TEST(BackendOps, MatmulEveryTypeAndEpilogue) {
   CudaBackend exact(0, true);
   std::mt19937 rng(4);
   for (GgmlType t : kTypes) {
-    for (int64_t rows : {1, 3, 8, 9, 40}) {
+    for (int64_t rows : {1, 3, 8, 9, 40, 160}) {  // 160: types without a GEMM go through f16 from 129 rows
       const int64_t N = 200, K = 512;
       const auto bytes = quantised(t, N, K, rng), up = quantised(t, N, K, rng);
       auto [wc, wg] = b.weight(t, N, K, bytes);

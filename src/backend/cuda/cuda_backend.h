@@ -176,7 +176,7 @@ class CudaBackend final : public Backend {
   const void* convert(Tensor x, GgmlType type);  // x rounded to 16 bits in scratch
   void run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tensor out, bool accumulate,
                   const kernels::GemvProblem& base, const void* x16);
-  void q6k_by_f16(const Weight& w, kernels::GemmProblem p, bool accumulate);
+  void by_f16(const Weight& w, const DevWeight& d, kernels::GemmProblem p, bool accumulate);
   // Scratch for out's int8 blocks where a GEMV reads them (fuse() marked n.x8_out), else null.
   void* x8_scratch(const plan::Node& n, Tensor out);
   bool whole_stack(std::span<const Weight* const> w, Weight& stacked, DevWeight& ds);

@@ -80,12 +80,17 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
     const double bytes = double(d.bytes) + double(x.rows * (x.cols * 2 + out.cols * 4));
     if (problems_) problems_->gemm.push_back(p);
     if (try_op(op_name(accumulate ? "gemm+res" : "gemm", w), bytes, flops, [&] { return kn::gemm(p, stream_); }).ok) return;
-    // no GEMM variant for this type: q6_K of many rows through f16 (below), else GEMVs over 8-row slices
-    if (x.rows > 4 * kn::kGemvMaxBatch && d.repacked && w.type == GgmlType::Q6_K) {
+    // No GEMM variant for this type: many rows through f16 (below: a repacked q6_K from 33 rows; a
+    // quantised matrix in the GGUF layout, such as q5_K, q3_K or q2_K, from 129: its way through
+    // f32 moves about 10 bytes per weight, what 16 slices of a 5-bit GEMV read), else GEMVs over
+    // 8-row slices.
+    const bool q6k = d.repacked && w.type == GgmlType::Q6_K;
+    const bool gguf = !d.repacked && w.type != GgmlType::F32 && x.rows > 16 * kn::kGemvMaxBatch;
+    if (x.rows > 4 * kn::kGemvMaxBatch && (q6k || gguf)) {
       p.a_type = p.b_type = GgmlType::F16;
       p.a = a16(GgmlType::F16);
       p.b_layout = kn::WeightLayout::Gguf;
-      return q6k_by_f16(w, p, accumulate);
+      return by_f16(w, d, p, accumulate);
     }
   }
   const double bytes = double(d.bytes) * double((x.rows + 7) / 8) + double(x.rows * x.cols) * 4.0;
@@ -113,21 +118,35 @@ const void* CudaBackend::convert(Tensor x, GgmlType type) {
   return h;
 }
 
-// A q6_K matmul of many rows (the batching engine's logits, a prompt through a Q4_K_M file's
-// q6_K tensors): 8-row GEMV slices would read the matrix once per 8 rows, so the matrix is
-// dequantised to f16 in slices of up to 4096 of its rows (32 MiB of scratch at k = 4096) and each
-// slice multiplied by the f16 GEMM into its columns of out. p: the GEMM problem with A in f16.
-void CudaBackend::q6k_by_f16(const Weight& w, kn::GemmProblem p, bool accumulate) {
-  const int64_t slice = std::min<int64_t>(w.rows, 4096);
+// A matmul of many rows whose weight type has no GEMM variant (the batching engine's logits
+// through a Q4_K_M file's q6_K tensors, a Q5_K_M or Q3_K_M file's prompt): 8-row GEMV slices would
+// read the matrix once per 8 rows, so the matrix is dequantised to f16 in slices of its rows
+// (8M elements: 16 MiB, and 32 MiB of f32 on the way for the GGUF layout) and each slice multiplied
+// by the f16 GEMM into its columns of out. A repacked q6_K is dequantised to f16 directly; the
+// GGUF layout through dequantize_rows' f32. p: the GEMM problem with A in f16.
+void CudaBackend::by_f16(const Weight& w, const DevWeight& d, kn::GemmProblem p, bool accumulate) {
+  constexpr int64_t kSliceElems = int64_t(8) << 20;
+  const int64_t slice = std::min<int64_t>(w.rows, std::max<int64_t>(128, kSliceElems / w.cols / 128 * 128));
+  const bool direct = d.repacked && w.type == GgmlType::Q6_K;
   void* b = scratch_bytes(size_t(slice) * size_t(w.cols) * 2);
+  float* f32 = direct ? nullptr : static_cast<float*>(scratch_bytes(size_t(slice) * size_t(w.cols) * 4));
+  const size_t rb = row_bytes(w.type, w.cols);
   float* c = static_cast<float*>(p.c);
   for (int64_t r0 = 0; r0 < w.rows; r0 += slice) {
     const int64_t n = std::min(slice, w.rows - r0);
-    run_op("dequant q6_K", double(n) * double(w.cols) * (210.0 / 256 + 2), 0,
-           [&] { return kn::dequant_q6k_repacked(w.data, w.rows, w.cols, r0, n, b, stream_); });
+    const double elems = double(n) * double(w.cols);
+    if (direct) {
+      run_op("dequant q6_K", elems * (210.0 / 256 + 2), 0,
+             [&] { return kn::dequant_q6k_repacked(w.data, w.rows, w.cols, r0, n, b, stream_); });
+    } else {
+      run_op(op_name("dequant", w), double(n) * double(rb) + elems * 4, 0, [&] {
+        return kn::dequantize_rows(w.type, static_cast<const uint8_t*>(w.data) + size_t(r0) * rb, w.cols, nullptr, n, f32, stream_);
+      });
+      run_op("convert", elems * 6, 0, [&] { return kn::convert_f32(f32, n * w.cols, GgmlType::F16, b, stream_); });
+    }
     p.n = n, p.b = b, p.ldb = w.cols, p.c = c + r0;
-    run_op(op_name(accumulate ? "gemm+res (f16)" : "gemm (f16)", w), double(n) * double(w.cols) * 2 + double(p.m * (p.k * 2 + n * 4)),
-           2.0 * double(p.m) * double(n) * double(w.cols), [&] { return kn::gemm(p, stream_); });
+    run_op(op_name(accumulate ? "gemm+res (f16)" : "gemm (f16)", w), elems * 2 + double(p.m * (p.k * 2 + n * 4)),
+           2.0 * double(p.m) * elems, [&] { return kn::gemm(p, stream_); });
   }
 }
 
