@@ -220,7 +220,8 @@ INSTANTIATE_TEST_SUITE_P(Types, RoundTrip,
   ::testing::Values(Bound{GgmlType::F16, 1e-3}, Bound{GgmlType::BF16, 8e-3}, Bound{GgmlType::Q8_0, 1e-2},
                     Bound{GgmlType::Q8_1, 1e-2}, Bound{GgmlType::Q5_0, 0.06}, Bound{GgmlType::Q5_1, 0.05},
                     Bound{GgmlType::Q4_0, 0.12}, Bound{GgmlType::Q4_1, 0.10}, Bound{GgmlType::Q4_K, 0.10},
-                    Bound{GgmlType::Q5_K, 0.05}, Bound{GgmlType::Q6_K, 0.03}),
+                    Bound{GgmlType::Q5_K, 0.05}, Bound{GgmlType::Q6_K, 0.03}, Bound{GgmlType::Q3_K, 0.18},
+                    Bound{GgmlType::Q2_K, 0.33}),
   [](const auto& p) { return std::string(type_name(p.param.type)); });
 
 TEST(QuantRef, KQuantsBeatLegacyAtSameBits) {
@@ -240,14 +241,16 @@ TEST(QuantRef, KQuantsBeatLegacyAtSameBits) {
   };
   EXPECT_LT(rmse(GgmlType::Q4_K), rmse(GgmlType::Q4_1));
   EXPECT_LT(rmse(GgmlType::Q5_K), rmse(GgmlType::Q5_1));
+  EXPECT_LT(rmse(GgmlType::Q3_K), rmse(GgmlType::Q2_K));
+  EXPECT_LT(rmse(GgmlType::Q4_K), rmse(GgmlType::Q3_K));
   EXPECT_LT(rmse(GgmlType::Q6_K), rmse(GgmlType::Q5_0));
 }
 
 TEST(QuantRef, UnsupportedQuantiserThrows) {
   std::vector<float> x(256, 1.f);
   std::vector<uint8_t> q(1024);
-  EXPECT_FALSE(can_quantize(GgmlType::Q2_K));
-  EXPECT_THROW(quantize_row(GgmlType::Q2_K, x.data(), q.data(), 256), Error);
+  EXPECT_FALSE(can_quantize(GgmlType::Q8_K));
+  EXPECT_THROW(quantize_row(GgmlType::Q8_K, x.data(), q.data(), 256), Error);
   EXPECT_THROW(quantize_row(GgmlType::Q8_0, x.data(), q.data(), 33), Error);
 }
 

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "format/gguf.h"
+#include "format/quant.h"
 #include "model/model_io.h"
 
 #include <fmt/format.h>
@@ -134,7 +135,7 @@ void run_gen(const GenArgs& a) {
     if (a.preset == pr.name) p = &pr;
   if (!p) fail("unknown preset '{}' ({})", a.preset, preset_names());
   const auto target = parse_type(a.type);
-  if (!target || !can_quantize_target(*target)) fail("unsupported --type '{}' (f32, f16, q8_0, q4_0, q4_1, q4_K, q5_K, q6_K)", a.type);
+  if (!target || !can_quantize_target(*target)) fail("unsupported --type '{}' (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K)", a.type);
   const auto t0 = std::chrono::steady_clock::now();
   OutputFile output(a.out, std::array{a.vocab});  // checked before any work; never the vocabulary itself
 
@@ -289,17 +290,13 @@ void run_gen(const GenArgs& a) {
 
 }  // namespace
 
-bool can_quantize_target(GgmlType t) {
-  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
-         t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 ||
-         t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
-}
+bool can_quantize_target(GgmlType t) { return can_quantize(t) && t != GgmlType::Q8_1; }  // (q8_1: activations only)
 
 Run add_gen_model(CLI::App& app) {
   auto a = std::make_shared<GenArgs>();
   auto* sub = app.add_subcommand("gen-model", "Write a Llama GGUF with seeded random weights");
   sub->add_option("--preset", a->preset, preset_names())->required();
-  sub->add_option("--type", a->type, "f32, f16, q8_0, q4_0, q4_1, q4_K, q5_K, q6_K");
+  sub->add_option("--type", a->type, "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K");
   sub->add_option("--vocab", a->vocab, "Vocabulary GGUF to copy the tokenizer from (default: synthetic)");
   add_seed_option(sub, "--seed", a->seed, nullptr, "Random seed (0 to 2^64-1)");
   add_threads_option(sub, a->threads);

@@ -20,7 +20,7 @@ using ElementFn = float (*)(const void* row, int64_t i);
 ElementFn element_decoder(GgmlType t);
 
 // Whether quantize_row supports the type (F32, F16, BF16, Q8_0, Q8_1, Q4_0, Q4_1, Q5_0, Q5_1,
-// Q4_K, Q5_K, Q6_K).
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K).
 bool can_quantize(GgmlType t);
 // Encodes n floats as row_bytes(t, n) bytes at dst. Throws lamina::Error for other types.
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);

@@ -88,6 +88,16 @@ static_assert(sizeof(block_q5_K) == 176);
 static_assert(sizeof(block_q6_K) == 210);
 static_assert(sizeof(block_q8_K) == 292);
 
+// The t-th (0..15) signed scale of a Q3_K super-block: 6 bits from its 12 packed bytes, less 32.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline int q3k_scale(const uint8_t* s12, int t) {
+  const int lo = t < 8 ? (s12[t] & 15) : (s12[t - 8] >> 4);
+  const int hi = (s12[8 + t % 4] >> (2 * (t / 4))) & 3;
+  return (lo | hi << 4) - 32;
+}
+
 // Unpacks the j-th (0..7) 6-bit scale and min of a Q4_K/Q5_K super-block.
 #if defined(__CUDACC__)
 __host__ __device__

@@ -39,9 +39,7 @@ LAMINA_HD float decode_q2_K(const block_q2_K& b, int e) {
 LAMINA_HD float decode_q3_K(const block_q3_K& b, int e) {
   const int n = e / 128, j = (e % 128) / 32, l = e % 32, t = e / 16;
   const int q = ((b.qs[32 * n + l] >> (2 * j)) & 3) - (((b.hmask[l] >> (4 * n + j)) & 1) ? 0 : 4);
-  const int lo = t < 8 ? (b.scales[t] & 15) : (b.scales[t - 8] >> 4);
-  const int hi = (b.scales[8 + t % 4] >> (2 * (t / 4))) & 3;
-  return f16_to_f32(b.d) * float((lo | hi << 4) - 32) * float(q);
+  return f16_to_f32(b.d) * float(q3k_scale(b.scales, t)) * float(q);
 }
 LAMINA_HD float decode_q4_K(const block_q4_K& b, int e) {
   uint8_t sc, m;

@@ -1,5 +1,5 @@
 // Reference quantisers. The legacy ones reproduce llama.cpp's quantize_row_*_ref bit for bit
-// (formats.md §2.4); Q4_K, Q5_K and Q6_K use a least-squares scale search of our own.
+// (formats.md §2.4); the K quants use a least-squares scale search of our own.
 #include "core/error.h"
 #include "core/half.h"
 #include "format/quant.h"
@@ -210,6 +210,33 @@ void q5_K(const float* x, block_q5_K* b) {
   for (int e = 0; e < QK_K; ++e) b->qh[e % 32] |= uint8_t((L[e] >> 4) << (e / 32));
 }
 
+// Q2_K: per 16-element sub-block a fitted scale and min (q in 0..3), both stored as 4-bit
+// multiples of the super-block's d and dmin; element e = 128n + 32j + l is bits 2j of qs[32n + l].
+void q2_K(const float* x, block_q2_K* b) {
+  float scales[16], mins[16], w[16];
+  uint8_t L[QK_K];
+  float max_scale = 0, max_min = 0;
+  for (int t = 0; t < 16; ++t) {
+    for (int l = 0; l < 16; ++l) w[l] = std::fabs(x[16 * t + l]);
+    scales[t] = fit_scale_min(x + 16 * t, w, 16, 3, L + 16 * t, &mins[t]);
+    max_scale = std::max(max_scale, scales[t]);
+    max_min = std::max(max_min, mins[t]);
+  }
+  const float d = max_scale / 15.f, dmin = max_min / 15.f;
+  b->d = f32_to_f16(d);
+  b->dmin = f32_to_f16(dmin);
+  const float df = f16_to_f32(b->d), dminf = f16_to_f32(b->dmin);
+  for (int t = 0; t < 16; ++t) {
+    const int ls = std::min(15, df > 0 ? nearest(scales[t] / df) : 0), lm = std::min(15, dminf > 0 ? nearest(mins[t] / dminf) : 0);
+    b->scales[t] = uint8_t(ls | lm << 4);
+    const float ds = df * ls, dm = dminf * lm;
+    for (int l = 0; l < 16; ++l)
+      L[16 * t + l] = uint8_t(ds > 0 ? std::clamp(nearest((x[16 * t + l] + dm) / ds), 0, 3) : 0);
+  }
+  std::memset(b->qs, 0, sizeof b->qs);
+  for (int e = 0; e < QK_K; ++e) b->qs[32 * (e / 128) + e % 32] |= uint8_t(L[e] << (2 * ((e % 128) / 32)));
+}
+
 // Symmetric fit x ~ scale*q, q in [-nmax, nmax-1], weights x^2; returns the scale.
 float fit_scale_sym(const float* x, int n, int nmax) {
   const float m = signed_absmax(x, n);
@@ -230,6 +257,36 @@ float fit_scale_sym(const float* x, int n, int nmax) {
     }
   }
   return best_scale;
+}
+
+// Q3_K: per 16-element sub-block a symmetric scale (q in -4..3) stored as a 6-bit signed
+// multiple of d (offset 32, packed into 12 bytes); q + 4's low 2 bits go where Q2_K's do and its
+// bit 2 to bit 4n + j of hmask[l] (set: q = low, clear: q = low - 4).
+void q3_K(const float* x, block_q3_K* b) {
+  float scales[16];
+  float max_abs = 0, max_scale = 0;
+  for (int t = 0; t < 16; ++t) {
+    scales[t] = fit_scale_sym(x + 16 * t, 16, 4);
+    if (std::fabs(scales[t]) > max_abs) { max_abs = std::fabs(scales[t]); max_scale = scales[t]; }
+  }
+  std::memset(b, 0, sizeof *b);
+  uint8_t u[16];  // the stored 6-bit scales, sc + 32
+  const float iscale = max_abs > 0 ? -32.f / max_scale : 0.f;
+  b->d = f32_to_f16(max_abs > 0 ? 1.f / iscale : 0.f);
+  for (int t = 0; t < 16; ++t) u[t] = uint8_t(std::clamp(nearest(iscale * scales[t]), -32, 31) + 32);
+  for (int t = 0; t < 16; ++t) {
+    if (t < 8) b->scales[t] |= uint8_t(u[t] & 15);
+    else b->scales[t - 8] |= uint8_t((u[t] & 15) << 4);
+    b->scales[8 + t % 4] |= uint8_t((u[t] >> 4) << (2 * (t / 4)));
+  }
+  const float d = f16_to_f32(b->d);
+  for (int e = 0; e < QK_K; ++e) {
+    const float ds = d * float(int(u[e / 16]) - 32);
+    const int q = ds != 0 ? std::clamp(nearest(x[e] / ds), -4, 3) : 0;
+    const int n = e / 128, j = (e % 128) / 32, l = e % 32;
+    b->qs[32 * n + l] |= uint8_t(((q + 4) & 3) << (2 * j));
+    if (q >= 0) b->hmask[l] |= uint8_t(1 << (4 * n + j));
+  }
 }
 
 void q6_K(const float* x, block_q6_K* b) {
@@ -279,7 +336,8 @@ bool can_quantize(GgmlType t) {
   switch (t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0:
     case GgmlType::Q8_1: case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0:
-    case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: return true;
+    case GgmlType::Q5_1: case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K:
+    case GgmlType::Q6_K: return true;
     default: return false;
   }
 }
@@ -306,6 +364,8 @@ void quantize_row(GgmlType t, const float* x, void* dst, int64_t n) {
     case GgmlType::Q4_1: return blocks<block_q4_1, q4_1, QK>(x, dst, n);
     case GgmlType::Q5_0: return blocks<block_q5_0, q5_0, QK>(x, dst, n);
     case GgmlType::Q5_1: return blocks<block_q5_1, q5_1, QK>(x, dst, n);
+    case GgmlType::Q2_K: return blocks<block_q2_K, q2_K, QK_K>(x, dst, n);
+    case GgmlType::Q3_K: return blocks<block_q3_K, q3_K, QK_K>(x, dst, n);
     case GgmlType::Q4_K: return blocks<block_q4_K, q4_K, QK_K>(x, dst, n);
     case GgmlType::Q5_K: return blocks<block_q5_K, q5_K, QK_K>(x, dst, n);
     case GgmlType::Q6_K: return blocks<block_q6_K, q6_K, QK_K>(x, dst, n);

@@ -130,6 +130,47 @@ float dot_q4_K(int64_t n, const void* w, const void* x) {
   }
   return s;
 }
+// Q2_K and Q3_K against q8_K: per 16-element sub-block t, the integer sum of q * x times its
+// scale; Q2_K's mins meet the activations' 16-element sums (bsums). Element e = 128n + 32j + l
+// takes bits 2j of qs[32n + l]; Q3_K's q is that minus 4 unless bit 4n + j of hmask[l] is set.
+float dot_q2_K(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const block_q2_K*>(w);
+  const auto* b = static_cast<const block_q8_K*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    int sum = 0, sum_min = 0;
+    for (int t = 0; t < 16; ++t) {
+      int st = 0;
+      for (int l16 = 0; l16 < 16; ++l16) {
+        const int e = 16 * t + l16;
+        st += ((a[i].qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3) * b[i].qs[e];
+      }
+      sum += (a[i].scales[t] & 15) * st;
+      sum_min += (a[i].scales[t] >> 4) * b[i].bsums[t];
+    }
+    s += b[i].d * (f16_to_f32(a[i].d) * float(sum) - f16_to_f32(a[i].dmin) * float(sum_min));
+  }
+  return s;
+}
+float dot_q3_K(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const block_q3_K*>(w);
+  const auto* b = static_cast<const block_q8_K*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    int sum = 0;
+    for (int t = 0; t < 16; ++t) {
+      int st = 0;
+      for (int l16 = 0; l16 < 16; ++l16) {
+        const int e = 16 * t + l16, nn = e / 128, j = (e % 128) / 32, l = e % 32;
+        const int q = ((a[i].qs[32 * nn + l] >> (2 * j)) & 3) - (((a[i].hmask[l] >> (4 * nn + j)) & 1) ? 0 : 4);
+        st += q * b[i].qs[e];
+      }
+      sum += q3k_scale(a[i].scales, t) * st;
+    }
+    s += b[i].d * (f16_to_f32(a[i].d) * float(sum));
+  }
+  return s;
+}
 // Q5_K: dot_q4_K's sums with the fifth bit (bit e / 32 of qh[e % 32]) added to each quant.
 float dot_q5_K(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const block_q5_K*>(w);
@@ -225,6 +266,8 @@ VecDot scalar_kernel(GgmlType t) {
     case GgmlType::Q5_0: return {ActType::Q8, dot_q5_0};
     case GgmlType::Q5_1: return {ActType::Q8S, dot_q5_1};
     case GgmlType::Q8_0: return {ActType::Q8, dot_q8_0};
+    case GgmlType::Q2_K: return {ActType::Q8K, dot_q2_K};
+    case GgmlType::Q3_K: return {ActType::Q8K, dot_q3_K};
     case GgmlType::Q4_K: return {ActType::Q8K, dot_q4_K};
     case GgmlType::Q5_K: return {ActType::Q8K, dot_q5_K};
     case GgmlType::Q6_K: return {ActType::Q8K, dot_q6_K};

@@ -173,6 +173,49 @@ LAMINA_AVX2 void rows8_qk(int64_t n, const void* w, size_t w_stride, const void*
   rows_q4_K<8, kQ5>(n, w, w_stride, x, out);
 }
 
+// Q2_K (or, kQ3, Q3_K) against q8_K: per 32 elements (n, j) the 2-bit quants, bits 2j of
+// qs[32n + l]; for Q3_K plus 4 where bit 4n + j of hmask[l] is set (q + 4, 0..7, whose 4 * sum of
+// x is taken back with the bsums). The 32 are two 16-element sub-blocks, their scales by madd.
+// The same integers and float expression as the scalar kernels (vec_dot.cpp).
+template <bool kQ3>
+LAMINA_AVX2 float dot_q23_K(int64_t n, const void* w, const void* x) {
+  using Block = std::conditional_t<kQ3, block_q3_K, block_q2_K>;
+  const auto* a = static_cast<const Block*>(w);
+  const auto* b = static_cast<const block_q8_K*>(x);
+  const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+  float total = 0;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    int16_t sc[16];
+    int side = 0;  // Q2_K: sum of min * bsum; Q3_K: sum of scale * bsum
+    for (int t = 0; t < 16; ++t) {
+      if constexpr (kQ3) {
+        sc[t] = int16_t(q3k_scale(a[i].scales, t));
+        side += sc[t] * b[i].bsums[t];
+      } else {
+        sc[t] = int16_t(a[i].scales[t] & 15);
+        side += (a[i].scales[t] >> 4) * b[i].bsums[t];
+      }
+    }
+    __m256i hm = _mm256_setzero_si256();
+    if constexpr (kQ3) hm = load32(a[i].hmask);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int nn = 0; nn < 2; ++nn) {
+      const __m256i raw = load32(a[i].qs + 32 * nn);
+      for (int j = 0; j < 4; ++j) {
+        __m256i q = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
+        if constexpr (kQ3) q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * nn + j), m1), 2));
+        const int t = 8 * nn + 2 * j;
+        const __m256i p = _mm256_maddubs_epi16(q, load32(b[i].qs + 128 * nn + 32 * j));
+        const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[t + 1]), _mm_set1_epi16(sc[t]));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
+      }
+    }
+    if constexpr (kQ3) total += b[i].d * (h2f(a[i].d) * float(hsum_i32(sumi) - 4 * side));
+    else total += b[i].d * (h2f(a[i].d) * float(hsum_i32(sumi)) - h2f(a[i].dmin) * float(side));
+  }
+  return total;
+}
+
 LAMINA_AVX2 float dot_q6_K(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const block_q6_K*>(w);
   const auto* b = static_cast<const block_q8_K*>(x);
@@ -419,6 +462,8 @@ VecDotFn avx2_kernel(GgmlType t) {
     case GgmlType::F32: return dot_f32;
     case GgmlType::F16: return dot_half<GgmlType::F16>;
     case GgmlType::BF16: return dot_half<GgmlType::BF16>;
+    case GgmlType::Q2_K: return dot_q23_K<false>;
+    case GgmlType::Q3_K: return dot_q23_K<true>;
     case GgmlType::Q4_K: return dot_qk<false>;
     case GgmlType::Q5_K: return dot_qk<true>;
     case GgmlType::Q6_K: return dot_q6_K;
