@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -108,8 +109,13 @@ float dot_q8_0(int64_t n, const void* w, const void* x) {
   }
   return s;
 }
-float dot_q4_K(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const block_q4_K*>(w);
+// Q4_K, and (kQ5) Q5_K: per 32-element sub-block the integer sum of q * x times its 6-bit scale,
+// the mins against the activations' 16-element sums; Q5_K's fifth bit of element e is bit e / 32
+// of qh[e % 32].
+template <bool kQ5>
+float dot_q45_K(int64_t n, const void* w, const void* x) {
+  using Block = std::conditional_t<kQ5, block_q5_K, block_q4_K>;
+  const auto* a = static_cast<const Block*>(w);
   const auto* b = static_cast<const block_q8_K*>(x);
   float s = 0;
   for (int64_t i = 0; i < n / QK_K; ++i) {
@@ -121,7 +127,9 @@ float dot_q4_K(int64_t n, const void* w, const void* x) {
       for (int l = 0; l < 32; ++l) {
         const int e = 32 * t + l;
         const uint8_t byte = a[i].qs[32 * (e / 64) + l];
-        st += ((e % 64 < 32) ? (byte & 15) : (byte >> 4)) * b[i].qs[e];
+        int q = (e % 64 < 32) ? (byte & 15) : (byte >> 4);
+        if constexpr (kQ5) q |= ((a[i].qh[l] >> t) & 1) << 4;
+        st += q * b[i].qs[e];
       }
       sum += sc * st;
       sum_min += m * (b[i].bsums[2 * t] + b[i].bsums[2 * t + 1]);
@@ -130,9 +138,6 @@ float dot_q4_K(int64_t n, const void* w, const void* x) {
   }
   return s;
 }
-// Q2_K and Q3_K against q8_K: per 16-element sub-block t, the integer sum of q * x times its
-// scale; Q2_K's mins meet the activations' 16-element sums (bsums). Element e = 128n + 32j + l
-// takes bits 2j of qs[32n + l]; Q3_K's q is that minus 4 unless bit 4n + j of hmask[l] is set.
 float dot_q2_K(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const block_q2_K*>(w);
   const auto* b = static_cast<const block_q8_K*>(x);
@@ -168,30 +173,6 @@ float dot_q3_K(int64_t n, const void* w, const void* x) {
       sum += q3k_scale(a[i].scales, t) * st;
     }
     s += b[i].d * (f16_to_f32(a[i].d) * float(sum));
-  }
-  return s;
-}
-// Q5_K: dot_q4_K's sums with the fifth bit (bit e / 32 of qh[e % 32]) added to each quant.
-float dot_q5_K(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const block_q5_K*>(w);
-  const auto* b = static_cast<const block_q8_K*>(x);
-  float s = 0;
-  for (int64_t i = 0; i < n / QK_K; ++i) {
-    int sum = 0, sum_min = 0;
-    for (int t = 0; t < 8; ++t) {
-      uint8_t sc, m;
-      q4k_scale_min(t, a[i].scales, &sc, &m);
-      int st = 0;
-      for (int l = 0; l < 32; ++l) {
-        const int e = 32 * t + l;
-        const uint8_t byte = a[i].qs[32 * (e / 64) + l];
-        const int q = ((e % 64 < 32) ? (byte & 15) : (byte >> 4)) | ((a[i].qh[l] >> t) & 1) << 4;
-        st += q * b[i].qs[e];
-      }
-      sum += sc * st;
-      sum_min += m * (b[i].bsums[2 * t] + b[i].bsums[2 * t + 1]);
-    }
-    s += b[i].d * (f16_to_f32(a[i].d) * float(sum) - f16_to_f32(a[i].dmin) * float(sum_min));
   }
   return s;
 }
@@ -268,8 +249,8 @@ VecDot scalar_kernel(GgmlType t) {
     case GgmlType::Q8_0: return {ActType::Q8, dot_q8_0};
     case GgmlType::Q2_K: return {ActType::Q8K, dot_q2_K};
     case GgmlType::Q3_K: return {ActType::Q8K, dot_q3_K};
-    case GgmlType::Q4_K: return {ActType::Q8K, dot_q4_K};
-    case GgmlType::Q5_K: return {ActType::Q8K, dot_q5_K};
+    case GgmlType::Q4_K: return {ActType::Q8K, dot_q45_K<false>};
+    case GgmlType::Q5_K: return {ActType::Q8K, dot_q45_K<true>};
     case GgmlType::Q6_K: return {ActType::Q8K, dot_q6_K};
     default: return {ActType::F32, nullptr};  // dequantise-then-dot fallback
   }
