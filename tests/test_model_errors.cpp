@@ -113,7 +113,7 @@ TEST_F(ModelErrors, ChatTemplateProblemsAreNamed) {
 
 TEST_F(ModelErrors, BadTokenIdsAndTypes) {
   expect_error("logits -m " + dir_ + "/tiny.gguf --tokens '1 99999'", "token id 99999 is out of range");
-  expect_error("quantize " + dir_ + "/tiny.gguf " + dir_ + "/x.gguf q3_K", "unsupported type 'q3_K'");
+  expect_error("quantize " + dir_ + "/tiny.gguf " + dir_ + "/x.gguf q8_K", "unsupported type 'q8_K'");
   expect_error("gen-model --preset huge -o " + dir_ + "/x.gguf", "unknown preset 'huge'");
 }
 

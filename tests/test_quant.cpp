@@ -127,6 +127,36 @@ TEST(QuantHand, Q4_KAndQ5_K) {
   EXPECT_EQ(z[32], 10.f);
 }
 
+// IQ4: d * value[nibble] (the table's ends -127 and 113), IQ4_XS's scale (ls - 32) from its low
+// nibble in scales_l and high bits in scales_h; IQ4_NL held as Q8_0 gives the same values.
+TEST(QuantHand, Iq4NlAndXs) {
+  block_iq4_nl b{};
+  b.d = 0x3800;  // 0.5
+  b.qs[0] = 0xF0;  // element 0: nibble 0 (-127), element 16: nibble 15 (113)
+  b.qs[3] = 0x08;  // element 3: nibble 8 (1)
+  const auto y = deq(GgmlType::IQ4_NL, b, 32);
+  EXPECT_EQ(y[0], -63.5f);
+  EXPECT_EQ(y[16], 56.5f);
+  EXPECT_EQ(y[3], 0.5f);
+  EXPECT_EQ(y[1], -63.5f);  // nibble 0 everywhere else
+  block_q8_0 q8{};
+  iq4_nl_to_q8_0(&b, &q8, 1);
+  std::vector<float> z(32);
+  dequantize_row(GgmlType::Q8_0, &q8, z.data(), 32);
+  EXPECT_EQ(z, y);
+  block_iq4_xs c{};
+  c.d = 0x3C00;        // 1
+  c.scales_l[0] = 0x21;  // sub-block 0: low nibble 1; sub-block 1: 2
+  c.scales_h = 0x0002;   // sub-block 0: high bits 2 -> ls = 1 | 32 = 33 (scale 1); sub-block 1: ls = 2 (scale -30)
+  c.qs[0] = 0x9F;        // element 0: nibble 15 (113); element 16: nibble 9 (13)
+  c.qs[16] = 0x01;       // sub-block 1, element 32: nibble 1 (-104)
+  const auto x = deq(GgmlType::IQ4_XS, c, 256);
+  EXPECT_EQ(x[0], 113.f);
+  EXPECT_EQ(x[16], 13.f);
+  EXPECT_EQ(x[32], -30.f * -104.f);
+  EXPECT_EQ(x[64], -32.f * -127.f);  // sub-block 2: ls 0, nibble 0
+}
+
 TEST(QuantHand, Q6_K) {
   block_q6_K b{};
   b.d = 0x3800;  // 0.5
@@ -221,7 +251,7 @@ INSTANTIATE_TEST_SUITE_P(Types, RoundTrip,
                     Bound{GgmlType::Q8_1, 1e-2}, Bound{GgmlType::Q5_0, 0.06}, Bound{GgmlType::Q5_1, 0.05},
                     Bound{GgmlType::Q4_0, 0.12}, Bound{GgmlType::Q4_1, 0.10}, Bound{GgmlType::Q4_K, 0.10},
                     Bound{GgmlType::Q5_K, 0.05}, Bound{GgmlType::Q6_K, 0.03}, Bound{GgmlType::Q3_K, 0.18},
-                    Bound{GgmlType::Q2_K, 0.33}),
+                    Bound{GgmlType::Q2_K, 0.33}, Bound{GgmlType::IQ4_NL, 0.085}, Bound{GgmlType::IQ4_XS, 0.085}),
   [](const auto& p) { return std::string(type_name(p.param.type)); });
 
 TEST(QuantRef, KQuantsBeatLegacyAtSameBits) {
@@ -243,6 +273,7 @@ TEST(QuantRef, KQuantsBeatLegacyAtSameBits) {
   EXPECT_LT(rmse(GgmlType::Q5_K), rmse(GgmlType::Q5_1));
   EXPECT_LT(rmse(GgmlType::Q3_K), rmse(GgmlType::Q2_K));
   EXPECT_LT(rmse(GgmlType::Q4_K), rmse(GgmlType::Q3_K));
+  EXPECT_LT(rmse(GgmlType::IQ4_NL), rmse(GgmlType::Q4_0));
   EXPECT_LT(rmse(GgmlType::Q6_K), rmse(GgmlType::Q5_0));
 }
 

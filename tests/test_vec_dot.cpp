@@ -124,7 +124,7 @@ std::vector<Case> all_cases() {
   std::vector<Case> c;
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_1,
                      GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K,
-                     GgmlType::Q6_K})
+                     GgmlType::Q6_K, GgmlType::IQ4_XS})
     for (CpuIsa isa : {CpuIsa::Scalar, CpuIsa::Avx2, CpuIsa::AvxVnni, CpuIsa::Avx512})
       if (isa == CpuIsa::Scalar || (isa == CpuIsa::Avx2      ? avx2_kernel(t)
                                     : isa == CpuIsa::AvxVnni ? vnni_kernel(t)

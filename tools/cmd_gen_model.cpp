@@ -135,7 +135,7 @@ void run_gen(const GenArgs& a) {
     if (a.preset == pr.name) p = &pr;
   if (!p) fail("unknown preset '{}' ({})", a.preset, preset_names());
   const auto target = parse_type(a.type);
-  if (!target || !can_quantize_target(*target)) fail("unsupported --type '{}' (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K)", a.type);
+  if (!target || !can_quantize_target(*target)) fail("unsupported --type '{}' (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs)", a.type);
   const auto t0 = std::chrono::steady_clock::now();
   OutputFile output(a.out, std::array{a.vocab});  // checked before any work; never the vocabulary itself
 
@@ -296,7 +296,7 @@ Run add_gen_model(CLI::App& app) {
   auto a = std::make_shared<GenArgs>();
   auto* sub = app.add_subcommand("gen-model", "Write a Llama GGUF with seeded random weights");
   sub->add_option("--preset", a->preset, preset_names())->required();
-  sub->add_option("--type", a->type, "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K");
+  sub->add_option("--type", a->type, "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs");
   sub->add_option("--vocab", a->vocab, "Vocabulary GGUF to copy the tokenizer from (default: synthetic)");
   add_seed_option(sub, "--seed", a->seed, nullptr, "Random seed (0 to 2^64-1)");
   add_threads_option(sub, a->threads);

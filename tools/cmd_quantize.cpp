@@ -25,7 +25,7 @@ struct QuantizeArgs {
 void run_quantize(const QuantizeArgs& a) {
   const auto target = parse_type(a.type);
   if (!target || !can_quantize_target(*target))
-    fail("unsupported type '{}' (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K)", a.type);
+    fail("unsupported type '{}' (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs)", a.type);
   const auto t0 = std::chrono::steady_clock::now();
   OutputFile output(a.out, std::array{a.in});  // refuses the input itself (through links) before any work
   const GgufFile in = GgufFile::open(a.in);
@@ -61,7 +61,7 @@ Run add_quantize(CLI::App& app) {
   auto* sub = app.add_subcommand("quantize", "Re-encode a GGUF model's weights to another type");
   sub->add_option("input", a->in, "Input GGUF")->required();
   sub->add_option("output", a->out, "Output GGUF")->required();
-  sub->add_option("type", a->type, "f16, q8_0, q4_0, q4_1, q2_K, q3_K, q4_K, q5_K, q6_K (also f32, bf16, q5_0, q5_1)")->required();
+  sub->add_option("type", a->type, "f16, q8_0, q4_0, q4_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs (also f32, bf16, q5_0, q5_1)")->required();
   add_threads_option(sub, a->threads);
   return [a] { run_quantize(*a); };
 }

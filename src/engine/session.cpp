@@ -1,6 +1,7 @@
 #include "engine/session.h"
 
 #include "core/error.h"
+#include "format/quant.h"
 #include "model/sampler.h"
 
 #include <algorithm>
@@ -34,9 +35,9 @@ Session::Session(const SessionOptions& o) : opt_(o), file_(GgufFile::open(o.mode
   if (o.n_ctx < 0) fail("--ctx must be positive, got {}", o.n_ctx);
   backend_ = make_backend(backend_options(o));
   const ModelConfig cfg = ModelConfig::from_gguf(file_);
-  size_t weight_bytes = 0;  // (Q5_0 matrices are held as Q8_0)
+  size_t weight_bytes = 0;  // (Q5_0 and IQ4_NL matrices are held as Q8_0)
   for (const auto& t : file_.tensors())
-    weight_bytes += t.type == GgmlType::Q5_0 ? row_bytes(GgmlType::Q8_0, t.ne[0]) * size_t(t.nrows()) : t.nbytes;
+    weight_bytes += held_as_q8_0(t.type) ? row_bytes(GgmlType::Q8_0, t.ne[0]) * size_t(t.nrows()) : t.nbytes;
   if (!file_.find_tensor("output.weight"))  // tied: bound twice (lookup table and matmul layout)
     if (const GgufTensor* e = file_.find_tensor("token_embd.weight")) weight_bytes += e->nbytes;
   const size_t scratch = scratch_estimate(cfg, o.n_batch);

@@ -44,6 +44,8 @@ ElementFn element_decoder(GgmlType t) {
     case GgmlType::Q5_K: return element<block_q5_K, decode_q5_K, QK_K>;
     case GgmlType::Q6_K: return element<block_q6_K, decode_q6_K, QK_K>;
     case GgmlType::Q8_K: return element<block_q8_K, decode_q8_K, QK_K>;
+    case GgmlType::IQ4_NL: return element<block_iq4_nl, decode_iq4_nl, QK>;
+    case GgmlType::IQ4_XS: return element<block_iq4_xs, decode_iq4_xs, QK_K>;
   }
   fail("element_decoder: unsupported type id {}", uint32_t(t));
 }
@@ -75,6 +77,8 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
     case GgmlType::Q5_K: return blocks<block_q5_K, decode_q5_K, QK_K>(src, dst, n);
     case GgmlType::Q6_K: return blocks<block_q6_K, decode_q6_K, QK_K>(src, dst, n);
     case GgmlType::Q8_K: return blocks<block_q8_K, decode_q8_K, QK_K>(src, dst, n);
+    case GgmlType::IQ4_NL: return blocks<block_iq4_nl, decode_iq4_nl, QK>(src, dst, n);
+    case GgmlType::IQ4_XS: return blocks<block_iq4_xs, decode_iq4_xs, QK_K>(src, dst, n);
   }
   fail("dequantize_row: unsupported type id {}", uint32_t(t));
 }

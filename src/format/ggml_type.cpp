@@ -16,14 +16,14 @@ constexpr std::array kTypes = {
     TypeTraits{GgmlType::Q2_K, "q2_K", 256, 84},  TypeTraits{GgmlType::Q3_K, "q3_K", 256, 110},
     TypeTraits{GgmlType::Q4_K, "q4_K", 256, 144}, TypeTraits{GgmlType::Q5_K, "q5_K", 256, 176},
     TypeTraits{GgmlType::Q6_K, "q6_K", 256, 210}, TypeTraits{GgmlType::Q8_K, "q8_K", 256, 292},
+    TypeTraits{GgmlType::IQ4_NL, "iq4_nl", 32, 18}, TypeTraits{GgmlType::IQ4_XS, "iq4_xs", 256, 136},
     TypeTraits{GgmlType::BF16, "bf16", 1, 2},
 };
 
 // ids ggml defines but lamina does not read (named in error messages).
-constexpr std::array<std::pair<uint32_t, std::string_view>, 20> kOtherNames = {{
+constexpr std::array<std::pair<uint32_t, std::string_view>, 18> kOtherNames = {{
     {4, "q4_2 (removed)"}, {5, "q4_3 (removed)"}, {16, "iq2_xxs"}, {17, "iq2_xs"},
-    {18, "iq3_xxs"}, {19, "iq1_s"}, {20, "iq4_nl"}, {21, "iq3_s"}, {22, "iq2_s"},
-    {23, "iq4_xs"}, {24, "i8"}, {25, "i16"}, {26, "i32"}, {27, "i64"}, {28, "f64"},
+    {18, "iq3_xxs"}, {19, "iq1_s"}, {21, "iq3_s"}, {22, "iq2_s"}, {24, "i8"}, {25, "i16"}, {26, "i32"}, {27, "i64"}, {28, "f64"},
     {29, "iq1_m"}, {34, "tq1_0"}, {35, "tq2_0"}, {39, "mxfp4"}, {31, "q4_0_4_4 (removed)"},
 }};
 

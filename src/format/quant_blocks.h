@@ -69,6 +69,21 @@ struct block_q6_K {
   int8_t scales[QK_K / 16];  // signed 8-bit scale per 16 elements
   uint16_t d;
 };
+// The non-linear 4-bit types: each nibble indexes a table of 16 int8 values (quant_decode.h's
+// iq4_value), scaled by the block's d (IQ4_NL, 32
+// elements) or by d * (ls - 32) per 32-element sub-block (IQ4_XS: 6-bit ls, its low 4 bits in
+// scales_l (two per byte, sub-block ib in nibble ib % 2 of byte ib / 2), its high 2 in scales_h
+// (bits 2ib)). Nibble layout as q4_0: qs[j] low = element j, high = element j + 16 (per 32).
+struct block_iq4_nl {
+  uint16_t d;
+  uint8_t qs[QK / 2];
+};
+struct block_iq4_xs {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[QK_K / 64];
+  uint8_t qs[QK_K / 2];
+};
 struct block_q8_K {          // activation format for K-quant dot products
   float d;
   int8_t qs[QK_K];
@@ -87,6 +102,8 @@ static_assert(sizeof(block_q4_K) == 144);
 static_assert(sizeof(block_q5_K) == 176);
 static_assert(sizeof(block_q6_K) == 210);
 static_assert(sizeof(block_q8_K) == 292);
+static_assert(sizeof(block_iq4_nl) == 18);
+static_assert(sizeof(block_iq4_xs) == 136);
 
 // The t-th (0..15) signed scale of a Q3_K super-block: 6 bits from its 12 packed bytes, less 32.
 #if defined(__CUDACC__)

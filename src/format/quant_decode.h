@@ -63,5 +63,18 @@ LAMINA_HD float decode_q6_K(const block_q6_K& b, int e) {
   return f16_to_f32(b.d) * float(b.scales[e / 16]) * float((lo4 | hi2 << 4) - 32);
 }
 LAMINA_HD float decode_q8_K(const block_q8_K& b, int e) { return b.d * float(b.qs[e]); }
+// The IQ4 types' 16 values (a function, so that device code reads the same table).
+LAMINA_HD int iq4_value(int nibble) {
+  constexpr int8_t v[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  return v[nibble];
+}
+LAMINA_HD int iq4xs_scale(const block_iq4_xs& b, int ib) {
+  return (((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 15) | (((b.scales_h >> (2 * ib)) & 3) << 4)) - 32;
+}
+LAMINA_HD float decode_iq4_nl(const block_iq4_nl& b, int e) { return f16_to_f32(b.d) * float(iq4_value(q_nib(b.qs, e))); }
+LAMINA_HD float decode_iq4_xs(const block_iq4_xs& b, int e) {
+  const int ib = e / 32;
+  return f16_to_f32(b.d) * float(iq4xs_scale(b, ib)) * float(iq4_value(q_nib(b.qs + 16 * ib, e % 32)));
+}
 
 }  // namespace lamina

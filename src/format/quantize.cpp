@@ -4,6 +4,7 @@
 #include "core/half.h"
 #include "format/quant.h"
 #include "format/quant_blocks.h"
+#include "format/quant_decode.h"
 
 #include <algorithm>
 #include <cmath>
@@ -289,6 +290,73 @@ void q3_K(const float* x, block_q3_K* b) {
   }
 }
 
+// ---- IQ4 -----------------------------------------------------------------------------------
+
+// The table index whose value is nearest v.
+int iq4_nearest(float v) {
+  int best = 0;
+  float err = INFINITY;
+  for (int i = 0; i < 16; ++i)
+    if (const float e = std::fabs(v - float(iq4_value(i))); e < err) err = e, best = i;
+  return best;
+}
+
+// Fits x ~ d * value[idx] over n elements: the largest |x| put at either end of the table, each
+// refined by least squares over its indices; the scale of least squared error. Returns d.
+float fit_iq4(const float* x, int n, uint8_t* idx) {
+  const float m = signed_absmax(x, n);
+  std::fill(idx, idx + n, uint8_t(iq4_nearest(0.f)));
+  if (m == 0) return 0.f;
+  float best_d = 0, best_err = INFINITY;
+  uint8_t tmp[32];
+  for (const float end : {-127.f, -120.f, -113.f, 113.f, 106.f, 100.f}) {
+    float d = m / end;
+    for (int pass = 0; pass < 2; ++pass) {
+      float sxv = 0, svv = 0;
+      for (int i = 0; i < n; ++i) {
+        tmp[i] = uint8_t(iq4_nearest(x[i] / d));
+        const float v = float(iq4_value(tmp[i]));
+        sxv += x[i] * v, svv += v * v;
+      }
+      if (pass == 0 && svv > 0) d = sxv / svv;  // refit once, then re-index
+    }
+    float err = 0;
+    for (int i = 0; i < n; ++i) err += (x[i] - d * float(iq4_value(tmp[i]))) * (x[i] - d * float(iq4_value(tmp[i])));
+    if (err < best_err) best_err = err, best_d = d, std::copy(tmp, tmp + n, idx);
+  }
+  return best_d;
+}
+
+void iq4_nl(const float* x, block_iq4_nl* b) {
+  uint8_t idx[QK];
+  b->d = f32_to_f16(fit_iq4(x, QK, idx));
+  const float d = f16_to_f32(b->d);
+  for (int j = 0; j < QK; ++j) idx[j] = uint8_t(d != 0 ? iq4_nearest(x[j] / d) : iq4_nearest(0.f));
+  for (int j = 0; j < QK / 2; ++j) b->qs[j] = uint8_t(idx[j] | idx[j + 16] << 4);
+}
+
+// IQ4_XS: each 32-element sub-block fitted as an IQ4_NL block, its scale then stored as a 6-bit
+// signed multiple (ls - 32) of the super-block's d.
+void iq4_xs(const float* x, block_iq4_xs* b) {
+  uint8_t idx[QK_K];
+  float dl[8], max_abs = 0, max_dl = 0;
+  for (int ib = 0; ib < 8; ++ib) {
+    dl[ib] = fit_iq4(x + 32 * ib, 32, idx + 32 * ib);
+    if (std::fabs(dl[ib]) > max_abs) max_abs = std::fabs(dl[ib]), max_dl = dl[ib];
+  }
+  std::memset(b, 0, sizeof *b);
+  b->d = f32_to_f16(max_abs > 0 ? max_dl / -32.f : 0.f);
+  const float d = f16_to_f32(b->d);
+  for (int ib = 0; ib < 8; ++ib) {
+    const int ls = d != 0 ? std::clamp(nearest(dl[ib] / d), -32, 31) : 0;
+    b->scales_l[ib / 2] |= uint8_t(((ls + 32) & 15) << (4 * (ib % 2)));
+    b->scales_h = uint16_t(b->scales_h | (((ls + 32) >> 4) << (2 * ib)));
+    const float ds = d * float(ls);
+    for (int j = 0; j < 32; ++j) idx[32 * ib + j] = uint8_t(ds != 0 ? iq4_nearest(x[32 * ib + j] / ds) : iq4_nearest(0.f));
+    for (int j = 0; j < 16; ++j) b->qs[16 * ib + j] = uint8_t(idx[32 * ib + j] | idx[32 * ib + j + 16] << 4);
+  }
+}
+
 void q6_K(const float* x, block_q6_K* b) {
   float scales[16];
   float max_abs = 0, max_scale = 0;
@@ -337,7 +405,7 @@ bool can_quantize(GgmlType t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0:
     case GgmlType::Q8_1: case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0:
     case GgmlType::Q5_1: case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K:
-    case GgmlType::Q6_K: return true;
+    case GgmlType::Q6_K: case GgmlType::IQ4_NL: case GgmlType::IQ4_XS: return true;
     default: return false;
   }
 }
@@ -369,6 +437,8 @@ void quantize_row(GgmlType t, const float* x, void* dst, int64_t n) {
     case GgmlType::Q4_K: return blocks<block_q4_K, q4_K, QK_K>(x, dst, n);
     case GgmlType::Q5_K: return blocks<block_q5_K, q5_K, QK_K>(x, dst, n);
     case GgmlType::Q6_K: return blocks<block_q6_K, q6_K, QK_K>(x, dst, n);
+    case GgmlType::IQ4_NL: return blocks<block_iq4_nl, iq4_nl, QK>(x, dst, n);
+    case GgmlType::IQ4_XS: return blocks<block_iq4_xs, iq4_xs, QK_K>(x, dst, n);
     default: break;
   }
   fail("quantize_row: no quantiser for type {}", tr.name);
@@ -386,6 +456,21 @@ void q5_0_to_q8_0(const void* src, void* dst, int64_t n_blocks) {
       out[b].qs[e] = int8_t((nib | int((qh >> e) & 1u) << 4) - 16);
     }
   }
+}
+
+void iq4_nl_to_q8_0(const void* src, void* dst, int64_t n_blocks) {
+  const auto* in = static_cast<const block_iq4_nl*>(src);
+  auto* out = static_cast<block_q8_0*>(dst);
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    out[i].d = in[i].d;
+    for (int j = 0; j < QK; ++j) out[i].qs[j] = int8_t(iq4_value(q_nib(in[i].qs, j)));
+  }
+}
+
+void to_q8_0(GgmlType t, const void* src, void* dst, int64_t n_blocks) {
+  if (t == GgmlType::Q5_0) return q5_0_to_q8_0(src, dst, n_blocks);
+  if (t == GgmlType::IQ4_NL) return iq4_nl_to_q8_0(src, dst, n_blocks);
+  fail("to_q8_0: {} is not held as q8_0", type_name(t));
 }
 
 }  // namespace lamina

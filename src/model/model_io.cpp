@@ -12,8 +12,9 @@ GgmlType tensor_type_for(const std::string& name, int64_t ne0, int n_dims, GgmlT
   if (n_dims < 2 || !name.ends_with(".weight")) return GgmlType::F32;
   GgmlType t = target;
   const bool low_bit = target == GgmlType::Q4_0 || target == GgmlType::Q4_1 || target == GgmlType::Q4_K ||
-                        target == GgmlType::Q5_0 || target == GgmlType::Q5_1 || target == GgmlType::Q2_K ||
-                       target == GgmlType::Q3_K || target == GgmlType::Q5_K;
+                       target == GgmlType::Q5_0 || target == GgmlType::Q5_1 || target == GgmlType::Q2_K ||
+                       target == GgmlType::Q3_K || target == GgmlType::Q5_K || target == GgmlType::IQ4_NL ||
+                       target == GgmlType::IQ4_XS;
   if (name == "output.weight" && low_bit) t = GgmlType::Q6_K;  // as llama.cpp's _M mixes
   const int block = traits(t).block_elems;
   if (ne0 % block != 0) t = ne0 % 32 == 0 ? GgmlType::Q8_0 : GgmlType::F16;
@@ -34,6 +35,8 @@ uint32_t llama_file_type(GgmlType t) {
     case GgmlType::Q4_K: return 15;  // Q4_K_M
     case GgmlType::Q5_K: return 17;  // Q5_K_M
     case GgmlType::Q6_K: return 18;
+    case GgmlType::IQ4_NL: return 25;
+    case GgmlType::IQ4_XS: return 30;
     case GgmlType::BF16: return 32;
     default: fail("no llama.cpp file type for {}", type_name(t));
   }

@@ -123,7 +123,7 @@ std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
 
 const GgmlType kTypes[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
                            GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q4_K, GgmlType::Q5_K,
-                           GgmlType::Q6_K};
+                           GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
 
 bool int8_x(GgmlType t) { return t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16; }
 

@@ -36,7 +36,7 @@ std::vector<uint8_t> random_matrix(GgmlType t, int64_t n, int64_t k, std::mt1993
     for (auto& v : row) v = nd(rng);
     if (can_quantize(t)) {
       quantize_row(t, row.data(), out.data() + size_t(r) * rb, k);
-    } else {  // Q2_K, Q3_K, Q5_K: random bytes with small finite f16 scales
+    } else {  // a K type without a quantiser: random bytes with small finite f16 scales
       for (size_t i = 0; i < rb; ++i) out[size_t(r) * rb + i] = uint8_t(rng());
       const int bb = traits(t).block_bytes;
       for (int64_t b = 0; b < k / 256; ++b) {
@@ -336,7 +336,7 @@ std::vector<Case> all_cases() {
   std::vector<Case> out;
   const GgmlType types[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
                             GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K,
-                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
   for (const auto& v : gemv_variants())
     for (GgmlType t : types)
       if (v.supports(t)) out.push_back({v.name, t});

@@ -49,18 +49,18 @@ uint8_t* CpuBackend::arena_alloc(size_t bytes) {
 
 // Weights are copied out of the file mapping into memory advised for huge pages: decode streams
 // every weight once per token, and with 4 KiB file pages it ran ~1.3x slower (benchmarks.md).
-// Q5_0 weights are held as Q8_0 (format/quant.h: the same values), which the four-row AVX-VNNI
-// and AVX2 kernels multiply; Q5_0 has only a scalar dot product. 34 instead of 22 bytes per 32.
+// Q5_0 and IQ4_NL weights are held as Q8_0 (format/quant.h: the same values), which the four-row
+// AVX-VNNI and AVX2 kernels multiply; 34 instead of 22 or 18 bytes per 32.
 Weight CpuBackend::load_weight(const GgufTensor& t, WeightUse) {
-  const bool q5 = t.type == GgmlType::Q5_0;
-  const size_t bytes = q5 ? row_bytes(GgmlType::Q8_0, t.ne[0]) * size_t(t.nrows()) : t.nbytes;
+  const bool as_q8 = held_as_q8_0(t.type);
+  const size_t bytes = as_q8 ? row_bytes(GgmlType::Q8_0, t.ne[0]) * size_t(t.nrows()) : t.nbytes;
   auto [it, fresh] = loaded_.try_emplace(t.data, nullptr);
   if (fresh) {  // a tied matrix is bound twice (embedding and output) but copied once
     it->second = arena_alloc(bytes);
-    if (q5) q5_0_to_q8_0(t.data, it->second, t.nelements() / QK);
+    if (as_q8) to_q8_0(t.type, t.data, it->second, t.nelements() / QK);
     else std::memcpy(it->second, t.data, t.nbytes);
   }
-  return Weight{q5 ? GgmlType::Q8_0 : t.type, t.ne[0], t.nrows(), it->second};
+  return Weight{as_q8 ? GgmlType::Q8_0 : t.type, t.ne[0], t.nrows(), it->second};
 }
 
 size_t CpuBackend::memory_available() const {

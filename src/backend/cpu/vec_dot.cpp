@@ -5,6 +5,7 @@
 #include "core/half.h"
 #include "format/quant.h"
 #include "format/quant_blocks.h"
+#include "format/quant_decode.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -176,6 +177,23 @@ float dot_q3_K(int64_t n, const void* w, const void* x) {
   }
   return s;
 }
+// IQ4_XS against q8_K: per 32-element sub-block the integer sum of value[nibble] * x times its
+// signed 6-bit scale.
+float dot_iq4_xs(int64_t n, const void* w, const void* x) {
+  const auto* a = static_cast<const block_iq4_xs*>(w);
+  const auto* b = static_cast<const block_q8_K*>(x);
+  float s = 0;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    int sum = 0;
+    for (int ib = 0; ib < 8; ++ib) {
+      int st = 0;
+      for (int e = 0; e < 32; ++e) st += iq4_value(q_nib(a[i].qs + 16 * ib, e)) * b[i].qs[32 * ib + e];
+      sum += iq4xs_scale(a[i], ib) * st;
+    }
+    s += b[i].d * (f16_to_f32(a[i].d) * float(sum));
+  }
+  return s;
+}
 float dot_q6_K(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const block_q6_K*>(w);
   const auto* b = static_cast<const block_q8_K*>(x);
@@ -252,6 +270,7 @@ VecDot scalar_kernel(GgmlType t) {
     case GgmlType::Q4_K: return {ActType::Q8K, dot_q45_K<false>};
     case GgmlType::Q5_K: return {ActType::Q8K, dot_q45_K<true>};
     case GgmlType::Q6_K: return {ActType::Q8K, dot_q6_K};
+    case GgmlType::IQ4_XS: return {ActType::Q8K, dot_iq4_xs};
     default: return {ActType::F32, nullptr};  // dequantise-then-dot fallback
   }
 }

@@ -20,15 +20,15 @@ namespace kn = kernels;
 
 namespace {
 
-// Q5_0 matmul weights are loaded as Q8_0 (format/quant.h: the same values), which the Q8_0 GEMV
-// and GEMM kernels multiply at their speed (Q5_0 has only the generic GEMV and no GEMM: 2-8 % of
-// bandwidth); 34 instead of 22 bytes per 32 weights. `store` keeps the converted bytes until the
-// upload; the tensor returned points at them.
-const GgufTensor& q8_0_for_q5_0(const GgufTensor& t, std::vector<uint8_t>& store, GgufTensor& converted) {
-  if (t.type != GgmlType::Q5_0) return t;
+// Q5_0 and IQ4_NL matmul weights are loaded as Q8_0 (format/quant.h: the same values), which the
+// Q8_0 GEMV and GEMM kernels multiply at their speed (alone they would have only the generic GEMV
+// and no GEMM: 2-8 % of bandwidth); 34 instead of 22 or 18 bytes per 32 weights. `store` keeps
+// the converted bytes until the upload; the tensor returned points at them.
+const GgufTensor& q8_0_held(const GgufTensor& t, std::vector<uint8_t>& store, GgufTensor& converted) {
+  if (!held_as_q8_0(t.type)) return t;
   const int64_t n = t.nelements() / QK;
   store.resize(size_t(n) * sizeof(block_q8_0));
-  q5_0_to_q8_0(t.data, store.data(), n);
+  to_q8_0(t.type, t.data, store.data(), n);
   converted = t;
   converted.type = GgmlType::Q8_0, converted.data = store.data(), converted.nbytes = store.size();
   return converted;
@@ -51,7 +51,7 @@ void CudaBackend::upload_matrix(const GgufTensor& t, const void* host, int64_t r
 Weight CudaBackend::load_weight(const GgufTensor& file_tensor, WeightUse use) {
   std::vector<uint8_t> store;
   GgufTensor converted;
-  const GgufTensor& t = use == WeightUse::Matmul ? q8_0_for_q5_0(file_tensor, store, converted) : file_tensor;
+  const GgufTensor& t = use == WeightUse::Matmul ? q8_0_held(file_tensor, store, converted) : file_tensor;
   const bool repack = use == WeightUse::Matmul && kn::repacked_layout_preferred(t.type) && !exact_;
   const size_t bytes = repack ? kn::gemv_repacked_bytes(t.type, t.nrows(), t.ne[0]) : t.nbytes;
   void* dst = dev_alloc(bytes, t.name.c_str());
@@ -70,7 +70,7 @@ std::vector<Weight> CudaBackend::load_stacked(std::span<const GgufTensor* const>
   std::vector<std::vector<uint8_t>> stores(file_tensors.size());
   std::vector<GgufTensor> converted(file_tensors.size());
   std::vector<const GgufTensor*> ts;
-  for (size_t i = 0; i < file_tensors.size(); ++i) ts.push_back(&q8_0_for_q5_0(*file_tensors[i], stores[i], converted[i]));
+  for (size_t i = 0; i < file_tensors.size(); ++i) ts.push_back(&q8_0_held(*file_tensors[i], stores[i], converted[i]));
   bool same = !ts.empty();
   for (const GgufTensor* t : ts) same = same && t->type == ts[0]->type && t->ne[0] == ts[0]->ne[0];
   if (!same) return Backend::load_stacked(file_tensors);

@@ -145,6 +145,8 @@ Status dequantize_rows(GgmlType type, const void* src, int64_t n_cols, const int
     case GgmlType::Q5_K: launch<block_q5_K, QK_K, decode_q5_K>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
     case GgmlType::Q6_K: launch<block_q6_K, QK_K, decode_q6_K>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
     case GgmlType::Q8_K: launch<block_q8_K, QK_K, decode_q8_K>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
+    case GgmlType::IQ4_NL: launch<block_iq4_nl, QK, decode_iq4_nl>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
+    case GgmlType::IQ4_XS: launch<block_iq4_xs, QK_K, decode_iq4_xs>(src, stride, n_cols, rows, n_rows, dst, x8, in, stream); break;
   }
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return Status::error(std::string("dequantize_rows: launch failed: ") + cudaGetErrorString(err));

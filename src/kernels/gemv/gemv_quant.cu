@@ -69,6 +69,8 @@ Status run_generic(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
     case GgmlType::Q4_K: return launch_generic<block_q4_K, QK_K, decode_q4_K>(p, c, s);
     case GgmlType::Q5_K: return launch_generic<block_q5_K, QK_K, decode_q5_K>(p, c, s);
     case GgmlType::Q6_K: return launch_generic<block_q6_K, QK_K, decode_q6_K>(p, c, s);
+    case GgmlType::IQ4_NL: return launch_generic<block_iq4_nl, QK, decode_iq4_nl>(p, c, s);
+    case GgmlType::IQ4_XS: return launch_generic<block_iq4_xs, QK_K, decode_iq4_xs>(p, c, s);
     default: return Status::error("q_generic: unsupported type");
   }
 }
@@ -77,6 +79,7 @@ bool quant_types(GgmlType t) {
   switch (t) {
     case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q8_0:
     case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+    case GgmlType::IQ4_NL: case GgmlType::IQ4_XS:
       return true;
     default: return false;
   }
