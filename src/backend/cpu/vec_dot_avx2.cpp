@@ -159,6 +159,55 @@ LAMINA_AVX2 void rows_q4_K(int64_t n, const void* w, size_t w_stride, const void
   for (int r = 0; r < R; ++r) out[r] = total[r];
 }
 
+// One q4_K (kQ5: q5_K) weight row against four q8_K activation rows (x + j * x_stride), out[j]:
+// the row's quants decoded once per block for the four tokens (prompts), each token's integer
+// sums and float expression those of rows_q4_K<1>.
+template <bool kQ5>
+LAMINA_AVX2 void tokens4_qk(int64_t n, const void* w, const void* x, size_t x_stride, const int32_t*, size_t,
+                            float* out) {
+  using Block = std::conditional_t<kQ5, block_q5_K, block_q4_K>;
+  const auto* a = static_cast<const Block*>(w);
+  const block_q8_K* b[4];
+  for (int j = 0; j < 4; ++j) b[j] = reinterpret_cast<const block_q8_K*>(static_cast<const uint8_t*>(x) + size_t(j) * x_stride);
+  const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
+  float total[4] = {0, 0, 0, 0};
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const __m128i sm = q4k_scales_mins(a[i].scales);
+    alignas(16) int16_t sc16[8];
+    _mm_store_si128(reinterpret_cast<__m128i*>(sc16), _mm_cvtepu8_epi16(sm));
+    const __m128i mins = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(sm, sm));
+    __m256i qh = _mm256_setzero_si256();
+    if constexpr (kQ5) qh = load32(a[i].qh);
+    __m256i ql[4], qu[4];  // each 64-element group's low-run and high-run quants
+    for (int c = 0; c < 4; ++c) {
+      const __m256i raw = load32(a[i].qs + 32 * c);
+      ql[c] = _mm256_and_si256(raw, low4), qu[c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+      if constexpr (kQ5) {
+        ql[c] = _mm256_or_si256(ql[c], _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * c), 4), bit4));
+        qu[c] = _mm256_or_si256(qu[c], _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * c + 1), 4), bit4));
+      }
+    }
+    const float d = h2f(a[i].d), dmin = h2f(a[i].dmin);
+    for (int j = 0; j < 4; ++j) {
+      const block_q8_K& bj = b[j][i];
+      const __m256i bs = load32(bj.bsums);
+      const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+      __m128i pm = _mm_madd_epi16(mins, pairs);
+      pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));
+      const int sum_min = _mm_cvtsi128_si32(_mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1)));
+      __m256i sumi = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i plo = _mm256_maddubs_epi16(ql[c], load32(bj.qs + 64 * c));
+        const __m256i phi = _mm256_maddubs_epi16(qu[c], load32(bj.qs + 64 * c + 32));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, _mm256_set1_epi16(sc16[2 * c])));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, _mm256_set1_epi16(sc16[2 * c + 1])));
+      }
+      total[j] += bj.d * (d * float(hsum_i32(sumi)) - dmin * float(sum_min));
+    }
+  }
+  for (int j = 0; j < 4; ++j) out[j] = total[j];
+}
+
 template <bool kQ5>
 LAMINA_AVX2 float dot_qk(int64_t n, const void* w, const void* x) {
   float out;
@@ -501,6 +550,10 @@ VecDotFn avx2_kernel(GgmlType t) {
 }
 
 VecDot4CFn avx2_kernel4c(GgmlType t, int* bias) {
+  if (t == GgmlType::Q4_K || t == GgmlType::Q5_K) {
+    *bias = 0;
+    return t == GgmlType::Q4_K ? tokens4_qk<false> : tokens4_qk<true>;
+  }
   if (t == GgmlType::F16 || t == GgmlType::BF16) {
     *bias = 0;
     return t == GgmlType::F16 ? dot4_half<GgmlType::F16> : dot4_half<GgmlType::BF16>;
