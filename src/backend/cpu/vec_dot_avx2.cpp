@@ -108,6 +108,29 @@ LAMINA_AVX2 inline __m128i q4k_scales_mins(const uint8_t* s12) {
   return _mm_load_si128(reinterpret_cast<const __m128i*>(sm));
 }
 
+// A q4_K / q5_K block's 64-element group c as its low-run and high-run quants, one per byte
+// (q5_K: bits 2c and 2c + 1 of each qh byte moved to bit 4; 16-bit shifts, masked per byte).
+template <bool kQ5>
+LAMINA_AVX2 inline void qk_quants(const uint8_t* qs, __m256i qh, int c, __m256i& lo, __m256i& hi) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
+  const __m256i raw = load32(qs + 32 * c);
+  lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+  if constexpr (kQ5) {
+    lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * c), 4), bit4));
+    hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * c + 1), 4), bit4));
+  }
+}
+
+// sum_t min_t * (bsums[2t] + bsums[2t+1]) of one q8_K block, mins as eight int16: the pairs by
+// hadd (|sum| <= 4064), then madd.
+LAMINA_AVX2 inline int qk_sum_min(__m128i mins, const block_q8_K& b) {
+  const __m256i bs = load32(b.bsums);
+  const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+  __m128i pm = _mm_madd_epi16(mins, pairs);
+  pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));
+  return _mm_cvtsi128_si32(_mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1)));
+}
+
 // q4_K (or, kQ5, q5_K) against q8_K for R weight rows (w + r * w_stride) at once, out[r]: each
 // row's blocks in turn, as the one-row kernel (R = 1) takes them; R rows read side by side keep R
 // memory streams in flight (decode), and share the activation loads. q5_K's fifth bit of element
@@ -116,36 +139,27 @@ template <int R, bool kQ5 = false>
 LAMINA_AVX2 void rows_q4_K(int64_t n, const void* w, size_t w_stride, const void* x, float* out) {
   using Block = std::conditional_t<kQ5, block_q5_K, block_q4_K>;
   const auto* b = static_cast<const block_q8_K*>(x);
-  const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
   float total[R];
   for (int r = 0; r < R; ++r) total[r] = 0;
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const Block* a[R];
     for (int r = 0; r < R; ++r) a[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + size_t(r) * w_stride) + i;
-    // sum_t min_t * (bsums[2t] + bsums[2t+1]): the pairs by hadd (|sum| <= 4064), then madd.
-    const __m256i bs = load32(b[i].bsums);
-    const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
     alignas(16) int16_t sc16[R][8];  // the eight scales as int16
     int sum_min[R];
     __m256i sumi[R], qh[R];
     for (int r = 0; r < R; ++r) {
       const __m128i sm = q4k_scales_mins(a[r]->scales);
-      __m128i pm = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_unpackhi_epi64(sm, sm)), pairs);
-      pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));
-      sum_min[r] = _mm_cvtsi128_si32(_mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1)));
+      sum_min[r] = qk_sum_min(_mm_cvtepu8_epi16(_mm_unpackhi_epi64(sm, sm)), b[i]);
       _mm_store_si128(reinterpret_cast<__m128i*>(sc16[r]), _mm_cvtepu8_epi16(sm));
       sumi[r] = _mm256_setzero_si256();
+      qh[r] = _mm256_setzero_si256();
       if constexpr (kQ5) qh[r] = load32(a[r]->qh);
     }
     for (int c = 0; c < 4; ++c) {  // 64 elements: 32 low nibbles (sub-block 2c), 32 high (2c+1)
       const __m256i xl = load32(b[i].qs + 64 * c), xh = load32(b[i].qs + 64 * c + 32);
       for (int r = 0; r < R; ++r) {
-        const __m256i raw = load32(a[r]->qs + 32 * c);
-        __m256i qlo = _mm256_and_si256(raw, low4), qhi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-        if constexpr (kQ5) {  // bits 2c and 2c + 1 of each qh byte, moved to bit 4 (16-bit shifts; masked per byte)
-          qlo = _mm256_or_si256(qlo, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh[r], 2 * c), 4), bit4));
-          qhi = _mm256_or_si256(qhi, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh[r], 2 * c + 1), 4), bit4));
-        }
+        __m256i qlo, qhi;
+        qk_quants<kQ5>(a[r]->qs, qh[r], c, qlo, qhi);
         const __m256i plo = _mm256_maddubs_epi16(qlo, xl);
         const __m256i phi = _mm256_maddubs_epi16(qhi, xh);
         const __m256i s_lo = _mm256_set1_epi16(sc16[r][2 * c]), s_hi = _mm256_set1_epi16(sc16[r][2 * c + 1]);
@@ -169,7 +183,6 @@ LAMINA_AVX2 void tokens4_qk(int64_t n, const void* w, const void* x, size_t x_st
   const auto* a = static_cast<const Block*>(w);
   const block_q8_K* b[4];
   for (int j = 0; j < 4; ++j) b[j] = reinterpret_cast<const block_q8_K*>(static_cast<const uint8_t*>(x) + size_t(j) * x_stride);
-  const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
   float total[4] = {0, 0, 0, 0};
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const __m128i sm = q4k_scales_mins(a[i].scales);
@@ -179,22 +192,11 @@ LAMINA_AVX2 void tokens4_qk(int64_t n, const void* w, const void* x, size_t x_st
     __m256i qh = _mm256_setzero_si256();
     if constexpr (kQ5) qh = load32(a[i].qh);
     __m256i ql[4], qu[4];  // each 64-element group's low-run and high-run quants
-    for (int c = 0; c < 4; ++c) {
-      const __m256i raw = load32(a[i].qs + 32 * c);
-      ql[c] = _mm256_and_si256(raw, low4), qu[c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-      if constexpr (kQ5) {
-        ql[c] = _mm256_or_si256(ql[c], _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * c), 4), bit4));
-        qu[c] = _mm256_or_si256(qu[c], _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * c + 1), 4), bit4));
-      }
-    }
+    for (int c = 0; c < 4; ++c) qk_quants<kQ5>(a[i].qs, qh, c, ql[c], qu[c]);
     const float d = h2f(a[i].d), dmin = h2f(a[i].dmin);
     for (int j = 0; j < 4; ++j) {
       const block_q8_K& bj = b[j][i];
-      const __m256i bs = load32(bj.bsums);
-      const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-      __m128i pm = _mm_madd_epi16(mins, pairs);
-      pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));
-      const int sum_min = _mm_cvtsi128_si32(_mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1)));
+      const int sum_min = qk_sum_min(mins, bj);
       __m256i sumi = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
         const __m256i plo = _mm256_maddubs_epi16(ql[c], load32(bj.qs + 64 * c));

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 
@@ -106,23 +107,18 @@ static const GemvVariant* default_variant(const GemvProblem& p) {
 // the shape's without x8. (Decode's gate/up takes a pending norm and makes y8: tuned as x8 y8.)
 static std::optional<TuneEntry> tuned_entry(const GemvProblem& p) {
   static const char marker = 0;
-  std::vector<GemvProblem> tries{p};
+  std::array<GemvProblem, 5> tries;  // (no allocation: gemv() runs this per launch)
+  size_t n = 0;
+  tries[n++] = p;
   if (p.norm_w) {
-    GemvProblem q = p;
-    q.norm_w = nullptr, q.x8 = &marker;
-    tries.push_back(q);
+    tries[n] = p, tries[n].norm_w = nullptr, tries[n].x8 = &marker;
+    ++n;
   }
-  for (size_t i = 0, n = tries.size(); i < n && p.y8; ++i) {
-    GemvProblem q = tries[i];
-    q.y8 = nullptr;
-    tries.push_back(q);
-  }
-  GemvProblem bare = tries.back();
-  bare.x8 = nullptr;
-  if (p.x8 || p.norm_w) tries.push_back(bare);
+  for (size_t i = 0, m = n; i < m && p.y8; ++i) tries[n] = tries[i], tries[n++].y8 = nullptr;
+  if (p.x8 || p.norm_w) tries[n] = tries[n - 1], tries[n++].x8 = nullptr;
   auto& cache = TuneCache::get("gemv");
-  for (const GemvProblem& q : tries)
-    if (auto e = cache.find(tune_key(q))) return e;
+  for (size_t i = 0; i < n; ++i)
+    if (auto e = cache.find(tune_key(tries[i]))) return e;
   return std::nullopt;
 }
 
