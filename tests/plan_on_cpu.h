@@ -68,6 +68,7 @@ class PlanOnCpu final : public Backend {
   void swiglu(Tensor gate, Tensor up) override { plan_.in_place(plan::Op::Swiglu, gate, up); }
   void geglu(Tensor gate, Tensor up) override { plan_.in_place(plan::Op::Geglu, gate, up); }
   void scale(Tensor x, float s) override { plan_.scale(x, s); }
+  void all_reduce_sum(Tensor t, Communicator& comm) override { plan_.all_reduce(t, comm); }
 
   int fused_nodes = 0, taken_norms = 0, copies_read = 0;  // what the plans did (the test asserts some happened)
 
@@ -157,6 +158,7 @@ class PlanOnCpu final : public Backend {
       }
       case Op::AddNorm: cpu_.add_norm(n.x, n.y, n.norm ? &n.norm : nullptr, n.norm2 ? &n.norm2 : nullptr, n.eps, n.out); break;
       case Op::CopyRows: cpu_.copy_rows(n.x, n.ids, n.out); break;
+      case Op::AllReduce: cpu_.all_reduce_sum(n.x, *n.comm); break;
     }
     if (n.x8_out || n.x16_out) {  // what a GEMV or GEMM reads later: the output as it is now
       const Tensor o = n.op == Op::Swiglu ? n.x : n.out;

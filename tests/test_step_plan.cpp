@@ -283,5 +283,28 @@ TEST(StepPlan, CopiesAreNotReadAfterTheTensorIsWrittenAgain) {
   EXPECT_EQ(p.nodes()[2].x8_from, -1);
 }
 
+// A rank of a tensor-parallel layer: Wo's partial sums all-reduced before the residual add. The
+// matmul must not fold into the add (the sum of the ranks comes between); the add and the next
+// norm still fuse, and the next GEMV takes that norm's int8 blocks.
+TEST(StepPlan, AnAllReduceKeepsTheMatmulApartAndTheAddNormFuses) {
+  Arena a;
+  const Tensor att = a.alloc(1, 128), t = a.alloc(1, 256), x = a.alloc(1, 256), h = a.alloc(1, 256), o = a.alloc(1, 64);
+  Plan p;
+  p.add(matmul(att, t, 1));
+  const auto group = single_rank();
+  p.all_reduce(t, *group);
+  p.add(binary(Op::Add, x, t));
+  p.add(norm(x, h, 2));
+  p.add(matmul(h, o, 3));
+  p.fuse(rules(), o, true);
+  ASSERT_EQ(ops(p), (std::vector<Op>{Op::Matmul, Op::AllReduce, Op::AddNorm, Op::Matmul})) << p.str();
+  const auto& n = p.nodes();
+  EXPECT_FALSE(n[0].accumulate);
+  EXPECT_EQ(n[1].x.data, t.data);
+  EXPECT_EQ(n[1].comm, group.get());
+  EXPECT_TRUE(n[2].x8_out);
+  EXPECT_EQ(n[3].x8_from, 2);
+}
+
 }  // namespace
 }  // namespace lamina::plan

@@ -3,9 +3,12 @@
 // picked over the split vocabulary, give the tokens of the whole model (exact matmuls), and
 // logits within rounding of it. 4 ranks over 2 KV heads replicate each KV head twice.
 #include "backend/cpu/cpu_backend.h"
+#include "engine/session.h"
 #include "format/gguf.h"
 #include "golden_util.h"
 #include "model/llama.h"
+#include "model/sampler.h"
+#include "plan_on_cpu.h"
 
 #include <gtest/gtest.h>
 
@@ -26,9 +29,12 @@ struct Decoded {
 constexpr int kSteps = 12;
 const std::vector<int32_t> kPrompt{1, 450, 4996, 17354, 1701, 432, 17204, 975};
 
-// Greedy decoding on one rank (the whole model when tp is null).
-Decoded decode(const GgufFile& f, const LlamaModel::TpRank* tp) {
-  CpuBackend be(1, true);
+// Greedy decoding on one rank (the whole model when tp is null); planned: the ops recorded and
+// fused as the CUDA backend does (plan_on_cpu.h), the all-reduce a node of the plan.
+Decoded decode(const GgufFile& f, const LlamaModel::TpRank* tp, bool planned = false) {
+  CpuBackend cpu(1, true);
+  PlanOnCpu plan(cpu);
+  Backend& be = planned ? static_cast<Backend&>(plan) : cpu;
   LlamaModel m(f, be, tp);
   m.init_cache(64, GgmlType::F32);
   Decoded run;
@@ -60,6 +66,28 @@ Decoded decode(const GgufFile& f, const LlamaModel::TpRank* tp) {
   return run;
 }
 
+// The ranks of a group: decode() on n threads.
+std::vector<Decoded> decode_ranks(const GgufFile& f, int n, bool planned) {
+  const ModelConfig c = ModelConfig::from_gguf(f);
+  ThreadGroup group(n);
+  std::vector<Decoded> runs(static_cast<size_t>(n));
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = group.member(r);
+        const LlamaModel::TpRank rank{TpPlan::make(c, n, r), comm.get()};
+        runs[size_t(r)] = decode(f, &rank, planned);
+      } catch (const std::exception& e) {
+        errors[size_t(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[size_t(r)], "") << n << " ranks, rank " << r;
+  return runs;
+}
+
 TEST(TensorParallelModel, TwoAndFourRanksGiveTheWholeModelsTokens) {
   const std::string path = ::testing::TempDir() + "/lamina-tp-tiny-q8_0-" + std::to_string(getpid()) + ".gguf";
   shell(std::string(LAMINA_CLI) + " gen-model --preset tiny --type q8_0 --vocab '" + kVocab + "' --seed 5 -o '" + path +
@@ -70,30 +98,73 @@ TEST(TensorParallelModel, TwoAndFourRanksGiveTheWholeModelsTokens) {
     ASSERT_EQ(whole.tokens.size(), size_t(kSteps));
     const ModelConfig c = ModelConfig::from_gguf(f);
     for (int n : {2, 4}) {
-      ThreadGroup group(n);
-      std::vector<Decoded> runs(static_cast<size_t>(n));
-      std::vector<std::string> errors(static_cast<size_t>(n));
-      std::vector<std::thread> threads;
-      for (int r = 0; r < n; ++r)
-        threads.emplace_back([&, r] {
-          try {
-            auto comm = group.member(r);
-            const LlamaModel::TpRank rank{TpPlan::make(c, n, r), comm.get()};
-            runs[size_t(r)] = decode(f, &rank);
-          } catch (const std::exception& e) {
-            errors[size_t(r)] = e.what();
-          }
-        });
-      for (auto& t : threads) t.join();
-      for (int r = 0; r < n; ++r) {
-        ASSERT_EQ(errors[size_t(r)], "") << n << " ranks, rank " << r;
-        EXPECT_EQ(runs[size_t(r)].tokens, whole.tokens) << n << " ranks, rank " << r;
-      }
+      const std::vector<Decoded> runs = decode_ranks(f, n, false);
+      for (int r = 0; r < n; ++r) EXPECT_EQ(runs[size_t(r)].tokens, whole.tokens) << n << " ranks, rank " << r;
       const double e = rel_l2(runs[0].first, whole.first);
       EXPECT_LE(e, 1e-5) << n << " ranks";
       std::printf("tensor parallel, %d ranks: %d greedy tokens equal to the whole model's; logits rel. L2 %.2e\n", n,
                   kSteps, e);
     }
+  }
+  std::filesystem::remove(path);
+}
+
+// The CUDA backend's step plan with the all-reduce as a node: its fusions around the all-reduce
+// (the add and the next norm fused, the matmul kept apart) keep every rank's tokens.
+TEST(TensorParallelModel, TheStepPlansFusionsKeepTheRanksTokens) {
+  const std::string path = ::testing::TempDir() + "/lamina-tp-tiny-plan-" + std::to_string(getpid()) + ".gguf";
+  shell(std::string(LAMINA_CLI) + " gen-model --preset tiny --type q8_0 --vocab '" + kVocab + "' --seed 5 -o '" + path +
+        "' 2>&1");
+  {
+    const GgufFile f = GgufFile::open(path);
+    const Decoded whole = decode(f, nullptr);
+    const std::vector<Decoded> runs = decode_ranks(f, 2, true);
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(runs[size_t(r)].tokens, whole.tokens) << "rank " << r;
+    EXPECT_LE(rel_l2(runs[0].first, whole.first), 1e-5);
+  }
+  std::filesystem::remove(path);
+}
+
+// A session of N ranks (--tensor-parallel on the CPU: thread ranks): the same greedy tokens and
+// the same all-rows logits as the session of one, and a split that does not divide refused.
+TEST(TensorParallelModel, ASessionOfTwoRanksAnswersAsOne) {
+  const std::string path = ::testing::TempDir() + "/lamina-tp-tiny-session-" + std::to_string(getpid()) + ".gguf";
+  shell(std::string(LAMINA_CLI) + " gen-model --preset tiny --type q8_0 --vocab '" + kVocab + "' --seed 7 -o '" + path +
+        "' 2>&1");
+  {
+    SessionOptions o;
+    o.model_path = path, o.device = "cpu", o.n_threads = 2, o.n_ctx = 64, o.n_batch = 3, o.exact_matmul = true;
+    o.kv_type = GgmlType::F32;
+    struct Out {
+      std::vector<float> all;
+      std::vector<int32_t> tokens;
+    };
+    const auto run = [&](int ranks) {
+      SessionOptions so = o;
+      so.tensor_parallel = ranks;
+      Session s(so);
+      Out out;
+      out.all = s.eval(kPrompt, true);  // (three batches of at most 3 rows)
+      s.reset();
+      SamplerParams p;
+      p.temperature = 0.f;
+      Sampler sampler(p);
+      int32_t t = s.eval_sample(kPrompt, sampler);
+      for (int i = 0; i < kSteps; ++i) {
+        out.tokens.push_back(t);
+        t = s.eval_sample(std::span<const int32_t>(&t, 1), sampler);
+      }
+      EXPECT_EQ(s.backend_name().find(" x2") != std::string::npos, ranks == 2) << s.backend_name();
+      return out;
+    };
+    const Out one = run(1), two = run(2);
+    ASSERT_EQ(one.all.size(), kPrompt.size() * size_t(ModelConfig::from_gguf(GgufFile::open(path)).n_vocab));
+    ASSERT_EQ(two.all.size(), one.all.size());
+    EXPECT_LE(rel_l2(two.all, one.all), 1e-5);
+    EXPECT_EQ(two.tokens, one.tokens);
+    SessionOptions bad = o;
+    bad.tensor_parallel = 3;  // the tiny preset's heads do not split in three
+    EXPECT_THROW(Session{bad}, Error);
   }
   std::filesystem::remove(path);
 }

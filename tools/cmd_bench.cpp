@@ -123,7 +123,7 @@ void run_bench(const BenchArgs& a) {
     for (double v : tps) mean += v / double(tps.size());
     for (double v : tps) var += (v - mean) * (v - mean) / double(std::max<size_t>(1, tps.size() - 1));
     fmt::print("| {:<34.34} | {:>6.2f} GiB | {:>6.2f} M | {:<28.28} | {:>8} | {:>9.2f} ± {:>6.2f} |\n", model, gib,
-               double(params) / 1e6, sess.backend().name(), test, mean, std::sqrt(var));
+               double(params) / 1e6, sess.backend_name(), test, mean, std::sqrt(var));
     std::fflush(stdout);
   };
   // token lists outlive the rows: --profile runs each test again after the table

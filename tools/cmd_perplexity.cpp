@@ -31,7 +31,7 @@ struct PerplexityArgs {
 };
 
 std::string describe(const SessionOptions& o, Session& s) {  // the backend's name says "exact matmul" where set
-  return fmt::format("{} on {}", o.model_path, s.backend().name());
+  return fmt::format("{} on {}", o.model_path, s.backend_name());
 }
 
 void run_perplexity(const PerplexityArgs& a) {

@@ -59,7 +59,7 @@ void run_run(const RunArgs& a) {
   const auto t2 = Clock::now();
   fmt::print(stderr, "\nprompt: {} tokens in {:.2f} s ({:.1f} t/s) | generated: {} tokens in {:.2f} s ({:.1f} t/s) | {}\n",
              prompt.size(), seconds(t0, t1), double(prompt.size()) / seconds(t0, t1), n_gen, seconds(t1, t2),
-             n_gen ? double(n_gen) / seconds(t1, t2) : 0.0, sess.backend().name());
+             n_gen ? double(n_gen) / seconds(t1, t2) : 0.0, sess.backend_name());
   print_memory_summary(sess);
   if (a.s.opt.profile)
     fmt::print(stderr, "\nprompt ({} tokens):\n{}\ngeneration ({} tokens):\n{}", prompt.size(), prompt_profile, n_gen,

@@ -6,6 +6,8 @@
 
 #include <string>
 
+struct ncclComm;  // (nccl.h's communicator; only the CUDA backend's files see its definition)
+
 namespace lamina {
 
 struct CudaOptions {
@@ -25,6 +27,11 @@ struct CudaOptions {
   // staged inputs itself (else an upload kernel first).
   bool fused_argmax = true;
   bool staged_lookup = true;
+
+  // Tensor parallelism (issue #35): this rank's NCCL communicator (backend/cuda/nccl_group.h),
+  // through which the backend all-reduces on the GPUs; without one it all-reduces through the
+  // model's Communicator in host memory, and graphs must be off.
+  ncclComm* nccl = nullptr;
 };
 
 }  // namespace lamina

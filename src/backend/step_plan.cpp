@@ -21,6 +21,7 @@ const char* op_name(Op op) {
     case Op::Rope: return "rope";
     case Op::Attention: return "attention";
     case Op::CopyRows: return "copy_rows";
+    case Op::AllReduce: return "all_reduce";
     case Op::EmbedNorm: return "embed+norm";
     case Op::MatmulAddNorm: return "matmul+add+norm";
     case Op::GateUp: return "gate/up+glu";
@@ -382,6 +383,12 @@ void Plan::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const in
 void Plan::copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) {
   Node n = node(Op::CopyRows, src, dst);
   n.ids.assign(rows.begin(), rows.end());
+  add(std::move(n));
+}
+
+void Plan::all_reduce(Tensor x, Communicator& comm) {
+  Node n = node(Op::AllReduce, x);
+  n.comm = &comm;
   add(std::move(n));
 }
 

@@ -43,6 +43,7 @@ enum class Op : uint8_t {
   Rope,           // x rotated in place (n_heads heads of head_dim)
   Attention,      // k (y), v (z) stored at the pass's positions of `layer`; out = attention of q (x)
   CopyRows,       // out = x[ids]
+  AllReduce,      // x = the sum of every rank's x (tensor parallelism; comm), in place
   // Made by fuse().
   EmbedNorm,      // Embed into x, then out = rmsnorm(x) * norm, pending
   MatmulAddNorm,  // y += x . w^T, then out = rmsnorm(y) * norm, pending
@@ -67,6 +68,7 @@ struct Node {
   AttentionParams attn;
   int32_t pos_first = 0, pos_last = 0;  // the pass's positions (Rope, Attention): first and last
   std::vector<int32_t> ids;             // CopyRows; Attention: every row's position (paged costs)
+  Communicator* comm = nullptr;         // AllReduce: the rank's group
 
   // Set by fuse().
   int norm_from = -1;    // a GEMV of x taking the pending norm of node norm_from (x8 and sums of squares)
@@ -121,6 +123,7 @@ class Plan {
   void attention(int layer, Tensor q, Tensor k, Tensor v, std::span<const int32_t> pos, const AttentionParams& p,
                  Tensor out, bool each_position);
   void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst);
+  void all_reduce(Tensor x, Communicator& comm);
 
   void add(Node n) { nodes_.push_back(std::move(n)); }
   bool empty() const { return nodes_.empty(); }

@@ -8,24 +8,64 @@
 
 #if LAMINA_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/nccl_group.h"
 #endif
 
 
 namespace lamina {
 
-std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
+namespace {
+
+// "cuda" or "cpu": what o.device names on this machine.
+std::string resolve_device(const BackendOptions& o) {
   std::string dev = o.device;
   if (dev != "auto" && dev != "cpu" && dev != "cuda") fail("unknown device '{}' (cpu, cuda or auto)", dev);
 #if LAMINA_HAVE_CUDA
   if (dev == "auto") dev = cuda_device_count() > 0 ? "cuda" : "cpu";
-  if (dev == "cuda") {
-    if (cuda_device_count() == 0) fail("--device cuda: no CUDA GPU is available");
-    return std::make_unique<CudaBackend>(0, o.exact_matmul, o.cuda);
-  }
+  if (dev == "cuda" && cuda_device_count() == 0) fail("--device cuda: no CUDA GPU is available");
 #else
   if (dev == "auto") dev = "cpu";
   if (dev == "cuda") fail("--device cuda: this lamina was built without CUDA");
 #endif
+  return dev;
+}
+
+class HostGroup final : public DeviceGroup {
+ public:
+  void configure(int, BackendOptions&) const override {}
+};
+
+#if LAMINA_HAVE_CUDA
+class GpuGroup final : public DeviceGroup {
+ public:
+  explicit GpuGroup(int ranks) : nccl_(ranks) {}
+  void configure(int rank, BackendOptions& o) const override { o.gpu = rank, o.cuda.nccl = nccl_.comm(rank); }
+
+ private:
+  NcclGroup nccl_;
+};
+#endif
+
+}  // namespace
+
+std::unique_ptr<DeviceGroup> make_device_group(const BackendOptions& o, int ranks) {
+#if LAMINA_HAVE_CUDA
+  if (resolve_device(o) == "cuda") return std::make_unique<GpuGroup>(ranks);
+#endif
+  (void)resolve_device(o);
+  (void)ranks;
+  return std::make_unique<HostGroup>();
+}
+
+std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
+  const std::string dev = resolve_device(o);
+#if LAMINA_HAVE_CUDA
+  if (dev == "cuda") {
+    if (o.gpu < 0 || o.gpu >= cuda_device_count()) fail("CUDA device {} of {}", o.gpu, cuda_device_count());
+    return std::make_unique<CudaBackend>(o.gpu, o.exact_matmul, o.cuda);
+  }
+#endif
+  (void)dev;
   const std::optional<CpuIsa> isa = parse_isa(o.cpu_isa);
   if (!isa) fail("unknown CPU kernel set '{}' (auto, scalar, avx2, avx-vnni, avx512 or amx)", o.cpu_isa);
   if (!cpu_runs(*isa)) fail("--cpu-isa {}: this CPU does not run it (its best: {})", o.cpu_isa, isa_name(detect_isa()));

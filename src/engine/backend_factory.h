@@ -15,9 +15,21 @@ struct BackendOptions {
   int n_threads = 0;            // CPU: 0 for every CPU this process may use
   bool exact_matmul = false;    // f32 activations for quantised weights
   std::string cpu_isa = "auto"; // CPU dot-product kernels: "auto" or "scalar"
+  int gpu = 0;                  // CUDA: the device index (a tensor-parallel rank's GPU)
   CudaOptions cuda;
 };
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& o);
+
+// The device side of a tensor-parallel group (issue #35): on CUDA, one GPU per rank and their
+// NCCL communicators (made together); on the CPU, nothing (the ranks sum in host memory).
+class DeviceGroup {
+ public:
+  virtual ~DeviceGroup() = default;
+  // Rank r's backend options: its GPU and communicator.
+  virtual void configure(int rank, BackendOptions& o) const = 0;
+};
+// Throws lamina::Error when the device cannot hold `ranks` ranks (too few GPUs, no NCCL).
+std::unique_ptr<DeviceGroup> make_device_group(const BackendOptions& o, int ranks);
 
 }  // namespace lamina

@@ -20,6 +20,9 @@ int n_blocks_for(Session& s, const EngineOptions& o) {
 
 Engine::Engine(Session& session, EngineOptions o)
     : session_(session), opt_(o), kv_(n_blocks_for(session, o), o.block_tokens, o.prefix_cache), sched_(kv_, o.schedule) {
+  if (session.tensor_parallel() > 1)
+    fail("--tensor-parallel {}: the batching engine (serve, bench --parallel) runs one device so far",
+         session.tensor_parallel());
   if (!session.backend().takes_kv_layout())
     fail("the {} backend does not run several sequences at once yet (use -d cpu)", session.backend().name());
   stats_.kv_blocks = kv_.n_blocks();

@@ -1,11 +1,16 @@
 #include "engine/session.h"
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "format/quant.h"
 #include "model/sampler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <exception>
+#include <optional>
 
 namespace lamina {
 
@@ -14,7 +19,10 @@ size_t kv_bytes_per_position(const ModelConfig& c, GgmlType kv_type) {
 }
 
 BackendOptions backend_options(const SessionOptions& o) {
-  return BackendOptions{o.device, o.n_threads, o.exact_matmul, o.cpu_isa, o.cuda};
+  BackendOptions b;
+  b.device = o.device, b.n_threads = o.n_threads, b.exact_matmul = o.exact_matmul, b.cpu_isa = o.cpu_isa;
+  b.cuda = o.cuda;
+  return b;
 }
 
 namespace {
@@ -29,43 +37,90 @@ size_t scratch_estimate(const ModelConfig& c, int n_batch) {
   return per_row * size_t(n_batch) + (size_t(256) << 20);
 }
 
+// Bytes of weights a backend holds: the whole model's (plan null) or a rank's shares.
+size_t weight_bytes(const GgufFile& f, const ModelConfig& c, const TpPlan* plan) {
+  size_t sum = 0;  // (Q5_0 and IQ4_NL matrices are held as Q8_0)
+  for (const auto& t : f.tensors()) {
+    int64_t rows = t.nrows(), cols = t.ne[0];
+    if (plan) {
+      const TpSlice s = tp_slice(*plan, c, t.name);
+      if (s.kind == TpSlice::Kind::Rows) rows = s.range.count;
+      if (s.kind == TpSlice::Kind::Cols) cols = s.range.count;
+    }
+    const GgmlType held = held_as_q8_0(t.type) ? GgmlType::Q8_0 : t.type;
+    sum += held != t.type || plan ? row_bytes(held, cols) * size_t(rows) : t.nbytes;
+  }
+  if (!f.find_tensor("output.weight"))  // tied: bound twice (lookup table and matmul layout)
+    if (const GgufTensor* e = f.find_tensor("token_embd.weight"))
+      sum += plan ? row_bytes(e->type, e->ne[0]) * size_t(plan->vocab.count) : e->nbytes;
+  return sum;
+}
+
 }  // namespace
 
 Session::Session(const SessionOptions& o) : opt_(o), file_(GgufFile::open(o.model_path)), tok_(Tokenizer::from_gguf(file_)) {
   if (o.n_ctx < 0) fail("--ctx must be positive, got {}", o.n_ctx);
-  backend_ = make_backend(backend_options(o));
-  const ModelConfig cfg = ModelConfig::from_gguf(file_);
-  size_t weight_bytes = 0;  // (Q5_0 and IQ4_NL matrices are held as Q8_0)
-  for (const auto& t : file_.tensors())
-    weight_bytes += held_as_q8_0(t.type) ? row_bytes(GgmlType::Q8_0, t.ne[0]) * size_t(t.nrows()) : t.nbytes;
-  if (!file_.find_tensor("output.weight"))  // tied: bound twice (lookup table and matmul layout)
-    if (const GgufTensor* e = file_.find_tensor("token_embd.weight")) weight_bytes += e->nbytes;
+  const int n = o.tensor_parallel;
+  if (n < 1) fail("--tensor-parallel must be at least 1, got {}", n);
+  if (n > 1) {
+    (void)TpPlan::make(ModelConfig::from_gguf(file_), n, 0);  // a split that does not divide: refused first
+    devices_ = make_device_group(backend_options(o), n);
+    group_ = std::make_unique<ThreadGroup>(n);
+  }
+  Rank r0;
+  const int n_ctx = make_rank(0, r0, o.n_ctx);
+  comm0_ = std::move(r0.comm), backend_ = std::move(r0.backend), model_ = std::move(r0.model);
+  if (tok_.n_vocab() != model_->config().n_vocab)
+    fail("{}: tokenizer has {} tokens but the model's vocabulary is {}", o.model_path, tok_.n_vocab(),
+         model_->config().n_vocab);
+  if (n > 1) workers_ = std::make_unique<RankWorkers>(n, [this, n_ctx](int rank, Rank& r) { make_rank(rank, r, n_ctx); });
+}
+
+int Session::make_rank(int rank, Rank& r, int n_ctx) {
+  const SessionOptions& o = opt_;
+  const int n = o.tensor_parallel;
+  BackendOptions bo = backend_options(o);
+  std::optional<LlamaModel::TpRank> tp;
+  ModelConfig cfg = ModelConfig::from_gguf(file_);
+  if (n > 1) {
+    devices_->configure(rank, bo);
+    bo.n_threads = std::max(1, usable_threads(o.n_threads) / n);
+    if (!bo.cuda.nccl) bo.cuda.graphs = false;  // (an all-reduce in host memory cannot be recorded)
+    r.comm = group_->member(rank);
+    tp = LlamaModel::TpRank{TpPlan::make(cfg, n, rank), r.comm.get()};
+  }
+  r.backend = make_backend(bo);
+  Backend& be = *r.backend;
+  const std::string where = n > 1 ? fmt::format("{} (rank {} of {})", be.name(), rank, n) : be.name();
+  const size_t weights = weight_bytes(file_, cfg, tp ? &tp->plan : nullptr);
   const size_t scratch = scratch_estimate(cfg, o.n_batch);
-  const size_t avail0 = backend_->memory_available();
-  if (weight_bytes + scratch > avail0)
-    fail("{} does not fit on {}: its weights need {} plus {} for activations, {} is available",
-         o.model_path, backend_->name(), format_bytes(weight_bytes), format_bytes(scratch), format_bytes(avail0));
-  model_ = std::make_unique<LlamaModel>(file_, *backend_);
-  const ModelConfig& c = model_->config();
-  if (tok_.n_vocab() != c.n_vocab)
-    fail("{}: tokenizer has {} tokens but the model's vocabulary is {}", o.model_path, tok_.n_vocab(), c.n_vocab);
-  const size_t per_pos = kv_bytes_per_position(c, o.kv_type);
-  const size_t free_now = backend_->memory_available();
+  const size_t avail0 = be.memory_available();
+  if (weights + scratch > avail0)
+    fail("{} does not fit on {}: its weights need {} plus {} for activations, {} is available", o.model_path, where,
+         format_bytes(weights), format_bytes(scratch), format_bytes(avail0));
+  r.model = std::make_unique<LlamaModel>(file_, be, tp ? &*tp : nullptr);
+  if (tp) cfg.n_head_kv = uint32_t(tp->plan.kv_heads.count);  // the rank's KV heads
+  const size_t per_pos = kv_bytes_per_position(cfg, o.kv_type);
+  const size_t free_now = be.memory_available();
   const size_t avail = free_now > scratch ? free_now - scratch : 0;
-  int n_ctx = o.n_ctx;
   if (n_ctx == 0) {
     // The default context takes at most a quarter of what is free: a file declaring a huge
     // context_length must not claim the machine (an explicit --ctx may use all of it).
-    n_ctx = int(std::min<size_t>({c.n_ctx_train, avail / kDefaultKvShare / per_pos, size_t(INT32_MAX)}));
+    n_ctx = int(std::min<size_t>({cfg.n_ctx_train, avail / kDefaultKvShare / per_pos, size_t(INT32_MAX)}));
     if (n_ctx < 16)
-      fail("not enough memory on {} for a KV cache: {:.1f} MiB per 1k positions, {} available", backend_->name(),
+      fail("not enough memory on {} for a KV cache: {:.1f} MiB per 1k positions, {} available", where,
            double(per_pos) * 1024 / (1 << 20), format_bytes(avail));
   } else if (size_t(n_ctx) * per_pos > avail) {
     fail("a context of {} positions needs {} of KV cache on {} but only {} is available (lower --ctx)", n_ctx,
-         format_bytes(size_t(n_ctx) * per_pos), backend_->name(), format_bytes(avail));
+         format_bytes(size_t(n_ctx) * per_pos), where, format_bytes(avail));
   }
-  model_->init_cache(n_ctx, o.kv_type);
-  backend_->set_profiling(o.profile);
+  r.model->init_cache(n_ctx, o.kv_type);
+  be.set_profiling(o.profile);
+  return n_ctx;
+}
+
+std::string Session::backend_name() const {
+  return opt_.tensor_parallel > 1 ? fmt::format("{} x{}", backend_->name(), opt_.tensor_parallel) : backend_->name();
 }
 
 Session::~Session() = default;
@@ -98,7 +153,55 @@ Tensor Session::eval_device(std::span<const int32_t> tokens, bool all_logits) {
   return out;
 }
 
+void Session::eval_ranks(std::span<const int32_t> tokens, bool all_logits) {
+  if (tokens.empty()) fail("eval: no tokens");
+  if (history_.size() + tokens.size() > size_t(n_ctx()))
+    fail("{} tokens do not fit in the context: {} of {} positions are used (raise --ctx)", tokens.size(),
+         history_.size(), n_ctx());
+  const int n = opt_.tensor_parallel;
+  const int64_t V = config().n_vocab;
+  logits_.clear();
+  std::vector<int32_t> pos;
+  for (size_t b = 0; b < tokens.size(); b += size_t(opt_.n_batch)) {
+    const size_t len = std::min(tokens.size() - b, size_t(opt_.n_batch));
+    pos.resize(len);
+    for (size_t i = 0; i < len; ++i) pos[i] = int32_t(history_.size() + i);
+    const auto chunk = tokens.subspan(b, len);
+    const bool last = b + len == tokens.size();
+    using L = LlamaModel::Logits;
+    const L mode = all_logits ? L::All : last ? L::Last : L::None;
+    const int64_t rows = mode == L::All ? int64_t(len) : mode == L::Last ? 1 : 0;
+    const size_t base = logits_.size();
+    logits_.resize(base + size_t(rows * V));
+    // Every rank runs the pass (they meet in its all-reduces), then writes its columns of the
+    // vocabulary into logits_ (disjoint ranges: no two ranks write one element).
+    const auto pass = [&](int rank, LlamaModel& m, Backend& be) {
+      const Tensor out = m.forward(chunk, pos, mode);
+      const TpRange v = TpPlan::make(config(), n, rank).vocab;
+      if (rows == 0 || v.count == 0) return;
+      std::vector<float> host(size_t(rows * v.count));
+      be.read(out.rows_view(out.rows - rows, rows), host.data());
+      for (int64_t i = 0; i < rows; ++i)
+        std::copy_n(host.data() + i * v.count, v.count, logits_.data() + base + size_t(i * V + v.first));
+    };
+    workers_->post([&](int rank, Rank& r) { pass(rank, *r.model, *r.backend); });
+    std::exception_ptr e0;
+    try {
+      pass(0, *model_, *backend_);
+    } catch (...) {
+      e0 = std::current_exception();
+    }
+    workers_->wait();
+    if (e0) std::rethrow_exception(e0);
+    history_.insert(history_.end(), chunk.begin(), chunk.end());
+  }
+}
+
 const std::vector<float>& Session::eval(std::span<const int32_t> tokens, bool all_logits) {
+  if (workers_) {
+    eval_ranks(tokens, all_logits);
+    return logits_;
+  }
   const Tensor out = eval_device(tokens, all_logits);
   if (!all_logits) {
     logits_.resize(size_t(out.cols));
@@ -108,6 +211,10 @@ const std::vector<float>& Session::eval(std::span<const int32_t> tokens, bool al
 }
 
 int32_t Session::eval_sample(std::span<const int32_t> tokens, Sampler& sampler, bool more) {
+  if (workers_) {  // (sampled on the host over the ranks' gathered logits)
+    eval_ranks(tokens, false);
+    return sampler.sample(logits_, history_);
+  }
   const Tensor out = eval_device(tokens, false);
   if (backend_->samples_on_device()) {
     const std::vector<int32_t> ids = sampler.penalty_ids(history_);

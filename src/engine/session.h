@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "engine/backend_factory.h"
+#include "engine/rank_workers.h"
 #include "core/units.h"
 #include "format/gguf.h"
 #include "format/tokenizer.h"
@@ -27,6 +28,9 @@ struct SessionOptions {
   std::string cpu_isa = "auto"; // CPU dot-product kernels: "auto" or "scalar"
   bool profile = false;         // per-op timing in the backend (Backend::profile_report)
   CudaOptions cuda;             // the CUDA backend's choices (defaults: the fastest measured paths)
+  // Ranks each layer splits over (issue #35): GPUs 0 .. N-1 through NCCL on CUDA, or thread ranks
+  // on the CPU (each with n_threads / N threads). 1: the whole model on one device.
+  int tensor_parallel = 1;
 };
 
 class Sampler;
@@ -39,7 +43,10 @@ class Session {
   const Tokenizer& tokenizer() const { return tok_; }
   const ModelConfig& config() const { return model_->config(); }
   const GgufFile& file() const { return file_; }
+  // Rank 0's backend with tensor parallelism (its GPU's share of the memory and time).
   Backend& backend() { return *backend_; }
+  int tensor_parallel() const { return opt_.tensor_parallel; }
+  std::string backend_name() const;  // the backend's name, "xN" with N ranks
   LlamaModel& model() { return *model_; }
   int n_ctx() const { return model_->n_ctx(); }
   int n_past() const { return int(history_.size()); }
@@ -61,12 +68,25 @@ class Session {
   SessionOptions opt_;
   GgufFile file_;
   Tokenizer tok_;
+  // Tensor parallelism: the devices' group and the ranks' host collectives (declared first: they
+  // go last), rank 0's member (rank 0 is backend_ and model_, on this thread), ranks 1 .. N-1
+  // (declared last: they go first).
+  std::unique_ptr<DeviceGroup> devices_;
+  std::unique_ptr<ThreadGroup> group_;
+  std::unique_ptr<Communicator> comm0_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<LlamaModel> model_;
   std::vector<int32_t> history_;
   std::vector<float> logits_, chunk_;
+  std::unique_ptr<RankWorkers> workers_;
 
+  // Makes rank `rank`'s backend and model (the whole model with one rank) and checks that they
+  // fit; n_ctx 0 sizes the cache from the free memory. Returns the context it made.
+  int make_rank(int rank, Rank& r, int n_ctx);
   Tensor eval_device(std::span<const int32_t> tokens, bool all_logits);
+  // eval with several ranks: every rank runs each batch; logits_ gets the whole vocabulary's
+  // logits (every row when all_logits, else the last), each rank writing its rows of it.
+  void eval_ranks(std::span<const int32_t> tokens, bool all_logits);
 };
 
 // The backend options a session's options ask for.

@@ -79,6 +79,9 @@ class CudaBackend final : public Backend {
   void swiglu(Tensor gate, Tensor up) override;
   void geglu(Tensor gate, Tensor up) override;
   void scale(Tensor x, float s) override;
+  // Tensor parallelism: through NCCL on the GPUs when CudaOptions::nccl is set, else through
+  // `comm` in host memory (cuda_collectives.cpp).
+  void all_reduce_sum(Tensor t, Communicator& comm) override;
   void read(Tensor t, float* host) override;
 
   bool replay(uint64_t key, Tensor& out) override;
@@ -212,6 +215,9 @@ class CudaBackend final : public Backend {
   const PagedPass& paged_pass();  // the staged tables, uploaded
   void attend_paged(const LayerCache& c, const plan::Node& n);
   void exec_copy_rows(const plan::Node& n);
+  void exec_all_reduce(const plan::Node& n);
+  ncclComm* nccl_ = nullptr;         // CudaOptions::nccl: this rank's NCCL communicator, or none
+  std::vector<float> host_reduce_;   // an all-reduce in host memory (no NCCL communicator)
   // (bytes, flops) of attention over the cache for the profile.
   std::pair<double, double> attention_cost(const plan::Node& n) const;
   kernels::RopeArgs rope_args(int n_heads, int head_dim, const RopeParams& p);

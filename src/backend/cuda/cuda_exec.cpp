@@ -67,6 +67,7 @@ void CudaBackend::exec(const Node& n, Run& r, Made& m) {
     case Op::Attention: return exec_attention(n, m);
     case Op::RopeAttention: return exec_rope_attention(n, m);
     case Op::CopyRows: return exec_copy_rows(n);
+    case Op::AllReduce: return exec_all_reduce(n);
     default: return exec_elementwise(n, m);
   }
 }

@@ -298,7 +298,9 @@ template <int HD, int WARPS>
 Status launch_v2(const float* q, int rows, const int32_t* pos, const __half* kc, const __half* vc,
                  const AttentionArgs& a, float* out, void* out16, bool bf16, cudaStream_t s) {
   const size_t smem = sizeof(KvStages<HD>);
-  static const cudaError_t attr =
+  // (set on every launch: the attribute belongs to the current device, and ranks of a
+  // tensor-parallel group launch on several)
+  const cudaError_t attr =
       cudaFuncSetAttribute(flash_prefill_v2<HD, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (attr != cudaSuccess) return Status::error("attention_prefill: " + std::to_string(smem) + " bytes of shared memory refused");
   const dim3 grid(unsigned(a.n_head), unsigned((rows + WARPS * 16 - 1) / (WARPS * 16)));

@@ -1,0 +1,48 @@
+// Collectives of a tensor-parallel rank (issue #35): the all-reduce node of the step plan. With
+// an NCCL communicator (CudaOptions::nccl) the sum runs on the GPUs, on this backend's stream, so
+// a recorded decode graph holds it like any kernel. Without one the ranks sum in host memory
+// through the Communicator the model passes (ranks as threads; several ranks may share one GPU,
+// which is how one-GPU machines test the split): the stream is drained, the tensor read, summed
+// and written back, so such passes cannot be recorded as graphs (the ranks run with graphs off).
+#include "backend/cuda/cuda_backend.h"
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_op.h"
+
+#include <cuda_runtime.h>
+
+#if LAMINA_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+namespace lamina {
+
+void CudaBackend::all_reduce_sum(Tensor t, Communicator& comm) {
+  check("all_reduce", comm.ranks() >= 1, "an empty group");
+  plan_.all_reduce(t, comm);
+}
+
+void CudaBackend::exec_all_reduce(const plan::Node& n) {
+  const size_t len = size_t(n.x.rows * n.x.cols);
+  // (a ring all-reduce moves about 2 (N - 1) / N of the tensor each way per GPU)
+  const double bytes = double(len) * 4.0 * 2.0;
+#if LAMINA_HAVE_NCCL
+  if (nccl_) {
+    return run_op("all_reduce", bytes, 0, [&] {
+      const ncclResult_t e = ncclAllReduce(n.x.data, n.x.data, len, ncclFloat, ncclSum, nccl_, stream_);
+      return e == ncclSuccess ? kn::Status::success() : kn::Status::error(std::string("ncclAllReduce: ") + ncclGetErrorString(e));
+    });
+  }
+#endif
+  check("all_reduce", capturing_ == 0, "a host-memory group cannot be recorded in a graph (run the ranks with graphs off)");
+  host_reduce_.resize(len);
+  cuda_check(cudaMemcpyAsync(host_reduce_.data(), n.x.data, len * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+             "all_reduce");
+  cuda_check(cudaStreamSynchronize(stream_), "all_reduce");
+  n.comm->all_reduce_sum(host_reduce_.data(), len);
+  cuda_check(cudaMemcpyAsync(n.x.data, host_reduce_.data(), len * sizeof(float), cudaMemcpyHostToDevice, stream_),
+             "all_reduce");
+  cuda_check(cudaStreamSynchronize(stream_), "all_reduce");  // (host_reduce_ is reused by the next one)
+}
+
+}  // namespace lamina
