@@ -1,6 +1,25 @@
 #include "engine/rank_workers.h"
 
+#include <chrono>
+
 namespace lamina {
+
+namespace {
+
+// Polls `ready` for up to kSpin before the caller sleeps on its condition variable.
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+template <class F>
+bool spin_until(F ready) {
+  const auto end = std::chrono::steady_clock::now() + kSpin;
+  do {
+    for (int i = 0; i < 64; ++i)
+      if (ready()) return true;
+  } while (std::chrono::steady_clock::now() < end);
+  return false;
+}
+
+}  // namespace
 
 RankWorkers::RankWorkers(int ranks, Make make) {
   busy_ = ranks - 1;
@@ -41,6 +60,7 @@ void RankWorkers::post(Job job) {
 }
 
 void RankWorkers::wait() {
+  spin_until([&] { return busy_.load() == 0; });
   std::unique_lock lk(mu_);
   done_.wait(lk, [&] { return busy_ == 0; });
   if (error_) {
@@ -67,6 +87,7 @@ void RankWorkers::loop(int rank, Worker& w, const Make& make) {
   }
   for (;;) {
     Job job;
+    spin_until([&] { return generation_.load() != seen; });
     {
       std::unique_lock lk(mu_);
       wake_.wait(lk, [&] { return generation_ != seen; });

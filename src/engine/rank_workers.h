@@ -9,6 +9,7 @@
 #include "core/communicator.h"
 #include "model/llama.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -37,7 +38,8 @@ class RankWorkers {
   RankWorkers& operator=(const RankWorkers&) = delete;
 
   // Hands job to every worker (they run it at once); wait() blocks until all have, and rethrows
-  // the first error. One job at a time.
+  // the first error. One job at a time. Both sides spin a little before they sleep: a decode
+  // step's job comes and goes within tens of microseconds, less than a thread takes to wake.
   void post(Job job);
   void wait();
 
@@ -53,8 +55,9 @@ class RankWorkers {
   std::mutex mu_;
   std::condition_variable wake_, done_;
   Job job_;
-  uint64_t generation_ = 0;  // bumped per job (and to stop: with stop_)
-  int busy_ = 0;             // workers still running the current job (or still being made)
+  // Written under mu_ (then notified); read by the spinning side without it.
+  std::atomic<uint64_t> generation_ = 0;  // bumped per job (and to stop: with stop_)
+  std::atomic<int> busy_ = 0;             // workers still running the current job (or being made)
   bool stop_ = false;
   std::exception_ptr error_;
 };

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <optional>
@@ -160,6 +161,7 @@ void Session::eval_ranks(std::span<const int32_t> tokens, bool all_logits) {
          history_.size(), n_ctx());
   const int n = opt_.tensor_parallel;
   const int64_t V = config().n_vocab;
+  rank_logits_.resize(size_t(n)), rank_best_.resize(size_t(n));
   logits_.clear();
   std::vector<int32_t> pos;
   for (size_t b = 0; b < tokens.size(); b += size_t(opt_.n_batch)) {
@@ -178,11 +180,16 @@ void Session::eval_ranks(std::span<const int32_t> tokens, bool all_logits) {
     const auto pass = [&](int rank, LlamaModel& m, Backend& be) {
       const Tensor out = m.forward(chunk, pos, mode);
       const TpRange v = TpPlan::make(config(), n, rank).vocab;
+      rank_best_[size_t(rank)] = {-INFINITY, -1};
       if (rows == 0 || v.count == 0) return;
-      std::vector<float> host(size_t(rows * v.count));
+      std::vector<float>& host = rank_logits_[size_t(rank)];
+      host.resize(size_t(rows * v.count));
       be.read(out.rows_view(out.rows - rows, rows), host.data());
       for (int64_t i = 0; i < rows; ++i)
         std::copy_n(host.data() + i * v.count, v.count, logits_.data() + base + size_t(i * V + v.first));
+      const auto last_row = host.begin() + (rows - 1) * v.count;  // (the first of equal maxima: the lowest id)
+      const auto best = std::max_element(last_row, last_row + v.count);
+      rank_best_[size_t(rank)] = {*best, int32_t(v.first + (best - last_row))};
     };
     workers_->post([&](int rank, Rank& r) { pass(rank, *r.model, *r.backend); });
     std::exception_ptr e0;
@@ -213,6 +220,14 @@ const std::vector<float>& Session::eval(std::span<const int32_t> tokens, bool al
 int32_t Session::eval_sample(std::span<const int32_t> tokens, Sampler& sampler, bool more) {
   if (workers_) {  // (sampled on the host over the ranks' gathered logits)
     eval_ranks(tokens, false);
+    if (sampler.params().temperature <= 0.f && sampler.penalty_ids(history_).empty()) {
+      // Greedy: the largest of the ranks' picks, the lowest id among equal ones (ranks hold
+      // increasing ids), as Sampler's greedy rule over the whole row.
+      std::pair<float, int32_t> best = rank_best_[0];
+      for (const auto& b : rank_best_)
+        if (b.second >= 0 && (best.second < 0 || b.first > best.first)) best = b;
+      if (best.second >= 0) return best.second;
+    }
     return sampler.sample(logits_, history_);
   }
   const Tensor out = eval_device(tokens, false);

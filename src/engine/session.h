@@ -78,6 +78,10 @@ class Session {
   std::unique_ptr<LlamaModel> model_;
   std::vector<int32_t> history_;
   std::vector<float> logits_, chunk_;
+  // Each rank's host copy of its logits, and the greedy pick (logit, id) of its share of the
+  // last row (the greedy draw without penalty merges these instead of scanning the vocabulary).
+  std::vector<std::vector<float>> rank_logits_;
+  std::vector<std::pair<float, int32_t>> rank_best_;
   std::unique_ptr<RankWorkers> workers_;
 
   // Makes rank `rank`'s backend and model (the whole model with one rank) and checks that they
