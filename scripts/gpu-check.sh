@@ -122,6 +122,8 @@ if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
   [ -n "${LAMINA_MODEL:-}" ] && step ppl-kld-exact ppl_kld exact
   [ -n "${LAMINA_MODEL:-}" ] && step ppl-kld-fast ppl_kld fast
 fi
+# Several GPUs: tensor parallelism (scripts/gpu-tp.sh: same tokens, 8B and 70B shapes on 1 and N GPUs).
+[ "${GPU_CHECK_TP:-1}" = 1 ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ] && step tensor-parallel env OUT="$OUT" MODELS="$MODELS" scripts/gpu-tp.sh
 if [ "${GPU_CHECK_BENCH:-1}" = 1 ]; then
   step kbench-gemv "$BUILD/tools/lamina" kbench gemv
   step kbench-gemm "$BUILD/tools/lamina" kbench gemm
@@ -137,6 +139,7 @@ grep -h "part at a near tie" "$OUT/gpu-tests.log" 2>/dev/null | sed "s/^[0-9]*: 
 cat "$OUT"/same-tokens-*.log 2>/dev/null
 for m in exact fast; do [ -f "$OUT/ppl-kld-$m.log" ] && echo "CUDA $m vs CPU exact (GPL-3, 4 chunks): $(grep -E '^(PPL|base PPL|mean KLD|same top)' "$OUT/ppl-kld-$m.log" | tr '\n' ';')"; done
 grep -E "^\| (graph|one persistent)" "$OUT/chain-ceiling.log" 2>/dev/null
+cat "$OUT/tp-summary.txt" 2>/dev/null
 for fam in gemv gemm; do
   [ -f "$OUT/kbench-$fam.log" ] && python3 scripts/kbench_summary.py "$OUT/kbench-$fam.log" | tee "$OUT/kbench-$fam-summary.txt"
 done
