@@ -32,6 +32,9 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
   sub->add_option("--tensor-parallel,--tp", a.opt.tensor_parallel,
                   "Split each layer over N ranks: GPUs 0..N-1 through NCCL (cuda), or N thread ranks (cpu)")
       ->check(whole_in(1, 64));
+  sub->add_option("--tp-all-reduce", a.tp_all_reduce,
+                  "With --tensor-parallel on CUDA: peer (decode rows by one kernel over NVLink, the rest by NCCL) or nccl")
+      ->check(CLI::IsMember({"peer", "nccl"}));
   sub->add_flag("--exact-matmul", a.opt.exact_matmul,
                 "Keep activations in f32 for quantised weights (slower; for reference checks)");
 }
@@ -54,6 +57,7 @@ SessionOptions SessionArgs::resolve() const {
   o.device = device_choice(opt.device);
   o.n_threads = threads_to_run(opt.n_threads);
   o.kv_type = kv_type == "f32" ? GgmlType::F32 : GgmlType::F16;
+  o.cuda.peer_all_reduce = tp_all_reduce == "peer";
   return o;
 }
 

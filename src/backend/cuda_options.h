@@ -7,6 +7,9 @@
 #include <string>
 
 struct ncclComm;  // (nccl.h's communicator; only the CUDA backend's files see its definition)
+namespace lamina::kernels {
+struct PeerAllReduce;  // kernels/ops/peer_all_reduce.h
+}
 
 namespace lamina {
 
@@ -32,6 +35,10 @@ struct CudaOptions {
   // through which the backend all-reduces on the GPUs; without one it all-reduces through the
   // model's Communicator in host memory, and graphs must be off.
   ncclComm* nccl = nullptr;
+  // The one-shot peer all-reduce for vectors that fit its slots (decode rows), where the group
+  // has it and peer_all_reduce asks for it (false: NCCL for every all-reduce).
+  const kernels::PeerAllReduce* peer = nullptr;
+  bool peer_all_reduce = true;
 };
 
 }  // namespace lamina

@@ -38,8 +38,11 @@ class HostGroup final : public DeviceGroup {
 #if LAMINA_HAVE_CUDA
 class GpuGroup final : public DeviceGroup {
  public:
-  explicit GpuGroup(int ranks) : nccl_(ranks) {}
-  void configure(int rank, BackendOptions& o) const override { o.gpu = rank, o.cuda.nccl = nccl_.comm(rank); }
+  GpuGroup(int ranks, int64_t max_vector) : nccl_(ranks, max_vector) {}
+  void configure(int rank, BackendOptions& o) const override {
+    o.gpu = rank, o.cuda.nccl = nccl_.comm(rank);
+    o.cuda.peer = o.cuda.peer_all_reduce ? nccl_.peer(rank) : nullptr;
+  }
 
  private:
   NcclGroup nccl_;
@@ -48,12 +51,12 @@ class GpuGroup final : public DeviceGroup {
 
 }  // namespace
 
-std::unique_ptr<DeviceGroup> make_device_group(const BackendOptions& o, int ranks) {
+std::unique_ptr<DeviceGroup> make_device_group(const BackendOptions& o, int ranks, int64_t max_vector) {
 #if LAMINA_HAVE_CUDA
-  if (resolve_device(o) == "cuda") return std::make_unique<GpuGroup>(ranks);
+  if (resolve_device(o) == "cuda") return std::make_unique<GpuGroup>(ranks, max_vector);
 #endif
   (void)resolve_device(o);
-  (void)ranks;
+  (void)ranks, (void)max_vector;
   return std::make_unique<HostGroup>();
 }
 

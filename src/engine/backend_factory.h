@@ -30,6 +30,7 @@ class DeviceGroup {
   virtual void configure(int rank, BackendOptions& o) const = 0;
 };
 // Throws lamina::Error when the device cannot hold `ranks` ranks (too few GPUs, no NCCL).
-std::unique_ptr<DeviceGroup> make_device_group(const BackendOptions& o, int ranks);
+// max_vector: the most floats a small all-reduce takes (the peer all-reduce's slots).
+std::unique_ptr<DeviceGroup> make_device_group(const BackendOptions& o, int ranks, int64_t max_vector);
 
 }  // namespace lamina

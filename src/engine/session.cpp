@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <exception>
@@ -28,7 +29,8 @@ BackendOptions backend_options(const SessionOptions& o) {
 
 namespace {
 
-constexpr size_t kDefaultKvShare = 4;  // the default context's KV cache: at most 1/4 of free memory
+constexpr size_t kDefaultKvShare = 4;
+constexpr int64_t kSmallAllReduceRows = 8;  // rows of the residual stream the peer all-reduce takes  // the default context's KV cache: at most 1/4 of free memory
 
 // Activation memory one forward pass of n_batch rows needs (the model's scratch tensors with
 // 16-bit copies for the GEMM inputs), plus the all-rows logits of `lamina logits`.
@@ -64,8 +66,10 @@ Session::Session(const SessionOptions& o) : opt_(o), file_(GgufFile::open(o.mode
   const int n = o.tensor_parallel;
   if (n < 1) fail("--tensor-parallel must be at least 1, got {}", n);
   if (n > 1) {
-    (void)TpPlan::make(ModelConfig::from_gguf(file_), n, 0);  // a split that does not divide: refused first
-    devices_ = make_device_group(backend_options(o), n);
+    const ModelConfig cfg = ModelConfig::from_gguf(file_);
+    (void)TpPlan::make(cfg, n, 0);  // a split that does not divide: refused first
+    // (the small all-reduces: up to a GEMV batch of residual rows)
+    devices_ = make_device_group(backend_options(o), n, int64_t(cfg.n_embd) * kSmallAllReduceRows);
     group_ = std::make_unique<ThreadGroup>(n);
   }
   Rank r0;
@@ -124,7 +128,14 @@ std::string Session::backend_name() const {
   return opt_.tensor_parallel > 1 ? fmt::format("{} x{}", backend_->name(), opt_.tensor_parallel) : backend_->name();
 }
 
-Session::~Session() = default;
+Session::~Session() {
+  if (workers_ && opt_.cuda.graph_timing && rank_timing_.passes) {
+    const double n = double(rank_timing_.passes);
+    fmt::print(stderr, "rank 0, per pass over {} passes: {:.1f} us in forward (launch), {:.1f} us in the read (its GPU), "
+               "{:.1f} us waiting for the other ranks\n", rank_timing_.passes, rank_timing_.forward_us / n,
+               rank_timing_.read_us / n, rank_timing_.others_us / n);
+  }
+}
 
 // Runs the tokens in batches of n_batch; returns the last batch's logits in backend memory (every
 // row of every batch is copied to logits_ when all_logits).
@@ -177,14 +188,20 @@ void Session::eval_ranks(std::span<const int32_t> tokens, bool all_logits) {
     logits_.resize(base + size_t(rows * V));
     // Every rank runs the pass (they meet in its all-reduces), then writes its columns of the
     // vocabulary into logits_ (disjoint ranges: no two ranks write one element).
+    using Clock = std::chrono::steady_clock;
+    const auto us = [](Clock::time_point from, Clock::time_point to) { return std::chrono::duration<double, std::micro>(to - from).count(); };
     const auto pass = [&](int rank, LlamaModel& m, Backend& be) {
+      const auto t0 = Clock::now();
       const Tensor out = m.forward(chunk, pos, mode);
+      const auto t1 = Clock::now();
+      if (rank == 0) rank_timing_.forward_us += us(t0, t1);
       const TpRange v = TpPlan::make(config(), n, rank).vocab;
       rank_best_[size_t(rank)] = {-INFINITY, -1};
       if (rows == 0 || v.count == 0) return;
       std::vector<float>& host = rank_logits_[size_t(rank)];
       host.resize(size_t(rows * v.count));
       be.read(out.rows_view(out.rows - rows, rows), host.data());
+      if (rank == 0) rank_timing_.read_us += us(t1, Clock::now());
       for (int64_t i = 0; i < rows; ++i)
         std::copy_n(host.data() + i * v.count, v.count, logits_.data() + base + size_t(i * V + v.first));
       const auto last_row = host.begin() + (rows - 1) * v.count;  // (the first of equal maxima: the lowest id)
@@ -198,7 +215,10 @@ void Session::eval_ranks(std::span<const int32_t> tokens, bool all_logits) {
     } catch (...) {
       e0 = std::current_exception();
     }
+    const auto w0 = Clock::now();
     workers_->wait();
+    rank_timing_.others_us += us(w0, Clock::now());
+    ++rank_timing_.passes;
     if (e0) std::rethrow_exception(e0);
     history_.insert(history_.end(), chunk.begin(), chunk.end());
   }

@@ -82,6 +82,12 @@ class Session {
   // last row (the greedy draw without penalty merges these instead of scanning the vocabulary).
   std::vector<std::vector<float>> rank_logits_;
   std::vector<std::pair<float, int32_t>> rank_best_;
+  // --graph-timing with several ranks: rank 0's host time per pass in the forward call (graph
+  // launch or eager launches), in the read (waiting for its GPU), and waiting for the other ranks.
+  struct RankTiming {
+    double forward_us = 0, read_us = 0, others_us = 0;
+    long passes = 0;
+  } rank_timing_;
   std::unique_ptr<RankWorkers> workers_;
 
   // Makes rank `rank`'s backend and model (the whole model with one rank) and checks that they

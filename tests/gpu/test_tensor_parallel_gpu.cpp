@@ -1,7 +1,7 @@
 // Tensor parallelism on the GPU (issue #35). On any machine: two ranks sharing GPU 0 and summing
 // in host memory (ThreadGroup) give the whole model's greedy tokens on CUDA in exact mode, which
 // checks the CUDA backend's split shapes and its all-reduce node. With several GPUs: sessions of
-// 2 (and 4) ranks through NCCL give the one-GPU session's tokens in exact mode and its logits
+// 2 (and 4) ranks, decode rows through the peer all-reduce or NCCL, give the one-GPU session's tokens in exact mode and its logits
 // within rounding in both modes, with the decode steps recorded as graphs (NCCL inside them).
 #include "backend/cuda/cuda_backend.h"
 #include "engine/session.h"
@@ -92,9 +92,10 @@ struct TpRun {
   int graphs = 0;                // decode passes recorded on rank 0
 };
 
-TpRun run_session(int ranks, bool exact) {
+TpRun run_session(int ranks, bool exact, bool peer = true) {
   SessionOptions o;
   o.model_path = tiny_path(), o.device = "cuda", o.n_ctx = 64, o.exact_matmul = exact, o.tensor_parallel = ranks;
+  o.cuda.peer_all_reduce = peer;
   Session s(o);
   TpRun out;
   out.all = s.eval(kPrompt, true);
@@ -111,24 +112,27 @@ TpRun run_session(int ranks, bool exact) {
   return out;
 }
 
-TEST(CudaTensorParallel, NcclSessionsGiveTheOneGpuSessionsTokens) {
+// Decode rows all-reduce through the peer kernel (peer) or NCCL; prompts through NCCL.
+TEST(CudaTensorParallel, SessionsOfSeveralGpusGiveTheOneGpuSessionsTokens) {
   const int gpus = cuda_device_count();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs (this machine has " << gpus << ")";
   for (bool exact : {true, false}) {
     const TpRun one = run_session(1, exact);
-    for (int n : {2, 4}) {
-      if (n > gpus) break;
-      const TpRun r = run_session(n, exact);
-      ASSERT_EQ(r.all.size(), one.all.size());
-      const double e = rel_l2(r.all, one.all);
-      int same = 0;
-      while (same < kSteps && r.tokens[size_t(same)] == one.tokens[size_t(same)]) ++same;
-      std::printf("tensor parallel %s, %d GPUs (NCCL): prompt logits rel. L2 %.2e, %d of %d greedy tokens equal, "
-                  "%d graphs recorded\n", exact ? "exact" : "fast", n, e, same, kSteps, r.graphs);
-      EXPECT_LE(e, exact ? 1e-5 : 1e-3) << n << " GPUs";
-      if (exact) EXPECT_EQ(r.tokens, one.tokens) << n << " GPUs";
-      EXPECT_GT(r.graphs, 0) << n << " GPUs: the decode steps ran eagerly";
-    }
+    for (bool peer : {true, false})
+      for (int n : {2, 4}) {
+        if (n > gpus) break;
+        const TpRun r = run_session(n, exact, peer);
+        ASSERT_EQ(r.all.size(), one.all.size());
+        const double e = rel_l2(r.all, one.all);
+        int same = 0;
+        while (same < kSteps && r.tokens[size_t(same)] == one.tokens[size_t(same)]) ++same;
+        std::printf("tensor parallel %s, %d GPUs (%s): prompt logits rel. L2 %.2e, %d of %d greedy tokens equal, "
+                    "%d graphs recorded\n", exact ? "exact" : "fast", n, peer ? "peer + NCCL" : "NCCL", e, same, kSteps,
+                    r.graphs);
+        EXPECT_LE(e, exact ? 1e-5 : 1e-3) << n << " GPUs";
+        if (exact) EXPECT_EQ(r.tokens, one.tokens) << n << " GPUs";
+        EXPECT_GT(r.graphs, 0) << n << " GPUs: the decode steps ran eagerly";
+      }
   }
 }
 

@@ -217,6 +217,7 @@ class CudaBackend final : public Backend {
   void exec_copy_rows(const plan::Node& n);
   void exec_all_reduce(const plan::Node& n);
   ncclComm* nccl_ = nullptr;         // CudaOptions::nccl: this rank's NCCL communicator, or none
+  const kernels::PeerAllReduce* peer_ = nullptr;  // CudaOptions::peer: the one-shot all-reduce, or none
   std::vector<float> host_reduce_;   // an all-reduce in host memory (no NCCL communicator)
   // (bytes, flops) of attention over the cache for the profile.
   std::pair<double, double> attention_cost(const plan::Node& n) const;

@@ -1,5 +1,6 @@
-// Collectives of a tensor-parallel rank (issue #35): the all-reduce node of the step plan. With
-// an NCCL communicator (CudaOptions::nccl) the sum runs on the GPUs, on this backend's stream, so
+// Collectives of a tensor-parallel rank (issue #35): the all-reduce node of the step plan. A
+// vector that fits the peer all-reduce's slots (CudaOptions::peer: decode rows) goes through that
+// one kernel over NVLink. With an NCCL communicator (CudaOptions::nccl) the sum runs on the GPUs, on this backend's stream, so
 // a recorded decode graph holds it like any kernel. Without one the ranks sum in host memory
 // through the Communicator the model passes (ranks as threads; several ranks may share one GPU,
 // which is how one-GPU machines test the split): the stream is drained, the tensor read, summed
@@ -8,6 +9,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_op.h"
+#include "kernels/ops/peer_all_reduce.h"
 
 #include <cuda_runtime.h>
 
@@ -26,6 +28,8 @@ void CudaBackend::exec_all_reduce(const plan::Node& n) {
   const size_t len = size_t(n.x.rows * n.x.cols);
   // (a ring all-reduce moves about 2 (N - 1) / N of the tensor each way per GPU)
   const double bytes = double(len) * 4.0 * 2.0;
+  if (peer_ && int64_t(len) <= peer_->max_elems)  // a decode row's vector: one kernel over NVLink
+    return run_op("all_reduce (peer)", bytes, 0, [&] { return kn::peer_all_reduce(*peer_, n.x.data, int64_t(len), stream_); });
 #if LAMINA_HAVE_NCCL
   if (nccl_) {
     return run_op("all_reduce", bytes, 0, [&] {

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 
+#include <cuda_runtime.h>
+
 #if LAMINA_HAVE_NCCL
 #include <nccl.h>
 #endif
@@ -15,7 +17,7 @@ namespace lamina {
 
 bool nccl_available() { return true; }
 
-NcclGroup::NcclGroup(int ranks) {
+NcclGroup::NcclGroup(int ranks, int64_t peer_elems) {
   const int gpus = cuda_device_count();
   if (ranks < 1 || ranks > gpus) fail("--tensor-parallel {}: {} CUDA GPU(s) are available", ranks, gpus);
   std::vector<int> devices(static_cast<size_t>(ranks));
@@ -26,21 +28,66 @@ NcclGroup::NcclGroup(int ranks) {
     comms_.clear();
     fail("NCCL: making a group of {} GPUs failed: {}", ranks, ncclGetErrorString(e));
   }
+  make_peer_buffers(peer_elems);
+}
+
+// Peer access between every pair of the group's GPUs, then each GPU's slots and flags and each
+// rank's epochs, zeroed. Any refusal leaves the group without them (NCCL does every all-reduce).
+void NcclGroup::make_peer_buffers(int64_t elems) {
+  const int n = ranks();
+  if (n > kernels::kPeerMaxRanks || elems <= 0) return;
+  for (int r = 0; r < n; ++r)
+    for (int p = 0; p < n; ++p) {
+      int ok = 0;
+      if (p != r && (cudaDeviceCanAccessPeer(&ok, r, p) != cudaSuccess || !ok)) return;
+    }
+  std::vector<kernels::PeerAllReduce> views(static_cast<size_t>(n));
+  bool fine = true;
+  for (int r = 0; r < n && fine; ++r) {
+    fine = cudaSetDevice(r) == cudaSuccess;
+    for (int p = 0; p < n && fine; ++p) {
+      if (p == r) continue;
+      const cudaError_t e = cudaDeviceEnablePeerAccess(p, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
+      else fine = e == cudaSuccess;
+    }
+    const size_t slot_bytes = size_t(2 * n) * size_t(elems) * sizeof(float);
+    const size_t flag_bytes = size_t(n) * kernels::kPeerMaxBlocks * sizeof(uint32_t);
+    void *slots = nullptr, *flags = nullptr, *epoch = nullptr;
+    fine = fine && cudaMalloc(&slots, slot_bytes) == cudaSuccess && (owned_.push_back(slots), true) &&
+           cudaMalloc(&flags, flag_bytes) == cudaSuccess && (owned_.push_back(flags), true) &&
+           cudaMalloc(&epoch, kernels::kPeerMaxBlocks * sizeof(uint32_t)) == cudaSuccess && (owned_.push_back(epoch), true) &&
+           cudaMemset(flags, 0, flag_bytes) == cudaSuccess &&
+           cudaMemset(epoch, 0, kernels::kPeerMaxBlocks * sizeof(uint32_t)) == cudaSuccess &&
+           cudaDeviceSynchronize() == cudaSuccess;
+    if (!fine) break;
+    for (auto& v : views) v.slots[r] = static_cast<float*>(slots), v.flags[r] = static_cast<uint32_t*>(flags);
+    views[size_t(r)].epoch = static_cast<uint32_t*>(epoch);
+  }
+  cudaSetDevice(0);
+  if (!fine) {
+    cudaGetLastError();
+    return;
+  }
+  for (int r = 0; r < n; ++r) views[size_t(r)].ranks = n, views[size_t(r)].rank = r, views[size_t(r)].max_elems = elems;
+  peers_ = std::move(views);
 }
 
 NcclGroup::~NcclGroup() {
   for (ncclComm* c : comms_) ncclCommDestroy(c);
+  for (void* p : owned_) cudaFree(p);
 }
 
 #else
 
 bool nccl_available() { return false; }
 
-NcclGroup::NcclGroup(int ranks) {
+NcclGroup::NcclGroup(int ranks, int64_t) {
   fail("--tensor-parallel {} across GPUs: this lamina was built without NCCL (see README: LAMINA_NCCL_ROOT)", ranks);
 }
 
 NcclGroup::~NcclGroup() = default;
+void NcclGroup::make_peer_buffers(int64_t) {}
 
 #endif
 

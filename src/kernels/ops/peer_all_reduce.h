@@ -1,0 +1,40 @@
+// One-shot all-reduce of a small f32 vector among the GPUs of one process over peer access
+// (NVLink), for tensor-parallel decode (issue #35): a rank's vector after a row-parallel GEMV is
+// 4096-8192 floats, where NCCL's ring costs more in latency than the bytes take to move.
+//
+// Layout (all device memory, made by the group that owns the GPUs):
+//   slots[p]: on GPU p, [2 parities][ranks][max_elems] floats: what each rank sent p
+//   flags[p]: on GPU p, [ranks][kPeerMaxBlocks] uint32: the epoch each (sender, block) last delivered
+//   epoch:    on this rank's GPU, [kPeerMaxBlocks] uint32: the last epoch each block ran
+// Block b of every rank owns the same element range. Per call it writes its range into every
+// rank's slot (parity = epoch & 1), publishes the epoch in every rank's flag (release, system
+// scope), waits until every sender's flag has reached it (acquire), then sums the ranks' ranges
+// in rank order 0 .. N-1 into x: every rank gets the same bits. A sender one call ahead writes
+// the other parity, and cannot get two ahead (it waits for this rank's flag of the next call).
+// Plain C++ (no CUDA types), so that the backend's options can carry it.
+#pragma once
+
+#include "kernels/common/status.h"
+
+#include <cstdint>
+
+typedef struct CUstream_st* cudaStream_t;
+
+namespace lamina::kernels {
+
+inline constexpr int kPeerMaxRanks = 8;
+inline constexpr int kPeerMaxBlocks = 16;
+
+struct PeerAllReduce {
+  int ranks = 0, rank = 0;
+  int64_t max_elems = 0;                 // floats per slot: the largest vector it takes
+  float* slots[kPeerMaxRanks] = {};
+  uint32_t* flags[kPeerMaxRanks] = {};
+  uint32_t* epoch = nullptr;
+};
+
+// x[0..n) = the sum over the ranks of their x[0..n) (every rank calls with the same n <= max_elems,
+// in the same order). A rank that never arrives stops the kernel after ~10 s with a trap.
+Status peer_all_reduce(const PeerAllReduce& g, float* x, int64_t n, cudaStream_t s);
+
+}  // namespace lamina::kernels
