@@ -69,7 +69,8 @@ TEST_P(GoldenTiny, LogitsMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(Models, GoldenTiny,
                          ::testing::Values("tiny-f32", "tiny-f16", "tiny-bf16", "tiny-q8_0", "tiny-q4_0", "tiny-q4_1",
-                                           "tiny-q4_K", "tiny-q6_K", "tiny-qwen2-f16", "tiny-qwen2-q8_0",
+                                           "tiny-q4_K", "tiny-q6_K", "tiny-q5_0", "tiny-q5_1", "tiny-q2_K", "tiny-q3_K",
+                                           "tiny-q5_K", "tiny-iq4_nl", "tiny-iq4_xs", "tiny-qwen2-f16", "tiny-qwen2-q8_0",
                                            "tiny-llama3-f16", "tiny-llama3-q8_0", "tiny-qwen3-f16", "tiny-qwen3-q8_0",
                                            "tiny-gemma3-f16", "tiny-gemma3-q8_0", "tiny-phi3-f16", "tiny-phi3-q8_0", "tiny-phi3-longrope-f16",
                                            "tiny-phi3-longrope-q8_0", "tiny-moe-f16", "tiny-moe-q8_0", "tiny-qwen3moe-f16",

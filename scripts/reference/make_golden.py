@@ -23,7 +23,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 VOCAB = os.path.join(ROOT, '..', 'shared', 'data', 'vocab', 'ggml-vocab-llama-spm.gguf')
-TYPES = ['f32', 'f16', 'bf16', 'q8_0', 'q4_0', 'q4_1', 'q4_K', 'q6_K']
+TYPES = ['f32', 'f16', 'bf16', 'q8_0', 'q4_0', 'q4_1', 'q4_K', 'q6_K', 'q5_0', 'q5_1', 'q2_K', 'q3_K', 'q5_K', 'iq4_nl',
+         'iq4_xs']
 PROMPTS = ['The capital of France is', 'def fibonacci(n):', 'Once upon a time, in a small village,']
 GOLDEN_CTX = 256  # the context tests/test_golden.cpp runs with
 TINY_TOKENS = '1 450 4996 17354 1701 432 975 278 17366 11203 29889'  # "The quick brown fox ..."

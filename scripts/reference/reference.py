@@ -23,7 +23,9 @@ import numpy as np
 
 SCALAR = {0: '<B', 1: '<b', 2: '<H', 3: '<h', 4: '<I', 5: '<i', 6: '<f', 7: '<?', 10: '<Q', 11: '<q', 12: '<d'}
 BLOCK = {0: (1, 4), 1: (1, 2), 30: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
-         12: (256, 144), 14: (256, 210)}
+         10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 20: (32, 18), 23: (256, 136)}
+# The 16 values of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl).
+IQ4 = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float64)
 
 
 class Reader:
@@ -82,6 +84,19 @@ def f16(a):
     return np.ascontiguousarray(a).view(np.float16).astype(np.float64)
 
 
+def k4_scales(S):
+    """The 8 six-bit scales and mins of a q4_K / q5_K block from its 12 bytes S (formats.md 2.3)."""
+    sc = np.zeros((len(S), 8), np.int32)
+    mn = np.zeros((len(S), 8), np.int32)
+    for j in range(8):
+        if j < 4:
+            sc[:, j], mn[:, j] = S[:, j] & 63, S[:, j + 4] & 63
+        else:
+            sc[:, j] = (S[:, j + 4] & 15) | ((S[:, j - 4] >> 6) << 4)
+            mn[:, j] = (S[:, j + 4] >> 4) | ((S[:, j] >> 6) << 4)
+    return sc, mn
+
+
 def dequant(t, ne, raw):
     n = int(np.prod(ne))
     if t == 0:
@@ -114,17 +129,53 @@ def dequant(t, ne, raw):
     elif t == 12:  # q4_K
         b = raw.reshape(-1, 144)
         d, dmin, S = f16(b[:, 0:2]), f16(b[:, 2:4]), b[:, 4:16].astype(np.int32)
-        sc = np.zeros((len(b), 8), np.int32)
-        mn = np.zeros((len(b), 8), np.int32)
-        for j in range(8):
-            if j < 4:
-                sc[:, j], mn[:, j] = S[:, j] & 63, S[:, j + 4] & 63
-            else:
-                sc[:, j] = (S[:, j + 4] & 15) | ((S[:, j - 4] >> 6) << 4)
-                mn[:, j] = (S[:, j + 4] >> 4) | ((S[:, j] >> 6) << 4)
+        sc, mn = k4_scales(S)
         qs = b[:, 16:144].reshape(-1, 4, 32)
         q = np.stack([qs & 15, qs >> 4], axis=2).reshape(-1, 8, 32).astype(np.float64)
         x = (d[:, :, None] * sc[:, :, None] * q - dmin[:, :, None] * mn[:, :, None])
+    elif t == 13:  # q5_K: q4_K's layout with a fifth bit per element in qh (formats.md 2.3)
+        b = raw.reshape(-1, 176)
+        d, dmin, S = f16(b[:, 0:2]), f16(b[:, 2:4]), b[:, 4:16].astype(np.int32)
+        qh, qs = b[:, 16:48].astype(np.int32), b[:, 48:176].astype(np.int32)
+        sc, mn = k4_scales(S)
+        e = np.arange(256)
+        byte = qs[:, 32 * (e // 64) + e % 32]
+        q = np.where(e % 64 < 32, byte & 15, byte >> 4) + 16 * ((qh[:, e % 32] >> (e // 32)) & 1)
+        x = d * sc[:, e // 32] * q - dmin * mn[:, e // 32]
+    elif t == 10:  # q2_K: 16 sub-blocks of 16, 2-bit quants, a 4-bit scale and min each
+        b = raw.reshape(-1, 84)
+        S, qs = b[:, 0:16].astype(np.int32), b[:, 16:80].astype(np.int32)
+        d, dmin = f16(b[:, 80:82]), f16(b[:, 82:84])
+        e = np.arange(256)
+        q = (qs[:, 32 * (e // 128) + e % 32] >> (2 * ((e % 128) // 32))) & 3
+        s = S[:, e // 16]
+        x = d * (s & 15) * q - dmin * (s >> 4)
+    elif t == 11:  # q3_K: q2_K's quants minus 4 where the hmask bit is clear, 6-bit signed scales
+        b = raw.reshape(-1, 110)
+        hm, qs, S = b[:, 0:32].astype(np.int32), b[:, 32:96].astype(np.int32), b[:, 96:108].astype(np.int32)
+        d = f16(b[:, 108:110])
+        e = np.arange(256)
+        half, j, l = e // 128, (e % 128) // 32, e % 32
+        q = ((qs[:, 32 * half + l] >> (2 * j)) & 3) - np.where((hm[:, l] >> (4 * half + j)) & 1, 0, 4)
+        t16 = np.arange(16)
+        lo = np.where(t16 < 8, S[:, np.minimum(t16, 7)] & 15, S[:, np.maximum(t16 - 8, 0)] >> 4)
+        hi = (S[:, 8 + t16 % 4] >> (2 * (t16 // 4))) & 3
+        sc = (lo | (hi << 4)) - 32
+        x = d * sc[:, e // 16] * q
+    elif t == 20:  # iq4_nl: blocks of 32, a 4-bit index into IQ4 each, one f16 scale
+        b = raw.reshape(-1, 18)
+        qs = b[:, 2:18].astype(np.int32)
+        x = f16(b[:, 0:2]) * IQ4[np.concatenate([qs & 15, qs >> 4], axis=1)]
+    elif t == 23:  # iq4_xs: 8 sub-blocks of 32 with 6-bit scales (4 low bits, 2 high bits apart)
+        b = raw.reshape(-1, 136)
+        d = f16(b[:, 0:2])
+        sh = np.ascontiguousarray(b[:, 2:4]).view('<u2').astype(np.int32)
+        sl = b[:, 4:8].astype(np.int32)
+        qs = b[:, 8:136].reshape(-1, 8, 16).astype(np.int32)
+        ib = np.arange(8)
+        ls = ((sl[:, ib // 2] >> (4 * (ib % 2))) & 15) | (((sh >> (2 * ib)) & 3) << 4)
+        vals = IQ4[np.concatenate([qs & 15, qs >> 4], axis=2)]
+        x = (d * (ls - 32))[:, :, None] * vals
     elif t == 14:  # q6_K
         b = raw.reshape(-1, 210)
         ql, qh = b[:, 0:128].astype(np.int32), b[:, 128:192].astype(np.int32)
