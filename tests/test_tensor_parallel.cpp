@@ -86,6 +86,11 @@ TEST(TensorParallel, WeightsSplitByTheirRole) {
   is("output.weight", K::Rows, 8000, 8000);
   is("token_embd.weight", K::Whole, 0, 0);
   is("blk.3.attn_norm.weight", K::Whole, 0, 0);
+  is("blk.3.attn_q.bias", K::Cols, 8 * 128, 8 * 128);  // (qwen2: with their matrices' rows)
+  is("blk.3.attn_k.bias", K::Cols, 2 * 128, 2 * 128);
+  is("blk.3.attn_v.bias", K::Cols, 2 * 128, 2 * 128);
+  is("blk.3.attn_output.bias", K::Whole, 0, 0);  // added after the all-reduce
+  is("blk.3.attn_q_norm.weight", K::Whole, 0, 0);
 }
 
 // A [64][512] matrix quantised; a rank's rows and a rank's columns, dequantised, are exactly

@@ -109,6 +109,28 @@ TEST(TensorParallelModel, TwoAndFourRanksGiveTheWholeModelsTokens) {
   std::filesystem::remove(path);
 }
 
+// The other architectures a rank runs: qwen2 (QKV biases split with their rows), qwen3 (per-head
+// q/k norms), gemma3 (one KV head on both ranks, norms after attention and FFN, tied output,
+// sliding-window layers), llama3 (rope_freqs): 2 ranks give the whole model's tokens.
+TEST(TensorParallelModel, TwoRanksOfEveryArchitectureGiveTheWholeModelsTokens) {
+  for (const char* preset : {"tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3"}) {
+    const std::string path = ::testing::TempDir() + "/lamina-tp-" + preset + "-" + std::to_string(getpid()) + ".gguf";
+    shell(std::string(LAMINA_CLI) + " gen-model --preset " + preset + " --type q8_0 --vocab '" + kVocab +
+          "' --seed 5 -o '" + path + "' 2>&1");
+    {
+      const GgufFile f = GgufFile::open(path);
+      const Decoded whole = decode(f, nullptr);
+      const std::vector<Decoded> runs = decode_ranks(f, 2, false);
+      for (int r = 0; r < 2; ++r) EXPECT_EQ(runs[size_t(r)].tokens, whole.tokens) << preset << ", rank " << r;
+      const double e = rel_l2(runs[0].first, whole.first);
+      EXPECT_LE(e, 1e-5) << preset;
+      std::printf("tensor parallel, %s, 2 ranks: %d greedy tokens equal to the whole model's; logits rel. L2 %.2e\n",
+                  preset, kSteps, e);
+    }
+    std::filesystem::remove(path);
+  }
+}
+
 // The CUDA backend's step plan with the all-reduce as a node: its fusions around the all-reduce
 // (the add and the next norm fused, the matmul kept apart) keep every rank's tokens.
 TEST(TensorParallelModel, TheStepPlansFusionsKeepTheRanksTokens) {

@@ -83,7 +83,9 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
   if (tp) {
     if (!tp->comm || tp->comm->ranks() != tp->plan.ranks || tp->comm->rank() != tp->plan.rank)
       fail("tensor parallel: the group does not match rank {} of {}", tp->plan.rank, tp->plan.ranks);
-    if (cfg_.arch != "llama") fail("{}: tensor parallel runs arch llama only (this file: {})", f.path(), cfg_.arch);
+    // (phi3's fused QKV and gate/up tensors would need their parts split one by one)
+    if (cfg_.arch != "llama" && cfg_.arch != "qwen2" && cfg_.arch != "qwen3" && cfg_.arch != "gemma3")
+      fail("{}: tensor parallel runs arch llama, qwen2, qwen3 and gemma3 (this file: {})", f.path(), cfg_.arch);
     tp_ = *tp;
     n_head_ = tp->plan.q_heads.count, n_head_kv_ = tp->plan.kv_heads.count, n_ff_ = tp->plan.ff.count;
     n_logits_ = tp->plan.vocab.count;
@@ -145,6 +147,11 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
     const GgufTensor* t = share(b.checked(name, shape, required), name);
     return t ? be.load_weight(*t, WeightUse::Matmul) : Weight{};
   };
+  // A rank's entries of a bias that splits with its matrix's rows (the whole of it otherwise).
+  const auto vector = [&](const std::string& name, int64_t len, bool required) -> Weight {
+    const GgufTensor* t = share(b.checked(name, {len}, required), name);
+    return t ? be.load_weight(*t, WeightUse::Vector) : Weight{};
+  };
   tok_embd_ = b.bind("token_embd.weight", {E, V}, true, WeightUse::Embedding);
   out_norm_ = b.bind("output_norm.weight", {E});
   output_ = matrix("output.weight", {E, V}, false);
@@ -166,9 +173,9 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
     const std::vector<Weight> wqkv = be.load_stacked(qkv);
     w.wq = wqkv[0], w.wk = wqkv[1], w.wv = wqkv[2];
     w.wo = matrix(p + "attn_output.weight", {QD, E});
-    w.bq = b.bind(p + "attn_q.bias", {QD}, qwen);
-    w.bk = b.bind(p + "attn_k.bias", {KVD}, qwen);
-    w.bv = b.bind(p + "attn_v.bias", {KVD}, qwen);
+    w.bq = vector(p + "attn_q.bias", QD, qwen);
+    w.bk = vector(p + "attn_k.bias", KVD, qwen);
+    w.bv = vector(p + "attn_v.bias", KVD, qwen);
     w.bo = b.bind(p + "attn_output.bias", {E}, false);
     if (qk) w.q_norm = b.bind(p + "attn_q_norm.weight", {HD}), w.k_norm = b.bind(p + "attn_k_norm.weight", {HD});
     if (post) w.post_attn_norm = b.bind(p + "post_attention_norm.weight", {E});

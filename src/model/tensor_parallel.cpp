@@ -39,7 +39,9 @@ TpSlice tp_slice(const TpPlan& p, const ModelConfig& c, std::string_view name) {
     return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
   };
   if (name == "output.weight") return {K::Rows, p.vocab};
-  // (QKV biases would split with their rows; the model refuses files that have them for now.)
+  // QKV biases (qwen2) split with their matrices' rows: a 1-D tensor's columns.
+  if (ends(".attn_q.bias")) return {K::Cols, heads(p.q_heads)};
+  if (ends(".attn_k.bias") || ends(".attn_v.bias")) return {K::Cols, heads(p.kv_heads)};
   if (ends(".attn_q.weight")) return {K::Rows, heads(p.q_heads)};
   if (ends(".attn_k.weight") || ends(".attn_v.weight")) return {K::Rows, heads(p.kv_heads)};
   if (ends(".attn_output.weight")) return {K::Cols, heads(p.q_heads)};

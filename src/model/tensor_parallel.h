@@ -7,7 +7,9 @@
 //   down        row-parallel: the matching input columns (partial sums, all-reduced);
 //   output      column-parallel over the vocabulary (each rank's logits; the argmax or the
 //               sampling then runs over the ranks' pieces);
-//   norms, token embeddings: every rank holds all of them.
+//   Q, K, V biases (qwen2): the entries of the rank's rows (a 1-D tensor's column range);
+//   norms (per-head q/k norms too), token embeddings, biases added after an all-reduce: every
+//   rank holds all of them.
 // KV heads: with N <= n_head_kv each rank holds n_head_kv / N of them; with more ranks than KV
 // heads, each rank holds the one KV head its query heads read (replicated N / n_head_kv times).
 // A GGUF matrix is [rows][cols] with cols contiguous (ne[0]); quantised rows are whole blocks,
