@@ -48,6 +48,12 @@ for m in $TP_MODELS; do
       rows+=("$(grep -E '^\| llama' "$OUT/tp-bench-$m-$n-nccl.log" | sed "s/^/lamina $m tp $n, NCCL only: /")")
     fi
   done
+  if [ $m = llama3-8b ]; then  # the batching engine (#10's workload) on 1 and N GPUs
+    for n in 1 $ranks; do
+      "$L" bench -m "$f" -d cuda -p 128 -n 128 --parallel 1,16,64,128 --tp $n > "$OUT/tp-parallel-$m-$n.log" 2>&1 || rc=1
+      rows+=("$(grep -E '^\| +[0-9]+ \|' "$OUT/tp-parallel-$m-$n.log" | sed "s/^/lamina $m parallel, tp $n: /")")
+    done
+  fi
   if [ -n "${LLAMA_BENCH:-}" ]; then  # llama.cpp: every GPU by layers (its default split), and one GPU
     "$LLAMA_BENCH" -m "$f" -p 512 -n 128 -r 3 -ngl 99 -fa 1 -sm layer > "$OUT/llama-bench-$m-layer.log" 2>&1 || rc=1
     CUDA_VISIBLE_DEVICES=0 "$LLAMA_BENCH" -m "$f" -p 512 -n 128 -r 3 -ngl 99 -fa 1 > "$OUT/llama-bench-$m-1.log" 2>&1 || rc=1

@@ -125,6 +125,34 @@ TEST_F(EngineTest, ManyRequestsGiveWhatEachGivesAlone) {
   EXPECT_EQ(engine.kv().used_blocks(), 0);
 }
 
+// The engine over a session of 2 thread ranks (--tensor-parallel 2 on the CPU): each request gives
+// what a 2-rank session gives it alone (the ranks' sums run element by element in rank order, so
+// a row does not depend on its neighbours), and the greedy ones what one rank gives (exact path).
+TEST_F(EngineTest, TwoRanksGiveWhatEachGivesAlone) {
+  SessionOptions o = options(512);
+  o.exact_matmul = true, o.kv_type = GgmlType::F32;
+  SessionOptions o2 = o;
+  o2.tensor_parallel = 2;
+  Session es(o2), ref2(o2), ref1(o);
+  EngineOptions eo;
+  eo.schedule.max_step_tokens = 24;
+  Engine engine(es, eo);
+  std::mt19937 rng(4);
+  std::vector<Request> reqs;
+  for (int len : {3, 17, 40, 5}) reqs.push_back(request(rng, len, 8, reqs.size() % 2 == 1, 200 + reqs.size()));
+  Streams st;
+  std::vector<int64_t> ids;
+  for (const Request& r : reqs) ids.push_back(engine.submit(r, st.callback()));
+  engine.run_until_idle();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(st.tokens[ids[i]], alone(ref2, reqs[i])) << "request " << i;
+    if (reqs[i].sampling.temperature == 0.f) {
+      EXPECT_EQ(st.tokens[ids[i]], alone(ref1, reqs[i])) << "request " << i;
+    }
+  }
+  EXPECT_EQ(engine.kv().used_blocks(), 0);
+}
+
 // Gemma 3 on the paged cache: the tiny model's local layers see the last 4 positions only (its
 // sliding window), its global layer all of them; prompts longer than the window.
 class EngineGemma3Test : public EngineTest {

@@ -126,7 +126,7 @@ void run_parallel_bench(Session& sess, const ParallelBenchSpec& spec) {
   }
   const EngineStats s = engine.stats();
   fmt::print("engine: {} steps, {} rows ({} prompt tokens found in the prefix cache), {} preemptions; {} on {}\n", s.steps,
-             s.step_tokens, s.cached_tokens, s.preemptions, c.arch, sess.backend().name());
+             s.step_tokens, s.cached_tokens, s.preemptions, c.arch, sess.backend_name());
 }
 
 }  // namespace lamina::cli

@@ -9,6 +9,9 @@
 namespace lamina {
 namespace {
 
+// A draw that is the row's argmax: temperature 0 and no repetition penalty.
+bool plain_greedy(const SamplerParams& p) { return p.temperature <= 0.f && (p.repeat_penalty == 1.f || p.repeat_last_n == 0); }
+
 int n_blocks_for(Session& s, const EngineOptions& o) {
   if (o.block_tokens < 1) fail("engine: blocks of {} tokens", o.block_tokens);
   const int n = s.n_ctx() / o.block_tokens;
@@ -20,9 +23,6 @@ int n_blocks_for(Session& s, const EngineOptions& o) {
 
 Engine::Engine(Session& session, EngineOptions o)
     : session_(session), opt_(o), kv_(n_blocks_for(session, o), o.block_tokens, o.prefix_cache), sched_(kv_, o.schedule) {
-  if (session.tensor_parallel() > 1)
-    fail("--tensor-parallel {}: the batching engine (serve, bench --parallel) runs one device so far",
-         session.tensor_parallel());
   if (!session.backend().takes_kv_layout())
     fail("the {} backend does not run several sequences at once yet (use -d cpu)", session.backend().name());
   stats_.kv_blocks = kv_.n_blocks();
@@ -117,8 +117,10 @@ bool Engine::step() {
     layout.tables.push_back(kv_.block_table(s.id));
   }
   layout.row_seq = row_seq;
-  const Tensor out = session_.model().forward_batch(tokens, pos, layout, pick);  // no pick: keys and values only
-  const SampledRows rows = sampled_rows(st, out);
+  // (no pick: keys and values only)
+  const SampledRows rows = session_.tensor_parallel() > 1
+                               ? ranks_rows(st, tokens, pos, layout, pick)
+                               : sampled_rows(st, session_.model().forward_batch(tokens, pos, layout, pick));
   // One draw per sampling row, in the step's order.
   std::vector<std::pair<Scheduler::SeqId, int32_t>> sampled, going_on;
   std::vector<std::pair<int64_t, Finish>> ended;
@@ -171,8 +173,7 @@ Engine::SampledRows Engine::sampled_rows(const Step& st, Tensor out) {
   std::vector<bool> plain;
   for (const StepSeq& s : st.seqs) {
     if (!s.logits) continue;
-    const SamplerParams& p = live_.at(s.id).sampler->params();
-    plain.push_back(p.temperature <= 0.f && (p.repeat_penalty == 1.f || p.repeat_last_n == 0));
+    plain.push_back(plain_greedy(live_.at(s.id).sampler->params()));
   }
   const size_t n = plain.size(), n_plain = size_t(std::count(plain.begin(), plain.end(), true));
   rows.greedy.assign(n, -1);
@@ -189,6 +190,23 @@ Engine::SampledRows Engine::sampled_rows(const Step& st, Tensor out) {
     if (!all) session_.backend().read(out.rows_view(int64_t(r), 1), rows.host.data() + rows.at[r] * out.cols);
   }
   if (all) session_.backend().read(out, rows.host.data());
+  return rows;
+}
+
+// With several ranks the pass gives every picked row's logits in host memory and its greedy id
+// (Session::forward_batch_ranks); plain greedy rows take that id, the others sample the row.
+Engine::SampledRows Engine::ranks_rows(const Step& st, std::span<const int32_t> tokens, std::span<const int32_t> pos,
+                                       const KvLayout& layout, std::span<const int32_t> pick) {
+  SampledRows rows;
+  rows.vocab = session_.config().n_vocab;
+  std::vector<int32_t> greedy;
+  rows.rows = session_.forward_batch_ranks(tokens, pos, layout, pick, greedy).data();
+  for (const StepSeq& s : st.seqs) {
+    if (!s.logits) continue;
+    const size_t r = rows.greedy.size();
+    rows.greedy.push_back(plain_greedy(live_.at(s.id).sampler->params()) ? greedy[r] : -1);
+    rows.at.push_back(int64_t(r));
+  }
   return rows;
 }
 

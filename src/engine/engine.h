@@ -101,10 +101,13 @@ class Engine {
     std::vector<int32_t> greedy;  // per row: the backend's argmax, or -1
     std::vector<int64_t> at;      // per row: its row in host, or -1
     std::vector<float> host;
+    const float* rows = nullptr;  // the rows where they are not in host (the session's, with several ranks)
     int64_t vocab = 0;
-    std::span<const float> logits(size_t r) const { return {host.data() + at[r] * vocab, size_t(vocab)}; }
+    std::span<const float> logits(size_t r) const { return {(rows ? rows : host.data()) + at[r] * vocab, size_t(vocab)}; }
   };
   SampledRows sampled_rows(const Step& st, Tensor out);
+  SampledRows ranks_rows(const Step& st, std::span<const int32_t> tokens, std::span<const int32_t> pos,
+                         const KvLayout& layout, std::span<const int32_t> pick);
   void admit_pending();  // moves submitted requests and cancellations into the scheduler
   void end(int64_t id, int32_t token, Finish f, const std::string& error = {});
 

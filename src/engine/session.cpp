@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <optional>
 
 namespace lamina {
@@ -165,14 +166,63 @@ Tensor Session::eval_device(std::span<const int32_t> tokens, bool all_logits) {
   return out;
 }
 
+void Session::run_ranks(const std::function<Tensor(LlamaModel&)>& fwd, int64_t rows, int64_t base_row) {
+  const int n = opt_.tensor_parallel;
+  const int64_t V = config().n_vocab;
+  rank_logits_.resize(size_t(n)), rank_best_.resize(size_t(n));
+  using Clock = std::chrono::steady_clock;
+  const auto us = [](Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration<double, std::micro>(to - from).count();
+  };
+  const auto pass = [&](int rank, LlamaModel& m, Backend& be) {
+    const auto t0 = Clock::now();
+    const Tensor out = fwd(m);
+    const auto t1 = Clock::now();
+    if (rank == 0) rank_timing_.forward_us += us(t0, t1);
+    const TpRange v = TpPlan::make(config(), n, rank).vocab;
+    auto& best = rank_best_[size_t(rank)];
+    best.assign(size_t(rows), {-INFINITY, -1});
+    if (rows == 0 || v.count == 0) return;
+    std::vector<float>& host = rank_logits_[size_t(rank)];
+    host.resize(size_t(rows * v.count));
+    be.read(out.rows_view(out.rows - rows, rows), host.data());
+    if (rank == 0) rank_timing_.read_us += us(t1, Clock::now());
+    for (int64_t i = 0; i < rows; ++i) {
+      const auto row = host.begin() + i * v.count;
+      std::copy_n(row, v.count, logits_.begin() + (base_row + i) * V + v.first);
+      const auto top = std::max_element(row, row + v.count);  // (the first of equal maxima: the lowest id)
+      best[size_t(i)] = {*top, int32_t(v.first + (top - row))};
+    }
+  };
+  workers_->post([&](int rank, Rank& r) { pass(rank, *r.model, *r.backend); });
+  std::exception_ptr e0;
+  try {
+    pass(0, *model_, *backend_);
+  } catch (...) {
+    e0 = std::current_exception();
+  }
+  const auto w0 = Clock::now();
+  workers_->wait();
+  rank_timing_.others_us += us(w0, Clock::now());
+  ++rank_timing_.passes;
+  if (e0) std::rethrow_exception(e0);
+}
+
+int32_t Session::ranks_greedy(int64_t row) const {
+  std::pair<float, int32_t> top{-INFINITY, -1};
+  for (const auto& best : rank_best_) {  // (ranks hold increasing ids: a tie keeps the earlier rank's)
+    const auto& b = best[size_t(row)];
+    if (b.second >= 0 && (top.second < 0 || b.first > top.first)) top = b;
+  }
+  return top.second;
+}
+
 void Session::eval_ranks(std::span<const int32_t> tokens, bool all_logits) {
   if (tokens.empty()) fail("eval: no tokens");
   if (history_.size() + tokens.size() > size_t(n_ctx()))
     fail("{} tokens do not fit in the context: {} of {} positions are used (raise --ctx)", tokens.size(),
          history_.size(), n_ctx());
-  const int n = opt_.tensor_parallel;
   const int64_t V = config().n_vocab;
-  rank_logits_.resize(size_t(n)), rank_best_.resize(size_t(n));
   logits_.clear();
   std::vector<int32_t> pos;
   for (size_t b = 0; b < tokens.size(); b += size_t(opt_.n_batch)) {
@@ -184,44 +234,23 @@ void Session::eval_ranks(std::span<const int32_t> tokens, bool all_logits) {
     using L = LlamaModel::Logits;
     const L mode = all_logits ? L::All : last ? L::Last : L::None;
     const int64_t rows = mode == L::All ? int64_t(len) : mode == L::Last ? 1 : 0;
-    const size_t base = logits_.size();
-    logits_.resize(base + size_t(rows * V));
-    // Every rank runs the pass (they meet in its all-reduces), then writes its columns of the
-    // vocabulary into logits_ (disjoint ranges: no two ranks write one element).
-    using Clock = std::chrono::steady_clock;
-    const auto us = [](Clock::time_point from, Clock::time_point to) { return std::chrono::duration<double, std::micro>(to - from).count(); };
-    const auto pass = [&](int rank, LlamaModel& m, Backend& be) {
-      const auto t0 = Clock::now();
-      const Tensor out = m.forward(chunk, pos, mode);
-      const auto t1 = Clock::now();
-      if (rank == 0) rank_timing_.forward_us += us(t0, t1);
-      const TpRange v = TpPlan::make(config(), n, rank).vocab;
-      rank_best_[size_t(rank)] = {-INFINITY, -1};
-      if (rows == 0 || v.count == 0) return;
-      std::vector<float>& host = rank_logits_[size_t(rank)];
-      host.resize(size_t(rows * v.count));
-      be.read(out.rows_view(out.rows - rows, rows), host.data());
-      if (rank == 0) rank_timing_.read_us += us(t1, Clock::now());
-      for (int64_t i = 0; i < rows; ++i)
-        std::copy_n(host.data() + i * v.count, v.count, logits_.data() + base + size_t(i * V + v.first));
-      const auto last_row = host.begin() + (rows - 1) * v.count;  // (the first of equal maxima: the lowest id)
-      const auto best = std::max_element(last_row, last_row + v.count);
-      rank_best_[size_t(rank)] = {*best, int32_t(v.first + (best - last_row))};
-    };
-    workers_->post([&](int rank, Rank& r) { pass(rank, *r.model, *r.backend); });
-    std::exception_ptr e0;
-    try {
-      pass(0, *model_, *backend_);
-    } catch (...) {
-      e0 = std::current_exception();
-    }
-    const auto w0 = Clock::now();
-    workers_->wait();
-    rank_timing_.others_us += us(w0, Clock::now());
-    ++rank_timing_.passes;
-    if (e0) std::rethrow_exception(e0);
+    const int64_t base_row = int64_t(logits_.size()) / V;
+    logits_.resize(logits_.size() + size_t(rows * V));
+    run_ranks([&](LlamaModel& m) { return m.forward(chunk, pos, mode); }, rows, base_row);
     history_.insert(history_.end(), chunk.begin(), chunk.end());
   }
+}
+
+const std::vector<float>& Session::forward_batch_ranks(std::span<const int32_t> tokens, std::span<const int32_t> pos,
+                                                       const KvLayout& layout, std::span<const int32_t> pick,
+                                                       std::vector<int32_t>& greedy) {
+  if (!workers_) fail("forward_batch_ranks: the session has one rank");
+  const int64_t rows = int64_t(pick.size());
+  logits_.assign(size_t(rows * config().n_vocab), 0.f);
+  run_ranks([&](LlamaModel& m) { return m.forward_batch(tokens, pos, layout, pick); }, rows, 0);
+  greedy.resize(size_t(rows));
+  for (int64_t r = 0; r < rows; ++r) greedy[size_t(r)] = ranks_greedy(r);
+  return logits_;
 }
 
 const std::vector<float>& Session::eval(std::span<const int32_t> tokens, bool all_logits) {
@@ -240,14 +269,8 @@ const std::vector<float>& Session::eval(std::span<const int32_t> tokens, bool al
 int32_t Session::eval_sample(std::span<const int32_t> tokens, Sampler& sampler, bool more) {
   if (workers_) {  // (sampled on the host over the ranks' gathered logits)
     eval_ranks(tokens, false);
-    if (sampler.params().temperature <= 0.f && sampler.penalty_ids(history_).empty()) {
-      // Greedy: the largest of the ranks' picks, the lowest id among equal ones (ranks hold
-      // increasing ids), as Sampler's greedy rule over the whole row.
-      std::pair<float, int32_t> best = rank_best_[0];
-      for (const auto& b : rank_best_)
-        if (b.second >= 0 && (best.second < 0 || b.first > best.first)) best = b;
-      if (best.second >= 0) return best.second;
-    }
+    if (sampler.params().temperature <= 0.f && sampler.penalty_ids(history_).empty())
+      if (const int32_t id = ranks_greedy(0); id >= 0) return id;  // Sampler's greedy rule over the row
     return sampler.sample(logits_, history_);
   }
   const Tensor out = eval_device(tokens, false);

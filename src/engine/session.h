@@ -10,6 +10,7 @@
 #include "format/tokenizer.h"
 #include "model/llama.h"
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -61,6 +62,12 @@ class Session {
   // backend may then start that step before the host has the id (Backend::sample).
   int32_t eval_sample(std::span<const int32_t> tokens, Sampler& sampler, bool more = false);
   void reset() { history_.clear(); }  // forget the conversation (the cache is overwritten)
+  // The batching engine's pass with several ranks (LlamaModel::forward_batch on every rank, each
+  // with its KV heads of the same paged blocks): the logits of the rows in pick, host memory,
+  // [pick.size()][n_vocab], valid until the next pass; greedy[r] = row r's greedy id.
+  const std::vector<float>& forward_batch_ranks(std::span<const int32_t> tokens, std::span<const int32_t> pos,
+                                                const KvLayout& layout, std::span<const int32_t> pick,
+                                                std::vector<int32_t>& greedy);
   // Drops the last n tokens (e.g. to re-run a prompt); positions are simply reused.
   void rewind(int n_past) { history_.resize(size_t(n_past)); }
 
@@ -81,7 +88,7 @@ class Session {
   // Each rank's host copy of its logits, and the greedy pick (logit, id) of its share of the
   // last row (the greedy draw without penalty merges these instead of scanning the vocabulary).
   std::vector<std::vector<float>> rank_logits_;
-  std::vector<std::pair<float, int32_t>> rank_best_;
+  std::vector<std::vector<std::pair<float, int32_t>>> rank_best_;  // [rank][row]
   // --graph-timing with several ranks: rank 0's host time per pass in the forward call (graph
   // launch or eager launches), in the read (waiting for its GPU), and waiting for the other ranks.
   struct RankTiming {
@@ -97,6 +104,13 @@ class Session {
   // eval with several ranks: every rank runs each batch; logits_ gets the whole vocabulary's
   // logits (every row when all_logits, else the last), each rank writing its rows of it.
   void eval_ranks(std::span<const int32_t> tokens, bool all_logits);
+  // Runs fwd on every rank at once (they meet in the pass's all-reduces); each rank then writes
+  // the last `rows` rows of its logits, its columns of the vocabulary, into logits_ from row
+  // base_row on (disjoint ranges: no two ranks write one element), and its pick of each row
+  // into rank_best_[rank][row].
+  void run_ranks(const std::function<Tensor(LlamaModel&)>& fwd, int64_t rows, int64_t base_row);
+  // Row r's greedy id over the ranks' picks: the largest logit, the lowest id among equal ones.
+  int32_t ranks_greedy(int64_t row) const;
 };
 
 // The backend options a session's options ask for.

@@ -4,6 +4,7 @@
 // 2 (and 4) ranks, decode rows through the peer all-reduce or NCCL, give the one-GPU session's tokens in exact mode and its logits
 // within rounding in both modes, with the decode steps recorded as graphs (NCCL inside them).
 #include "backend/cuda/cuda_backend.h"
+#include "engine/engine.h"
 #include "engine/session.h"
 #include "golden_util.h"
 #include "model/llama.h"
@@ -14,6 +15,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <mutex>
+#include <random>
 #include <thread>
 
 using namespace lamina;
@@ -133,6 +137,46 @@ TEST(CudaTensorParallel, SessionsOfSeveralGpusGiveTheOneGpuSessionsTokens) {
         if (exact) EXPECT_EQ(r.tokens, one.tokens) << n << " GPUs";
         EXPECT_GT(r.graphs, 0) << n << " GPUs: the decode steps ran eagerly";
       }
+  }
+}
+
+// The batching engine over 2 GPUs (exact path): greedy requests of several lengths, prompts in
+// chunks beside decode rows on the paged cache, give the tokens a one-GPU session gives each alone.
+TEST(CudaTensorParallel, TheEngineOnTwoGpusGivesTheOneGpuTokens) {
+  const int gpus = cuda_device_count();
+  if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs (this machine has " << gpus << ")";
+  SessionOptions o;
+  o.model_path = tiny_path(), o.device = "cuda", o.n_ctx = 512, o.exact_matmul = true;
+  SessionOptions o2 = o;
+  o2.tensor_parallel = 2;
+  Session es(o2), ref(o);
+  EngineOptions eo;
+  eo.schedule.max_step_tokens = 24;
+  Engine engine(es, eo);
+  std::mt19937 rng(3);
+  std::vector<Request> reqs;
+  for (int len : {3, 17, 40, 5, 33}) {
+    Request r;
+    std::uniform_int_distribution<int32_t> id(3, 31999);
+    for (int i = 0; i < len; ++i) r.prompt.push_back(id(rng));
+    r.max_tokens = 10, r.sampling.temperature = 0.f;
+    reqs.push_back(r);
+  }
+  std::mutex mu;
+  std::map<int64_t, std::vector<int32_t>> got;
+  std::vector<int64_t> ids;
+  for (const Request& r : reqs)
+    ids.push_back(engine.submit(r, [&](const TokenEvent& e) {
+      std::lock_guard lk(mu);
+      if (e.token >= 0) got[e.id].push_back(e.token);
+    }));
+  engine.run_until_idle();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ref.reset();
+    Sampler smp(reqs[i].sampling);
+    std::vector<int32_t> want{ref.eval_sample(reqs[i].prompt, smp)};
+    while (int(want.size()) < reqs[i].max_tokens) want.push_back(ref.eval_sample(std::span<const int32_t>(&want.back(), 1), smp));
+    EXPECT_EQ(got[ids[i]], want) << "request " << i;
   }
 }
 
