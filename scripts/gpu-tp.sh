@@ -5,7 +5,8 @@
 # after `lamina tune` for its shapes; beside them llama.cpp's layer split over the same GPUs when
 # LLAMA_BENCH names a llama-bench built with CUDA. Logs under $OUT; a table last. Run alone or
 # from gpu-check.sh (GPU_CHECK_TP=0 skips it there). TP_MODELS picks the shapes (default both).
-# Decode's all-reduces go through the peer kernel (the default); the 8B rows also show NCCL alone.
+# Decode's all-reduces go through the peer kernel (the default); the 8B rows also show NCCL alone
+# and the peer kernel fused with the residual add and the next norm (--tp-all-reduce fused).
 # Keeps NVLink multicast off (NCCL_NVLS_ENABLE=0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +47,8 @@ for m in $TP_MODELS; do
     if [ $n -gt 1 ] && [ $m = llama3-8b ]; then
       "$L" bench -m "$f" -p 0 -n 128 -r 3 -d cuda --tp $n --tp-all-reduce nccl > "$OUT/tp-bench-$m-$n-nccl.log" 2>&1 || rc=1
       rows+=("$(grep -E '^\| llama' "$OUT/tp-bench-$m-$n-nccl.log" | sed "s/^/lamina $m tp $n, NCCL only: /")")
+      "$L" bench -m "$f" -p 0 -n 128 -r 3 -d cuda --tp $n --tp-all-reduce fused > "$OUT/tp-bench-$m-$n-fused.log" 2>&1 || rc=1
+      rows+=("$(grep -E '^\| llama' "$OUT/tp-bench-$m-$n-fused.log" | sed "s/^/lamina $m tp $n, all-reduce+add+norm fused: /")")
     fi
   done
   if [ $m = llama3-8b ]; then  # the batching engine (#10's workload) on 1 and N GPUs

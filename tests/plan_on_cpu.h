@@ -75,7 +75,7 @@ class PlanOnCpu final : public Backend {
  private:
   plan::Rules rules() const {
     plan::Rules r;
-    r.int8_x = true, r.x8_ss_max_k = 4096, r.y8_counters = 16384;
+    r.int8_x = true, r.x8_ss_max_k = 4096, r.y8_counters = 16384, r.all_reduce_norm = true;
     r.stacked = [](const Weight&) { return false; };
     r.repacked = [](const Weight&) { return false; };
     r.gemv_makes_y8 = [](const plan::Node&, bool) { return true; };
@@ -159,6 +159,10 @@ class PlanOnCpu final : public Backend {
       case Op::AddNorm: cpu_.add_norm(n.x, n.y, n.norm ? &n.norm : nullptr, n.norm2 ? &n.norm2 : nullptr, n.eps, n.out); break;
       case Op::CopyRows: cpu_.copy_rows(n.x, n.ids, n.out); break;
       case Op::AllReduce: cpu_.all_reduce_sum(n.x, *n.comm); break;
+      case Op::AllReduceAddNorm:
+        cpu_.all_reduce_sum(n.y, *n.comm);
+        cpu_.add_norm(n.x, n.y, nullptr, n.norm2 ? &n.norm2 : nullptr, n.eps, n.out);
+        break;
     }
     if (n.x8_out || n.x16_out) {  // what a GEMV or GEMM reads later: the output as it is now
       const Tensor o = n.op == Op::Swiglu ? n.x : n.out;

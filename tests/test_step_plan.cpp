@@ -306,5 +306,37 @@ TEST(StepPlan, AnAllReduceKeepsTheMatmulApartAndTheAddNormFuses) {
   EXPECT_EQ(n[3].x8_from, 2);
 }
 
+// Where the backend has it, the all-reduce, the residual add and the next norm become one node
+// that also makes the next GEMV's int8 blocks; not when the partial sums are read again later.
+TEST(StepPlan, TheAllReduceFusesWithTheAddAndTheNorm) {
+  Arena a;
+  const Tensor att = a.alloc(1, 128), t = a.alloc(1, 256), x = a.alloc(1, 256), h = a.alloc(1, 256), o = a.alloc(1, 64);
+  const auto group = single_rank();
+  Rules r = rules();
+  r.all_reduce_norm = true;
+  for (bool read_again : {false, true}) {
+    Plan p;
+    p.add(matmul(att, t, 1));
+    p.all_reduce(t, *group);
+    p.add(binary(Op::Add, x, t));
+    p.add(norm(x, h, 2));
+    p.add(matmul(h, o, 3));
+    if (read_again) p.add(binary(Op::Add, o, Tensor{t.data, 1, 64}));
+    p.fuse(r, {}, true);
+    if (read_again) {
+      EXPECT_EQ(p.nodes()[1].op, Op::AllReduce) << p.str();
+      continue;
+    }
+    ASSERT_EQ(ops(p), (std::vector<Op>{Op::Matmul, Op::AllReduceAddNorm, Op::Matmul})) << p.str();
+    const auto& n = p.nodes();
+    EXPECT_EQ(n[1].comm, group.get());
+    EXPECT_EQ(n[1].x.data, x.data);
+    EXPECT_EQ(n[1].y.data, t.data);
+    EXPECT_EQ(n[1].out.data, h.data);
+    EXPECT_TRUE(n[1].x8_out);
+    EXPECT_EQ(n[2].x8_from, 1);
+  }
+}
+
 }  // namespace
 }  // namespace lamina::plan

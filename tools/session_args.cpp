@@ -33,8 +33,9 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
                   "Split each layer over N ranks: GPUs 0..N-1 through NCCL (cuda), or N thread ranks (cpu)")
       ->check(whole_in(1, 64));
   sub->add_option("--tp-all-reduce", a.tp_all_reduce,
-                  "With --tensor-parallel on CUDA: peer (decode rows by one kernel over NVLink, the rest by NCCL) or nccl")
-      ->check(CLI::IsMember({"peer", "nccl"}));
+                  "With --tensor-parallel on CUDA: peer (decode rows by one kernel over NVLink, the rest by NCCL), "
+                  "fused (peer, with the residual add and the next norm in the same kernel) or nccl")
+      ->check(CLI::IsMember({"peer", "fused", "nccl"}));
   sub->add_flag("--exact-matmul", a.opt.exact_matmul,
                 "Keep activations in f32 for quantised weights (slower; for reference checks)");
 }
@@ -57,7 +58,8 @@ SessionOptions SessionArgs::resolve() const {
   o.device = device_choice(opt.device);
   o.n_threads = threads_to_run(opt.n_threads);
   o.kv_type = kv_type == "f32" ? GgmlType::F32 : GgmlType::F16;
-  o.cuda.peer_all_reduce = tp_all_reduce == "peer";
+  o.cuda.peer_all_reduce = tp_all_reduce != "nccl";
+  o.cuda.fused_all_reduce = tp_all_reduce == "fused";
   return o;
 }
 

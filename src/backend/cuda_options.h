@@ -39,6 +39,9 @@ struct CudaOptions {
   // has it and peer_all_reduce asks for it (false: NCCL for every all-reduce).
   const kernels::PeerAllReduce* peer = nullptr;
   bool peer_all_reduce = true;
+  // With the peer all-reduce: a decode row's all-reduce, residual add and next norm in one kernel
+  // (off until measured on a machine of several GPUs: docs/benchmarks.md).
+  bool fused_all_reduce = false;
 };
 
 }  // namespace lamina

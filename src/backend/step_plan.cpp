@@ -27,6 +27,7 @@ const char* op_name(Op op) {
     case Op::GateUp: return "gate/up+glu";
     case Op::RopeAttention: return "rope+attention";
     case Op::AddNorm: return "add+norm";
+    case Op::AllReduceAddNorm: return "all_reduce+add+norm";
   }
   return "?";
 }
@@ -49,7 +50,8 @@ Tensor x8_target(const Node& n, bool paged) {
   switch (n.op) {
     case Op::RmsNorm: return n.out;
     case Op::GateUp: return n.out;
-    case Op::AddNorm: return n.norm2 ? n.out : Tensor{};
+    case Op::AddNorm:
+    case Op::AllReduceAddNorm: return n.norm2 ? n.out : Tensor{};
     case Op::Attention:
     case Op::RopeAttention: return paged ? Tensor{} : n.out;  // (the paged kernel makes none)
     default: return {};
@@ -134,6 +136,15 @@ class Fuser {
         replace_tail(o, 2, std::move(f));
         return true;
       }
+    }
+    // 5c. The all-reduce of a row-parallel matmul's partial sums, then their add to the residual
+    // and the next norm (a rank of a tensor-parallel layer), where nothing reads the sums later.
+    if (a.op == Op::AllReduce && b.op == Op::AddNorm && r_.all_reduce_norm && !b.norm && same(b.y, a.x) &&
+        !overlaps(a.x, b.x) && !read_later(in, j, a.x)) {
+      Node f = b;
+      f.op = Op::AllReduceAddNorm, f.comm = a.comm;
+      replace_tail(o, 2, std::move(f));
+      return true;
     }
     // 3. The gate/up pair and its GLU, for the GEMVs of a small batch.
     if (a.op == Op::MatmulMulti && a.ws.size() == 2 && (b.op == Op::Swiglu || b.op == Op::Geglu) &&
@@ -299,7 +310,8 @@ std::vector<Tensor> reads(const Node& n) {
     case Op::Swiglu:
     case Op::Geglu:
     case Op::MatmulAddNorm:
-    case Op::AddNorm: return {n.x, n.y};
+    case Op::AddNorm:
+    case Op::AllReduceAddNorm: return {n.x, n.y};
     case Op::Attention:
     case Op::RopeAttention: return {n.x, n.y, n.z};
     default: return {n.x};
@@ -319,6 +331,8 @@ std::vector<Tensor> writes(const Node& n) {
     case Op::MatmulAddNorm: return {n.y, n.out};
     case Op::RopeAttention: return {n.x, n.y, n.out};
     case Op::AddNorm: return n.norm2 ? std::vector<Tensor>{n.x, n.out} : std::vector<Tensor>{n.x};
+    case Op::AllReduceAddNorm:  // (y: the partial sums, summed in place where the path is not fused)
+      return n.norm2 ? std::vector<Tensor>{n.x, n.y, n.out} : std::vector<Tensor>{n.x, n.y};
     default: return {n.x};  // in place
   }
 }

@@ -12,6 +12,8 @@
 //  3. MatmulMulti(gate, up) + Swiglu/Geglu          -> GateUp (small batches)
 //  4. [RmsNorm q/k heads] + Rope q + Rope k + Attention -> RopeAttention
 //  5. [RmsNorm(y)] + Add(x, y) + [RmsNorm(x -> h)]   -> AddNorm
+//     AllReduce(y) + AddNorm(x, y) [no norm of y]     -> AllReduceAddNorm (where the backend
+//                                                       has it: Rules::all_reduce_norm)
 //  6. a pending norm (2): the GEMVs that read h take its int8 blocks and sums of squares
 //     (norm_from); h itself is computed (an RmsNorm inserted) only before an op that needs it
 //  7. the pass's result made by a one-row matmul     -> that GEMV also leaves the greedy id
@@ -50,6 +52,7 @@ enum class Op : uint8_t {
   GateUp,         // out = act(x . w^T) * (x . w2^T)
   RopeAttention,  // [q, k heads normed by norm, norm2], RoPE of q (x) and k (y), Attention
   AddNorm,        // x += [rmsnorm(y) * norm] y, then [out = rmsnorm(x) * norm2]
+  AllReduceAddNorm,  // x += the sum of every rank's y (comm), then [out = rmsnorm(x) * norm2]
 };
 
 const char* op_name(Op op);
@@ -88,6 +91,7 @@ struct Rules {
   bool int8_x = false;             // quantised matrices loaded: GEMVs take int8 blocks of x
   bool fused_argmax = true;
   bool paged = false;              // the pass runs several sequences on the paged cache
+  bool all_reduce_norm = false;    // the all-reduce fuses with the residual add and the next norm
   int64_t x8_ss_max_k = 0;         // widest row a pending norm's sums of squares cover
   int64_t y8_counters = 0;         // int8-block counters of the GEMVs' epilogues (n / 32 at most)
   // Facts about weights and kernels the backend answers.

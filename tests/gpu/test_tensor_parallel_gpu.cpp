@@ -96,10 +96,12 @@ struct TpRun {
   int graphs = 0;                // decode passes recorded on rank 0
 };
 
-TpRun run_session(int ranks, bool exact, bool peer = true) {
+// all_reduce: "peer" (decode rows by the peer kernel), "fused" (with the add and the norm), "nccl".
+TpRun run_session(int ranks, bool exact, const std::string& all_reduce = "peer") {
   SessionOptions o;
   o.model_path = tiny_path(), o.device = "cuda", o.n_ctx = 64, o.exact_matmul = exact, o.tensor_parallel = ranks;
-  o.cuda.peer_all_reduce = peer;
+  o.cuda.peer_all_reduce = all_reduce != "nccl";
+  o.cuda.fused_all_reduce = all_reduce == "fused";
   Session s(o);
   TpRun out;
   out.all = s.eval(kPrompt, true);
@@ -116,23 +118,23 @@ TpRun run_session(int ranks, bool exact, bool peer = true) {
   return out;
 }
 
-// Decode rows all-reduce through the peer kernel (peer) or NCCL; prompts through NCCL.
+// Decode rows all-reduce through the peer kernel (peer), the peer kernel with the add and the norm
+// (fused), or NCCL; prompts through NCCL.
 TEST(CudaTensorParallel, SessionsOfSeveralGpusGiveTheOneGpuSessionsTokens) {
   const int gpus = cuda_device_count();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs (this machine has " << gpus << ")";
   for (bool exact : {true, false}) {
     const TpRun one = run_session(1, exact);
-    for (bool peer : {true, false})
+    for (const char* ar : {"peer", "fused", "nccl"})
       for (int n : {2, 4}) {
         if (n > gpus) break;
-        const TpRun r = run_session(n, exact, peer);
+        const TpRun r = run_session(n, exact, ar);
         ASSERT_EQ(r.all.size(), one.all.size());
         const double e = rel_l2(r.all, one.all);
         int same = 0;
         while (same < kSteps && r.tokens[size_t(same)] == one.tokens[size_t(same)]) ++same;
         std::printf("tensor parallel %s, %d GPUs (%s): prompt logits rel. L2 %.2e, %d of %d greedy tokens equal, "
-                    "%d graphs recorded\n", exact ? "exact" : "fast", n, peer ? "peer + NCCL" : "NCCL", e, same, kSteps,
-                    r.graphs);
+                    "%d graphs recorded\n", exact ? "exact" : "fast", n, ar, e, same, kSteps, r.graphs);
         EXPECT_LE(e, exact ? 1e-5 : 1e-3) << n << " GPUs";
         if (exact) EXPECT_EQ(r.tokens, one.tokens) << n << " GPUs";
         EXPECT_GT(r.graphs, 0) << n << " GPUs: the decode steps ran eagerly";

@@ -36,7 +36,7 @@ CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
       lookup_upload_(o.staged_lookup),
       fused_argmax_(o.fused_argmax),
       graphs_enabled_(o.graphs) {
-  nccl_ = o.nccl, peer_ = o.peer;
+  nccl_ = o.nccl, peer_ = o.peer, fused_all_reduce_ = o.fused_all_reduce;
   cuda_check(cudaSetDevice(device), "cudaSetDevice");
   cudaDeviceProp prop{};
   cuda_check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");

@@ -21,6 +21,7 @@ plan::Rules CudaBackend::fusion_rules() const {
   plan::Rules r;
   r.gemv_max_rows = kn::kGemvMaxBatch;
   r.exact = exact_, r.int8_x = int8_x_, r.fused_argmax = fused_argmax_, r.paged = layout_ != nullptr;
+  r.all_reduce_norm = peer_ && fused_all_reduce_;
   r.x8_ss_max_k = kn::kX8SsMaxK;
   r.y8_counters = int64_t(kY8Counters);
   r.stacked = [this](const Weight& w) { return info(w).stack != nullptr; };
@@ -68,6 +69,7 @@ void CudaBackend::exec(const Node& n, Run& r, Made& m) {
     case Op::RopeAttention: return exec_rope_attention(n, m);
     case Op::CopyRows: return exec_copy_rows(n);
     case Op::AllReduce: return exec_all_reduce(n);
+    case Op::AllReduceAddNorm: return exec_all_reduce_add_norm(n, m);
     default: return exec_elementwise(n, m);
   }
 }

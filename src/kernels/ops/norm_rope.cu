@@ -4,6 +4,7 @@
 #include "kernels/common/launch_status.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/q8_blocks.cuh"
+#include "kernels/ops/add_norm_row.cuh"
 #include "kernels/ops/ops.h"
 #include "kernels/ops/rope.cuh"
 
@@ -205,17 +206,6 @@ __global__ void convert_kernel(const float* __restrict__ x, int64_t n, T* __rest
 
 constexpr int kAddNormThreads = 256;
 
-// The sum of v over the block, the same in every thread (part: kAddNormThreads / 32 doubles).
-__device__ double block_sum(double v, double* part) {
-  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(~0u, v, o);
-  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
-  __syncthreads();
-  double t = 0;
-  for (int i = 0; i < int(blockDim.x / 32); ++i) t += part[i];
-  __syncthreads();  // (part is reused by the next call)
-  return t;
-}
-
 // One block per row. x, y, h: [rows][cols]; yw, w: [cols] (optional); h8: [rows][x8_bytes(cols)]
 // (optional, cols % 32 == 0). x[t] += y[t], or += rmsnorm(y[t]) * yw; then h[t] = rmsnorm(x[t]) * w.
 // Each thread reads back only the elements it wrote. Sums of squares in f64, as rmsnorm's.
@@ -232,19 +222,8 @@ __global__ void __launch_bounds__(kAddNormThreads)
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) ss += double(yr[i]) * yr[i];
     ys = float(1.0 / sqrt(block_sum(ss, part) / double(cols) + double(eps)));
   }
-  double ss = 0;
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
-    const float v = xr[i] + (yw ? yr[i] * ys * yw[i] : yr[i]);
-    xr[i] = v;
-    ss += double(v) * v;
-  }
-  if (!w) return;
-  const float sc = float(1.0 / sqrt(block_sum(ss, part) / double(cols) + double(eps)));
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {  // a warp's lanes: 32 consecutive columns
-    const float v = xr[i] * sc * w[i];
-    h[blockIdx.x * cols + i] = v;
-    if (h8) quantize_block32(v, cols, i / 32, h8 + size_t(blockIdx.x) * x8_bytes(cols));
-  }
+  add_norm_row(xr, [&](int64_t i) { return yw ? yr[i] * ys * yw[i] : yr[i]; }, w, cols, eps,
+               h ? h + blockIdx.x * cols : nullptr, h8 ? h8 + size_t(blockIdx.x) * x8_bytes(cols) : nullptr, part);
 }
 
 unsigned grid_for(int64_t n, int threads) {

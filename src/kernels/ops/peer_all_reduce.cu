@@ -2,6 +2,8 @@
 #include "kernels/ops/peer_all_reduce.h"
 
 #include "kernels/common/launch_status.h"
+#include "kernels/common/pdl.cuh"
+#include "kernels/ops/add_norm_row.cuh"
 
 #include <cuda/atomic>
 #include <cuda_runtime.h>
@@ -16,19 +18,18 @@ constexpr int kThreads = 512;
 constexpr int64_t kPerBlock = 2048;        // elements a block takes before another is added
 constexpr long long kTimeoutCycles = 20000000000LL;  // ~10 s at 2 GHz: a rank that never comes
 
-__global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(PeerAllReduce g, float* __restrict__ x, int64_t n) {
-  const int b = blockIdx.x, nb = gridDim.x;
-  const int64_t per = (n + nb - 1) / nb, lo = b * per, hi = min(n, lo + per);
-  const uint32_t e = g.epoch[b] + 1;
+// This rank's part[lo, hi) into its slot on every rank, the epoch published, every sender's
+// awaited (threads 0 .. ranks-1 each wait for one), for block b: the protocol of peer_all_reduce.h.
+// Returns this rank's slot base of the epoch's parity.
+__device__ const float* exchange(const PeerAllReduce& g, const float* __restrict__ part, int64_t lo, int64_t hi,
+                                 int b, uint32_t e) {
   const size_t parity = e & 1;
-  // 1. This rank's range into its slot on every rank (its own included).
   for (int p = 0; p < g.ranks; ++p) {
     float* dst = g.slots[p] + (parity * g.ranks + g.rank) * g.max_elems;
-    for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) dst[i] = x[i];
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) dst[i] = part[i];
   }
   __threadfence_system();
   __syncthreads();
-  // 2. Publish the epoch to every rank, then wait for every sender's.
   if (threadIdx.x < g.ranks) {
     cuda::atomic_ref<uint32_t, cuda::thread_scope_system> out(g.flags[threadIdx.x][g.rank * kPeerMaxBlocks + b]);
     out.store(e, cuda::memory_order_release);
@@ -38,8 +39,15 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(PeerAllReduce
       if (clock64() - t0 > kTimeoutCycles) __trap();
   }
   __syncthreads();
-  // 3. The sum in rank order, read past L1 (the slots are written by other GPUs).
-  const float* mine = g.slots[g.rank] + parity * g.ranks * g.max_elems;
+  return g.slots[g.rank] + parity * g.ranks * g.max_elems;
+}
+
+__global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(PeerAllReduce g, float* __restrict__ x, int64_t n) {
+  const int b = blockIdx.x, nb = gridDim.x;
+  const int64_t per = (n + nb - 1) / nb, lo = b * per, hi = min(n, lo + per);
+  const uint32_t e = g.epoch[b] + 1;
+  const float* mine = exchange(g, x, lo, hi, b, e);
+  // The sum in rank order, read past L1 (the slots are written by other GPUs).
   for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) {
     float v = __ldcg(mine + i);
     for (int q = 1; q < g.ranks; ++q) v += __ldcg(mine + q * g.max_elems + i);
@@ -48,7 +56,35 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(PeerAllReduce
   if (threadIdx.x == 0) g.epoch[b] = e;
 }
 
+constexpr int kFusedThreads = 256;  // add_norm's block size: the same sum of squares, the same bits
+
+__global__ void __launch_bounds__(kFusedThreads)
+    peer_all_reduce_add_norm_kernel(PeerAllReduce g, const float* __restrict__ part, float* __restrict__ x,
+                                    const float* __restrict__ w, int64_t n, float eps, float* __restrict__ h,
+                                    uint8_t* __restrict__ h8) {
+  pdl_enter();  // (the next GEMV may be scheduled now: it waits for this kernel in turn)
+  __shared__ double red[kFusedThreads / 32];
+  const uint32_t e = g.epoch[0] + 1;
+  const float* mine = exchange(g, part, 0, n, 0, e);
+  add_norm_row(x, [&](int64_t i) {
+        float v = __ldcg(mine + i);  // (past L1: other GPUs wrote it)
+        for (int q = 1; q < g.ranks; ++q) v += __ldcg(mine + q * g.max_elems + i);
+        return v;
+      }, w, n, eps, h, h8, red);
+  if (threadIdx.x == 0) g.epoch[0] = e;
+}
+
 }  // namespace
+
+Status peer_all_reduce_add_norm(const PeerAllReduce& g, const float* part, float* x, const float* w, int64_t n,
+                                float eps, float* h, void* h8, cudaStream_t s) {
+  if (g.ranks < 1 || g.ranks > kPeerMaxRanks || g.rank < 0 || g.rank >= g.ranks || !g.epoch)
+    return Status::error("peer_all_reduce_add_norm: bad group");
+  if (!part || !x || n <= 0 || n > g.max_elems) return Status::error("peer_all_reduce_add_norm: bad vector");
+  if ((w && !h) || (h8 && (!w || n % 32))) return Status::error("peer_all_reduce_add_norm: h8 needs w, h and n % 32 == 0");
+  launch_pdl(peer_all_reduce_add_norm_kernel, 1, kFusedThreads, 0, s, g, part, x, w, n, eps, h, static_cast<uint8_t*>(h8));
+  return launch_status("peer_all_reduce_add_norm");
+}
 
 Status peer_all_reduce(const PeerAllReduce& g, float* x, int64_t n, cudaStream_t s) {
   if (g.ranks < 1 || g.ranks > kPeerMaxRanks || g.rank < 0 || g.rank >= g.ranks || !g.epoch)

@@ -37,4 +37,12 @@ struct PeerAllReduce {
 // in the same order). A rank that never arrives stops the kernel after ~10 s with a trap.
 Status peer_all_reduce(const PeerAllReduce& g, float* x, int64_t n, cudaStream_t s);
 
+// The all-reduce fused with the residual add and the next norm, for one row (a decode step): x +=
+// the ranks' sum of part; then, when w is given, h = rmsnorm(x) * w and h's int8 blocks (h8,
+// optional, layout of kernels/common/q8_blocks.h; n % 32 == 0). The same bits as peer_all_reduce
+// then add_norm. One block (block 0's epoch and flags), launched as a dependent of the kernel
+// before it (PDL).
+Status peer_all_reduce_add_norm(const PeerAllReduce& g, const float* part, float* x, const float* w, int64_t n,
+                                float eps, float* h, void* h8, cudaStream_t s);
+
 }  // namespace lamina::kernels
