@@ -9,6 +9,8 @@
 #include "model/llama.h"
 #include "model/sampler.h"
 #include "plan_on_cpu.h"
+#include "session_util.h"
+#include "thread_ranks.h"
 
 #include <gtest/gtest.h>
 
@@ -68,22 +70,9 @@ Decoded decode(const GgufFile& f, const LlamaModel::TpRank* tp, bool planned = f
 
 // The ranks of a group: decode() on n threads.
 std::vector<Decoded> decode_ranks(const GgufFile& f, int n, bool planned) {
-  const ModelConfig c = ModelConfig::from_gguf(f);
-  ThreadGroup group(n);
-  std::vector<Decoded> runs(static_cast<size_t>(n));
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto comm = group.member(r);
-        const LlamaModel::TpRank rank{TpPlan::make(c, n, r), comm.get()};
-        runs[size_t(r)] = decode(f, &rank, planned);
-      } catch (const std::exception& e) {
-        errors[size_t(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
+  std::vector<std::string> errors;
+  auto runs = on_thread_ranks<Decoded>(ModelConfig::from_gguf(f), n,
+                                       [&](const LlamaModel::TpRank& rank) { return decode(f, &rank, planned); }, errors);
   for (int r = 0; r < n; ++r) EXPECT_EQ(errors[size_t(r)], "") << n << " ranks, rank " << r;
   return runs;
 }
@@ -157,29 +146,14 @@ TEST(TensorParallelModel, ASessionOfTwoRanksAnswersAsOne) {
     SessionOptions o;
     o.model_path = path, o.device = "cpu", o.n_threads = 2, o.n_ctx = 64, o.n_batch = 3, o.exact_matmul = true;
     o.kv_type = GgmlType::F32;
-    struct Out {
-      std::vector<float> all;
-      std::vector<int32_t> tokens;
-    };
     const auto run = [&](int ranks) {
       SessionOptions so = o;
       so.tensor_parallel = ranks;
       Session s(so);
-      Out out;
-      out.all = s.eval(kPrompt, true);  // (three batches of at most 3 rows)
-      s.reset();
-      SamplerParams p;
-      p.temperature = 0.f;
-      Sampler sampler(p);
-      int32_t t = s.eval_sample(kPrompt, sampler);
-      for (int i = 0; i < kSteps; ++i) {
-        out.tokens.push_back(t);
-        t = s.eval_sample(std::span<const int32_t>(&t, 1), sampler);
-      }
       EXPECT_EQ(s.backend_name().find(" x2") != std::string::npos, ranks == 2) << s.backend_name();
-      return out;
+      return greedy_run(s, kPrompt, kSteps);  // (the prompt in three batches of at most 3 rows)
     };
-    const Out one = run(1), two = run(2);
+    const SessionRun one = run(1), two = run(2);
     ASSERT_EQ(one.all.size(), kPrompt.size() * size_t(ModelConfig::from_gguf(GgufFile::open(path)).n_vocab));
     ASSERT_EQ(two.all.size(), one.all.size());
     EXPECT_LE(rel_l2(two.all, one.all), 1e-5);

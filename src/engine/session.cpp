@@ -138,31 +138,36 @@ Session::~Session() {
   }
 }
 
-// Runs the tokens in batches of n_batch; returns the last batch's logits in backend memory (every
-// row of every batch is copied to logits_ when all_logits).
-Tensor Session::eval_device(std::span<const int32_t> tokens, bool all_logits) {
+void Session::in_batches(std::span<const int32_t> tokens, bool all_logits, const BatchPass& pass) {
   if (tokens.empty()) fail("eval: no tokens");
   if (history_.size() + tokens.size() > size_t(n_ctx()))
     fail("{} tokens do not fit in the context: {} of {} positions are used (raise --ctx)", tokens.size(),
          history_.size(), n_ctx());
-  logits_.clear();
   std::vector<int32_t> pos;
-  Tensor out;
   for (size_t b = 0; b < tokens.size(); b += size_t(opt_.n_batch)) {
     const size_t n = std::min(tokens.size() - b, size_t(opt_.n_batch));
     pos.resize(n);
     for (size_t i = 0; i < n; ++i) pos[i] = int32_t(history_.size() + i);
     const auto chunk = tokens.subspan(b, n);
-    const bool last = b + n == tokens.size();
     using L = LlamaModel::Logits;
-    out = model_->forward(chunk, pos, all_logits ? L::All : last ? L::Last : L::None);
+    pass(chunk, pos, all_logits ? L::All : b + n == tokens.size() ? L::Last : L::None);
     history_.insert(history_.end(), chunk.begin(), chunk.end());
+  }
+}
+
+// Runs the tokens in batches of n_batch; returns the last batch's logits in backend memory (every
+// row of every batch is copied to logits_ when all_logits).
+Tensor Session::eval_device(std::span<const int32_t> tokens, bool all_logits) {
+  logits_.clear();
+  Tensor out;
+  in_batches(tokens, all_logits, [&](std::span<const int32_t> chunk, std::span<const int32_t> pos, LlamaModel::Logits mode) {
+    out = model_->forward(chunk, pos, mode);
     if (all_logits) {
       chunk_.resize(size_t(out.rows * out.cols));
       backend_->read(out, chunk_.data());
       logits_.insert(logits_.end(), chunk_.begin(), chunk_.end());
     }
-  }
+  });
   return out;
 }
 
@@ -218,27 +223,15 @@ int32_t Session::ranks_greedy(int64_t row) const {
 }
 
 void Session::eval_ranks(std::span<const int32_t> tokens, bool all_logits) {
-  if (tokens.empty()) fail("eval: no tokens");
-  if (history_.size() + tokens.size() > size_t(n_ctx()))
-    fail("{} tokens do not fit in the context: {} of {} positions are used (raise --ctx)", tokens.size(),
-         history_.size(), n_ctx());
   const int64_t V = config().n_vocab;
   logits_.clear();
-  std::vector<int32_t> pos;
-  for (size_t b = 0; b < tokens.size(); b += size_t(opt_.n_batch)) {
-    const size_t len = std::min(tokens.size() - b, size_t(opt_.n_batch));
-    pos.resize(len);
-    for (size_t i = 0; i < len; ++i) pos[i] = int32_t(history_.size() + i);
-    const auto chunk = tokens.subspan(b, len);
-    const bool last = b + len == tokens.size();
+  in_batches(tokens, all_logits, [&](std::span<const int32_t> chunk, std::span<const int32_t> pos, LlamaModel::Logits mode) {
     using L = LlamaModel::Logits;
-    const L mode = all_logits ? L::All : last ? L::Last : L::None;
-    const int64_t rows = mode == L::All ? int64_t(len) : mode == L::Last ? 1 : 0;
+    const int64_t rows = mode == L::All ? int64_t(chunk.size()) : mode == L::Last ? 1 : 0;
     const int64_t base_row = int64_t(logits_.size()) / V;
     logits_.resize(logits_.size() + size_t(rows * V));
     run_ranks([&](LlamaModel& m) { return m.forward(chunk, pos, mode); }, rows, base_row);
-    history_.insert(history_.end(), chunk.begin(), chunk.end());
-  }
+  });
 }
 
 const std::vector<float>& Session::forward_batch_ranks(std::span<const int32_t> tokens, std::span<const int32_t> pos,

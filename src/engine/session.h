@@ -100,6 +100,10 @@ class Session {
   // Makes rank `rank`'s backend and model (the whole model with one rank) and checks that they
   // fit; n_ctx 0 sizes the cache from the free memory. Returns the context it made.
   int make_rank(int rank, Rank& r, int n_ctx);
+  // Runs tokens after the history in batches of n_batch (pass per batch: its tokens, positions
+  // and the logits it must give), extending the history; throws if they do not fit the context.
+  using BatchPass = std::function<void(std::span<const int32_t>, std::span<const int32_t>, LlamaModel::Logits)>;
+  void in_batches(std::span<const int32_t> tokens, bool all_logits, const BatchPass& pass);
   Tensor eval_device(std::span<const int32_t> tokens, bool all_logits);
   // eval with several ranks: every rank runs each batch; logits_ gets the whole vocabulary's
   // logits (every row when all_logits, else the last), each rank writing its rows of it.

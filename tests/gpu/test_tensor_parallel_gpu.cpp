@@ -9,6 +9,8 @@
 #include "golden_util.h"
 #include "model/llama.h"
 #include "model/sampler.h"
+#include "session_util.h"
+#include "thread_ranks.h"
 
 #include <gtest/gtest.h>
 
@@ -67,33 +69,18 @@ std::vector<int32_t> decode(const GgufFile& f, const LlamaModel::TpRank* tp) {
 TEST(CudaTensorParallel, TwoHostRanksOnOneGpuGiveTheWholeModelsTokens) {
   const GgufFile f = GgufFile::open(tiny_path());
   const std::vector<int32_t> whole = decode(f, nullptr);
-  const ModelConfig c = ModelConfig::from_gguf(f);
   constexpr int n = 2;
-  ThreadGroup group(n);
-  std::vector<std::vector<int32_t>> runs(n);
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto comm = group.member(r);
-        const LlamaModel::TpRank rank{TpPlan::make(c, n, r), comm.get()};
-        runs[size_t(r)] = decode(f, &rank);
-      } catch (const std::exception& e) {
-        errors[size_t(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
+  std::vector<std::string> errors;
+  const auto runs = on_thread_ranks<std::vector<int32_t>>(
+      ModelConfig::from_gguf(f), n, [&](const LlamaModel::TpRank& rank) { return decode(f, &rank); }, errors);
   for (int r = 0; r < n; ++r) {
     ASSERT_EQ(errors[size_t(r)], "") << "rank " << r;
     EXPECT_EQ(runs[size_t(r)], whole) << "rank " << r;
   }
 }
 
-struct TpRun {
-  std::vector<float> all;        // the prompt's logits, every row
-  std::vector<int32_t> tokens;   // greedy continuation
-  int graphs = 0;                // decode passes recorded on rank 0
+struct TpRun : SessionRun {
+  int graphs = 0;  // decode passes recorded on rank 0
 };
 
 // all_reduce: "peer" (decode rows by the peer kernel), "fused" (with the add and the norm), "nccl".
@@ -104,16 +91,7 @@ TpRun run_session(int ranks, bool exact, const std::string& all_reduce = "peer")
   o.cuda.fused_all_reduce = all_reduce == "fused";
   Session s(o);
   TpRun out;
-  out.all = s.eval(kPrompt, true);
-  s.reset();
-  SamplerParams p;
-  p.temperature = 0.f;
-  Sampler sampler(p);
-  int32_t t = s.eval_sample(kPrompt, sampler);
-  for (int i = 0; i < kSteps; ++i) {
-    out.tokens.push_back(t);
-    t = s.eval_sample(std::span<const int32_t>(&t, 1), sampler);
-  }
+  static_cast<SessionRun&>(out) = greedy_run(s, kPrompt, kSteps);
   out.graphs = dynamic_cast<CudaBackend&>(s.backend()).recorded_graphs();
   return out;
 }
