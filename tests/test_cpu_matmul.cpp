@@ -84,6 +84,7 @@ TEST(CpuMatmul, EveryTierAndShapeGivesTheOneRowKernelsBits) {
       {GgmlType::Q6_K, 256, {32}, 12},
       {GgmlType::Q5_K, 512, {24, 9}, 13},       {GgmlType::Q5_K, 256, {16}, 2},
       {GgmlType::Q3_K, 512, {24, 9}, 13},       {GgmlType::Q2_K, 256, {16, 5}, 3},
+      {GgmlType::Q2_K, 512, {24, 9}, 13},       {GgmlType::Q3_K, 256, {16}, 6},
       {GgmlType::IQ4_XS, 512, {24, 9}, 13},     {GgmlType::IQ4_XS, 256, {16}, 1},
   };
   std::mt19937 rng(5);

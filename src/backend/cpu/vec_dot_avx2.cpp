@@ -268,6 +268,53 @@ LAMINA_AVX2 float dot_q23_K(int64_t n, const void* w, const void* x) {
   return total;
 }
 
+// Q2_K / Q3_K, one weight row against four tokens (prompts): the row's quants and sub-block
+// scales decoded once per block; each token's integers and float expression those of dot_q23_K.
+template <bool kQ3>
+LAMINA_AVX2 void tokens4_q23(int64_t n, const void* w, const void* x, size_t x_stride, const int32_t*, size_t,
+                             float* out) {
+  using Block = std::conditional_t<kQ3, block_q3_K, block_q2_K>;
+  const auto* a = static_cast<const Block*>(w);
+  const block_q8_K* b[4];
+  for (int j = 0; j < 4; ++j) b[j] = reinterpret_cast<const block_q8_K*>(static_cast<const uint8_t*>(x) + size_t(j) * x_stride);
+  const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+  float total[4] = {0, 0, 0, 0};
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    int16_t sc[16], side_w[16];  // side_w: Q2_K the mins, Q3_K the scales (times each token's bsums)
+    for (int t = 0; t < 16; ++t) {
+      if constexpr (kQ3) sc[t] = side_w[t] = int16_t(q3k_scale(a[i].scales, t));
+      else sc[t] = int16_t(a[i].scales[t] & 15), side_w[t] = int16_t(a[i].scales[t] >> 4);
+    }
+    __m256i hm = _mm256_setzero_si256();
+    if constexpr (kQ3) hm = load32(a[i].hmask);
+    __m256i q[8], s[8];  // per (nn, j): 32 quants and the two sub-blocks' scales
+    for (int nn = 0; nn < 2; ++nn) {
+      const __m256i raw = load32(a[i].qs + 32 * nn);
+      for (int j = 0; j < 4; ++j) {
+        __m256i v = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
+        if constexpr (kQ3) v = _mm256_or_si256(v, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * nn + j), m1), 2));
+        const int t = 8 * nn + 2 * j;
+        q[4 * nn + j] = v;
+        s[4 * nn + j] = _mm256_set_m128i(_mm_set1_epi16(sc[t + 1]), _mm_set1_epi16(sc[t]));
+      }
+    }
+    const float d = h2f(a[i].d);
+    for (int tok = 0; tok < 4; ++tok) {
+      const block_q8_K& bt = b[tok][i];
+      int side = 0;
+      for (int t = 0; t < 16; ++t) side += side_w[t] * bt.bsums[t];
+      __m256i sumi = _mm256_setzero_si256();
+      for (int k = 0; k < 8; ++k) {
+        const __m256i p = _mm256_maddubs_epi16(q[k], load32(bt.qs + 128 * (k / 4) + 32 * (k % 4)));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s[k]));
+      }
+      if constexpr (kQ3) total[tok] += bt.d * (d * float(hsum_i32(sumi) - 4 * side));
+      else total[tok] += bt.d * (d * float(hsum_i32(sumi)) - h2f(a[i].dmin) * float(side));
+    }
+  }
+  for (int j = 0; j < 4; ++j) out[j] = total[j];
+}
+
 // IQ4_XS against q8_K: each sub-block's 32 nibbles (low halves: elements 0..15, high: 16..31)
 // looked up in the value table by pshufb, multiplied as |v| * (x with v's sign) (maddubs), times
 // the sub-block's scale by madd. The same integers and float expression as the scalar kernel.
@@ -293,6 +340,43 @@ LAMINA_AVX2 float dot_iq4_xs(int64_t n, const void* w, const void* x) {
     total += b[i].d * (h2f(a[i].d) * float(hsum_i32(sumi)));
   }
   return total;
+}
+
+// IQ4_XS, one weight row against four tokens: the row's values (and their magnitudes) and
+// sub-block scales decoded once per block; each token's integers and float expression those of
+// dot_iq4_xs.
+LAMINA_AVX2 void tokens4_iq4_xs(int64_t n, const void* w, const void* x, size_t x_stride, const int32_t*, size_t,
+                                float* out) {
+  const auto* a = static_cast<const block_iq4_xs*>(w);
+  const block_q8_K* b[4];
+  for (int j = 0; j < 4; ++j) b[j] = reinterpret_cast<const block_q8_K*>(static_cast<const uint8_t*>(x) + size_t(j) * x_stride);
+  alignas(16) int8_t table[16];
+  for (int i = 0; i < 16; ++i) table[i] = int8_t(iq4_value(i));
+  const __m128i t128 = _mm_load_si128(reinterpret_cast<const __m128i*>(table));
+  const __m256i values = _mm256_set_m128i(t128, t128);
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  float total[4] = {0, 0, 0, 0};
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    __m256i v[8], mag[8], sc[8];
+    for (int ib = 0; ib < 8; ++ib) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i].qs + 16 * ib));
+      const __m256i idx = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4), _mm_and_si128(q, low4));
+      v[ib] = _mm256_shuffle_epi8(values, idx);
+      mag[ib] = _mm256_sign_epi8(v[ib], v[ib]);
+      sc[ib] = _mm256_set1_epi16(int16_t(iq4xs_scale(a[i], ib)));
+    }
+    const float d = h2f(a[i].d);
+    for (int tok = 0; tok < 4; ++tok) {
+      const block_q8_K& bt = b[tok][i];
+      __m256i sumi = _mm256_setzero_si256();
+      for (int ib = 0; ib < 8; ++ib) {
+        const __m256i p = _mm256_maddubs_epi16(mag[ib], _mm256_sign_epi8(load32(bt.qs + 32 * ib), v[ib]));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, sc[ib]));
+      }
+      total[tok] += bt.d * (d * float(hsum_i32(sumi)));
+    }
+  }
+  for (int j = 0; j < 4; ++j) out[j] = total[j];
 }
 
 LAMINA_AVX2 float dot_q6_K(int64_t n, const void* w, const void* x) {
@@ -555,6 +639,10 @@ VecDot4CFn avx2_kernel4c(GgmlType t, int* bias) {
   if (t == GgmlType::Q4_K || t == GgmlType::Q5_K) {
     *bias = 0;
     return t == GgmlType::Q4_K ? tokens4_qk<false> : tokens4_qk<true>;
+  }
+  if (t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::IQ4_XS) {
+    *bias = 0;
+    return t == GgmlType::Q2_K ? tokens4_q23<false> : t == GgmlType::Q3_K ? tokens4_q23<true> : tokens4_iq4_xs;
   }
   if (t == GgmlType::F16 || t == GgmlType::BF16) {
     *bias = 0;
