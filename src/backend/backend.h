@@ -93,6 +93,9 @@ class Backend {
     for (const GgufTensor* t : ts) w.push_back(load_weight(*t, WeightUse::Matmul));
     return w;
   }
+  // Whether load_weight and load_stacked copy what they need (an upload), so that the host bytes
+  // passed may be freed once they return; false where the backend reads them in place.
+  virtual bool copies_weights() const { return false; }
   // Bytes the backend can still give to weights, KV cache and activations.
   virtual size_t memory_available() const = 0;
   // Bytes held now (weights, cache, scratch); 0 where not tracked.

@@ -224,6 +224,10 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
   rope_long_ = factors("rope_factors_long.weight");
   rope_short_ = factors("rope_factors_short.weight");
   rope_factors_ = !rope_short_.empty() ? rope_short_.data() : rope_freqs_.empty() ? nullptr : rope_freqs_.data();
+  // A rank's shares were copied out of the mapping; a backend that uploaded them needs them no more.
+  if (be.copies_weights())
+    for (auto& sl : slices_)
+      if (!sl->bytes.empty()) sl->bytes = {}, sl->tensor.data = nullptr;
 }
 
 void LlamaModel::moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight* next) {

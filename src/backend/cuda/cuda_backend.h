@@ -52,6 +52,7 @@ class CudaBackend final : public Backend {
 
   Weight load_weight(const GgufTensor& t, WeightUse use) override;
   std::vector<Weight> load_stacked(std::span<const GgufTensor* const> ts) override;
+  bool copies_weights() const override { return true; }  // (each upload completes before it returns)
   size_t memory_available() const override;
   size_t memory_used() const override;
   Tensor alloc(int64_t rows, int64_t cols) override;
