@@ -45,7 +45,9 @@ class PlanOnCpu final : public Backend {
     cpu_.add_rows_scaled(dst, src, rows, scale);
   }
   void read(Tensor t, float* host) override { flush(), cpu_.read(t, host); }
-  void argmax_rows(Tensor logits, std::span<int32_t> out) override { flush({}, true), cpu_.argmax_rows(logits, out); }
+  void argmax_rows(Tensor logits, std::span<int32_t> out, std::span<float> max = {}) override {
+    flush({}, true), cpu_.argmax_rows(logits, out, max);
+  }
 
   // The ops recorded as the CUDA backend records them (Plan's recording methods).
   void embed(const Weight& table, std::span<const int32_t>, Tensor out) override { plan_.embed(table, out); }

@@ -237,12 +237,15 @@ class Backend {
   }
 
   // out[r] = the greedy id of logits row r (lowest id among equal maxima, as Sampler's greedy
-  // draw): the host then reads one id per row, not a row of logits.
-  virtual void argmax_rows(Tensor logits, std::span<int32_t> out) {
+  // draw): the host then reads one id per row, not a row of logits. max[r], where max is given:
+  // that row's largest logit (ranks of a split vocabulary merge their picks by it).
+  virtual void argmax_rows(Tensor logits, std::span<int32_t> out, std::span<float> max = {}) {
     std::vector<float> row(size_t(logits.cols));
     for (int64_t r = 0; r < logits.rows; ++r) {
       read(logits.rows_view(r, 1), row.data());
-      out[size_t(r)] = int32_t(std::max_element(row.begin(), row.end()) - row.begin());
+      const auto top = std::max_element(row.begin(), row.end());
+      out[size_t(r)] = int32_t(top - row.begin());
+      if (!max.empty()) max[size_t(r)] = *top;
     }
   }
 

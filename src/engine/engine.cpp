@@ -193,19 +193,21 @@ Engine::SampledRows Engine::sampled_rows(const Step& st, Tensor out) {
   return rows;
 }
 
-// With several ranks the pass gives every picked row's logits in host memory and its greedy id
-// (Session::forward_batch_ranks); plain greedy rows take that id, the others sample the row.
+// With several ranks the pass gives the greedy id of every picked row and, for the rows that
+// sample, their logits in host memory (Session::forward_batch_ranks; a plain greedy row's id
+// comes from each rank's device, no row crossing to the host).
 Engine::SampledRows Engine::ranks_rows(const Step& st, std::span<const int32_t> tokens, std::span<const int32_t> pos,
                                        const KvLayout& layout, std::span<const int32_t> pick) {
   SampledRows rows;
   rows.vocab = session_.config().n_vocab;
+  std::vector<uint8_t> plain;
+  for (const StepSeq& s : st.seqs)
+    if (s.logits) plain.push_back(plain_greedy(live_.at(s.id).sampler->params()));
   std::vector<int32_t> greedy;
-  rows.rows = session_.forward_batch_ranks(tokens, pos, layout, pick, greedy).data();
-  for (const StepSeq& s : st.seqs) {
-    if (!s.logits) continue;
-    const size_t r = rows.greedy.size();
-    rows.greedy.push_back(plain_greedy(live_.at(s.id).sampler->params()) ? greedy[r] : -1);
-    rows.at.push_back(int64_t(r));
+  rows.rows = session_.forward_batch_ranks(tokens, pos, layout, pick, plain, greedy).data();
+  for (size_t r = 0; r < plain.size(); ++r) {
+    rows.greedy.push_back(plain[r] ? greedy[r] : -1);
+    rows.at.push_back(plain[r] ? -1 : int64_t(r));
   }
   return rows;
 }

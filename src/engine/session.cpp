@@ -171,10 +171,13 @@ Tensor Session::eval_device(std::span<const int32_t> tokens, bool all_logits) {
   return out;
 }
 
-void Session::run_ranks(const std::function<Tensor(LlamaModel&)>& fwd, int64_t rows, int64_t base_row) {
+void Session::run_ranks(const std::function<Tensor(LlamaModel&)>& fwd, int64_t rows, int64_t base_row,
+                        std::span<const uint8_t> greedy_only) {
   const int n = opt_.tensor_parallel;
   const int64_t V = config().n_vocab;
   rank_logits_.resize(size_t(n)), rank_best_.resize(size_t(n));
+  int64_t n_greedy = 0;
+  for (uint8_t g : greedy_only) n_greedy += g != 0;
   using Clock = std::chrono::steady_clock;
   const auto us = [](Clock::time_point from, Clock::time_point to) {
     return std::chrono::duration<double, std::micro>(to - from).count();
@@ -188,16 +191,28 @@ void Session::run_ranks(const std::function<Tensor(LlamaModel&)>& fwd, int64_t r
     auto& best = rank_best_[size_t(rank)];
     best.assign(size_t(rows), {-INFINITY, -1});
     if (rows == 0 || v.count == 0) return;
+    const Tensor last = out.rows_view(out.rows - rows, rows);
     std::vector<float>& host = rank_logits_[size_t(rank)];
-    host.resize(size_t(rows * v.count));
-    be.read(out.rows_view(out.rows - rows, rows), host.data());
-    if (rank == 0) rank_timing_.read_us += us(t1, Clock::now());
-    for (int64_t i = 0; i < rows; ++i) {
-      const auto row = host.begin() + i * v.count;
+    const auto keep = [&](int64_t i, const float* row) {  // row i into logits_, and its pick
       std::copy_n(row, v.count, logits_.begin() + (base_row + i) * V + v.first);
-      const auto top = std::max_element(row, row + v.count);  // (the first of equal maxima: the lowest id)
+      const float* top = std::max_element(row, row + v.count);  // (the first of equal maxima: the lowest id)
       best[size_t(i)] = {*top, int32_t(v.first + (top - row))};
+    };
+    if (n_greedy) {  // greedy rows: the id and the maximum made on the device, no row read
+      std::vector<int32_t> ids(static_cast<size_t>(rows));
+      std::vector<float> top(static_cast<size_t>(rows));
+      be.argmax_rows(last, ids, top);
+      for (int64_t i = 0; i < rows; ++i)
+        if (greedy_only[size_t(i)]) best[size_t(i)] = {top[size_t(i)], int32_t(v.first + ids[size_t(i)])};
+      host.resize(size_t(v.count));
+      for (int64_t i = 0; i < rows; ++i)
+        if (!greedy_only[size_t(i)]) be.read(last.rows_view(i, 1), host.data()), keep(i, host.data());
+    } else {
+      host.resize(size_t(rows * v.count));
+      be.read(last, host.data());
+      for (int64_t i = 0; i < rows; ++i) keep(i, host.data() + i * v.count);
     }
+    if (rank == 0) rank_timing_.read_us += us(t1, Clock::now());
   };
   workers_->post([&](int rank, Rank& r) { pass(rank, *r.model, *r.backend); });
   std::exception_ptr e0;
@@ -236,11 +251,12 @@ void Session::eval_ranks(std::span<const int32_t> tokens, bool all_logits) {
 
 const std::vector<float>& Session::forward_batch_ranks(std::span<const int32_t> tokens, std::span<const int32_t> pos,
                                                        const KvLayout& layout, std::span<const int32_t> pick,
-                                                       std::vector<int32_t>& greedy) {
+                                                       std::span<const uint8_t> greedy_only, std::vector<int32_t>& greedy) {
   if (!workers_) fail("forward_batch_ranks: the session has one rank");
+  if (greedy_only.size() != pick.size()) fail("forward_batch_ranks: {} flags for {} rows", greedy_only.size(), pick.size());
   const int64_t rows = int64_t(pick.size());
   logits_.assign(size_t(rows * config().n_vocab), 0.f);
-  run_ranks([&](LlamaModel& m) { return m.forward_batch(tokens, pos, layout, pick); }, rows, 0);
+  run_ranks([&](LlamaModel& m) { return m.forward_batch(tokens, pos, layout, pick); }, rows, 0, greedy_only);
   greedy.resize(size_t(rows));
   for (int64_t r = 0; r < rows; ++r) greedy[size_t(r)] = ranks_greedy(r);
   return logits_;

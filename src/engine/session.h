@@ -63,11 +63,13 @@ class Session {
   int32_t eval_sample(std::span<const int32_t> tokens, Sampler& sampler, bool more = false);
   void reset() { history_.clear(); }  // forget the conversation (the cache is overwritten)
   // The batching engine's pass with several ranks (LlamaModel::forward_batch on every rank, each
-  // with its KV heads of the same paged blocks): the logits of the rows in pick, host memory,
-  // [pick.size()][n_vocab], valid until the next pass; greedy[r] = row r's greedy id.
+  // with its KV heads of the same paged blocks): greedy[r] = picked row r's greedy id, and the
+  // logits of the picked rows not flagged greedy_only in host memory ([pick.size()][n_vocab];
+  // the flagged rows' logits are left out: their ids come from each rank's device), valid until
+  // the next pass.
   const std::vector<float>& forward_batch_ranks(std::span<const int32_t> tokens, std::span<const int32_t> pos,
                                                 const KvLayout& layout, std::span<const int32_t> pick,
-                                                std::vector<int32_t>& greedy);
+                                                std::span<const uint8_t> greedy_only, std::vector<int32_t>& greedy);
   // Drops the last n tokens (e.g. to re-run a prompt); positions are simply reused.
   void rewind(int n_past) { history_.resize(size_t(n_past)); }
 
@@ -111,8 +113,10 @@ class Session {
   // Runs fwd on every rank at once (they meet in the pass's all-reduces); each rank then writes
   // the last `rows` rows of its logits, its columns of the vocabulary, into logits_ from row
   // base_row on (disjoint ranges: no two ranks write one element), and its pick of each row
-  // into rank_best_[rank][row].
-  void run_ranks(const std::function<Tensor(LlamaModel&)>& fwd, int64_t rows, int64_t base_row);
+  // into rank_best_[rank][row]. Rows flagged in greedy_only (one flag per row, or none) are not
+  // read: their picks come from the backend's argmax_rows.
+  void run_ranks(const std::function<Tensor(LlamaModel&)>& fwd, int64_t rows, int64_t base_row,
+                 std::span<const uint8_t> greedy_only = {});
   // Row r's greedy id over the ranks' picks: the largest logit, the lowest id among equal ones.
   int32_t ranks_greedy(int64_t row) const;
 };

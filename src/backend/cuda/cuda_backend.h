@@ -64,7 +64,7 @@ class CudaBackend final : public Backend {
   bool takes_kv_layout() const override { return true; }
   void set_kv_layout(const KvLayout* layout) override;
   void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) override;
-  void argmax_rows(Tensor logits, std::span<int32_t> out) override;
+  void argmax_rows(Tensor logits, std::span<int32_t> out, std::span<float> max = {}) override;
   // The ops record nodes of the pass's step plan (backend/step_plan.h); flush() fuses and runs
   // them when the pass's results are wanted (read, sample, argmax_rows, the end of a capture).
   void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) override;

@@ -106,13 +106,17 @@ void CudaBackend::exec_copy_rows(const Node& n) {
          [&] { return kn::gather_rows(n.x.data, n.x.cols, idx, n.out.rows, n.out.data, stream_); });
 }
 
-void CudaBackend::argmax_rows(Tensor logits, std::span<int32_t> out) {
+void CudaBackend::argmax_rows(Tensor logits, std::span<int32_t> out, std::span<float> max) {
   flush({}, true);
-  check("argmax_rows", int64_t(out.size()) == logits.rows, "one id per row");
+  check("argmax_rows", int64_t(out.size()) == logits.rows && (max.empty() || max.size() == out.size()),
+        "one id (and maximum) per row");
   auto* ids = static_cast<int32_t*>(scratch_bytes(out.size() * sizeof(int32_t)));
+  auto* vals = max.empty() ? nullptr : static_cast<float*>(scratch_bytes(out.size() * sizeof(float)));
   run_op("argmax rows", double(logits.rows * logits.cols) * 4.0, 0,
-         [&] { return kn::argmax_rows(logits.data, logits.rows, logits.cols, ids, stream_); });
+         [&] { return kn::argmax_rows(logits.data, logits.rows, logits.cols, ids, stream_, vals); });
   cuda_check(cudaMemcpyAsync(out.data(), ids, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_), "argmax_rows");
+  if (vals)
+    cuda_check(cudaMemcpyAsync(max.data(), vals, max.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_), "argmax_rows");
   cuda_check(cudaStreamSynchronize(stream_), "argmax_rows");
   collect_profile();
 }

@@ -160,6 +160,6 @@ Status sample(const float* logits, int n_vocab, const SampleArgs& a, float* scra
 size_t sample_scratch_floats(int n_vocab);
 // out[r] = the greedy id of logits row r (lowest id among equal maxima), for rows x cols f32
 // logits; out on the device.
-Status argmax_rows(const float* logits, int64_t rows, int64_t cols, int32_t* out, cudaStream_t s);
+Status argmax_rows(const float* logits, int64_t rows, int64_t cols, int32_t* out, cudaStream_t s, float* max = nullptr);
 
 }  // namespace lamina::kernels

@@ -252,7 +252,7 @@ namespace {
 
 // grid: rows, 256 threads: block argmax of row blockIdx.x (lowest id among equal maxima).
 __global__ void __launch_bounds__(256) argmax_rows_kernel(const float* __restrict__ logits, int64_t cols,
-                                                          int32_t* __restrict__ out) {
+                                                          int32_t* __restrict__ out, float* __restrict__ max) {
   pdl_enter();
   __shared__ float red_v[8];
   __shared__ int red_i[8];
@@ -272,14 +272,15 @@ __global__ void __launch_bounds__(256) argmax_rows_kernel(const float* __restric
     for (int w = 1; w < 8; ++w)
       if (red_v[w] > bv || (red_v[w] == bv && red_i[w] < bi)) bv = red_v[w], bi = red_i[w];
     out[blockIdx.x] = bi == INT_MAX ? 0 : bi;
+    if (max) max[blockIdx.x] = bv;
   }
 }
 
 }  // namespace
 
-Status argmax_rows(const float* logits, int64_t rows, int64_t cols, int32_t* out, cudaStream_t s) {
+Status argmax_rows(const float* logits, int64_t rows, int64_t cols, int32_t* out, cudaStream_t s, float* max) {
   if (!logits || !out || rows < 0 || cols <= 0 || cols > INT_MAX || rows > INT_MAX) return Status::error("argmax_rows: bad arguments");
-  if (rows) launch_pdl(argmax_rows_kernel, dim3(unsigned(rows)), 256, 0, s, logits, cols, out);
+  if (rows) launch_pdl(argmax_rows_kernel, dim3(unsigned(rows)), 256, 0, s, logits, cols, out, max);
   return launch_status("argmax_rows");
 }
 
