@@ -105,6 +105,12 @@ VecDotFn avx2_kernel(GgmlType weight_type);
 VecDot4CFn avx2_kernel4c(GgmlType weight_type, int* bias);
 VecDotRows4CFn avx2_rows4c(GgmlType weight_type);
 VecDotRows4CFn avx2_rows8c(GgmlType weight_type);
+// The AVX2 k-quant and iq4_xs kernels (vec_dot_avx2_kquants.cpp; x86 only), which the four
+// above return where the type has them (the four-token kernel takes no corrections); nullptr else.
+VecDotFn avx2_kquant_kernel(GgmlType weight_type);
+VecDot4CFn avx2_kquant_kernel4c(GgmlType weight_type);
+VecDotRows4CFn avx2_kquant_rows4c(GgmlType weight_type);
+VecDotRows4CFn avx2_kquant_rows8c(GgmlType weight_type);
 // dequantize_element for q4_0, q4_1, q8_0, q4_K and q6_K with F16C (the same floats); nullptr for other types.
 ElementFn avx2_element(GgmlType weight_type);
 // v[j] += value[k] * element(row j, cols[k]) for eight rows (w + j * w_stride) and k = 0 .. n - 1

@@ -1,6 +1,7 @@
 // AVX2 + FMA + F16C row dot products. Each function carries a target attribute, so this file
 // builds without -mavx2 and the dispatcher only calls it on CPUs that have the extensions. The
-// int8 kernels are in vec_dot_int8_x86.inc (shared with the AVX-VNNI build, vec_dot_vnni.cpp);
+// int8 kernels are in vec_dot_int8_x86.inc (shared with the AVX-VNNI build, vec_dot_vnni.cpp),
+// the k-quant and iq4_xs kernels in vec_dot_avx2_kquants.cpp;
 // here u8 x s8 products go through _mm256_maddubs_epi16 (pairs summed to s16) and
 // _mm256_madd_epi16 (pairs of those to s32).
 #include "backend/cpu/vec_dot.h"
@@ -98,285 +99,6 @@ LAMINA_AVX2 void dot4_half(int64_t n, const void* w, const void* x, size_t strid
     for (int64_t k = i; k < n; ++k) s += half1<T>(a[k]) * b[j][k];
     out[j] = s;
   }
-}
-
-// A q4_K block's eight 6-bit sub-block scales (bytes 0-7) and mins (bytes 8-15) in one register
-// (quant_blocks.h's q4k_scales_mins).
-LAMINA_AVX2 inline __m128i q4k_scales_mins(const uint8_t* s12) {
-  alignas(16) uint8_t sm[16];
-  lamina::q4k_scales_mins(s12, sm);
-  return _mm_load_si128(reinterpret_cast<const __m128i*>(sm));
-}
-
-// A q4_K / q5_K block's 64-element group c as its low-run and high-run quants, one per byte
-// (q5_K: bits 2c and 2c + 1 of each qh byte moved to bit 4; 16-bit shifts, masked per byte).
-template <bool kQ5>
-LAMINA_AVX2 inline void qk_quants(const uint8_t* qs, __m256i qh, int c, __m256i& lo, __m256i& hi) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F), bit4 = _mm256_set1_epi8(0x10);
-  const __m256i raw = load32(qs + 32 * c);
-  lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-  if constexpr (kQ5) {
-    lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * c), 4), bit4));
-    hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * c + 1), 4), bit4));
-  }
-}
-
-// sum_t min_t * (bsums[2t] + bsums[2t+1]) of one q8_K block, mins as eight int16: the pairs by
-// hadd (|sum| <= 4064), then madd.
-LAMINA_AVX2 inline int qk_sum_min(__m128i mins, const block_q8_K& b) {
-  const __m256i bs = load32(b.bsums);
-  const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-  __m128i pm = _mm_madd_epi16(mins, pairs);
-  pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));
-  return _mm_cvtsi128_si32(_mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1)));
-}
-
-// q4_K (or, kQ5, q5_K) against q8_K for R weight rows (w + r * w_stride) at once, out[r]: each
-// row's blocks in turn, as the one-row kernel (R = 1) takes them; R rows read side by side keep R
-// memory streams in flight (decode), and share the activation loads. q5_K's fifth bit of element
-// e is bit e / 32 of qh[e % 32]: merged into each byte as 16 before the multiply (quants 0..31).
-template <int R, bool kQ5 = false>
-LAMINA_AVX2 void rows_q4_K(int64_t n, const void* w, size_t w_stride, const void* x, float* out) {
-  using Block = std::conditional_t<kQ5, block_q5_K, block_q4_K>;
-  const auto* b = static_cast<const block_q8_K*>(x);
-  float total[R];
-  for (int r = 0; r < R; ++r) total[r] = 0;
-  for (int64_t i = 0; i < n / QK_K; ++i) {
-    const Block* a[R];
-    for (int r = 0; r < R; ++r) a[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + size_t(r) * w_stride) + i;
-    alignas(16) int16_t sc16[R][8];  // the eight scales as int16
-    int sum_min[R];
-    __m256i sumi[R], qh[R];
-    for (int r = 0; r < R; ++r) {
-      const __m128i sm = q4k_scales_mins(a[r]->scales);
-      sum_min[r] = qk_sum_min(_mm_cvtepu8_epi16(_mm_unpackhi_epi64(sm, sm)), b[i]);
-      _mm_store_si128(reinterpret_cast<__m128i*>(sc16[r]), _mm_cvtepu8_epi16(sm));
-      sumi[r] = _mm256_setzero_si256();
-      qh[r] = _mm256_setzero_si256();
-      if constexpr (kQ5) qh[r] = load32(a[r]->qh);
-    }
-    for (int c = 0; c < 4; ++c) {  // 64 elements: 32 low nibbles (sub-block 2c), 32 high (2c+1)
-      const __m256i xl = load32(b[i].qs + 64 * c), xh = load32(b[i].qs + 64 * c + 32);
-      for (int r = 0; r < R; ++r) {
-        __m256i qlo, qhi;
-        qk_quants<kQ5>(a[r]->qs, qh[r], c, qlo, qhi);
-        const __m256i plo = _mm256_maddubs_epi16(qlo, xl);
-        const __m256i phi = _mm256_maddubs_epi16(qhi, xh);
-        const __m256i s_lo = _mm256_set1_epi16(sc16[r][2 * c]), s_hi = _mm256_set1_epi16(sc16[r][2 * c + 1]);
-        sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(plo, s_lo));
-        sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(phi, s_hi));
-      }
-    }
-    for (int r = 0; r < R; ++r)
-      total[r] += b[i].d * (h2f(a[r]->d) * float(hsum_i32(sumi[r])) - h2f(a[r]->dmin) * float(sum_min[r]));
-  }
-  for (int r = 0; r < R; ++r) out[r] = total[r];
-}
-
-// One q4_K (kQ5: q5_K) weight row against four q8_K activation rows (x + j * x_stride), out[j]:
-// the row's quants decoded once per block for the four tokens (prompts), each token's integer
-// sums and float expression those of rows_q4_K<1>.
-template <bool kQ5>
-LAMINA_AVX2 void tokens4_qk(int64_t n, const void* w, const void* x, size_t x_stride, const int32_t*, size_t,
-                            float* out) {
-  using Block = std::conditional_t<kQ5, block_q5_K, block_q4_K>;
-  const auto* a = static_cast<const Block*>(w);
-  const block_q8_K* b[4];
-  for (int j = 0; j < 4; ++j) b[j] = reinterpret_cast<const block_q8_K*>(static_cast<const uint8_t*>(x) + size_t(j) * x_stride);
-  float total[4] = {0, 0, 0, 0};
-  for (int64_t i = 0; i < n / QK_K; ++i) {
-    const __m128i sm = q4k_scales_mins(a[i].scales);
-    alignas(16) int16_t sc16[8];
-    _mm_store_si128(reinterpret_cast<__m128i*>(sc16), _mm_cvtepu8_epi16(sm));
-    const __m128i mins = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(sm, sm));
-    __m256i qh = _mm256_setzero_si256();
-    if constexpr (kQ5) qh = load32(a[i].qh);
-    __m256i ql[4], qu[4];  // each 64-element group's low-run and high-run quants
-    for (int c = 0; c < 4; ++c) qk_quants<kQ5>(a[i].qs, qh, c, ql[c], qu[c]);
-    const float d = h2f(a[i].d), dmin = h2f(a[i].dmin);
-    for (int j = 0; j < 4; ++j) {
-      const block_q8_K& bj = b[j][i];
-      const int sum_min = qk_sum_min(mins, bj);
-      __m256i sumi = _mm256_setzero_si256();
-      for (int c = 0; c < 4; ++c) {
-        const __m256i plo = _mm256_maddubs_epi16(ql[c], load32(bj.qs + 64 * c));
-        const __m256i phi = _mm256_maddubs_epi16(qu[c], load32(bj.qs + 64 * c + 32));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, _mm256_set1_epi16(sc16[2 * c])));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, _mm256_set1_epi16(sc16[2 * c + 1])));
-      }
-      total[j] += bj.d * (d * float(hsum_i32(sumi)) - dmin * float(sum_min));
-    }
-  }
-  for (int j = 0; j < 4; ++j) out[j] = total[j];
-}
-
-template <bool kQ5>
-LAMINA_AVX2 float dot_qk(int64_t n, const void* w, const void* x) {
-  float out;
-  rows_q4_K<1, kQ5>(n, w, 0, x, &out);
-  return out;
-}
-template <bool kQ5>
-LAMINA_AVX2 void rows4_qk(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
-  rows_q4_K<4, kQ5>(n, w, w_stride, x, out);
-}
-template <bool kQ5>
-LAMINA_AVX2 void rows8_qk(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
-  rows_q4_K<8, kQ5>(n, w, w_stride, x, out);
-}
-
-// Q2_K (or, kQ3, Q3_K) against q8_K: per 32 elements (n, j) the 2-bit quants, bits 2j of
-// qs[32n + l]; for Q3_K plus 4 where bit 4n + j of hmask[l] is set (q + 4, 0..7, whose 4 * sum of
-// x is taken back with the bsums). The 32 are two 16-element sub-blocks, their scales by madd.
-// The same integers and float expression as the scalar kernels (vec_dot.cpp).
-template <bool kQ3>
-LAMINA_AVX2 float dot_q23_K(int64_t n, const void* w, const void* x) {
-  using Block = std::conditional_t<kQ3, block_q3_K, block_q2_K>;
-  const auto* a = static_cast<const Block*>(w);
-  const auto* b = static_cast<const block_q8_K*>(x);
-  const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
-  float total = 0;
-  for (int64_t i = 0; i < n / QK_K; ++i) {
-    int16_t sc[16];
-    int side = 0;  // Q2_K: sum of min * bsum; Q3_K: sum of scale * bsum
-    for (int t = 0; t < 16; ++t) {
-      if constexpr (kQ3) {
-        sc[t] = int16_t(q3k_scale(a[i].scales, t));
-        side += sc[t] * b[i].bsums[t];
-      } else {
-        sc[t] = int16_t(a[i].scales[t] & 15);
-        side += (a[i].scales[t] >> 4) * b[i].bsums[t];
-      }
-    }
-    __m256i hm = _mm256_setzero_si256();
-    if constexpr (kQ3) hm = load32(a[i].hmask);
-    __m256i sumi = _mm256_setzero_si256();
-    for (int nn = 0; nn < 2; ++nn) {
-      const __m256i raw = load32(a[i].qs + 32 * nn);
-      for (int j = 0; j < 4; ++j) {
-        __m256i q = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
-        if constexpr (kQ3) q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * nn + j), m1), 2));
-        const int t = 8 * nn + 2 * j;
-        const __m256i p = _mm256_maddubs_epi16(q, load32(b[i].qs + 128 * nn + 32 * j));
-        const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[t + 1]), _mm_set1_epi16(sc[t]));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
-      }
-    }
-    if constexpr (kQ3) total += b[i].d * (h2f(a[i].d) * float(hsum_i32(sumi) - 4 * side));
-    else total += b[i].d * (h2f(a[i].d) * float(hsum_i32(sumi)) - h2f(a[i].dmin) * float(side));
-  }
-  return total;
-}
-
-// Q2_K / Q3_K, one weight row against four tokens (prompts): the row's quants and sub-block
-// scales decoded once per block; each token's integers and float expression those of dot_q23_K.
-template <bool kQ3>
-LAMINA_AVX2 void tokens4_q23(int64_t n, const void* w, const void* x, size_t x_stride, const int32_t*, size_t,
-                             float* out) {
-  using Block = std::conditional_t<kQ3, block_q3_K, block_q2_K>;
-  const auto* a = static_cast<const Block*>(w);
-  const block_q8_K* b[4];
-  for (int j = 0; j < 4; ++j) b[j] = reinterpret_cast<const block_q8_K*>(static_cast<const uint8_t*>(x) + size_t(j) * x_stride);
-  const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
-  float total[4] = {0, 0, 0, 0};
-  for (int64_t i = 0; i < n / QK_K; ++i) {
-    int16_t sc[16], side_w[16];  // side_w: Q2_K the mins, Q3_K the scales (times each token's bsums)
-    for (int t = 0; t < 16; ++t) {
-      if constexpr (kQ3) sc[t] = side_w[t] = int16_t(q3k_scale(a[i].scales, t));
-      else sc[t] = int16_t(a[i].scales[t] & 15), side_w[t] = int16_t(a[i].scales[t] >> 4);
-    }
-    __m256i hm = _mm256_setzero_si256();
-    if constexpr (kQ3) hm = load32(a[i].hmask);
-    __m256i q[8], s[8];  // per (nn, j): 32 quants and the two sub-blocks' scales
-    for (int nn = 0; nn < 2; ++nn) {
-      const __m256i raw = load32(a[i].qs + 32 * nn);
-      for (int j = 0; j < 4; ++j) {
-        __m256i v = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
-        if constexpr (kQ3) v = _mm256_or_si256(v, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * nn + j), m1), 2));
-        const int t = 8 * nn + 2 * j;
-        q[4 * nn + j] = v;
-        s[4 * nn + j] = _mm256_set_m128i(_mm_set1_epi16(sc[t + 1]), _mm_set1_epi16(sc[t]));
-      }
-    }
-    const float d = h2f(a[i].d);
-    for (int tok = 0; tok < 4; ++tok) {
-      const block_q8_K& bt = b[tok][i];
-      int side = 0;
-      for (int t = 0; t < 16; ++t) side += side_w[t] * bt.bsums[t];
-      __m256i sumi = _mm256_setzero_si256();
-      for (int k = 0; k < 8; ++k) {
-        const __m256i p = _mm256_maddubs_epi16(q[k], load32(bt.qs + 128 * (k / 4) + 32 * (k % 4)));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s[k]));
-      }
-      if constexpr (kQ3) total[tok] += bt.d * (d * float(hsum_i32(sumi) - 4 * side));
-      else total[tok] += bt.d * (d * float(hsum_i32(sumi)) - h2f(a[i].dmin) * float(side));
-    }
-  }
-  for (int j = 0; j < 4; ++j) out[j] = total[j];
-}
-
-// IQ4_XS against q8_K: each sub-block's 32 nibbles (low halves: elements 0..15, high: 16..31)
-// looked up in the value table by pshufb, multiplied as |v| * (x with v's sign) (maddubs), times
-// the sub-block's scale by madd. The same integers and float expression as the scalar kernel.
-LAMINA_AVX2 float dot_iq4_xs(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const block_iq4_xs*>(w);
-  const auto* b = static_cast<const block_q8_K*>(x);
-  alignas(16) int8_t table[16];
-  for (int i = 0; i < 16; ++i) table[i] = int8_t(iq4_value(i));
-  const __m128i t128 = _mm_load_si128(reinterpret_cast<const __m128i*>(table));
-  const __m256i values = _mm256_set_m128i(t128, t128);
-  const __m128i low4 = _mm_set1_epi8(0x0F);
-  float total = 0;
-  for (int64_t i = 0; i < n / QK_K; ++i) {
-    __m256i sumi = _mm256_setzero_si256();
-    for (int ib = 0; ib < 8; ++ib) {
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i].qs + 16 * ib));
-      const __m256i idx = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4), _mm_and_si128(q, low4));
-      const __m256i v = _mm256_shuffle_epi8(values, idx);
-      const __m256i xs = load32(b[i].qs + 32 * ib);
-      const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(xs, v));
-      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16(int16_t(iq4xs_scale(a[i], ib)))));
-    }
-    total += b[i].d * (h2f(a[i].d) * float(hsum_i32(sumi)));
-  }
-  return total;
-}
-
-// IQ4_XS, one weight row against four tokens: the row's values (and their magnitudes) and
-// sub-block scales decoded once per block; each token's integers and float expression those of
-// dot_iq4_xs.
-LAMINA_AVX2 void tokens4_iq4_xs(int64_t n, const void* w, const void* x, size_t x_stride, const int32_t*, size_t,
-                                float* out) {
-  const auto* a = static_cast<const block_iq4_xs*>(w);
-  const block_q8_K* b[4];
-  for (int j = 0; j < 4; ++j) b[j] = reinterpret_cast<const block_q8_K*>(static_cast<const uint8_t*>(x) + size_t(j) * x_stride);
-  alignas(16) int8_t table[16];
-  for (int i = 0; i < 16; ++i) table[i] = int8_t(iq4_value(i));
-  const __m128i t128 = _mm_load_si128(reinterpret_cast<const __m128i*>(table));
-  const __m256i values = _mm256_set_m128i(t128, t128);
-  const __m128i low4 = _mm_set1_epi8(0x0F);
-  float total[4] = {0, 0, 0, 0};
-  for (int64_t i = 0; i < n / QK_K; ++i) {
-    __m256i v[8], mag[8], sc[8];
-    for (int ib = 0; ib < 8; ++ib) {
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i].qs + 16 * ib));
-      const __m256i idx = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4), _mm_and_si128(q, low4));
-      v[ib] = _mm256_shuffle_epi8(values, idx);
-      mag[ib] = _mm256_sign_epi8(v[ib], v[ib]);
-      sc[ib] = _mm256_set1_epi16(int16_t(iq4xs_scale(a[i], ib)));
-    }
-    const float d = h2f(a[i].d);
-    for (int tok = 0; tok < 4; ++tok) {
-      const block_q8_K& bt = b[tok][i];
-      __m256i sumi = _mm256_setzero_si256();
-      for (int ib = 0; ib < 8; ++ib) {
-        const __m256i p = _mm256_maddubs_epi16(mag[ib], _mm256_sign_epi8(load32(bt.qs + 32 * ib), v[ib]));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, sc[ib]));
-      }
-      total[tok] += bt.d * (d * float(hsum_i32(sumi)));
-    }
-  }
-  for (int j = 0; j < 4; ++j) out[j] = total[j];
 }
 
 LAMINA_AVX2 float dot_q6_K(int64_t n, const void* w, const void* x) {
@@ -625,24 +347,18 @@ VecDotFn avx2_kernel(GgmlType t) {
     case GgmlType::F32: return dot_f32;
     case GgmlType::F16: return dot_half<GgmlType::F16>;
     case GgmlType::BF16: return dot_half<GgmlType::BF16>;
-    case GgmlType::Q2_K: return dot_q23_K<false>;
-    case GgmlType::Q3_K: return dot_q23_K<true>;
-    case GgmlType::Q4_K: return dot_qk<false>;
-    case GgmlType::Q5_K: return dot_qk<true>;
     case GgmlType::Q6_K: return dot_q6_K;
-    case GgmlType::IQ4_XS: return dot_iq4_xs;
-    default: return int8_kernel(t);
+    default: {
+      const VecDotFn k = avx2_kquant_kernel(t);
+      return k ? k : int8_kernel(t);
+    }
   }
 }
 
 VecDot4CFn avx2_kernel4c(GgmlType t, int* bias) {
-  if (t == GgmlType::Q4_K || t == GgmlType::Q5_K) {
+  if (const VecDot4CFn k = avx2_kquant_kernel4c(t)) {
     *bias = 0;
-    return t == GgmlType::Q4_K ? tokens4_qk<false> : tokens4_qk<true>;
-  }
-  if (t == GgmlType::Q2_K || t == GgmlType::Q3_K || t == GgmlType::IQ4_XS) {
-    *bias = 0;
-    return t == GgmlType::Q2_K ? tokens4_q23<false> : t == GgmlType::Q3_K ? tokens4_q23<true> : tokens4_iq4_xs;
+    return k;
   }
   if (t == GgmlType::F16 || t == GgmlType::BF16) {
     *bias = 0;
@@ -651,10 +367,12 @@ VecDot4CFn avx2_kernel4c(GgmlType t, int* bias) {
   return int8_kernel4c(t, bias);
 }
 VecDotRows4CFn avx2_rows4c(GgmlType t) {
-  return t == GgmlType::Q4_K ? rows4_qk<false> : t == GgmlType::Q5_K ? rows4_qk<true> : int8_rows4c(t);
+  const VecDotRows4CFn k = avx2_kquant_rows4c(t);
+  return k ? k : int8_rows4c(t);
 }
 VecDotRows4CFn avx2_rows8c(GgmlType t) {
-  return t == GgmlType::Q4_K ? rows8_qk<false> : t == GgmlType::Q5_K ? rows8_qk<true> : int8_rows8c(t);
+  const VecDotRows4CFn k = avx2_kquant_rows8c(t);
+  return k ? k : int8_rows8c(t);
 }
 
 }  // namespace lamina
