@@ -260,16 +260,23 @@ float fit_scale_sym(const float* x, int n, int nmax) {
   return best_scale;
 }
 
+// The symmetric scales of a super-block's 16 sub-blocks of 16 (fit_scale_sym with levels nmax)
+// into scales; returns the one of largest magnitude (the first such), 0 for an all-zero block.
+float fit_sub_scales(const float* x, int nmax, float* scales) {
+  float max_abs = 0, max_scale = 0;
+  for (int t = 0; t < 16; ++t) {
+    scales[t] = fit_scale_sym(x + 16 * t, 16, nmax);
+    if (std::fabs(scales[t]) > max_abs) max_abs = std::fabs(scales[t]), max_scale = scales[t];
+  }
+  return max_scale;
+}
+
 // Q3_K: per 16-element sub-block a symmetric scale (q in -4..3) stored as a 6-bit signed
 // multiple of d (offset 32, packed into 12 bytes); q + 4's low 2 bits go where Q2_K's do and its
 // bit 2 to bit 4n + j of hmask[l] (set: q = low, clear: q = low - 4).
 void q3_K(const float* x, block_q3_K* b) {
   float scales[16];
-  float max_abs = 0, max_scale = 0;
-  for (int t = 0; t < 16; ++t) {
-    scales[t] = fit_scale_sym(x + 16 * t, 16, 4);
-    if (std::fabs(scales[t]) > max_abs) { max_abs = std::fabs(scales[t]); max_scale = scales[t]; }
-  }
+  const float max_scale = fit_sub_scales(x, 4, scales), max_abs = std::fabs(max_scale);
   std::memset(b, 0, sizeof *b);
   uint8_t u[16];  // the stored 6-bit scales, sc + 32
   const float iscale = max_abs > 0 ? -32.f / max_scale : 0.f;
@@ -359,11 +366,7 @@ void iq4_xs(const float* x, block_iq4_xs* b) {
 
 void q6_K(const float* x, block_q6_K* b) {
   float scales[16];
-  float max_abs = 0, max_scale = 0;
-  for (int j = 0; j < 16; ++j) {
-    scales[j] = fit_scale_sym(x + 16 * j, 16, 32);
-    if (std::fabs(scales[j]) > max_abs) { max_abs = std::fabs(scales[j]); max_scale = scales[j]; }
-  }
+  const float max_scale = fit_sub_scales(x, 32, scales), max_abs = std::fabs(max_scale);
   int8_t L[QK_K];
   if (max_abs == 0) {
     std::memset(b, 0, sizeof *b);
