@@ -68,7 +68,8 @@ Session::Session(const SessionOptions& o) : opt_(o), file_(GgufFile::open(o.mode
   if (n < 1) fail("--tensor-parallel must be at least 1, got {}", n);
   if (n > 1) {
     const ModelConfig cfg = ModelConfig::from_gguf(file_);
-    (void)TpPlan::make(cfg, n, 0);  // a split that does not divide: refused first
+    for (int r = 0; r < n; ++r)  // (a split that does not divide: refused first)
+      rank_vocab_.push_back(TpPlan::make(cfg, n, r).vocab);
     // (the small all-reduces: up to a GEMV batch of residual rows)
     devices_ = make_device_group(backend_options(o), n, int64_t(cfg.n_embd) * kSmallAllReduceRows);
     group_ = std::make_unique<ThreadGroup>(n);
@@ -187,7 +188,7 @@ void Session::run_ranks(const std::function<Tensor(LlamaModel&)>& fwd, int64_t r
     const Tensor out = fwd(m);
     const auto t1 = Clock::now();
     if (rank == 0) rank_timing_.forward_us += us(t0, t1);
-    const TpRange v = TpPlan::make(config(), n, rank).vocab;
+    const TpRange v = rank_vocab_[size_t(rank)];
     auto& best = rank_best_[size_t(rank)];
     best.assign(size_t(rows), {-INFINITY, -1});
     if (rows == 0 || v.count == 0) return;

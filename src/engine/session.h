@@ -89,6 +89,7 @@ class Session {
   std::vector<float> logits_, chunk_;
   // Each rank's host copy of its logits, and the greedy pick (logit, id) of its share of the
   // last row (the greedy draw without penalty merges these instead of scanning the vocabulary).
+  std::vector<TpRange> rank_vocab_;  // each rank's rows of the vocabulary (TpPlan::vocab)
   std::vector<std::vector<float>> rank_logits_;
   std::vector<std::vector<std::pair<float, int32_t>>> rank_best_;  // [rank][row]
   // --graph-timing with several ranks: rank 0's host time per pass in the forward call (graph

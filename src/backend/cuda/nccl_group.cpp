@@ -41,6 +41,13 @@ void NcclGroup::make_peer_buffers(int64_t elems) {
       int ok = 0;
       if (p != r && (cudaDeviceCanAccessPeer(&ok, r, p) != cudaSuccess || !ok)) return;
     }
+  // A zeroed buffer on the current GPU, owned by the group (null where refused).
+  const auto zeroed = [&](size_t bytes) -> void* {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
+    owned_.push_back(p);
+    return cudaMemset(p, 0, bytes) == cudaSuccess ? p : nullptr;
+  };
   std::vector<kernels::PeerAllReduce> views(static_cast<size_t>(n));
   bool fine = true;
   for (int r = 0; r < n && fine; ++r) {
@@ -51,15 +58,11 @@ void NcclGroup::make_peer_buffers(int64_t elems) {
       if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
       else fine = e == cudaSuccess;
     }
-    const size_t slot_bytes = size_t(2 * n) * size_t(elems) * sizeof(float);
-    const size_t flag_bytes = size_t(n) * kernels::kPeerMaxBlocks * sizeof(uint32_t);
-    void *slots = nullptr, *flags = nullptr, *epoch = nullptr;
-    fine = fine && cudaMalloc(&slots, slot_bytes) == cudaSuccess && (owned_.push_back(slots), true) &&
-           cudaMalloc(&flags, flag_bytes) == cudaSuccess && (owned_.push_back(flags), true) &&
-           cudaMalloc(&epoch, kernels::kPeerMaxBlocks * sizeof(uint32_t)) == cudaSuccess && (owned_.push_back(epoch), true) &&
-           cudaMemset(flags, 0, flag_bytes) == cudaSuccess &&
-           cudaMemset(epoch, 0, kernels::kPeerMaxBlocks * sizeof(uint32_t)) == cudaSuccess &&
-           cudaDeviceSynchronize() == cudaSuccess;
+    if (!fine) break;
+    void* slots = zeroed(size_t(2 * n) * size_t(elems) * sizeof(float));
+    void* flags = zeroed(size_t(n) * kernels::kPeerMaxBlocks * sizeof(uint32_t));
+    void* epoch = zeroed(kernels::kPeerMaxBlocks * sizeof(uint32_t));
+    fine = slots && flags && epoch && cudaDeviceSynchronize() == cudaSuccess;
     if (!fine) break;
     for (auto& v : views) v.slots[r] = static_cast<float*>(slots), v.flags[r] = static_cast<uint32_t*>(flags);
     views[size_t(r)].epoch = static_cast<uint32_t*>(epoch);
