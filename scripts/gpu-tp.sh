@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Tensor parallelism on a machine of several GPUs (issue #35), on the build gpu-check.sh makes
 # (build-gpu): the same greedy tokens from 1 and N GPUs in exact mode, and tg128 / pp512 of the
-# Llama-3-8B and Llama-2-70B shapes (q4_0, `lamina gen-model`, in $MODELS) on 1 and N GPUs, each
-# after `lamina tune` for its shapes; beside them llama.cpp's layer split over the same GPUs when
+# Llama-3-8B and Llama-2-70B shapes (`lamina gen-model`, in $MODELS) on 1 and N GPUs (N = 2, and
+# 4 where the machine has them; a count whose GPUs cannot hold the file is skipped), each after
+# `lamina tune` for its shapes; beside them llama.cpp's layer split over the same GPUs when
 # LLAMA_BENCH names a llama-bench built with CUDA. Logs under $OUT; a table last. Run alone or
-# from gpu-check.sh (GPU_CHECK_TP=0 skips it there). TP_MODELS picks the shapes (default both).
-# Decode's all-reduces go through the peer kernel (the default); the 8B rows also show NCCL alone
-# and the peer kernel fused with the residual add and the next norm (--tp-all-reduce fused).
+# from gpu-check.sh (GPU_CHECK_TP=0 skips it there). TP_MODELS picks the files as preset:type
+# (default llama3-8b:q4_0 llama2-70b:q4_0; llama2-70b:f16 is the 4-GPU case).
+# Decode's all-reduces: the peer kernel (the default), each row also with NCCL alone and with the
+# peer kernel fused with the residual add and the next norm (--tp-all-reduce fused). The 8B file
+# also runs the batching engine (bench --parallel) on 1 and N GPUs (TP_PARALLEL=0 skips it).
+# TP_COUNTS overrides the GPU counts benchmarked (default "1 2", or "1 2 4" on 4 GPUs).
 # Keeps NVLink multicast off (NCCL_NVLS_ENABLE=0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,12 +22,18 @@ export LAMINA_TUNE_CACHE_DIR="${LAMINA_TUNE_CACHE_DIR:-$OUT}"
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 if [ "$gpus" -lt 2 ]; then echo "gpu-tp: $gpus GPU(s): nothing to run"; exit 0; fi
 ranks="2"; [ "$gpus" -ge 4 ] && ranks="2 4"
+gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 vocab=$(ls .carry/shared/data/vocab/ggml-vocab-llama-spm.gguf ../shared/data/vocab/ggml-vocab-llama-spm.gguf 2>/dev/null | head -1)
 mkdir -p "$MODELS"
-TP_MODELS="${TP_MODELS:-llama3-8b llama2-70b}"
-for p in $TP_MODELS; do
-  [ -f "$MODELS/$p-q4_0.gguf" ] || "$L" gen-model --preset $p --type q4_0 --vocab "$vocab" -o "$MODELS/$p-q4_0.gguf" > "$OUT/gen-$p.log" 2>&1
+TP_MODELS="${TP_MODELS:-llama3-8b:q4_0 llama2-70b:q4_0}"
+for pt in $TP_MODELS; do
+  f="$MODELS/${pt%:*}-${pt#*:}.gguf"
+  [ -f "$f" ] || "$L" gen-model --preset ${pt%:*} --type ${pt#*:} --vocab "$vocab" -o "$f" > "$OUT/gen-${pt/:/-}.log" 2>&1
 done
+fits() {  # fits FILE N: the file takes at most 85 % of N GPUs' memory
+  local mib=$(( $(stat -c %s "$1") / 1048576 ))
+  [ $((mib * 100)) -le $((gpu_mib * $2 * 85)) ]
+}
 rc=0
 rows=()
 # The same tokens: exact mode (f32 activations), 1 GPU against N.
@@ -37,31 +47,39 @@ for n in $ranks; do
   else rows+=("llama3-8b exact: $n GPUs DIFFER from 1 GPU: $(cmp "$OUT/tp-tok-1.txt" "$OUT/tp-tok-$n.txt")"); rc=1; fi
 done
 }
-for m in $TP_MODELS; do
-  f="$MODELS/$m-q4_0.gguf"
+row() {  # row LOG LABEL: the bench table's model rows, labelled
+  rows+=("$(grep -E '^\| llama' "$1" | sed "s/^/$2: /")")
+}
+counts="${TP_COUNTS:-1 $ranks}"
+for pt in $TP_MODELS; do
+  m=${pt/:/-}
+  f="$MODELS/$m.gguf"
   [ -f "$f" ] || continue
-  for n in 1 $ranks; do
+  for n in $counts; do
+    fits "$f" $n || { rows+=("lamina $m tp $n: skipped (the file does not fit $n GPUs)"); continue; }
     "$L" tune -m "$f" --batch 1 --prompt 512 --tp $n > "$OUT/tp-tune-$m-$n.log" 2>&1 || { rc=1; echo "tune $m tp $n failed"; tail -3 "$OUT/tp-tune-$m-$n.log"; }
     "$L" bench -m "$f" -p 512 -n 128 -r 3 -d cuda --tp $n > "$OUT/tp-bench-$m-$n.log" 2>&1 || { rc=1; tail -3 "$OUT/tp-bench-$m-$n.log"; }
-    rows+=("$(grep -E '^\| llama' "$OUT/tp-bench-$m-$n.log" | sed "s/^/lamina $m tp $n: /")")
-    if [ $n -gt 1 ] && [ $m = llama3-8b ]; then
-      "$L" bench -m "$f" -p 0 -n 128 -r 3 -d cuda --tp $n --tp-all-reduce nccl > "$OUT/tp-bench-$m-$n-nccl.log" 2>&1 || rc=1
-      rows+=("$(grep -E '^\| llama' "$OUT/tp-bench-$m-$n-nccl.log" | sed "s/^/lamina $m tp $n, NCCL only: /")")
-      "$L" bench -m "$f" -p 0 -n 128 -r 3 -d cuda --tp $n --tp-all-reduce fused > "$OUT/tp-bench-$m-$n-fused.log" 2>&1 || rc=1
-      rows+=("$(grep -E '^\| llama' "$OUT/tp-bench-$m-$n-fused.log" | sed "s/^/lamina $m tp $n, all-reduce+add+norm fused: /")")
-    fi
+    row "$OUT/tp-bench-$m-$n.log" "lamina $m tp $n"
+    [ $n -gt 1 ] || continue
+    for ar in fused nccl; do
+      "$L" bench -m "$f" -p 0 -n 128 -r 3 -d cuda --tp $n --tp-all-reduce $ar > "$OUT/tp-bench-$m-$n-$ar.log" 2>&1 || rc=1
+      row "$OUT/tp-bench-$m-$n-$ar.log" "lamina $m tp $n, --tp-all-reduce $ar"
+    done
   done
-  if [ $m = llama3-8b ]; then  # the batching engine (#10's workload) on 1 and N GPUs
-    for n in 1 $ranks; do
+  if [ $m = llama3-8b-q4_0 ] && [ "${TP_PARALLEL:-1}" = 1 ]; then  # the batching engine (#10's workload)
+    for n in $counts; do
       "$L" bench -m "$f" -d cuda -p 128 -n 128 --parallel 1,16,64,128 --tp $n > "$OUT/tp-parallel-$m-$n.log" 2>&1 || rc=1
       rows+=("$(grep -E '^\| +[0-9]+ \|' "$OUT/tp-parallel-$m-$n.log" | sed "s/^/lamina $m parallel, tp $n: /")")
     done
   fi
-  if [ -n "${LLAMA_BENCH:-}" ]; then  # llama.cpp: every GPU by layers (its default split), and one GPU
-    "$LLAMA_BENCH" -m "$f" -p 512 -n 128 -r 3 -ngl 99 -fa 1 -sm layer > "$OUT/llama-bench-$m-layer.log" 2>&1 || rc=1
-    CUDA_VISIBLE_DEVICES=0 "$LLAMA_BENCH" -m "$f" -p 512 -n 128 -r 3 -ngl 99 -fa 1 > "$OUT/llama-bench-$m-1.log" 2>&1 || rc=1
-    rows+=("$(grep -E '^\| llama' "$OUT/llama-bench-$m-layer.log" | sed "s/^/llama.cpp $m $gpus GPUs by layer: /")")
-    rows+=("$(grep -E '^\| llama' "$OUT/llama-bench-$m-1.log" | sed "s/^/llama.cpp $m 1 GPU: /")")
+  if [ -n "${LLAMA_BENCH:-}" ]; then  # llama.cpp: one GPU, and GPUs 0..N-1 by layers (its default split)
+    for n in $counts; do
+      fits "$f" $n || continue
+      devs=$(seq -s, 0 $((n - 1)))
+      CUDA_VISIBLE_DEVICES=$devs "$LLAMA_BENCH" -m "$f" -p 512 -n 128 -r 3 -ngl 99 -fa 1 -sm layer \
+        > "$OUT/llama-bench-$m-$n.log" 2>&1 || rc=1
+      row "$OUT/llama-bench-$m-$n.log" "llama.cpp $m $n GPU(s) by layer"
+    done
   fi
 done
 echo "== tensor parallel on $gpus x $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"

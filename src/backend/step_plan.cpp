@@ -50,8 +50,8 @@ Tensor x8_target(const Node& n, bool paged) {
   switch (n.op) {
     case Op::RmsNorm: return n.out;
     case Op::GateUp: return n.out;
-    case Op::AddNorm:
-    case Op::AllReduceAddNorm: return n.norm2 ? n.out : Tensor{};
+    case Op::AddNorm: return n.norm2 ? n.out : Tensor{};
+    case Op::AllReduceAddNorm: return n.norm2 && !n.pending_norm ? n.out : Tensor{};
     case Op::Attention:
     case Op::RopeAttention: return paged ? Tensor{} : n.out;  // (the paged kernel makes none)
     default: return {};
@@ -143,6 +143,9 @@ class Fuser {
         !overlaps(a.x, b.x) && !read_later(in, j, a.x)) {
       Node f = b;
       f.op = Op::AllReduceAddNorm, f.comm = a.comm;
+      // One decode row whose width the GEMVs' pending norms cover: the norm stays pending (2).
+      f.pending_norm = b.norm2 && b.x.rows == 1 && b.out.rows == 1 && b.out.cols == b.x.cols &&
+                       b.x.cols <= r_.x8_ss_max_k && r_.x8_rows(b.out) && !overlaps(b.x, b.out);
       replace_tail(o, 2, std::move(f));
       return true;
     }
@@ -220,9 +223,6 @@ class Fuser {
   const Rules& r_;
 };
 
-bool pending(const Node& n) { return n.op == Op::EmbedNorm || n.op == Op::MatmulAddNorm; }
-// The pending norm's input: the embedding row or the residual the GEMV added to.
-Tensor pending_input(const Node& n) { return n.op == Op::MatmulAddNorm ? n.y : n.x; }
 
 enum class Fate { Taken, Dead, Needed };
 
@@ -244,7 +244,7 @@ std::optional<Fate> fate_at(const std::vector<Node>& v, size_t i, size_t j, cons
 
 Node norm_of(const Node& p) {  // the pending norm as an op of its own
   Node n;
-  n.op = Op::RmsNorm, n.x = pending_input(p), n.w = p.norm, n.eps = p.eps, n.out = p.out;
+  n.op = Op::RmsNorm, n.x = pending_input(p), n.w = pending_weight(p), n.eps = p.eps, n.out = p.out;
   return n;
 }
 
@@ -300,6 +300,14 @@ void mark_copies(std::vector<Node>& v, const Rules& r) {
 }
 
 }  // namespace
+
+bool pending(const Node& n) {
+  return n.op == Op::EmbedNorm || n.op == Op::MatmulAddNorm || (n.op == Op::AllReduceAddNorm && n.pending_norm);
+}
+// The pending norm's input: the embedding row, the residual the GEMV added to, or the residual
+// the all-reduce added to.
+Tensor pending_input(const Node& n) { return n.op == Op::MatmulAddNorm ? n.y : n.x; }
+const Weight& pending_weight(const Node& n) { return n.op == Op::AllReduceAddNorm ? n.norm2 : n.norm; }
 
 std::vector<Tensor> reads(const Node& n) {
   switch (n.op) {
@@ -432,6 +440,7 @@ std::string Node::str() const {
   if (x8_from >= 0) r += fmt::format(" x8 from #{}", x8_from);
   if (x16_from >= 0) r += fmt::format(" x16 from #{}", x16_from);
   if (argmax) r += " argmax";
+  if (pending_norm) r += " norm pending";
   return r;
 }
 

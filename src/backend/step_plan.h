@@ -13,7 +13,9 @@
 //  4. [RmsNorm q/k heads] + Rope q + Rope k + Attention -> RopeAttention
 //  5. [RmsNorm(y)] + Add(x, y) + [RmsNorm(x -> h)]   -> AddNorm
 //     AllReduce(y) + AddNorm(x, y) [no norm of y]     -> AllReduceAddNorm (where the backend
-//                                                       has it: Rules::all_reduce_norm)
+//                                                       has it: Rules::all_reduce_norm); for
+//                                                       one row its norm left pending as in 2
+//                                                       (pending_norm), where the row fits
 //  6. a pending norm (2): the GEMVs that read h take its int8 blocks and sums of squares
 //     (norm_from); h itself is computed (an RmsNorm inserted) only before an op that needs it
 //  7. the pass's result made by a one-row matmul     -> that GEMV also leaves the greedy id
@@ -78,6 +80,8 @@ struct Node {
   bool argmax = false;   // a one-row GEMV that also leaves the greedy id of its output
   bool x8_out = false;   // writes the int8 blocks of its output tensor (out, or x for in-place ops)
   bool x16_out = false;  // writes the 16-bit copy of its output tensor
+  bool pending_norm = false;  // AllReduceAddNorm: writes x's int8 blocks of x * norm2 and their sums of
+                              // squares, not out (the norm pending, as a MatmulAddNorm's)
   int x8_from = -1;      // reads x's int8 blocks, written by that node
   int x16_from = -1;     // reads x's 16-bit copy, written by that node
 
@@ -106,6 +110,12 @@ struct Rules {
   // A tensor whose rows a GEMV reads as int8 blocks.
   bool x8_rows(Tensor t) const { return int8_x && !exact && t.rows <= gemv_max_rows && t.cols % 32 == 0; }
 };
+
+// A node whose norm is left pending (2, 5c): the GEMVs that read its out take the int8 blocks of
+// pending_input * pending_weight and their sums of squares, and scale by the RMS themselves.
+bool pending(const Node& n);
+Tensor pending_input(const Node& n);
+const Weight& pending_weight(const Node& n);
 
 // The tensors a node reads and writes (a fused node's, too).
 std::vector<Tensor> reads(const Node& n);

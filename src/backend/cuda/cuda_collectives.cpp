@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_op.h"
+#include "kernels/common/q8_blocks.h"
 #include "kernels/ops/peer_all_reduce.h"
 
 #include <cuda_runtime.h>
@@ -52,8 +53,19 @@ void CudaBackend::exec_all_reduce(const plan::Node& n) {
 // x += the ranks' sum of y, then out = rmsnorm(x) * norm2 with its int8 blocks where a GEMV
 // reads them: one kernel for a decode row that fits the peer slots, else the all-reduce and the
 // add+norm kernel apart (the same bits either way).
+// With the norm pending (one row, fuse() chose it): x += the ranks' sum of y, and the int8
+// blocks of x * norm2 with their sums of squares for the GEMVs that take the norm.
 void CudaBackend::exec_all_reduce_add_norm(const plan::Node& n, Made& m) {
   const int64_t len = n.x.rows * n.x.cols;
+  if (n.pending_norm) {
+    check("all_reduce+add+norm", peer_ && len <= peer_->max_elems, "a pending norm needs the peer all-reduce");
+    m.x8 = scratch_bytes(kn::x8_bytes(len));
+    m.ss = static_cast<double*>(scratch_bytes(size_t(len / 32) * sizeof(double)));
+    return run_op("all_reduce+add, norm pending (peer)", double(len) * 17.0, 0, [&] {
+      return kn::peer_all_reduce_add_x8(*peer_, n.y.data, n.x.data, static_cast<const float*>(n.norm2.data), len,
+                                        m.x8, m.ss, stream_);
+    });
+  }
   const bool h = bool(n.norm2);
   m.x8 = h ? x8_scratch(n, n.out) : nullptr;
   const float* w = h ? static_cast<const float*>(n.norm2.data) : nullptr;

@@ -39,8 +39,8 @@ void CudaBackend::gemv_input(const Node& n, const Run& r, kn::GemvProblem& p) co
   if (n.norm_from >= 0) {
     const Node& pn = r.nodes[size_t(n.norm_from)];
     const Made& pm = r.made[size_t(n.norm_from)];
-    p.x = (pn.op == Op::MatmulAddNorm ? pn.y : pn.x).data;
-    p.norm_w = static_cast<const float*>(pn.norm.data), p.norm_eps = pn.eps, p.norm_out = pn.out.data;
+    p.x = plan::pending_input(pn).data;
+    p.norm_w = static_cast<const float*>(plan::pending_weight(pn).data), p.norm_eps = pn.eps, p.norm_out = pn.out.data;
     p.x8 = pm.x8, p.x8_ss = pm.ss, p.norm_out8 = nullptr;
     return;
   }

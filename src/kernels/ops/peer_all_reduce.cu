@@ -74,7 +74,50 @@ __global__ void __launch_bounds__(kFusedThreads)
   if (threadIdx.x == 0) g.epoch[0] = e;
 }
 
+// One decode row's all-reduce and residual add with the next norm left pending: block b of the
+// grid takes whole 32-element blocks of x (kX8Threads / 32 at a time, one per warp), exchanges
+// their partial sums with the other ranks on its own flags (exchange), and its warps write x, the
+// int8 blocks of x * gain and each block's sum of squares of x (what a MatmulAddNorm's GEMV
+// leaves for the GEMVs that take a pending norm). Many blocks, so that the exchange and the
+// sums of several SMs overlap; no block-wide norm.
+constexpr int kX8Threads = 256;
+
+__global__ void __launch_bounds__(kX8Threads)
+    peer_all_reduce_add_x8_kernel(PeerAllReduce g, const float* __restrict__ part, float* __restrict__ x,
+                                  const float* __restrict__ gain, int64_t n, uint8_t* __restrict__ x8,
+                                  double* __restrict__ ss) {
+  pdl_enter();  // (the next GEMV may be scheduled now: it waits for this kernel in turn)
+  const int b = blockIdx.x, nb = gridDim.x;
+  const int64_t blocks32 = n / 32, per = (blocks32 + nb - 1) / nb;
+  const int64_t lo = min(blocks32, b * per), hi = min(blocks32, lo + per);  // 32-element blocks
+  const uint32_t e = g.epoch[b] + 1;
+  const float* mine = exchange(g, part, lo * 32, hi * 32, b, e);
+  const int lane = threadIdx.x % 32;
+  for (int64_t blk = lo + threadIdx.x / 32; blk < hi; blk += kX8Threads / 32) {
+    const int64_t i = blk * 32 + lane;
+    float sum = __ldcg(mine + i);  // (past L1: other GPUs wrote it)
+    for (int q = 1; q < g.ranks; ++q) sum += __ldcg(mine + q * g.max_elems + i);
+    const float v = x[i] + sum;  // the bits of peer_all_reduce, then add
+    x[i] = v;
+    quantize_block32_ss(v, gain[i], n, blk, x8, ss + blk);
+  }
+  if (threadIdx.x == 0) g.epoch[b] = e;
+}
+
 }  // namespace
+
+Status peer_all_reduce_add_x8(const PeerAllReduce& g, const float* part, float* x, const float* gain, int64_t n,
+                              void* x8, double* ss, cudaStream_t s) {
+  if (g.ranks < 1 || g.ranks > kPeerMaxRanks || g.rank < 0 || g.rank >= g.ranks || !g.epoch)
+    return Status::error("peer_all_reduce_add_x8: bad group");
+  if (!part || !x || !gain || !x8 || !ss || n <= 0 || n % 32 || n > g.max_elems)
+    return Status::error("peer_all_reduce_add_x8: bad vector (n % 32 == 0, n <= the slots, gain, x8 and ss needed)");
+  // A block per kX8Threads elements, at most kPeerMaxBlocks (each block has its own flags).
+  const int blocks = int(std::clamp<int64_t>((n + kX8Threads - 1) / kX8Threads, 1, kPeerMaxBlocks));
+  launch_pdl(peer_all_reduce_add_x8_kernel, blocks, kX8Threads, 0, s, g, part, x, gain, n, static_cast<uint8_t*>(x8),
+             ss);
+  return launch_status("peer_all_reduce_add_x8");
+}
 
 Status peer_all_reduce_add_norm(const PeerAllReduce& g, const float* part, float* x, const float* w, int64_t n,
                                 float eps, float* h, void* h8, cudaStream_t s) {

@@ -45,4 +45,12 @@ Status peer_all_reduce(const PeerAllReduce& g, float* x, int64_t n, cudaStream_t
 Status peer_all_reduce_add_norm(const PeerAllReduce& g, const float* part, float* x, const float* w, int64_t n,
                                 float eps, float* h, void* h8, cudaStream_t s);
 
+// The all-reduce and the residual add of one row with the next norm left pending: x += the
+// ranks' sum of part; x8 = the int8 blocks of x * gain (layout of kernels/common/q8_blocks.h) and
+// ss[n / 32] = each 32-element block's sum of squares of x (f64): a GEMV's x8 and x8_ss for
+// rmsnorm(x) * gain (GemvProblem). n % 32 == 0. Up to kPeerMaxBlocks blocks, each on its own
+// flags; x has the bits of peer_all_reduce then add. Launched as a dependent (PDL).
+Status peer_all_reduce_add_x8(const PeerAllReduce& g, const float* part, float* x, const float* gain, int64_t n,
+                              void* x8, double* ss, cudaStream_t s);
+
 }  // namespace lamina::kernels
