@@ -2,7 +2,7 @@
 // a step plan (backend/step_plan.h), fused with the CUDA backend's rules, and each fused node
 // runs as the CPU ops it stands for. Two things the GPU reads instead of a tensor are emulated
 // so that a wrong fusion decision changes the result:
-//   - a pending norm (EmbedNorm, MatmulAddNorm) is computed into a buffer of its own that only
+//   - a pending norm (EmbedNorm, MatmulAddNorm, AllReduceAddNorm's pending_norm) is computed into a buffer of its own that only
 //     the GEMVs fuse() marked as its takers read; its output tensor stays unwritten;
 //   - a copy of a producer's output (x8_out, x16_out) is a snapshot taken when the producer ran,
 //     and the consumers fuse() pointed at it read the snapshot.
@@ -115,7 +115,7 @@ class PlanOnCpu final : public Backend {
     using plan::Op;
     const auto norm_into_own = [&](Tensor in) {  // a pending norm: its own buffer, out untouched
       made = cpu_.alloc(n.out.rows, n.out.cols);
-      cpu_.rmsnorm(in, n.norm, n.eps, made);
+      cpu_.rmsnorm(in, plan::pending_weight(n), n.eps, made);
     };
     switch (n.op) {
       case Op::Embed: cpu_.embed(n.w, tokens_, n.out); break;
@@ -163,7 +163,8 @@ class PlanOnCpu final : public Backend {
       case Op::AllReduce: cpu_.all_reduce_sum(n.x, *n.comm); break;
       case Op::AllReduceAddNorm:
         cpu_.all_reduce_sum(n.y, *n.comm);
-        cpu_.add_norm(n.x, n.y, nullptr, n.norm2 ? &n.norm2 : nullptr, n.eps, n.out);
+        if (n.pending_norm) cpu_.add(n.x, n.y), norm_into_own(n.x);
+        else cpu_.add_norm(n.x, n.y, nullptr, &n.norm2, n.eps, n.out);
         break;
     }
     if (n.x8_out || n.x16_out) {  // what a GEMV or GEMM reads later: the output as it is now

@@ -306,8 +306,9 @@ TEST(StepPlan, AnAllReduceKeepsTheMatmulApartAndTheAddNormFuses) {
   EXPECT_EQ(n[3].x8_from, 2);
 }
 
-// Where the backend has it, the all-reduce, the residual add and the next norm become one node
-// that also makes the next GEMV's int8 blocks; not when the partial sums are read again later.
+// Where the backend has it, the all-reduce, the residual add and the next norm of one row become
+// one node that leaves the norm pending for the next GEMV; not when the partial sums are read
+// again later.
 TEST(StepPlan, TheAllReduceFusesWithTheAddAndTheNorm) {
   Arena a;
   const Tensor att = a.alloc(1, 128), t = a.alloc(1, 256), x = a.alloc(1, 256), h = a.alloc(1, 256), o = a.alloc(1, 64);
@@ -333,7 +334,7 @@ TEST(StepPlan, TheAllReduceFusesWithTheAddAndTheNorm) {
     EXPECT_EQ(n[1].x.data, x.data);
     EXPECT_EQ(n[1].y.data, t.data);
     EXPECT_EQ(n[1].out.data, h.data);
-    // One row of a width the pending norms cover: the norm pending, as after a MatmulAddNorm.
+    // The norm pending, as after a MatmulAddNorm.
     EXPECT_TRUE(n[1].pending_norm);
     EXPECT_FALSE(n[1].x8_out);
     EXPECT_EQ(n[2].norm_from, 1);
@@ -341,40 +342,67 @@ TEST(StepPlan, TheAllReduceFusesWithTheAddAndTheNorm) {
   }
 }
 
-// A row wider than the pending norms' sums of squares cover: the fused node computes the norm
-// and its int8 blocks; and where a later op reads the norm's output, a norm is inserted after a
-// pending node.
+// A row wider than the pending norms' sums of squares cover: the all-reduce stays apart and the
+// add+norm makes the next GEMV's int8 blocks, or with all_reduce_norm_wide one node computes the
+// norm and makes them; where a later op reads the norm's output, a norm is inserted after a
+// pending node. Exact mode fuses nothing.
 TEST(StepPlan, TheAllReducesNormIsComputedWhereItCannotPend) {
   Arena a;
   const Tensor att = a.alloc(1, 128), t = a.alloc(1, 256), x = a.alloc(1, 256), h = a.alloc(1, 256), o = a.alloc(1, 64);
   const auto group = single_rank();
-  for (bool wide : {true, false}) {
+  for (int wide_rule : {0, 1}) {
     Rules r = rules();
-    r.all_reduce_norm = true;
-    if (wide) r.x8_ss_max_k = 128;
+    r.all_reduce_norm = true, r.all_reduce_norm_wide = wide_rule;
+    r.x8_ss_max_k = 128;
     Plan p;
     p.add(matmul(att, t, 1));
     p.all_reduce(t, *group);
     p.add(binary(Op::Add, x, t));
     p.add(norm(x, h, 2));
     p.add(matmul(h, o, 3));
-    if (!wide) p.add(binary(Op::Add, h, x));  // reads h itself
     p.fuse(r, {}, true);
     const auto& n = p.nodes();
-    if (wide) {
-      ASSERT_EQ(ops(p), (std::vector<Op>{Op::Matmul, Op::AllReduceAddNorm, Op::Matmul})) << p.str();
-      EXPECT_FALSE(n[1].pending_norm);
-      EXPECT_TRUE(n[1].x8_out);
-      EXPECT_EQ(n[2].x8_from, 1);
-      EXPECT_EQ(n[2].norm_from, -1);
-    } else {
-      ASSERT_EQ(ops(p), (std::vector<Op>{Op::Matmul, Op::AllReduceAddNorm, Op::Matmul, Op::RmsNorm, Op::Add})) << p.str();
-      EXPECT_TRUE(n[1].pending_norm);
-      EXPECT_EQ(n[2].norm_from, 1);
-      EXPECT_EQ(n[3].x.data, x.data);
-      EXPECT_EQ(n[3].out.data, h.data);
-      EXPECT_EQ(n[3].w.data, n[1].norm2.data);
+    if (!wide_rule) {
+      ASSERT_EQ(ops(p), (std::vector<Op>{Op::Matmul, Op::AllReduce, Op::AddNorm, Op::Matmul})) << p.str();
+      EXPECT_TRUE(n[2].x8_out);
+      EXPECT_EQ(n[3].x8_from, 2);
+      continue;
     }
+    ASSERT_EQ(ops(p), (std::vector<Op>{Op::Matmul, Op::AllReduceAddNorm, Op::Matmul})) << p.str();
+    EXPECT_FALSE(n[1].pending_norm);
+    EXPECT_TRUE(n[1].x8_out);
+    EXPECT_EQ(n[2].x8_from, 1);
+    EXPECT_EQ(n[2].norm_from, -1);
+  }
+  {
+    Rules r = rules(true);
+    r.all_reduce_norm = true, r.all_reduce_norm_wide = true;
+    Plan p;
+    p.add(matmul(att, t, 1));
+    p.all_reduce(t, *group);
+    p.add(binary(Op::Add, x, t));
+    p.add(norm(x, h, 2));
+    p.fuse(r, {}, true);
+    EXPECT_EQ(p.nodes()[1].op, Op::AllReduce) << p.str();
+  }
+  {  // pending, and h read by a later op: the norm computed before that op
+    Rules r = rules();
+    r.all_reduce_norm = true;
+    Plan p;
+    p.add(matmul(att, t, 1));
+    p.all_reduce(t, *group);
+    p.add(binary(Op::Add, x, t));
+    p.add(norm(x, h, 2));
+    p.add(matmul(h, o, 3));
+    p.add(binary(Op::Add, h, x));  // reads h itself
+    p.fuse(r, {}, true);
+    const auto& n = p.nodes();
+    ASSERT_EQ(ops(p), (std::vector<Op>{Op::Matmul, Op::AllReduceAddNorm, Op::Matmul, Op::RmsNorm, Op::Add})) << p.str();
+    EXPECT_TRUE(n[1].pending_norm);
+    EXPECT_EQ(n[2].norm_from, 1);
+    EXPECT_EQ(n[3].x.data, x.data);
+    EXPECT_EQ(n[3].out.data, h.data);
+    EXPECT_EQ(n[3].w.data, n[1].norm2.data);
   }
 }
 

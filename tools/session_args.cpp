@@ -33,9 +33,11 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
                   "Split each layer over N ranks: GPUs 0..N-1 through NCCL (cuda), or N thread ranks (cpu)")
       ->check(whole_in(1, 64));
   sub->add_option("--tp-all-reduce", a.tp_all_reduce,
-                  "With --tensor-parallel on CUDA: peer (decode rows by one kernel over NVLink, the rest by NCCL), "
-                  "fused (peer, with the residual add and the next norm in the same kernel) or nccl")
-      ->check(CLI::IsMember({"peer", "fused", "nccl"}));
+                  "With --tensor-parallel on CUDA: fused (the default: decode rows by one kernel over NVLink that also "
+                  "adds the residual and leaves the next norm to the GEMVs after it; the rest by NCCL), peer (the "
+                  "same all-reduce, the add and the norm in a kernel of their own), fused-wide (fused, and rows too "
+                  "wide for a pending norm in one kernel too) or nccl")
+      ->check(CLI::IsMember({"peer", "fused", "fused-wide", "nccl"}));
   sub->add_flag("--exact-matmul", a.opt.exact_matmul,
                 "Keep activations in f32 for quantised weights (slower; for reference checks)");
 }
@@ -59,7 +61,8 @@ SessionOptions SessionArgs::resolve() const {
   o.n_threads = threads_to_run(opt.n_threads);
   o.kv_type = kv_type == "f32" ? GgmlType::F32 : GgmlType::F16;
   o.cuda.peer_all_reduce = tp_all_reduce != "nccl";
-  o.cuda.fused_all_reduce = tp_all_reduce == "fused";
+  o.cuda.fused_all_reduce = tp_all_reduce == "fused" || tp_all_reduce == "fused-wide";
+  o.cuda.fused_all_reduce_wide = tp_all_reduce == "fused-wide";
   return o;
 }
 

@@ -12,7 +12,7 @@ namespace lamina::cli {
 struct SessionArgs {
   SessionOptions opt;
   std::string kv_type = "f16";
-  std::string tp_all_reduce = "peer";
+  std::string tp_all_reduce = "fused";
   SessionOptions resolve() const;  // validates kv_type
 };
 void add_session_options(CLI::App* sub, SessionArgs& a);

@@ -51,7 +51,7 @@ Tensor x8_target(const Node& n, bool paged) {
     case Op::RmsNorm: return n.out;
     case Op::GateUp: return n.out;
     case Op::AddNorm: return n.norm2 ? n.out : Tensor{};
-    case Op::AllReduceAddNorm: return n.norm2 && !n.pending_norm ? n.out : Tensor{};
+    case Op::AllReduceAddNorm: return n.pending_norm ? Tensor{} : n.out;
     case Op::Attention:
     case Op::RopeAttention: return paged ? Tensor{} : n.out;  // (the paged kernel makes none)
     default: return {};
@@ -139,13 +139,15 @@ class Fuser {
     }
     // 5c. The all-reduce of a row-parallel matmul's partial sums, then their add to the residual
     // and the next norm (a rank of a tensor-parallel layer), where nothing reads the sums later.
-    if (a.op == Op::AllReduce && b.op == Op::AddNorm && r_.all_reduce_norm && !b.norm && same(b.y, a.x) &&
-        !overlaps(a.x, b.x) && !read_later(in, j, a.x)) {
+    // One decode row (fast path): where the GEMVs' pending norms cover its width the norm stays
+    // pending as after 2; a wider row's is computed where the backend asks for it.
+    if (a.op == Op::AllReduce && b.op == Op::AddNorm && r_.all_reduce_norm && !r_.exact && !b.norm && b.norm2 &&
+        same(b.y, a.x) && b.x.rows == 1 && b.out.rows == 1 && b.out.cols == b.x.cols && b.x.cols % 32 == 0 &&
+        !overlaps(b.x, b.out) && !overlaps(a.x, b.x) && !read_later(in, j, a.x)) {
+      const bool pend = b.x.cols <= r_.x8_ss_max_k && r_.x8_rows(b.out);
+      if (!pend && !r_.all_reduce_norm_wide) return false;
       Node f = b;
-      f.op = Op::AllReduceAddNorm, f.comm = a.comm;
-      // One decode row whose width the GEMVs' pending norms cover: the norm stays pending (2).
-      f.pending_norm = b.norm2 && b.x.rows == 1 && b.out.rows == 1 && b.out.cols == b.x.cols &&
-                       b.x.cols <= r_.x8_ss_max_k && r_.x8_rows(b.out) && !overlaps(b.x, b.out);
+      f.op = Op::AllReduceAddNorm, f.comm = a.comm, f.pending_norm = pend;
       replace_tail(o, 2, std::move(f));
       return true;
     }
@@ -339,8 +341,7 @@ std::vector<Tensor> writes(const Node& n) {
     case Op::MatmulAddNorm: return {n.y, n.out};
     case Op::RopeAttention: return {n.x, n.y, n.out};
     case Op::AddNorm: return n.norm2 ? std::vector<Tensor>{n.x, n.out} : std::vector<Tensor>{n.x};
-    case Op::AllReduceAddNorm:  // (y: the partial sums, summed in place where the path is not fused)
-      return n.norm2 ? std::vector<Tensor>{n.x, n.y, n.out} : std::vector<Tensor>{n.x, n.y};
+    case Op::AllReduceAddNorm: return {n.x, n.y, n.out};  // (y: the partial sums, summed in place)
     default: return {n.x};  // in place
   }
 }

@@ -12,10 +12,11 @@
 //  3. MatmulMulti(gate, up) + Swiglu/Geglu          -> GateUp (small batches)
 //  4. [RmsNorm q/k heads] + Rope q + Rope k + Attention -> RopeAttention
 //  5. [RmsNorm(y)] + Add(x, y) + [RmsNorm(x -> h)]   -> AddNorm
-//     AllReduce(y) + AddNorm(x, y) [no norm of y]     -> AllReduceAddNorm (where the backend
-//                                                       has it: Rules::all_reduce_norm); for
-//                                                       one row its norm left pending as in 2
-//                                                       (pending_norm), where the row fits
+//     AllReduce(y) + AddNorm(x, y -> h) [no norm of y], one row -> AllReduceAddNorm: h's norm
+//                                                       left pending (where the backend has it:
+//                                                       Rules::all_reduce_norm), or for a row
+//                                                       too wide for that, computed
+//                                                       (Rules::all_reduce_norm_wide)
 //  6. a pending norm (2): the GEMVs that read h take its int8 blocks and sums of squares
 //     (norm_from); h itself is computed (an RmsNorm inserted) only before an op that needs it
 //  7. the pass's result made by a one-row matmul     -> that GEMV also leaves the greedy id
@@ -54,7 +55,7 @@ enum class Op : uint8_t {
   GateUp,         // out = act(x . w^T) * (x . w2^T)
   RopeAttention,  // [q, k heads normed by norm, norm2], RoPE of q (x) and k (y), Attention
   AddNorm,        // x += [rmsnorm(y) * norm] y, then [out = rmsnorm(x) * norm2]
-  AllReduceAddNorm,  // x += the sum of every rank's y (comm), then [out = rmsnorm(x) * norm2]
+  AllReduceAddNorm,  // x += the sum of every rank's y (comm), then out = rmsnorm(x) * norm2 [pending]
 };
 
 const char* op_name(Op op);
@@ -80,8 +81,7 @@ struct Node {
   bool argmax = false;   // a one-row GEMV that also leaves the greedy id of its output
   bool x8_out = false;   // writes the int8 blocks of its output tensor (out, or x for in-place ops)
   bool x16_out = false;  // writes the 16-bit copy of its output tensor
-  bool pending_norm = false;  // AllReduceAddNorm: writes x's int8 blocks of x * norm2 and their sums of
-                              // squares, not out (the norm pending, as a MatmulAddNorm's)
+  bool pending_norm = false;  // AllReduceAddNorm: out not written; its norm pending, as a MatmulAddNorm's
   int x8_from = -1;      // reads x's int8 blocks, written by that node
   int x16_from = -1;     // reads x's 16-bit copy, written by that node
 
@@ -95,7 +95,8 @@ struct Rules {
   bool int8_x = false;             // quantised matrices loaded: GEMVs take int8 blocks of x
   bool fused_argmax = true;
   bool paged = false;              // the pass runs several sequences on the paged cache
-  bool all_reduce_norm = false;    // the all-reduce fuses with the residual add and the next norm
+  bool all_reduce_norm = false;    // the all-reduce fuses with the residual add and the next norm (pending)
+  bool all_reduce_norm_wide = false;  // and so do rows too wide for a pending norm (the norm computed)
   int64_t x8_ss_max_k = 0;         // widest row a pending norm's sums of squares cover
   int64_t y8_counters = 0;         // int8-block counters of the GEMVs' epilogues (n / 32 at most)
   // Facts about weights and kernels the backend answers.

@@ -1,10 +1,13 @@
-// The peer all-reduce with the residual add and a pending norm (kernels/ops/peer_all_reduce.h:
-// peer_all_reduce_add_x8) against the host: two ranks on GPU 0, each on its own stream with its
-// own slots, flags and epochs, as a group of two GPUs would have them on two. Three calls in a
-// row (both slot parities, the epochs moving on), widths of one partly used block, 16 blocks and
-// 16 blocks of two passes each. x must be the rank-order sum added to x, bit for bit on both
-// ranks; the int8 blocks those of x * gain (host_x8, bit for bit); the sums of squares within
-// f64 rounding.
+// The peer all-reduce kernels fused with the residual add (kernels/ops/peer_all_reduce.h) against
+// the host: two ranks on GPU 0, each on its own stream with its own slots, flags, epochs and
+// grid-barrier words, as a group of two GPUs would have them on two. Several calls in a row (both
+// slot parities, the epochs and the barrier's counter moving on, the two kernels interleaved),
+// widths of one partly used block to 8192. x must be the rank-order sum added to x, bit for bit
+// on both ranks.
+//   - peer_all_reduce_add_x8 (norm pending): the int8 blocks those of x * gain (host_x8, bit for
+//     bit), the blocks' sums of squares within f64 rounding;
+//   - peer_all_reduce_add_norm (norm computed): h = rmsnorm(x) * w within 1e-6, the same h on both
+//     ranks, and its int8 blocks those of the h it wrote.
 #include "gpu_test_util.h"
 #include "kernels/common/q8_blocks.h"
 #include "kernels/ops/peer_all_reduce.h"
@@ -12,6 +15,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -19,77 +23,140 @@ namespace kn = lamina::kernels;
 
 namespace {
 
-TEST(PeerAllReduce, AddWithPendingNormGivesTheHostsSumsBlocksAndSquares) {
-  constexpr int kRanks = 2;
-  constexpr int64_t kMax = 8192;
-  DeviceBuf slots0(size_t(2 * kRanks * kMax) * 4), slots1(size_t(2 * kRanks * kMax) * 4);
-  DeviceBuf flags0(kRanks * kn::kPeerMaxBlocks * 4), flags1(kRanks * kn::kPeerMaxBlocks * 4);
-  DeviceBuf epoch0(kn::kPeerMaxBlocks * 4), epoch1(kn::kPeerMaxBlocks * 4);
-  for (const DeviceBuf* b : {&flags0, &flags1, &epoch0, &epoch1}) CUDA_OK(cudaMemset(b->p, 0, b->n));
+constexpr int kRanks = 2;
+constexpr int64_t kMax = 8192;
+
+template <class T>
+std::vector<T> download(const DeviceBuf& d, size_t n) {
+  std::vector<T> h(n);
+  EXPECT_EQ(cudaMemcpy(h.data(), d.p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return h;
+}
+
+void upload(const DeviceBuf& d, const std::vector<float>& h) {
+  ASSERT_EQ(cudaMemcpy(d.p, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+}
+
+// Two ranks' buffers and streams on GPU 0.
+struct TwoRanks {
+  DeviceBuf slots[kRanks] = {DeviceBuf(size_t(2 * kRanks * kMax) * 4), DeviceBuf(size_t(2 * kRanks * kMax) * 4)};
+  DeviceBuf flags[kRanks] = {DeviceBuf(kRanks * kn::kPeerMaxBlocks * 4), DeviceBuf(kRanks * kn::kPeerMaxBlocks * 4)};
+  DeviceBuf local[kRanks] = {DeviceBuf(kn::kPeerLocalBytes), DeviceBuf(kn::kPeerLocalBytes)};
   kn::PeerAllReduce g[kRanks];
-  for (int r = 0; r < kRanks; ++r) {
-    g[r].ranks = kRanks, g[r].rank = r, g[r].max_elems = kMax;
-    g[r].slots[0] = slots0.as<float>(), g[r].slots[1] = slots1.as<float>();
-    g[r].flags[0] = flags0.as<uint32_t>(), g[r].flags[1] = flags1.as<uint32_t>();
+  cudaStream_t s[kRanks] = {};
+  TwoRanks() {
+    for (int r = 0; r < kRanks; ++r) {
+      cudaMemset(flags[r].p, 0, flags[r].n);
+      cudaMemset(local[r].p, 0, local[r].n);
+      cudaStreamCreateWithFlags(&s[r], cudaStreamNonBlocking);
+      g[r].ranks = kRanks, g[r].rank = r, g[r].max_elems = kMax;
+      for (int p = 0; p < kRanks; ++p) g[r].slots[p] = slots[p].as<float>(), g[r].flags[p] = flags[p].as<uint32_t>();
+      kn::set_peer_local(g[r], local[r].p);
+    }
   }
-  g[0].epoch = epoch0.as<uint32_t>(), g[1].epoch = epoch1.as<uint32_t>();
-  cudaStream_t s[kRanks];
-  for (auto& st : s) CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  std::mt19937 rng(11);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  for (int64_t n : {96, 4096, 8192, 4096}) {
+  ~TwoRanks() {
+    for (auto& st : s) cudaStreamDestroy(st);
+  }
+};
+
+// One call's inputs: each rank's partial sums, the residual x (the same on both), the norm weight.
+struct Inputs {
+  std::vector<float> part[kRanks], x, w;
+  Inputs(int64_t n, std::mt19937& rng) {
+    std::normal_distribution<float> nd(0.f, 1.f);
     const size_t un = static_cast<size_t>(n);
-    std::vector<float> part[kRanks], x(un), gain(un);
     for (auto& p : part) {
       p.resize(un);
       for (float& v : p) v = nd(rng);
     }
+    x.resize(un), w.resize(un);
     for (float& v : x) v = 4.f * nd(rng);
-    for (float& v : gain) v = 1.f + 0.5f * nd(rng);
-    x[5] = 300.f;  // an outlier: the block keeps it wide
-    DeviceBuf dpart0(size_t(n) * 4), dpart1(size_t(n) * 4), dgain(size_t(n) * 4);
-    DeviceBuf dx0(size_t(n) * 4), dx1(size_t(n) * 4);
-    DeviceBuf d80(kn::x8_bytes(n)), d81(kn::x8_bytes(n)), dss0(size_t(n / 32) * 8), dss1(size_t(n / 32) * 8);
-    CUDA_OK(cudaMemcpy(dpart0.p, part[0].data(), size_t(n) * 4, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dpart1.p, part[1].data(), size_t(n) * 4, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dgain.p, gain.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
-    const DeviceBuf* dx[kRanks] = {&dx0, &dx1};
-    const DeviceBuf* d8[kRanks] = {&d80, &d81};
-    const DeviceBuf* dss[kRanks] = {&dss0, &dss1};
-    const DeviceBuf* dp[kRanks] = {&dpart0, &dpart1};
-    for (int r = 0; r < kRanks; ++r) {
-      CUDA_OK(cudaMemcpy(dx[r]->p, x.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
-      CUDA_OK(cudaMemset(d8[r]->p, 0xA5, d8[r]->n));  // poison
-      CUDA_OK(cudaMemset(dss[r]->p, 0xFF, dss[r]->n));
-    }
-    CUDA_OK(cudaDeviceSynchronize());
-    for (int r = 0; r < kRanks; ++r)  // both ranks in flight at once: each waits for the other's flags
-      ASSERT_TRUE(kn::peer_all_reduce_add_x8(g[r], dp[r]->as<float>(), dx[r]->as<float>(), dgain.as<float>(), n,
-                                             d8[r]->p, dss[r]->as<double>(), s[r]));
-    CUDA_OK(cudaDeviceSynchronize());
-    std::vector<float> want(un), wg(un);
-    for (int64_t i = 0; i < n; ++i) {
-      want[size_t(i)] = x[size_t(i)] + (part[0][size_t(i)] + part[1][size_t(i)]);
-      wg[size_t(i)] = want[size_t(i)] * gain[size_t(i)];
-    }
-    const std::vector<uint8_t> want8 = host_x8(wg, n);
-    for (int r = 0; r < kRanks; ++r) {
-      std::vector<float> got(un);
-      std::vector<uint8_t> got8(kn::x8_bytes(n));
-      std::vector<double> ss(size_t(n / 32));
-      CUDA_OK(cudaMemcpy(got.data(), dx[r]->p, size_t(n) * 4, cudaMemcpyDeviceToHost));
-      CUDA_OK(cudaMemcpy(got8.data(), d8[r]->p, got8.size(), cudaMemcpyDeviceToHost));
-      CUDA_OK(cudaMemcpy(ss.data(), dss[r]->p, ss.size() * 8, cudaMemcpyDeviceToHost));
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), size_t(n) * 4), 0) << "x, rank " << r << ", n " << n;
-      EXPECT_EQ(got8, want8) << "int8 blocks, rank " << r << ", n " << n;
-      for (int64_t b = 0; b < n / 32; ++b) {
-        double w = 0;
-        for (int j = 0; j < 32; ++j) w += double(want[size_t(b * 32 + j)]) * want[size_t(b * 32 + j)];
-        EXPECT_NEAR(ss[size_t(b)], w, 1e-12 * w) << "block " << b << ", rank " << r << ", n " << n;
-      }
-    }
+    for (float& v : w) v = 1.f + 0.5f * nd(rng);
+    x[5] = 300.f;  // an outlier: its block keeps it wide
   }
-  for (auto& st : s) CUDA_OK(cudaStreamDestroy(st));
+  std::vector<float> sum() const {  // x + (part 0 + part 1): the bits every rank must have
+    std::vector<float> s(x.size());
+    for (size_t i = 0; i < x.size(); ++i) s[i] = x[i] + (part[0][i] + part[1][i]);
+    return s;
+  }
+};
+
+// Calls one of the kernels on both ranks at once (each waits for the other's flags), then checks.
+void check_call(TwoRanks& t, int64_t n, bool pending, std::mt19937& rng) {
+  const size_t un = static_cast<size_t>(n);
+  const Inputs in(n, rng);
+  DeviceBuf dw(un * 4);
+  upload(dw, in.w);
+  std::vector<std::unique_ptr<DeviceBuf>> dpart, dx, dh, d8, dss;
+  for (int r = 0; r < kRanks; ++r) {
+    dpart.push_back(std::make_unique<DeviceBuf>(un * 4)), dx.push_back(std::make_unique<DeviceBuf>(un * 4));
+    dh.push_back(std::make_unique<DeviceBuf>(un * 4)), d8.push_back(std::make_unique<DeviceBuf>(kn::x8_bytes(n)));
+    dss.push_back(std::make_unique<DeviceBuf>(un / 32 * 8));
+    upload(*dpart[size_t(r)], in.part[r]);
+    upload(*dx[size_t(r)], in.x);
+    CUDA_OK(cudaMemset(d8[size_t(r)]->p, 0xA5, d8[size_t(r)]->n));  // poison
+    CUDA_OK(cudaMemset(dss[size_t(r)]->p, 0xFF, dss[size_t(r)]->n));
+    CUDA_OK(cudaMemset(dh[size_t(r)]->p, 0xFF, dh[size_t(r)]->n));
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  for (int r = 0; r < kRanks; ++r) {
+    const size_t k = size_t(r);
+    const kn::Status st =
+        pending ? kn::peer_all_reduce_add_x8(t.g[r], dpart[k]->as<float>(), dx[k]->as<float>(), dw.as<float>(), n,
+                                             d8[k]->p, dss[k]->as<double>(), t.s[r])
+                : kn::peer_all_reduce_add_norm(t.g[r], dpart[k]->as<float>(), dx[k]->as<float>(), dw.as<float>(), n,
+                                               1e-5f, dh[k]->as<float>(), d8[k]->p, t.s[r]);
+    ASSERT_TRUE(st) << st.message;
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<float> want = in.sum();
+  const char* kind = pending ? "pending" : "computed";
+  double ss = 0;
+  for (float v : want) ss += double(v) * v;
+  const float sc = float(1.0 / std::sqrt(ss / double(n) + 1e-5));
+  std::vector<float> h0;
+  for (int r = 0; r < kRanks; ++r) {
+    const size_t k = size_t(r);
+    const std::vector<float> x = download<float>(*dx[k], un);
+    EXPECT_EQ(std::memcmp(x.data(), want.data(), un * 4), 0) << "x, rank " << r << ", n " << n << ", " << kind;
+    const std::vector<uint8_t> x8 = download<uint8_t>(*d8[k], kn::x8_bytes(n));
+    if (pending) {
+      std::vector<float> wg(un);
+      for (size_t i = 0; i < un; ++i) wg[i] = want[i] * in.w[i];
+      EXPECT_EQ(x8, host_x8(wg, n)) << "int8 blocks, rank " << r << ", n " << n;
+      const std::vector<double> got_ss = download<double>(*dss[k], un / 32);
+      for (size_t b = 0; b < un / 32; ++b) {
+        double e = 0;
+        for (size_t j = 0; j < 32; ++j) e += double(want[b * 32 + j]) * want[b * 32 + j];
+        EXPECT_NEAR(got_ss[b], e, 1e-12 * e) << "block " << b << ", rank " << r << ", n " << n;
+      }
+      continue;
+    }
+    const std::vector<float> h = download<float>(*dh[k], un);
+    int bad = 0;
+    for (size_t i = 0; i < un; ++i) {
+      const float e = want[i] * sc * in.w[i];
+      bad += !(std::fabs(h[i] - e) <= 1e-6f * std::fabs(e) + 1e-7f);
+    }
+    EXPECT_EQ(bad, 0) << "h, rank " << r << ", n " << n;
+    EXPECT_EQ(x8, host_x8(h, n)) << "int8 blocks of h, rank " << r << ", n " << n;
+    if (r == 0) h0 = h;
+    else EXPECT_EQ(std::memcmp(h.data(), h0.data(), un * 4), 0) << "h differs between the ranks, n " << n;
+  }
+}
+
+TEST(PeerAllReduce, AddWithPendingNormGivesTheHostsSumsBlocksAndSquares) {
+  TwoRanks t;
+  std::mt19937 rng(11);
+  for (int64_t n : {96, 4096, 8192, 4096}) check_call(t, n, true, rng);
+}
+
+TEST(PeerAllReduce, AddWithTheNormComputedGivesTheHostsSumAndNorm) {
+  TwoRanks t;
+  std::mt19937 rng(12);
+  for (int64_t n : {8192, 96, 8192, 4096, 8192}) check_call(t, n, false, rng);
+  // The two kernels interleaved on the same flags and epochs, as a model's layers would run them.
+  for (int i = 0; i < 4; ++i) check_call(t, 4096, i % 2 == 0, rng);
 }
 
 }  // namespace

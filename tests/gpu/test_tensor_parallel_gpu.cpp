@@ -30,11 +30,11 @@ namespace {
 constexpr int kSteps = 12;
 const std::vector<int32_t> kPrompt{1, 450, 4996, 17354, 1701, 432, 17204, 975};
 
-std::string tiny_path() {
-  const std::string path = ::testing::TempDir() + "/lamina-gpu-tp-tiny-q8_0.gguf";
+std::string tiny_path(const std::string& type = "q8_0") {
+  const std::string path = ::testing::TempDir() + "/lamina-gpu-tp-tiny-" + type + ".gguf";
   if (!std::filesystem::exists(path))
-    shell(std::string(LAMINA_CLI) + " gen-model --preset tiny --type q8_0 --vocab '" + kVocab + "' --seed 5 -o '" + path +
-          "' 2>&1");
+    shell(std::string(LAMINA_CLI) + " gen-model --preset tiny --type " + type + " --vocab '" + kVocab +
+          "' --seed 5 -o '" + path + "' 2>&1");
   return path;
 }
 
@@ -83,12 +83,14 @@ struct TpRun : SessionRun {
   int graphs = 0;  // decode passes recorded on rank 0
 };
 
-// all_reduce: "peer" (decode rows by the peer kernel), "fused" (with the add and the norm), "nccl".
-TpRun run_session(int ranks, bool exact, const std::string& all_reduce = "peer") {
+// all_reduce: "peer" (decode rows by the peer kernel), "fused" (with the add and the norm
+// pending), "fused-wide" (also the norm computed where it cannot pend), "nccl".
+TpRun run_session(int ranks, bool exact, const std::string& all_reduce = "peer", const std::string& type = "q8_0") {
   SessionOptions o;
-  o.model_path = tiny_path(), o.device = "cuda", o.n_ctx = 64, o.exact_matmul = exact, o.tensor_parallel = ranks;
+  o.model_path = tiny_path(type), o.device = "cuda", o.n_ctx = 64, o.exact_matmul = exact, o.tensor_parallel = ranks;
   o.cuda.peer_all_reduce = all_reduce != "nccl";
-  o.cuda.fused_all_reduce = all_reduce == "fused";
+  o.cuda.fused_all_reduce = all_reduce.starts_with("fused");
+  o.cuda.fused_all_reduce_wide = all_reduce == "fused-wide";
   Session s(o);
   TpRun out;
   static_cast<SessionRun&>(out) = greedy_run(s, kPrompt, kSteps);
@@ -117,6 +119,24 @@ TEST(CudaTensorParallel, SessionsOfSeveralGpusGiveTheOneGpuSessionsTokens) {
         if (exact) EXPECT_EQ(r.tokens, one.tokens) << n << " GPUs";
         EXPECT_GT(r.graphs, 0) << n << " GPUs: the decode steps ran eagerly";
       }
+  }
+}
+
+// f16 weights take f32 rows, not int8 blocks, so no norm can pend: with fused-wide the peer
+// kernel that computes the norm itself (peer_all_reduce_add_norm) runs after Wo and down.
+TEST(CudaTensorParallel, TheFusedNormKernelGivesTheOneGpuSessionsTokens) {
+  const int gpus = cuda_device_count();
+  if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs (this machine has " << gpus << ")";
+  const TpRun one = run_session(1, false, "peer", "f16");
+  for (int n : {2, 4}) {
+    if (n > gpus) break;
+    const TpRun r = run_session(n, false, "fused-wide", "f16");
+    ASSERT_EQ(r.all.size(), one.all.size());
+    const double e = rel_l2(r.all, one.all);
+    std::printf("tensor parallel fast f16, %d GPUs (fused-wide): prompt logits rel. L2 %.2e\n", n, e);
+    EXPECT_LE(e, 1e-3) << n << " GPUs";
+    EXPECT_EQ(r.tokens, one.tokens) << n << " GPUs";
+    EXPECT_GT(r.graphs, 0) << n << " GPUs";
   }
 }
 

@@ -37,6 +37,7 @@ CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
       fused_argmax_(o.fused_argmax),
       graphs_enabled_(o.graphs) {
   nccl_ = o.nccl, peer_ = o.peer, fused_all_reduce_ = o.fused_all_reduce;
+  fused_all_reduce_wide_ = o.fused_all_reduce_wide;
   cuda_check(cudaSetDevice(device), "cudaSetDevice");
   cudaDeviceProp prop{};
   cuda_check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");

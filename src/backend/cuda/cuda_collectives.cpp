@@ -50,37 +50,25 @@ void CudaBackend::exec_all_reduce(const plan::Node& n) {
   cuda_check(cudaStreamSynchronize(stream_), "all_reduce");  // (host_reduce_ is reused by the next one)
 }
 
-// x += the ranks' sum of y, then out = rmsnorm(x) * norm2 with its int8 blocks where a GEMV
-// reads them: one kernel for a decode row that fits the peer slots, else the all-reduce and the
-// add+norm kernel apart (the same bits either way).
-// With the norm pending (one row, fuse() chose it): x += the ranks' sum of y, and the int8
-// blocks of x * norm2 with their sums of squares for the GEMVs that take the norm.
+// One decode row (fuse() chose it): x += the ranks' sum of y in one kernel over NVLink that also
+// writes the int8 blocks of x * norm2 and their sums of squares, the norm pending for the GEMVs
+// that take it; or, for a row too wide for that, computes out = rmsnorm(x) * norm2 (and its int8
+// blocks where a GEMV reads them).
 void CudaBackend::exec_all_reduce_add_norm(const plan::Node& n, Made& m) {
   const int64_t len = n.x.rows * n.x.cols;
-  if (n.pending_norm) {
-    check("all_reduce+add+norm", peer_ && len <= peer_->max_elems, "a pending norm needs the peer all-reduce");
-    m.x8 = scratch_bytes(kn::x8_bytes(len));
-    m.ss = static_cast<double*>(scratch_bytes(size_t(len / 32) * sizeof(double)));
-    return run_op("all_reduce+add, norm pending (peer)", double(len) * 17.0, 0, [&] {
-      return kn::peer_all_reduce_add_x8(*peer_, n.y.data, n.x.data, static_cast<const float*>(n.norm2.data), len,
-                                        m.x8, m.ss, stream_);
+  check("all_reduce+add+norm", peer_ && n.x.rows == 1 && len <= peer_->max_elems,
+        "the fused all-reduce needs the peer all-reduce and one row");
+  const float* w = static_cast<const float*>(n.norm2.data);
+  if (!n.pending_norm) {
+    m.x8 = x8_scratch(n, n.out);
+    return run_op("all_reduce+add+norm (peer)", double(len) * 24.0, 0, [&] {
+      return kn::peer_all_reduce_add_norm(*peer_, n.y.data, n.x.data, w, len, n.eps, n.out.data, m.x8, stream_);
     });
   }
-  const bool h = bool(n.norm2);
-  m.x8 = h ? x8_scratch(n, n.out) : nullptr;
-  const float* w = h ? static_cast<const float*>(n.norm2.data) : nullptr;
-  if (peer_ && n.x.rows == 1 && len <= peer_->max_elems && (!m.x8 || len % 32 == 0)) {
-    return run_op("all_reduce+add+norm (peer)", double(len) * (h ? 24.0 : 20.0), 0, [&] {
-      return kn::peer_all_reduce_add_norm(*peer_, n.y.data, n.x.data, w, len, n.eps, h ? n.out.data : nullptr, m.x8,
-                                          stream_);
-    });
-  }
-  plan::Node reduce = n;
-  reduce.op = plan::Op::AllReduce, reduce.x = n.y;
-  exec_all_reduce(reduce);
-  run_op(h ? "add+norm" : "add", double(len) * (h ? 16.0 : 12.0), 0, [&] {
-    return kn::add_norm(n.x.data, n.y.data, nullptr, w, n.x.rows, n.x.cols, n.eps, h ? n.out.data : nullptr, stream_,
-                        m.x8);
+  m.x8 = scratch_bytes(kn::x8_bytes(len));
+  m.ss = static_cast<double*>(scratch_bytes(size_t(len / 32) * sizeof(double)));
+  run_op("all_reduce+add, norm pending (peer)", double(len) * 17.0, 0, [&] {
+    return kn::peer_all_reduce_add_x8(*peer_, n.y.data, n.x.data, w, len, m.x8, m.ss, stream_);
   });
 }
 

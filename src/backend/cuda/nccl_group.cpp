@@ -32,7 +32,7 @@ NcclGroup::NcclGroup(int ranks, int64_t peer_elems) {
 }
 
 // Peer access between every pair of the group's GPUs, then each GPU's slots and flags and each
-// rank's epochs, zeroed. Any refusal leaves the group without them (NCCL does every all-reduce).
+// rank's epochs and grid-barrier words, zeroed. Any refusal leaves the group without them (NCCL does every all-reduce).
 void NcclGroup::make_peer_buffers(int64_t elems) {
   const int n = ranks();
   if (n > kernels::kPeerMaxRanks || elems <= 0) return;
@@ -61,11 +61,11 @@ void NcclGroup::make_peer_buffers(int64_t elems) {
     if (!fine) break;
     void* slots = zeroed(size_t(2 * n) * size_t(elems) * sizeof(float));
     void* flags = zeroed(size_t(n) * kernels::kPeerMaxBlocks * sizeof(uint32_t));
-    void* epoch = zeroed(kernels::kPeerMaxBlocks * sizeof(uint32_t));
-    fine = slots && flags && epoch && cudaDeviceSynchronize() == cudaSuccess;
+    void* local = zeroed(kernels::kPeerLocalBytes);  // epochs, the grid barrier's counter and sums
+    fine = slots && flags && local && cudaDeviceSynchronize() == cudaSuccess;
     if (!fine) break;
     for (auto& v : views) v.slots[r] = static_cast<float*>(slots), v.flags[r] = static_cast<uint32_t*>(flags);
-    views[size_t(r)].epoch = static_cast<uint32_t*>(epoch);
+    kernels::set_peer_local(views[size_t(r)], local);
   }
   cudaSetDevice(0);
   if (!fine) {

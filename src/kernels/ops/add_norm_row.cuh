@@ -1,7 +1,6 @@
-// The residual add and the next norm of one row, shared by add_norm and the fused all-reduce
-// (peer_all_reduce.cu), so that both give the same bits: x[i] += y(i); then, when w is given,
-// h[i] = rmsnorm(x)[i] * w[i] and h's int8 blocks (h8, optional; cols % 32 == 0). Thread t takes
-// elements t, t + blockDim.x, ... (a warp: 32 consecutive columns, one int8 block); the sum of
+// The residual add and the next norm of one row (add_norm, norm_rope.cu): x[i] += y(i); then,
+// when w is given, h[i] = rmsnorm(x)[i] * w[i] and h's int8 blocks (h8, optional; cols % 32 ==
+// 0). Thread t takes elements t, t + blockDim.x, ... (a warp: 32 consecutive columns, one int8 block); the sum of
 // squares is f64 over the block (part: blockDim.x / 32 doubles of shared memory).
 #pragma once
 

@@ -3,7 +3,7 @@
 
 #include "kernels/common/launch_status.h"
 #include "kernels/common/pdl.cuh"
-#include "kernels/ops/add_norm_row.cuh"
+#include "kernels/common/q8_blocks.cuh"
 
 #include <cuda/atomic>
 #include <cuda_runtime.h>
@@ -56,24 +56,6 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(PeerAllReduce
   if (threadIdx.x == 0) g.epoch[b] = e;
 }
 
-constexpr int kFusedThreads = 256;  // add_norm's block size: the same sum of squares, the same bits
-
-__global__ void __launch_bounds__(kFusedThreads)
-    peer_all_reduce_add_norm_kernel(PeerAllReduce g, const float* __restrict__ part, float* __restrict__ x,
-                                    const float* __restrict__ w, int64_t n, float eps, float* __restrict__ h,
-                                    uint8_t* __restrict__ h8) {
-  pdl_enter();  // (the next GEMV may be scheduled now: it waits for this kernel in turn)
-  __shared__ double red[kFusedThreads / 32];
-  const uint32_t e = g.epoch[0] + 1;
-  const float* mine = exchange(g, part, 0, n, 0, e);
-  add_norm_row(x, [&](int64_t i) {
-        float v = __ldcg(mine + i);  // (past L1: other GPUs wrote it)
-        for (int q = 1; q < g.ranks; ++q) v += __ldcg(mine + q * g.max_elems + i);
-        return v;
-      }, w, n, eps, h, h8, red);
-  if (threadIdx.x == 0) g.epoch[0] = e;
-}
-
 // One decode row's all-reduce and residual add with the next norm left pending: block b of the
 // grid takes whole 32-element blocks of x (kX8Threads / 32 at a time, one per warp), exchanges
 // their partial sums with the other ranks on its own flags (exchange), and its warps write x, the
@@ -104,7 +86,71 @@ __global__ void __launch_bounds__(kX8Threads)
   if (threadIdx.x == 0) g.epoch[b] = e;
 }
 
+// The wide rows' kernel (peer_all_reduce_add_norm in the header): always kPeerMaxBlocks blocks, so
+// that the grid barrier's counter advances by the same count every call.
+__global__ void __launch_bounds__(kX8Threads)
+    peer_all_reduce_add_norm_kernel(PeerAllReduce g, const float* __restrict__ part, float* __restrict__ x,
+                                    const float* __restrict__ w, int64_t n, float eps, float* __restrict__ h,
+                                    uint8_t* __restrict__ h8) {
+  pdl_enter();  // (the next GEMV may be scheduled now: it waits for this kernel in turn)
+  constexpr int kWarps = kX8Threads / 32;
+  __shared__ double red[kWarps];
+  __shared__ double total;
+  const int b = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t blocks32 = n / 32, per = (blocks32 + kPeerMaxBlocks - 1) / kPeerMaxBlocks;
+  const int64_t lo = min(blocks32, b * per), hi = min(blocks32, lo + per);
+  const uint32_t e = g.epoch[b] + 1;
+  const float* mine = exchange(g, part, lo * 32, hi * 32, b, e);
+  double ss = 0;
+  for (int64_t blk = lo + warp; blk < hi; blk += kWarps) {
+    const int64_t i = blk * 32 + lane;
+    float sum = __ldcg(mine + i);  // (past L1: other GPUs wrote it)
+    for (int q = 1; q < g.ranks; ++q) sum += __ldcg(mine + q * g.max_elems + i);
+    const float v = x[i] + sum;
+    x[i] = v;
+    ss += double(v) * v;
+  }
+  for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(~0u, ss, o);
+  if (lane == 0) red[warp] = ss;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0;
+    for (int k = 0; k < kWarps; ++k) t += red[k];
+    g.block_ss[b] = t;
+    __threadfence();  // the slice's sum is in before the block is counted
+    cuda::atomic_ref<uint32_t, cuda::thread_scope_device> arrived(*g.arrived);
+    const uint32_t target = (arrived.fetch_add(1u, cuda::memory_order_acq_rel) / kPeerMaxBlocks + 1) * kPeerMaxBlocks;
+    const long long t0 = clock64();
+    while (int32_t(arrived.load(cuda::memory_order_acquire) - target) < 0)
+      if (clock64() - t0 > kTimeoutCycles) __trap();
+    double all = 0;
+    for (int k = 0; k < kPeerMaxBlocks; ++k) all += __ldcg(g.block_ss + k);  // block order: every block's bits
+    total = all;
+  }
+  __syncthreads();
+  const float sc = float(1.0 / sqrt(total / double(n) + double(eps)));
+  for (int64_t blk = lo + warp; blk < hi; blk += kWarps) {  // (each thread reads back the x it wrote)
+    const int64_t i = blk * 32 + lane;
+    const float v = x[i] * sc * w[i];
+    h[i] = v;
+    if (h8) quantize_block32(v, n, blk, h8);
+  }
+  if (threadIdx.x == 0) g.epoch[b] = e;
+}
+
 }  // namespace
+
+Status peer_all_reduce_add_norm(const PeerAllReduce& g, const float* part, float* x, const float* w, int64_t n,
+                                float eps, float* h, void* h8, cudaStream_t s) {
+  if (g.ranks < 1 || g.ranks > kPeerMaxRanks || g.rank < 0 || g.rank >= g.ranks || !g.epoch || !g.arrived ||
+      !g.block_ss)
+    return Status::error("peer_all_reduce_add_norm: bad group");
+  if (!part || !x || !w || !h || n <= 0 || n % 32 || n > g.max_elems)
+    return Status::error("peer_all_reduce_add_norm: bad vector (n % 32 == 0, n <= the slots, w and h needed)");
+  launch_pdl(peer_all_reduce_add_norm_kernel, kPeerMaxBlocks, kX8Threads, 0, s, g, part, x, w, n, eps, h,
+             static_cast<uint8_t*>(h8));
+  return launch_status("peer_all_reduce_add_norm");
+}
 
 Status peer_all_reduce_add_x8(const PeerAllReduce& g, const float* part, float* x, const float* gain, int64_t n,
                               void* x8, double* ss, cudaStream_t s) {
@@ -117,16 +163,6 @@ Status peer_all_reduce_add_x8(const PeerAllReduce& g, const float* part, float* 
   launch_pdl(peer_all_reduce_add_x8_kernel, blocks, kX8Threads, 0, s, g, part, x, gain, n, static_cast<uint8_t*>(x8),
              ss);
   return launch_status("peer_all_reduce_add_x8");
-}
-
-Status peer_all_reduce_add_norm(const PeerAllReduce& g, const float* part, float* x, const float* w, int64_t n,
-                                float eps, float* h, void* h8, cudaStream_t s) {
-  if (g.ranks < 1 || g.ranks > kPeerMaxRanks || g.rank < 0 || g.rank >= g.ranks || !g.epoch)
-    return Status::error("peer_all_reduce_add_norm: bad group");
-  if (!part || !x || n <= 0 || n > g.max_elems) return Status::error("peer_all_reduce_add_norm: bad vector");
-  if ((w && !h) || (h8 && (!w || n % 32))) return Status::error("peer_all_reduce_add_norm: h8 needs w, h and n % 32 == 0");
-  launch_pdl(peer_all_reduce_add_norm_kernel, 1, kFusedThreads, 0, s, g, part, x, w, n, eps, h, static_cast<uint8_t*>(h8));
-  return launch_status("peer_all_reduce_add_norm");
 }
 
 Status peer_all_reduce(const PeerAllReduce& g, float* x, int64_t n, cudaStream_t s) {

@@ -6,6 +6,8 @@
 //   slots[p]: on GPU p, [2 parities][ranks][max_elems] floats: what each rank sent p
 //   flags[p]: on GPU p, [ranks][kPeerMaxBlocks] uint32: the epoch each (sender, block) last delivered
 //   epoch:    on this rank's GPU, [kPeerMaxBlocks] uint32: the last epoch each block ran
+//   arrived, block_ss: on this rank's GPU, a uint32 and [kPeerMaxBlocks] doubles: the grid
+//             barrier of peer_all_reduce_add_norm (its blocks' sums of squares)
 // Block b of every rank owns the same element range. Per call it writes its range into every
 // rank's slot (parity = epoch & 1), publishes the epoch in every rank's flag (release, system
 // scope), waits until every sender's flag has reached it (acquire), then sums the ranks' ranges
@@ -16,6 +18,7 @@
 
 #include "kernels/common/status.h"
 
+#include <cstddef>
 #include <cstdint>
 
 typedef struct CUstream_st* cudaStream_t;
@@ -31,19 +34,21 @@ struct PeerAllReduce {
   float* slots[kPeerMaxRanks] = {};
   uint32_t* flags[kPeerMaxRanks] = {};
   uint32_t* epoch = nullptr;
+  uint32_t* arrived = nullptr;   // zeroed; counts the blocks of peer_all_reduce_add_norm's calls
+  double* block_ss = nullptr;    // [kPeerMaxBlocks]
 };
+
+// The bytes of one rank's own buffer (epoch, arrived, block_ss) and its views into one.
+inline constexpr size_t kPeerLocalBytes = kPeerMaxBlocks * 4 + 16 + kPeerMaxBlocks * 8;
+inline void set_peer_local(PeerAllReduce& g, void* local) {
+  g.epoch = static_cast<uint32_t*>(local);
+  g.arrived = g.epoch + kPeerMaxBlocks;
+  g.block_ss = reinterpret_cast<double*>(static_cast<char*>(local) + kPeerMaxBlocks * 4 + 16);
+}
 
 // x[0..n) = the sum over the ranks of their x[0..n) (every rank calls with the same n <= max_elems,
 // in the same order). A rank that never arrives stops the kernel after ~10 s with a trap.
 Status peer_all_reduce(const PeerAllReduce& g, float* x, int64_t n, cudaStream_t s);
-
-// The all-reduce fused with the residual add and the next norm, for one row (a decode step): x +=
-// the ranks' sum of part; then, when w is given, h = rmsnorm(x) * w and h's int8 blocks (h8,
-// optional, layout of kernels/common/q8_blocks.h; n % 32 == 0). The same bits as peer_all_reduce
-// then add_norm. One block (block 0's epoch and flags), launched as a dependent of the kernel
-// before it (PDL).
-Status peer_all_reduce_add_norm(const PeerAllReduce& g, const float* part, float* x, const float* w, int64_t n,
-                                float eps, float* h, void* h8, cudaStream_t s);
 
 // The all-reduce and the residual add of one row with the next norm left pending: x += the
 // ranks' sum of part; x8 = the int8 blocks of x * gain (layout of kernels/common/q8_blocks.h) and
@@ -52,5 +57,14 @@ Status peer_all_reduce_add_norm(const PeerAllReduce& g, const float* part, float
 // flags; x has the bits of peer_all_reduce then add. Launched as a dependent (PDL).
 Status peer_all_reduce_add_x8(const PeerAllReduce& g, const float* part, float* x, const float* gain, int64_t n,
                               void* x8, double* ss, cudaStream_t s);
+
+// The same with the norm computed, for rows wider than a pending norm covers: x += the ranks' sum
+// of part; h = rmsnorm(x) * w and, when given, h's int8 blocks (h8). kPeerMaxBlocks blocks, each
+// with its slice of whole 32-element blocks: the exchange and the sum as above, the slice's sum of
+// squares, a barrier of the grid (arrived, block_ss: the blocks must be resident together, as
+// 16 blocks are), then the slice of h from the total (summed in block order: the same scale in
+// every block). n % 32 == 0. Launched as a dependent (PDL).
+Status peer_all_reduce_add_norm(const PeerAllReduce& g, const float* part, float* x, const float* w, int64_t n,
+                                float eps, float* h, void* h8, cudaStream_t s);
 
 }  // namespace lamina::kernels
