@@ -7,8 +7,10 @@
 # LLAMA_BENCH names a llama-bench built with CUDA. Logs under $OUT; a table last. Run alone or
 # from gpu-check.sh (GPU_CHECK_TP=0 skips it there). TP_MODELS picks the files as preset:type
 # (default llama3-8b:q4_0 llama2-70b:q4_0; llama2-70b:f16 is the 4-GPU case).
-# Decode's all-reduces: the peer kernel (the default), each row also with NCCL alone and with the
-# peer kernel fused with the residual add and the next norm (--tp-all-reduce fused). The 8B file
+# Decode's all-reduces: the default (--tp-all-reduce fused: the peer kernel fused with the residual
+# add, the next norm pending, where the row is narrow enough), each row also with the all-reduce
+# and the add+norm apart (peer), with NCCL alone, and for the 70B shapes (rows of 8192, too wide
+# to pend) with the norm computed in the fused kernel (fused-wide). The 8B file
 # also runs the batching engine (bench --parallel) on 1 and N GPUs (TP_PARALLEL=0 skips it).
 # TP_COUNTS overrides the GPU counts benchmarked (default "1 2", or "1 2 4" on 4 GPUs).
 # Keeps NVLink multicast off (NCCL_NVLS_ENABLE=0).
@@ -23,9 +25,11 @@ gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 if [ "$gpus" -lt 2 ]; then echo "gpu-tp: $gpus GPU(s): nothing to run"; exit 0; fi
 ranks="2"; [ "$gpus" -ge 4 ] && ranks="2 4"
 gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+[ -n "$gpu_mib" ] || { echo "gpu-tp: nvidia-smi gave no memory size"; exit 1; }
 vocab=$(ls .carry/shared/data/vocab/ggml-vocab-llama-spm.gguf ../shared/data/vocab/ggml-vocab-llama-spm.gguf 2>/dev/null | head -1)
 mkdir -p "$MODELS"
 TP_MODELS="${TP_MODELS:-llama3-8b:q4_0 llama2-70b:q4_0}"
+TP_MODELS=$(for pt in $TP_MODELS; do [[ $pt == *:* ]] && echo "$pt" || echo "$pt:q4_0"; done)  # (type q4_0 when none given)
 for pt in $TP_MODELS; do
   f="$MODELS/${pt%:*}-${pt#*:}.gguf"
   [ -f "$f" ] || "$L" gen-model --preset ${pt%:*} --type ${pt#*:} --vocab "$vocab" -o "$f" > "$OUT/gen-${pt/:/-}.log" 2>&1
@@ -47,6 +51,18 @@ for n in $ranks; do
   else rows+=("llama3-8b exact: $n GPUs DIFFER from 1 GPU: $(cmp "$OUT/tp-tok-1.txt" "$OUT/tp-tok-$n.txt")"); rc=1; fi
 done
 }
+# replicas FILE NAME N C: N one-GPU engines started together on GPUs 0..N-1, C / N users each
+# (bench --parallel); prints their generated t/s summed (each process times its own run, and the
+# runs overlap but do not start and end together).
+replicas() {
+  local i pids=()
+  for i in $(seq 0 $(($3 - 1))); do
+    CUDA_VISIBLE_DEVICES=$i "$L" bench -m "$1" -d cuda -p 128 -n 128 --parallel $(($4 / $3)) \
+      > "$OUT/tp-replica-$2-$3-$4-$i.log" 2>&1 & pids+=($!)
+  done
+  wait "${pids[@]}"
+  awk -F'|' '/^\| +[0-9]+ \|/ { s += $4 } END { printf "%.2f", s }' "$OUT"/tp-replica-$2-$3-$4-*.log
+}
 row() {  # row LOG LABEL: the bench table's model rows, labelled
   rows+=("$(grep -E '^\| llama' "$1" | sed "s/^/$2: /")")
 }
@@ -61,7 +77,8 @@ for pt in $TP_MODELS; do
     "$L" bench -m "$f" -p 512 -n 128 -r 3 -d cuda --tp $n > "$OUT/tp-bench-$m-$n.log" 2>&1 || { rc=1; tail -3 "$OUT/tp-bench-$m-$n.log"; }
     row "$OUT/tp-bench-$m-$n.log" "lamina $m tp $n"
     [ $n -gt 1 ] || continue
-    for ar in fused nccl; do
+    ars="peer nccl"; [[ $m == *70b* ]] && ars="$ars fused-wide"
+    for ar in $ars; do
       "$L" bench -m "$f" -p 0 -n 128 -r 3 -d cuda --tp $n --tp-all-reduce $ar > "$OUT/tp-bench-$m-$n-$ar.log" 2>&1 || rc=1
       row "$OUT/tp-bench-$m-$n-$ar.log" "lamina $m tp $n, --tp-all-reduce $ar"
     done
@@ -70,6 +87,10 @@ for pt in $TP_MODELS; do
     for n in $counts; do
       "$L" bench -m "$f" -d cuda -p 128 -n 128 --parallel 1,16,64,128 --tp $n > "$OUT/tp-parallel-$m-$n.log" 2>&1 || rc=1
       rows+=("$(grep -E '^\| +[0-9]+ \|' "$OUT/tp-parallel-$m-$n.log" | sed "s/^/lamina $m parallel, tp $n: /")")
+      [ $n -gt 1 ] || continue
+      for c in 16 64 128; do  # beside it: n one-GPU replicas at once, c / n users each
+        rows+=("lamina $m parallel, $n one-GPU replicas, $c users: $(replicas "$f" $m $n $c) gen t/s summed")
+      done
     done
   fi
   if [ -n "${LLAMA_BENCH:-}" ]; then  # llama.cpp: one GPU, and GPUs 0..N-1 by layers (its default split)

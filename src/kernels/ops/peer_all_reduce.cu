@@ -8,14 +8,12 @@
 #include <cuda/atomic>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 
 namespace lamina::kernels {
 
 namespace {
 
 constexpr int kThreads = 512;
-constexpr int64_t kPerBlock = 2048;        // elements a block takes before another is added
 constexpr long long kTimeoutCycles = 20000000000LL;  // ~10 s at 2 GHz: a rank that never comes
 
 // This rank's part[lo, hi) into its slot on every rank, the epoch published, every sender's
@@ -44,7 +42,7 @@ __device__ const float* exchange(const PeerAllReduce& g, const float* __restrict
 
 __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(PeerAllReduce g, float* __restrict__ x, int64_t n) {
   const int b = blockIdx.x, nb = gridDim.x;
-  const int64_t per = (n + nb - 1) / nb, lo = b * per, hi = min(n, lo + per);
+  const int64_t per = (n + nb - 1) / nb, lo = min(n, b * per), hi = min(n, lo + per);
   const uint32_t e = g.epoch[b] + 1;
   const float* mine = exchange(g, x, lo, hi, b, e);
   // The sum in rank order, read past L1 (the slots are written by other GPUs).
@@ -60,8 +58,8 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(PeerAllReduce
 // grid takes whole 32-element blocks of x (kX8Threads / 32 at a time, one per warp), exchanges
 // their partial sums with the other ranks on its own flags (exchange), and its warps write x, the
 // int8 blocks of x * gain and each block's sum of squares of x (what a MatmulAddNorm's GEMV
-// leaves for the GEMVs that take a pending norm). Many blocks, so that the exchange and the
-// sums of several SMs overlap; no block-wide norm.
+// leaves for the GEMVs that take a pending norm). kPeerMaxBlocks blocks, so that the exchange and
+// the sums of several SMs overlap; no block-wide norm.
 constexpr int kX8Threads = 256;
 
 __global__ void __launch_bounds__(kX8Threads)
@@ -86,8 +84,8 @@ __global__ void __launch_bounds__(kX8Threads)
   if (threadIdx.x == 0) g.epoch[b] = e;
 }
 
-// The wide rows' kernel (peer_all_reduce_add_norm in the header): always kPeerMaxBlocks blocks, so
-// that the grid barrier's counter advances by the same count every call.
+// The wide rows' kernel (peer_all_reduce_add_norm in the header); its grid barrier's counter
+// advances by kPeerMaxBlocks every call.
 __global__ void __launch_bounds__(kX8Threads)
     peer_all_reduce_add_norm_kernel(PeerAllReduce g, const float* __restrict__ part, float* __restrict__ x,
                                     const float* __restrict__ w, int64_t n, float eps, float* __restrict__ h,
@@ -158,9 +156,7 @@ Status peer_all_reduce_add_x8(const PeerAllReduce& g, const float* part, float* 
     return Status::error("peer_all_reduce_add_x8: bad group");
   if (!part || !x || !gain || !x8 || !ss || n <= 0 || n % 32 || n > g.max_elems)
     return Status::error("peer_all_reduce_add_x8: bad vector (n % 32 == 0, n <= the slots, gain, x8 and ss needed)");
-  // A block per kX8Threads elements, at most kPeerMaxBlocks (each block has its own flags).
-  const int blocks = int(std::clamp<int64_t>((n + kX8Threads - 1) / kX8Threads, 1, kPeerMaxBlocks));
-  launch_pdl(peer_all_reduce_add_x8_kernel, blocks, kX8Threads, 0, s, g, part, x, gain, n, static_cast<uint8_t*>(x8),
+  launch_pdl(peer_all_reduce_add_x8_kernel, kPeerMaxBlocks, kX8Threads, 0, s, g, part, x, gain, n, static_cast<uint8_t*>(x8),
              ss);
   return launch_status("peer_all_reduce_add_x8");
 }
@@ -170,8 +166,7 @@ Status peer_all_reduce(const PeerAllReduce& g, float* x, int64_t n, cudaStream_t
     return Status::error("peer_all_reduce: bad group");
   if (!x || n < 0 || n > g.max_elems) return Status::error("peer_all_reduce: vector larger than the slots");
   if (n == 0) return Status::success();
-  const int blocks = int(std::clamp<int64_t>((n + kPerBlock - 1) / kPerBlock, 1, kPeerMaxBlocks));
-  peer_all_reduce_kernel<<<blocks, kThreads, 0, s>>>(g, x, n);
+  peer_all_reduce_kernel<<<kPeerMaxBlocks, kThreads, 0, s>>>(g, x, n);  // (one grid size: the header says why)
   return launch_status("peer_all_reduce");
 }
 

@@ -8,11 +8,16 @@
 //   epoch:    on this rank's GPU, [kPeerMaxBlocks] uint32: the last epoch each block ran
 //   arrived, block_ss: on this rank's GPU, a uint32 and [kPeerMaxBlocks] doubles: the grid
 //             barrier of peer_all_reduce_add_norm (its blocks' sums of squares)
-// Block b of every rank owns the same element range. Per call it writes its range into every
-// rank's slot (parity = epoch & 1), publishes the epoch in every rank's flag (release, system
-// scope), waits until every sender's flag has reached it (acquire), then sums the ranks' ranges
-// in rank order 0 .. N-1 into x: every rank gets the same bits. A sender one call ahead writes
-// the other parity, and cannot get two ahead (it waits for this rank's flag of the next call).
+// Every kernel of this family launches kPeerMaxBlocks blocks, whatever its n, so that the blocks'
+// epochs move together: one parity per call, for every element. Block b of every rank owns the
+// same element range. Per call it writes its range into every rank's slot (parity = epoch & 1),
+// publishes the epoch in every rank's flag (release, system scope), waits until every sender's
+// flag has reached it (acquire), then sums the ranks' ranges in rank order 0 .. N-1 into x: every
+// rank gets the same bits. A sender one call ahead writes the other parity, and cannot get two
+// ahead: its next call waits for this rank's flags of the call between, which this rank's blocks
+// publish only once its kernel of this call has completed. (Blocks of calls with different block
+// counts would cover different ranges under one epoch each, and a block two calls ahead could
+// overwrite a range another block of this rank is still reading: hence one grid size.)
 // Plain C++ (no CUDA types), so that the backend's options can carry it.
 #pragma once
 
