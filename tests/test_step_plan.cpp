@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <initializer_list>
+#include <memory>
 #include <vector>
 
 namespace lamina::plan {
@@ -283,25 +285,36 @@ TEST(StepPlan, CopiesAreNotReadAfterTheTensorIsWrittenAgain) {
   EXPECT_EQ(p.nodes()[2].x8_from, -1);
 }
 
-// A rank of a tensor-parallel layer: Wo's partial sums all-reduced before the residual add. The
-// matmul must not fold into the add (the sum of the ranks comes between); the add and the next
-// norm still fuse, and the next GEMV takes that norm's int8 blocks.
-TEST(StepPlan, AnAllReduceKeepsTheMatmulApartAndTheAddNormFuses) {
+// A rank of a tensor-parallel layer: Wo's partial sums t (of the attention output att)
+// all-reduced, added to the residual x, the next norm into h, and the GEMV h -> o that reads it;
+// `more` adds nodes after those.
+struct RankLayer {
   Arena a;
   const Tensor att = a.alloc(1, 128), t = a.alloc(1, 256), x = a.alloc(1, 256), h = a.alloc(1, 256), o = a.alloc(1, 64);
-  Plan p;
-  p.add(matmul(att, t, 1));
-  const auto group = single_rank();
-  p.all_reduce(t, *group);
-  p.add(binary(Op::Add, x, t));
-  p.add(norm(x, h, 2));
-  p.add(matmul(h, o, 3));
-  p.fuse(rules(), o, true);
+  const std::unique_ptr<Communicator> group = single_rank();
+  Plan fused(const Rules& r, std::initializer_list<Node> more = {}, Tensor result = {}) const {
+    Plan p;
+    p.add(matmul(att, t, 1));
+    p.all_reduce(t, *group);
+    p.add(binary(Op::Add, x, t));
+    p.add(norm(x, h, 2));
+    p.add(matmul(h, o, 3));
+    for (const Node& n : more) p.add(n);
+    p.fuse(r, result, true);
+    return p;
+  }
+};
+
+// The matmul must not fold into the add (the sum of the ranks comes between); without a fused
+// all-reduce the add and the next norm still fuse, and the next GEMV takes that norm's int8 blocks.
+TEST(StepPlan, AnAllReduceKeepsTheMatmulApartAndTheAddNormFuses) {
+  const RankLayer l;
+  const Plan p = l.fused(rules(), {}, l.o);
   ASSERT_EQ(ops(p), (std::vector<Op>{Op::Matmul, Op::AllReduce, Op::AddNorm, Op::Matmul})) << p.str();
   const auto& n = p.nodes();
   EXPECT_FALSE(n[0].accumulate);
-  EXPECT_EQ(n[1].x.data, t.data);
-  EXPECT_EQ(n[1].comm, group.get());
+  EXPECT_EQ(n[1].x.data, l.t.data);
+  EXPECT_EQ(n[1].comm, l.group.get());
   EXPECT_TRUE(n[2].x8_out);
   EXPECT_EQ(n[3].x8_from, 2);
 }
@@ -310,36 +323,23 @@ TEST(StepPlan, AnAllReduceKeepsTheMatmulApartAndTheAddNormFuses) {
 // one node that leaves the norm pending for the next GEMV; not when the partial sums are read
 // again later.
 TEST(StepPlan, TheAllReduceFusesWithTheAddAndTheNorm) {
-  Arena a;
-  const Tensor att = a.alloc(1, 128), t = a.alloc(1, 256), x = a.alloc(1, 256), h = a.alloc(1, 256), o = a.alloc(1, 64);
-  const auto group = single_rank();
+  const RankLayer l;
   Rules r = rules();
   r.all_reduce_norm = true;
-  for (bool read_again : {false, true}) {
-    Plan p;
-    p.add(matmul(att, t, 1));
-    p.all_reduce(t, *group);
-    p.add(binary(Op::Add, x, t));
-    p.add(norm(x, h, 2));
-    p.add(matmul(h, o, 3));
-    if (read_again) p.add(binary(Op::Add, o, Tensor{t.data, 1, 64}));
-    p.fuse(r, {}, true);
-    if (read_again) {
-      EXPECT_EQ(p.nodes()[1].op, Op::AllReduce) << p.str();
-      continue;
-    }
-    ASSERT_EQ(ops(p), (std::vector<Op>{Op::Matmul, Op::AllReduceAddNorm, Op::Matmul})) << p.str();
-    const auto& n = p.nodes();
-    EXPECT_EQ(n[1].comm, group.get());
-    EXPECT_EQ(n[1].x.data, x.data);
-    EXPECT_EQ(n[1].y.data, t.data);
-    EXPECT_EQ(n[1].out.data, h.data);
-    // The norm pending, as after a MatmulAddNorm.
-    EXPECT_TRUE(n[1].pending_norm);
-    EXPECT_FALSE(n[1].x8_out);
-    EXPECT_EQ(n[2].norm_from, 1);
-    EXPECT_EQ(n[2].x8_from, -1);
-  }
+  const Plan again = l.fused(r, {binary(Op::Add, l.o, Tensor{l.t.data, 1, 64})});
+  EXPECT_EQ(again.nodes()[1].op, Op::AllReduce) << again.str();
+  const Plan p = l.fused(r);
+  ASSERT_EQ(ops(p), (std::vector<Op>{Op::Matmul, Op::AllReduceAddNorm, Op::Matmul})) << p.str();
+  const auto& n = p.nodes();
+  EXPECT_EQ(n[1].comm, l.group.get());
+  EXPECT_EQ(n[1].x.data, l.x.data);
+  EXPECT_EQ(n[1].y.data, l.t.data);
+  EXPECT_EQ(n[1].out.data, l.h.data);
+  // The norm pending, as after a MatmulAddNorm.
+  EXPECT_TRUE(n[1].pending_norm);
+  EXPECT_FALSE(n[1].x8_out);
+  EXPECT_EQ(n[2].norm_from, 1);
+  EXPECT_EQ(n[2].x8_from, -1);
 }
 
 // A row wider than the pending norms' sums of squares cover: the all-reduce stays apart and the
@@ -347,63 +347,37 @@ TEST(StepPlan, TheAllReduceFusesWithTheAddAndTheNorm) {
 // norm and makes them; where a later op reads the norm's output, a norm is inserted after a
 // pending node. Exact mode fuses nothing.
 TEST(StepPlan, TheAllReducesNormIsComputedWhereItCannotPend) {
-  Arena a;
-  const Tensor att = a.alloc(1, 128), t = a.alloc(1, 256), x = a.alloc(1, 256), h = a.alloc(1, 256), o = a.alloc(1, 64);
-  const auto group = single_rank();
-  for (int wide_rule : {0, 1}) {
-    Rules r = rules();
-    r.all_reduce_norm = true, r.all_reduce_norm_wide = wide_rule;
-    r.x8_ss_max_k = 128;
-    Plan p;
-    p.add(matmul(att, t, 1));
-    p.all_reduce(t, *group);
-    p.add(binary(Op::Add, x, t));
-    p.add(norm(x, h, 2));
-    p.add(matmul(h, o, 3));
-    p.fuse(r, {}, true);
-    const auto& n = p.nodes();
-    if (!wide_rule) {
-      ASSERT_EQ(ops(p), (std::vector<Op>{Op::Matmul, Op::AllReduce, Op::AddNorm, Op::Matmul})) << p.str();
-      EXPECT_TRUE(n[2].x8_out);
-      EXPECT_EQ(n[3].x8_from, 2);
-      continue;
-    }
-    ASSERT_EQ(ops(p), (std::vector<Op>{Op::Matmul, Op::AllReduceAddNorm, Op::Matmul})) << p.str();
-    EXPECT_FALSE(n[1].pending_norm);
-    EXPECT_TRUE(n[1].x8_out);
-    EXPECT_EQ(n[2].x8_from, 1);
-    EXPECT_EQ(n[2].norm_from, -1);
-  }
-  {
-    Rules r = rules(true);
-    r.all_reduce_norm = true, r.all_reduce_norm_wide = true;
-    Plan p;
-    p.add(matmul(att, t, 1));
-    p.all_reduce(t, *group);
-    p.add(binary(Op::Add, x, t));
-    p.add(norm(x, h, 2));
-    p.fuse(r, {}, true);
-    EXPECT_EQ(p.nodes()[1].op, Op::AllReduce) << p.str();
-  }
-  {  // pending, and h read by a later op: the norm computed before that op
-    Rules r = rules();
-    r.all_reduce_norm = true;
-    Plan p;
-    p.add(matmul(att, t, 1));
-    p.all_reduce(t, *group);
-    p.add(binary(Op::Add, x, t));
-    p.add(norm(x, h, 2));
-    p.add(matmul(h, o, 3));
-    p.add(binary(Op::Add, h, x));  // reads h itself
-    p.fuse(r, {}, true);
-    const auto& n = p.nodes();
-    ASSERT_EQ(ops(p), (std::vector<Op>{Op::Matmul, Op::AllReduceAddNorm, Op::Matmul, Op::RmsNorm, Op::Add})) << p.str();
-    EXPECT_TRUE(n[1].pending_norm);
-    EXPECT_EQ(n[2].norm_from, 1);
-    EXPECT_EQ(n[3].x.data, x.data);
-    EXPECT_EQ(n[3].out.data, h.data);
-    EXPECT_EQ(n[3].w.data, n[1].norm2.data);
-  }
+  const RankLayer l;
+  Rules r = rules();
+  r.all_reduce_norm = true, r.x8_ss_max_k = 128;
+  const Plan apart = l.fused(r);
+  ASSERT_EQ(ops(apart), (std::vector<Op>{Op::Matmul, Op::AllReduce, Op::AddNorm, Op::Matmul})) << apart.str();
+  EXPECT_TRUE(apart.nodes()[2].x8_out);
+  EXPECT_EQ(apart.nodes()[3].x8_from, 2);
+
+  r.all_reduce_norm_wide = true;
+  const Plan wide = l.fused(r);
+  ASSERT_EQ(ops(wide), (std::vector<Op>{Op::Matmul, Op::AllReduceAddNorm, Op::Matmul})) << wide.str();
+  EXPECT_FALSE(wide.nodes()[1].pending_norm);
+  EXPECT_TRUE(wide.nodes()[1].x8_out);
+  EXPECT_EQ(wide.nodes()[2].x8_from, 1);
+  EXPECT_EQ(wide.nodes()[2].norm_from, -1);
+
+  Rules exact = rules(true);
+  exact.all_reduce_norm = true, exact.all_reduce_norm_wide = true;
+  const Plan e = l.fused(exact);
+  EXPECT_EQ(e.nodes()[1].op, Op::AllReduce) << e.str();
+
+  Rules pend = rules();
+  pend.all_reduce_norm = true;
+  const Plan p = l.fused(pend, {binary(Op::Add, l.h, l.x)});  // reads h itself: the norm computed first
+  ASSERT_EQ(ops(p), (std::vector<Op>{Op::Matmul, Op::AllReduceAddNorm, Op::Matmul, Op::RmsNorm, Op::Add})) << p.str();
+  const auto& n = p.nodes();
+  EXPECT_TRUE(n[1].pending_norm);
+  EXPECT_EQ(n[2].norm_from, 1);
+  EXPECT_EQ(n[3].x.data, l.x.data);
+  EXPECT_EQ(n[3].out.data, l.h.data);
+  EXPECT_EQ(n[3].w.data, n[1].norm2.data);
 }
 
 }  // namespace
