@@ -13,6 +13,7 @@
 # to pend) with the norm computed in the fused kernel (fused-wide). The 8B file
 # also runs the batching engine (bench --parallel) on 1 and N GPUs (TP_PARALLEL=0 skips it).
 # TP_COUNTS overrides the GPU counts benchmarked (default "1 2", or "1 2 4" on 4 GPUs).
+# First `lamina kbench allreduce` on 2 (and 4) GPUs: each all-reduce way alone, µs per call.
 # Keeps NVLink multicast off (NCCL_NVLS_ENABLE=0).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +41,12 @@ fits() {  # fits FILE N: the file takes at most 85 % of N GPUs' memory
 }
 rc=0
 rows=()
+# The decode all-reduce alone, each way, µs per call (a developer build: lamina kbench).
+for n in $ranks; do
+  "$L" kbench --help 2>/dev/null | grep -q allreduce || break
+  "$L" kbench allreduce --tp $n > "$OUT/kbench-allreduce-$n.log" 2>&1 || rc=1
+  rows+=("$(grep -E '^\| +(width|[0-9]+) \|' "$OUT/kbench-allreduce-$n.log" | sed "s/^/kbench allreduce, $n GPUs: /")")
+done
 # The same tokens: exact mode (f32 activations), 1 GPU against N.
 M8="$MODELS/llama3-8b-q4_0.gguf"
 [ -f "$M8" ] && {

@@ -5,6 +5,7 @@
 // the device-to-device copy bandwidth measured at start, and the speed-up over cuBLAS
 // (cublasGemmEx, same dtypes; f16 for quantised types; also timed both ways).
 // A developer tool (built with -DLAMINA_KBENCH=ON: it links cuBLAS for its baseline).
+#include "cmd_kbench_allreduce.h"
 #include "cmd_kbench_cpu.h"
 #include "cmd_kbench_gemm.h"
 #include "cli_checks.h"
@@ -42,6 +43,7 @@ struct KbenchArgs {
   KbenchCpuArgs cpu;     // cpu: its own options (shapes, types and reps copied from above)
   bool gate_up = false;  // gemv: each shape as the gate/up pair with its fused SwiGLU (implies decode)
   int reps = 20;
+  int tp = 2;            // allreduce: GPUs 0..tp-1
 };
 
 #if defined(LAMINA_HAVE_CUDA)
@@ -174,11 +176,14 @@ void run_kbench(const KbenchArgs& a) {
     return run_kbench_cpu(c);
   }
   if (a.family == "gemv") return run_kbench_gemv(a);
+#if defined(LAMINA_HAVE_CUDA)
+  if (a.family == "allreduce") return run_kbench_allreduce(KbenchAllReduceArgs{a.tp, a.shapes, a.reps});
+#endif
   if (a.family == "gemm") {
     const int reps = a.reps == 20 ? 10 : a.reps;  // GEMMs are long: fewer repetitions by default
     return run_kbench_gemm(KbenchGemmArgs{a.shapes, a.types, a.best, a.all, reps});
   }
-  fail("unknown kernel family '{}' (available: gemv, gemm, cpu)", a.family);
+  fail("unknown kernel family '{}' (available: gemv, gemm, allreduce, cpu)", a.family);
 }
 
 }  // namespace
@@ -187,8 +192,9 @@ Run add_kbench(CLI::App& app) {
   auto a = std::make_shared<KbenchArgs>();
   auto* sub = app.add_subcommand("kbench", "Benchmark a kernel family against cuBLAS (GPU), or the CPU backend's "
                                            "matmuls against this machine's limits (cpu)");
-  sub->add_option("family", a->family, "Kernel family: gemv, gemm or cpu")->required();
-  sub->add_option("--shapes", a->shapes, "Comma-separated shapes: NxK (gemv) or MxNxK (gemm)");
+  sub->add_option("family", a->family, "Kernel family: gemv, gemm, allreduce (tensor parallelism's decode "
+                                       "all-reduce on several GPUs) or cpu")->required();
+  sub->add_option("--shapes", a->shapes, "Comma-separated shapes: NxK (gemv), MxNxK (gemm) or row widths (allreduce)");
   sub->add_option("--batch", a->batches, "Comma-separated batch sizes (gemv, 1..8)");
   sub->add_option("--types", a->types, "Comma-separated weight types");
   sub->add_flag("--best", a->best, "Show only the best variant per shape");
@@ -197,6 +203,7 @@ Run add_kbench(CLI::App& app) {
                 "gemv: as the decode step runs them: batch 1, x as int8 blocks, y's int8 copy made by the GEMV");
   sub->add_flag("--gate-up", a->gate_up, "gemv: each NxK as the gate/up pair with its fused SwiGLU (implies --decode)");
   sub->add_option("-r,--reps", a->reps, "Timed repetitions (median)")->check(whole_in(5, 1000));
+  sub->add_option("--tp", a->tp, "allreduce: GPUs 0..N-1 (default 2)")->check(whole_in(2, 8));
   add_kbench_cpu_options(sub, a->cpu);
   return [a] { run_kbench(*a); };
 }

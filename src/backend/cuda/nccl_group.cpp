@@ -76,6 +76,12 @@ void NcclGroup::make_peer_buffers(int64_t elems) {
   peers_ = std::move(views);
 }
 
+bool NcclGroup::all_reduce_sum(int rank, float* x, size_t n, cudaStream_t s, std::string* why) const {
+  const ncclResult_t e = ncclAllReduce(x, x, n, ncclFloat, ncclSum, comm(rank), s);
+  if (e != ncclSuccess && why) *why = ncclGetErrorString(e);
+  return e == ncclSuccess;
+}
+
 NcclGroup::~NcclGroup() {
   for (ncclComm* c : comms_) ncclCommDestroy(c);
   for (void* p : owned_) cudaFree(p);
@@ -91,6 +97,10 @@ NcclGroup::NcclGroup(int ranks, int64_t) {
 
 NcclGroup::~NcclGroup() = default;
 void NcclGroup::make_peer_buffers(int64_t) {}
+bool NcclGroup::all_reduce_sum(int, float*, size_t, cudaStream_t, std::string* why) const {
+  if (why) *why = "built without NCCL";
+  return false;
+}
 
 #endif
 
