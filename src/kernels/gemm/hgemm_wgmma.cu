@@ -6,8 +6,8 @@
 //     registers to the consumers (setmaxnreg 40 / 232)
 //   - split-K configs for skinny shapes (few output tiles for 132 SMs)
 // Config: bn (128 or 256), stages (as many as the device's shared memory holds), splits.
-// Figures: docs/benchmarks.md (lamina kbench gemm).
-#include "kernels/gemm/wgmma_gemm.cuh"
+// Figures: docs/benchmarks.md (lamina kbench gemm). Its instances: hgemm_wgmma.cuh.
+#include "kernels/gemm/hgemm_wgmma.cuh"
 
 namespace lamina::kernels {
 namespace wgmma_gemm {
@@ -25,36 +25,14 @@ bool hopper() {
 
 }  // namespace wgmma_gemm
 
+namespace h2_wgmma {
+LAMINA_H2_WGMMA_EXTERN(__half)
+LAMINA_H2_WGMMA_EXTERN(__nv_bfloat16)
+}  // namespace h2_wgmma
+
 namespace {
 
-using wgmma_gemm::kBk;
-
-template <class T, int kBn>
-struct TmaB {
-  struct Args {
-    CUtensorMap map;  // W [n][k], box [kBn][64], 128-byte swizzle
-  };
-  static constexpr uint32_t kTmaBytes = kBn * kBk * sizeof(T);
-  static constexpr int kProducerWgs = 1, kArrivals = 0, kProducerRegs = 40, kSlots = 0, kStepsPerSlot = 1;
-  static constexpr bool kAllThreads = false;
-  template <int>
-  static constexpr size_t kSlotBytes = 0;
-  template <int>
-  __device__ static void issue_raw(const Args&, int64_t, int, uint8_t*, uint64_t*) {}
-  template <int>
-  __device__ static void store(const Args& b, int, int64_t n0, int kt, uint8_t*, T* stage, uint64_t* full) {
-    tma::load_2d(stage, &b.map, kt * kBk, int(n0), full);
-  }
-};
-
-template <class T, int kBn, int kStages>
-Status launch(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
-  typename TmaB<T, kBn>::Args b{};
-  if (!tma::encode_2d_sw128(&b.map, std::is_same_v<T, __nv_bfloat16>, p.b, uint64_t(p.n), uint64_t(p.k), uint64_t(p.ldb),
-                            kBn, kBk))
-    return Status::error("h2_wgmma: the driver refused the TMA descriptor of W (alignment or size)");
-  return wgmma_gemm::launch<T, kBn, kStages, TmaB<T, kBn>>(p, c, b, "h2_wgmma", s);
-}
+using h2_wgmma::launch;
 
 template <class T>
 Status run_type(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
