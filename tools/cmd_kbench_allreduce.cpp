@@ -1,11 +1,14 @@
-// lamina kbench allreduce: the tensor-parallel decode all-reduce (issue #35) on GPUs 0..N-1, each
-// way the CUDA backend can run it after a row-parallel GEMV, for one row of each width:
+// lamina kbench allreduce: the tensor-parallel all-reduce (issue #35) on GPUs 0..N-1, each way the
+// CUDA backend can run it after a row-parallel GEMV, for a vector of each width (a decode row is
+// 4096 or 8192; a batch of rows is rows x that, up to 2^20):
 //   boundary    a chain of tiny kernels (a 32-element add): the floor a graph's kernel boundary sets
-//   peer        peer_all_reduce, then the add+norm kernel (--tp-all-reduce peer)
+//   peer-ar     peer_all_reduce alone, and nccl-ar ncclAllReduce alone: the transports
+//   peer        peer_all_reduce, then the add+norm kernel of one row (--tp-all-reduce peer)
 //   fused       peer_all_reduce_add_x8: the sum, the add and the pending norm's blocks (the default)
 //   fused-wide  peer_all_reduce_add_norm: the sum, the add and the norm computed (16 blocks, a grid
 //               barrier)
-//   nccl        ncclAllReduce, then the add+norm kernel (--tp-all-reduce nccl)
+//   nccl        ncclAllReduce, then the add+norm kernel of one row (--tp-all-reduce nccl)
+// Widths above 16384 (batches of rows, not one row) run the transports only.
 // Each rank records a CUDA graph of 64 calls on its own thread and stream; the ranks replay their
 // graphs together (a barrier before each replay); µs per call is rank 0's median over the timed
 // replays (CUDA events around each). Inputs are random normal floats.
@@ -36,8 +39,9 @@ namespace {
 namespace kn = lamina::kernels;
 
 constexpr int kCalls = 64;  // calls per recorded graph: a decode step of a 32-layer model has 64
-const char* const kMethods[] = {"boundary", "peer", "fused", "fused-wide", "nccl"};
-constexpr int kMethodCount = 5;
+const char* const kMethods[] = {"boundary", "peer-ar", "nccl-ar", "peer", "fused", "fused-wide", "nccl"};
+constexpr int kMethodCount = 7;
+constexpr int64_t kMaxRow = 16384;  // wider vectors are batches of rows: the transports only
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("kbench allreduce: {}: {}", what, cudaGetErrorString(e));
@@ -80,12 +84,16 @@ void launch(int m, const NcclGroup& g, int r, RankBuffers& b, int64_t n, cudaStr
   std::string why;
   switch (m) {
     case 0: return check(kn::add(b.tiny, b.tiny + 16, 16, s));
-    case 1:
+    case 1: return check(kn::peer_all_reduce(*peer, b.part, n, s));
+    case 2:
+      if (!g.all_reduce_sum(r, b.part, size_t(n), s, &why)) fail("kbench allreduce: ncclAllReduce: {}", why);
+      return;
+    case 3:
       check(kn::peer_all_reduce(*peer, b.part, n, s));
       return check(kn::add_norm(b.x, b.part, nullptr, b.w, 1, n, eps, b.h, s, b.x8));
-    case 2: return check(kn::peer_all_reduce_add_x8(*peer, b.part, b.x, b.w, n, b.x8, b.ss, s));
-    case 3: return check(kn::peer_all_reduce_add_norm(*peer, b.part, b.x, b.w, n, eps, b.h, b.x8, s));
-    case 4:
+    case 4: return check(kn::peer_all_reduce_add_x8(*peer, b.part, b.x, b.w, n, b.x8, b.ss, s));
+    case 5: return check(kn::peer_all_reduce_add_norm(*peer, b.part, b.x, b.w, n, eps, b.h, b.x8, s));
+    case 6:
       if (!g.all_reduce_sum(r, b.part, size_t(n), s, &why)) fail("kbench allreduce: ncclAllReduce: {}", why);
       return check(kn::add_norm(b.x, b.part, nullptr, b.w, 1, n, eps, b.h, s, b.x8));
   }
@@ -103,7 +111,9 @@ void rank_run(int r, const NcclGroup& g, const std::vector<int64_t>& widths, int
   for (size_t wi = 0; wi < widths.size(); ++wi) {
     RankBuffers b(widths[wi], 100 * uint64_t(r) + wi);
     for (int m = 0; m < kMethodCount; ++m) {
-      const bool runs = m == 0 || m == 4 || g.peer(0);  // (every rank sees the same group)
+      const bool peer = m == 1 || (m >= 3 && m <= 5);
+      // (every rank sees the same group and widths: they skip the same methods)
+      const bool runs = (!peer || g.peer(0)) && (m <= 2 || widths[wi] <= kMaxRow);
       sync.arrive_and_wait();
       if (!runs) continue;
       cudaGraph_t graph = nullptr;
@@ -136,7 +146,7 @@ void rank_run(int r, const NcclGroup& g, const std::vector<int64_t>& widths, int
 
 std::vector<int64_t> parse_widths(const std::string& list) {
   std::vector<int64_t> w;
-  std::stringstream in(list.empty() ? std::string("4096,8192") : list);
+  std::stringstream in(list.empty() ? std::string("4096,8192,32768,131072,524288") : list);
   for (std::string item; std::getline(in, item, ',');) {
     int64_t v = 0;
     try {
@@ -144,7 +154,7 @@ std::vector<int64_t> parse_widths(const std::string& list) {
     } catch (const std::exception&) {
       fail("--shapes: '{}' is not a width (kbench allreduce takes widths, e.g. 4096,8192)", item);
     }
-    if (v < 32 || v % 32 || v > (int64_t(1) << 16)) fail("--shapes: width {} must be a multiple of 32 in 32..65536", v);
+    if (v < 32 || v % 32 || v > (int64_t(1) << 20)) fail("--shapes: width {} must be a multiple of 32 in 32..1048576", v);
     w.push_back(v);
   }
   return w;

@@ -7,7 +7,7 @@ namespace lamina::cli {
 
 struct KbenchAllReduceArgs {
   int ranks = 2;       // GPUs 0..ranks-1
-  std::string widths;  // comma-separated row widths; empty: 4096,8192
+  std::string widths;  // comma-separated vector widths; empty: 4096,8192,32768,131072,524288
   int reps = 20;
 };
 
