@@ -95,6 +95,10 @@ for pt in $TP_MODELS; do
       "$L" bench -m "$f" -d cuda -p 128 -n 128 --parallel 1,16,64,128 --tp $n > "$OUT/tp-parallel-$m-$n.log" 2>&1 || rc=1
       rows+=("$(grep -E '^\| +[0-9]+ \|' "$OUT/tp-parallel-$m-$n.log" | sed "s/^/lamina $m parallel, tp $n: /")")
       [ $n -gt 1 ] || continue
+      # batches of up to 64 rows through the peer kernel instead of NCCL (kbench allreduce's question)
+      "$L" bench -m "$f" -d cuda -p 128 -n 128 --parallel 16,64,128 --tp $n --tp-peer-rows 64 \
+        > "$OUT/tp-parallel-$m-$n-peer64.log" 2>&1 || rc=1
+      rows+=("$(grep -E '^\| +[0-9]+ \|' "$OUT/tp-parallel-$m-$n-peer64.log" | sed "s/^/lamina $m parallel, tp $n, --tp-peer-rows 64: /")")
       for c in 16 64 128; do  # beside it: n one-GPU replicas at once, c / n users each
         rows+=("lamina $m parallel, $n one-GPU replicas, $c users: $(replicas "$f" $m $n $c) gen t/s summed")
       done

@@ -161,6 +161,8 @@ TEST(TensorParallelModel, ASessionOfTwoRanksAnswersAsOne) {
     SessionOptions bad = o;
     bad.tensor_parallel = 3;  // the tiny preset's heads do not split in three
     EXPECT_THROW(Session{bad}, Error);
+    bad.tensor_parallel = 2, bad.tp_peer_rows = 0;
+    EXPECT_THROW(Session{bad}, Error);
   }
   std::filesystem::remove(path);
 }

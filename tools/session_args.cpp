@@ -32,6 +32,10 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
   sub->add_option("--tensor-parallel,--tp", a.opt.tensor_parallel,
                   "Split each layer over N ranks: GPUs 0..N-1 through NCCL (cuda), or N thread ranks (cpu)")
       ->check(whole_in(1, 64));
+  sub->add_option("--tp-peer-rows", a.opt.tp_peer_rows,
+                  "With --tensor-parallel on CUDA: all-reduces of up to N residual rows through the peer kernel, "
+                  "larger through NCCL (default 8)")
+      ->check(whole_in(1, 256));
   sub->add_option("--tp-all-reduce", a.tp_all_reduce,
                   "With --tensor-parallel on CUDA: fused (the default: decode rows by one kernel over NVLink that also "
                   "adds the residual and leaves the next norm to the GEMVs after it; the rest by NCCL), peer (the "

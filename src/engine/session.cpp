@@ -30,8 +30,7 @@ BackendOptions backend_options(const SessionOptions& o) {
 
 namespace {
 
-constexpr size_t kDefaultKvShare = 4;
-constexpr int64_t kSmallAllReduceRows = 8;  // rows of the residual stream the peer all-reduce takes  // the default context's KV cache: at most 1/4 of free memory
+constexpr size_t kDefaultKvShare = 4;  // the default context's KV cache: at most 1/4 of free memory
 
 // Activation memory one forward pass of n_batch rows needs (the model's scratch tensors with
 // 16-bit copies for the GEMM inputs), plus the all-rows logits of `lamina logits`.
@@ -70,8 +69,9 @@ Session::Session(const SessionOptions& o) : opt_(o), file_(GgufFile::open(o.mode
     const ModelConfig cfg = ModelConfig::from_gguf(file_);
     for (int r = 0; r < n; ++r)  // (a split that does not divide: refused first)
       rank_vocab_.push_back(TpPlan::make(cfg, n, r).vocab);
-    // (the small all-reduces: up to a GEMV batch of residual rows)
-    devices_ = make_device_group(backend_options(o), n, int64_t(cfg.n_embd) * kSmallAllReduceRows);
+    // (the small all-reduces: up to tp_peer_rows residual rows)
+    if (o.tp_peer_rows < 1 || o.tp_peer_rows > 256) fail("--tp-peer-rows {}: 1 to 256", o.tp_peer_rows);
+    devices_ = make_device_group(backend_options(o), n, int64_t(cfg.n_embd) * o.tp_peer_rows);
     group_ = std::make_unique<ThreadGroup>(n);
   }
   Rank r0;

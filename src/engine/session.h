@@ -32,6 +32,9 @@ struct SessionOptions {
   // Ranks each layer splits over (issue #35): GPUs 0 .. N-1 through NCCL on CUDA, or thread ranks
   // on the CPU (each with n_threads / N threads). 1: the whole model on one device.
   int tensor_parallel = 1;
+  // With tensor parallelism on CUDA: all-reduces of up to this many residual rows take the peer
+  // kernel over NVLink, larger ones NCCL (the peer buffers hold this many rows).
+  int tp_peer_rows = 8;
 };
 
 class Sampler;
