@@ -77,10 +77,21 @@ std::vector<Decoded> decode_ranks(const GgufFile& f, int n, bool planned) {
   return runs;
 }
 
+// A generated q8_0 model in the test's temporary directory (gen_model), removed at scope exit.
+struct TinyModel {
+  std::string path;
+  TinyModel(const std::string& preset, const std::string& tag, int seed)
+      : path(::testing::TempDir() + "/lamina-tp-" + tag + "-" + std::to_string(getpid()) + ".gguf") {
+    gen_model(preset, "q8_0", seed, path);
+  }
+  ~TinyModel() { std::filesystem::remove(path); }
+  TinyModel(const TinyModel&) = delete;
+  TinyModel& operator=(const TinyModel&) = delete;
+};
+
 TEST(TensorParallelModel, TwoAndFourRanksGiveTheWholeModelsTokens) {
-  const std::string path = ::testing::TempDir() + "/lamina-tp-tiny-q8_0-" + std::to_string(getpid()) + ".gguf";
-  shell(std::string(LAMINA_CLI) + " gen-model --preset tiny --type q8_0 --vocab '" + kVocab + "' --seed 5 -o '" + path +
-        "' 2>&1");
+  const TinyModel model("tiny", "tiny-q8_0", 5);
+  const std::string& path = model.path;
   {
     const GgufFile f = GgufFile::open(path);
     const Decoded whole = decode(f, nullptr);
@@ -95,7 +106,6 @@ TEST(TensorParallelModel, TwoAndFourRanksGiveTheWholeModelsTokens) {
                   kSteps, e);
     }
   }
-  std::filesystem::remove(path);
 }
 
 // The other architectures a rank runs: qwen2 (QKV biases split with their rows), qwen3 (per-head
@@ -103,9 +113,8 @@ TEST(TensorParallelModel, TwoAndFourRanksGiveTheWholeModelsTokens) {
 // sliding-window layers), llama3 (rope_freqs): 2 ranks give the whole model's tokens.
 TEST(TensorParallelModel, TwoRanksOfEveryArchitectureGiveTheWholeModelsTokens) {
   for (const char* preset : {"tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3"}) {
-    const std::string path = ::testing::TempDir() + "/lamina-tp-" + preset + "-" + std::to_string(getpid()) + ".gguf";
-    shell(std::string(LAMINA_CLI) + " gen-model --preset " + preset + " --type q8_0 --vocab '" + kVocab +
-          "' --seed 5 -o '" + path + "' 2>&1");
+    const TinyModel model(preset, preset, 5);
+    const std::string& path = model.path;
     {
       const GgufFile f = GgufFile::open(path);
       const Decoded whole = decode(f, nullptr);
@@ -116,16 +125,14 @@ TEST(TensorParallelModel, TwoRanksOfEveryArchitectureGiveTheWholeModelsTokens) {
       std::printf("tensor parallel, %s, 2 ranks: %d greedy tokens equal to the whole model's; logits rel. L2 %.2e\n",
                   preset, kSteps, e);
     }
-    std::filesystem::remove(path);
   }
 }
 
 // The CUDA backend's step plan with the all-reduce as a node: its fusions around the all-reduce
 // (the add and the next norm fused, the matmul kept apart) keep every rank's tokens.
 TEST(TensorParallelModel, TheStepPlansFusionsKeepTheRanksTokens) {
-  const std::string path = ::testing::TempDir() + "/lamina-tp-tiny-plan-" + std::to_string(getpid()) + ".gguf";
-  shell(std::string(LAMINA_CLI) + " gen-model --preset tiny --type q8_0 --vocab '" + kVocab + "' --seed 5 -o '" + path +
-        "' 2>&1");
+  const TinyModel model("tiny", "tiny-plan", 5);
+  const std::string& path = model.path;
   {
     const GgufFile f = GgufFile::open(path);
     const Decoded whole = decode(f, nullptr);
@@ -133,15 +140,13 @@ TEST(TensorParallelModel, TheStepPlansFusionsKeepTheRanksTokens) {
     for (int r = 0; r < 2; ++r) EXPECT_EQ(runs[size_t(r)].tokens, whole.tokens) << "rank " << r;
     EXPECT_LE(rel_l2(runs[0].first, whole.first), 1e-5);
   }
-  std::filesystem::remove(path);
 }
 
 // A session of N ranks (--tensor-parallel on the CPU: thread ranks): the same greedy tokens and
 // the same all-rows logits as the session of one, and a split that does not divide refused.
 TEST(TensorParallelModel, ASessionOfTwoRanksAnswersAsOne) {
-  const std::string path = ::testing::TempDir() + "/lamina-tp-tiny-session-" + std::to_string(getpid()) + ".gguf";
-  shell(std::string(LAMINA_CLI) + " gen-model --preset tiny --type q8_0 --vocab '" + kVocab + "' --seed 7 -o '" + path +
-        "' 2>&1");
+  const TinyModel model("tiny", "tiny-session", 7);
+  const std::string& path = model.path;
   {
     SessionOptions o;
     o.model_path = path, o.device = "cpu", o.n_threads = 2, o.n_ctx = 64, o.n_batch = 3, o.exact_matmul = true;
@@ -164,13 +169,11 @@ TEST(TensorParallelModel, ASessionOfTwoRanksAnswersAsOne) {
     bad.tensor_parallel = 2, bad.tp_peer_rows = 0;
     EXPECT_THROW(Session{bad}, Error);
   }
-  std::filesystem::remove(path);
 }
 
 TEST(TensorParallelModel, AGroupThatDoesNotMatchThePlanIsRefused) {
-  const std::string path = ::testing::TempDir() + "/lamina-tp-tiny-bad-" + std::to_string(getpid()) + ".gguf";
-  shell(std::string(LAMINA_CLI) + " gen-model --preset tiny --type q8_0 --vocab '" + kVocab + "' --seed 5 -o '" + path +
-        "' 2>&1");
+  const TinyModel model("tiny", "tiny-bad", 5);
+  const std::string& path = model.path;
   {
     const GgufFile f = GgufFile::open(path);
     const ModelConfig c = ModelConfig::from_gguf(f);
@@ -179,7 +182,6 @@ TEST(TensorParallelModel, AGroupThatDoesNotMatchThePlanIsRefused) {
     CpuBackend be(1, true);
     EXPECT_THROW(LlamaModel(f, be, &rank), Error);
   }
-  std::filesystem::remove(path);
 }
 
 }  // namespace

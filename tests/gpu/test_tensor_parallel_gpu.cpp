@@ -32,9 +32,7 @@ const std::vector<int32_t> kPrompt{1, 450, 4996, 17354, 1701, 432, 17204, 975};
 
 std::string tiny_path(const std::string& type = "q8_0") {
   const std::string path = ::testing::TempDir() + "/lamina-gpu-tp-tiny-" + type + ".gguf";
-  if (!std::filesystem::exists(path))
-    shell(std::string(LAMINA_CLI) + " gen-model --preset tiny --type " + type + " --vocab '" + kVocab +
-          "' --seed 5 -o '" + path + "' 2>&1");
+  if (!std::filesystem::exists(path)) gen_model("tiny", type, 5, path);
   return path;
 }
 
