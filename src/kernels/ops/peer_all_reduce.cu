@@ -4,10 +4,10 @@
 #include "kernels/common/launch_status.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/q8_blocks.cuh"
+#include "kernels/ops/add_norm_row.cuh"
 
 #include <cuda/atomic>
 #include <cuda_runtime.h>
-
 
 namespace lamina::kernels {
 
@@ -40,17 +40,29 @@ __device__ const float* exchange(const PeerAllReduce& g, const float* __restrict
   return g.slots[g.rank] + parity * g.ranks * g.max_elems;
 }
 
+// Element i summed over the ranks' slots (mine: exchange's result) in rank order, read past L1
+// (other GPUs wrote them): every rank gets the same bits.
+__device__ __forceinline__ float rank_sum(const PeerAllReduce& g, const float* mine, int64_t i) {
+  float v = __ldcg(mine + i);
+  for (int q = 1; q < g.ranks; ++q) v += __ldcg(mine + q * g.max_elems + i);
+  return v;
+}
+
+// Block b's share of n elements in whole 32-element blocks: [lo, hi) in units of 32.
+struct Slice32 {
+  int64_t lo, hi;
+};
+__device__ __forceinline__ Slice32 slice32(int64_t n, int b, int nb) {
+  const int64_t blocks32 = n / 32, per = (blocks32 + nb - 1) / nb, lo = min(blocks32, b * per);
+  return {lo, min(blocks32, lo + per)};
+}
+
 __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(PeerAllReduce g, float* __restrict__ x, int64_t n) {
   const int b = blockIdx.x, nb = gridDim.x;
   const int64_t per = (n + nb - 1) / nb, lo = min(n, b * per), hi = min(n, lo + per);
   const uint32_t e = g.epoch[b] + 1;
   const float* mine = exchange(g, x, lo, hi, b, e);
-  // The sum in rank order, read past L1 (the slots are written by other GPUs).
-  for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) {
-    float v = __ldcg(mine + i);
-    for (int q = 1; q < g.ranks; ++q) v += __ldcg(mine + q * g.max_elems + i);
-    x[i] = v;
-  }
+  for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) x[i] = rank_sum(g, mine, i);
   if (threadIdx.x == 0) g.epoch[b] = e;
 }
 
@@ -67,17 +79,14 @@ __global__ void __launch_bounds__(kX8Threads)
                                   const float* __restrict__ gain, int64_t n, uint8_t* __restrict__ x8,
                                   double* __restrict__ ss) {
   pdl_enter();  // (the next GEMV may be scheduled now: it waits for this kernel in turn)
-  const int b = blockIdx.x, nb = gridDim.x;
-  const int64_t blocks32 = n / 32, per = (blocks32 + nb - 1) / nb;
-  const int64_t lo = min(blocks32, b * per), hi = min(blocks32, lo + per);  // 32-element blocks
+  const int b = blockIdx.x;
+  const Slice32 sl = slice32(n, b, gridDim.x);
   const uint32_t e = g.epoch[b] + 1;
-  const float* mine = exchange(g, part, lo * 32, hi * 32, b, e);
+  const float* mine = exchange(g, part, sl.lo * 32, sl.hi * 32, b, e);
   const int lane = threadIdx.x % 32;
-  for (int64_t blk = lo + threadIdx.x / 32; blk < hi; blk += kX8Threads / 32) {
+  for (int64_t blk = sl.lo + threadIdx.x / 32; blk < sl.hi; blk += kX8Threads / 32) {
     const int64_t i = blk * 32 + lane;
-    float sum = __ldcg(mine + i);  // (past L1: other GPUs wrote it)
-    for (int q = 1; q < g.ranks; ++q) sum += __ldcg(mine + q * g.max_elems + i);
-    const float v = x[i] + sum;  // the bits of peer_all_reduce, then add
+    const float v = x[i] + rank_sum(g, mine, i);  // the bits of peer_all_reduce, then add
     x[i] = v;
     quantize_block32_ss(v, gain[i], n, blk, x8, ss + blk);
   }
@@ -95,26 +104,19 @@ __global__ void __launch_bounds__(kX8Threads)
   __shared__ double red[kWarps];
   __shared__ double total;
   const int b = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t blocks32 = n / 32, per = (blocks32 + kPeerMaxBlocks - 1) / kPeerMaxBlocks;
-  const int64_t lo = min(blocks32, b * per), hi = min(blocks32, lo + per);
+  const Slice32 sl = slice32(n, b, kPeerMaxBlocks);
   const uint32_t e = g.epoch[b] + 1;
-  const float* mine = exchange(g, part, lo * 32, hi * 32, b, e);
+  const float* mine = exchange(g, part, sl.lo * 32, sl.hi * 32, b, e);
   double ss = 0;
-  for (int64_t blk = lo + warp; blk < hi; blk += kWarps) {
+  for (int64_t blk = sl.lo + warp; blk < sl.hi; blk += kWarps) {
     const int64_t i = blk * 32 + lane;
-    float sum = __ldcg(mine + i);  // (past L1: other GPUs wrote it)
-    for (int q = 1; q < g.ranks; ++q) sum += __ldcg(mine + q * g.max_elems + i);
-    const float v = x[i] + sum;
+    const float v = x[i] + rank_sum(g, mine, i);
     x[i] = v;
     ss += double(v) * v;
   }
-  for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(~0u, ss, o);
-  if (lane == 0) red[warp] = ss;
-  __syncthreads();
+  ss = block_sum(ss, red);  // (add_norm_row.cuh)
   if (threadIdx.x == 0) {
-    double t = 0;
-    for (int k = 0; k < kWarps; ++k) t += red[k];
-    g.block_ss[b] = t;
+    g.block_ss[b] = ss;
     __threadfence();  // the slice's sum is in before the block is counted
     cuda::atomic_ref<uint32_t, cuda::thread_scope_device> arrived(*g.arrived);
     const uint32_t target = (arrived.fetch_add(1u, cuda::memory_order_acq_rel) / kPeerMaxBlocks + 1) * kPeerMaxBlocks;
@@ -127,7 +129,7 @@ __global__ void __launch_bounds__(kX8Threads)
   }
   __syncthreads();
   const float sc = float(1.0 / sqrt(total / double(n) + double(eps)));
-  for (int64_t blk = lo + warp; blk < hi; blk += kWarps) {  // (each thread reads back the x it wrote)
+  for (int64_t blk = sl.lo + warp; blk < sl.hi; blk += kWarps) {  // (each thread reads back the x it wrote)
     const int64_t i = blk * 32 + lane;
     const float v = x[i] * sc * w[i];
     h[i] = v;
@@ -136,13 +138,16 @@ __global__ void __launch_bounds__(kX8Threads)
   if (threadIdx.x == 0) g.epoch[b] = e;
 }
 
+// The group's fields a kernel of the family relies on.
+bool group_ok(const PeerAllReduce& g) {
+  return g.ranks >= 1 && g.ranks <= kPeerMaxRanks && g.rank >= 0 && g.rank < g.ranks && g.epoch;
+}
+
 }  // namespace
 
 Status peer_all_reduce_add_norm(const PeerAllReduce& g, const float* part, float* x, const float* w, int64_t n,
                                 float eps, float* h, void* h8, cudaStream_t s) {
-  if (g.ranks < 1 || g.ranks > kPeerMaxRanks || g.rank < 0 || g.rank >= g.ranks || !g.epoch || !g.arrived ||
-      !g.block_ss)
-    return Status::error("peer_all_reduce_add_norm: bad group");
+  if (!group_ok(g) || !g.arrived || !g.block_ss) return Status::error("peer_all_reduce_add_norm: bad group");
   if (!part || !x || !w || !h || n <= 0 || n % 32 || n > g.max_elems)
     return Status::error("peer_all_reduce_add_norm: bad vector (n % 32 == 0, n <= the slots, w and h needed)");
   launch_pdl(peer_all_reduce_add_norm_kernel, kPeerMaxBlocks, kX8Threads, 0, s, g, part, x, w, n, eps, h,
@@ -152,8 +157,7 @@ Status peer_all_reduce_add_norm(const PeerAllReduce& g, const float* part, float
 
 Status peer_all_reduce_add_x8(const PeerAllReduce& g, const float* part, float* x, const float* gain, int64_t n,
                               void* x8, double* ss, cudaStream_t s) {
-  if (g.ranks < 1 || g.ranks > kPeerMaxRanks || g.rank < 0 || g.rank >= g.ranks || !g.epoch)
-    return Status::error("peer_all_reduce_add_x8: bad group");
+  if (!group_ok(g)) return Status::error("peer_all_reduce_add_x8: bad group");
   if (!part || !x || !gain || !x8 || !ss || n <= 0 || n % 32 || n > g.max_elems)
     return Status::error("peer_all_reduce_add_x8: bad vector (n % 32 == 0, n <= the slots, gain, x8 and ss needed)");
   launch_pdl(peer_all_reduce_add_x8_kernel, kPeerMaxBlocks, kX8Threads, 0, s, g, part, x, gain, n, static_cast<uint8_t*>(x8),
@@ -162,8 +166,7 @@ Status peer_all_reduce_add_x8(const PeerAllReduce& g, const float* part, float* 
 }
 
 Status peer_all_reduce(const PeerAllReduce& g, float* x, int64_t n, cudaStream_t s) {
-  if (g.ranks < 1 || g.ranks > kPeerMaxRanks || g.rank < 0 || g.rank >= g.ranks || !g.epoch)
-    return Status::error("peer_all_reduce: bad group");
+  if (!group_ok(g)) return Status::error("peer_all_reduce: bad group");
   if (!x || n < 0 || n > g.max_elems) return Status::error("peer_all_reduce: vector larger than the slots");
   if (n == 0) return Status::success();
   peer_all_reduce_kernel<<<kPeerMaxBlocks, kThreads, 0, s>>>(g, x, n);  // (one grid size: the header says why)
