@@ -14,6 +14,8 @@ struct SamplerParams {
   float repeat_penalty = 1.0f;  // 1: off
   int repeat_last_n = 64;
   uint64_t seed = 0;
+  // Greedy without a repeat penalty: the draw is the row's argmax (the lowest id among equals).
+  bool plain_greedy() const { return temperature <= 0.f && (repeat_penalty == 1.f || repeat_last_n == 0); }
 };
 
 }  // namespace lamina

@@ -10,7 +10,6 @@ namespace lamina {
 namespace {
 
 // A draw that is the row's argmax: temperature 0 and no repetition penalty.
-bool plain_greedy(const SamplerParams& p) { return p.temperature <= 0.f && (p.repeat_penalty == 1.f || p.repeat_last_n == 0); }
 
 int n_blocks_for(Session& s, const EngineOptions& o) {
   if (o.block_tokens < 1) fail("engine: blocks of {} tokens", o.block_tokens);
@@ -173,7 +172,7 @@ Engine::SampledRows Engine::sampled_rows(const Step& st, Tensor out) {
   std::vector<bool> plain;
   for (const StepSeq& s : st.seqs) {
     if (!s.logits) continue;
-    plain.push_back(plain_greedy(live_.at(s.id).sampler->params()));
+    plain.push_back(live_.at(s.id).sampler->params().plain_greedy());
   }
   const size_t n = plain.size(), n_plain = size_t(std::count(plain.begin(), plain.end(), true));
   rows.greedy.assign(n, -1);
@@ -202,7 +201,7 @@ Engine::SampledRows Engine::ranks_rows(const Step& st, std::span<const int32_t> 
   rows.vocab = session_.config().n_vocab;
   std::vector<uint8_t> plain;
   for (const StepSeq& s : st.seqs)
-    if (s.logits) plain.push_back(plain_greedy(live_.at(s.id).sampler->params()));
+    if (s.logits) plain.push_back(live_.at(s.id).sampler->params().plain_greedy());
   std::vector<int32_t> greedy;
   rows.rows = session_.forward_batch_ranks(tokens, pos, layout, pick, plain, greedy).data();
   for (size_t r = 0; r < plain.size(); ++r) {

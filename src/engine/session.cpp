@@ -238,15 +238,18 @@ int32_t Session::ranks_greedy(int64_t row) const {
   return top.second;
 }
 
-void Session::eval_ranks(std::span<const int32_t> tokens, bool all_logits) {
+void Session::eval_ranks(std::span<const int32_t> tokens, bool all_logits, bool greedy) {
   const int64_t V = config().n_vocab;
   logits_.clear();
+  const uint8_t only[] = {1};
   in_batches(tokens, all_logits, [&](std::span<const int32_t> chunk, std::span<const int32_t> pos, LlamaModel::Logits mode) {
     using L = LlamaModel::Logits;
     const int64_t rows = mode == L::All ? int64_t(chunk.size()) : mode == L::Last ? 1 : 0;
     const int64_t base_row = int64_t(logits_.size()) / V;
     logits_.resize(logits_.size() + size_t(rows * V));
-    run_ranks([&](LlamaModel& m) { return m.forward(chunk, pos, mode); }, rows, base_row);
+    const bool pick_only = greedy && rows == 1 && !all_logits;
+    run_ranks([&](LlamaModel& m) { return m.forward(chunk, pos, mode); }, rows, base_row,
+              pick_only ? std::span<const uint8_t>(only) : std::span<const uint8_t>());
   });
 }
 
@@ -277,10 +280,10 @@ const std::vector<float>& Session::eval(std::span<const int32_t> tokens, bool al
 }
 
 int32_t Session::eval_sample(std::span<const int32_t> tokens, Sampler& sampler, bool more) {
-  if (workers_) {  // (sampled on the host over the ranks' gathered logits)
-    eval_ranks(tokens, false);
-    if (sampler.params().temperature <= 0.f && sampler.penalty_ids(history_).empty())
-      if (const int32_t id = ranks_greedy(0); id >= 0) return id;  // Sampler's greedy rule over the row
+  if (workers_) {  // plain greedy: the ranks' device picks merged; else sampled over the gathered row
+    const bool greedy = sampler.params().plain_greedy();
+    eval_ranks(tokens, false, greedy);
+    if (greedy) return ranks_greedy(0);  // (Sampler's greedy rule over the row)
     return sampler.sample(logits_, history_);
   }
   const Tensor out = eval_device(tokens, false);

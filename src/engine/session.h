@@ -112,8 +112,9 @@ class Session {
   void in_batches(std::span<const int32_t> tokens, bool all_logits, const BatchPass& pass);
   Tensor eval_device(std::span<const int32_t> tokens, bool all_logits);
   // eval with several ranks: every rank runs each batch; logits_ gets the whole vocabulary's
-  // logits (every row when all_logits, else the last), each rank writing its rows of it.
-  void eval_ranks(std::span<const int32_t> tokens, bool all_logits);
+  // logits (every row when all_logits, else the last), each rank writing its rows of it. greedy
+  // (the last row only): the row is not read, only its pick made (ranks_greedy(0)).
+  void eval_ranks(std::span<const int32_t> tokens, bool all_logits, bool greedy = false);
   // Runs fwd on every rank at once (they meet in the pass's all-reduces); each rank then writes
   // the last `rows` rows of its logits, its columns of the vocabulary, into logits_ from row
   // base_row on (disjoint ranges: no two ranks write one element), and its pick of each row
