@@ -230,12 +230,9 @@ void Session::run_ranks(const std::function<Tensor(LlamaModel&)>& fwd, int64_t r
 }
 
 int32_t Session::ranks_greedy(int64_t row) const {
-  std::pair<float, int32_t> top{-INFINITY, -1};
-  for (const auto& best : rank_best_) {  // (ranks hold increasing ids: a tie keeps the earlier rank's)
-    const auto& b = best[size_t(row)];
-    if (b.second >= 0 && (top.second < 0 || b.first > top.first)) top = b;
-  }
-  return top.second;
+  std::vector<TpPick> picks;
+  for (const auto& best : rank_best_) picks.push_back(best[size_t(row)]);
+  return tp_merge_picks(picks).second;
 }
 
 void Session::eval_ranks(std::span<const int32_t> tokens, bool all_logits, bool greedy) {
@@ -259,7 +256,7 @@ const std::vector<float>& Session::forward_batch_ranks(std::span<const int32_t> 
   if (!workers_) fail("forward_batch_ranks: the session has one rank");
   if (greedy_only.size() != pick.size()) fail("forward_batch_ranks: {} flags for {} rows", greedy_only.size(), pick.size());
   const int64_t rows = int64_t(pick.size());
-  logits_.assign(size_t(rows * config().n_vocab), 0.f);
+  logits_.resize(size_t(rows * config().n_vocab));  // (only the rows that sample are written, and read)
   run_ranks([&](LlamaModel& m) { return m.forward_batch(tokens, pos, layout, pick); }, rows, 0, greedy_only);
   greedy.resize(size_t(rows));
   for (int64_t r = 0; r < rows; ++r) greedy[size_t(r)] = ranks_greedy(r);

@@ -68,7 +68,7 @@ class Session {
   // The batching engine's pass with several ranks (LlamaModel::forward_batch on every rank, each
   // with its KV heads of the same paged blocks): greedy[r] = picked row r's greedy id, and the
   // logits of the picked rows not flagged greedy_only in host memory ([pick.size()][n_vocab];
-  // the flagged rows' logits are left out: their ids come from each rank's device), valid until
+  // the flagged rows' logits are not written: their ids come from each rank's device), valid until
   // the next pass.
   const std::vector<float>& forward_batch_ranks(std::span<const int32_t> tokens, std::span<const int32_t> pos,
                                                 const KvLayout& layout, std::span<const int32_t> pick,
@@ -94,7 +94,7 @@ class Session {
   // last row (the greedy draw without penalty merges these instead of scanning the vocabulary).
   std::vector<TpRange> rank_vocab_;  // each rank's rows of the vocabulary (TpPlan::vocab)
   std::vector<std::vector<float>> rank_logits_;
-  std::vector<std::vector<std::pair<float, int32_t>>> rank_best_;  // [rank][row]
+  std::vector<std::vector<TpPick>> rank_best_;  // [rank][row]
   // --graph-timing with several ranks: rank 0's host time per pass in the forward call (graph
   // launch or eager launches), in the read (waiting for its GPU), and waiting for the other ranks.
   struct RankTiming {

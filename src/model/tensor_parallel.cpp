@@ -80,14 +80,19 @@ int32_t tp_argmax(Communicator& comm, const float* logits, int64_t n, int64_t vo
     if (best[1] < 0 || logits[i] > best[0]) best[0] = logits[i], best[1] = float(vocab0 + i);
   std::vector<float> all(size_t(comm.ranks()) * 2);
   comm.all_gather(best, 2, all.data());
-  float value = 0, id = -1;
-  for (int r = 0; r < comm.ranks(); ++r) {
-    const float v = all[size_t(2 * r)], i = all[size_t(2 * r + 1)];
-    if (i < 0) continue;
-    if (id < 0 || v > value || (v == value && i < id)) value = v, id = i;
-  }
+  std::vector<TpPick> picks;
+  for (int r = 0; r < comm.ranks(); ++r) picks.emplace_back(all[size_t(2 * r)], int32_t(all[size_t(2 * r + 1)]));
+  const int32_t id = tp_merge_picks(picks).second;
   if (id < 0) fail("tensor parallel argmax: no rank holds any logits");
-  return int32_t(id);
+  return id;
+}
+
+TpPick tp_merge_picks(std::span<const TpPick> picks) {
+  TpPick top{-std::numeric_limits<float>::infinity(), -1};
+  for (const TpPick& p : picks)
+    if (p.second >= 0 && (top.second < 0 || p.first > top.first || (p.first == top.first && p.second < top.second)))
+      top = p;
+  return top;
 }
 
 }  // namespace lamina

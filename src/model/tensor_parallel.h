@@ -21,7 +21,9 @@
 #include "model/config.h"
 
 #include <cstdint>
+#include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace lamina {
@@ -54,6 +56,12 @@ TpSlice tp_slice(const TpPlan& p, const ModelConfig& c, std::string_view name);
 // layout: rows * row_bytes(type, cols). Throws lamina::Error when a column range is not on block
 // boundaries or lies outside the tensor.
 std::vector<uint8_t> tp_slice_bytes(const GgufTensor& t, const TpSlice& s);
+
+// A rank's greedy pick of a row: (its largest logit, that id); id < 0 where the rank holds no rows.
+using TpPick = std::pair<float, int32_t>;
+// The pick over the ranks' picks: the largest logit, the lowest id among equal ones (Sampler's
+// greedy rule); id -1 when no rank holds rows.
+TpPick tp_merge_picks(std::span<const TpPick> picks);
 
 // The greedy id over a vocabulary split by rows: each rank passes its logits[0..n) for ids
 // vocab0 .. vocab0 + n - 1. The largest logit wins, the lowest id among equal ones (Sampler's
