@@ -64,9 +64,9 @@ SessionOptions SessionArgs::resolve() const {
   o.device = device_choice(opt.device);
   o.n_threads = threads_to_run(opt.n_threads);
   o.kv_type = kv_type == "f32" ? GgmlType::F32 : GgmlType::F16;
-  o.cuda.peer_all_reduce = tp_all_reduce != "nccl";
-  o.cuda.fused_all_reduce = tp_all_reduce == "fused" || tp_all_reduce == "fused-wide";
-  o.cuda.fused_all_reduce_wide = tp_all_reduce == "fused-wide";
+  using AR = CudaOptions::AllReduce;
+  o.cuda.all_reduce = tp_all_reduce == "peer" ? AR::Peer : tp_all_reduce == "fused-wide" ? AR::FusedWide
+                      : tp_all_reduce == "nccl" ? AR::Nccl : AR::Fused;
   return o;
 }
 

@@ -36,17 +36,18 @@ struct CudaOptions {
   // model's Communicator in host memory, and graphs must be off.
   ncclComm* nccl = nullptr;
   // The one-shot peer all-reduce for vectors that fit its slots (decode rows), where the group
-  // has it and peer_all_reduce asks for it (false: NCCL for every all-reduce).
+  // has it and all_reduce is not Nccl.
   const kernels::PeerAllReduce* peer = nullptr;
-  bool peer_all_reduce = true;
-  // With the peer all-reduce: a decode row's all-reduce and residual add in one kernel that also
-  // leaves the next norm pending for the GEMVs after it (rows up to kX8SsMaxK wide; wider ones
-  // keep the all-reduce and the add+norm kernel apart). 8B tg128 on 2 H200: 566 t/s against 365
-  // apart (docs/benchmarks.md).
-  bool fused_all_reduce = true;
-  // And rows wider than that (the 70B shape's 8192): the same kernel computes the norm itself,
-  // its blocks meeting at a barrier of the grid (off until measured).
-  bool fused_all_reduce_wide = false;
+  // How the all-reduces run (--tp-all-reduce):
+  //   Fused: the peer kernel; for a decode row it also adds the residual and leaves the next norm
+  //          pending for the GEMVs after it (rows up to kX8SsMaxK wide; wider ones keep the
+  //          all-reduce and the add+norm kernel apart). 8B tg128 on 2 H200: 566 t/s against 365
+  //          apart (docs/benchmarks.md);
+  //   Peer: the peer kernel, the add and the norm in a kernel of their own;
+  //   FusedWide: Fused, and wider rows too, the kernel computing the norm itself (its blocks
+  //          meeting at a barrier of the grid; not yet timed);
+  //   Nccl: NCCL for every all-reduce.
+  enum class AllReduce { Fused, Peer, FusedWide, Nccl } all_reduce = AllReduce::Fused;
 };
 
 }  // namespace lamina

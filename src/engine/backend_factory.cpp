@@ -40,8 +40,7 @@ class GpuGroup final : public DeviceGroup {
  public:
   GpuGroup(int ranks, int64_t max_vector) : nccl_(ranks, max_vector) {}
   void configure(int rank, BackendOptions& o) const override {
-    o.gpu = rank, o.cuda.nccl = nccl_.comm(rank);
-    o.cuda.peer = o.cuda.peer_all_reduce ? nccl_.peer(rank) : nullptr;
+    o.gpu = rank, o.cuda.nccl = nccl_.comm(rank), o.cuda.peer = nccl_.peer(rank);
   }
 
  private:
@@ -53,7 +52,9 @@ class GpuGroup final : public DeviceGroup {
 
 std::unique_ptr<DeviceGroup> make_device_group(const BackendOptions& o, int ranks, int64_t max_vector) {
 #if LAMINA_HAVE_CUDA
-  if (resolve_device(o) == "cuda") return std::make_unique<GpuGroup>(ranks, max_vector);
+  // (no peer buffers where every all-reduce goes to NCCL)
+  if (resolve_device(o) == "cuda")
+    return std::make_unique<GpuGroup>(ranks, o.cuda.all_reduce == CudaOptions::AllReduce::Nccl ? 0 : max_vector);
 #endif
   (void)resolve_device(o);
   (void)ranks, (void)max_vector;

@@ -88,9 +88,9 @@ struct TpRun : SessionRun {
 SessionOptions tp_options(int ranks, bool exact, const std::string& all_reduce, const std::string& type) {
   SessionOptions o;
   o.model_path = tiny_path(type), o.device = "cuda", o.n_ctx = 64, o.exact_matmul = exact, o.tensor_parallel = ranks;
-  o.cuda.peer_all_reduce = all_reduce != "nccl";
-  o.cuda.fused_all_reduce = all_reduce.starts_with("fused");
-  o.cuda.fused_all_reduce_wide = all_reduce == "fused-wide";
+  using AR = CudaOptions::AllReduce;
+  o.cuda.all_reduce = all_reduce == "peer" ? AR::Peer : all_reduce == "fused-wide" ? AR::FusedWide
+                      : all_reduce == "nccl" ? AR::Nccl : AR::Fused;
   return o;
 }
 

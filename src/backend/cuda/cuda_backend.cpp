@@ -36,8 +36,8 @@ CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
       lookup_upload_(o.staged_lookup),
       fused_argmax_(o.fused_argmax),
       graphs_enabled_(o.graphs) {
-  nccl_ = o.nccl, peer_ = o.peer, fused_all_reduce_ = o.fused_all_reduce;
-  fused_all_reduce_wide_ = o.fused_all_reduce_wide;
+  nccl_ = o.nccl, all_reduce_ = o.all_reduce;
+  peer_ = all_reduce_ == CudaOptions::AllReduce::Nccl ? nullptr : o.peer;
   cuda_check(cudaSetDevice(device), "cudaSetDevice");
   cudaDeviceProp prop{};
   cuda_check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");

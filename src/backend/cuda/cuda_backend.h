@@ -218,8 +218,7 @@ class CudaBackend final : public Backend {
   void exec_copy_rows(const plan::Node& n);
   void exec_all_reduce(const plan::Node& n);
   void exec_all_reduce_add_norm(const plan::Node& n, Made& m);
-  bool fused_all_reduce_ = false;    // CudaOptions::fused_all_reduce
-  bool fused_all_reduce_wide_ = false;  // CudaOptions::fused_all_reduce_wide
+  CudaOptions::AllReduce all_reduce_ = CudaOptions::AllReduce::Fused;  // CudaOptions::all_reduce
   ncclComm* nccl_ = nullptr;         // CudaOptions::nccl: this rank's NCCL communicator, or none
   const kernels::PeerAllReduce* peer_ = nullptr;  // CudaOptions::peer: the one-shot all-reduce, or none
   std::vector<float> host_reduce_;   // an all-reduce in host memory (no NCCL communicator)
