@@ -86,7 +86,7 @@ void launch(int m, const NcclGroup& g, int r, RankBuffers& b, int64_t n, cudaStr
     case 0: return check(kn::add(b.tiny, b.tiny + 16, 16, s));
     case 1: return check(kn::peer_all_reduce(*peer, b.part, n, s));
     case 2:
-      if (!g.all_reduce_sum(r, b.part, size_t(n), s, &why)) fail("kbench allreduce: ncclAllReduce: {}", why);
+      if (!nccl_all_reduce_sum(g.comm(r), b.part, size_t(n), s, &why)) fail("kbench allreduce: ncclAllReduce: {}", why);
       return;
     case 3:
       check(kn::peer_all_reduce(*peer, b.part, n, s));
@@ -94,7 +94,7 @@ void launch(int m, const NcclGroup& g, int r, RankBuffers& b, int64_t n, cudaStr
     case 4: return check(kn::peer_all_reduce_add_x8(*peer, b.part, b.x, b.w, n, b.x8, b.ss, s));
     case 5: return check(kn::peer_all_reduce_add_norm(*peer, b.part, b.x, b.w, n, eps, b.h, b.x8, s));
     case 6:
-      if (!g.all_reduce_sum(r, b.part, size_t(n), s, &why)) fail("kbench allreduce: ncclAllReduce: {}", why);
+      if (!nccl_all_reduce_sum(g.comm(r), b.part, size_t(n), s, &why)) fail("kbench allreduce: ncclAllReduce: {}", why);
       return check(kn::add_norm(b.x, b.part, nullptr, b.w, 1, n, eps, b.h, s, b.x8));
   }
 }

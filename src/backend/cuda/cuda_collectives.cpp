@@ -9,14 +9,13 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_op.h"
+#include "backend/cuda/nccl_group.h"
 #include "kernels/common/q8_blocks.h"
 #include "kernels/ops/peer_all_reduce.h"
 
 #include <cuda_runtime.h>
 
-#if LAMINA_HAVE_NCCL
-#include <nccl.h>
-#endif
+#include <string>
 
 namespace lamina {
 
@@ -31,14 +30,13 @@ void CudaBackend::exec_all_reduce(const plan::Node& n) {
   const double bytes = double(len) * 4.0 * 2.0;
   if (peer_ && int64_t(len) <= peer_->max_elems)  // a decode row's vector: one kernel over NVLink
     return run_op("all_reduce (peer)", bytes, 0, [&] { return kn::peer_all_reduce(*peer_, n.x.data, int64_t(len), stream_); });
-#if LAMINA_HAVE_NCCL
   if (nccl_) {
     return run_op("all_reduce", bytes, 0, [&] {
-      const ncclResult_t e = ncclAllReduce(n.x.data, n.x.data, len, ncclFloat, ncclSum, nccl_, stream_);
-      return e == ncclSuccess ? kn::Status::success() : kn::Status::error(std::string("ncclAllReduce: ") + ncclGetErrorString(e));
+      std::string why;
+      return nccl_all_reduce_sum(nccl_, n.x.data, len, stream_, &why) ? kn::Status::success()
+                                                                         : kn::Status::error("ncclAllReduce: " + why);
     });
   }
-#endif
   check("all_reduce", capturing_ == 0, "a host-memory group cannot be recorded in a graph (run the ranks with graphs off)");
   host_reduce_.resize(len);
   cuda_check(cudaMemcpyAsync(host_reduce_.data(), n.x.data, len * sizeof(float), cudaMemcpyDeviceToHost, stream_),

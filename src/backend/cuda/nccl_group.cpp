@@ -15,7 +15,11 @@ namespace lamina {
 
 #if LAMINA_HAVE_NCCL
 
-bool nccl_available() { return true; }
+bool nccl_all_reduce_sum(ncclComm* comm, float* x, size_t n, cudaStream_t s, std::string* why) {
+  const ncclResult_t e = ncclAllReduce(x, x, n, ncclFloat, ncclSum, comm, s);
+  if (e != ncclSuccess && why) *why = ncclGetErrorString(e);
+  return e == ncclSuccess;
+}
 
 NcclGroup::NcclGroup(int ranks, int64_t peer_elems) {
   const int gpus = cuda_device_count();
@@ -76,12 +80,6 @@ void NcclGroup::make_peer_buffers(int64_t elems) {
   peers_ = std::move(views);
 }
 
-bool NcclGroup::all_reduce_sum(int rank, float* x, size_t n, cudaStream_t s, std::string* why) const {
-  const ncclResult_t e = ncclAllReduce(x, x, n, ncclFloat, ncclSum, comm(rank), s);
-  if (e != ncclSuccess && why) *why = ncclGetErrorString(e);
-  return e == ncclSuccess;
-}
-
 NcclGroup::~NcclGroup() {
   for (ncclComm* c : comms_) ncclCommDestroy(c);
   for (void* p : owned_) cudaFree(p);
@@ -89,7 +87,10 @@ NcclGroup::~NcclGroup() {
 
 #else
 
-bool nccl_available() { return false; }
+bool nccl_all_reduce_sum(ncclComm*, float*, size_t, cudaStream_t, std::string* why) {
+  if (why) *why = "built without NCCL";
+  return false;
+}
 
 NcclGroup::NcclGroup(int ranks, int64_t) {
   fail("--tensor-parallel {} across GPUs: this lamina was built without NCCL (see README: LAMINA_NCCL_ROOT)", ranks);
@@ -97,10 +98,6 @@ NcclGroup::NcclGroup(int ranks, int64_t) {
 
 NcclGroup::~NcclGroup() = default;
 void NcclGroup::make_peer_buffers(int64_t) {}
-bool NcclGroup::all_reduce_sum(int, float*, size_t, cudaStream_t, std::string* why) const {
-  if (why) *why = "built without NCCL";
-  return false;
-}
 
 #endif
 

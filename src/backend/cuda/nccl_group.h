@@ -19,7 +19,9 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace lamina {
 
-bool nccl_available();  // this build has NCCL
+// The in-place sum of x[0..n) over comm's group, on stream s (every rank calls it in the same
+// order). False with NCCL's message in *why on failure (and always in a build without NCCL).
+bool nccl_all_reduce_sum(ncclComm* comm, float* x, size_t n, cudaStream_t s, std::string* why);
 
 class NcclGroup {
  public:
@@ -32,9 +34,6 @@ class NcclGroup {
   ncclComm* comm(int rank) const { return comms_.at(size_t(rank)); }
   // Rank r's view of the peer all-reduce's buffers, or null where peer access is missing.
   const kernels::PeerAllReduce* peer(int rank) const { return peers_.empty() ? nullptr : &peers_.at(size_t(rank)); }
-  // Rank r's in-place sum of x[0..n) over the group through NCCL, on stream s (on rank r's GPU;
-  // every rank calls it in the same order). False with NCCL's message in *why on failure.
-  bool all_reduce_sum(int rank, float* x, size_t n, cudaStream_t s, std::string* why) const;
 
  private:
   std::vector<ncclComm*> comms_;
