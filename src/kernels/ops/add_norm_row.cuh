@@ -1,7 +1,9 @@
-// The residual add and the next norm of one row (add_norm, norm_rope.cu): x[i] += y(i); then,
-// when w is given, h[i] = rmsnorm(x)[i] * w[i] and h's int8 blocks (h8, optional; cols % 32 ==
-// 0). Thread t takes elements t, t + blockDim.x, ... (a warp: 32 consecutive columns, one int8 block); the sum of
-// squares is f64 over the block (part: blockDim.x / 32 doubles of shared memory).
+// A block's f64 sum (block_sum: norm_rope.cu and peer_all_reduce.cu), and the residual add and
+// the next norm of one row (add_norm_row: add_norm in norm_rope.cu): x[i] += y(i); then, when w
+// is given, h[i] = rmsnorm(x)[i] * w[i] and h's int8 blocks (h8, optional; cols % 32 == 0).
+// Thread t takes elements t, t + blockDim.x, ... (a warp: 32 consecutive columns, one int8
+// block); the sum of squares is f64 over the block (part: blockDim.x / 32 doubles of shared
+// memory).
 #pragma once
 
 #include "kernels/common/q8_blocks.cuh"
