@@ -290,14 +290,14 @@ Status launch(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
 // The instances: each launch<kind, bm, bw, 4> of run_kind below is compiled in a translation unit
 // of its own, which src/CMakeLists.txt writes (qgemm_rs_<type>_<bm>x<bw>.cu in the build tree):
 // one took minutes of nvcc, and twelve of them in three files set the length of every build. The
-// dispatch (qgemm_rs_<type>.cu) declares them extern.
+// dispatch (qgemm_rs.cu) declares them extern.
 #define LAMINA_QGEMM_RS_EXTERN(kind)                                                                 \
   extern template Status launch<kind, 256, 128, 4>(const GemmProblem&, const GemmConfig&, cudaStream_t); \
   extern template Status launch<kind, 128, 128, 4>(const GemmProblem&, const GemmConfig&, cudaStream_t); \
   extern template Status launch<kind, 64, 128, 4>(const GemmProblem&, const GemmConfig&, cudaStream_t);  \
   extern template Status launch<kind, 64, 256, 4>(const GemmProblem&, const GemmConfig&, cudaStream_t);
 
-// The dispatch of one weight type to its instances (qgemm_rs_<type>.cu).
+// The dispatch of one weight type to its instances (qgemm_rs.cu).
 template <QKind kKind>
 Status run_kind(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
   if (c.stages == 4 && c.bn == 128) {

@@ -1,6 +1,6 @@
 // q2_wgmma and q3_wgmma_rs registration and dispatch; the kernels are in qgemm_wgmma.cuh and
-// qgemm_rs.cuh, instantiated per weight type in qgemm_wgmma_<type>.cu and qgemm_rs_<type>.cu
-// (the translation units compile in parallel).
+// qgemm_rs.cuh, instantiated per weight type in qgemm_wgmma_<type>.cu and per (type, tile) in
+// units src/CMakeLists.txt writes (the translation units compile in parallel).
 #include "kernels/gemm/qgemm_rs.cuh"
 
 namespace lamina::kernels {

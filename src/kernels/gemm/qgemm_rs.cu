@@ -1,0 +1,15 @@
+// q3_wgmma_rs: the dispatch of each weight type to its instances (see qgemm_rs.cuh; the instances
+// are compiled apart, in the units src/CMakeLists.txt writes).
+#include "kernels/gemm/qgemm_rs.cuh"
+
+namespace lamina::kernels::qgemm_rs {
+
+LAMINA_QGEMM_RS_EXTERN(kQ8_0)
+LAMINA_QGEMM_RS_EXTERN(kQ4_0)
+LAMINA_QGEMM_RS_EXTERN(kQ4_K)
+
+Status run_q8_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) { return run_kind<kQ8_0>(p, c, s); }
+Status run_q4_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) { return run_kind<kQ4_0>(p, c, s); }
+Status run_q4_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) { return run_kind<kQ4_K>(p, c, s); }
+
+}  // namespace lamina::kernels::qgemm_rs
