@@ -8,9 +8,8 @@
 # from gpu-check.sh (GPU_CHECK_TP=0 skips it there). TP_MODELS picks the files as preset:type
 # (default llama3-8b:q4_0 llama2-70b:q4_0; llama2-70b:f16 is the 4-GPU case).
 # Decode's all-reduces: the default (--tp-all-reduce fused: the peer kernel fused with the residual
-# add, the next norm pending, where the row is narrow enough), each row also with the all-reduce
-# and the add+norm apart (peer), with NCCL alone, and for the 70B shapes (rows of 8192, too wide
-# to pend) with the norm computed in the fused kernel (fused-wide). The 8B file
+# add and the next norm, pending where the row is narrow enough, else computed), each row also
+# with the all-reduce and the add+norm apart (peer) and with NCCL alone. The 8B file
 # also runs the batching engine (bench --parallel) on 1 and N GPUs (TP_PARALLEL=0 skips it).
 # TP_COUNTS overrides the GPU counts benchmarked (default "1 2", or "1 2 4" on 4 GPUs).
 # First `lamina kbench allreduce` on 2 (and 4) GPUs: each all-reduce way alone, µs per call.
@@ -84,8 +83,7 @@ for pt in $TP_MODELS; do
     "$L" bench -m "$f" -p 512 -n 128 -r 3 -d cuda --tp $n > "$OUT/tp-bench-$m-$n.log" 2>&1 || { rc=1; tail -3 "$OUT/tp-bench-$m-$n.log"; }
     row "$OUT/tp-bench-$m-$n.log" "lamina $m tp $n"
     [ $n -gt 1 ] || continue
-    ars="peer nccl"; [[ $m == *70b* ]] && ars="$ars fused-wide"
-    for ar in $ars; do
+    for ar in peer nccl; do
       "$L" bench -m "$f" -p 0 -n 128 -r 3 -d cuda --tp $n --tp-all-reduce $ar > "$OUT/tp-bench-$m-$n-$ar.log" 2>&1 || rc=1
       row "$OUT/tp-bench-$m-$n-$ar.log" "lamina $m tp $n, --tp-all-reduce $ar"
     done

@@ -4,9 +4,10 @@
 //   boundary    a chain of tiny kernels (a 32-element add): the floor a graph's kernel boundary sets
 //   peer-ar     peer_all_reduce alone, and nccl-ar ncclAllReduce alone: the transports
 //   peer        peer_all_reduce, then the add+norm kernel of one row (--tp-all-reduce peer)
-//   fused       peer_all_reduce_add_x8: the sum, the add and the pending norm's blocks (the default)
+//   fused       peer_all_reduce_add_x8: the sum, the add and the pending norm's blocks (the default
+//               where a norm can pend)
 //   fused-wide  peer_all_reduce_add_norm: the sum, the add and the norm computed (16 blocks, a grid
-//               barrier)
+//               barrier; the default where no norm can pend)
 //   nccl        ncclAllReduce, then the add+norm kernel of one row (--tp-all-reduce nccl)
 // Widths above 16384 (batches of rows, not one row) run the transports only.
 // Each rank records a CUDA graph of 64 calls on its own thread and stream; the ranks replay their

@@ -38,10 +38,9 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
       ->check(whole_in(1, 256));
   sub->add_option("--tp-all-reduce", a.tp_all_reduce,
                   "With --tensor-parallel on CUDA: fused (the default: decode rows by one kernel over NVLink that also "
-                  "adds the residual and leaves the next norm to the GEMVs after it; the rest by NCCL), peer (the "
-                  "same all-reduce, the add and the norm in a kernel of their own), fused-wide (fused, and rows too "
-                  "wide for a pending norm in one kernel too) or nccl")
-      ->check(CLI::IsMember({"peer", "fused", "fused-wide", "nccl"}));
+                  "adds the residual and the next norm; the rest by NCCL), peer (the same all-reduce, the add and the "
+                  "norm in a kernel of their own) or nccl")
+      ->check(CLI::IsMember({"peer", "fused", "nccl"}));
   sub->add_flag("--exact-matmul", a.opt.exact_matmul,
                 "Keep activations in f32 for quantised weights (slower; for reference checks)");
 }
@@ -65,8 +64,7 @@ SessionOptions SessionArgs::resolve() const {
   o.n_threads = threads_to_run(opt.n_threads);
   o.kv_type = kv_type == "f32" ? GgmlType::F32 : GgmlType::F16;
   using AR = CudaOptions::AllReduce;
-  o.cuda.all_reduce = tp_all_reduce == "peer" ? AR::Peer : tp_all_reduce == "fused-wide" ? AR::FusedWide
-                      : tp_all_reduce == "nccl" ? AR::Nccl : AR::Fused;
+  o.cuda.all_reduce = tp_all_reduce == "peer" ? AR::Peer : tp_all_reduce == "nccl" ? AR::Nccl : AR::Fused;
   return o;
 }
 

@@ -39,15 +39,14 @@ struct CudaOptions {
   // has it and all_reduce is not Nccl.
   const kernels::PeerAllReduce* peer = nullptr;
   // How the all-reduces run (--tp-all-reduce):
-  //   Fused: the peer kernel; for a decode row it also adds the residual and leaves the next norm
-  //          pending for the GEMVs after it (rows up to kX8SsMaxK wide; wider ones keep the
-  //          all-reduce and the add+norm kernel apart). 8B tg128 on 2 H200: 566 t/s against 365
-  //          apart (docs/benchmarks.md);
+  //   Fused: the peer kernel, which for a decode row also adds the residual and either leaves the
+  //          next norm pending for the GEMVs after it (int8 activations, rows up to kX8SsMaxK
+  //          wide) or computes it (wider rows, f16 weights; its blocks meet at a barrier of the
+  //          grid). Against Peer: Llama-3-8B tg128 on 2 H200 1.49x, Llama-2-70B 1.43x
+  //          (docs/benchmarks.md, thirtieth session);
   //   Peer: the peer kernel, the add and the norm in a kernel of their own;
-  //   FusedWide: Fused, and wider rows too, the kernel computing the norm itself (its blocks
-  //          meeting at a barrier of the grid; not yet timed);
   //   Nccl: NCCL for every all-reduce.
-  enum class AllReduce { Fused, Peer, FusedWide, Nccl } all_reduce = AllReduce::Fused;
+  enum class AllReduce { Fused, Peer, Nccl } all_reduce = AllReduce::Fused;
 };
 
 }  // namespace lamina

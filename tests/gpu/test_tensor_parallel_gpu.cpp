@@ -83,14 +83,12 @@ struct TpRun : SessionRun {
 };
 
 // The session's options for `ranks` GPUs; all_reduce: "peer" (decode rows by the peer kernel),
-// "fused" (with the add, the norm pending), "fused-wide" (also the norm computed where it cannot
-// pend), "nccl".
+// "fused" (with the add, and the norm pending or, where it cannot pend, computed), "nccl".
 SessionOptions tp_options(int ranks, bool exact, const std::string& all_reduce, const std::string& type) {
   SessionOptions o;
   o.model_path = tiny_path(type), o.device = "cuda", o.n_ctx = 64, o.exact_matmul = exact, o.tensor_parallel = ranks;
   using AR = CudaOptions::AllReduce;
-  o.cuda.all_reduce = all_reduce == "peer" ? AR::Peer : all_reduce == "fused-wide" ? AR::FusedWide
-                      : all_reduce == "nccl" ? AR::Nccl : AR::Fused;
+  o.cuda.all_reduce = all_reduce == "peer" ? AR::Peer : all_reduce == "nccl" ? AR::Nccl : AR::Fused;
   return o;
 }
 
@@ -144,13 +142,13 @@ TEST(CudaTensorParallel, SessionsOfSeveralGpusGiveTheOneGpuSessionsTokens) {
 }
 
 // The fast path's decode steps run the fused kernels where asked: the pending-norm kernel for
-// the q8_0 model (fused, the default), the one that computes the norm for f16 (fused-wide), and
-// neither with peer.
+// the q8_0 model, the one that computes the norm for f16 (both fused, the default), and neither
+// with peer.
 TEST(CudaTensorParallel, TheFusedKernelsRunWhereAsked) {
   const int gpus = cuda_device_count();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs (this machine has " << gpus << ")";
   const std::string pend = "all_reduce+add, norm pending (peer)", computed = "all_reduce+add+norm (peer)";
-  const std::string fused = decode_profile(2, "fused", "q8_0"), wide = decode_profile(2, "fused-wide", "f16"),
+  const std::string fused = decode_profile(2, "fused", "q8_0"), wide = decode_profile(2, "fused", "f16"),
                     peer = decode_profile(2, "peer", "q8_0");
   EXPECT_NE(fused.find(pend), std::string::npos) << fused;
   EXPECT_NE(wide.find(computed), std::string::npos) << wide;
@@ -158,7 +156,7 @@ TEST(CudaTensorParallel, TheFusedKernelsRunWhereAsked) {
   EXPECT_EQ(peer.find(computed), std::string::npos) << peer;
 }
 
-// f16 weights take f32 rows, not int8 blocks, so no norm can pend: with fused-wide the peer
+// f16 weights take f32 rows, not int8 blocks, so no norm can pend: fused runs the peer
 // kernel that computes the norm itself (peer_all_reduce_add_norm) runs after Wo and down.
 TEST(CudaTensorParallel, TheFusedNormKernelGivesTheOneGpuSessionsTokens) {
   const int gpus = cuda_device_count();
@@ -166,10 +164,10 @@ TEST(CudaTensorParallel, TheFusedNormKernelGivesTheOneGpuSessionsTokens) {
   const TpRun one = run_session(1, false, "peer", "f16");
   for (int n : {2, 4}) {
     if (n > gpus) break;
-    const TpRun r = run_session(n, false, "fused-wide", "f16");
+    const TpRun r = run_session(n, false, "fused", "f16");
     ASSERT_EQ(r.all.size(), one.all.size());
     const double e = rel_l2(r.all, one.all), es = rel_l2(r.steps, one.steps);
-    std::printf("tensor parallel fast f16, %d GPUs (fused-wide): prompt logits rel. L2 %.2e, decode steps' %.2e\n", n,
+    std::printf("tensor parallel fast f16, %d GPUs (fused): prompt logits rel. L2 %.2e, decode steps' %.2e\n", n,
                 e, es);
     EXPECT_LE(e, 1e-3) << n << " GPUs";
     EXPECT_LE(es, 1e-3) << n << " GPUs, decode steps";
