@@ -1,27 +1,36 @@
 #!/usr/bin/env bash
 # A/B of decode and prompt speed on the GPU machine: the tree as it is ("new") against an older
 # tree ("old"), each built in its own folder and tuned by its own `lamina tune` into its own
-# cache, then benchmarked alternating old / new, two rounds.
+# cache, then benchmarked alternating old / new, AB_ROUNDS rounds (default 4).
 #   here:   git archive REV CMakeLists.txt cmake src tools | gzip > .carry/ab/old.tar.gz
 #           (REV: the tree before the change; ~400 KB)
 #   there:  scripts/gpu-ab.sh .carry/ab/old.tar.gz     (after scripts/gpu-check.sh built build-gpu
 #                                                      and generated the models in $MODELS)
-# Prints the pp/tg lines of `lamina bench` (10 repetitions: pp512's spread over 3 is 8-13 %) with
-# old/new and the round in front; $OUT/ab.log.
+# Prints the pp/tg lines of `lamina bench` (10 repetitions each) with old/new and the round in
+# front ($OUT/ab.log), then per model and test the median over the rounds of each build's mean and
+# new / old: pp512's repetitions spread by 8-14 % (sd), so one slow round must not decide.
+# The old tree's build is kept in /tmp/lamina-ab/old and reused for the same tarball (so it can be
+# built ahead, e.g. in the background of gpu-check.sh: AB_BUILD_ONLY=1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OLD=${1:?usage: scripts/gpu-ab.sh OLD_TREE.tar.gz}
 OUT="${OUT:-$PWD/gpu-logs}"; mkdir -p "$OUT"
 MODELS="${MODELS:-/tmp/lamina-models}"
-[ -x build-gpu/tools/lamina ] || { echo "gpu-ab: build build-gpu first (scripts/gpu-check.sh)"; exit 1; }
-A=/tmp/lamina-ab; rm -rf $A/old && mkdir -p $A/old $A/tune-old $A/tune-new
-tar -xzf "$OLD" -C $A/old
-extra=()
-[ -f /usr/include/pcre2.h ] || extra+=("-DLAMINA_EXTRA_INCLUDE=$PWD/.carry/include")
-if ! { cmake -S $A/old -B $A/old/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLAMINA_CUDA=ON -DLAMINA_TESTS=OFF "${extra[@]}" &&
-       cmake --build $A/old/build -j 16 --target lamina_cli; } > "$OUT/ab-build-old.log" 2>&1; then
-  tail -30 "$OUT/ab-build-old.log"; exit 1
+A=/tmp/lamina-ab; mkdir -p $A/tune-old $A/tune-new
+stamp=$(sha256sum < "$OLD")
+if [ ! -x $A/old/build/tools/lamina ] || [ "$(cat $A/old/stamp 2>/dev/null)" != "$stamp" ]; then
+  rm -rf $A/old && mkdir -p $A/old
+  tar -xzf "$OLD" -C $A/old
+  extra=()
+  [ -f /usr/include/pcre2.h ] || extra+=("-DLAMINA_EXTRA_INCLUDE=$PWD/.carry/include")
+  if ! { cmake -S $A/old -B $A/old/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLAMINA_CUDA=ON -DLAMINA_TESTS=OFF "${extra[@]}" &&
+         cmake --build $A/old/build -j "${AB_JOBS:-16}" --target lamina_cli; } > "$OUT/ab-build-old.log" 2>&1; then
+    tail -30 "$OUT/ab-build-old.log"; exit 1
+  fi
+  echo "$stamp" > $A/old/stamp
 fi
+[ "${AB_BUILD_ONLY:-0}" = 1 ] && exit 0
+[ -x build-gpu/tools/lamina ] || { echo "gpu-ab: build build-gpu first (scripts/gpu-check.sh)"; exit 1; }
 bin() { [ "$1" = old ] && echo $A/old/build/tools/lamina || echo "$PWD/build-gpu/tools/lamina"; }
 models=()
 for m in llama2-7b-q4_0 llama2-7b-q8_0 llama2-7b-f16 llama3-8b-q4_0; do [ -f "$MODELS/$m.gguf" ] && models+=("$m"); done
@@ -32,7 +41,7 @@ for m in "${models[@]}"; do
       echo "tune $b $m failed"
   done
 done
-for round in 1 2; do
+for round in $(seq 1 "${AB_ROUNDS:-4}"); do
   for m in "${models[@]}"; do
     for b in old new; do
       LAMINA_TUNE_CACHE_DIR=$A/tune-$b "$(bin $b)" bench -m "$MODELS/$m.gguf" -p 512 -n 128 -r 10 -d cuda 2>/dev/null |
@@ -44,3 +53,13 @@ for round in 1 2; do
       grep pp4096 | sed "s/^/$b r$round /"
   done
 done | tee "$OUT/ab.log"
+# The medians over the rounds: "old r1 | model | ... | test | mean ± sd |" lines.
+echo "| model | test | old (median of rounds) | new | new / old |"
+awk -F'|' '{ split($1, w, " "); t = $6; gsub(/ /, "", t); m = $2; gsub(/^ +| +$/, "", m); split($7, v, "±")
+             k = m SUBSEP t; n[w[1], k]++; x[w[1], k, n[w[1], k]] = v[1] + 0; keys[k] = 1 }
+     function med(b, k,   i, j, c, a, tmp) { c = n[b, k]; for (i = 1; i <= c; i++) a[i] = x[b, k, i]
+       for (i = 1; i <= c; i++) for (j = i + 1; j <= c; j++) if (a[j] < a[i]) { tmp = a[i]; a[i] = a[j]; a[j] = tmp }
+       return c % 2 ? a[(c + 1) / 2] : (a[c / 2] + a[c / 2 + 1]) / 2 }
+     END { for (k in keys) { split(k, p, SUBSEP); o = med("old", k); e = med("new", k)
+             printf "| %s | %s | %.2f | %.2f | %+.2f %% |\n", p[1], p[2], o, e, (o > 0 ? 100 * (e / o - 1) : 0) } }' "$OUT/ab.log" |
+  sort | tee "$OUT/ab-summary.txt"

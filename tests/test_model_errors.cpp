@@ -132,4 +132,19 @@ TEST_F(ModelErrors, RunAndQuantizeWork) {
   EXPECT_EQ(lines(r.out), 3);
 }
 
+// bench's table: a row per test, mean ± sd by default, median ± MAD with --median (both positive
+// rates; the header says which).
+TEST_F(ModelErrors, BenchGivesMeanOrMedian) {
+  for (const bool median : {false, true}) {
+    const Result r = run("bench -m " + dir_ + "/tiny.gguf -d cpu -t 1 -p 8 -n 4 -r 3" + (median ? " --median" : ""));
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out.find("median ± MAD") != std::string::npos, median) << r.out;
+    for (const char* test : {"pp8", "tg4"}) {
+      const size_t at = r.out.find(std::string(test) + " |");
+      ASSERT_NE(at, std::string::npos) << r.out;
+      EXPECT_GT(std::stod(r.out.substr(at + std::string(test).size() + 2)), 0.0) << r.out;
+    }
+  }
+}
+
 }  // namespace

@@ -1,6 +1,8 @@
 // lamina bench: a llama-bench-style table. pp<N>: one forward pass over N prompt tokens from an
 // empty cache; tg<N>: N single-token decode steps from an empty cache (as llama-bench); each
-// test runs -r times after one warm-up, and the table gives mean ± sd of tokens per second.
+// test runs -r times after one warm-up, and the table gives mean ± sd of tokens per second
+// (--median: the median ± the median absolute deviation, which one slow repetition cannot move:
+// what an A/B of two builds compares).
 // --pg P,N: a prompt of P tokens followed by N generated ones, timed together (llama-bench's -pg).
 // Generated tokens are sampled greedily where the backend samples (on the GPU: one id per step).
 // --profile: after the table, the per-op breakdown of one more run of each test.
@@ -29,6 +31,7 @@ namespace {
 struct BenchArgs {
   SessionArgs s;
   int n_prompt = 512, n_gen = 128, reps = 5;
+  bool median = false;
   std::string pg;  // "P,N"
   std::string parallel;  // "N1,N2,..."
   int prefix = 0;
@@ -42,6 +45,27 @@ std::vector<int32_t> random_tokens(size_t n, size_t n_vocab, uint64_t seed) {
   std::vector<int32_t> t(n);
   for (auto& x : t) x = int32_t(rng() % n_vocab);
   return t;
+}
+
+// The middle value of v (the mean of the two middle ones for an even count).
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
+}
+
+// "centre ± spread" of the repetitions' tokens per second: mean ± sd, or median ± MAD.
+std::pair<double, double> centre_spread(const std::vector<double>& tps, bool median) {
+  if (median) {
+    const double m = median_of(tps);
+    std::vector<double> dev;
+    for (double v : tps) dev.push_back(std::abs(v - m));
+    return {m, median_of(dev)};
+  }
+  double mean = 0, var = 0;
+  for (double v : tps) mean += v / double(tps.size());
+  for (double v : tps) var += (v - mean) * (v - mean) / double(std::max<size_t>(1, tps.size() - 1));
+  return {mean, std::sqrt(var)};
 }
 
 double time_prompt(Session& s, const std::vector<int32_t>& toks) {
@@ -111,7 +135,8 @@ void run_bench(const BenchArgs& a) {
   for (const auto& t : sess.file().tensors()) params += uint64_t(t.nelements());
   const double gib = double(sess.file().file_size()) / double(1ull << 30);
   const std::string model = fmt::format("{} {}", c.arch, c.name.empty() ? "" : c.name);
-  fmt::print("| {:<34} | {:>10} | {:>8} | {:<28} | {:>8} | {:>18} |\n", "model", "size", "params", "backend", "test", "t/s");
+  fmt::print("| {:<34} | {:>10} | {:>8} | {:<28} | {:>8} | {:>18} |\n", "model", "size", "params", "backend", "test",
+             a.median ? "t/s (median ± MAD)" : "t/s");
   fmt::print("| {:-<34} | {:->10} | {:->8} | {:-<28} | {:->8} | {:->18} |\n", "", "", "", "", "", "");
   std::vector<std::pair<std::string, std::function<double()>>> profiled;
   auto row = [&](const std::string& test, int n, auto fn) {
@@ -119,11 +144,9 @@ void run_bench(const BenchArgs& a) {
     fn();  // warm-up
     std::vector<double> tps;
     for (int r = 0; r < a.reps; ++r) tps.push_back(double(n) / fn());
-    double mean = 0, var = 0;
-    for (double v : tps) mean += v / double(tps.size());
-    for (double v : tps) var += (v - mean) * (v - mean) / double(std::max<size_t>(1, tps.size() - 1));
+    const auto [centre, spread] = centre_spread(tps, a.median);
     fmt::print("| {:<34.34} | {:>6.2f} GiB | {:>6.2f} M | {:<28.28} | {:>8} | {:>9.2f} ± {:>6.2f} |\n", model, gib,
-               double(params) / 1e6, sess.backend_name(), test, mean, std::sqrt(var));
+               double(params) / 1e6, sess.backend_name(), test, centre, spread);
     std::fflush(stdout);
   };
   // token lists outlive the rows: --profile runs each test again after the table
@@ -156,6 +179,7 @@ Run add_bench(CLI::App& app) {
   sub->add_option("-p,--n-prompt", a->n_prompt, "Prompt tokens (0: skip)")->check(whole_in(0, 1 << 16));
   sub->add_option("-n,--n-gen", a->n_gen, "Generated tokens (0: skip)")->check(whole_in(0, 1 << 16));
   sub->add_option("-r,--repetitions", a->reps, "Repetitions per test")->check(whole_in(1, 1000));
+  sub->add_flag("--median", a->median, "Give the median ± the median absolute deviation of the repetitions, not mean ± sd");
   sub->add_option("--pg", a->pg, "Prompt then generation, timed together: P,N (e.g. 4096,128)");
   sub->add_option("--parallel", a->parallel,
                   "Sequences at once through the batching engine, closed loop: N1,N2,... (each request -p prompt and -n generated tokens)");
