@@ -185,6 +185,11 @@ TEST(PeerAllReduce, AddWithTheNormComputedGivesTheHostsSumAndNorm) {
 // The three kernels mixed on the same flags and epochs, widths mixed, every call queued on both
 // streams with no wait between calls, and rank 1's stream held up by the host now and then: a
 // rank runs up to a call ahead of the other, and the parity slots must keep the calls apart.
+// The calls are queued rank 0, rank 1, call by call: the two ranks share GPU 0 here, and CUDA
+// does not promise that two streams have hardware queues of their own (after the many streams of
+// the tests before, they may share one). Queued all of rank 0's first, rank 0's first call stood
+// before rank 1's in such a queue with rank 0's second behind it, waiting on it: a deadlock (the
+// kernels' 10 s trap, on an H100 in the whole test binary, not when run alone).
 TEST(PeerAllReduce, MixedCallsQueuedBackToBackKeepEachCallsSums) {
   TwoRanks t;
   std::mt19937 rng(13);
@@ -194,8 +199,8 @@ TEST(PeerAllReduce, MixedCallsQueuedBackToBackKeepEachCallsSums) {
   for (int i = 0; i < 24; ++i) calls.push_back(std::make_unique<Call>(kinds[i % 6], widths[(i * 5) % 8], rng));
   CUDA_OK(cudaDeviceSynchronize());
   const auto hold = [](void*) { std::this_thread::sleep_for(std::chrono::microseconds(300)); };
-  for (int r = 0; r < kRanks; ++r)
-    for (size_t i = 0; i < calls.size(); ++i) {
+  for (size_t i = 0; i < calls.size(); ++i)
+    for (int r = 0; r < kRanks; ++r) {
       if (r == 1 && i % 5 == 2) CUDA_OK(cudaLaunchHostFunc(t.s[r], hold, nullptr));
       ASSERT_TRUE(calls[i]->launch(t, r));
     }
