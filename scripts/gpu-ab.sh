@@ -10,7 +10,8 @@
 # front ($OUT/ab.log), then per model and test the median over the rounds of each build's mean and
 # new / old: pp512's repetitions spread by 8-14 % (sd), so one slow round must not decide.
 # The old tree's build is kept in /tmp/lamina-ab/old and reused for the same tarball (so it can be
-# built ahead, e.g. in the background of gpu-check.sh: AB_BUILD_ONLY=1).
+# built ahead, e.g. in the background of gpu-check.sh: AB_BUILD_ONLY=1). AB_PROFILE=1 also writes
+# each build's `bench --profile` of pp512 per model ($OUT/ab-profile-{old,new}-MODEL.log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OLD=${1:?usage: scripts/gpu-ab.sh OLD_TREE.tar.gz}
@@ -53,6 +54,13 @@ for round in $(seq 1 "${AB_ROUNDS:-4}"); do
       grep pp4096 | sed "s/^/$b r$round /"
   done
 done | tee "$OUT/ab.log"
+# AB_PROFILE=1: each build's per-op profile of one pp512 pass per model, to set side by side.
+[ "${AB_PROFILE:-0}" = 1 ] && for m in "${models[@]}"; do
+  for b in old new; do
+    LAMINA_TUNE_CACHE_DIR=$A/tune-$b "$(bin $b)" bench -m "$MODELS/$m.gguf" -p 512 -n 0 -r 3 -d cuda --profile \
+      > "$OUT/ab-profile-$b-$m.log" 2>&1 || echo "profile $b $m failed"
+  done
+done
 # The medians over the rounds: "old r1 | model | ... | test | mean ± sd |" lines.
 echo "| model | test | old (median of rounds) | new | new / old |"
 awk -F'|' '{ split($1, w, " "); t = $6; gsub(/ /, "", t); m = $2; gsub(/^ +| +$/, "", m); split($7, v, "±")
