@@ -24,6 +24,11 @@ struct CudaOptions {
   bool graph_timing = false;
   // Record repeated decode passes as CUDA graphs and replay them (false: every pass eager).
   bool graphs = true;
+  // Matmuls of up to this many rows run as GEMVs (int8 activation blocks, the fused norms and
+  // epilogues), more as GEMMs; 1 to kernels::kGemvMaxBatch (--gemv-max-rows). kbench puts the
+  // 8-row q4_0 GEMV at 37 µs for 4096x4096 where a 128-row GEMM takes 21 (docs/benchmarks.md,
+  // thirtieth session): a knob to measure the batching engine's small steps both ways.
+  int gemv_max_rows = 8;
 
   // The fused decode paths; tests turn them off to compare with the kernels they replace: the
   // greedy id from the logits GEMV (else the sampling kernel) and the one-row lookup reading the

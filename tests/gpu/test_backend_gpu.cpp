@@ -237,6 +237,39 @@ TEST(BackendOps, MatmulEveryTypeAndEpilogue) {
   }
 }
 
+// CudaOptions::gemv_max_rows: with 2, matmuls of 3 to 8 rows run as GEMMs (the profile names
+// them) and still match the CPU; 1 and 2 rows stay GEMVs.
+TEST(BackendOps, GemvMaxRowsSendsSmallBatchesToTheGemm) {
+  CudaOptions o;
+  o.gemv_max_rows = 2;
+  Both b(o);
+  std::mt19937 rng(21);
+  for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K}) {
+    for (int64_t rows : {1, 2, 3, 8}) {
+      const int64_t N = 256, K = 512;
+      auto [wc, wg] = b.weight(t, N, K, quantised(t, N, K, rng));
+      const auto xh = randn(size_t(rows * K), rng);
+      b.cpu.reset_scratch(), b.gpu.reset_scratch();
+      Tensor xc = b.put(b.cpu, xh, rows, K), xg = b.put(b.gpu, xh, rows, K);
+      Tensor oc = b.cpu.alloc(rows, N), og = b.gpu.alloc(rows, N);
+      b.gpu.set_profiling(true);
+      b.gpu.profile_reset();
+      b.cpu.matmul(wc, xc, oc), b.gpu.matmul(wg, xg, og);
+      const std::vector<float> got = b.get(b.gpu, og);
+      const std::string report = b.gpu.profile_report();
+      b.gpu.set_profiling(false);
+      const bool gemm = rows > 2;
+      EXPECT_EQ(report.find("| gemm ") != std::string::npos, gemm) << type_name(t) << " rows " << rows << "\n" << report;
+      EXPECT_EQ(report.find("| gemv ") != std::string::npos, !gemm) << type_name(t) << " rows " << rows << "\n" << report;
+      const double tol = int8_x(t) ? 2e-2 : gemm ? 5e-3 : 1e-4;
+      EXPECT_LE(rel(got, b.get(b.cpu, oc)), tol) << type_name(t) << " rows " << rows;
+    }
+  }
+  CudaOptions bad;
+  bad.gemv_max_rows = 9;
+  EXPECT_THROW(CudaBackend(0, false, bad), Error);
+}
+
 // RMSNorm, add_norm, decode attention and the gate/up GEMV also write their output as int8 blocks for the
 // next GEMV. The matmul that reads that copy must give bit for bit what it gives when it
 // quantises the output itself (the copy made stale by adding zeros).

@@ -35,7 +35,8 @@ CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
       single_pass_attention_(o.single_pass_attention),
       lookup_upload_(o.staged_lookup),
       fused_argmax_(o.fused_argmax),
-      graphs_enabled_(o.graphs) {
+      graphs_enabled_(o.graphs),
+      gemv_max_rows_(o.gemv_max_rows) {
   nccl_ = o.nccl, all_reduce_ = o.all_reduce;
   peer_ = all_reduce_ == CudaOptions::AllReduce::Nccl ? nullptr : o.peer;
   cuda_check(cudaSetDevice(device), "cudaSetDevice");
@@ -47,6 +48,8 @@ CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
   for (auto r : {kn::PrefillAttention::V1Mma, kn::PrefillAttention::V2Pipelined})
     if (o.prefill_attention == kn::prefill_attention_name(r)) prefill_attention_ = r, known = true;
   check("init", known, fmt::format("prefill attention '{}' names no prompt-attention kernel", o.prefill_attention));
+  check("init", o.gemv_max_rows >= 1 && o.gemv_max_rows <= kn::kGemvMaxBatch,
+        fmt::format("--gemv-max-rows {}: 1 to {}", o.gemv_max_rows, kn::kGemvMaxBatch));
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   cuda_check(cudaEventCreateWithFlags(&sampled_, cudaEventDisableTiming), "cudaEventCreate");
   // Pinned words the kernels write for the host: the sampled id, the inputs' stamp.

@@ -336,6 +336,7 @@ class CudaBackend final : public Backend {
   long graphs_recorded_ = 0, graphs_dropped_ = 0;  // reported with --graph-timing
   uint64_t capturing_ = 0;
   bool graphs_enabled_ = true;
+  int gemv_max_rows_ = 8;  // CudaOptions::gemv_max_rows
   std::unique_ptr<GraphTiming> graph_timing_;  // CudaOptions::graph_timing
   // Profile
   bool profiling_ = false;

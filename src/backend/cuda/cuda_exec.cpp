@@ -19,7 +19,7 @@ using plan::Op;
 
 plan::Rules CudaBackend::fusion_rules() const {
   plan::Rules r;
-  r.gemv_max_rows = kn::kGemvMaxBatch;
+  r.gemv_max_rows = gemv_max_rows_;
   r.exact = exact_, r.int8_x = int8_x_, r.fused_argmax = fused_argmax_, r.paged = layout_ != nullptr;
   using AR = CudaOptions::AllReduce;
   r.all_reduce_norm = r.all_reduce_norm_wide = peer_ && all_reduce_ == AR::Fused;

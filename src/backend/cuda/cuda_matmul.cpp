@@ -61,7 +61,7 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
   const double flops = 2.0 * double(x.rows) * double(w.rows) * double(w.cols);
   kn::GemvProblem base = base_in;
   base.wtype = w.type, base.layout = layout, base.w = w.data, base.n = w.rows, base.k = w.cols;
-  if (x.rows > kn::kGemvMaxBatch && !exact_) {
+  if (x.rows > gemv_max_rows_ && !exact_) {
     kn::GemmProblem p;
     p.b_type = w.type;
     p.b_layout = layout;
@@ -203,7 +203,7 @@ void CudaBackend::exec_matmul_multi(const Node& n, Run& r) {
   // Not one whole stack, or prompt rows of a plain (not repacked) stack: one matmul per part
   // straight into its output. (Measured at pp512 on the 7B f16 model: three 4096-wide GEMMs cost
   // less than the stacked GEMM plus the three column copies: docs/benchmarks.md.)
-  if (!whole_stack(w, stacked, ds) || (x.rows > kn::kGemvMaxBatch && !ds.repacked)) {
+  if (!whole_stack(w, stacked, ds) || (x.rows > gemv_max_rows_ && !ds.repacked)) {
     for (size_t i = 0; i < w.size(); ++i) run_matmul(*w[i], info(*w[i]), x, n.outs[i], false, base, x16);
     return;
   }
