@@ -81,6 +81,15 @@ if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
   [ -f "$MODELS/llama2-7b-q8_0.gguf" ] && step bench-pg-7b-q8_0 "$L" bench -m "$MODELS/llama2-7b-q8_0.gguf" -p 0 -n 0 --pg 4096,128 -r 2 -d cuda
   # The batching engine (#30): closed loop of 128-token prompts and 128 greedy tokens each.
   [ -f "$MODELS/llama3-8b-q4_0.gguf" ] && step bench-parallel "$L" bench -m "$MODELS/llama3-8b-q4_0.gguf" -d cuda -p 128 -n 128 --parallel 1,16,64,128
+  # The engine's small steps (2-8 rows) as GEMVs (the default, --gemv-max-rows 8) or as GEMMs.
+  small_steps() {
+    local g
+    for g in 8 4 2 1; do
+      "$L" bench -m "$MODELS/llama3-8b-q4_0.gguf" -d cuda -p 128 -n 128 --parallel 4,8 --gemv-max-rows $g |
+        grep -E "^\| +[0-9]+ \|" | sed "s/^/--gemv-max-rows $g: /" || return 1
+    done
+  }
+  [ -f "$MODELS/llama3-8b-q4_0.gguf" ] && step bench-small-steps small_steps
   # The same workload through HTTP (#31): lamina serve on the GPU, scripts/bench-serve.py closed loop.
   bench_serve() {
     grep -q "serve enabled" "$OUT/configure.log" || { echo "serve is not built (no cpp-httplib)"; return 1; }
@@ -135,6 +144,7 @@ cat "$OUT/too-big.log" 2>/dev/null; tail -4 "$OUT/info-cuda.log" 2>/dev/null
 grep -hE "^\| (llama|model)" "$OUT"/bench-*.log 2>/dev/null | sort -u -r | head -12
 grep -E "^\| +[0-9]+ \|" "$OUT/bench-parallel.log" 2>/dev/null | sed 's/^/llama3-8b q4_0 parallel: /'
 grep -E "^\| +[0-9]+ \|" "$OUT/bench-serve.log" 2>/dev/null | sed 's/^/llama3-8b q4_0 serve (HTTP): /'
+sed 's/^/llama3-8b q4_0 parallel, /' "$OUT/bench-small-steps.log" 2>/dev/null
 grep -h "part at a near tie" "$OUT/gpu-tests.log" 2>/dev/null | sed "s/^[0-9]*: //"
 cat "$OUT"/same-tokens-*.log 2>/dev/null
 for m in exact fast; do [ -f "$OUT/ppl-kld-$m.log" ] && echo "CUDA $m vs CPU exact (GPL-3, 4 chunks): $(grep -E '^(PPL|base PPL|mean KLD|same top)' "$OUT/ppl-kld-$m.log" | tr '\n' ';')"; done
