@@ -260,10 +260,11 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
   // each thread takes stripes of 16 weight rows, unpacks a stripe once and runs it against every
   // token tile. Rows past a weight's last whole stripe take the row kernels (the same bits).
   const int64_t n_tiles = (T + kAmxTokens - 1) / kAmxTokens;
-  const size_t tile_bytes = amx_tokens_bytes(type, K), stripe_bytes = amx_rows_bytes(type, K);
+  const GgmlType lt = tile_layout_type(type);  // (q5_K's stripes are q4_K's)
+  const size_t tile_bytes = amx_tokens_bytes(lt, K), stripe_bytes = amx_rows_bytes(lt, K);
   uint8_t* packed = amx_tokens_.get(size_t(n_tiles) * tile_bytes);
   pool_.parallel_for(n_tiles, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) amx_pack_tokens(type, xb, x_rb, T, i * kAmxTokens, K, packed + size_t(i) * tile_bytes);
+    for (int64_t i = b; i < e; ++i) amx_pack_tokens(lt, xb, x_rb, T, i * kAmxTokens, K, packed + size_t(i) * tile_bytes);
   });
   std::vector<std::pair<size_t, int64_t>> stripes;  // (weight, first row)
   for (size_t wi = 0; wi < ws.size(); ++wi)
@@ -286,9 +287,9 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
       const Tensor& out = outs[wi];
       amx_unpack_rows(type, wr, w_rb, K, rows);
       for (int64_t t0 = 0; t0 < T; t0 += kAmxTokens)
-        tile_fn(type, rows, packed + size_t(t0 / kAmxTokens) * tile_bytes, K, out.data + t0 * out.cols + r,
+        tile_fn(lt, rows, packed + size_t(t0 / kAmxTokens) * tile_bytes, K, out.data + t0 * out.cols + r,
                 size_t(out.cols), int(std::min<int64_t>(kAmxTokens, T - t0)));
-      decode_columns(type, rows, cols.data(), int(cols.size()), dec);
+      decode_columns(lt, rows, cols.data(), int(cols.size()), dec);
       for (int64_t t = 0; t < T; ++t) {  // the outliers' terms, in each token's order
         const Outliers& o = outliers_[size_t(t)];
         if (o.n == 0) continue;

@@ -12,6 +12,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__x86_64__) && defined(__linux__)
 #include <cpuid.h>
@@ -53,7 +54,8 @@ size_t amx_rows_bytes(GgmlType t, int64_t K) {
 #if LAMINA_HAS_AMX
 
 bool tiles_support(GgmlType t) {
-  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K;
+  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
+         t == GgmlType::Q6_K;
 }
 
 bool amx_usable() {
@@ -229,18 +231,27 @@ LAMINA_UNPACK inline __m256i nibbles(const uint8_t* qs) {  // 16 bytes -> 32: lo
 
 }  // namespace
 
-LAMINA_UNPACK static void unpack_q4_K(const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
+// q4_K, and (kQ5) q5_K into q4_K's stripe layout: q5_K's quants 0..31 (the fifth bit of element
+// 32 sub + l is bit sub of qh[l]) where q4_K's are 0..15; scales, mins, d and dmin the same.
+template <bool kQ5>
+LAMINA_UNPACK static void unpack_q45_K(const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst) {
+  using Block = std::conditional_t<kQ5, block_q5_K, block_q4_K>;
+  const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
   for (int i = 0; i < kAmxRows; ++i) {
-    const auto* row = reinterpret_cast<const block_q4_K*>(w + size_t(i) * w_rb);
+    const auto* row = reinterpret_cast<const Block*>(w + size_t(i) * w_rb);
     for (int64_t sb = 0; sb < K / QK_K; ++sb) {
-      const block_q4_K& blk = row[sb];
+      const Block& blk = row[sb];
       uint8_t* d = dst + size_t(sb) * kKRowBytes;
       for (int c = 0; c < 4; ++c) {  // 64 elements: 32 low nibbles (sub-block 2c), 32 high (2c + 1)
         const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * c));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(d + 512 * (2 * c) + 32 * i), _mm256_and_si256(raw, low4));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(d + 512 * (2 * c + 1) + 32 * i),
-                           _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4));
+        __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        if constexpr (kQ5) {  // bits 2c and 2c + 1 of each qh byte as 16 (bytes of 0 or 1 shifted by 4 stay in their byte)
+          const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh));
+          lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+          hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+        }
+        _mm256_store_si256(reinterpret_cast<__m256i*>(d + 512 * (2 * c) + 32 * i), lo);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(d + 512 * (2 * c + 1) + 32 * i), hi);
       }
       uint8_t sm[16];  // the scales, then the mins
       q4k_scales_mins(blk.scales, sm);
@@ -281,7 +292,8 @@ LAMINA_UNPACK static void unpack_q6_K(const uint8_t* w, size_t w_rb, int64_t K, 
 }
 
 LAMINA_UNPACK void amx_unpack_rows(GgmlType t, const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst) {
-  if (t == GgmlType::Q4_K) return unpack_q4_K(w, w_rb, K, dst);
+  if (t == GgmlType::Q4_K) return unpack_q45_K<false>(w, w_rb, K, dst);
+  if (t == GgmlType::Q5_K) return unpack_q45_K<true>(w, w_rb, K, dst);
   if (t == GgmlType::Q6_K) return unpack_q6_K(w, w_rb, K, dst);
   const int64_t nb = K / QK;
   for (int i = 0; i < kAmxRows; ++i) {

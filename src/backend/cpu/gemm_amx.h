@@ -14,7 +14,7 @@
 // and per 256-element super-block of q4_K:
 //   packed tokens: 8 sub-blocks' B operands (8 x 512); d (16 x f32); per pair p of sub-blocks,
 //     each token's two 32-element sums as int16 (2p low, 2p + 1 high: 4 x 64).
-//   unpacked rows: 8 sub-blocks' A operands (8 x 512, nibbles 0..15); the sub-block scales as
+//   unpacked rows: 8 sub-blocks' A operands (8 x 512, nibbles 0..15; q5_K's 0..31); the sub-block scales as
 //     int32 [sub][row] (8 x 64); the mins as int16 pairs [pair][row] (4 x 64); d and dmin (f32).
 // and per 256-element super-block of q6_K (16-element groups):
 //   packed tokens: 16 groups' B operands (4 rows of 64 bytes each); d (16 x f32).
@@ -34,8 +34,13 @@ namespace lamina {
 // once, on the first call).
 bool amx_usable();
 // The weight types with prompt tiles (every tile kind below: AMX, AVX-512 VNNI, AVX-VNNI, AVX2)
-// in this build: q4_0, q4_1, q8_0, q4_K, q6_K on x86 Linux, none elsewhere.
+// in this build: q4_0, q4_1, q8_0, q4_K, q5_K, q6_K on x86 Linux, none elsewhere.
 bool tiles_support(GgmlType t);
+
+// The layout a type's stripes and token tiles take, and so the type every function below but
+// amx_unpack_rows is called with: q5_K unpacks into q4_K's stripes (quants 0..31 in place of
+// 0..15; the same scales, mins and float chain, as vec_dot.h's dot_q45_K shares one formula).
+inline GgmlType tile_layout_type(GgmlType t) { return t == GgmlType::Q5_K ? GgmlType::Q4_K : t; }
 
 constexpr int kAmxRows = 16;    // weight rows per stripe
 constexpr int kAmxTokens = 16;  // tokens per tile
@@ -62,7 +67,8 @@ class AmxBuffer {
 // elements) into one token tile at dst (amx_tokens_bytes).
 void amx_pack_tokens(GgmlType t, const uint8_t* xq, size_t x_rb, int64_t T, int64_t t0, int64_t K, uint8_t* dst);
 
-// Unpacks 16 weight rows (w, w + w_rb, ...) into one stripe at dst (amx_rows_bytes).
+// Unpacks 16 weight rows (w, w + w_rb, ...) into one stripe at dst (amx_rows_bytes); t the weights'
+// own type (q5_K: into q4_K's layout).
 void amx_unpack_rows(GgmlType t, const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst);
 
 // Gives the calling thread's tile state back (the tiles are configured on a thread's first
