@@ -1,6 +1,7 @@
-// AMX-INT8 tiles for the prompt matmuls of the int8 weight types (q4_0, q4_1, q8_0), q4_K and q6_K on
-// CPUs that have them (Intel Sapphire Rapids and later). A tile product multiplies 16 weight rows
-// by 16 tokens over one 32-element block (TDPBSSD: int8 x int8 -> exact int32 sums); the blocks'
+// AMX-INT8 tiles for the prompt matmuls of the int8 weight types (q4_0, q4_1, q8_0), q4_K (and
+// q5_K in q4_K's layout) and q6_K on CPUs that have them (Intel Sapphire Rapids and later). A
+// tile product multiplies 16 weight rows by 16 tokens over one 32-element block (TDPBSSD:
+// int8 x int8 -> exact int32 sums); the blocks'
 // sums then go through the float chain of vec_dot.h (q4_K, q6_K: the sums scaled by the
 // sub-block scales in int32, q4_K's mins' term in int32, then the row kernel's float formula), so
 // each output is bit for bit what the row dot kernels give it.
