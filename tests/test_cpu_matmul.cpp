@@ -1,4 +1,4 @@
-// CpuBackend's int8 matmuls (q4_0, q4_1, q8_0, q4_K, q5_K, q6_K) and f16/bf16 ones through every kernel shape and instruction-set
+// CpuBackend's int8 and k-quant matmuls (q4_0, q4_1, q8_0, q2_K-q6_K, iq4_xs) and f16/bf16 ones through every kernel shape and instruction-set
 // tier, AMX tiles included: the same bits as the portable one-row kernel for every output (the
 // order vec_dot.h defines), whatever tokens share the call; and close to an fp64 product of the
 // dequantised weights with the unquantised activations. Activation outliers and weights whose
@@ -83,7 +83,8 @@ TEST(CpuMatmul, EveryTierAndShapeGivesTheOneRowKernelsBits) {
       {GgmlType::Q4_1, 96, {16}, 10},           {GgmlType::Q4_K, 256, {16}, 11},
       {GgmlType::Q6_K, 256, {32}, 12},
       {GgmlType::Q5_K, 512, {24, 9}, 13},       {GgmlType::Q5_K, 256, {16}, 2},
-      {GgmlType::Q5_K, 768, {32, 16}, 33},      // q5_K's tiles: two token tiles, whole stripes
+      {GgmlType::Q5_K, 768, {32, 16}, 33},      // the tiles of q5_K, q3_K, iq4_xs: two token tiles
+      {GgmlType::Q3_K, 768, {32, 16}, 33},      {GgmlType::IQ4_XS, 768, {32, 16}, 33},
       {GgmlType::Q3_K, 512, {24, 9}, 13},       {GgmlType::Q2_K, 256, {16, 5}, 3},
       {GgmlType::Q2_K, 512, {24, 9}, 13},       {GgmlType::Q3_K, 256, {16}, 6},
       {GgmlType::IQ4_XS, 512, {24, 9}, 13},     {GgmlType::IQ4_XS, 256, {16}, 1},

@@ -260,7 +260,7 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
   // each thread takes stripes of 16 weight rows, unpacks a stripe once and runs it against every
   // token tile. Rows past a weight's last whole stripe take the row kernels (the same bits).
   const int64_t n_tiles = (T + kAmxTokens - 1) / kAmxTokens;
-  const GgmlType lt = tile_layout_type(type);  // (q5_K's stripes are q4_K's)
+  const GgmlType lt = tile_layout_type(type);  // (q5_K's stripes are q4_K's; q3_K's and iq4_xs's q6_K's)
   const size_t tile_bytes = amx_tokens_bytes(lt, K), stripe_bytes = amx_rows_bytes(lt, K);
   uint8_t* packed = amx_tokens_.get(size_t(n_tiles) * tile_bytes);
   pool_.parallel_for(n_tiles, [&](int64_t b, int64_t e) {
@@ -287,7 +287,7 @@ void CpuBackend::matmul_multi(std::span<const Weight* const> ws, Tensor x, std::
       const Tensor& out = outs[wi];
       amx_unpack_rows(type, wr, w_rb, K, rows);
       for (int64_t t0 = 0; t0 < T; t0 += kAmxTokens)
-        tile_fn(lt, rows, packed + size_t(t0 / kAmxTokens) * tile_bytes, K, out.data + t0 * out.cols + r,
+        tile_fn(type, rows, packed + size_t(t0 / kAmxTokens) * tile_bytes, K, out.data + t0 * out.cols + r,
                 size_t(out.cols), int(std::min<int64_t>(kAmxTokens, T - t0)));
       decode_columns(lt, rows, cols.data(), int(cols.size()), dec);
       for (int64_t t = 0; t < T; ++t) {  // the outliers' terms, in each token's order

@@ -9,6 +9,7 @@
 
 #include "backend/cpu/vec_dot.h"
 #include "format/quant_blocks.h"
+#include "format/quant_decode.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -55,7 +56,7 @@ size_t amx_rows_bytes(GgmlType t, int64_t K) {
 
 bool tiles_support(GgmlType t) {
   return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
-         t == GgmlType::Q6_K;
+         t == GgmlType::Q6_K || t == GgmlType::Q3_K || t == GgmlType::IQ4_XS;
 }
 
 bool amx_usable() {
@@ -199,8 +200,10 @@ LAMINA_AMX void tile_q4_K(const uint8_t* rows, const uint8_t* tokens, int64_t ns
     _tile_stored(C, cbuf, 64);                               \
   } while (0)
 
-LAMINA_AMX void tile_q6_K(const uint8_t* rows, const uint8_t* tokens, int64_t nsb, float* out, size_t out_stride,
-                          int n_tokens) {
+// q6_K, and in its layout q3_K and iq4_xs (T: which term, group_term).
+template <GgmlType T>
+LAMINA_AMX void tile_groups(const uint8_t* rows, const uint8_t* tokens, int64_t nsb, float* out, size_t out_stride,
+                            int n_tokens) {
   configure_tiles();
   alignas(64) int32_t c0[256], c1[256];
   __m512 acc[16];
@@ -219,7 +222,7 @@ LAMINA_AMX void tile_q6_K(const uint8_t* rows, const uint8_t* tokens, int64_t ns
       scale_sums(S, c1, sc + 16 * (g + 1));
     }
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_add_ps(acc[i], q6k_term(S[i], wb, xb, i));
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_add_ps(acc[i], group_term<T>(S[i], wb, xb, i));
   }
   store_tile(acc, out, out_stride, n_tokens);
 }
@@ -291,10 +294,44 @@ LAMINA_UNPACK static void unpack_q6_K(const uint8_t* w, size_t w_rb, int64_t K, 
   }
 }
 
+// q3_K and iq4_xs into q6_K's stripe layout (16-element groups of signed quants, int32 group
+// scales, d): q3_K's quants -4..3 under its 16 signed 6-bit scales; iq4_xs's table values
+// (-127..113) with each 32-element sub-block's scale on both of its groups (the integer sums
+// are dot_q3_K's and dot_iq4_xs's: scale * (s1 + s2) = scale * s1 + scale * s2).
+template <GgmlType T>
+LAMINA_UNPACK static void unpack_groups(const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst) {
+  using Block = std::conditional_t<T == GgmlType::Q3_K, block_q3_K, block_iq4_xs>;
+  for (int i = 0; i < kAmxRows; ++i) {
+    const auto* row = reinterpret_cast<const Block*>(w + size_t(i) * w_rb);
+    for (int64_t sb = 0; sb < K / QK_K; ++sb) {
+      const Block& blk = row[sb];
+      uint8_t* d = dst + size_t(sb) * kK6RowBytes;
+      auto* scales = reinterpret_cast<int32_t*>(d + kK6RowSc);
+      for (int g = 0; g < 16; ++g) {
+        auto* q = reinterpret_cast<int8_t*>(d + 256 * g + 16 * i);
+        for (int l = 0; l < 16; ++l) {
+          const int e = 16 * g + l;
+          if constexpr (T == GgmlType::Q3_K) {  // decode_q3_K's quant
+            const int n = e / 128, j = (e % 128) / 32, m = e % 32;
+            q[l] = int8_t(((blk.qs[32 * n + m] >> (2 * j)) & 3) - (((blk.hmask[m] >> (4 * n + j)) & 1) ? 0 : 4));
+          } else {
+            q[l] = int8_t(iq4_value(q_nib(blk.qs + 16 * (e / 32), e % 32)));
+          }
+        }
+        if constexpr (T == GgmlType::Q3_K) scales[16 * g + i] = q3k_scale(blk.scales, g);
+        else scales[16 * g + i] = iq4xs_scale(blk, g / 2);
+      }
+      reinterpret_cast<float*>(d + kK6RowD)[i] = _cvtsh_ss(blk.d);
+    }
+  }
+}
+
 LAMINA_UNPACK void amx_unpack_rows(GgmlType t, const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst) {
   if (t == GgmlType::Q4_K) return unpack_q45_K<false>(w, w_rb, K, dst);
   if (t == GgmlType::Q5_K) return unpack_q45_K<true>(w, w_rb, K, dst);
   if (t == GgmlType::Q6_K) return unpack_q6_K(w, w_rb, K, dst);
+  if (t == GgmlType::Q3_K) return unpack_groups<GgmlType::Q3_K>(w, w_rb, K, dst);
+  if (t == GgmlType::IQ4_XS) return unpack_groups<GgmlType::IQ4_XS>(w, w_rb, K, dst);
   const int64_t nb = K / QK;
   for (int i = 0; i < kAmxRows; ++i) {
     const uint8_t* row = w + size_t(i) * w_rb;
@@ -421,8 +458,10 @@ LAMINA_AMX void amx_release_tiles() {
 
 void amx_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K, float* out, size_t out_stride,
               int n_tokens) {
-  if (t == GgmlType::Q4_K) tile_q4_K(rows, tokens, K / QK_K, out, out_stride, n_tokens);
-  else if (t == GgmlType::Q6_K) tile_q6_K(rows, tokens, K / QK_K, out, out_stride, n_tokens);
+  if (t == GgmlType::Q4_K || t == GgmlType::Q5_K) tile_q4_K(rows, tokens, K / QK_K, out, out_stride, n_tokens);
+  else if (t == GgmlType::Q6_K) tile_groups<GgmlType::Q6_K>(rows, tokens, K / QK_K, out, out_stride, n_tokens);
+  else if (t == GgmlType::Q3_K) tile_groups<GgmlType::Q3_K>(rows, tokens, K / QK_K, out, out_stride, n_tokens);
+  else if (t == GgmlType::IQ4_XS) tile_groups<GgmlType::IQ4_XS>(rows, tokens, K / QK_K, out, out_stride, n_tokens);
   else if (t == GgmlType::Q4_1) tile<true>(rows, tokens, K / QK, out, out_stride, n_tokens);
   else tile<false>(rows, tokens, K / QK, out, out_stride, n_tokens);
 }

@@ -35,13 +35,18 @@ namespace lamina {
 // once, on the first call).
 bool amx_usable();
 // The weight types with prompt tiles (every tile kind below: AMX, AVX-512 VNNI, AVX-VNNI, AVX2)
-// in this build: q4_0, q4_1, q8_0, q4_K, q5_K, q6_K on x86 Linux, none elsewhere.
+// in this build: q4_0, q4_1, q8_0, q4_K, q5_K, q6_K, q3_K, iq4_xs on x86 Linux, none elsewhere.
 bool tiles_support(GgmlType t);
 
-// The layout a type's stripes and token tiles take, and so the type every function below but
-// amx_unpack_rows is called with: q5_K unpacks into q4_K's stripes (quants 0..31 in place of
-// 0..15; the same scales, mins and float chain, as vec_dot.h's dot_q45_K shares one formula).
-inline GgmlType tile_layout_type(GgmlType t) { return t == GgmlType::Q5_K ? GgmlType::Q4_K : t; }
+// The layout a type's stripes and token tiles take: the type amx_tokens_bytes, amx_rows_bytes,
+// amx_pack_tokens and the column decoders are called with (the unpacking and the tiles take the
+// weights' own type). q5_K unpacks into q4_K's stripes (quants 0..31 in place of 0..15; the same
+// scales, mins and float chain: vec_dot.h's dot_q45_K has one formula); q3_K and iq4_xs into
+// q6_K's (16-element groups of signed quants under int32 scales; their tiles end each super-block
+// as dot_q3_K / dot_iq4_xs do, dx * (d * S), where q6_K's take (dx * d) * S).
+inline GgmlType tile_layout_type(GgmlType t) {
+  return t == GgmlType::Q5_K ? GgmlType::Q4_K : t == GgmlType::Q3_K || t == GgmlType::IQ4_XS ? GgmlType::Q6_K : t;
+}
 
 constexpr int kAmxRows = 16;    // weight rows per stripe
 constexpr int kAmxTokens = 16;  // tokens per tile

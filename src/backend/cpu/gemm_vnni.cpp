@@ -75,8 +75,9 @@ LAMINA_VNNI void tile(const uint8_t* rows, const uint8_t* tokens, int64_t nb, fl
   store_tile(acc, out, out_stride, n_tokens);
 }
 
-// q4_K (8 sub-blocks of 32) and q6_K (16 groups of 16): each part's sums times the rows' scales
-// in int32, then the type's term per super-block, as the AMX tiles.
+// q4_K (8 sub-blocks of 32) and q6_K (16 groups of 16; q3_K and iq4_xs in its layout): each
+// part's sums times the rows' scales in int32, then the type's term per super-block, as the AMX
+// tiles.
 template <GgmlType T>
 LAMINA_VNNI void tile_k(const uint8_t* rows, const uint8_t* tokens, int64_t nsb, float* out, size_t out_stride, int n_tokens) {
   constexpr bool q4 = T == GgmlType::Q4_K;
@@ -97,7 +98,10 @@ LAMINA_VNNI void tile_k(const uint8_t* rows, const uint8_t* tokens, int64_t nsb,
       for (int i = 0; i < 16; ++i) scale_add(S[i], c[i], sc[16 * part + i]);
     }
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_add_ps(acc[i], q4 ? q4k_term(S[i], wb, xb, i) : q6k_term(S[i], wb, xb, i));
+    for (int i = 0; i < 16; ++i) {
+      if constexpr (q4) acc[i] = _mm512_add_ps(acc[i], q4k_term(S[i], wb, xb, i));
+      else acc[i] = _mm512_add_ps(acc[i], group_term<T>(S[i], wb, xb, i));
+    }
   }
   store_tile(acc, out, out_stride, n_tokens);
 }
@@ -106,8 +110,10 @@ LAMINA_VNNI void tile_k(const uint8_t* rows, const uint8_t* tokens, int64_t nsb,
 
 void vnni_tile(GgmlType t, const uint8_t* rows, const uint8_t* tokens, int64_t K, float* out, size_t out_stride,
                int n_tokens) {
-  if (t == GgmlType::Q4_K) tile_k<GgmlType::Q4_K>(rows, tokens, K / QK_K, out, out_stride, n_tokens);
+  if (t == GgmlType::Q4_K || t == GgmlType::Q5_K) tile_k<GgmlType::Q4_K>(rows, tokens, K / QK_K, out, out_stride, n_tokens);
   else if (t == GgmlType::Q6_K) tile_k<GgmlType::Q6_K>(rows, tokens, K / QK_K, out, out_stride, n_tokens);
+  else if (t == GgmlType::Q3_K) tile_k<GgmlType::Q3_K>(rows, tokens, K / QK_K, out, out_stride, n_tokens);
+  else if (t == GgmlType::IQ4_XS) tile_k<GgmlType::IQ4_XS>(rows, tokens, K / QK_K, out, out_stride, n_tokens);
   else if (t == GgmlType::Q4_1) tile<true>(rows, tokens, K / QK, out, out_stride, n_tokens);
   else tile<false>(rows, tokens, K / QK, out, out_stride, n_tokens);
 }
