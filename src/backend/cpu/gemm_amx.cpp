@@ -270,6 +270,12 @@ LAMINA_UNPACK static void unpack_q45_K(const uint8_t* w, size_t w_rb, int64_t K,
   }
 }
 
+// Row i's 16 quants of groups g and g + 1 of a q6_K-layout super-block (d): v's two halves.
+LAMINA_UNPACK static inline void store2(uint8_t* d, int g, int i, __m256i v) {
+  _mm_store_si128(reinterpret_cast<__m128i*>(d + 256 * g + 16 * i), _mm256_castsi256_si128(v));
+  _mm_store_si128(reinterpret_cast<__m128i*>(d + 256 * (g + 1) + 16 * i), _mm256_extracti128_si256(v, 1));
+}
+
 LAMINA_UNPACK static void unpack_q6_K(const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst) {
   const __m256i bias = _mm256_set1_epi8(32);
   for (int i = 0; i < kAmxRows; ++i) {
@@ -282,9 +288,7 @@ LAMINA_UNPACK static void unpack_q6_K(const uint8_t* w, size_t w_rb, int64_t K, 
         q6k_quants(blk, half, q);
         for (int k = 0; k < 4; ++k) {  // elements 128 half + 32 k ..: groups 8 half + 2 k and + 1
           const __m256i s = _mm256_sub_epi8(q[k], bias);
-          const int g = 8 * half + 2 * k;
-          _mm_store_si128(reinterpret_cast<__m128i*>(d + 256 * g + 16 * i), _mm256_castsi256_si128(s));
-          _mm_store_si128(reinterpret_cast<__m128i*>(d + 256 * (g + 1) + 16 * i), _mm256_extracti128_si256(s, 1));
+          store2(d, 8 * half + 2 * k, i, s);
         }
       }
       auto* scales = reinterpret_cast<int32_t*>(d + kK6RowSc);
@@ -297,29 +301,41 @@ LAMINA_UNPACK static void unpack_q6_K(const uint8_t* w, size_t w_rb, int64_t K, 
 // q3_K and iq4_xs into q6_K's stripe layout (16-element groups of signed quants, int32 group
 // scales, d): q3_K's quants -4..3 under its 16 signed 6-bit scales; iq4_xs's table values
 // (-127..113) with each 32-element sub-block's scale on both of its groups (the integer sums
-// are dot_q3_K's and dot_iq4_xs's: scale * (s1 + s2) = scale * s1 + scale * s2).
+// are dot_q3_K's and dot_iq4_xs's: scale * (s1 + s2) = scale * s1 + scale * s2). 32 elements
+// (two groups) per vector step, as decode_q3_K and decode_iq4_xs read them.
 template <GgmlType T>
 LAMINA_UNPACK static void unpack_groups(const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst) {
   using Block = std::conditional_t<T == GgmlType::Q3_K, block_q3_K, block_iq4_xs>;
+  const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), four = _mm256_set1_epi8(4);
+  alignas(16) int8_t table[16];
+  for (int k = 0; k < 16; ++k) table[k] = int8_t(iq4_value(k));
+  const __m128i tab = _mm_load_si128(reinterpret_cast<const __m128i*>(table)), low4 = _mm_set1_epi8(0x0F);
   for (int i = 0; i < kAmxRows; ++i) {
     const auto* row = reinterpret_cast<const Block*>(w + size_t(i) * w_rb);
     for (int64_t sb = 0; sb < K / QK_K; ++sb) {
       const Block& blk = row[sb];
       uint8_t* d = dst + size_t(sb) * kK6RowBytes;
       auto* scales = reinterpret_cast<int32_t*>(d + kK6RowSc);
-      for (int g = 0; g < 16; ++g) {
-        auto* q = reinterpret_cast<int8_t*>(d + 256 * g + 16 * i);
-        for (int l = 0; l < 16; ++l) {
-          const int e = 16 * g + l;
-          if constexpr (T == GgmlType::Q3_K) {  // decode_q3_K's quant
-            const int n = e / 128, j = (e % 128) / 32, m = e % 32;
-            q[l] = int8_t(((blk.qs[32 * n + m] >> (2 * j)) & 3) - (((blk.hmask[m] >> (4 * n + j)) & 1) ? 0 : 4));
-          } else {
-            q[l] = int8_t(iq4_value(q_nib(blk.qs + 16 * (e / 32), e % 32)));
+      if constexpr (T == GgmlType::Q3_K) {
+        const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.hmask));
+        for (int n = 0; n < 2; ++n) {  // elements 128 n + 32 j + l: bits 2j of qs[32 n + l], bit 4n + j of hmask[l]
+          const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * n));
+          for (int j = 0; j < 4; ++j) {
+            const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * j), three);
+            const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * n + j), one);
+            // lo - (hb ? 0 : 4) = lo + 4 hb - 4 (the bytes of 0/1 shifted by 2 stay in their byte)
+            store2(d, 8 * n + 2 * j, i, _mm256_sub_epi8(_mm256_add_epi8(lo, _mm256_slli_epi16(hb, 2)), four));
           }
         }
-        if constexpr (T == GgmlType::Q3_K) scales[16 * g + i] = q3k_scale(blk.scales, g);
-        else scales[16 * g + i] = iq4xs_scale(blk, g / 2);
+        for (int g = 0; g < 16; ++g) scales[16 * g + i] = q3k_scale(blk.scales, g);
+      } else {
+        for (int ib = 0; ib < 8; ++ib) {  // sub-block ib: low nibbles elements 0..15, high 16..31
+          const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs + 16 * ib));
+          const __m128i lo = _mm_shuffle_epi8(tab, _mm_and_si128(q, low4));
+          const __m128i hi = _mm_shuffle_epi8(tab, _mm_and_si128(_mm_srli_epi16(q, 4), low4));
+          store2(d, 2 * ib, i, _mm256_set_m128i(hi, lo));
+          scales[16 * (2 * ib) + i] = scales[16 * (2 * ib + 1) + i] = iq4xs_scale(blk, ib);
+        }
       }
       reinterpret_cast<float*>(d + kK6RowD)[i] = _cvtsh_ss(blk.d);
     }
