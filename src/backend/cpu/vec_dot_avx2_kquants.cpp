@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <type_traits>
 
 #if defined(__x86_64__)
@@ -166,6 +167,18 @@ LAMINA_AVX2 void rows8_qk(int64_t n, const void* w, size_t w_stride, const void*
   rows_q4_K<8, kQ5>(n, w, w_stride, x, out);
 }
 
+// Q3_K's 16 sub-block scales (q3k_scale) as int16 lanes: low nibbles s12[t] & 15 (t < 8) and
+// s12[t - 8] >> 4, high bits (s12[8 + t % 4] >> 2 (t / 4)) & 3, taken for all 16 at once (the
+// 32-bit lane k of the high bits' vector is s12[8..11] >> 2k, so its byte m is t = 4k + m's).
+LAMINA_AVX2 inline __m256i q3k_scales16(const uint8_t* s12) {
+  const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s12)), m4 = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+  uint32_t h;
+  std::memcpy(&h, s12 + 8, 4);
+  const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32(int(h)), _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
+  return _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32)));
+}
+
 // Q2_K (or, kQ3, Q3_K) against q8_K: per 32 elements (n, j) the 2-bit quants, bits 2j of
 // qs[32n + l]; for Q3_K plus 4 where bit 4n + j of hmask[l] is set (q + 4, 0..7, whose 4 * sum of
 // x is taken back with the bsums). The 32 are two 16-element sub-blocks, their scales by madd.
@@ -178,13 +191,15 @@ LAMINA_AVX2 float dot_q23_K(int64_t n, const void* w, const void* x) {
   const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
   float total = 0;
   for (int64_t i = 0; i < n / QK_K; ++i) {
-    int16_t sc[16];
-    int side = 0;  // Q2_K: sum of min * bsum; Q3_K: sum of scale * bsum
-    for (int t = 0; t < 16; ++t) {
-      if constexpr (kQ3) {
-        sc[t] = int16_t(q3k_scale(a[i].scales, t));
-        side += sc[t] * b[i].bsums[t];
-      } else {
+    alignas(32) int16_t sc[16];
+    int side = 0;  // Q2_K: sum of min * bsum
+    __m256i side_v = _mm256_setzero_si256();  // Q3_K: scale * bsum, in int32 pairs
+    if constexpr (kQ3) {
+      const __m256i s16 = q3k_scales16(a[i].scales);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sc), s16);
+      side_v = _mm256_madd_epi16(s16, load32(b[i].bsums));
+    } else {
+      for (int t = 0; t < 16; ++t) {
         sc[t] = int16_t(a[i].scales[t] & 15);
         side += (a[i].scales[t] >> 4) * b[i].bsums[t];
       }
@@ -203,7 +218,8 @@ LAMINA_AVX2 float dot_q23_K(int64_t n, const void* w, const void* x) {
         sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
       }
     }
-    if constexpr (kQ3) total += b[i].d * (h2f(a[i].d) * float(hsum_i32(sumi) - 4 * side));
+    // (Q3_K: the sum of sumi's lanes minus 4 * side, the same integer taken in one sum)
+    if constexpr (kQ3) total += b[i].d * (h2f(a[i].d) * float(hsum_i32(_mm256_sub_epi32(sumi, _mm256_slli_epi32(side_v, 2)))));
     else total += b[i].d * (h2f(a[i].d) * float(hsum_i32(sumi)) - h2f(a[i].dmin) * float(side));
   }
   return total;
@@ -221,10 +237,13 @@ LAMINA_AVX2 void tokens4_q23(int64_t n, const void* w, const void* x, size_t x_s
   const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
   float total[4] = {0, 0, 0, 0};
   for (int64_t i = 0; i < n / QK_K; ++i) {
-    int16_t sc[16], side_w[16];  // side_w: Q2_K the mins, Q3_K the scales (times each token's bsums)
-    for (int t = 0; t < 16; ++t) {
-      if constexpr (kQ3) sc[t] = side_w[t] = int16_t(q3k_scale(a[i].scales, t));
-      else sc[t] = int16_t(a[i].scales[t] & 15), side_w[t] = int16_t(a[i].scales[t] >> 4);
+    alignas(32) int16_t sc[16], side_w[16];  // side_w: Q2_K the mins, Q3_K the scales (times each token's bsums)
+    if constexpr (kQ3) {
+      const __m256i s16 = q3k_scales16(a[i].scales);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sc), s16);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(side_w), s16);
+    } else {
+      for (int t = 0; t < 16; ++t) sc[t] = int16_t(a[i].scales[t] & 15), side_w[t] = int16_t(a[i].scales[t] >> 4);
     }
     __m256i hm = _mm256_setzero_si256();
     if constexpr (kQ3) hm = load32(a[i].hmask);
