@@ -179,6 +179,15 @@ LAMINA_AVX2 inline __m256i q3k_scales16(const uint8_t* s12) {
   return _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32)));
 }
 
+// Q2_K's 16 sub-block scales (low nibbles) and mins (high nibbles) as int16 lanes.
+struct Scales16 {
+  __m256i scales, mins;
+};
+LAMINA_AVX2 inline Scales16 q2k_scales_mins16(const uint8_t* s16) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s16)), m4 = _mm_set1_epi8(0x0F);
+  return {_mm256_cvtepu8_epi16(_mm_and_si128(v, m4)), _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), m4))};
+}
+
 // Q2_K (or, kQ3, Q3_K) against q8_K: per 32 elements (n, j) the 2-bit quants, bits 2j of
 // qs[32n + l]; for Q3_K plus 4 where bit 4n + j of hmask[l] is set (q + 4, 0..7, whose 4 * sum of
 // x is taken back with the bsums). The 32 are two 16-element sub-blocks, their scales by madd.
@@ -192,17 +201,15 @@ LAMINA_AVX2 float dot_q23_K(int64_t n, const void* w, const void* x) {
   float total = 0;
   for (int64_t i = 0; i < n / QK_K; ++i) {
     alignas(32) int16_t sc[16];
-    int side = 0;  // Q2_K: sum of min * bsum
-    __m256i side_v = _mm256_setzero_si256();  // Q3_K: scale * bsum, in int32 pairs
+    __m256i side_v;  // Q2_K: min * bsum; Q3_K: scale * bsum; in int32 pairs
     if constexpr (kQ3) {
       const __m256i s16 = q3k_scales16(a[i].scales);
       _mm256_store_si256(reinterpret_cast<__m256i*>(sc), s16);
       side_v = _mm256_madd_epi16(s16, load32(b[i].bsums));
     } else {
-      for (int t = 0; t < 16; ++t) {
-        sc[t] = int16_t(a[i].scales[t] & 15);
-        side += (a[i].scales[t] >> 4) * b[i].bsums[t];
-      }
+      const auto [s16, m16] = q2k_scales_mins16(a[i].scales);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sc), s16);
+      side_v = _mm256_madd_epi16(m16, load32(b[i].bsums));
     }
     __m256i hm = _mm256_setzero_si256();
     if constexpr (kQ3) hm = load32(a[i].hmask);
@@ -220,7 +227,7 @@ LAMINA_AVX2 float dot_q23_K(int64_t n, const void* w, const void* x) {
     }
     // (Q3_K: the sum of sumi's lanes minus 4 * side, the same integer taken in one sum)
     if constexpr (kQ3) total += b[i].d * (h2f(a[i].d) * float(hsum_i32(_mm256_sub_epi32(sumi, _mm256_slli_epi32(side_v, 2)))));
-    else total += b[i].d * (h2f(a[i].d) * float(hsum_i32(sumi)) - h2f(a[i].dmin) * float(side));
+    else total += b[i].d * (h2f(a[i].d) * float(hsum_i32(sumi)) - h2f(a[i].dmin) * float(hsum_i32(side_v)));
   }
   return total;
 }
@@ -243,7 +250,9 @@ LAMINA_AVX2 void tokens4_q23(int64_t n, const void* w, const void* x, size_t x_s
       _mm256_store_si256(reinterpret_cast<__m256i*>(sc), s16);
       _mm256_store_si256(reinterpret_cast<__m256i*>(side_w), s16);
     } else {
-      for (int t = 0; t < 16; ++t) sc[t] = int16_t(a[i].scales[t] & 15), side_w[t] = int16_t(a[i].scales[t] >> 4);
+      const auto [s16, m16] = q2k_scales_mins16(a[i].scales);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sc), s16);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(side_w), m16);
     }
     __m256i hm = _mm256_setzero_si256();
     if constexpr (kQ3) hm = load32(a[i].hmask);
