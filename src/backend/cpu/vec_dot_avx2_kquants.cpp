@@ -244,15 +244,15 @@ LAMINA_AVX2 void tokens4_q23(int64_t n, const void* w, const void* x, size_t x_s
   const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
   float total[4] = {0, 0, 0, 0};
   for (int64_t i = 0; i < n / QK_K; ++i) {
-    alignas(32) int16_t sc[16], side_w[16];  // side_w: Q2_K the mins, Q3_K the scales (times each token's bsums)
+    alignas(32) int16_t sc[16];
+    __m256i side_w;  // Q2_K the mins, Q3_K the scales (times each token's bsums)
     if constexpr (kQ3) {
-      const __m256i s16 = q3k_scales16(a[i].scales);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(sc), s16);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(side_w), s16);
+      side_w = q3k_scales16(a[i].scales);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sc), side_w);
     } else {
       const auto [s16, m16] = q2k_scales_mins16(a[i].scales);
       _mm256_store_si256(reinterpret_cast<__m256i*>(sc), s16);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(side_w), m16);
+      side_w = m16;
     }
     __m256i hm = _mm256_setzero_si256();
     if constexpr (kQ3) hm = load32(a[i].hmask);
@@ -270,8 +270,7 @@ LAMINA_AVX2 void tokens4_q23(int64_t n, const void* w, const void* x, size_t x_s
     const float d = h2f(a[i].d);
     for (int tok = 0; tok < 4; ++tok) {
       const block_q8_K& bt = b[tok][i];
-      int side = 0;
-      for (int t = 0; t < 16; ++t) side += side_w[t] * bt.bsums[t];
+      const int side = hsum_i32(_mm256_madd_epi16(side_w, load32(bt.bsums)));
       __m256i sumi = _mm256_setzero_si256();
       for (int k = 0; k < 8; ++k) {
         const __m256i p = _mm256_maddubs_epi16(q[k], load32(bt.qs + 128 * (k / 4) + 32 * (k % 4)));
