@@ -78,7 +78,7 @@ class PlanOnCpu final : public Backend {
   plan::Rules rules() const {
     plan::Rules r;
     r.int8_x = true, r.x8_ss_max_k = 4096, r.y8_counters = 16384;
-    r.all_reduce_norm = r.all_reduce_norm_wide = true;  // as CudaBackend with --tp-all-reduce fused
+    r.all_reduce_norm = true;  // as CudaBackend with --tp-all-reduce fused
     r.stacked = [](const Weight&) { return false; };
     r.repacked = [](const Weight&) { return false; };
     r.gemv_makes_y8 = [](const plan::Node&, bool) { return true; };

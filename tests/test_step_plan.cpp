@@ -342,20 +342,20 @@ TEST(StepPlan, TheAllReduceFusesWithTheAddAndTheNorm) {
   EXPECT_EQ(n[2].x8_from, -1);
 }
 
-// A row wider than the pending norms' sums of squares cover: the all-reduce stays apart and the
-// add+norm makes the next GEMV's int8 blocks, or with all_reduce_norm_wide one node computes the
-// norm and makes them; where a later op reads the norm's output, a norm is inserted after a
-// pending node. Exact mode fuses nothing.
+// A row wider than the pending norms' sums of squares cover: without the fused all-reduce the
+// all-reduce stays apart and the add+norm makes the next GEMV's int8 blocks; with it one node
+// computes the norm and makes them; where a later op reads the norm's output, a norm is inserted
+// after a pending node. Exact mode fuses nothing.
 TEST(StepPlan, TheAllReducesNormIsComputedWhereItCannotPend) {
   const RankLayer l;
   Rules r = rules();
-  r.all_reduce_norm = true, r.x8_ss_max_k = 128;
+  r.x8_ss_max_k = 128;
   const Plan apart = l.fused(r);
   ASSERT_EQ(ops(apart), (std::vector<Op>{Op::Matmul, Op::AllReduce, Op::AddNorm, Op::Matmul})) << apart.str();
   EXPECT_TRUE(apart.nodes()[2].x8_out);
   EXPECT_EQ(apart.nodes()[3].x8_from, 2);
 
-  r.all_reduce_norm_wide = true;
+  r.all_reduce_norm = true;
   const Plan wide = l.fused(r);
   ASSERT_EQ(ops(wide), (std::vector<Op>{Op::Matmul, Op::AllReduceAddNorm, Op::Matmul})) << wide.str();
   EXPECT_FALSE(wide.nodes()[1].pending_norm);
@@ -364,7 +364,7 @@ TEST(StepPlan, TheAllReducesNormIsComputedWhereItCannotPend) {
   EXPECT_EQ(wide.nodes()[2].norm_from, -1);
 
   Rules exact = rules(true);
-  exact.all_reduce_norm = true, exact.all_reduce_norm_wide = true;
+  exact.all_reduce_norm = true;
   const Plan e = l.fused(exact);
   EXPECT_EQ(e.nodes()[1].op, Op::AllReduce) << e.str();
 

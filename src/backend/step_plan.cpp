@@ -140,12 +140,11 @@ class Fuser {
     // 5c. The all-reduce of a row-parallel matmul's partial sums, then their add to the residual
     // and the next norm (a rank of a tensor-parallel layer), where nothing reads the sums later.
     // One decode row (fast path): where the GEMVs' pending norms cover its width the norm stays
-    // pending as after 2; a wider row's is computed where the backend asks for it.
+    // pending as after 2; a wider row's is computed in the same node.
     if (a.op == Op::AllReduce && b.op == Op::AddNorm && r_.all_reduce_norm && !r_.exact && !b.norm && b.norm2 &&
         same(b.y, a.x) && b.x.rows == 1 && b.out.rows == 1 && b.out.cols == b.x.cols && b.x.cols % 32 == 0 &&
         !overlaps(b.x, b.out) && !overlaps(a.x, b.x) && !read_later(in, j, a.x)) {
       const bool pend = b.x.cols <= r_.x8_ss_max_k && r_.x8_rows(b.out);
-      if (!pend && !r_.all_reduce_norm_wide) return false;
       Node f = b;
       f.op = Op::AllReduceAddNorm, f.comm = a.comm, f.pending_norm = pend;
       replace_tail(o, 2, std::move(f));

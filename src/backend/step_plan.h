@@ -12,11 +12,10 @@
 //  3. MatmulMulti(gate, up) + Swiglu/Geglu          -> GateUp (small batches)
 //  4. [RmsNorm q/k heads] + Rope q + Rope k + Attention -> RopeAttention
 //  5. [RmsNorm(y)] + Add(x, y) + [RmsNorm(x -> h)]   -> AddNorm
-//     AllReduce(y) + AddNorm(x, y -> h) [no norm of y], one row -> AllReduceAddNorm: h's norm
-//                                                       left pending (where the backend has it:
-//                                                       Rules::all_reduce_norm), or for a row
-//                                                       too wide for that, computed
-//                                                       (Rules::all_reduce_norm_wide)
+//     AllReduce(y) + AddNorm(x, y -> h) [no norm of y], one row -> AllReduceAddNorm (where the
+//                                                       backend has it: Rules::all_reduce_norm):
+//                                                       h's norm left pending, or for a row too
+//                                                       wide for that, computed
 //  6. a pending norm (2): the GEMVs that read h take its int8 blocks and sums of squares
 //     (norm_from); h itself is computed (an RmsNorm inserted) only before an op that needs it
 //  7. the pass's result made by a one-row matmul     -> that GEMV also leaves the greedy id
@@ -95,8 +94,8 @@ struct Rules {
   bool int8_x = false;             // quantised matrices loaded: GEMVs take int8 blocks of x
   bool fused_argmax = true;
   bool paged = false;              // the pass runs several sequences on the paged cache
-  bool all_reduce_norm = false;    // the all-reduce fuses with the residual add and the next norm (pending)
-  bool all_reduce_norm_wide = false;  // and so do rows too wide for a pending norm (the norm computed)
+  bool all_reduce_norm = false;    // the all-reduce fuses with the residual add and the next norm
+                                   // (pending where the row allows, else computed)
   int64_t x8_ss_max_k = 0;         // widest row a pending norm's sums of squares cover
   int64_t y8_counters = 0;         // int8-block counters of the GEMVs' epilogues (n / 32 at most)
   // Facts about weights and kernels the backend answers.

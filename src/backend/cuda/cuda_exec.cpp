@@ -22,7 +22,7 @@ plan::Rules CudaBackend::fusion_rules() const {
   r.gemv_max_rows = gemv_max_rows_;
   r.exact = exact_, r.int8_x = int8_x_, r.fused_argmax = fused_argmax_, r.paged = layout_ != nullptr;
   using AR = CudaOptions::AllReduce;
-  r.all_reduce_norm = r.all_reduce_norm_wide = peer_ && all_reduce_ == AR::Fused;
+  r.all_reduce_norm = peer_ && all_reduce_ == AR::Fused;
   r.x8_ss_max_k = kn::kX8SsMaxK;
   r.y8_counters = int64_t(kY8Counters);
   r.stacked = [this](const Weight& w) { return info(w).stack != nullptr; };
