@@ -22,15 +22,15 @@
 #include <random>
 
 namespace lamina::cli {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, size_t(p * double(v.size() - 1) + 0.5))];
 }
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
 
 struct Timing {
   Clock::time_point submitted, last;

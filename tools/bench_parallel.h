@@ -15,6 +15,10 @@ struct ParallelBenchSpec {
   int block_tokens = 16;      // positions per KV block
 };
 
+// The value at fraction p (0..1) of v sorted, the nearest rank (0 for an empty v): the table's
+// p50 / p99, and bench --median's median.
+double percentile(std::vector<double> v, double p);
+
 // "1,16,64" -> {1, 16, 64}; throws lamina::Error naming the flag on anything else.
 std::vector<int> parse_parallel(const std::string& list);
 

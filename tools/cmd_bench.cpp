@@ -47,20 +47,13 @@ std::vector<int32_t> random_tokens(size_t n, size_t n_vocab, uint64_t seed) {
   return t;
 }
 
-// The middle value of v (the mean of the two middle ones for an even count).
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t h = v.size() / 2;
-  return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
-}
-
 // "centre ± spread" of the repetitions' tokens per second: mean ± sd, or median ± MAD.
 std::pair<double, double> centre_spread(const std::vector<double>& tps, bool median) {
   if (median) {
-    const double m = median_of(tps);
+    const double m = percentile(tps, 0.5);
     std::vector<double> dev;
     for (double v : tps) dev.push_back(std::abs(v - m));
-    return {m, median_of(dev)};
+    return {m, percentile(dev, 0.5)};
   }
   double mean = 0, var = 0;
   for (double v : tps) mean += v / double(tps.size());
