@@ -307,9 +307,9 @@ template <GgmlType T>
 LAMINA_UNPACK static void unpack_groups(const uint8_t* w, size_t w_rb, int64_t K, uint8_t* dst) {
   using Block = std::conditional_t<T == GgmlType::Q3_K, block_q3_K, block_iq4_xs>;
   const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), four = _mm256_set1_epi8(4);
-  alignas(16) int8_t table[16];
+  alignas(16) int8_t table[16];  // iq4_xs: the values, in both lanes for pshufb by nibble
   for (int k = 0; k < 16; ++k) table[k] = int8_t(iq4_value(k));
-  const __m128i tab = _mm_load_si128(reinterpret_cast<const __m128i*>(table)), low4 = _mm_set1_epi8(0x0F);
+  const __m256i values = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(table)));
   for (int i = 0; i < kAmxRows; ++i) {
     const auto* row = reinterpret_cast<const Block*>(w + size_t(i) * w_rb);
     for (int64_t sb = 0; sb < K / QK_K; ++sb) {
@@ -330,10 +330,7 @@ LAMINA_UNPACK static void unpack_groups(const uint8_t* w, size_t w_rb, int64_t K
         for (int g = 0; g < 16; ++g) scales[16 * g + i] = q3k_scale(blk.scales, g);
       } else {
         for (int ib = 0; ib < 8; ++ib) {  // sub-block ib: low nibbles elements 0..15, high 16..31
-          const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs + 16 * ib));
-          const __m128i lo = _mm_shuffle_epi8(tab, _mm_and_si128(q, low4));
-          const __m128i hi = _mm_shuffle_epi8(tab, _mm_and_si128(_mm_srli_epi16(q, 4), low4));
-          store2(d, 2 * ib, i, _mm256_set_m128i(hi, lo));
+          store2(d, 2 * ib, i, _mm256_shuffle_epi8(values, nibbles(blk.qs + 16 * ib)));
           scales[16 * (2 * ib) + i] = scales[16 * (2 * ib + 1) + i] = iq4xs_scale(blk, ib);
         }
       }
