@@ -64,7 +64,7 @@ LAMINA_HD float decode_q6_K(const block_q6_K& b, int e) {
 }
 LAMINA_HD float decode_q8_K(const block_q8_K& b, int e) { return b.d * float(b.qs[e]); }
 // The IQ4 types' 16 values (a function, so that device code reads the same table).
-LAMINA_HD int iq4_value(int nibble) {
+LAMINA_HD constexpr int iq4_value(int nibble) {
   constexpr int8_t v[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
   return v[nibble];
 }

@@ -80,13 +80,13 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
     const double bytes = double(d.bytes) + double(x.rows * (x.cols * 2 + out.cols * 4));
     if (problems_) problems_->gemm.push_back(p);
     if (try_op(op_name(accumulate ? "gemm+res" : "gemm", w), bytes, flops, [&] { return kn::gemm(p, stream_); }).ok) return;
-    // No GEMM variant for this type: many rows through f16 (below: a repacked q6_K from 33 rows; a
-    // quantised matrix in the GGUF layout, such as q5_K, q3_K or q2_K, from 129: its way through
+    // No GEMM variant for this type: many rows through f16 (below: a repacked q6_K or q3_K from 33
+    // rows; a quantised matrix in the GGUF layout, such as q5_K, q2_K or iq4_xs, from 129: its way through
     // f32 moves about 10 bytes per weight, what 16 slices of a 5-bit GEMV read), else GEMVs over
     // 8-row slices.
-    const bool q6k = d.repacked && w.type == GgmlType::Q6_K;
+    const bool planes = d.repacked && kn::dequant_repacked_takes(w.type);
     const bool gguf = !d.repacked && w.type != GgmlType::F32 && x.rows > 16 * kn::kGemvMaxBatch;
-    if (x.rows > 4 * kn::kGemvMaxBatch && (q6k || gguf)) {
+    if (x.rows > 4 * kn::kGemvMaxBatch && (planes || gguf)) {
       p.a_type = p.b_type = GgmlType::F16;
       p.a = a16(GgmlType::F16);
       p.b_layout = kn::WeightLayout::Gguf;
@@ -122,12 +122,12 @@ const void* CudaBackend::convert(Tensor x, GgmlType type) {
 // through a Q4_K_M file's q6_K tensors, a Q5_K_M or Q3_K_M file's prompt): 8-row GEMV slices would
 // read the matrix once per 8 rows, so the matrix is dequantised to f16 in slices of its rows
 // (8M elements: 16 MiB, and 32 MiB of f32 on the way for the GGUF layout) and each slice multiplied
-// by the f16 GEMM into its columns of out. A repacked q6_K is dequantised to f16 directly; the
+// by the f16 GEMM into its columns of out. A repacked q6_K or q3_K is dequantised to f16 directly; the
 // GGUF layout through dequantize_rows' f32. p: the GEMM problem with A in f16.
 void CudaBackend::by_f16(const Weight& w, const DevWeight& d, kn::GemmProblem p, bool accumulate) {
   constexpr int64_t kSliceElems = int64_t(8) << 20;
   const int64_t slice = std::min<int64_t>(w.rows, std::max<int64_t>(128, kSliceElems / w.cols / 128 * 128));
-  const bool direct = d.repacked && w.type == GgmlType::Q6_K;
+  const bool direct = d.repacked && kn::dequant_repacked_takes(w.type);
   void* b = scratch_bytes(size_t(slice) * size_t(w.cols) * 2);
   float* f32 = direct ? nullptr : static_cast<float*>(scratch_bytes(size_t(slice) * size_t(w.cols) * 4));
   const size_t rb = row_bytes(w.type, w.cols);
@@ -136,8 +136,8 @@ void CudaBackend::by_f16(const Weight& w, const DevWeight& d, kn::GemmProblem p,
     const int64_t n = std::min(slice, w.rows - r0);
     const double elems = double(n) * double(w.cols);
     if (direct) {
-      run_op("dequant q6_K", elems * (210.0 / 256 + 2), 0,
-             [&] { return kn::dequant_q6k_repacked(w.data, w.rows, w.cols, r0, n, b, stream_); });
+      run_op(op_name("dequant", w), elems * (double(d.bytes) / double(w.rows * w.cols) + 2), 0,
+             [&] { return kn::dequant_repacked(w.type, w.data, w.rows, w.cols, r0, n, b, stream_); });
     } else {
       run_op(op_name("dequant", w), double(n) * double(rb) + elems * 4, 0, [&] {
         return kn::dequantize_rows(w.type, static_cast<const uint8_t*>(w.data) + size_t(r0) * rb, w.cols, nullptr, n, f32, stream_);

@@ -26,5 +26,12 @@ void register_q4k_variants(std::vector<GemvVariant>& out);     // gemv_q4k.cu
 void register_q6k_variants(std::vector<GemvVariant>& out);     // gemv_q6k.cu
 size_t gemv_q6k_repacked_bytes(int64_t n, int64_t k);                                   // gemv_q6k.cu
 Status gemv_q6k_repack(const void* src, int64_t n, int64_t k, void* out, cudaStream_t s);  // gemv_q6k.cu
+void register_q2k_variants(std::vector<GemvVariant>& out);     // gemv_q2k.cu
+void register_q3k_variants(std::vector<GemvVariant>& out);     // gemv_q3k.cu
+size_t gemv_q3k_repacked_bytes(int64_t n, int64_t k);                                   // gemv_q3k.cu
+Status gemv_q3k_repack(const void* src, int64_t n, int64_t k, void* out, cudaStream_t s);  // gemv_q3k.cu
+Status dequant_q3k_repacked(const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out, cudaStream_t s);
+Status dequant_q6k_repacked(const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out, cudaStream_t s);
+void register_iq4xs_variants(std::vector<GemvVariant>& out);   // gemv_iq4xs.cu
 
 }  // namespace lamina::kernels

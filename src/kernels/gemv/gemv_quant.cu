@@ -218,6 +218,7 @@ __global__ void repack_kernel(const uint8_t* __restrict__ src, int64_t n, int64_
 
 size_t gemv_repacked_bytes(GgmlType t, int64_t n, int64_t k) {
   if (t == GgmlType::Q6_K) return gemv_q6k_repacked_bytes(n, k);
+  if (t == GgmlType::Q3_K) return gemv_q3k_repacked_bytes(n, k);
   const size_t bits = t == GgmlType::Q8_0 ? 8 : 4;
   const size_t header = t == GgmlType::Q4_1 ? 4 : 2;
   return size_t(n) * size_t(k) * bits / 8 + size_t(n) * size_t(k / 32) * header;
@@ -225,8 +226,9 @@ size_t gemv_repacked_bytes(GgmlType t, int64_t n, int64_t k) {
 
 Status gemv_repack(GgmlType t, const void* src, int64_t n, int64_t k, void* out, cudaStream_t s) {
   if (t == GgmlType::Q6_K) return gemv_q6k_repack(src, n, k, out, s);
+  if (t == GgmlType::Q3_K) return gemv_q3k_repack(src, n, k, out, s);
   if (t != GgmlType::Q4_0 && t != GgmlType::Q4_1 && t != GgmlType::Q8_0)
-    return Status::error("gemv_repack: only q4_0, q4_1, q6_K and q8_0 have a repacked layout");
+    return Status::error("gemv_repack: only q4_0, q4_1, q3_K, q6_K and q8_0 have a repacked layout");
   if (k % 32 || n <= 0) return Status::error("gemv_repack: bad shape");
   const int64_t blocks = n * (k / 32);
   const unsigned grid = unsigned(std::min<int64_t>((blocks + 255) / 256, 4096));
@@ -236,6 +238,13 @@ Status gemv_repack(GgmlType t, const void* src, int64_t n, int64_t k, void* out,
   else if (t == GgmlType::Q4_1) repack_kernel<4, 4><<<grid, 256, 0, s>>>(in, n, k, o);
   else repack_kernel<8, 2><<<grid, 256, 0, s>>>(in, n, k, o);
   return launch_status("gemv_repack");
+}
+
+Status dequant_repacked(GgmlType t, const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out,
+                        cudaStream_t s) {
+  if (t == GgmlType::Q6_K) return dequant_q6k_repacked(w, n, k, row0, rows, out, s);
+  if (t == GgmlType::Q3_K) return dequant_q3k_repacked(w, n, k, row0, rows, out, s);
+  return Status::error("dequant_repacked: only q3_K and q6_K");
 }
 
 void register_quant_variants(std::vector<GemvVariant>& out) {

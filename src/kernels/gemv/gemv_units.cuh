@@ -1,0 +1,99 @@
+// A dp4a GEMV over weights read in "units": each lane of a warp takes one unit per step (a run of
+// quants that fits a few registers, with what it needs of its super-block's header) and
+// multiplies it by the int8 activation blocks it meets. The weight type is a policy U:
+//   U::kName                       the variant's name (launch errors)
+//   U::units(k)                    units in a row of k elements
+//   U::Unit                        the registers of one unit (zero-initialisable)
+//   U::load(w, n, k, row, j)       unit j of row `row` of the n x k matrix at w
+//   U::XPart                       what a unit needs of one batch row of x
+//   U::x_part(xr, j)               that, for unit j, from the row's int8 blocks (X8Row)
+//   U::dot(unit, xpart)            the unit's share of y[row] (f32, scales applied)
+// The loop, the shared-memory x (or the caller's x8, or a fused RMSNorm), the gate/up pair and
+// the epilogue are those of q4k_dp4a (gemv_q4k.cu), which keeps its own loop for its tuned
+// instances; the low-bit types (q2_K, q3_K, iq4_xs) share this one.
+#pragma once
+
+#include "kernels/gemv/gemv_common.cuh"
+#include "kernels/gemv/gemv_internal.h"
+#include "kernels/gemv/gemv_x8.cuh"
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+namespace lamina::kernels::gemv_detail {
+
+// Four 32-bit words (a 16-byte run of quants) from a 4-byte aligned address, through the
+// read-only path (the GGUF blocks of q2_K and iq4_xs are 4- and 8-byte aligned, not 16).
+__device__ __forceinline__ uint4 load4_words(const uint8_t* p) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(p);
+  return make_uint4(__ldg(w), __ldg(w + 1), __ldg(w + 2), __ldg(w + 3));
+}
+
+template <class U, int kRows, int kUnroll, bool kGateUp>
+__global__ void __launch_bounds__(256) units_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
+                                                  XSource xin, float* __restrict__ y, int64_t n, int64_t k, int batch,
+                                                  Epilogue ep) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
+  const uint8_t* xs = x8_source(xin, k, batch, smem);
+  const int lane = threadIdx.x % 32;
+  const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / 32);
+  const int64_t units = U::units(k);
+  for (int64_t row0 = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows; row0 < n;
+       row0 += warps_total * kRows) {
+    if (row0 + warps_total * kRows >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
+    float acc[kGateUp ? 2 : 1][kRows][kGemvMaxBatch] = {};
+#pragma unroll
+    for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat) {
+      const uint8_t* wm = mat ? w_up : w;
+      for (int64_t j0 = 0; j0 < units; j0 += 32 * kUnroll) {
+        typename U::Unit q[kRows][kUnroll];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            const int64_t j = j0 + u * 32 + lane;
+            q[r][u] = j < units ? U::load(wm, n, k, row0 + r < n ? row0 + r : n - 1, j) : typename U::Unit{};
+          }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t j = j0 + u * 32 + lane;
+          if (j >= units) break;
+#pragma unroll
+          for (int b = 0; b < kGemvMaxBatch; ++b) {
+            if (b >= batch) break;
+            const typename U::XPart xp = U::x_part(X8Row(xs, b, k), j);
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) acc[mat][r][b] += U::dot(q[r][u], xp);
+          }
+        }
+      }
+    }
+    store_rows(acc, row0, n, batch, ep, y);
+  }
+}
+
+template <class U, int kRows, int kUnroll>
+Status units_launch_gate(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+  if (p.w_up) return launch_x8_persistent(units_dp4a<U, kRows, kUnroll, true>, U::kName, p, c, kRows, s);
+  return launch_x8_persistent(units_dp4a<U, kRows, kUnroll, false>, U::kName, p, c, kRows, s);
+}
+
+// The configs every units variant instantiates (rows x unroll; warps are a launch parameter).
+inline std::vector<GemvConfig> units_configs() {
+  return {GemvConfig{1, 8, 2}, GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 4, 2}};
+}
+
+template <class U>
+Status units_run(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+  const std::string name = U::kName;
+  if (p.wtype != U::kType) return Status::error(name + ": " + std::string(type_name(U::kType)) + " only");
+  if (p.k % 256) return Status::error(name + ": k must be a multiple of 256");
+  if (c.rows == 1 && c.unroll == 2) return units_launch_gate<U, 1, 2>(p, c, s);
+  if (c.rows == 2 && c.unroll == 2) return units_launch_gate<U, 2, 2>(p, c, s);
+  if (c.rows == 1 && c.unroll == 4) return units_launch_gate<U, 1, 4>(p, c, s);
+  return Status::error(name + ": no instance for config " + c.str());
+}
+
+}  // namespace lamina::kernels::gemv_detail
