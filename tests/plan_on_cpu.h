@@ -45,7 +45,7 @@ class PlanOnCpu final : public Backend {
     cpu_.add_rows_scaled(dst, src, rows, scale);
   }
   void read(Tensor t, float* host) override { flush(), cpu_.read(t, host); }
-  void argmax_rows(Tensor logits, std::span<int32_t> out, std::span<float> max = {}) override {
+  void argmax_rows(Tensor logits, std::span<int32_t> out, std::span<float> max = {}, const KvLayout* = nullptr) override {
     flush({}, true), cpu_.argmax_rows(logits, out, max);
   }
 

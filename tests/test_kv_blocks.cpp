@@ -36,6 +36,37 @@ TEST(KvBlocks, AllocatesWhatAPromptNeedsAndGrowsByBlocks) {
   EXPECT_FALSE(m.has_sequence(1));
 }
 
+// reserve_next takes the block of the next token before the token is known (the engine's
+// run-ahead): only when the last block is full, once; append then uses it; with no block left it
+// fails and changes nothing; the reserved block is released with the sequence.
+TEST(KvBlocks, TheNextTokensBlockIsReservedAhead) {
+  KvBlockManager m(3, 4);
+  ASSERT_EQ(m.add_sequence(1, seq(3)), 0);
+  EXPECT_TRUE(m.reserve_next(1));  // the 4th token still fits the first block
+  EXPECT_EQ(m.block_table(1).size(), 1u);
+  EXPECT_TRUE(m.append(1, 7));
+  EXPECT_TRUE(m.reserve_next(1));  // the 5th needs a second block: taken now
+  EXPECT_EQ(m.block_table(1).size(), 2u);
+  EXPECT_EQ(m.used_blocks(), 2);
+  EXPECT_TRUE(m.reserve_next(1));  // once
+  EXPECT_EQ(m.block_table(1).size(), 2u);
+  EXPECT_TRUE(m.append(1, 8));     // into the reserved block, no other taken
+  EXPECT_EQ(m.block_table(1).size(), 2u);
+  EXPECT_EQ(m.used_blocks(), 2);
+  ASSERT_EQ(m.add_sequence(2, seq(4, 300)), 0);  // the last free block
+  for (int32_t t : {9, 10, 11}) EXPECT_TRUE(m.append(1, t));  // sequence 1's second block full
+  EXPECT_FALSE(m.reserve_next(1));  // none left
+  EXPECT_EQ(m.block_table(1).size(), 2u);
+  EXPECT_EQ(m.used_blocks(), 3);
+  m.free_sequence(1);
+  EXPECT_EQ(m.used_blocks(), 1);
+  EXPECT_TRUE(m.reserve_next(2));  // sequence 2's first block is full: a block freed by 1
+  EXPECT_EQ(m.block_table(2).size(), 2u);
+  m.free_sequence(2);
+  EXPECT_EQ(m.used_blocks(), 0);
+  EXPECT_EQ(m.free_blocks(), 3);
+}
+
 TEST(KvBlocks, ASharedPrefixIsComputedOnce) {
   KvBlockManager m(16, 4);
   std::vector<int32_t> a = seq(10);  // blocks [0-3] [4-7] [8-9]

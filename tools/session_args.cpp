@@ -27,6 +27,8 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
                   "avx512, amx")
       ->check(CLI::IsMember({"auto", "scalar", "avx2", "avx-vnni", "avx512", "amx"}));
   sub->add_flag("!--no-graphs", a.opt.cuda.graphs, "CUDA: run every pass eagerly (no recorded decode steps)");
+  sub->add_flag("!--no-run-ahead", a.opt.cuda.run_ahead,
+                "CUDA: the batching engine's decode steps wait for the host (no step started before its tokens are read)");
   sub->add_flag("--graph-timing", a.opt.cuda.graph_timing,
                 "CUDA: time each replayed decode step on the GPU against the host's share, printed at exit");
   sub->add_option("--gemv-max-rows", a.opt.cuda.gemv_max_rows,

@@ -113,6 +113,9 @@ class Backend {
   // The paged layout of the passes that follow (null: one sequence, slot = position); it must
   // stay valid while they run. Only backends that take layouts run the batching engine.
   virtual bool takes_kv_layout() const { return false; }
+  // Whether argmax_rows may start the next pass when given its layout (the caller then reserves
+  // the blocks of the next positions for it).
+  virtual bool runs_ahead() const { return false; }
   virtual void set_kv_layout(const KvLayout* layout) {
     if (layout) fail("the {} backend does not run several sequences at once yet", name());
   }
@@ -239,7 +242,12 @@ class Backend {
   // out[r] = the greedy id of logits row r (lowest id among equal maxima, as Sampler's greedy
   // draw): the host then reads one id per row, not a row of logits. max[r], where max is given:
   // that row's largest logit (ranks of a split vocabulary merge their picks by it).
-  virtual void argmax_rows(Tensor logits, std::span<int32_t> out, std::span<float> max = {}) {
+  // next: the caller will most likely run the pass's rows again next (one row per sequence,
+  // every row picked), each at its next position with the id found here as its token, on these
+  // block tables (blocks for the next positions included); a backend may start that pass before
+  // it returns, and the logits are then overwritten (the engine's run-ahead).
+  virtual void argmax_rows(Tensor logits, std::span<int32_t> out, std::span<float> max = {},
+                           const KvLayout* next = nullptr) {
     std::vector<float> row(size_t(logits.cols));
     for (int64_t r = 0; r < logits.rows; ++r) {
       read(logits.rows_view(r, 1), row.data());

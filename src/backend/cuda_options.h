@@ -24,6 +24,10 @@ struct CudaOptions {
   bool graph_timing = false;
   // Record repeated decode passes as CUDA graphs and replay them (false: every pass eager).
   bool graphs = true;
+  // The batching engine's decode steps started before the host has their tokens (the recorded
+  // step for every row's next position, its tokens the device's argmax; Backend::argmax_rows);
+  // false: each step waits for the host (--no-run-ahead, to measure it).
+  bool run_ahead = true;
   // Matmuls of up to this many rows run as GEMVs (int8 activation blocks, the fused norms and
   // epilogues), more as GEMMs; 1 to kernels::kGemvMaxBatch (--gemv-max-rows). kbench puts the
   // 8-row q4_0 GEMV at 37 µs for 4096x4096 where a 128-row GEMM takes 21 (docs/benchmarks.md,

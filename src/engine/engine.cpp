@@ -117,9 +117,14 @@ bool Engine::step() {
   }
   layout.row_seq = row_seq;
   // (no pick: keys and values only)
-  const SampledRows rows = session_.tensor_parallel() > 1
-                               ? ranks_rows(st, tokens, pos, layout, pick)
-                               : sampled_rows(st, session_.model().forward_batch(tokens, pos, layout, pick));
+  SampledRows rows;
+  if (session_.tensor_parallel() > 1) {
+    rows = ranks_rows(st, tokens, pos, layout, pick);
+  } else {
+    const Tensor out = session_.model().forward_batch(tokens, pos, layout, pick);
+    KvLayout next;  // (after the pass: reserving blocks may move the tables layout points into)
+    rows = sampled_rows(st, out, next_layout(st, row_seq, next) ? &next : nullptr);
+  }
   // One draw per sampling row, in the step's order.
   std::vector<std::pair<Scheduler::SeqId, int32_t>> sampled, going_on;
   std::vector<std::pair<int64_t, Finish>> ended;
@@ -164,9 +169,36 @@ bool Engine::step() {
   return true;
 }
 
+// The next step's layout when that step is most likely this one's rows again, each one position
+// on: every sequence decoding (one row, greedy on the device), none ending by length at this
+// token, nothing waiting or just submitted; each sequence's block for its next token is reserved.
+// The backend may then start that step before it hands over this step's ids (run-ahead:
+// Backend::argmax_rows), so that the host's turn between steps leaves no gap on the device. A
+// sequence that stops at this token instead, or a request that arrives meanwhile, makes the next
+// step another one: the step that ran ahead is then wasted work, its keys and values past the
+// end of a sequence that is ending or (the same values) at the position its next step writes.
+bool Engine::next_layout(const Step& st, std::span<const int32_t> row_seq, KvLayout& next) {
+  if (!session_.backend().runs_ahead() || sched_.waiting() > 0) return false;
+  {
+    std::lock_guard lk(mu_);
+    if (!submitted_.empty() || !cancelled_.empty()) return false;
+  }
+  for (const StepSeq& s : st.seqs) {
+    const Live& l = live_.at(s.id);
+    if (s.n != 1 || !s.logits || l.generated + 1 >= l.req.max_tokens || !l.sampler->params().plain_greedy()) return false;
+  }
+  for (const StepSeq& s : st.seqs)
+    if (!kv_.reserve_next(s.id)) return false;
+  next.block_tokens = kv_.block_tokens();
+  next.row_seq = row_seq;
+  for (const StepSeq& s : st.seqs) next.tables.push_back(kv_.block_table(s.id));
+  return true;
+}
+
 // Plain greedy rows (temperature <= 0, no repetition penalty) take the backend's argmax, one id
 // per row; the others read their logits rows (all at once when they are most of the rows).
-Engine::SampledRows Engine::sampled_rows(const Step& st, Tensor out) {
+// next: the next step's layout when it may run ahead (next_layout).
+Engine::SampledRows Engine::sampled_rows(const Step& st, Tensor out, const KvLayout* next) {
   SampledRows rows;
   rows.vocab = out.cols;
   std::vector<bool> plain;
@@ -176,7 +208,7 @@ Engine::SampledRows Engine::sampled_rows(const Step& st, Tensor out) {
   }
   const size_t n = plain.size(), n_plain = size_t(std::count(plain.begin(), plain.end(), true));
   rows.greedy.assign(n, -1);
-  if (n_plain) session_.backend().argmax_rows(out, rows.greedy);
+  if (n_plain) session_.backend().argmax_rows(out, rows.greedy, {}, n_plain == n ? next : nullptr);
   rows.at.assign(n, -1);
   if (n_plain == n) return rows;
   const bool all = 2 * (n - n_plain) > n;

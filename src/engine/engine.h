@@ -105,7 +105,8 @@ class Engine {
     int64_t vocab = 0;
     std::span<const float> logits(size_t r) const { return {(rows ? rows : host.data()) + at[r] * vocab, size_t(vocab)}; }
   };
-  SampledRows sampled_rows(const Step& st, Tensor out);
+  SampledRows sampled_rows(const Step& st, Tensor out, const KvLayout* next);
+  bool next_layout(const Step& st, std::span<const int32_t> row_seq, KvLayout& next);
   SampledRows ranks_rows(const Step& st, std::span<const int32_t> tokens, std::span<const int32_t> pos,
                          const KvLayout& layout, std::span<const int32_t> pick);
   void admit_pending();  // moves submitted requests and cancellations into the scheduler

@@ -106,6 +106,16 @@ bool KvBlockManager::append(SeqId id, int32_t token) {
   return true;
 }
 
+bool KvBlockManager::reserve_next(SeqId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) fail("KV blocks: no sequence {}", id);
+  Seq& s = it->second;
+  if (s.tokens.size() < s.table.size() * size_t(block_tokens_)) return true;
+  if (available() == 0) return false;
+  s.table.push_back(take_block());
+  return true;
+}
+
 void KvBlockManager::commit(SeqId id, int n_computed) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) fail("KV blocks: no sequence {}", id);

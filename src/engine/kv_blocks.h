@@ -32,6 +32,10 @@ class KvBlockManager {
   // One more token at the end of a sequence (a block allocated when the last one is full);
   // false when no block is left (the caller preempts a sequence), and nothing changes.
   bool append(SeqId id, int32_t token);
+  // The block of the sequence's next token taken ahead of the token (append then uses it): for a
+  // step started before the token is known (the engine's run-ahead). True when the table already
+  // has it; false when no block is left (nothing changes).
+  bool reserve_next(SeqId id);
   // The KV of the sequence's first n_computed tokens is now in its blocks: its full blocks up to
   // there become shareable.
   void commit(SeqId id, int n_computed);

@@ -222,6 +222,7 @@ void recorded_steps_give_eager_tokens(bool exact, int n_tokens, float temperatur
   ASSERT_FALSE(smol_path().empty()) << "set LAMINA_MODEL to SmolLM2 (scripts/gpu-check.sh does)";
   std::map<int64_t, std::vector<int32_t>> runs[2];
   int recorded = 0;
+  long launched = 0, taken = 0;  // steps run ahead (greedy rows only)
   for (bool graphs : {false, true}) {
     SessionOptions o;
     o.model_path = smol_path();
@@ -234,15 +235,21 @@ void recorded_steps_give_eager_tokens(bool exact, int n_tokens, float temperatur
     std::vector<int64_t> ids;
     const auto got = run_engine(s, text_requests(s, 16, n_tokens, temperature), ids);
     for (size_t i = 0; i < ids.size(); ++i) runs[graphs][int64_t(i)] = got.at(ids[i]);
-    if (graphs) recorded = cuda.recorded_graphs();
+    if (graphs) recorded = cuda.recorded_graphs(), launched = cuda.run_ahead_launched(), taken = cuda.run_ahead_taken();
   }
   for (int64_t i = 0; i < 16; ++i) {
     ASSERT_EQ(runs[1][i].size(), size_t(n_tokens)) << "request " << i;
     EXPECT_EQ(runs[1][i], runs[0][i]) << "request " << i;
   }
   EXPECT_GT(recorded, 0);
-  std::printf("engine decode steps (%s): %d graphs recorded, tokens equal to eager passes\n", exact ? "exact" : "fast",
-              recorded);
+  // Greedy decode steps of the same sequences run ahead of the host, and the next step takes them
+  // (every sequence ends at the same length: the last step has none ahead).
+  if (temperature == 0.f) {
+    EXPECT_GT(taken, 0);
+    EXPECT_LE(taken, launched);
+  }
+  std::printf("engine decode steps (%s): %d graphs recorded, %ld steps run ahead, %ld of them taken, tokens equal to "
+              "eager passes\n", exact ? "exact" : "fast", recorded, launched, taken);
 }
 
 // Sampled rows (the logits to the host's sampler) and greedy rows (the device's argmax).

@@ -36,6 +36,7 @@ CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
       lookup_upload_(o.staged_lookup),
       fused_argmax_(o.fused_argmax),
       graphs_enabled_(o.graphs),
+      run_ahead_(o.run_ahead),
       gemv_max_rows_(o.gemv_max_rows) {
   nccl_ = o.nccl, all_reduce_ = o.all_reduce;
   peer_ = all_reduce_ == CudaOptions::AllReduce::Nccl ? nullptr : o.peer;
@@ -59,9 +60,11 @@ CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
   }
   cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&host_id_dev_), host_id_, 0), "cudaHostGetDevicePointer");
   cuda_check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&seen_dev_), seen_, 0), "cudaHostGetDevicePointer");
-  dev_sampled_ = static_cast<int32_t*>(dev_alloc(sizeof(int32_t), "sampling"));
+  // The last sampled id, or argmax_rows' ids (the tokens of a step running ahead).
+  dev_sampled_ = static_cast<int32_t*>(dev_alloc(kSampledRows * sizeof(int32_t), "sampling"));
   owned_.push_back(dev_sampled_);
-  cuda_check(cudaMemset(dev_sampled_, 0, sizeof(int32_t)), "cudaMemset");
+  cuda_check(cudaMemset(dev_sampled_, 0, kSampledRows * sizeof(int32_t)), "cudaMemset");
+  cuda_check(cudaMallocHost(&host_ids_, kSampledRows * sizeof(int32_t)), "cudaMallocHost");
   // The logits GEMV's argmax key and count (device words, zero between launches).
   argmax_words_ = static_cast<unsigned long long*>(dev_alloc(2 * sizeof(unsigned long long), "sampling"));
   owned_.push_back(argmax_words_);
@@ -74,6 +77,8 @@ CudaBackend::~CudaBackend() {
   if (graph_timing_) {
     std::fputs(graph_timing_->report().c_str(), stderr);
     std::fprintf(stderr, "graphs: %ld recorded, %ld dropped because buffers moved\n", graphs_recorded_, graphs_dropped_);
+    if (ahead_rows_launched_)
+      std::fprintf(stderr, "engine steps run ahead: %ld, taken by the next step: %ld\n", ahead_rows_launched_, ahead_rows_taken_);
   }
   for (auto& [k, g] : graphs_)
     if (g.exec) cudaGraphExecDestroy(g.exec);
@@ -86,6 +91,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(dev_paged_);
   cudaFreeHost(host_paged_);
   cudaFreeHost(host_id_);
+  cudaFreeHost(host_ids_);
   cudaFreeHost(seen_);
   cudaEventDestroy(sampled_);
   cudaStreamDestroy(stream_);

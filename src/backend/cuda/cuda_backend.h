@@ -62,9 +62,10 @@ class CudaBackend final : public Backend {
 
   void begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> pos) override;
   bool takes_kv_layout() const override { return true; }
+  bool runs_ahead() const override { return run_ahead_ && graphs_enabled_ && !profiling_; }
   void set_kv_layout(const KvLayout* layout) override;
   void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) override;
-  void argmax_rows(Tensor logits, std::span<int32_t> out, std::span<float> max = {}) override;
+  void argmax_rows(Tensor logits, std::span<int32_t> out, std::span<float> max = {}, const KvLayout* next = nullptr) override;
   // The ops record nodes of the pass's step plan (backend/step_plan.h); flush() fuses and runs
   // them when the pass's results are wanted (read, sample, argmax_rows, the end of a capture).
   void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) override;
@@ -111,6 +112,10 @@ class CudaBackend final : public Backend {
   void collect_matmul_problems(MatmulProblems* into) { problems_ = into; }
   void set_graphs(bool on) { graphs_enabled_ = on; }  // off: every pass runs eagerly (tests)
   int recorded_graphs() const;  // passes recorded so far (tests)
+  // The engine's run-ahead (argmax_rows with next): steps launched ahead, and those the next
+  // pass took (tests, --graph-timing).
+  long run_ahead_launched() const { return ahead_rows_launched_; }
+  long run_ahead_taken() const { return ahead_rows_taken_; }
 
  private:
   struct DevWeight {
@@ -291,6 +296,18 @@ class CudaBackend final : public Backend {
   cudaEvent_t sampled_ = nullptr;   // after the sampling kernel
   bool launch_ahead();
   void launch_graph(cudaGraphExec_t exec);
+  // The engine's run-ahead (argmax_rows with a next layout): after a recorded pass of one row per
+  // sequence, the same graph for every row's next position, its tokens the ids the argmax kernel
+  // left in dev_sampled_ (staged as -1 - row). ahead_layout_ keeps the tables it was staged with,
+  // which the next pass must have to take it.
+  static constexpr int64_t kSampledRows = 1024;  // dev_sampled_ and host_ids_: ids of up to this many rows
+  bool ahead_rows_ = false;  // with ahead_: the step running ahead is the engine's, of n_in_ rows
+  std::vector<int32_t> ahead_tokens_, ahead_pos_rows_, ahead_row_seq_;
+  std::vector<std::vector<int32_t>> ahead_tables_;
+  long ahead_rows_launched_ = 0, ahead_rows_taken_ = 0;
+  int32_t* host_ids_ = nullptr;  // pinned: argmax_rows' ids
+  bool launch_ahead_rows(const KvLayout& next);
+  bool ahead_rows_match(std::span<const int32_t> tokens, std::span<const int32_t> pos) const;
   // KV cache
   GgmlType kv_type_ = GgmlType::F16;
   int kv_layers_ = 0, kv_ctx_ = 0, kv_dim_ = 0;
@@ -336,6 +353,7 @@ class CudaBackend final : public Backend {
   long graphs_recorded_ = 0, graphs_dropped_ = 0;  // reported with --graph-timing
   uint64_t capturing_ = 0;
   bool graphs_enabled_ = true;
+  bool run_ahead_ = true;  // CudaOptions::run_ahead
   int gemv_max_rows_ = 8;  // CudaOptions::gemv_max_rows
   std::unique_ptr<GraphTiming> graph_timing_;  // CudaOptions::graph_timing
   // Profile

@@ -27,11 +27,16 @@ void CudaBackend::begin_forward(std::span<const int32_t> tokens, std::span<const
   ahead_hit_ = false;
   if (ahead_) {
     ahead_ = false;
+    const bool rows = ahead_rows_;
+    ahead_rows_ = false;
     // The step that runs ahead is this one: its inputs are staged ({-1, pos}: the upload takes
-    // the token from dev_sampled_, which holds this id until the next sampling kernel runs).
-    if (tokens.size() == 1 && pos.size() == 1 && pos[0] == ahead_pos_ && tokens[0] == host_id_[(ahead_pos_ - 1) & 1]) {
+    // the token from dev_sampled_, which holds this id until the next sampling kernel runs; the
+    // engine's rows {-1 - r, pos}, dev_sampled_[r]).
+    if (rows ? ahead_rows_match(tokens, pos)
+             : tokens.size() == 1 && pos.size() == 1 && pos[0] == ahead_pos_ && tokens[0] == host_id_[(ahead_pos_ - 1) & 1]) {
       ahead_hit_ = true;
       inputs_staged_ = true;
+      ahead_rows_taken_ += rows;
       return;
     }
   }

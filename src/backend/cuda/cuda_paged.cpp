@@ -23,8 +23,9 @@ void CudaBackend::set_kv_layout(const KvLayout* layout) {
   if (layout != layout_) flush();  // the ops recorded so far run on the layout they were recorded under
   layout_ = layout;
   // A single-sequence step running ahead (launch_ahead) is not this pass: begin_forward must
-  // not take it for one. That step simply runs first on the stream.
-  if (layout) ahead_ = false;
+  // not take it for one. That step simply runs first on the stream. (The engine's step running
+  // ahead, of several rows, is checked by begin_forward.)
+  if (layout && !ahead_rows_) ahead_ = false;
 }
 
 // [slots | row_seq | tables] built in the pinned staging (stage_inputs has waited until the last
@@ -106,19 +107,76 @@ void CudaBackend::exec_copy_rows(const Node& n) {
          [&] { return kn::gather_rows(n.x.data, n.x.cols, idx, n.out.rows, n.out.data, stream_); });
 }
 
-void CudaBackend::argmax_rows(Tensor logits, std::span<int32_t> out, std::span<float> max) {
+void CudaBackend::argmax_rows(Tensor logits, std::span<int32_t> out, std::span<float> max, const KvLayout* next) {
   flush({}, true);
   check("argmax_rows", int64_t(out.size()) == logits.rows && (max.empty() || max.size() == out.size()),
         "one id (and maximum) per row");
-  auto* ids = static_cast<int32_t*>(scratch_bytes(out.size() * sizeof(int32_t)));
+  // The ids go to dev_sampled_ (where a step running ahead takes its tokens) and pinned memory.
+  const bool pinned = int64_t(out.size()) <= kSampledRows;
+  auto* ids = pinned ? dev_sampled_ : static_cast<int32_t*>(scratch_bytes(out.size() * sizeof(int32_t)));
   auto* vals = max.empty() ? nullptr : static_cast<float*>(scratch_bytes(out.size() * sizeof(float)));
   run_op("argmax rows", double(logits.rows * logits.cols) * 4.0, 0,
          [&] { return kn::argmax_rows(logits.data, logits.rows, logits.cols, ids, stream_, vals); });
-  cuda_check(cudaMemcpyAsync(out.data(), ids, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_), "argmax_rows");
+  cuda_check(cudaMemcpyAsync(pinned ? host_ids_ : out.data(), ids, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
+             "argmax_rows");
   if (vals)
     cuda_check(cudaMemcpyAsync(max.data(), vals, max.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_), "argmax_rows");
-  cuda_check(cudaStreamSynchronize(stream_), "argmax_rows");
+  const bool ahead = next && pinned && !vals && launch_ahead_rows(*next);
+  // (sampled_ is recorded before the step ahead)
+  cuda_check(ahead ? cudaEventSynchronize(sampled_) : cudaStreamSynchronize(stream_), "argmax_rows");
+  if (pinned) std::copy(host_ids_, host_ids_ + out.size(), out.begin());
+  if (ahead) ahead_tokens_.assign(out.begin(), out.end());
   collect_profile();
+}
+
+// After the argmax of a recorded pass of one row per sequence, every row picked: the same graph
+// for each row's next position (while it stays in the pass's length bucket and its block is in
+// `next`), the tokens those ids. Records sampled_ first, for the host to wait on.
+bool CudaBackend::launch_ahead_rows(const KvLayout& next) {
+  const int64_t rows = n_in_;
+  if (!last_graph_ || paged_words_ == 0 || rows > kSampledRows || int64_t(next.row_seq.size()) != rows ||
+      int64_t(next.tables.size()) != rows)
+    return false;
+  const auto it = graphs_.find(last_graph_);
+  if (it == graphs_.end() || !it->second.exec || it->second.generation != generation_) return false;
+  std::vector<int32_t> tokens(static_cast<size_t>(rows)), pos(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    tokens[size_t(r)] = int32_t(-1 - r);
+    pos[size_t(r)] = host_in_[in_capacity_ + size_t(r)] + 1;
+    if (pos[size_t(r)] >= kv_bucket_ || pos[size_t(r)] >= kv_ctx_ ||
+        size_t(pos[size_t(r)] / next.block_tokens) >= next.tables[size_t(r)].size())
+      return false;  // another bucket (another graph), or the caller has no block for it
+  }
+  cuda_check(cudaEventRecord(sampled_, stream_), "argmax_rows");
+  const KvLayout* was = layout_;
+  layout_ = &next;
+  const int64_t bucket = kv_bucket_;
+  stage_inputs(tokens, pos);
+  layout_ = was;
+  check("run-ahead", kv_bucket_ == bucket, "the step ahead left its length bucket");
+  launch_graph(it->second.exec);
+  ahead_ = ahead_rows_ = true;
+  ahead_graph_ = last_graph_;
+  ahead_pos_rows_ = std::move(pos);
+  ahead_row_seq_.assign(next.row_seq.begin(), next.row_seq.end());
+  ahead_tables_.clear();
+  for (const auto& t : next.tables) ahead_tables_.emplace_back(t.begin(), t.end());
+  ++ahead_rows_launched_;
+  return true;
+}
+
+// Whether a pass of these rows, on the layout set now, is the step running ahead.
+bool CudaBackend::ahead_rows_match(std::span<const int32_t> tokens, std::span<const int32_t> pos) const {
+  if (!layout_ || tokens.size() != ahead_tokens_.size() || pos.size() != ahead_pos_rows_.size()) return false;
+  if (!std::equal(tokens.begin(), tokens.end(), ahead_tokens_.begin()) ||
+      !std::equal(pos.begin(), pos.end(), ahead_pos_rows_.begin()) ||
+      !std::equal(layout_->row_seq.begin(), layout_->row_seq.end(), ahead_row_seq_.begin(), ahead_row_seq_.end()) ||
+      layout_->tables.size() != ahead_tables_.size())
+    return false;
+  for (size_t s = 0; s < ahead_tables_.size(); ++s)
+    if (!std::equal(layout_->tables[s].begin(), layout_->tables[s].end(), ahead_tables_[s].begin(), ahead_tables_[s].end()))
+      return false;
+  return true;
 }
 
 }  // namespace lamina

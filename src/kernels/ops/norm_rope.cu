@@ -189,7 +189,7 @@ __global__ void upload_inputs_kernel(const int32_t* __restrict__ src, int32_t* _
   for (int64_t i = threadIdx.x; i < 2 * n; i += blockDim.x) {
     const int64_t at = i < n ? i : half + (i - n);
     const int32_t v = src[at];
-    dst[at] = v < 0 && i < n ? *sampled : v;
+    dst[at] = v < 0 && i < n ? sampled[-v - 1] : v;  // token -1 - r: the id sampled for row r
   }
   __syncthreads();  // every entry has been read (each thread stored what it loaded)
   if (threadIdx.x == 0) *reinterpret_cast<volatile int32_t*>(seen) = stamp;

@@ -135,8 +135,8 @@ Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const
 // A pass's token and position inputs from pinned host memory, read by the kernel over the bus
 // (no copy-engine transfer; a graph node). src: [tokens | positions | stamp], each half `half`
 // entries, of which the first n are used: dst[i] = src[i] and dst[half + i] = src[half + i] for
-// i < n, except that a negative token takes *sampled (device: the id the last sampling kernel
-// wrote, for a decode step enqueued before the host had it). Then the stamp src[2 * half] is
+// i < n, except that a negative token -1 - r takes sampled[r] (device: the ids the last sampling
+// or argmax kernel wrote, for a decode step enqueued before the host had them). Then the stamp src[2 * half] is
 // written to *seen (pinned host memory), once every entry has been read: the host may stage the
 // next inputs when it sees it. The stamp is read with the entries (one round trip over the bus).
 Status upload_inputs(const int32_t* src, int32_t* dst, int64_t n, int64_t half, const int32_t* sampled, int32_t* seen,
