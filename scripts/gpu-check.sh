@@ -81,7 +81,7 @@ if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
   [ -f "$MODELS/llama2-7b-q8_0.gguf" ] && step bench-pg-7b-q8_0 "$L" bench -m "$MODELS/llama2-7b-q8_0.gguf" -p 0 -n 0 --pg 4096,128 -r 2 -d cuda
   # The batching engine (#30): closed loop of 128-token prompts and 128 greedy tokens each.
   [ -f "$MODELS/llama3-8b-q4_0.gguf" ] && step bench-parallel "$L" bench -m "$MODELS/llama3-8b-q4_0.gguf" -d cuda -p 128 -n 128 --parallel 1,16,64,128
-  # The engine's small steps (2-8 rows) as GEMVs (the default, --gemv-max-rows 8) or as GEMMs.
+  # The engine's small steps (2-8 rows) as GEMVs or as GEMMs (--gemv-max-rows N: GEMVs up to N rows; default 2).
   small_steps() {
     local g
     for g in 8 4 2 1; do

@@ -32,7 +32,7 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
   sub->add_flag("--graph-timing", a.opt.cuda.graph_timing,
                 "CUDA: time each replayed decode step on the GPU against the host's share, printed at exit");
   sub->add_option("--gemv-max-rows", a.opt.cuda.gemv_max_rows,
-                  "CUDA: matmuls of up to N rows run as GEMVs, more as GEMMs (default 8)")
+                  "CUDA: matmuls of up to N rows run as GEMVs, more as GEMMs (default 2)")
       ->check(whole_in(1, 8));
   sub->add_option("--tensor-parallel,--tp", a.opt.tensor_parallel,
                   "Split each layer over N ranks: GPUs 0..N-1 through NCCL (cuda), or N thread ranks (cpu)")

@@ -29,10 +29,11 @@ struct CudaOptions {
   // false: each step waits for the host (--no-run-ahead, to measure it).
   bool run_ahead = true;
   // Matmuls of up to this many rows run as GEMVs (int8 activation blocks, the fused norms and
-  // epilogues), more as GEMMs; 1 to kernels::kGemvMaxBatch (--gemv-max-rows). kbench puts the
-  // 8-row q4_0 GEMV at 37 µs for 4096x4096 where a 128-row GEMM takes 21 (docs/benchmarks.md,
-  // thirtieth session): a knob to measure the batching engine's small steps both ways.
-  int gemv_max_rows = 8;
+  // epilogues), more as GEMMs; 1 to kernels::kGemvMaxBatch (--gemv-max-rows). The batching
+  // engine's steps of 3 to 8 rows are faster as GEMMs: Llama-3-8B q4_0 at 8 users 1,111 gen t/s
+  // against 619 with 8-row GEMVs, at 4 users 597 against 495 (docs/benchmarks.md,
+  // thirty-first session).
+  int gemv_max_rows = 2;
 
   // The fused decode paths; tests turn them off to compare with the kernels they replace: the
   // greedy id from the logits GEMV (else the sampling kernel) and the one-row lookup reading the

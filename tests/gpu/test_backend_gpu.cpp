@@ -47,6 +47,14 @@ std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.f) {
 }
 
 // One op run on both backends: inputs uploaded, outputs compared.
+// Options whose matmuls of up to `rows` rows run as GEMVs (the default sends more than 2 to the
+// GEMM): the tests of every GEMV path at 3 to 8 rows ask for 8.
+CudaOptions gemv_rows(int rows) {
+  CudaOptions o;
+  o.gemv_max_rows = rows;
+  return o;
+}
+
 struct Both {
   explicit Both(const CudaOptions& o = {}) : gpu(0, false, o) {}
   CpuBackend cpu{4, true};
@@ -201,7 +209,7 @@ TEST(BackendOps, EmbedEveryType) {
 
 // rows <= 8 take GEMV, more take GEMM (or GEMV slices for types without a GEMM variant).
 TEST(BackendOps, MatmulEveryTypeAndEpilogue) {
-  Both b;
+  Both b(gemv_rows(8));
   CudaBackend exact(0, true);
   std::mt19937 rng(4);
   for (GgmlType t : kTypes) {
@@ -240,9 +248,8 @@ TEST(BackendOps, MatmulEveryTypeAndEpilogue) {
 // CudaOptions::gemv_max_rows: with 2, matmuls of 3 to 8 rows run as GEMMs (the profile names
 // them) and still match the CPU; 1 and 2 rows stay GEMVs.
 TEST(BackendOps, GemvMaxRowsSendsSmallBatchesToTheGemm) {
-  CudaOptions o;
-  o.gemv_max_rows = 2;
-  Both b(o);
+  ASSERT_EQ(CudaOptions{}.gemv_max_rows, 2);  // the default, measured (cuda_options.h)
+  Both b(gemv_rows(2));
   std::mt19937 rng(21);
   for (GgmlType t : {GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K}) {
     for (int64_t rows : {1, 2, 3, 8}) {
@@ -274,7 +281,7 @@ TEST(BackendOps, GemvMaxRowsSendsSmallBatchesToTheGemm) {
 // next GEMV. The matmul that reads that copy must give bit for bit what it gives when it
 // quantises the output itself (the copy made stale by adding zeros).
 TEST(BackendOps, Int8CopiesMatchInKernelQuantisation) {
-  Both b;
+  Both b(gemv_rows(8));  // (3 rows read the copies through GEMVs)
   std::mt19937 rng(9);
   b.gpu.init_kv_cache(1, 64, 2 * 128, GgmlType::F16);  // kv_heads * hd below
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
@@ -572,7 +579,7 @@ TEST(BackendOps, AttentionOut) {
   for (const Case& c : {Case{8, 8, 128, 128, false, GgmlType::Q4_0, 512}, Case{4, 4, 64, 64, true, GgmlType::Q8_0, 256},
                         Case{6, 6, 64, 32, false, GgmlType::Q4_1, 384}, Case{32, 32, 128, 128, false, GgmlType::Q4_0, 4096},
                         Case{8, 2, 64, 64, false, GgmlType::Q8_0, 256}, Case{4, 4, 128, 128, false, GgmlType::Q4_K, 512}}) {
-    Both b;
+    Both b(gemv_rows(8));  // (the 3-row pass through the fused GEMVs)
     const int n_ctx = 300, kvd = c.n_head_kv * c.head_dim, qd = c.n_head * c.head_dim;
     const int64_t F = 64;
     SCOPED_TRACE(testing::Message() << type_name(c.wt) << " heads " << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim);
@@ -627,7 +634,7 @@ TEST(BackendOps, AttentionBlock) {
   for (const Case& c : {Case{8, 8, 128, GgmlType::Q4_0, 512}, Case{32, 32, 128, GgmlType::Q8_0, 4096},
                         Case{4, 4, 64, GgmlType::Q4_0, 256}, Case{8, 2, 128, GgmlType::Q8_0, 512},
                         Case{4, 4, 128, GgmlType::Q4_K, 512}}) {
-    Both b;
+    Both b(gemv_rows(8));  // (the 3-row pass through the fused GEMVs)
     const int n_ctx = 300, kvd = c.n_head_kv * c.head_dim, qd = c.n_head * c.head_dim;
     const int64_t F = 64;
     SCOPED_TRACE(testing::Message() << type_name(c.wt) << " heads " << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim);

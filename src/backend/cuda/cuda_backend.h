@@ -354,7 +354,7 @@ class CudaBackend final : public Backend {
   uint64_t capturing_ = 0;
   bool graphs_enabled_ = true;
   bool run_ahead_ = true;  // CudaOptions::run_ahead
-  int gemv_max_rows_ = 8;  // CudaOptions::gemv_max_rows
+  int gemv_max_rows_ = 2;  // CudaOptions::gemv_max_rows
   std::unique_ptr<GraphTiming> graph_timing_;  // CudaOptions::graph_timing
   // Profile
   bool profiling_ = false;

@@ -81,8 +81,11 @@ Status units_launch_gate(const GemvProblem& p, const GemvConfig& c, cudaStream_t
 }
 
 // The configs every units variant instantiates (rows x unroll; warps are a launch parameter).
+// A warp of a 4096-wide row of q2_K or q3_K has 64 units, one step at unroll 2: the wider
+// configs keep more of a warp's rows in flight at once (1 x 8, 2 x 4 units a lane).
 inline std::vector<GemvConfig> units_configs() {
-  return {GemvConfig{1, 8, 2}, GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 4, 2}};
+  return {GemvConfig{1, 8, 2}, GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 4, 2},
+          GemvConfig{2, 8, 4}, GemvConfig{1, 8, 8}};
 }
 
 template <class U>
@@ -93,6 +96,8 @@ Status units_run(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   if (c.rows == 1 && c.unroll == 2) return units_launch_gate<U, 1, 2>(p, c, s);
   if (c.rows == 2 && c.unroll == 2) return units_launch_gate<U, 2, 2>(p, c, s);
   if (c.rows == 1 && c.unroll == 4) return units_launch_gate<U, 1, 4>(p, c, s);
+  if (c.rows == 2 && c.unroll == 4) return units_launch_gate<U, 2, 4>(p, c, s);
+  if (c.rows == 1 && c.unroll == 8) return units_launch_gate<U, 1, 8>(p, c, s);
   return Status::error(name + ": no instance for config " + c.str());
 }
 
