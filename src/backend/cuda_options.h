@@ -28,6 +28,9 @@ struct CudaOptions {
   // step for every row's next position, its tokens the device's argmax; Backend::argmax_rows);
   // false: each step waits for the host (--no-run-ahead, to measure it).
   bool run_ahead = true;
+  // A prompt pass's step plan launched a layer at a time while the host records the rest (false:
+  // the whole plan at the pass's end; --whole-prompt-plan, to measure it).
+  bool prompt_plan_parts = true;
   // Matmuls of up to this many rows run as GEMVs (int8 activation blocks, the fused norms and
   // epilogues), more as GEMMs; 1 to kernels::kGemvMaxBatch (--gemv-max-rows). The batching
   // engine's steps of 3 to 8 rows are faster as GEMMs: Llama-3-8B q4_0 at 8 users 1,111 gen t/s

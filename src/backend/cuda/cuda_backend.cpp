@@ -37,6 +37,7 @@ CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
       fused_argmax_(o.fused_argmax),
       graphs_enabled_(o.graphs),
       run_ahead_(o.run_ahead),
+      plan_parts_(o.prompt_plan_parts),
       gemv_max_rows_(o.gemv_max_rows) {
   nccl_ = o.nccl, all_reduce_ = o.all_reduce;
   peer_ = all_reduce_ == CudaOptions::AllReduce::Nccl ? nullptr : o.peer;

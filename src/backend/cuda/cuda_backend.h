@@ -157,6 +157,7 @@ class CudaBackend final : public Backend {
   plan::Plan plan_;
   MatmulProblems* problems_ = nullptr;
   void record_in_place(plan::Op op, Tensor x, Tensor y);
+  void flush_prompt_part();
   void record_matmul(const Weight& w, Tensor x, Tensor out, bool accumulate);
   plan::Rules fusion_rules() const;
   void flush(Tensor result = {}, bool pass_end = false);
@@ -354,6 +355,7 @@ class CudaBackend final : public Backend {
   uint64_t capturing_ = 0;
   bool graphs_enabled_ = true;
   bool run_ahead_ = true;  // CudaOptions::run_ahead
+  bool plan_parts_ = true;  // CudaOptions::prompt_plan_parts
   int gemv_max_rows_ = 2;  // CudaOptions::gemv_max_rows
   std::unique_ptr<GraphTiming> graph_timing_;  // CudaOptions::graph_timing
   // Profile

@@ -16,7 +16,22 @@ void CudaBackend::embed(const Weight& table, std::span<const int32_t> tokens, Te
 
 void CudaBackend::rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) {
   check("rmsnorm", x.rows == out.rows && x.cols == out.cols && w.cols == x.cols, "shapes differ");
+  flush_prompt_part();
   plan_.rmsnorm(x, w, eps, out);
+}
+
+// A prompt pass (more rows than kPartRows, not being recorded) launches its plan a part at a time:
+// before a norm that follows a matmul (a layer's boundary, where no fusion of a prompt's rows
+// spans the cut), once the plan holds kPartNodes nodes. The GPU then starts on the first layers
+// while the host records the rest, where a plan launched whole at the pass's end kept it waiting
+// for the recording of every layer (docs/benchmarks.md, thirty-first session: 0.5-0.8 ms a pp512
+// pass). Decode steps (one row a sequence, recorded as graphs) keep their plan whole.
+void CudaBackend::flush_prompt_part() {
+  constexpr int64_t kPartRows = 64;
+  constexpr size_t kPartNodes = 16;
+  if (!plan_parts_ || n_in_ <= kPartRows || capturing_ || plan_.nodes().size() < kPartNodes) return;
+  const plan::Op last = plan_.nodes().back().op;
+  if (last == plan::Op::Matmul) flush();
 }
 
 void CudaBackend::matmul(const Weight& w, Tensor x, Tensor out) { record_matmul(w, x, out, false); }
