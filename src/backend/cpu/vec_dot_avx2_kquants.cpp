@@ -232,6 +232,66 @@ LAMINA_AVX2 float dot_q23_K(int64_t n, const void* w, const void* x) {
   return total;
 }
 
+// Q2_K / Q3_K against q8_K for R weight rows (w + r * w_stride) at once, out[r] (decode): each
+// row's blocks in turn, the integers and float expression of dot_q23_K; R rows read side by side
+// keep R memory streams in flight, and share the activation loads.
+template <int R, bool kQ3>
+LAMINA_AVX2 void rows_q23_K(int64_t n, const void* w, size_t w_stride, const void* x, float* out) {
+  using Block = std::conditional_t<kQ3, block_q3_K, block_q2_K>;
+  const auto* b = static_cast<const block_q8_K*>(x);
+  const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+  float total[R];
+  for (int r = 0; r < R; ++r) total[r] = 0;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const Block* a[R];
+    for (int r = 0; r < R; ++r) a[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + size_t(r) * w_stride) + i;
+    const __m256i bsums = load32(b[i].bsums);
+    alignas(32) int16_t sc[R][16];
+    __m256i side_v[R], sumi[R], hm[R];
+    for (int r = 0; r < R; ++r) {
+      if constexpr (kQ3) {
+        const __m256i s16 = q3k_scales16(a[r]->scales);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(sc[r]), s16);
+        side_v[r] = _mm256_madd_epi16(s16, bsums);
+        hm[r] = load32(a[r]->hmask);
+      } else {
+        const auto [s16, m16] = q2k_scales_mins16(a[r]->scales);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(sc[r]), s16);
+        side_v[r] = _mm256_madd_epi16(m16, bsums);
+        hm[r] = _mm256_setzero_si256();
+      }
+      sumi[r] = _mm256_setzero_si256();
+    }
+    for (int nn = 0; nn < 2; ++nn) {
+      __m256i raw[R];
+      for (int r = 0; r < R; ++r) raw[r] = load32(a[r]->qs + 32 * nn);
+      for (int j = 0; j < 4; ++j) {
+        const __m256i xq = load32(b[i].qs + 128 * nn + 32 * j);
+        const int t = 8 * nn + 2 * j;
+        for (int r = 0; r < R; ++r) {
+          __m256i q = _mm256_and_si256(_mm256_srli_epi16(raw[r], 2 * j), m3);
+          if constexpr (kQ3)
+            q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm[r], 4 * nn + j), m1), 2));
+          const __m256i p = _mm256_maddubs_epi16(q, xq);
+          const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[r][t + 1]), _mm_set1_epi16(sc[r][t]));
+          sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p, s));
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      if constexpr (kQ3)
+        total[r] += b[i].d * (h2f(a[r]->d) * float(hsum_i32(_mm256_sub_epi32(sumi[r], _mm256_slli_epi32(side_v[r], 2)))));
+      else
+        total[r] += b[i].d * (h2f(a[r]->d) * float(hsum_i32(sumi[r])) - h2f(a[r]->dmin) * float(hsum_i32(side_v[r])));
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = total[r];
+}
+template <int R, bool kQ3>
+LAMINA_AVX2 void rowsN_q23(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
+  rows_q23_K<R, kQ3>(n, w, w_stride, x, out);
+}
+
 // Q2_K / Q3_K, one weight row against four tokens (prompts): the row's quants and sub-block
 // scales decoded once per block; each token's integers and float expression those of dot_q23_K.
 template <bool kQ3>
@@ -366,10 +426,22 @@ VecDot4CFn avx2_kquant_kernel4c(GgmlType t) {
 }
 
 VecDotRows4CFn avx2_kquant_rows4c(GgmlType t) {
-  return t == GgmlType::Q4_K ? rows4_qk<false> : t == GgmlType::Q5_K ? rows4_qk<true> : nullptr;
+  switch (t) {
+    case GgmlType::Q2_K: return rowsN_q23<4, false>;
+    case GgmlType::Q3_K: return rowsN_q23<4, true>;
+    case GgmlType::Q4_K: return rows4_qk<false>;
+    case GgmlType::Q5_K: return rows4_qk<true>;
+    default: return nullptr;
+  }
 }
 VecDotRows4CFn avx2_kquant_rows8c(GgmlType t) {
-  return t == GgmlType::Q4_K ? rows8_qk<false> : t == GgmlType::Q5_K ? rows8_qk<true> : nullptr;
+  switch (t) {
+    case GgmlType::Q2_K: return rowsN_q23<8, false>;
+    case GgmlType::Q3_K: return rowsN_q23<8, true>;
+    case GgmlType::Q4_K: return rows8_qk<false>;
+    case GgmlType::Q5_K: return rows8_qk<true>;
+    default: return nullptr;
+  }
 }
 
 }  // namespace lamina
