@@ -35,13 +35,8 @@ struct Q2kUnits {
     return Unit{load4_words(sb + 16 + 32 * n + 16 * h), prmt(__ldg(sc), __ldg(sc + 1), h ? 0x7531u : 0x6420u),
                 __half2float(__ushort_as_half(uint16_t(dm & 0xFFFFu))), __half2float(__ushort_as_half(uint16_t(dm >> 16)))};
   }
-  struct XPart {
-    X8Row::Halves a, b;  // runs t = 0, 1 and t = 2, 3
-  };
-  static __device__ __forceinline__ XPart x_part(const X8Row& xr, int64_t j) {
-    const int64_t e = (j / 4) * 256 + 128 * (j % 4 / 2) + 16 * (j % 2);  // run t = 0's first element
-    return XPart{xr.halves(e, e + 32), xr.halves(e + 64, e + 96)};
-  }
+  using XPart = FourRuns;
+  static __device__ __forceinline__ XPart x_part(const X8Row& xr, int64_t j) { return four_runs(xr, j); }
   // One run t of 16: (integer dot with the largest element's share, the run's sum of x).
   template <int kT>
   static __device__ __forceinline__ int run_dot(const uint4& q, const int4& x, int m, int big) {

@@ -50,13 +50,8 @@ struct Q3kUnits {
     const float d = __half2float(reinterpret_cast<const __half*>(w + pl.d)[size_t(row) * size_t(k / 256) + size_t(sb)]);
     return Unit{q, hm, prmt(sc.x, sc.y, h ? 0x7531u : 0x6420u), d};
   }
-  struct XPart {
-    X8Row::Halves a, b;  // runs t = 0, 1 and t = 2, 3
-  };
-  static __device__ __forceinline__ XPart x_part(const X8Row& xr, int64_t j) {
-    const int64_t e = (j / 4) * 256 + 128 * (j % 4 / 2) + 16 * (j % 2);  // run t = 0's first element
-    return XPart{xr.halves(e, e + 32), xr.halves(e + 64, e + 96)};
-  }
+  using XPart = FourRuns;
+  static __device__ __forceinline__ XPart x_part(const X8Row& xr, int64_t j) { return four_runs(xr, j); }
   // Run t of 16: dp4a of (q + 4) 0..7 with x, with the largest element's share, less 4 sum(x).
   template <int kT>
   static __device__ __forceinline__ int run_dot(const Unit& u, const int4& x, int m, int big, int sum) {

@@ -30,6 +30,16 @@ __device__ __forceinline__ uint4 load4_words(const uint8_t* p) {
   return make_uint4(__ldg(w), __ldg(w + 1), __ldg(w + 2), __ldg(w + 3));
 }
 
+// The x of a q2_K / q3_K unit j (a 16-byte run of qs[32 n + 16 h ..] of super-block j / 4, with
+// n = j % 4 / 2, h = j % 2): its four runs of 16 elements, t = 0..3 at 128 n + 32 t + 16 h.
+struct FourRuns {
+  X8Row::Halves a, b;  // runs t = 0, 1 and t = 2, 3
+};
+__device__ __forceinline__ FourRuns four_runs(const X8Row& xr, int64_t j) {
+  const int64_t e = (j / 4) * 256 + 128 * (j % 4 / 2) + 16 * (j % 2);  // run t = 0's first element
+  return FourRuns{xr.halves(e, e + 32), xr.halves(e + 64, e + 96)};
+}
+
 template <class U, int kRows, int kUnroll, bool kGateUp>
 __global__ void __launch_bounds__(256) units_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
                                                   XSource xin, float* __restrict__ y, int64_t n, int64_t k, int batch,
