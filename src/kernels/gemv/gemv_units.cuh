@@ -1,7 +1,7 @@
 // A dp4a GEMV over weights read in "units": each lane of a warp takes one unit per step (a run of
 // quants that fits a few registers, with what it needs of its super-block's header) and
 // multiplies it by the int8 activation blocks it meets. The weight type is a policy U:
-//   U::kName                       the variant's name (launch errors)
+//   U::kName, U::kType             the variant's name (launch errors) and its weight type
 //   U::units(k)                    units in a row of k elements
 //   U::Unit                        the registers of one unit (zero-initialisable)
 //   U::load(w, n, k, row, j)       unit j of row `row` of the n x k matrix at w
@@ -10,7 +10,10 @@
 //   U::dot(unit, xpart)            the unit's share of y[row] (f32, scales applied)
 // The loop, the shared-memory x (or the caller's x8, or a fused RMSNorm), the gate/up pair and
 // the epilogue are those of q4k_dp4a (gemv_q4k.cu), which keeps its own loop for its tuned
-// instances; the low-bit types (q2_K, q3_K, iq4_xs) share this one.
+// instances; the low-bit types (q2_K, q3_K, iq4_xs) share this one. Figures: docs/benchmarks.md
+// (thirty-first session): 14-33 % of copy bandwidth at batch 1, 27-46 % with x given as int8.
+// A warp loads its step, waits, then decodes; nothing of the next row group is in flight meanwhile
+// (q_dp4a's overlap across the epilogue is the next rung).
 #pragma once
 
 #include "kernels/gemv/gemv_common.cuh"
