@@ -158,13 +158,9 @@ LAMINA_AVX2 float dot_qk(int64_t n, const void* w, const void* x) {
   rows_q4_K<1, kQ5>(n, w, 0, x, &out);
   return out;
 }
-template <bool kQ5>
-LAMINA_AVX2 void rows4_qk(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
-  rows_q4_K<4, kQ5>(n, w, w_stride, x, out);
-}
-template <bool kQ5>
-LAMINA_AVX2 void rows8_qk(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
-  rows_q4_K<8, kQ5>(n, w, w_stride, x, out);
+template <int R, bool kQ5>
+LAMINA_AVX2 void rowsN_qk(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
+  rows_q4_K<R, kQ5>(n, w, w_stride, x, out);
 }
 
 // Q3_K's 16 sub-block scales (q3k_scale) as int16 lanes: low nibbles s12[t] & 15 (t < 8) and
@@ -188,53 +184,12 @@ LAMINA_AVX2 inline Scales16 q2k_scales_mins16(const uint8_t* s16) {
   return {_mm256_cvtepu8_epi16(_mm_and_si128(v, m4)), _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), m4))};
 }
 
-// Q2_K (or, kQ3, Q3_K) against q8_K: per 32 elements (n, j) the 2-bit quants, bits 2j of
-// qs[32n + l]; for Q3_K plus 4 where bit 4n + j of hmask[l] is set (q + 4, 0..7, whose 4 * sum of
-// x is taken back with the bsums). The 32 are two 16-element sub-blocks, their scales by madd.
-// The same integers and float expression as the scalar kernels (vec_dot.cpp).
-template <bool kQ3>
-LAMINA_AVX2 float dot_q23_K(int64_t n, const void* w, const void* x) {
-  using Block = std::conditional_t<kQ3, block_q3_K, block_q2_K>;
-  const auto* a = static_cast<const Block*>(w);
-  const auto* b = static_cast<const block_q8_K*>(x);
-  const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
-  float total = 0;
-  for (int64_t i = 0; i < n / QK_K; ++i) {
-    alignas(32) int16_t sc[16];
-    __m256i side_v;  // Q2_K: min * bsum; Q3_K: scale * bsum; in int32 pairs
-    if constexpr (kQ3) {
-      const __m256i s16 = q3k_scales16(a[i].scales);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(sc), s16);
-      side_v = _mm256_madd_epi16(s16, load32(b[i].bsums));
-    } else {
-      const auto [s16, m16] = q2k_scales_mins16(a[i].scales);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(sc), s16);
-      side_v = _mm256_madd_epi16(m16, load32(b[i].bsums));
-    }
-    __m256i hm = _mm256_setzero_si256();
-    if constexpr (kQ3) hm = load32(a[i].hmask);
-    __m256i sumi = _mm256_setzero_si256();
-    for (int nn = 0; nn < 2; ++nn) {
-      const __m256i raw = load32(a[i].qs + 32 * nn);
-      for (int j = 0; j < 4; ++j) {
-        __m256i q = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
-        if constexpr (kQ3) q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * nn + j), m1), 2));
-        const int t = 8 * nn + 2 * j;
-        const __m256i p = _mm256_maddubs_epi16(q, load32(b[i].qs + 128 * nn + 32 * j));
-        const __m256i s = _mm256_set_m128i(_mm_set1_epi16(sc[t + 1]), _mm_set1_epi16(sc[t]));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
-      }
-    }
-    // (Q3_K: the sum of sumi's lanes minus 4 * side, the same integer taken in one sum)
-    if constexpr (kQ3) total += b[i].d * (h2f(a[i].d) * float(hsum_i32(_mm256_sub_epi32(sumi, _mm256_slli_epi32(side_v, 2)))));
-    else total += b[i].d * (h2f(a[i].d) * float(hsum_i32(sumi)) - h2f(a[i].dmin) * float(hsum_i32(side_v)));
-  }
-  return total;
-}
-
-// Q2_K / Q3_K against q8_K for R weight rows (w + r * w_stride) at once, out[r] (decode): each
-// row's blocks in turn, the integers and float expression of dot_q23_K; R rows read side by side
-// keep R memory streams in flight, and share the activation loads.
+// Q2_K (or, kQ3, Q3_K) against q8_K for R weight rows (w + r * w_stride) at once, out[r]: per 32
+// elements (n, j) the 2-bit quants, bits 2j of qs[32n + l]; for Q3_K plus 4 where bit 4n + j of
+// hmask[l] is set (q + 4, 0..7, whose 4 * sum of x is taken back with the bsums). The 32 are two
+// 16-element sub-blocks, their scales by madd. The same integers and float expression as the
+// scalar kernels (vec_dot.cpp) for every R; R rows read side by side keep R memory streams in
+// flight (decode), and share the activation loads.
 template <int R, bool kQ3>
 LAMINA_AVX2 void rows_q23_K(int64_t n, const void* w, size_t w_stride, const void* x, float* out) {
   using Block = std::conditional_t<kQ3, block_q3_K, block_q2_K>;
@@ -286,6 +241,12 @@ LAMINA_AVX2 void rows_q23_K(int64_t n, const void* w, size_t w_stride, const voi
     }
   }
   for (int r = 0; r < R; ++r) out[r] = total[r];
+}
+template <bool kQ3>
+LAMINA_AVX2 float dot_q23_K(int64_t n, const void* w, const void* x) {
+  float out;
+  rows_q23_K<1, kQ3>(n, w, 0, x, &out);
+  return out;
 }
 template <int R, bool kQ3>
 LAMINA_AVX2 void rowsN_q23(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
@@ -425,24 +386,24 @@ VecDot4CFn avx2_kquant_kernel4c(GgmlType t) {
   }
 }
 
-VecDotRows4CFn avx2_kquant_rows4c(GgmlType t) {
+namespace {
+
+// The R-row decode kernels of the k-quant types that have them (R = 4, 8).
+template <int R>
+VecDotRows4CFn kquant_rows(GgmlType t) {
   switch (t) {
-    case GgmlType::Q2_K: return rowsN_q23<4, false>;
-    case GgmlType::Q3_K: return rowsN_q23<4, true>;
-    case GgmlType::Q4_K: return rows4_qk<false>;
-    case GgmlType::Q5_K: return rows4_qk<true>;
+    case GgmlType::Q2_K: return rowsN_q23<R, false>;
+    case GgmlType::Q3_K: return rowsN_q23<R, true>;
+    case GgmlType::Q4_K: return rowsN_qk<R, false>;
+    case GgmlType::Q5_K: return rowsN_qk<R, true>;
     default: return nullptr;
   }
 }
-VecDotRows4CFn avx2_kquant_rows8c(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q2_K: return rowsN_q23<8, false>;
-    case GgmlType::Q3_K: return rowsN_q23<8, true>;
-    case GgmlType::Q4_K: return rows8_qk<false>;
-    case GgmlType::Q5_K: return rows8_qk<true>;
-    default: return nullptr;
-  }
-}
+
+}  // namespace
+
+VecDotRows4CFn avx2_kquant_rows4c(GgmlType t) { return kquant_rows<4>(t); }
+VecDotRows4CFn avx2_kquant_rows8c(GgmlType t) { return kquant_rows<8>(t); }
 
 }  // namespace lamina
 
