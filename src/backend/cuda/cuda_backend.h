@@ -299,8 +299,8 @@ class CudaBackend final : public Backend {
   void launch_graph(cudaGraphExec_t exec);
   // The engine's run-ahead (argmax_rows with a next layout): after a recorded pass of one row per
   // sequence, the same graph for every row's next position, its tokens the ids the argmax kernel
-  // left in dev_sampled_ (staged as -1 - row). ahead_layout_ keeps the tables it was staged with,
-  // which the next pass must have to take it.
+  // left in dev_sampled_ (staged as -1 - row). ahead_tokens_, ahead_pos_rows_, ahead_row_seq_ and
+  // ahead_tables_ keep what it was staged with, which the next pass must have to take it.
   static constexpr int64_t kSampledRows = 1024;  // dev_sampled_ and host_ids_: ids of up to this many rows
   bool ahead_rows_ = false;  // with ahead_: the step running ahead is the engine's, of n_in_ rows
   std::vector<int32_t> ahead_tokens_, ahead_pos_rows_, ahead_row_seq_;
