@@ -46,14 +46,14 @@ bool is_gemv_input(const Node& n, const Rules& r) {  // reads x through a GEMV
 }
 
 // The tensor a node writes its int8 blocks or 16-bit copy of, when it can make them.
-Tensor x8_target(const Node& n, bool paged) {
+Tensor x8_target(const Node& n) {
   switch (n.op) {
     case Op::RmsNorm: return n.out;
     case Op::GateUp: return n.out;
     case Op::AddNorm: return n.norm2 ? n.out : Tensor{};
     case Op::AllReduceAddNorm: return n.pending_norm ? Tensor{} : n.out;
     case Op::Attention:
-    case Op::RopeAttention: return paged ? Tensor{} : n.out;  // (the paged kernel makes none)
+    case Op::RopeAttention: return n.out;  // (the decode and paged merges make them)
     default: return {};
   }
 }
@@ -216,7 +216,7 @@ class Fuser {
     for (size_t k = before; k-- > 0;) {
       const auto wr = writes(o[k]);
       if (std::any_of(wr.begin(), wr.end(), [&](const Tensor& t) { return overlaps(t, x); }))
-        return same(x8_target(o[k], r_.paged), x);
+        return same(x8_target(o[k]), x);
     }
     return false;
   }
@@ -293,7 +293,7 @@ void mark_copies(std::vector<Node>& v, const Rules& r) {
     for (size_t k = j; k-- > 0;) {  // the last node that wrote any of x
       const auto wr = writes(v[k]);
       if (std::none_of(wr.begin(), wr.end(), [&](const Tensor& t) { return overlaps(t, c.x); })) continue;
-      if (gemv && same(x8_target(v[k], r.paged), c.x)) v[k].x8_out = true, c.x8_from = int(k);
+      if (gemv && same(x8_target(v[k]), c.x)) v[k].x8_out = true, c.x8_from = int(k);
       if (gemm && same(x16_target(v[k]), c.x)) v[k].x16_out = true, c.x16_from = int(k);
       break;
     }

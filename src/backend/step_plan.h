@@ -93,7 +93,6 @@ struct Rules {
   bool exact = false;              // f32 activations everywhere: no int8 or 16-bit copies
   bool int8_x = false;             // quantised matrices loaded: GEMVs take int8 blocks of x
   bool fused_argmax = true;
-  bool paged = false;              // the pass runs several sequences on the paged cache
   bool all_reduce_norm = false;    // the all-reduce fuses with the residual add and the next norm
                                    // (pending where the row allows, else computed)
   int64_t x8_ss_max_k = 0;         // widest row a pending norm's sums of squares cover

@@ -56,7 +56,7 @@ void CudaBackend::exec_attention(const Node& n, Made& m) {
   const int32_t* rows_at = layout_ ? paged_pass().slots : dev_pos();  // kv_store writes row t at rows_at[t]
   run_op("kv_store", double(k.rows * k.cols) * (8.0 + 2 * kv_elem_bytes()), 0,
          [&] { return kn::kv_store(k.data, n.z.data, k.rows, rows_at, c.k, c.v, c.a, stream_); });
-  if (layout_) attend_paged(c, n);
+  if (layout_) attend_paged(c, n, m);
   else attend(c, n, m);
 }
 
@@ -76,7 +76,7 @@ void CudaBackend::exec_rope_attention(const Node& n, Made& m) {
     run_op(qk ? "qk_norm+rope+kv_store" : "rope+kv_store", bytes, 0, [&] {
       return kn::rope_kv_store(q.data, k.data, v.data, q.rows, dev_pos(), r, c.k, c.v, c.a, stream_, slots, norms);
     });
-    return attend_paged(c, n);
+    return attend_paged(c, n, m);
   }
   // (Without GQA only: see attention_decode_rope.cu.)
   if (kv_bucket_ == kMinBucket && single_pass_attention_ && !qk && kn::attention_decode_rope_supported(c.a, r, q.rows)) {

@@ -220,7 +220,7 @@ class CudaBackend final : public Backend {
   size_t paged_words_ = 0;         // staged for this pass (0: not a paged pass)
   void stage_paged(std::span<const int32_t> pos);
   const PagedPass& paged_pass();  // the staged tables, uploaded
-  void attend_paged(const LayerCache& c, const plan::Node& n);
+  void attend_paged(const LayerCache& c, const plan::Node& n, Made& m);
   void exec_copy_rows(const plan::Node& n);
   void exec_all_reduce(const plan::Node& n);
   void exec_all_reduce_add_norm(const plan::Node& n, Made& m);

@@ -20,7 +20,7 @@ using plan::Op;
 plan::Rules CudaBackend::fusion_rules() const {
   plan::Rules r;
   r.gemv_max_rows = gemv_max_rows_;
-  r.exact = exact_, r.int8_x = int8_x_, r.fused_argmax = fused_argmax_, r.paged = layout_ != nullptr;
+  r.exact = exact_, r.int8_x = int8_x_, r.fused_argmax = fused_argmax_;
   using AR = CudaOptions::AllReduce;
   r.all_reduce_norm = peer_ && all_reduce_ == AR::Fused;
   r.x8_ss_max_k = kn::kX8SsMaxK;

@@ -80,23 +80,28 @@ const CudaBackend::PagedPass& CudaBackend::paged_pass() {
   return paged_;
 }
 
-// Splits per (KV head, row): two waves of blocks over the SMs, at least 64 positions a split of
+// Splits per (KV head, row): two waves of blocks over the SMs, at least 16 positions a split of
 // the pass's length bucket (the bucket, not the longest row: a recorded pass keeps its launch
-// shape).
-void CudaBackend::attend_paged(const LayerCache& c, const Node& n) {
+// shape), as decode_splits' base. (With 64 positions a split, one row of Llama-3-8B's 8 KV heads
+// at 128-255 positions took 4 splits and its attention 17 us a layer against the single
+// stream's 13: docs/benchmarks.md.) The merge also writes out's int8 blocks where the Wo GEMV
+// reads them (fuse() marked n.x8_out).
+void CudaBackend::attend_paged(const LayerCache& c, const Node& n, Made& m) {
   const Tensor q = n.x;
   const PagedPass& pp = paged_pass();
   const AttentionParams& p = n.attn;
   const int64_t blocks = int64_t(p.n_head_kv) * q.rows;
-  const int splits = int(std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, std::max<int64_t>(1, kv_bucket_ / 64)));
+  const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(kv_ctx_ / 64, kv_bucket_ / 16));
+  const int splits = int(std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, cap));
   float* work = static_cast<float*>(scratch_bytes(kn::attention_work_floats(c.a, q.rows, splits) * sizeof(float)));
+  m.x8 = x8_scratch(n, n.out);
   double kv_read = 0, flops = 0;  // every row reads its own positions
   for (int32_t x : n.ids) {
     kv_read += 2.0 * (x + 1) * double(kv_dim_) * double(kv_elem_bytes());
     flops += 4.0 * (x + 1) * double(p.n_head) * p.head_dim;
   }
   run_op("attention (paged)", kv_read + double(q.rows * q.cols) * 8.0, flops, [&] {
-    return kn::attention_paged(q.data, q.rows, dev_pos(), pp.kv, c.k, c.v, c.a, splits, work, n.out.data, stream_);
+    return kn::attention_paged(q.data, q.rows, dev_pos(), pp.kv, c.k, c.v, c.a, splits, work, n.out.data, stream_, m.x8);
   });
 }
 
@@ -108,15 +113,19 @@ void CudaBackend::exec_copy_rows(const Node& n) {
 }
 
 void CudaBackend::argmax_rows(Tensor logits, std::span<int32_t> out, std::span<float> max, const KvLayout* next) {
-  flush({}, true);
+  flush(logits, true);  // (one row: the logits GEMV leaves its argmax, as for sample())
   check("argmax_rows", int64_t(out.size()) == logits.rows && (max.empty() || max.size() == out.size()),
         "one id (and maximum) per row");
   // The ids go to dev_sampled_ (where a step running ahead takes its tokens) and pinned memory.
   const bool pinned = int64_t(out.size()) <= kSampledRows;
   auto* ids = pinned ? dev_sampled_ : static_cast<int32_t*>(scratch_bytes(out.size() * sizeof(int32_t)));
   auto* vals = max.empty() ? nullptr : static_cast<float*>(scratch_bytes(out.size() * sizeof(float)));
-  run_op("argmax rows", double(logits.rows * logits.cols) * 4.0, 0,
-         [&] { return kn::argmax_rows(logits.data, logits.rows, logits.cols, ids, stream_, vals); });
+  // A one-row pass whose logits GEMV made the argmax (fuse() marked it) has left the id in
+  // dev_sampled_[0] (GemvArgmax::id2): no kernel.
+  const bool made = logits.rows == 1 && pinned && !vals && argmax_of_ == logits.data;
+  if (!made)
+    run_op("argmax rows", double(logits.rows * logits.cols) * 4.0, 0,
+           [&] { return kn::argmax_rows(logits.data, logits.rows, logits.cols, ids, stream_, vals); });
   cuda_check(cudaMemcpyAsync(pinned ? host_ids_ : out.data(), ids, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
              "argmax_rows");
   if (vals)

@@ -199,10 +199,11 @@ Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const 
 }
 
 Status attention_paged(const float* q, int64_t rows, const int32_t* pos, const PagedKv& paged, const void* k_cache,
-                       const void* v_cache, const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s) {
+                       const void* v_cache, const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s,
+                       void* out8) {
   if (!paged.row_seq || !paged.tables || paged.max_blocks <= 0 || paged.block_tokens <= 0)
     return Status::error("attention_paged: bad block tables");
-  return attend_splits<true>("attention_paged", q, rows, pos, k_cache, v_cache, a, splits, work, out, s, nullptr, paged);
+  return attend_splits<true>("attention_paged", q, rows, pos, k_cache, v_cache, a, splits, work, out, s, out8, paged);
 }
 
 }  // namespace lamina::kernels

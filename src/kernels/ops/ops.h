@@ -108,8 +108,10 @@ struct PagedKv {
   const int32_t* tables = nullptr;   // device [sequences][max_blocks] block ids
   int max_blocks = 0, block_tokens = 0;
 };
+// out8 (optional): out's int8 blocks as well, as attention_decode makes them (the Wo GEMV's input).
 Status attention_paged(const float* q, int64_t rows, const int32_t* pos, const PagedKv& paged, const void* k_cache,
-                       const void* v_cache, const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s);
+                       const void* v_cache, const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s,
+                       void* out8 = nullptr);
 
 // A decode token's attention block in one kernel: rope_kv_store() then attention_decode() for
 // one row, without splits (one block per KV head), so meant for short contexts; same results as

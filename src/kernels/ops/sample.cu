@@ -58,6 +58,54 @@ __device__ int block_exclusive_scan(int v, int* sh, int* total) {
   return before;
 }
 
+// A thread's first maximum of row[0..V) over the indices tid, tid + nthreads, ... (as float4s
+// when V is a multiple of 4 and the row 16-byte aligned: 32000 logits are then 8 loads a thread
+// of 1024, all in flight together). A thread's indices ascend, so `>` keeps its first maximum;
+// values not above -FLT_MAX (NaN among them) never win (bi stays INT_MAX).
+__device__ __forceinline__ void thread_argmax(const float* __restrict__ row, int V, int tid, int nthreads, float& bv,
+                                              int& bi) {
+  if (V % 4 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+    const float4* l4 = reinterpret_cast<const float4*>(row);
+#pragma unroll 8
+    for (int j = tid; j < V / 4; j += nthreads) {
+      const float4 l = l4[j];
+      if (l.x > bv) bv = l.x, bi = 4 * j;
+      if (l.y > bv) bv = l.y, bi = 4 * j + 1;
+      if (l.z > bv) bv = l.z, bi = 4 * j + 2;
+      if (l.w > bv) bv = l.w, bi = 4 * j + 3;
+    }
+  } else {
+#pragma unroll 8
+    for (int i = tid; i < V; i += nthreads) {
+      const float l = row[i];
+      if (l > bv) bv = l, bi = i;
+    }
+  }
+}
+
+// The block's (value, lowest index) maximum of each thread's (bv, bi), in red_v[0], red_i[0]
+// (INT_MAX when no value won). red_v, red_i: shared, one entry per warp (at most 32).
+__device__ __forceinline__ void block_argmax(float bv, int bi, float* red_v, int* red_i) {
+  const int tid = threadIdx.x, warps = blockDim.x / 32;
+  for (int o = 16; o; o >>= 1) {
+    const float ov = __shfl_xor_sync(~0u, bv, o);
+    const int oi = __shfl_xor_sync(~0u, bi, o);
+    if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+  }
+  if (tid % 32 == 0) red_v[tid / 32] = bv, red_i[tid / 32] = bi;
+  __syncthreads();
+  if (tid < 32) {
+    bv = tid < warps ? red_v[tid] : -FLT_MAX, bi = tid < warps ? red_i[tid] : INT_MAX;
+    for (int o = 16; o; o >>= 1) {
+      const float ov = __shfl_xor_sync(~0u, bv, o);
+      const int oi = __shfl_xor_sync(~0u, bi, o);
+      if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+    }
+    if (tid == 0) red_v[0] = bv, red_i[0] = bi;
+  }
+  __syncthreads();
+}
+
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restrict__ logits, int V, SampleArgs a,
                                                           float* __restrict__ work, int32_t* __restrict__ out) {
   pdl_enter();
@@ -87,52 +135,21 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     __syncthreads();
   }
 
-  // 2. argmax (first index of the maximum): each thread's indices ascend, so `>` keeps its first
+  // 2. argmax (first index of the maximum)
   float bv = -FLT_MAX;
   int bi = INT_MAX;
-  if (direct && V % 4 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0) {
-    // float4s: 32000 logits are 8 loads a thread, all in flight together (4 rounds of scalar loads
-    // before); a thread's indices still ascend, so `>` keeps its first maximum.
-    const float4* l4 = reinterpret_cast<const float4*>(logits);
-#pragma unroll 8
-    for (int j = tid; j < V / 4; j += kThreads) {
-      const float4 l = l4[j];
-      if (l.x > bv) bv = l.x, bi = 4 * j;
-      if (l.y > bv) bv = l.y, bi = 4 * j + 1;
-      if (l.z > bv) bv = l.z, bi = 4 * j + 2;
-      if (l.w > bv) bv = l.w, bi = 4 * j + 3;
-    }
-  } else if (direct) {
-#pragma unroll 8
-    for (int i = tid; i < V; i += kThreads) {
-      const float l = logits[i];
-      if (l > bv) bv = l, bi = i;
-    }
-  } else {
+  if (direct) {
+    thread_argmax(logits, V, tid, kThreads, bv, bi);
+  } else {  // (each thread's indices ascend, so `>` keeps its first)
     for (int i = lo; i < hi; ++i)
       if (work[i] > bv) bv = work[i], bi = i;
   }
-  for (int o = 16; o; o >>= 1) {
-    const float ov = __shfl_xor_sync(~0u, bv, o);
-    const int oi = __shfl_xor_sync(~0u, bi, o);
-    if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
-  }
-  if (tid % 32 == 0) red_v[tid / 32] = bv, red_i[tid / 32] = bi;
-  __syncthreads();
-  if (tid < 32) {
-    bv = red_v[tid], bi = red_i[tid];
-    for (int o = 16; o; o >>= 1) {
-      const float ov = __shfl_xor_sync(~0u, bv, o);
-      const int oi = __shfl_xor_sync(~0u, bi, o);
-      if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
-    }
-    if (tid == 0) red_v[0] = bv, red_i[0] = bi == INT_MAX ? 0 : bi;
-  }
-  __syncthreads();
+  block_argmax(bv, bi, red_v, red_i);
   if (a.temperature <= 0.f) {
     if (tid == 0) {
-      out[a.parity ? *a.parity & 1 : 0] = red_i[0];
-      if (a.also) *a.also = red_i[0];
+      const int id = red_i[0] == INT_MAX ? 0 : red_i[0];
+      out[a.parity ? *a.parity & 1 : 0] = id;
+      if (a.also) *a.also = id;
     }
     return;
   }
@@ -250,29 +267,24 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
 
 namespace {
 
-// grid: rows, 256 threads: block argmax of row blockIdx.x (lowest id among equal maxima).
-__global__ void __launch_bounds__(256) argmax_rows_kernel(const float* __restrict__ logits, int64_t cols,
-                                                          int32_t* __restrict__ out, float* __restrict__ max) {
+// grid: rows, kArgmaxThreads threads: block argmax of row blockIdx.x (lowest id among equal
+// maxima), the row read as the greedy sampler reads it (thread_argmax: float4s where the row
+// allows). With 256 threads of scalar loads a 32000-logit row took ~30 us, a tenth of an 8B
+// model's decode step; the engine runs this after every step (docs/benchmarks.md).
+constexpr int kArgmaxThreads = 1024;
+
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float* __restrict__ logits, int64_t cols,
+                                                                     int32_t* __restrict__ out, float* __restrict__ max) {
   pdl_enter();
-  __shared__ float red_v[8];
-  __shared__ int red_i[8];
-  const float* row = logits + int64_t(blockIdx.x) * cols;
+  __shared__ float red_v[32];
+  __shared__ int red_i[32];
   float bv = -FLT_MAX;
   int bi = INT_MAX;
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x)  // a thread's indices ascend: `>` keeps its first
-    if (row[i] > bv) bv = row[i], bi = int(i);
-  for (int o = 16; o; o >>= 1) {
-    const float ov = __shfl_xor_sync(~0u, bv, o);
-    const int oi = __shfl_xor_sync(~0u, bi, o);
-    if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
-  }
-  if (threadIdx.x % 32 == 0) red_v[threadIdx.x / 32] = bv, red_i[threadIdx.x / 32] = bi;
-  __syncthreads();
+  thread_argmax(logits + int64_t(blockIdx.x) * cols, int(cols), threadIdx.x, blockDim.x, bv, bi);
+  block_argmax(bv, bi, red_v, red_i);
   if (threadIdx.x == 0) {
-    for (int w = 1; w < 8; ++w)
-      if (red_v[w] > bv || (red_v[w] == bv && red_i[w] < bi)) bv = red_v[w], bi = red_i[w];
-    out[blockIdx.x] = bi == INT_MAX ? 0 : bi;
-    if (max) max[blockIdx.x] = bv;
+    out[blockIdx.x] = red_i[0] == INT_MAX ? 0 : red_i[0];
+    if (max) max[blockIdx.x] = red_v[0];
   }
 }
 
@@ -280,7 +292,7 @@ __global__ void __launch_bounds__(256) argmax_rows_kernel(const float* __restric
 
 Status argmax_rows(const float* logits, int64_t rows, int64_t cols, int32_t* out, cudaStream_t s, float* max) {
   if (!logits || !out || rows < 0 || cols <= 0 || cols > INT_MAX || rows > INT_MAX) return Status::error("argmax_rows: bad arguments");
-  if (rows) launch_pdl(argmax_rows_kernel, dim3(unsigned(rows)), 256, 0, s, logits, cols, out, max);
+  if (rows) launch_pdl(argmax_rows_kernel, dim3(unsigned(rows)), kArgmaxThreads, 0, s, logits, cols, out, max);
   return launch_status("argmax_rows");
 }
 

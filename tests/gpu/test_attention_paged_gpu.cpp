@@ -1,0 +1,171 @@
+// The batching engine's decode kernels against host references: attention_paged (rows of
+// several sequences over a paged f16 cache, GQA and plain heads, split counts from 1 to 16)
+// against an fp64 softmax over each row's own positions, and its int8 copy (out8) against the
+// host's quantisation of the f32 output it wrote, byte for byte; argmax_rows against the host's
+// first maximum (ties, NaN and -inf, rows of a multiple of 4 and not).
+// Poison: cache blocks no table names, and the slots past each row's position, hold NaN (a kernel
+// that reads them fails); the outputs start as NaN / 0xFF (a value it does not write fails).
+#include "core/half.h"
+#include "gpu_test_util.h"
+#include "kernels/common/q8_blocks.h"
+#include "kernels/ops/ops.h"
+#include "x8_host.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace lamina;
+using namespace lamina::kernels;
+
+namespace {
+
+struct PagedCase {
+  int n_head, n_head_kv, head_dim, block_tokens;
+  std::vector<int> lengths;  // per row (one row a sequence): its position is length - 1
+};
+
+TEST(AttentionPaged, RowsOfSeveralSequencesMatchFp64AndTheirInt8Copy) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const PagedCase cases[] = {{32, 8, 128, 16, {200}},         {32, 8, 128, 16, {1, 17, 130, 256}},
+                             {8, 8, 64, 16, {33, 5}},         {4, 1, 128, 8, {70, 9, 100}},
+                             {12, 4, 96, 32, {64, 65, 1, 31}}, {2, 2, 256, 16, {40}}};
+  for (const PagedCase& c : cases) {
+    const int hd = c.head_dim, qd = c.n_head * hd, kvd = c.n_head_kv * hd, group = c.n_head / c.n_head_kv;
+    const int rows = int(c.lengths.size()), bt = c.block_tokens;
+    // Each sequence's blocks, taken from a shuffled pool with spare blocks left as NaN.
+    int max_blocks = 0, used = 0;
+    for (int len : c.lengths) max_blocks = std::max(max_blocks, (len + bt - 1) / bt), used += (len + bt - 1) / bt;
+    const int n_blocks = used + 3, n_ctx = n_blocks * bt;
+    std::vector<int32_t> pool(static_cast<size_t>(n_blocks));
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng);
+    std::vector<int32_t> tables(size_t(rows) * size_t(max_blocks), 0), row_seq(static_cast<size_t>(rows)), pos(static_cast<size_t>(rows));
+    std::vector<uint16_t> kc(size_t(n_ctx) * kvd, 0x7E00), vc(size_t(n_ctx) * kvd, 0x7E00);  // NaN
+    size_t next = 0;
+    for (int r = 0; r < rows; ++r) {
+      row_seq[size_t(r)] = r, pos[size_t(r)] = c.lengths[size_t(r)] - 1;
+      for (int b = 0; b < (c.lengths[size_t(r)] + bt - 1) / bt; ++b) tables[size_t(r) * max_blocks + b] = pool[next++];
+      for (int j = 0; j < c.lengths[size_t(r)]; ++j) {
+        const size_t slot = size_t(tables[size_t(r) * max_blocks + j / bt]) * bt + size_t(j % bt);
+        for (int i = 0; i < kvd; ++i) kc[slot * kvd + i] = f32_to_f16(nd(rng)), vc[slot * kvd + i] = f32_to_f16(nd(rng));
+      }
+    }
+    std::vector<float> q(size_t(rows) * qd);
+    for (float& x : q) x = nd(rng);
+    const float scale = 1.f / std::sqrt(float(hd));
+    // fp64 reference over the f16 values the kernel reads
+    std::vector<double> want(q.size());
+    for (int r = 0; r < rows; ++r)
+      for (int h = 0; h < c.n_head; ++h) {
+        const int n = c.lengths[size_t(r)], kvh = h / group;
+        std::vector<double> p(static_cast<size_t>(n));
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j < n; ++j) {
+          const size_t slot = size_t(tables[size_t(r) * max_blocks + j / bt]) * bt + size_t(j % bt);
+          double s = 0;
+          for (int d = 0; d < hd; ++d) s += double(q[size_t(r) * qd + h * hd + d]) * f16_to_f32(kc[slot * kvd + kvh * hd + d]);
+          mx = std::max(mx, p[size_t(j)] = s * scale);
+        }
+        for (double& x : p) sum += (x = std::exp(x - mx));
+        for (int d = 0; d < hd; ++d) {
+          double o = 0;
+          for (int j = 0; j < n; ++j) {
+            const size_t slot = size_t(tables[size_t(r) * max_blocks + j / bt]) * bt + size_t(j % bt);
+            o += p[size_t(j)] * f16_to_f32(vc[slot * kvd + kvh * hd + d]);
+          }
+          want[size_t(r) * qd + h * hd + d] = o / sum;
+        }
+      }
+
+    DeviceBuf dq(q.size() * 4), dk(kc.size() * 2), dv(vc.size() * 2), dpos(pos.size() * 4), dseq(row_seq.size() * 4),
+        dtab(tables.size() * 4), dout(q.size() * 4), dout8(size_t(rows) * x8_bytes(qd));
+    CUDA_OK(cudaMemcpy(dq.p, q.data(), dq.n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dk.p, kc.data(), dk.n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dv.p, vc.data(), dv.n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dpos.p, pos.data(), dpos.n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dseq.p, row_seq.data(), dseq.n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dtab.p, tables.data(), dtab.n, cudaMemcpyHostToDevice));
+    AttentionArgs a;
+    a.n_head = c.n_head, a.n_head_kv = c.n_head_kv, a.head_dim = hd, a.scale = scale, a.n_ctx = n_ctx;
+    PagedKv pk;
+    pk.row_seq = dseq.as<int32_t>(), pk.tables = dtab.as<int32_t>(), pk.max_blocks = max_blocks, pk.block_tokens = bt;
+    for (int splits : {1, 3, 16}) {
+      const std::string what = "heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) + " hd " +
+                               std::to_string(hd) + " block " + std::to_string(bt) + " rows " + std::to_string(rows) +
+                               " splits " + std::to_string(splits);
+      DeviceBuf work(attention_work_floats(a, rows, splits) * 4);
+      CUDA_OK(cudaMemset(dout.p, 0xFF, dout.n));
+      CUDA_OK(cudaMemset(dout8.p, 0xFF, dout8.n));
+      const Status st = attention_paged(dq.as<float>(), rows, dpos.as<int32_t>(), pk, dk.p, dv.p, a, splits,
+                                        work.as<float>(), dout.as<float>(), nullptr, dout8.p);
+      ASSERT_TRUE(st.ok) << st.message << " " << what;
+      CUDA_OK(cudaDeviceSynchronize());
+      std::vector<float> got(q.size());
+      std::vector<uint8_t> got8(dout8.n);
+      CUDA_OK(cudaMemcpy(got.data(), dout.p, dout.n, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(got8.data(), dout8.p, dout8.n, cudaMemcpyDeviceToHost));
+      double e = 0, n = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        e += std::isfinite(got[i]) ? (got[i] - want[i]) * (got[i] - want[i]) : INFINITY;
+        n += want[i] * want[i];
+      }
+      EXPECT_LE(std::sqrt(e / n), 1e-4) << what;
+      EXPECT_EQ(got8, host_x8(got, qd)) << what << ": int8 copy differs from the host's blocks of out";
+    }
+  }
+}
+
+// The host's rule: the lowest id among equal maxima; values not above -FLT_MAX never win (0 when
+// none does).
+int host_argmax(const float* row, int cols) {
+  int best = -1;
+  for (int i = 0; i < cols; ++i)
+    if (row[i] > -FLT_MAX && (best < 0 || row[i] > row[best])) best = i;
+  return std::max(best, 0);
+}
+
+TEST(ArgmaxRows, FirstMaximumOfEveryRow) {
+  std::mt19937 rng(22);
+  std::normal_distribution<float> nd(0.f, 3.f);
+  for (int cols : {32000, 32001, 151936, 4, 7})
+    for (int rows : {1, 3, 64}) {
+      std::vector<float> l(size_t(rows) * cols);
+      for (float& x : l) x = nd(rng);
+      for (int r = 0; r < rows; ++r) {
+        float* row = &l[size_t(r) * cols];
+        const int a = int(rng() % uint32_t(cols)), b = int(rng() % uint32_t(cols));
+        switch (r % 4) {
+          case 0: row[a] = row[b] = 40.f; break;                        // a tie at the maximum
+          case 1: row[a] = NAN, row[b] = 30.f; break;                   // NaN never wins
+          case 2: std::fill(row, row + cols, -INFINITY); break;         // nothing wins: 0
+          default: row[cols - 1] = 50.f; break;                         // the last column
+        }
+      }
+      DeviceBuf dl(l.size() * 4), did(size_t(rows) * 4), dmax(size_t(rows) * 4);
+      CUDA_OK(cudaMemcpy(dl.p, l.data(), dl.n, cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemset(did.p, 0xFF, did.n));
+      ASSERT_TRUE(argmax_rows(dl.as<float>(), rows, cols, did.as<int32_t>(), nullptr, dmax.as<float>()).ok);
+      CUDA_OK(cudaDeviceSynchronize());
+      std::vector<int32_t> ids(static_cast<size_t>(rows));
+      std::vector<float> mx(static_cast<size_t>(rows));
+      CUDA_OK(cudaMemcpy(ids.data(), did.p, did.n, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(mx.data(), dmax.p, dmax.n, cudaMemcpyDeviceToHost));
+      for (int r = 0; r < rows; ++r) {
+        const float* row = &l[size_t(r) * cols];
+        const int want = host_argmax(row, cols);
+        EXPECT_EQ(ids[size_t(r)], want) << "cols " << cols << " rows " << rows << " row " << r;
+        if (r % 4 != 2) EXPECT_EQ(mx[size_t(r)], row[want]) << "cols " << cols << " row " << r;
+      }
+    }
+}
+
+}  // namespace
