@@ -252,6 +252,31 @@ void recorded_steps_give_eager_tokens(bool exact, int n_tokens, float temperatur
               "eager passes\n", exact ? "exact" : "fast", recorded, launched, taken);
 }
 
+// One greedy request on the fast path: its recorded one-row steps take the id the logits GEMV
+// leaves (fused argmax, no argmax kernel) and run ahead; the eager passes run the argmax kernel.
+// The same tokens both ways.
+TEST(CudaEngine, OneGreedyRequestTakesTheLogitsGemvsArgmax) {
+  ASSERT_FALSE(smol_path().empty()) << "set LAMINA_MODEL to SmolLM2 (scripts/gpu-check.sh does)";
+  std::vector<int32_t> runs[2];
+  for (bool graphs : {false, true}) {
+    SessionOptions o;
+    o.model_path = smol_path();
+    o.n_ctx = 4096;
+    o.device = "cuda";
+    Session s(o);
+    auto& cuda = dynamic_cast<CudaBackend&>(s.backend());
+    cuda.set_graphs(graphs);
+    std::vector<int64_t> ids;
+    runs[graphs] = run_engine(s, text_requests(s, 1, 120, 0.f), ids).at(ids[0]);
+    if (graphs) {
+      EXPECT_GT(cuda.recorded_graphs(), 0);
+      EXPECT_GT(cuda.run_ahead_taken(), 0);
+    }
+  }
+  ASSERT_EQ(runs[1].size(), 120u);
+  EXPECT_EQ(runs[1], runs[0]);
+}
+
 // Sampled rows (the logits to the host's sampler) and greedy rows (the device's argmax).
 TEST(CudaEngine, RecordedDecodeStepsGiveTheEagerTokens) { recorded_steps_give_eager_tokens(false, 300, 0.8f); }
 TEST(CudaEngine, RecordedExactDecodeStepsGiveTheEagerTokens) { recorded_steps_give_eager_tokens(true, 100, 0.f); }
