@@ -28,6 +28,7 @@ namespace lamina {
 namespace {
 
 #include "backend/cpu/vec_dot_int8_x86.inc"  // (h2f, load32, hsum_i32)
+#include "backend/cpu/kquant_scales_x86.inc"
 
 // The q8_K blocks of four activation rows (x + j * x_stride): the prompt kernels' tokens.
 inline void four_tokens(const void* x, size_t x_stride, const block_q8_K* (&b)[4]) {
@@ -184,25 +185,6 @@ LAMINA_AVX2 inline Scales16 q2k_scales_mins16(const uint8_t* s16) {
   return {_mm256_cvtepu8_epi16(_mm_and_si128(v, m4)), _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), m4))};
 }
 
-// The scales of sub-blocks t = 8 nn + 2 j and t + 1 as the madd of a 32-element maddubs takes them:
-// sc[t] in the low eight int16 lanes, sc[t + 1] in the high eight. `half` holds the eight scales
-// of nn (sub-blocks 8 nn .. 8 nn + 7) in both 128-bit lanes (q23_halves); the byte shuffle picks
-// scale 2 j in the low lane and 2 j + 1 in the high one: one shuffle where two broadcasts and an
-// insert were (the decode kernel is bound by its instructions: docs/benchmarks.md).
-alignas(32) inline constexpr uint8_t kPairShuffle[4][32] = {
-    {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
-    {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
-    {8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
-    {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15}};
-LAMINA_AVX2 inline __m256i q23_pair_scales(__m256i half, int j) {
-  return _mm256_shuffle_epi8(half, _mm256_load_si256(reinterpret_cast<const __m256i*>(kPairShuffle[j])));
-}
-// The 16 int16 scales s16 as two vectors of eight, each in both 128-bit lanes (nn = 0, 1).
-LAMINA_AVX2 inline void q23_halves(__m256i s16, __m256i* half) {
-  half[0] = _mm256_permute4x64_epi64(s16, 0x44);
-  half[1] = _mm256_permute4x64_epi64(s16, 0xEE);
-}
-
 // Q2_K (or, kQ3, Q3_K) against q8_K for R weight rows (w + r * w_stride) at once, out[r]: per 32
 // elements (n, j) the 2-bit quants, bits 2j of qs[32n + l]; for Q3_K plus 4 where bit 4n + j of
 // hmask[l] is set (q + 4, 0..7, whose 4 * sum of x is taken back with the bsums). The 32 are two
@@ -220,17 +202,17 @@ LAMINA_AVX2 void rows_q23_K(int64_t n, const void* w, size_t w_stride, const voi
     const Block* a[R];
     for (int r = 0; r < R; ++r) a[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + size_t(r) * w_stride) + i;
     const __m256i bsums = load32(b[i].bsums);
-    __m256i half[R][2];  // each row's scales, q23_halves
+    __m256i half[R][2];  // each row's scales, scale_halves
     __m256i side_v[R], sumi[R], hm[R];
     for (int r = 0; r < R; ++r) {
       if constexpr (kQ3) {
         const __m256i s16 = q3k_scales16(a[r]->scales);
-        q23_halves(s16, half[r]);
+        scale_halves(s16, half[r]);
         side_v[r] = _mm256_madd_epi16(s16, bsums);
         hm[r] = load32(a[r]->hmask);
       } else {
         const auto [s16, m16] = q2k_scales_mins16(a[r]->scales);
-        q23_halves(s16, half[r]);
+        scale_halves(s16, half[r]);
         side_v[r] = _mm256_madd_epi16(m16, bsums);
         hm[r] = _mm256_setzero_si256();
       }
@@ -246,7 +228,7 @@ LAMINA_AVX2 void rows_q23_K(int64_t n, const void* w, size_t w_stride, const voi
           if constexpr (kQ3)
             q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm[r], 4 * nn + j), m1), 2));
           const __m256i p = _mm256_maddubs_epi16(q, xq);
-          sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p, q23_pair_scales(half[r][nn], j)));
+          sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p, pair_scales(half[r][nn], j)));
         }
       }
     }
@@ -282,14 +264,14 @@ LAMINA_AVX2 void tokens4_q23(int64_t n, const void* w, const void* x, size_t x_s
   const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
   float total[4] = {0, 0, 0, 0};
   for (int64_t i = 0; i < n / QK_K; ++i) {
-    __m256i half[2];  // the scales, q23_halves
+    __m256i half[2];  // the scales, scale_halves
     __m256i side_w;   // Q2_K the mins, Q3_K the scales (times each token's bsums)
     if constexpr (kQ3) {
       side_w = q3k_scales16(a[i].scales);
-      q23_halves(side_w, half);
+      scale_halves(side_w, half);
     } else {
       const auto [s16, m16] = q2k_scales_mins16(a[i].scales);
-      q23_halves(s16, half);
+      scale_halves(s16, half);
       side_w = m16;
     }
     __m256i hm = _mm256_setzero_si256();
@@ -301,7 +283,7 @@ LAMINA_AVX2 void tokens4_q23(int64_t n, const void* w, const void* x, size_t x_s
         __m256i v = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
         if constexpr (kQ3) v = _mm256_or_si256(v, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * nn + j), m1), 2));
         q[4 * nn + j] = v;
-        s[4 * nn + j] = q23_pair_scales(half[nn], j);
+        s[4 * nn + j] = pair_scales(half[nn], j);
       }
     }
     const float d = h2f(a[i].d);
