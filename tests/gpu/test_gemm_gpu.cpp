@@ -4,6 +4,7 @@
 #include "core/half.h"
 #include "gpu_test_util.h"
 #include "format/quant.h"
+#include "kernels/autotune/autotune.h"
 #include "kernels/gemm/gemm.h"
 
 #include <cuda_runtime.h>
@@ -266,6 +267,39 @@ TEST(GemmGpu, BadArgumentsAreRejectedBeforeLaunch) {
   GemmProblem q = p;
   q.b_col_major = true, q.b_type = GgmlType::Q4_K, q.k = 32, q.lda = 32;  // Q4_K needs k % 256
   EXPECT_FALSE(gemm_validate(q, *find_gemm_variant("q1_mma")).ok);
+}
+
+// Rows with no tuned entry of their own take the entry tuned for the next power of two of rows
+// at or above them, or the one after (the engine's decode passes: any number of rows); beyond
+// those two buckets, past kGemmBucketMaxM rows, or for a variant that does not take the problem,
+// the untuned rule. The shape (f16, N = K = 4160) is one no other test tunes.
+TEST(GemmGpu, UntunedRowsTakeTheNextTunedBucket) {
+  GemmProblem p;
+  p.a_type = p.b_type = GgmlType::F16, p.c_type = GgmlType::F32;
+  p.n = p.k = 4160, p.lda = p.ldb = p.k, p.ldc = p.n;
+  auto key = [&](int64_t m) {
+    return "gemm|f16r|f16c|f32|" + std::to_string(m) + "x4160x4160|" + device_key();
+  };
+  TuneCache::get("gemm").put(key(64), {"h1_mma", "bm=64,bn=64,bk=32,stages=4,splits=1", 1.0});
+  TuneCache::get("gemm").put(key(512), {"h1_mma", "bm=128,bn=128,bk=32,stages=4,splits=1", 1.0});
+  auto choice = [&](int64_t m) { p.m = m; return gemm_choice(p); };
+  for (int64_t m : {64, 50, 33, 17}) {  // exact; next power of two 64; 64; next 32 (none), then 64
+    const GemmChoice c = choice(m);
+    ASSERT_TRUE(c.variant) << m;
+    EXPECT_TRUE(c.tuned) << m;
+    EXPECT_STREQ(c.variant->name, "h1_mma") << m;
+    EXPECT_EQ(c.config.bm, 64) << m;
+  }
+  for (int64_t m : {16, 65, 300}) {  // 16: 16 and 32 untuned; 65: 128 and 256 untuned; 300: past the buckets
+    const GemmChoice c = choice(m);
+    ASSERT_TRUE(c.variant) << m;
+    EXPECT_FALSE(c.tuned) << m;
+  }
+  EXPECT_TRUE(choice(512).tuned);
+  EXPECT_EQ(choice(512).config.bm, 128);
+  // an entry naming a variant that does not take the problem (an f32 SGEMM rung for f16 A) is passed over
+  TuneCache::get("gemm").put(key(128), {"s0_naive", "bm=128,bn=128,bk=8,stages=1,splits=1", 1.0});
+  EXPECT_FALSE(choice(100).tuned);
 }
 
 }  // namespace

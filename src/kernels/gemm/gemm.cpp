@@ -120,23 +120,38 @@ static GemmConfig untuned_config(const GemmProblem& p, const GemmVariant& v) {
   return split;
 }
 
-Status gemm(const GemmProblem& p, cudaStream_t s) {
-  if (auto e = TuneCache::get("gemm").find(tune_key(p))) {
-    if (const GemmVariant* v = find_gemm_variant(e->variant)) {
-      if (Status st = gemm_validate(p, *v); !st) return st;
+static std::optional<TuneEntry> tuned_entry(const GemmProblem& p) {
+  const TuneCache& cache = TuneCache::get("gemm");
+  if (auto e = cache.find(tune_key(p))) return e;
+  if (p.m > kGemmBucketMaxM) return std::nullopt;
+  GemmProblem q = p;
+  q.m = 1;
+  while (q.m < p.m) q.m *= 2;
+  for (int i = 0; i < 2; ++i, q.m *= 2)
+    if (q.m != p.m)
+      if (auto e = cache.find(tune_key(q))) return e;
+  return std::nullopt;
+}
+
+GemmChoice gemm_choice(const GemmProblem& p) {
+  if (auto e = tuned_entry(p))
+    if (const GemmVariant* v = find_gemm_variant(e->variant); v && v->supports(p)) {
       GemmConfig c = parse_config(e->config);
       if (gemm_workspace_bytes(p, c) > p.workspace_bytes) c = v->configs.front();  // no room for split-K
-      return v->launch(p, c, s);
+      return {v, c, true};
     }
-  }
   for (const char* name : {"q3_wgmma_rs", "q2_wgmma", "q1_mma", "h2_wgmma", "h1_mma", "s6_cp_async"}) {  // untuned: the top rung that takes it
     const GemmVariant* v = find_gemm_variant(name);
-    if (v && v->supports(p)) {
-      if (Status st = gemm_validate(p, *v); !st) return st;
-      return v->launch(p, untuned_config(p, *v), s);
-    }
+    if (v && v->supports(p)) return {v, untuned_config(p, *v), false};
   }
-  return Status::error("gemm: no variant takes these types and layouts");
+  return {};
+}
+
+Status gemm(const GemmProblem& p, cudaStream_t s) {
+  const GemmChoice c = gemm_choice(p);
+  if (!c.variant) return Status::error("gemm: no variant takes these types and layouts");
+  if (Status st = gemm_validate(p, *c.variant); !st) return st;
+  return c.variant->launch(p, c.config, s);
 }
 
 std::vector<GemmTiming> gemm_time_variants(const GemmProblem& shape, bool all_configs, bool record, cudaStream_t s,

@@ -66,8 +66,21 @@ const GemmVariant* find_gemm_variant(const std::string& name);
 // Checks shapes, leading dimensions and pointers common to all variants.
 Status gemm_validate(const GemmProblem& p, const GemmVariant& v);
 
-// Runs the best known variant/config for the problem (autotune cache, else a default).
+// Runs the best known variant/config for the problem (gemm_choice).
 Status gemm(const GemmProblem& p, cudaStream_t s);
+
+// What gemm() runs for p: the tune cache's choice for its exact shape; else, for at most
+// kGemmBucketMaxM rows, the choice tuned for the next power of two of rows at or above p.m, or
+// the one after it (the batching engine's passes vary the rows step by step; `lamina tune
+// --prompt 16,32,64,128` tunes those buckets); else the top rung that takes it, with the config
+// whose tiles fill the SMs best (tuned = false).
+inline constexpr int64_t kGemmBucketMaxM = 256;
+struct GemmChoice {
+  const GemmVariant* variant = nullptr;  // null: no variant takes these types and layouts
+  GemmConfig config;
+  bool tuned = false;
+};
+GemmChoice gemm_choice(const GemmProblem& p);
 
 // Scratch a config needs for this problem (0 without split-K).
 size_t gemm_workspace_bytes(const GemmProblem& p, const GemmConfig& c);
