@@ -1,5 +1,6 @@
 // lamina tune -m MODEL: runs the model on the GPU once per pass size — `--batch` rows (GEMVs; a
-// decode step for 1) and prompt passes of `--prompt` rows (GEMMs, default 512) — with the CUDA
+// decode step for 1) and passes of `--prompt` rows (GEMMs; default 16, 32, 64, 128 — the buckets
+// the batching engine's steps take, kernels::gemm_choice — and 512, a prompt) — with the CUDA
 // backend collecting the GEMV and GEMM problems its step plans launch, then tunes each of those
 // problems into the tune cache. Needs no cuBLAS: it ranks lamina's own variants (kbench, a
 // developer build, compares them with cuBLAS).
@@ -58,7 +59,7 @@ namespace {
 struct TuneArgs {
   std::string model;
   std::string batches = "1,2,4,8";
-  std::string prompts = "512";  // GEMM rows (prompt tokens per pass) to tune for
+  std::string prompts = "16,32,64,128,512";  // GEMM rows per pass to tune for (engine steps, prompts)
   std::string skip;             // GEMV variants or configs left out (gemv_tune)
   int tensor_parallel = 1;      // the shapes of one rank of so many (every rank's but the vocabulary's)
 };
@@ -169,7 +170,7 @@ Run add_tune(CLI::App& app) {
   auto* sub = app.add_subcommand("tune", "Autotune a model's GEMV and prompt GEMM shapes on this GPU (writes the tune cache)");
   sub->add_option("-m,--model", a->model, "GGUF model")->required();
   sub->add_option("--batch", a->batches, "Comma-separated batch sizes (1..8)");
-  sub->add_option("--prompt", a->prompts, "Comma-separated prompt rows per pass to tune the GEMMs for ('' for none)");
+  sub->add_option("--prompt", a->prompts, "Comma-separated rows per pass to tune the GEMMs for (default 16,32,64,128,512; '' for none)");
   sub->add_option("--tensor-parallel,--tp", a->tensor_parallel, "Tune the shapes of one rank of N GPUs (--tensor-parallel)")
       ->check(CLI::Range(1, 64));
   sub->add_option("--skip", a->skip, "GEMV variants or configs the tuner leaves out, 'a;b(rows=2,warps=16,unroll=4)' (A/B of a rung)");

@@ -20,18 +20,12 @@ struct TuneCache::Impl {
   mutable std::mutex mu;
 };
 
-// Made once per device: every GEMV and GEMM dispatch builds its tune key with it, and
-// cudaGetDeviceProperties queries every attribute of the device each time it is called.
 std::string device_key() {
   int dev = 0;
   cudaGetDevice(&dev);
-  static std::mutex mu;
-  static std::map<int, std::string> keys;
-  std::lock_guard<std::mutex> lk(mu);
-  if (auto it = keys.find(dev); it != keys.end()) return it->second;
   cudaDeviceProp p{};
   cudaGetDeviceProperties(&p, dev);
-  return keys[dev] = std::string(p.name) + "|sm_" + std::to_string(p.major) + std::to_string(p.minor);
+  return std::string(p.name) + "|sm_" + std::to_string(p.major) + std::to_string(p.minor);
 }
 
 namespace {
