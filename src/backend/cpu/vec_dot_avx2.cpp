@@ -29,8 +29,6 @@ namespace lamina {
 namespace {
 
 #include "backend/cpu/vec_dot_int8_x86.inc"
-#include "backend/cpu/q6k_x86.inc"
-#include "backend/cpu/kquant_scales_x86.inc"
 
 LAMINA_AVX2 float dot_f32(int64_t n, const void* w, const void* x) {
   const float* a = static_cast<const float*>(w);
@@ -100,31 +98,6 @@ LAMINA_AVX2 void dot4_half(int64_t n, const void* w, const void* x, size_t strid
     for (int64_t k = i; k < n; ++k) s += half1<T>(a[k]) * b[j][k];
     out[j] = s;
   }
-}
-
-LAMINA_AVX2 float dot_q6_K(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const block_q6_K*>(w);
-  const auto* b = static_cast<const block_q8_K*>(x);
-  float total = 0;
-  for (int64_t i = 0; i < n / QK_K; ++i) {
-    // sum_g scale_g * sum_e (q_e + 32) y_e  -  32 * sum_g scale_g * bsum_g; the 16 scales as
-    // int16 lanes, for the bias by one madd and for the groups' pairs (pair_scales)
-    const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i].scales)));
-    const int bias = hsum_i32(_mm256_madd_epi16(s16, load32(b[i].bsums)));
-    __m256i halves[2];
-    scale_halves(s16, halves);
-    __m256i sumi = _mm256_setzero_si256();
-    for (int half = 0; half < 2; ++half) {
-      __m256i q[4];
-      q6k_quants(a[i], half, q);
-      for (int k = 0; k < 4; ++k) {  // groups 8 half + 2 k and + 1: two groups of 16 per 32 elements
-        const __m256i p = _mm256_maddubs_epi16(q[k], load32(b[i].qs + 128 * half + 32 * k));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, pair_scales(halves[half], k)));
-      }
-    }
-    total += b[i].d * h2f(a[i].d) * float(hsum_i32(sumi) - 32 * bias);
-  }
-  return total;
 }
 
 LAMINA_AVX2 void axpy_f16(int64_t n, float a, const void* x, float* y) {
@@ -349,7 +322,6 @@ VecDotFn avx2_kernel(GgmlType t) {
     case GgmlType::F32: return dot_f32;
     case GgmlType::F16: return dot_half<GgmlType::F16>;
     case GgmlType::BF16: return dot_half<GgmlType::BF16>;
-    case GgmlType::Q6_K: return dot_q6_K;
     default: {
       const VecDotFn k = avx2_kquant_kernel(t);
       return k ? k : int8_kernel(t);

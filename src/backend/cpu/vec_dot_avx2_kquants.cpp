@@ -28,7 +28,7 @@ namespace lamina {
 namespace {
 
 #include "backend/cpu/vec_dot_int8_x86.inc"  // (h2f, load32, hsum_i32)
-#include "backend/cpu/kquant_scales_x86.inc"
+#include "backend/cpu/q6k_x86.inc"
 
 // The q8_K blocks of four activation rows (x + j * x_stride): the prompt kernels' tokens.
 inline void four_tokens(const void* x, size_t x_stride, const block_q8_K* (&b)[4]) {
@@ -185,6 +185,27 @@ LAMINA_AVX2 inline Scales16 q2k_scales_mins16(const uint8_t* s16) {
   return {_mm256_cvtepu8_epi16(_mm_and_si128(v, m4)), _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), m4))};
 }
 
+// The scales of sub-blocks t = 8 nn + 2 j and t + 1 as the madd of a 32-element maddubs takes them:
+// sc[t] in the low eight int16 lanes, sc[t + 1] in the high eight. `half` holds the eight scales
+// of nn (sub-blocks 8 nn .. 8 nn + 7) in both 128-bit lanes (scale_halves); the byte shuffle picks
+// scale 2 j in the low lane and 2 j + 1 in the high one: one shuffle where two broadcasts and an
+// insert were (the decode kernels are bound by their instructions: docs/benchmarks.md). The
+// q2_K, q3_K and q6_K kernels below take them.
+alignas(32) inline constexpr uint8_t kPairShuffle[4][32] = {
+    {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
+    {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
+    {8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
+    {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15}};
+LAMINA_AVX2 inline __m256i pair_scales(__m256i half, int j) {
+  return _mm256_shuffle_epi8(half, _mm256_load_si256(reinterpret_cast<const __m256i*>(kPairShuffle[j])));
+}
+// The 16 int16 scales s16 as two vectors of eight, each in both 128-bit lanes (nn = 0, 1).
+LAMINA_AVX2 inline void scale_halves(__m256i s16, __m256i* half) {
+  half[0] = _mm256_permute4x64_epi64(s16, 0x44);
+  half[1] = _mm256_permute4x64_epi64(s16, 0xEE);
+}
+
+
 // Q2_K (or, kQ3, Q3_K) against q8_K for R weight rows (w + r * w_stride) at once, out[r]: per 32
 // elements (n, j) the 2-bit quants, bits 2j of qs[32n + l]; for Q3_K plus 4 where bit 4n + j of
 // hmask[l] is set (q + 4, 0..7, whose 4 * sum of x is taken back with the bsums). The 32 are two
@@ -250,6 +271,50 @@ LAMINA_AVX2 float dot_q23_K(int64_t n, const void* w, const void* x) {
 template <int R, bool kQ3>
 LAMINA_AVX2 void rowsN_q23(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
   rows_q23_K<R, kQ3>(n, w, w_stride, x, out);
+}
+
+// Q6_K against q8_K for R weight rows at once (w + r * w_stride), out[r]: per 32 elements the
+// quants as unsigned bytes (q + 32, q6k_quants) times x by maddubs, their two 16-element groups'
+// scales by madd (pair_scales), less 32 * sum_g scale_g * bsum_g (one madd). The same integers and
+// float expression for every R; R rows side by side keep R memory streams in flight (decode).
+template <int R>
+LAMINA_AVX2 void rows_q6_K(int64_t n, const void* w, size_t w_stride, const void* x, float* out) {
+  const auto* b = static_cast<const block_q8_K*>(x);
+  float total[R];
+  for (int r = 0; r < R; ++r) total[r] = 0;
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const __m256i bsums = load32(b[i].bsums);
+    const block_q6_K* a[R];
+    __m256i halves[R][2], sumi[R];
+    int bias[R];
+    for (int r = 0; r < R; ++r) {
+      a[r] = reinterpret_cast<const block_q6_K*>(static_cast<const uint8_t*>(w) + size_t(r) * w_stride) + i;
+      const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a[r]->scales)));
+      bias[r] = hsum_i32(_mm256_madd_epi16(s16, bsums));
+      scale_halves(s16, halves[r]);
+      sumi[r] = _mm256_setzero_si256();
+    }
+    for (int half = 0; half < 2; ++half)
+      for (int r = 0; r < R; ++r) {
+        __m256i q[4];
+        q6k_quants(*a[r], half, q);
+        for (int k = 0; k < 4; ++k) {  // groups 8 half + 2 k and + 1: two groups of 16 per 32 elements
+          const __m256i p = _mm256_maddubs_epi16(q[k], load32(b[i].qs + 128 * half + 32 * k));
+          sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p, pair_scales(halves[r][half], k)));
+        }
+      }
+    for (int r = 0; r < R; ++r) total[r] += b[i].d * h2f(a[r]->d) * float(hsum_i32(sumi[r]) - 32 * bias[r]);
+  }
+  for (int r = 0; r < R; ++r) out[r] = total[r];
+}
+LAMINA_AVX2 float dot_q6_K(int64_t n, const void* w, const void* x) {
+  float out;
+  rows_q6_K<1>(n, w, 0, x, &out);
+  return out;
+}
+template <int R>
+LAMINA_AVX2 void rowsN_q6(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
+  rows_q6_K<R>(n, w, w_stride, x, out);
 }
 
 // Q2_K / Q3_K, one weight row against four tokens (prompts): the row's quants and sub-block
@@ -368,6 +433,7 @@ VecDotFn avx2_kquant_kernel(GgmlType t) {
     case GgmlType::Q3_K: return dot_q23_K<true>;
     case GgmlType::Q4_K: return dot_qk<false>;
     case GgmlType::Q5_K: return dot_qk<true>;
+    case GgmlType::Q6_K: return dot_q6_K;
     case GgmlType::IQ4_XS: return dot_iq4_xs;
     default: return nullptr;
   }
@@ -394,6 +460,7 @@ VecDotRows4CFn kquant_rows(GgmlType t) {
     case GgmlType::Q3_K: return rowsN_q23<R, true>;
     case GgmlType::Q4_K: return rowsN_qk<R, false>;
     case GgmlType::Q5_K: return rowsN_qk<R, true>;
+    case GgmlType::Q6_K: return rowsN_q6<R>;
     default: return nullptr;
   }
 }
