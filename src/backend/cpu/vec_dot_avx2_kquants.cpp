@@ -367,28 +367,47 @@ LAMINA_AVX2 void tokens4_q23(int64_t n, const void* w, const void* x, size_t x_s
   for (int j = 0; j < 4; ++j) out[j] = total[j];
 }
 
-// IQ4_XS against q8_K: each sub-block's 32 nibbles (low halves: elements 0..15, high: 16..31)
-// looked up in the value table by pshufb, multiplied as |v| * (x with v's sign) (maddubs), times
-// the sub-block's scale by madd. The same integers and float expression as the scalar kernel.
-LAMINA_AVX2 float dot_iq4_xs(int64_t n, const void* w, const void* x) {
-  const auto* a = static_cast<const block_iq4_xs*>(w);
+// IQ4_XS against q8_K for R weight rows at once (w + r * w_stride), out[r]: each sub-block's 32
+// nibbles (low halves: elements 0..15, high: 16..31) looked up in the value table by pshufb,
+// multiplied as |v| * (x with v's sign) (maddubs), times the sub-block's scale by madd. The same
+// integers and float expression as the scalar kernel for every R; R rows side by side keep R
+// memory streams in flight (decode) and share the activation loads.
+template <int R>
+LAMINA_AVX2 void rows_iq4_xs(int64_t n, const void* w, size_t w_stride, const void* x, float* out) {
   const auto* b = static_cast<const block_q8_K*>(x);
   const __m256i values = iq4_table();
   const __m128i low4 = _mm_set1_epi8(0x0F);
-  float total = 0;
+  float total[R];
+  for (int r = 0; r < R; ++r) total[r] = 0;
   for (int64_t i = 0; i < n / QK_K; ++i) {
-    __m256i sumi = _mm256_setzero_si256();
-    for (int ib = 0; ib < 8; ++ib) {
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[i].qs + 16 * ib));
-      const __m256i idx = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4), _mm_and_si128(q, low4));
-      const __m256i v = _mm256_shuffle_epi8(values, idx);
-      const __m256i xs = load32(b[i].qs + 32 * ib);
-      const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(xs, v));
-      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16(int16_t(iq4xs_scale(a[i], ib)))));
+    const block_iq4_xs* a[R];
+    __m256i sumi[R];
+    for (int r = 0; r < R; ++r) {
+      a[r] = reinterpret_cast<const block_iq4_xs*>(static_cast<const uint8_t*>(w) + size_t(r) * w_stride) + i;
+      sumi[r] = _mm256_setzero_si256();
     }
-    total += b[i].d * (h2f(a[i].d) * float(hsum_i32(sumi)));
+    for (int ib = 0; ib < 8; ++ib) {
+      const __m256i xs = load32(b[i].qs + 32 * ib);
+      for (int r = 0; r < R; ++r) {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a[r]->qs + 16 * ib));
+        const __m256i idx = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4), _mm_and_si128(q, low4));
+        const __m256i v = _mm256_shuffle_epi8(values, idx);
+        const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(xs, v));
+        sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(p, _mm256_set1_epi16(int16_t(iq4xs_scale(*a[r], ib)))));
+      }
+    }
+    for (int r = 0; r < R; ++r) total[r] += b[i].d * (h2f(a[r]->d) * float(hsum_i32(sumi[r])));
   }
-  return total;
+  for (int r = 0; r < R; ++r) out[r] = total[r];
+}
+LAMINA_AVX2 float dot_iq4_xs(int64_t n, const void* w, const void* x) {
+  float out;
+  rows_iq4_xs<1>(n, w, 0, x, &out);
+  return out;
+}
+template <int R>
+LAMINA_AVX2 void rowsN_iq4_xs(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
+  rows_iq4_xs<R>(n, w, w_stride, x, out);
 }
 
 // IQ4_XS, one weight row against four tokens: the row's values (and their magnitudes) and
@@ -461,6 +480,7 @@ VecDotRows4CFn kquant_rows(GgmlType t) {
     case GgmlType::Q4_K: return rowsN_qk<R, false>;
     case GgmlType::Q5_K: return rowsN_qk<R, true>;
     case GgmlType::Q6_K: return rowsN_q6<R>;
+    case GgmlType::IQ4_XS: return rowsN_iq4_xs<R>;
     default: return nullptr;
   }
 }
