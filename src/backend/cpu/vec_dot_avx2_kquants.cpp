@@ -153,16 +153,6 @@ LAMINA_AVX2 void tokens4_qk(int64_t n, const void* w, const void* x, size_t x_st
   for (int j = 0; j < 4; ++j) out[j] = total[j];
 }
 
-template <bool kQ5>
-LAMINA_AVX2 float dot_qk(int64_t n, const void* w, const void* x) {
-  float out;
-  rows_q4_K<1, kQ5>(n, w, 0, x, &out);
-  return out;
-}
-template <int R, bool kQ5>
-LAMINA_AVX2 void rowsN_qk(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
-  rows_q4_K<R, kQ5>(n, w, w_stride, x, out);
-}
 
 // Q3_K's 16 sub-block scales (q3k_scale) as int16 lanes: low nibbles s12[t] & 15 (t < 8) and
 // s12[t - 8] >> 4, high bits (s12[8 + t % 4] >> 2 (t / 4)) & 3, taken for all 16 at once (the
@@ -262,16 +252,6 @@ LAMINA_AVX2 void rows_q23_K(int64_t n, const void* w, size_t w_stride, const voi
   }
   for (int r = 0; r < R; ++r) out[r] = total[r];
 }
-template <bool kQ3>
-LAMINA_AVX2 float dot_q23_K(int64_t n, const void* w, const void* x) {
-  float out;
-  rows_q23_K<1, kQ3>(n, w, 0, x, &out);
-  return out;
-}
-template <int R, bool kQ3>
-LAMINA_AVX2 void rowsN_q23(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
-  rows_q23_K<R, kQ3>(n, w, w_stride, x, out);
-}
 
 // Q6_K against q8_K for R weight rows at once (w + r * w_stride), out[r]: per 32 elements the
 // quants as unsigned bytes (q + 32, q6k_quants) times x by maddubs, their two 16-element groups'
@@ -307,18 +287,9 @@ LAMINA_AVX2 void rows_q6_K(int64_t n, const void* w, size_t w_stride, const void
   }
   for (int r = 0; r < R; ++r) out[r] = total[r];
 }
-LAMINA_AVX2 float dot_q6_K(int64_t n, const void* w, const void* x) {
-  float out;
-  rows_q6_K<1>(n, w, 0, x, &out);
-  return out;
-}
-template <int R>
-LAMINA_AVX2 void rowsN_q6(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
-  rows_q6_K<R>(n, w, w_stride, x, out);
-}
 
 // Q2_K / Q3_K, one weight row against four tokens (prompts): the row's quants and sub-block
-// scales decoded once per block; each token's integers and float expression those of dot_q23_K.
+// scales decoded once per block; each token's integers and float expression those of rows_q23_K<1>.
 template <bool kQ3>
 LAMINA_AVX2 void tokens4_q23(int64_t n, const void* w, const void* x, size_t x_stride, const int32_t*, size_t,
                              float* out) {
@@ -400,19 +371,10 @@ LAMINA_AVX2 void rows_iq4_xs(int64_t n, const void* w, size_t w_stride, const vo
   }
   for (int r = 0; r < R; ++r) out[r] = total[r];
 }
-LAMINA_AVX2 float dot_iq4_xs(int64_t n, const void* w, const void* x) {
-  float out;
-  rows_iq4_xs<1>(n, w, 0, x, &out);
-  return out;
-}
-template <int R>
-LAMINA_AVX2 void rowsN_iq4_xs(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
-  rows_iq4_xs<R>(n, w, w_stride, x, out);
-}
 
 // IQ4_XS, one weight row against four tokens: the row's values (and their magnitudes) and
 // sub-block scales decoded once per block; each token's integers and float expression those of
-// dot_iq4_xs.
+// rows_iq4_xs<1>.
 LAMINA_AVX2 void tokens4_iq4_xs(int64_t n, const void* w, const void* x, size_t x_stride, const int32_t*, size_t,
                                 float* out) {
   const auto* a = static_cast<const block_iq4_xs*>(w);
@@ -444,16 +406,29 @@ LAMINA_AVX2 void tokens4_iq4_xs(int64_t n, const void* w, const void* x, size_t 
   for (int j = 0; j < 4; ++j) out[j] = total[j];
 }
 
+// A rows kernel K(n, w, w_stride, x, out) as the dispatch tables take it: the one-row kernel
+// (K of one row) and the R-row entry (the k-quants take no correction argument).
+template <auto K>
+LAMINA_AVX2 float one_row(int64_t n, const void* w, const void* x) {
+  float out;
+  K(n, w, 0, x, &out);
+  return out;
+}
+template <auto K>
+LAMINA_AVX2 void rows_entry(int64_t n, const void* w, size_t w_stride, const void* x, const int32_t*, float* out) {
+  K(n, w, w_stride, x, out);
+}
+
 }  // namespace
 
 VecDotFn avx2_kquant_kernel(GgmlType t) {
   switch (t) {
-    case GgmlType::Q2_K: return dot_q23_K<false>;
-    case GgmlType::Q3_K: return dot_q23_K<true>;
-    case GgmlType::Q4_K: return dot_qk<false>;
-    case GgmlType::Q5_K: return dot_qk<true>;
-    case GgmlType::Q6_K: return dot_q6_K;
-    case GgmlType::IQ4_XS: return dot_iq4_xs;
+    case GgmlType::Q2_K: return one_row<rows_q23_K<1, false>>;
+    case GgmlType::Q3_K: return one_row<rows_q23_K<1, true>>;
+    case GgmlType::Q4_K: return one_row<rows_q4_K<1, false>>;
+    case GgmlType::Q5_K: return one_row<rows_q4_K<1, true>>;
+    case GgmlType::Q6_K: return one_row<rows_q6_K<1>>;
+    case GgmlType::IQ4_XS: return one_row<rows_iq4_xs<1>>;
     default: return nullptr;
   }
 }
@@ -475,12 +450,12 @@ namespace {
 template <int R>
 VecDotRows4CFn kquant_rows(GgmlType t) {
   switch (t) {
-    case GgmlType::Q2_K: return rowsN_q23<R, false>;
-    case GgmlType::Q3_K: return rowsN_q23<R, true>;
-    case GgmlType::Q4_K: return rowsN_qk<R, false>;
-    case GgmlType::Q5_K: return rowsN_qk<R, true>;
-    case GgmlType::Q6_K: return rowsN_q6<R>;
-    case GgmlType::IQ4_XS: return rowsN_iq4_xs<R>;
+    case GgmlType::Q2_K: return rows_entry<rows_q23_K<R, false>>;
+    case GgmlType::Q3_K: return rows_entry<rows_q23_K<R, true>>;
+    case GgmlType::Q4_K: return rows_entry<rows_q4_K<R, false>>;
+    case GgmlType::Q5_K: return rows_entry<rows_q4_K<R, true>>;
+    case GgmlType::Q6_K: return rows_entry<rows_q6_K<R>>;
+    case GgmlType::IQ4_XS: return rows_entry<rows_iq4_xs<R>>;
     default: return nullptr;
   }
 }
