@@ -134,7 +134,7 @@ void CudaBackend::attend(const LayerCache& c, const Node& n, Made& m) {
 // 128-position sequence, and merging them cost more than the attention: docs/benchmarks.md.)
 int CudaBackend::decode_splits(int n_head_kv, int64_t rows) const {
   const int64_t blocks = int64_t(n_head_kv) * rows;
-  const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(kv_ctx_ / 64, kv_bucket_ / 16));
+  const int64_t cap = split_cap();
   const int64_t base = std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, cap);
   const int64_t most = std::max<int64_t>(base, (8 * sm_count_ + blocks - 1) / blocks);
   return int(std::clamp<int64_t>(std::max<int64_t>(kv_bucket_, 1024) / 128, base, most));

@@ -27,6 +27,7 @@
 #include "kernels/gemv/gemv.h"
 #include "kernels/ops/ops.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -317,6 +318,9 @@ class CudaBackend final : public Backend {
   static constexpr int64_t kMinBucket = 256;
   int64_t kv_bucket_ = kMinBucket;
   int decode_splits(int n_head_kv, int64_t rows) const;
+  // The most flash-decoding splits a row takes at the fewest blocks: 16 positions of the length
+  // bucket and 64 of the cache a split (decode_splits' base, attend_paged's cap).
+  int64_t split_cap() const { return std::max<int64_t>(1, std::min<int64_t>(kv_ctx_ / 64, kv_bucket_ / 16)); }
   uint64_t graph_key(uint64_t key) const;
   void* k_cache_ = nullptr;
   void* v_cache_ = nullptr;

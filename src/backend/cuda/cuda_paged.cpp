@@ -91,7 +91,7 @@ void CudaBackend::attend_paged(const LayerCache& c, const Node& n, Made& m) {
   const PagedPass& pp = paged_pass();
   const AttentionParams& p = n.attn;
   const int64_t blocks = int64_t(p.n_head_kv) * q.rows;
-  const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(kv_ctx_ / 64, kv_bucket_ / 16));
+  const int64_t cap = split_cap();
   const int splits = int(std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, cap));
   float* work = static_cast<float*>(scratch_bytes(kn::attention_work_floats(c.a, q.rows, splits) * sizeof(float)));
   m.x8 = x8_scratch(n, n.out);
