@@ -143,7 +143,48 @@ TEST(StepPlan, PromptRowsTakeSixteenBitCopiesAndNoPendingNorms) {
   EXPECT_EQ(n[6].x16_from, 5);
   EXPECT_EQ(n[8].x16_from, 7);  // SwiGLU's copy for W_down
   EXPECT_FALSE(n[10].argmax);   // 16 rows of logits
+  // the norms' outputs are read only through their copies: no f32 rows written; the prompt
+  // attention's output and SwiGLU's (read in f32 by the GLU, in place) keep theirs
+  EXPECT_TRUE(n[1].out16_only && n[5].out16_only && n[9].out16_only);
+  EXPECT_FALSE(n[3].out16_only || n[7].out16_only);
   for (const Node& m : n) EXPECT_EQ(m.norm_from, -1);
+}
+
+// Where the backend has a gated GEMM, prompt rows of gate/up and the GLU become one GateUp that
+// reads the norm's 16-bit copy and writes only the down projection's; a GLU output read again
+// later in f32 keeps its f32 rows; exact mode and a backend without one keep the three nodes.
+TEST(StepPlan, PromptRowsOfGateUpBecomeOneGatedGemm) {
+  Rules r = rules();
+  r.gemm_glu = [](const Weight& w) { return w.type == GgmlType::Q4_0; };
+  DecodeStep s(16);
+  s.p.fuse(r, s.logits, true);
+  ASSERT_EQ(ops(s.p), (std::vector<Op>{Op::Embed, Op::RmsNorm, Op::MatmulMulti, Op::RopeAttention, Op::Matmul, Op::RmsNorm,
+                                       Op::GateUp, Op::Matmul, Op::RmsNorm, Op::Matmul}))
+      << s.p.str();
+  const auto& n = s.p.nodes();
+  EXPECT_EQ(n[6].x16_from, 5);
+  EXPECT_TRUE(n[6].x16_out);
+  EXPECT_TRUE(n[6].out16_only);
+  EXPECT_EQ(n[7].x16_from, 6);
+  EXPECT_TRUE(n[7].accumulate);
+
+  DecodeStep again(16);  // the GLU output also added to the residual afterwards: f32 rows kept
+  again.p.add(binary(Op::Add, again.x, again.g));
+  again.p.fuse(r, {}, true);
+  const auto& m = again.p.nodes();
+  ASSERT_EQ(m[6].op, Op::GateUp) << again.p.str();
+  EXPECT_TRUE(m[6].x16_out);
+  EXPECT_FALSE(m[6].out16_only);
+
+  r.gemm_glu = [](const Weight&) { return false; };
+  DecodeStep none(16);
+  none.p.fuse(r, none.logits, true);
+  EXPECT_EQ(none.p.nodes()[7].op, Op::Swiglu) << none.p.str();
+  Rules re = rules(true);
+  re.gemm_glu = [](const Weight&) { return true; };
+  DecodeStep exact(16);
+  exact.p.fuse(re, exact.logits, true);
+  EXPECT_EQ(exact.p.nodes()[7].op, Op::Swiglu) << exact.p.str();
 }
 
 TEST(StepPlan, ExactModeMakesNoCopiesAndNoPendingNorms) {

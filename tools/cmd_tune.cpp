@@ -139,19 +139,26 @@ void run_tune(const TuneArgs& a) {
   }
   TuneCache::get("gemv").save();
   fmt::print("saved to {}\n", tune_cache_path("gemv"));
-  std::set<std::tuple<GgmlType, GgmlType, WeightLayout, int64_t, int64_t, int64_t>> gemms;
-  for (const GemmProblem& p : seen.gemm) gemms.insert({p.a_type, p.b_type, p.b_layout, p.m, p.n, p.k});
-  for (const auto& [a_type, b_type, layout, m, n, k] : gemms) {
+  // GEMMs by their tune key: types, layout, shape, and the GLU of a gated one (gate/up of many
+  // rows; its C is the down projection's f16 input).
+  static const int marker = 0;  // (a gated problem's b_up: gemm_time_variants allocates its own)
+  enum class Gate { None, Silu, Gelu };
+  std::set<std::tuple<GgmlType, GgmlType, GgmlType, WeightLayout, int64_t, int64_t, int64_t, Gate>> gemms;
+  for (const GemmProblem& p : seen.gemm)
+    gemms.insert({p.a_type, p.b_type, p.c_type, p.b_layout, p.m, p.n, p.k,
+                  !p.b_up ? Gate::None : p.gelu ? Gate::Gelu : Gate::Silu});
+  for (const auto& [a_type, b_type, c_type, layout, m, n, k, gate] : gemms) {
     GemmProblem p;
-    p.a_type = a_type, p.b_type = b_type, p.b_layout = layout, p.c_type = GgmlType::F32;
+    p.a_type = a_type, p.b_type = b_type, p.b_layout = layout, p.c_type = c_type;
     p.m = m, p.n = n, p.k = k, p.lda = k, p.ldb = k, p.ldc = n;
+    if (gate != Gate::None) p.b_up = &marker, p.gelu = gate == Gate::Gelu;
     // gemm_time_variants records the fastest production variant; the same one is printed
     std::vector<GemmTiming> t = gemm_time_variants(p, true, true, s);
     std::erase_if(t, [](const GemmTiming& x) { return x.variant->teaching; });
     if (t.empty()) continue;
     const auto best = *std::min_element(t.begin(), t.end(), [](auto& x, auto& y) { return x.us < y.us; });
-    fmt::print("{:<6} {:>5} x {:>6} x {:<6} gemm: {} ({}) {:.2f} µs\n", type_name(b_type), m, n, k, best.variant->name,
-               best.config.str(), best.us);
+    fmt::print("{:<6} {:>5} x {:>6} x {:<6} gemm{}: {} ({}) {:.2f} µs\n", type_name(b_type), m, n, k,
+               gate == Gate::None ? "" : " gate/up", best.variant->name, best.config.str(), best.us);
   }
   if (!gemms.empty()) {
     TuneCache::get("gemm").save();

@@ -31,6 +31,8 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
                 "CUDA: the batching engine's decode steps wait for the host (no step started before its tokens are read)");
   sub->add_flag("!--whole-prompt-plan", a.opt.cuda.prompt_plan_parts,
                 "CUDA: launch a prompt pass's step plan whole at its end (not a layer at a time)");
+  sub->add_flag("!--no-gated-gemm", a.opt.cuda.gated_gemm,
+                "CUDA: many rows of gate/up as two GEMMs and a GLU kernel (not one GEMM with the GLU in its epilogue)");
   sub->add_flag("--graph-timing", a.opt.cuda.graph_timing,
                 "CUDA: time each replayed decode step on the GPU against the host's share, printed at exit");
   sub->add_option("--gemv-max-rows", a.opt.cuda.gemv_max_rows,

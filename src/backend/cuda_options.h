@@ -31,6 +31,10 @@ struct CudaOptions {
   // A prompt pass's step plan launched a layer at a time while the host records the rest (false:
   // the whole plan at the pass's end; --whole-prompt-plan, to measure it).
   bool prompt_plan_parts = true;
+  // Many rows of a gate/up pair and its GLU as one gated GEMM, the GLU in its epilogue writing the
+  // down projection's 16-bit input (false: two GEMMs, the GLU kernel and a conversion;
+  // --no-gated-gemm, to measure it).
+  bool gated_gemm = true;
   // Matmuls of up to this many rows run as GEMVs (int8 activation blocks, the fused norms and
   // epilogues), more as GEMMs; 1 to kernels::kGemvMaxBatch (--gemv-max-rows). The batching
   // engine's steps of 3 to 8 rows are faster as GEMMs: Llama-3-8B q4_0 at 8 users 1,111 gen t/s

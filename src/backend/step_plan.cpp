@@ -62,6 +62,7 @@ Tensor x16_target(const Node& n) {
   switch (n.op) {
     case Op::RmsNorm: return n.out;
     case Op::Swiglu: return n.x;
+    case Op::GateUp: return n.out;  // (the gated GEMM of many rows)
     case Op::Attention:
     case Op::RopeAttention: return n.out;  // the prompt kernel, where it runs
     default: return {};
@@ -150,9 +151,10 @@ class Fuser {
       replace_tail(o, 2, std::move(f));
       return true;
     }
-    // 3. The gate/up pair and its GLU, for the GEMVs of a small batch.
+    // 3. The gate/up pair and its GLU: the GEMVs of a small batch, or a gated GEMM.
+    const bool gated_gemm = r_.gemm_glu && a.op == Op::MatmulMulti && a.ws.size() == 2 && r_.gemm_glu(a.ws[0]);
     if (a.op == Op::MatmulMulti && a.ws.size() == 2 && (b.op == Op::Swiglu || b.op == Op::Geglu) &&
-        same(b.x, a.outs[0]) && same(b.y, a.outs[1]) && a.x.rows <= r_.gemv_max_rows && !r_.exact &&
+        same(b.x, a.outs[0]) && same(b.y, a.outs[1]) && (a.x.rows <= r_.gemv_max_rows || gated_gemm) && !r_.exact &&
         a.ws[0].type == a.ws[1].type && r_.repacked(a.ws[0]) == r_.repacked(a.ws[1]) && !read_later(in, j, a.outs[1])) {
       Node f;
       f.op = Op::GateUp, f.x = a.x, f.out = a.outs[0], f.w = a.ws[0], f.w2 = a.ws[1];
@@ -287,15 +289,30 @@ void mark_copies(std::vector<Node>& v, const Rules& r) {
   for (size_t j = 0; j < v.size(); ++j) {
     Node& c = v[j];
     const bool gemv = is_gemv_input(c, r);
-    const bool gemm = (c.op == Op::Matmul || c.op == Op::MatmulMulti) && c.x.rows > r.gemv_max_rows && !r.exact;
+    const bool kind = c.op == Op::Matmul || c.op == Op::MatmulMulti || c.op == Op::GateUp;
+    const bool gemm = kind && c.x.rows > r.gemv_max_rows && !r.exact;
     if (c.norm_from >= 0 || !(gemv ? r.x8_rows(c.x) : gemm)) continue;
-    if (gemm && r.gemm_input(c.op == Op::Matmul ? c.w : c.ws[0]) != GgmlType::F16) continue;
+    if (gemm && r.gemm_input(c.op == Op::MatmulMulti ? c.ws[0] : c.w) != GgmlType::F16) continue;
     for (size_t k = j; k-- > 0;) {  // the last node that wrote any of x
       const auto wr = writes(v[k]);
       if (std::none_of(wr.begin(), wr.end(), [&](const Tensor& t) { return overlaps(t, c.x); })) continue;
       if (gemv && same(x8_target(v[k]), c.x)) v[k].x8_out = true, c.x8_from = int(k);
       if (gemm && same(x16_target(v[k]), c.x)) v[k].x16_out = true, c.x16_from = int(k);
       break;
+    }
+  }
+  // A norm's or gated GEMM's output of many rows that only its copy's readers read (before
+  // anything writes it again).
+  for (size_t k = 0; k < v.size(); ++k) {
+    Node& g = v[k];
+    if ((g.op != Op::GateUp && g.op != Op::RmsNorm) || !g.x16_out || g.x.rows <= r.gemv_max_rows) continue;
+    g.out16_only = true;
+    for (size_t j = k + 1; j < v.size() && g.out16_only; ++j) {
+      const auto rd = reads(v[j]);
+      if (v[j].x16_from != int(k) && std::any_of(rd.begin(), rd.end(), [&](const Tensor& t) { return overlaps(t, g.out); }))
+        g.out16_only = false;
+      const auto wr = writes(v[j]);
+      if (std::any_of(wr.begin(), wr.end(), [&](const Tensor& t) { return same(t, g.out); })) break;
     }
   }
 }
@@ -439,6 +456,7 @@ std::string Node::str() const {
   if (norm_from >= 0) r += fmt::format(" takes norm of #{}", norm_from);
   if (x8_from >= 0) r += fmt::format(" x8 from #{}", x8_from);
   if (x16_from >= 0) r += fmt::format(" x16 from #{}", x16_from);
+  if (out16_only) r += " 16-bit out only";
   if (argmax) r += " argmax";
   if (pending_norm) r += " norm pending";
   return r;

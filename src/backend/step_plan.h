@@ -9,7 +9,8 @@
 //  1. Matmul(w, x, t) + Add(inout, t)               -> Matmul accumulating into inout
 //  2. Embed(out) + RmsNorm(out -> h), one row        -> EmbedNorm: h's norm left pending
 //     Matmul+ (inout) + RmsNorm(inout -> h), one row -> MatmulAddNorm: h's norm left pending
-//  3. MatmulMulti(gate, up) + Swiglu/Geglu          -> GateUp (small batches)
+//  3. MatmulMulti(gate, up) + Swiglu/Geglu          -> GateUp (small batches; many rows where
+//                                                       the backend has a gated GEMM: Rules::gemm_glu)
 //  4. [RmsNorm q/k heads] + Rope q + Rope k + Attention -> RopeAttention
 //  5. [RmsNorm(y)] + Add(x, y) + [RmsNorm(x -> h)]   -> AddNorm
 //     AllReduce(y) + AddNorm(x, y -> h) [no norm of y], one row -> AllReduceAddNorm (where the
@@ -20,7 +21,8 @@
 //     (norm_from); h itself is computed (an RmsNorm inserted) only before an op that needs it
 //  7. the pass's result made by a one-row matmul     -> that GEMV also leaves the greedy id
 //  8. copies: a producer writes its output's int8 blocks (x8_out) where a GEMV reads it before
-//     anything else writes it, and its 16-bit copy (x16_out) where a GEMM does.
+//     anything else writes it, and its 16-bit copy (x16_out) where a GEMM does; an RmsNorm or
+//     GateUp of many rows whose output only GEMMs read then writes that copy alone (out16_only).
 #pragma once
 
 #include "backend/backend.h"
@@ -83,6 +85,8 @@ struct Node {
   bool pending_norm = false;  // AllReduceAddNorm: out not written; its norm pending, as a MatmulAddNorm's
   int x8_from = -1;      // reads x's int8 blocks, written by that node
   int x16_from = -1;     // reads x's 16-bit copy, written by that node
+  bool out16_only = false;  // RmsNorm, GateUp of many rows: writes the 16-bit copy of out and not out
+                            // itself (every later reader of out takes the copy)
 
   std::string str() const;  // one line: the op and its shapes
 };
@@ -105,6 +109,8 @@ struct Rules {
   std::function<bool(const Node&)> head_norms_fused;     // RopeAttention with q/k head norms runs fused
   // The 16-bit type a GEMM with this weight reads x in (F16 or BF16), or F32 for none.
   std::function<GgmlType(const Weight&)> gemm_input;
+  // A gated GEMM (the GLU in its epilogue) takes gate and up matrices of this kind (many rows).
+  std::function<bool(const Weight&)> gemm_glu;
 
   // A tensor whose rows a GEMV reads as int8 blocks.
   bool x8_rows(Tensor t) const { return int8_x && !exact && t.rows <= gemv_max_rows && t.cols % 32 == 0; }

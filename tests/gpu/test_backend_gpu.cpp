@@ -277,6 +277,60 @@ TEST(BackendOps, GemvMaxRowsSendsSmallBatchesToTheGemm) {
   EXPECT_THROW(CudaBackend(0, false, bad), Error);
 }
 
+// Prompt rows of norm -> gate/up -> GLU -> down (+ residual): on an H100 the plan's gated GEMM
+// (the GLU in its epilogue, the down projection reading its f16 output only), else two GEMMs and
+// the GLU kernel; either way the CPU's numbers, the profile naming the path taken, and the GLU
+// output still readable afterwards (widened from its 16-bit copy). --no-gated-gemm gives the
+// separate kernels.
+TEST(BackendOps, GatedGemmFeedsTheDownProjection) {
+  cudaDeviceProp prop{};
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  std::mt19937 rng(23);
+  for (const bool gated : {true, false}) {
+    CudaOptions o;
+    o.gated_gemm = gated;
+    Both b(o);
+    for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K}) {
+      for (const bool gelu : {false, true}) {
+        const int64_t rows = 37, E = 512, F = 640;
+        auto [gc, gg] = b.weight(t, F, E, quantised(t, F, E, rng));
+        auto [uc, ug] = b.weight(t, F, E, quantised(t, F, E, rng));
+        auto [dc, dg] = b.weight(t, E, F, quantised(t, E, F, rng));
+        auto [nc, ng] = b.weight(GgmlType::F32, 1, E, f32_bytes(randn(size_t(E), rng)), WeightUse::Vector);
+        const auto xh = randn(size_t(rows * E), rng);
+        b.cpu.reset_scratch(), b.gpu.reset_scratch();
+        Tensor xc = b.put(b.cpu, xh, rows, E), xg = b.put(b.gpu, xh, rows, E);
+        Tensor hc = b.cpu.alloc(rows, E), hg = b.gpu.alloc(rows, E);
+        const Tensor oc[] = {b.cpu.alloc(rows, F), b.cpu.alloc(rows, F)};
+        const Tensor og[] = {b.gpu.alloc(rows, F), b.gpu.alloc(rows, F)};
+        const Weight* pc[] = {&gc, &uc};
+        const Weight* pg[] = {&gg, &ug};
+        b.gpu.set_profiling(true);
+        b.gpu.profile_reset();
+        for (Backend* be : {static_cast<Backend*>(&b.cpu), static_cast<Backend*>(&b.gpu)}) {
+          const bool g = be == &b.gpu;
+          be->rmsnorm(g ? xg : xc, g ? ng : nc, 1e-5f, g ? hg : hc);
+          be->matmul_multi(g ? pg : pc, g ? hg : hc, g ? og : oc);
+          if (gelu) be->geglu(g ? og[0] : oc[0], g ? og[1] : oc[1]);
+          else be->swiglu(g ? og[0] : oc[0], g ? og[1] : oc[1]);
+          const Tensor down = g ? b.gpu.alloc(rows, E) : b.cpu.alloc(rows, E);
+          be->matmul(g ? dg : dc, g ? og[0] : oc[0], down);
+          be->add(g ? xg : xc, down);
+        }
+        const std::vector<float> x_gpu = b.get(b.gpu, xg);
+        const std::string report = b.gpu.profile_report();
+        b.gpu.set_profiling(false);
+        const bool fused = gated && prop.major == 9;
+        SCOPED_TRACE(testing::Message() << type_name(t) << (gelu ? " geglu" : " swiglu") << (gated ? " gated" : " separate"));
+        EXPECT_EQ(report.find("gemm gate/up") != std::string::npos, fused) << report;
+        EXPECT_EQ(report.find(gelu ? "| geglu" : "| swiglu") != std::string::npos, !fused) << report;
+        EXPECT_LE(rel(x_gpu, b.get(b.cpu, xc)), 2e-2);
+        EXPECT_LE(rel(b.get(b.gpu, og[0]), b.get(b.cpu, oc[0])), 3e-2) << "the GLU output read back";
+      }
+    }
+  }
+}
+
 // RMSNorm, add_norm, decode attention and the gate/up GEMV also write their output as int8 blocks for the
 // next GEMV. The matmul that reads that copy must give bit for bit what it gives when it
 // quantises the output itself (the copy made stale by adding zeros).

@@ -5,6 +5,7 @@
 #include "format/quant_blocks.h"
 #include "kernels/common/q8_blocks.h"
 #include "kernels/dequant/dequant.h"
+#include "kernels/gemv/gemv.h"
 #include "x8_host.h"
 
 #include <cuda_runtime.h>
@@ -277,3 +278,46 @@ TEST(DequantGpuArgs, RejectsBadShapes) {
 }
 
 }  // namespace
+
+// The repacked q6_K and q3_K planes (gemv_repack) back to f16 rows (dequant_repacked: the batching
+// engine's matmuls of many rows with these weights): a slice of rows in the middle of the matrix,
+// against the CPU's dequantised values rounded to f16 (within one f16 rounding: the kernel scales
+// d * (sc * q), the CPU (d * sc) * q), the output's neighbours poisoned and left alone.
+TEST(DequantGpuRepacked, SliceOfRowsMatchesTheCpu) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (GgmlType t : {GgmlType::Q6_K, GgmlType::Q3_K}) {
+    const int64_t n = 37, k = 768, row0 = 5, rows = 29;
+    const size_t rb = row_bytes(t, k);
+    std::vector<uint8_t> w(rb * size_t(n));
+    std::vector<float> row(static_cast<size_t>(k));
+    for (int64_t r = 0; r < n; ++r) {
+      for (auto& f : row) f = nd(rng);
+      quantize_row(t, row.data(), w.data() + size_t(r) * rb, k);
+    }
+    void *raw = nullptr, *planes = nullptr, *out = nullptr;
+    const size_t out_elems = size_t(rows * k) + 16;
+    ASSERT_EQ(cudaMalloc(&raw, w.size()), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&planes, kernels::gemv_repacked_bytes(t, n, k)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&out, out_elems * 2), cudaSuccess);
+    cudaMemcpy(raw, w.data(), w.size(), cudaMemcpyHostToDevice);
+    cudaMemset(out, 0xFF, out_elems * 2);
+    ASSERT_TRUE(kernels::gemv_repack(t, raw, n, k, planes, nullptr).ok);
+    const kernels::Status st = kernels::dequant_repacked(t, planes, n, k, row0, rows, out, nullptr);
+    ASSERT_TRUE(st.ok) << st.message;
+    std::vector<uint16_t> got(out_elems);
+    cudaMemcpy(got.data(), out, got.size() * 2, cudaMemcpyDeviceToHost);
+    cudaFree(raw), cudaFree(planes), cudaFree(out);
+    for (int64_t r = 0; r < rows; ++r) {
+      dequantize_row(t, w.data() + size_t(row0 + r) * rb, row.data(), k);
+      for (int64_t c = 0; c < k; ++c) {
+        const float want = f16_to_f32(f32_to_f16(row[size_t(c)])), g = f16_to_f32(got[size_t(r * k + c)]);
+        ASSERT_NEAR(g, want, std::fabs(want) / 1024 + 1e-7) << type_name(t) << " row " << row0 + r << " col " << c;
+      }
+    }
+    for (size_t i = size_t(rows * k); i < out_elems; ++i) ASSERT_EQ(got[i], 0xFFFF) << "written past the slice";
+  }
+  // an unaligned output is refused
+  EXPECT_FALSE(kernels::dequant_repacked(GgmlType::Q6_K, reinterpret_cast<void*>(256), 8, 256, 0, 1,
+                                         reinterpret_cast<void*>(258), nullptr).ok);
+}

@@ -111,6 +111,7 @@ void check(const GemmRun& r, const Shape& s, const HostMatrix& a, const std::vec
   const double tol = tc ? 1e-4 : 2e-5;
   const double out_ulp = r.c_type == GgmlType::F32 ? 0 : r.c_type == GgmlType::F16 ? 1.0 / 1024 : 1.0 / 128;
   for (const GemmConfig& cfg : r.v->configs) {
+    if (!gemm_config_takes(*r.v, p, cfg)) continue;
     SCOPED_TRACE(cfg.str());
     DeviceBuf ws(std::max<size_t>(gemm_workspace_bytes(p, cfg), 1));
     CUDA_OK(cudaMemset(ws.p, 0xFF, ws.n));  // split-K partials: poisoned, every one must be written
@@ -192,31 +193,43 @@ TEST(GemmGpu, HgemmHopperWgmma) {
   run_dense(r, Shape{1100, 2100, 200}, rng);
 }
 
-// W [n][k] quantised row by row; the reference uses the dequantised values rounded to A's
-// type (what the kernels feed the tensor cores).
-void run_quant(const GemmVariant* v, GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng) {
+// W [n][k] quantised row by row: the device image (the repacked planes for Q8_0 and Q4_0, made
+// by gemv_repack) and the logical B [k][n], the dequantised values rounded to A's type (what the
+// kernels feed the tensor cores).
+struct QuantWeight {
+  std::vector<uint8_t> image;
+  std::vector<double> values;
+};
+
+void quant_weight(GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng, QuantWeight& q) {
   std::normal_distribution<float> nd(0.f, 1.f);
   const size_t rb = row_bytes(wt, s.k);
   std::vector<uint8_t> w(rb * size_t(s.n));
   std::vector<float> row(size_t(s.k)), deq(size_t(s.k));
-  std::vector<double> bvals(size_t(s.k * s.n));
+  q.values.assign(size_t(s.k * s.n), 0.0);
   for (int64_t j = 0; j < s.n; ++j) {
     for (auto& f : row) f = nd(rng);
     quantize_row(wt, row.data(), w.data() + size_t(j) * rb, s.k);
     dequantize_row(wt, w.data() + size_t(j) * rb, deq.data(), s.k);
-    for (int64_t p = 0; p < s.k; ++p) bvals[size_t(p * s.n + j)] = round_to(at, deq[size_t(p)]);
+    for (int64_t p = 0; p < s.k; ++p) q.values[size_t(p * s.n + j)] = round_to(at, deq[size_t(p)]);
   }
-  std::vector<uint8_t> image = w;
-  if (wt != GgmlType::Q4_K) {  // the repacked planes, made on the device by gemv_repack
+  q.image = w;
+  if (wt != GgmlType::Q4_K) {
     DeviceBuf raw(w.size()), out(gemv_repacked_bytes(wt, s.n, s.k));
     CUDA_OK(cudaMemcpy(raw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
     const Status st = gemv_repack(wt, raw.p, s.n, s.k, out.p, nullptr);
     ASSERT_TRUE(st.ok) << st.message;
-    image.resize(gemv_repacked_bytes(wt, s.n, s.k));
-    CUDA_OK(cudaMemcpy(image.data(), out.p, image.size(), cudaMemcpyDeviceToHost));
+    q.image.resize(gemv_repacked_bytes(wt, s.n, s.k));
+    CUDA_OK(cudaMemcpy(q.image.data(), out.p, q.image.size(), cudaMemcpyDeviceToHost));
   }
+}
+
+void run_quant(const GemmVariant* v, GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng) {
+  QuantWeight w;
+  quant_weight(wt, at, s, rng, w);
+  if (testing::Test::HasFatalFailure()) return;
   const HostMatrix a = dense(at, s.m, s.k, false, s.k, rng);
-  check(GemmRun{v, at, wt, GgmlType::F32}, s, a, bvals, image, 0, rng);
+  check(GemmRun{v, at, wt, GgmlType::F32}, s, a, w.values, w.image, 0, rng);
 }
 
 TEST(GemmGpu, QuantisedWeightsOnTensorCores) {
@@ -245,6 +258,94 @@ TEST(GemmGpu, QuantisedWeightsHopperWgmma) {
                             Shape{300, 260, 1536}})
         run_quant(v, wt, GgmlType::F16, s, rng);
   }
+}
+
+// The gated GEMM (q3_wgmma_rs with b_up): C = act(A Wg^T) * (A Wu^T) against the fp64 GLU of
+// the two fp64 products, for every gated config, SiLU and GELU, f32 and f16 C (padded, poisoned
+// with NaN and its padding checked), edge shapes as above. The tolerance carries each product's
+// error bound through the GLU (|act'| <= 1.13 for both activations).
+void run_gated(const GemmVariant& v, GgmlType wt, GgmlType ct, bool gelu, const Shape& s, std::mt19937& rng) {
+  SCOPED_TRACE(testing::Message() << type_name(wt) << " C " << type_name(ct) << (gelu ? " gelu" : " silu") << " m=" << s.m
+                                  << " n=" << s.n << " k=" << s.k);
+  QuantWeight g, u;
+  quant_weight(wt, GgmlType::F16, s, rng, g);
+  quant_weight(wt, GgmlType::F16, s, rng, u);
+  if (testing::Test::HasFatalFailure()) return;
+  const HostMatrix a = dense(GgmlType::F16, s.m, s.k, false, s.k, rng);
+  const int64_t ldc = s.n + 3;
+  const size_t c_elt = ct == GgmlType::F32 ? 4 : 2, c_bytes = size_t(s.m * ldc) * c_elt;
+  DeviceBuf da(a.bytes.size()), dg(g.image.size()), du(u.image.size()), dc(c_bytes);
+  CUDA_OK(cudaMemcpy(da.p, a.bytes.data(), a.bytes.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dg.p, g.image.data(), g.image.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(du.p, u.image.data(), u.image.size(), cudaMemcpyHostToDevice));
+  GemmProblem p;
+  p.a_type = GgmlType::F16, p.b_type = wt, p.c_type = ct;
+  p.b_layout = wt == GgmlType::Q4_K ? WeightLayout::Gguf : WeightLayout::Repacked;
+  p.m = s.m, p.n = s.n, p.k = s.k;
+  p.a = da.p, p.lda = s.k, p.b = dg.p, p.b_up = du.p, p.gelu = gelu, p.c = dc.p, p.ldc = ldc;
+  Status st = gemm_validate(p, v);
+  ASSERT_TRUE(st.ok) << st.message;
+  auto act = [&](double x) { return gelu ? 0.5 * x * (1 + std::tanh(0.7978845608028654 * x * (1 + 0.044715 * x * x)))
+                                         : x / (1 + std::exp(-x)); };
+  std::vector<double> want(size_t(s.m * s.n)), bound(size_t(s.m * s.n));
+  for (int64_t i = 0; i < s.m; ++i)
+    for (int64_t j = 0; j < s.n; ++j) {
+      double gs = 0, us = 0, gm = 0, um = 0;
+      for (int64_t q = 0; q < s.k; ++q) {
+        const double x = a.value[size_t(i * s.k + q)], tg = x * g.values[size_t(q * s.n + j)], tu = x * u.values[size_t(q * s.n + j)];
+        gs += tg, us += tu, gm += std::fabs(tg), um += std::fabs(tu);
+      }
+      const double w = act(gs) * us;
+      want[size_t(i * s.n + j)] = w;
+      bound[size_t(i * s.n + j)] = 1e-4 * (1.13 * std::fabs(us) * gm + std::fabs(act(gs)) * um + 1e-4 * gm * um) +
+                                   (ct == GgmlType::F16 ? std::fabs(w) / 1024 : 0) + 1e-6;
+    }
+  int runs = 0;
+  for (const GemmConfig& cfg : v.configs) {
+    if (!gemm_config_takes(v, p, cfg)) continue;
+    SCOPED_TRACE(cfg.str());
+    ++runs;
+    CUDA_OK(cudaMemset(dc.p, 0xFF, c_bytes));
+    st = v.launch(p, cfg, nullptr);
+    ASSERT_TRUE(st.ok) << st.message;
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<uint8_t> got(c_bytes);
+    CUDA_OK(cudaMemcpy(got.data(), dc.p, c_bytes, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < s.n; ++j) {
+        const size_t idx = size_t(i * ldc + j);
+        double x;
+        if (c_elt == 4) { float f; std::memcpy(&f, &got[idx * 4], 4); x = f; }
+        else { uint16_t h; std::memcpy(&h, &got[idx * 2], 2); x = f16_to_f32(h); }
+        ASSERT_NEAR(x, want[size_t(i * s.n + j)], bound[size_t(i * s.n + j)]) << "at (" << i << ", " << j << ")";
+      }
+      for (int64_t j = s.n; j < ldc; ++j)
+        for (size_t b = 0; b < c_elt; ++b) ASSERT_EQ(got[size_t(i * ldc + j) * c_elt + b], 0xFF) << "padding written at " << j;
+    }
+  }
+  EXPECT_EQ(runs, 2) << "the gated configs: 64 and 128 rows";
+}
+
+TEST(GemmGpu, GatedGemmGivesTheGluOfBothProducts) {
+  cudaDeviceProp prop{};
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9) GTEST_SKIP() << "q3_wgmma_rs needs an sm_90 GPU (this is sm_" << prop.major << prop.minor << ")";
+  const GemmVariant* v = find_gemm_variant("q3_wgmma_rs");
+  ASSERT_NE(v, nullptr);
+  std::mt19937 rng(9);
+  for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K})
+    for (const Shape s : {Shape{77, 300, 256}, Shape{3, 200, 768}, Shape{200, 1100, 512}})
+      for (GgmlType ct : {GgmlType::F32, GgmlType::F16}) run_gated(*v, wt, ct, ct == GgmlType::F16, s, rng);
+  // No variant but the gated one takes it; a gated problem with beta is refused.
+  GemmProblem p;
+  p.a_type = GgmlType::F16, p.b_type = GgmlType::Q4_K, p.m = 8, p.n = 128, p.k = 256;
+  DeviceBuf a(8 * 256 * 2), b(128 * 144), c(8 * 128 * 4);
+  p.a = a.p, p.lda = 256, p.b = p.b_up = b.p, p.c = c.p, p.ldc = 128;
+  EXPECT_TRUE(gemm_validate(p, *v).ok);
+  EXPECT_FALSE(gemm_validate(p, *find_gemm_variant("q2_wgmma")).ok);
+  EXPECT_STREQ(gemm_choice(p).variant->name, "q3_wgmma_rs");
+  p.beta = 1.f;
+  EXPECT_FALSE(gemm_validate(p, *v).ok);
 }
 
 TEST(GemmGpu, BadArgumentsAreRejectedBeforeLaunch) {

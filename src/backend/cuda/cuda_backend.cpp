@@ -38,6 +38,7 @@ CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
       graphs_enabled_(o.graphs),
       run_ahead_(o.run_ahead),
       plan_parts_(o.prompt_plan_parts),
+      gated_gemm_(o.gated_gemm),
       gemv_max_rows_(o.gemv_max_rows) {
   nccl_ = o.nccl, all_reduce_ = o.all_reduce;
   peer_ = all_reduce_ == CudaOptions::AllReduce::Nccl ? nullptr : o.peer;
@@ -160,6 +161,7 @@ void CudaBackend::compact_scratch() {
 
 void CudaBackend::reset_scratch() {
   flush({}, true);  // (ops recorded before the reset ran on the old tensors)
+  only16_.clear();
   compact_scratch();
   scratch_used_ = 0;
 }

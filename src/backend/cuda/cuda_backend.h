@@ -182,11 +182,19 @@ class CudaBackend final : public Backend {
   void exec_matmul(const plan::Node& n, Run& r, Made& m);
   void exec_matmul_multi(const plan::Node& n, Run& r);
   void exec_gate_up(const plan::Node& n, Run& r, Made& m);
+  void exec_gate_up_gemm(const plan::Node& n, Run& r, Made& m);
+  // Gated GEMM outputs written in 16 bits only (Node::out16_only: the plan saw only GEMMs read
+  // them) since the last scratch reset, with their copies: widened to f32 in place should a later
+  // plan or the host read them after all.
+  std::vector<std::pair<Tensor, const void*>> only16_;
+  void widen_only16(Tensor t);
+  bool takes_gated_gemm(const Weight& w) const;
   void gemv_input(const plan::Node& n, const Run& r, kernels::GemvProblem& p) const;
   const void* x16_input(const plan::Node& n, const Run& r) const;
   const void* convert(Tensor x, GgmlType type);  // x rounded to 16 bits in scratch
+  // x16_only: x's f32 rows were never written (its producer made only the 16-bit copy x16).
   void run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tensor out, bool accumulate,
-                  const kernels::GemvProblem& base, const void* x16);
+                  const kernels::GemvProblem& base, const void* x16, bool x16_only = false);
   void by_f16(const Weight& w, const DevWeight& d, kernels::GemmProblem p, bool accumulate);
   // Scratch for out's int8 blocks where a GEMV reads them (fuse() marked n.x8_out), else null.
   void* x8_scratch(const plan::Node& n, Tensor out);
@@ -360,6 +368,7 @@ class CudaBackend final : public Backend {
   bool graphs_enabled_ = true;
   bool run_ahead_ = true;  // CudaOptions::run_ahead
   bool plan_parts_ = true;  // CudaOptions::prompt_plan_parts
+  bool gated_gemm_ = true;  // CudaOptions::gated_gemm
   int gemv_max_rows_ = 2;  // CudaOptions::gemv_max_rows
   std::unique_ptr<GraphTiming> graph_timing_;  // CudaOptions::graph_timing
   // Profile

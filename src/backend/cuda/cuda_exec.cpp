@@ -43,6 +43,7 @@ plan::Rules CudaBackend::fusion_rules() const {
     return kn::head_norms_supported(a, ra);
   };
   r.gemm_input = [](const Weight& w) { return gemm_input_type(w.type); };
+  r.gemm_glu = [this](const Weight& w) { return takes_gated_gemm(w); };
   return r;
 }
 
@@ -50,6 +51,8 @@ void CudaBackend::flush(Tensor result, bool pass_end) {
   if (plan_.empty()) return;
   plan::Plan p = std::move(plan_);  // (cleared first: an error below leaves no half-run plan)
   plan_.clear();
+  for (const Node& n : p.nodes())
+    for (const Tensor& t : plan::reads(n)) widen_only16(t);
   p.fuse(fusion_rules(), result, pass_end);
   if (profiling_) plans_[n_in_] = p.str();  // --profile shows each pass size's fused plan
   Run r{p.nodes(), std::vector<Made>(p.nodes().size())};
@@ -112,10 +115,12 @@ void CudaBackend::exec_rmsnorm(const Node& n, Made& m) {
   void* h = n.x16_out ? scratch_bytes(size_t(n.out.rows * n.out.cols) * 2) : nullptr;
   m.x8 = x8_scratch(n, n.out);
   m.x16 = h;
-  run_op("rmsnorm", double(n.x.rows * n.x.cols) * (h ? 10.0 : 8.0), 0, [&] {
-    return kn::rmsnorm(n.x.data, static_cast<const float*>(n.w.data), n.x.rows, n.x.cols, n.eps, n.out.data, h, act16_,
-                       stream_, m.x8);
+  const bool only16 = n.out16_only && h;
+  run_op("rmsnorm", double(n.x.rows * n.x.cols) * (only16 ? 6.0 : h ? 10.0 : 8.0), 0, [&] {
+    return kn::rmsnorm(n.x.data, static_cast<const float*>(n.w.data), n.x.rows, n.x.cols, n.eps,
+                       only16 ? nullptr : n.out.data, h, act16_, stream_, m.x8);
   });
+  if (only16) only16_.emplace_back(n.out, h);
 }
 
 void CudaBackend::exec_elementwise(const Node& n, Made& m) {
@@ -155,8 +160,19 @@ void CudaBackend::finish() {
   cuda_check(cudaStreamSynchronize(stream_), "finish");
 }
 
+void CudaBackend::widen_only16(Tensor t) {
+  std::erase_if(only16_, [&](const std::pair<Tensor, const void*>& e) {
+    if (!plan::overlaps(e.first, t)) return false;
+    const Tensor o = e.first;
+    run_op("widen", double(o.rows * o.cols) * 6.0, 0,
+           [&] { return kn::dequantize_rows(act16_, e.second, o.cols, nullptr, o.rows, o.data, stream_); });
+    return true;
+  });
+}
+
 void CudaBackend::read(Tensor t, float* host) {
   flush();
+  widen_only16(t);
   cuda_check(cudaMemcpyAsync(host, t.data, size_t(t.rows * t.cols) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
              "read");
   cuda_check(cudaStreamSynchronize(stream_), "read");

@@ -51,12 +51,26 @@ const void* CudaBackend::x16_input(const Node& n, const Run& r) const {
   return n.x16_from >= 0 ? r.made[size_t(n.x16_from)].x16 : nullptr;
 }
 
+namespace {
+// Whether x's producer wrote only its 16-bit copy (a gated GEMM: Node::out16_only).
+bool only16(const Node& n, const std::vector<Node>& nodes) { return n.x16_from >= 0 && nodes[size_t(n.x16_from)].out16_only; }
+}  // namespace
+
 // out = x . w^T (+ out when accumulate). base: the GEMV fields every 8-row slice shares (x's
 // int8 blocks or pending norm, the y8 fields of a MatmulAddNorm, the argmax); x16: x's 16-bit
-// copy for a GEMM, or null (then converted here).
+// copy for a GEMM, or null (then converted here); x16_only: x's f32 rows are made from x16 here
+// if a path needs them.
 void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tensor out, bool accumulate,
-                             const kn::GemvProblem& base_in, const void* x16) {
+                             const kn::GemvProblem& base_in, const void* x16, bool x16_only) {
   check("matmul", !d.stack || !d.repacked, "a part of a repacked stack is only multiplied together with the other parts");
+  check("matmul", !x16_only || x16, "x has neither its f32 rows nor a 16-bit copy");
+  const auto f32_x = [&] {  // (once: x then points at the widened rows)
+    if (!x16_only) return;
+    const Tensor f = alloc(x.rows, x.cols);
+    run_op("widen", double(x.rows * x.cols) * 6.0, 0,
+           [&] { return kn::dequantize_rows(act16_, x16, x.cols, nullptr, x.rows, f.data, stream_); });
+    x = f, x16_only = false;
+  };
   const kn::WeightLayout layout = d.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
   const double flops = 2.0 * double(x.rows) * double(w.rows) * double(w.cols);
   kn::GemvProblem base = base_in;
@@ -68,7 +82,12 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
     p.a_type = gemm_input_type(w.type);
     p.c_type = GgmlType::F32;
     p.m = x.rows, p.n = w.rows, p.k = w.cols;
-    const auto a16 = [&](GgmlType t) { return x16 && t == act16_ ? x16 : convert(x, t); };
+    const auto a16 = [&](GgmlType t) {
+      if (x16 && t == act16_) return x16;
+      f32_x();
+      return convert(x, t);
+    };
+    if (p.a_type == GgmlType::F32) f32_x();
     p.a = p.a_type == GgmlType::F32 ? static_cast<const void*>(x.data) : a16(p.a_type);
     p.lda = x.cols;
     p.b = w.data;
@@ -93,6 +112,7 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
       return by_f16(w, d, p, accumulate);
     }
   }
+  f32_x();
   const double bytes = double(d.bytes) * double((x.rows + 7) / 8) + double(x.rows * x.cols) * 4.0;
   const char* kind = base.y8_ss     ? "gemv+res+norm"
                      : base.norm_w  ? (accumulate ? "gemv+norm+res" : "gemv+norm")
@@ -171,7 +191,7 @@ void CudaBackend::exec_matmul(const Node& n, Run& r, Made& m) {
     p.argmax.id2 = dev_sampled_;
     p.argmax.parity = dev_pos() + (n_in_ - 1);  // the logits row's position: host_id_[position & 1]
   }
-  run_matmul(n.w, info(n.w), n.x, out, n.accumulate || fused_norm, p, x16_input(n, r));
+  run_matmul(n.w, info(n.w), n.x, out, n.accumulate || fused_norm, p, x16_input(n, r), only16(n, r.nodes));
   if (n.argmax) argmax_of_ = out.data;
 }
 
@@ -204,16 +224,16 @@ void CudaBackend::exec_matmul_multi(const Node& n, Run& r) {
   // straight into its output. (Measured at pp512 on the 7B f16 model: three 4096-wide GEMMs cost
   // less than the stacked GEMM plus the three column copies: docs/benchmarks.md.)
   if (!whole_stack(w, stacked, ds) || (x.rows > gemv_max_rows_ && !ds.repacked)) {
-    for (size_t i = 0; i < w.size(); ++i) run_matmul(*w[i], info(*w[i]), x, n.outs[i], false, base, x16);
+    for (size_t i = 0; i < w.size(); ++i) run_matmul(*w[i], info(*w[i]), x, n.outs[i], false, base, x16, only16(n, r.nodes));
     return;
   }
   // The stack as one matmul: in place when the outputs lie back to back (one row: q, k, v
   // allocated one after the other), else into scratch and split by columns.
   bool adjacent = x.rows == 1;
   for (size_t i = 1; i < n.outs.size() && adjacent; ++i) adjacent = n.outs[i].data == n.outs[i - 1].data + n.outs[i - 1].cols;
-  if (adjacent) return run_matmul(stacked, ds, x, Tensor{n.outs[0].data, 1, stacked.rows}, false, base, x16);
+  if (adjacent) return run_matmul(stacked, ds, x, Tensor{n.outs[0].data, 1, stacked.rows}, false, base, x16, only16(n, r.nodes));
   Tensor all = alloc(x.rows, stacked.rows);
-  run_matmul(stacked, ds, x, all, false, base, x16);
+  run_matmul(stacked, ds, x, all, false, base, x16, only16(n, r.nodes));
   int64_t c0 = 0;
   for (const Tensor& o : n.outs) {
     run_op("split columns", double(o.rows * o.cols) * 8.0, 0,
@@ -226,6 +246,7 @@ void CudaBackend::exec_matmul_multi(const Node& n, Run& r) {
 // projection's int8 blocks of out made in the same kernel, by the warps that complete each
 // 32-row block (counters in y8_count_).
 void CudaBackend::exec_gate_up(const Node& n, Run& r, Made& m) {
+  if (n.x.rows > gemv_max_rows_) return exec_gate_up_gemm(n, r, m);
   const DevWeight& dg = info(n.w);
   kn::GemvProblem p;
   p.gelu = n.glu == Glu::Gelu;
@@ -240,6 +261,60 @@ void CudaBackend::exec_gate_up(const Node& n, Run& r, Made& m) {
   if (problems_) problems_->gemv.push_back(p);
   run_op(op_name(p.norm_w ? "gemv+norm gate/up" : "gemv gate/up", n.w), 2.0 * double(dg.bytes),
          4.0 * double(n.x.rows * n.w.rows * n.w.cols), [&] { return kn::gemv(p, stream_); });
+}
+
+// Whether the gated GEMM takes this gate/up pair's type and layout (and the step's 16-bit type
+// is the f16 it reads): the step plan's rule 3 for many rows (Rules::gemm_glu).
+bool CudaBackend::takes_gated_gemm(const Weight& w) const {
+  if (!gated_gemm_ || act16_ != GgmlType::F16 || gemm_input_type(w.type) != GgmlType::F16) return false;
+  static const int marker = 0;  // (the variants look at which operands are given, not at them)
+  kn::GemmProblem p;
+  p.a_type = GgmlType::F16, p.b_type = w.type, p.c_type = GgmlType::F32;
+  p.b_layout = info(w).repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
+  p.m = 64, p.n = w.rows, p.k = w.cols, p.b_up = &marker;
+  for (const kn::GemmVariant& v : kn::gemm_variants())
+    if (!v.teaching && kn::gemm_takes(v, p)) return true;
+  return false;
+}
+
+// Many rows of gate/up and the GLU as one gated GEMM (kernels' GemmProblem::b_up): out =
+// act(x . w^T) * (x . w2^T), written as the down projection's 16-bit input alone where the
+// plan says only that reads it (out16_only), else in f32 (and its copy converted). Without a
+// gated variant after all: two GEMMs and the GLU kernel.
+void CudaBackend::exec_gate_up_gemm(const Node& n, Run& r, Made& m) {
+  const DevWeight& dg = info(n.w);
+  const Tensor x = n.x, out = n.out;
+  const void* x16 = x16_input(n, r);
+  kn::GemmProblem p;
+  p.a_type = GgmlType::F16, p.b_type = n.w.type;
+  p.b_layout = dg.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
+  p.m = x.rows, p.n = n.w.rows, p.k = n.w.cols;
+  check("gate/up", x16 || !only16(n, r.nodes), "x has neither its f32 rows nor a 16-bit copy");
+  p.a = x16 && act16_ == GgmlType::F16 ? x16 : convert(x, GgmlType::F16), p.lda = x.cols;
+  p.b = n.w.data, p.b_up = n.w2.data, p.gelu = n.glu == Glu::Gelu, p.ldb = n.w.cols;
+  void* h = n.x16_out ? scratch_bytes(size_t(out.rows * out.cols) * 2) : nullptr;
+  p.c_type = n.out16_only ? act16_ : GgmlType::F32;
+  p.c = n.out16_only ? h : out.data, p.ldc = out.cols;
+  if (problems_) problems_->gemm.push_back(p);
+  const double bytes = 2.0 * double(dg.bytes) + double(x.rows * x.cols) * 2 + double(out.rows * out.cols) * (n.out16_only ? 2 : 4);
+  const double flops = 4.0 * double(x.rows * n.w.rows * n.w.cols);
+  if (try_op(op_name("gemm gate/up", n.w), bytes, flops, [&] { return kn::gemm(p, stream_); }).ok) {
+    m.x16 = h;
+    if (n.out16_only) only16_.emplace_back(out, h);
+    if (h && !n.out16_only)
+      run_op("convert", double(out.rows * out.cols) * 6.0, 0,
+             [&] { return kn::convert_f32(out.data, out.rows * out.cols, act16_, h, stream_); });
+    return;
+  }
+  const Tensor up = alloc(out.rows, out.cols);
+  run_matmul(n.w, dg, x, out, false, {}, x16, only16(n, r.nodes));
+  run_matmul(n.w2, info(n.w2), x, up, false, {}, x16, only16(n, r.nodes));
+  const int64_t len = out.rows * out.cols;
+  run_op(n.glu == Glu::Gelu ? "geglu" : "swiglu", double(len) * 12.0, 0, [&] {
+    return n.glu == Glu::Gelu ? kn::geglu(out.data, up.data, len, stream_) : kn::swiglu(out.data, up.data, len, stream_);
+  });
+  if (h) run_op("convert", double(len) * 6.0, 0, [&] { return kn::convert_f32(out.data, len, act16_, h, stream_); });
+  m.x16 = h;
 }
 
 }  // namespace lamina

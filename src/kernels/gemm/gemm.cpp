@@ -57,13 +57,22 @@ size_t gemm_workspace_bytes(const GemmProblem& p, const GemmConfig& c) {
   return c.splits > 1 ? size_t(c.splits) * size_t(p.m) * size_t(p.n) * sizeof(float) : 0;
 }
 
+bool gemm_takes(const GemmVariant& v, const GemmProblem& p) { return v.supports(p) && (!p.b_up || v.gated_config); }
+
+bool gemm_config_takes(const GemmVariant& v, const GemmProblem& p, const GemmConfig& c) {
+  return gemm_takes(v, p) && (!p.b_up || v.gated_config(c));
+}
+
 Status gemm_validate(const GemmProblem& p, const GemmVariant& v) {
   const std::string name = v.name;
+  if (p.b_up && !v.gated_config) return Status::error(name + ": takes no gated problem");
+  if (p.b_up && (p.alpha != 1.f || p.beta != 0.f)) return Status::error(name + ": a gated problem has alpha 1 and beta 0");
   if (!v.supports(p))
     return Status::error(name + ": does not take A " + std::string(type_name(p.a_type)) + (p.a_col_major ? " (col)" : " (row)") +
                          ", B " + std::string(type_name(p.b_type)) + (p.b_col_major ? " (col)" : " (row)") + ", C " +
                          std::string(type_name(p.c_type)));
   if (!p.a || !p.b || !p.c) return Status::error(name + ": null pointer");
+  if (p.b_up && reinterpret_cast<uintptr_t>(p.b_up) % 16) return Status::error(name + ": B_up must be 16-byte aligned");
   if (p.m <= 0 || p.n <= 0 || p.k <= 0) return Status::error(name + ": bad shape");
   if (p.lda < (p.a_col_major ? p.m : p.k)) return Status::error(name + ": lda too small");
   if (!is_quant(p.b_type) && p.ldb < (p.b_col_major ? p.k : p.n)) return Status::error(name + ": ldb too small");
@@ -83,7 +92,12 @@ static std::string tune_key(const GemmProblem& p) {
   return std::string("gemm|") + std::string(type_name(p.a_type)) + (p.a_col_major ? "c" : "r") + "|" +
          std::string(type_name(p.b_type)) + (p.b_col_major ? "c" : "r") + (p.b_layout == WeightLayout::Repacked ? "p" : "") +
          "|" + std::string(type_name(p.c_type)) + "|" + std::to_string(p.m) + "x" + std::to_string(p.n) + "x" +
-         std::to_string(p.k) + "|" + device_key();
+         std::to_string(p.k) + (p.b_up ? (p.gelu ? "|geglu" : "|swiglu") : "") + "|" + device_key();
+}
+
+// Tiles of C a config cuts p into.
+static int64_t tiles_of(const GemmProblem& p, const GemmConfig& c) {
+  return ((p.m + c.bm - 1) / c.bm) * ((p.n + c.bn - 1) / c.bn);
 }
 
 // Untuned: the config (without split-K) whose tiles fill the SMs best — the fewest waves of
@@ -103,16 +117,16 @@ static GemmConfig untuned_config(const GemmProblem& p, const GemmVariant& v) {
   GemmConfig best = v.configs.front();
   int64_t best_cost = INT64_MAX;
   for (const GemmConfig& c : v.configs) {
-    if (c.splits > 1) continue;
-    const int64_t tiles = ((p.m + c.bm - 1) / c.bm) * ((p.n + c.bn - 1) / c.bn);
+    if (c.splits > 1 || !gemm_config_takes(v, p, c)) continue;
+    const int64_t tiles = tiles_of(p, c);
     const int64_t cost = (tiles + sms - 1) / sms * int64_t(c.bm) * c.bn;
     if (cost < best_cost) best = c, best_cost = cost;
   }
-  const int64_t tiles = ((p.m + best.bm - 1) / best.bm) * ((p.n + best.bn - 1) / best.bn);
-  if (2 * tiles > sms) return best;
+  const int64_t tiles = tiles_of(p, best);
+  if (2 * tiles > sms || p.b_up) return best;
   GemmConfig split = best;
   for (const GemmConfig& c : v.configs) {
-    const int64_t t = ((p.m + c.bm - 1) / c.bm) * ((p.n + c.bn - 1) / c.bn);
+    const int64_t t = tiles_of(p, c);
     if (c.splits > split.splits && t * c.splits <= sms && p.k % (int64_t(c.splits) * c.bk) == 0 &&
         gemm_workspace_bytes(p, c) <= p.workspace_bytes)
       split = c;
@@ -135,14 +149,15 @@ static std::optional<TuneEntry> tuned_entry(const GemmProblem& p) {
 
 GemmChoice gemm_choice(const GemmProblem& p) {
   if (auto e = tuned_entry(p))
-    if (const GemmVariant* v = find_gemm_variant(e->variant); v && v->supports(p)) {
+    if (const GemmVariant* v = find_gemm_variant(e->variant); v && gemm_takes(*v, p)) {
       GemmConfig c = parse_config(e->config);
-      if (gemm_workspace_bytes(p, c) > p.workspace_bytes) c = v->configs.front();  // no room for split-K
+      if (gemm_workspace_bytes(p, c) > p.workspace_bytes || !gemm_config_takes(*v, p, c))
+        c = untuned_config(p, *v);  // no room for split-K
       return {v, c, true};
     }
   for (const char* name : {"q3_wgmma_rs", "q2_wgmma", "q1_mma", "h2_wgmma", "h1_mma", "s6_cp_async"}) {  // untuned: the top rung that takes it
     const GemmVariant* v = find_gemm_variant(name);
-    if (v && v->supports(p)) return {v, untuned_config(p, *v), false};
+    if (v && gemm_takes(*v, p)) return {v, untuned_config(p, *v), false};
   }
   return {};
 }
@@ -163,9 +178,10 @@ std::vector<GemmTiming> gemm_time_variants(const GemmProblem& shape, bool all_co
   size_t ws_bytes = 0;
   for (const auto& v : gemm_variants())
     for (const auto& c : v.configs) ws_bytes = std::max(ws_bytes, gemm_workspace_bytes(p, c));
-  void *a = nullptr, *b = nullptr, *c = nullptr, *ws = nullptr;
+  void *a = nullptr, *b = nullptr, *b_up = nullptr, *c = nullptr, *ws = nullptr;
   const bool ok = cudaMalloc(&a, a_bytes) == cudaSuccess && cudaMalloc(&b, b_bytes) == cudaSuccess &&
-                  cudaMalloc(&c, c_bytes) == cudaSuccess && (ws_bytes == 0 || cudaMalloc(&ws, ws_bytes) == cudaSuccess);
+                  (!p.b_up || cudaMalloc(&b_up, b_bytes) == cudaSuccess) && cudaMalloc(&c, c_bytes) == cudaSuccess &&
+                  (ws_bytes == 0 || cudaMalloc(&ws, ws_bytes) == cudaSuccess);
   if (ok) {
     // Fresh random data: f32 operands as floats; 16-bit and quantised ones as random bytes
     // (the speed of the tensor cores does not depend on the values).
@@ -173,11 +189,14 @@ std::vector<GemmTiming> gemm_time_variants(const GemmProblem& shape, bool all_co
     else fill_random_bytes(a, a_bytes, 11, s);
     if (p.b_type == GgmlType::F32) fill_random_floats(static_cast<float*>(b), b_bytes / 4, 12, 1.f, s);
     else fill_random_bytes(b, b_bytes, 12, s);
-    p.a = a, p.b = b, p.c = c, p.workspace = ws, p.workspace_bytes = ws_bytes;
+    if (b_up) fill_random_bytes(b_up, b_bytes, 13, s);
+    p.a = a, p.b = b, p.b_up = b_up, p.c = c, p.workspace = ws, p.workspace_bytes = ws_bytes;
     for (const auto& v : gemm_variants()) {
       if (!gemm_validate(p, v)) continue;
-      const size_t n_cfg = all_configs ? v.configs.size() : 1;
-      for (size_t ci = 0; ci < n_cfg; ++ci) {
+      int timed = 0;
+      for (size_t ci = 0; ci < v.configs.size() && (all_configs || timed == 0); ++ci) {
+        if (!gemm_config_takes(v, p, v.configs[ci])) continue;
+        ++timed;
         bool launched = true;
         const double us = median_time_us([&](int) { launched = v.launch(p, v.configs[ci], s).ok && launched; }, 2, reps, s);
         if (launched && cudaGetLastError() == cudaSuccess) out.push_back({&v, v.configs[ci], us});
@@ -187,6 +206,7 @@ std::vector<GemmTiming> gemm_time_variants(const GemmProblem& shape, bool all_co
   cudaStreamSynchronize(s);
   cudaFree(a);
   cudaFree(b);
+  cudaFree(b_up);
   cudaFree(c);
   cudaFree(ws);
   if (record) {

@@ -42,6 +42,11 @@ struct GemmProblem {
   // more than is given here is refused (gemm() then falls back to the variant's first config).
   void* workspace = nullptr;  // device
   size_t workspace_bytes = 0;
+  // Gated (a GLU's gate and up projections in one): C = act(A B) * (A B_up), B_up of B's type,
+  // layout and shape; act SiLU, or GELU (tanh form) with gelu. alpha 1, beta 0, no split-K.
+  // Only variants with GemmVariant::gated_config take it.
+  const void* b_up = nullptr;  // device
+  bool gelu = false;
 };
 
 struct GemmConfig {
@@ -58,7 +63,13 @@ struct GemmVariant {
   Status (*launch)(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
   std::vector<GemmConfig> configs;  // the autotuner's search space (first = default)
   bool teaching = false;            // a ladder rung kept for the progression, not for production
+  // Takes gated problems (GemmProblem::b_up) with the configs gated_config accepts.
+  bool (*gated_config)(const GemmConfig& c) = nullptr;
 };
+
+// Whether v runs p with config c (a gated problem: only the configs its variant marks).
+bool gemm_takes(const GemmVariant& v, const GemmProblem& p);
+bool gemm_config_takes(const GemmVariant& v, const GemmProblem& p, const GemmConfig& c);
 
 const std::vector<GemmVariant>& gemm_variants();
 const GemmVariant* find_gemm_variant(const std::string& name);

@@ -18,10 +18,17 @@
 //   output: accumulator register 4j + r holds C[m0 + 8j + 2t + r % 2][n0 + r0 + 8 (r / 2)],
 //           stored straight from registers (eight lanes write 32 consecutive bytes of a row)
 //
+// Gated (kGlu, a GemmProblem with b_up): the two 64-row halves of a consumer warpgroup are the
+// same 64 output features of the gate matrix (half 0) and of the up matrix (half 1), so a thread
+// holds gate and up of the same C elements and the epilogue writes act(gate) * up (SiLU, or GELU
+// with tanh) in C's type: one kernel in place of two GEMMs, the GLU and the 16-bit conversion
+// of its output for the down projection (the batching engine's steps).
+//
 // Values are the same f16 numbers q2_wgmma stages (one rounding of the dequantised weight).
 // Figures: docs/benchmarks.md (lamina kbench gemm).
 #pragma once
 
+#include "kernels/common/activations.cuh"
 #include "kernels/gemm/qgemm_wgmma.cuh"
 
 namespace lamina::kernels::qgemm_rs {
@@ -138,15 +145,21 @@ constexpr size_t smem_bytes() {
   return size_t(kStages) * kBm * kBk * 2 + 2 * (kBw / 128) * Raw<kKind>::template kSlotBytes<128> + 1024 + 1024;
 }
 
-template <QKind kKind, int kBm, int kBw, int kStages>
+// The GLU of a gated problem's epilogue (the GEMV epilogue's functions: the same numbers).
+__device__ __forceinline__ float glu(float g, float u, bool gelu) { return (gelu ? gelu_tanh(g) : silu(g)) * u; }
+
+template <QKind kKind, int kBm, int kBw, int kStages, bool kGlu>
 __global__ void __launch_bounds__(kThreads, 1)
     qgemm_rs_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ typename Raw<kKind>::Args w,
-                    tc_gemm::Out out, int splits, int64_t m, int64_t n, int64_t k) {
+                    const __grid_constant__ typename Raw<kKind>::Args w_up, bool gelu, tc_gemm::Out out, int splits,
+                    int64_t m, int64_t n, int64_t k) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   // kBw = 256: each consumer warpgroup owns two 64-row halves (sub-slot h holds weight rows
-  // 128 h .. 128 h + 127), so every X stage feeds twice the weight rows.
-  constexpr int kHalves = kBw / 128;
+  // 128 h .. 128 h + 127; gated, sub-slot 1 holds the up matrix's rows of sub-slot 0's gate
+  // rows), so every X stage feeds twice the weight rows. kTileN: the block's columns of C.
+  constexpr int kHalves = kBw / 128, kTileN = kGlu ? 128 : kBw;
   static_assert(kHalves == 1 || kHalves == 2, "128 or 256 weight rows per block");
+  static_assert(!kGlu || kHalves == 2, "a gated block holds gate and up halves");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   constexpr size_t kStageBytes = size_t(kBm) * kBk * 2, kSubBytes = Raw<kKind>::template kSlotBytes<128>;
@@ -164,7 +177,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     tma::mbar_fence_init();
   }
   __syncthreads();
-  const wgmma_gemm::Schedule sched(m, n, k, kBm, kBw, splits);
+  const wgmma_gemm::Schedule sched(m, n, k, kBm, kTileN, splits);
   constexpr int kGroup = Raw<kKind>::kStepsPerSlot;  // k-steps per W slot
   const int wg = int(threadIdx.x) / kWgThreads;
   if (wg == 0) {  // producer: thread 0 issues the copies, in the order the consumers use them
@@ -175,13 +188,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int64_t u = blockIdx.x; u < sched.units; u += gridDim.x) {
       int64_t m0, n0;
       int split, kt0, kt1;
-      sched.unit(u, kBw, m0, n0, split, kt0, kt1);
+      sched.unit(u, kTileN, m0, n0, split, kt0, kt1);
       for (int kt = kt0; kt < kt1; ++kt) {
         if (kt == kt0 || kt % kGroup == 0) {
           tma::mbar_wait(&empty_w[ws], wphase ^ 1);
           for (int h = 0; h < kHalves; ++h)  // one arrival (with its bytes) per sub-slot
-            Raw<kKind>::template issue_raw<128>(w, n0 + 128 * h, kt / kGroup, ring + ws * kSlotBytes + h * kSubBytes,
-                                                &full_w[ws]);
+            Raw<kKind>::template issue_raw<128>(kGlu && h == 1 ? w_up : w, kGlu ? n0 : n0 + 128 * h, kt / kGroup,
+                                                ring + ws * kSlotBytes + h * kSubBytes, &full_w[ws]);
           if (++ws == 2) ws = 0, wphase ^= 1;
         }
         tma::mbar_wait(&empty_x[s], phase ^ 1);
@@ -203,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t u = blockIdx.x; u < sched.units; u += gridDim.x) {
     int64_t m0, n0;
     int split, kt0, kt1;
-    sched.unit(u, kBw, m0, n0, split, kt0, kt1);
+    sched.unit(u, kTileN, m0, n0, split, kt0, kt1);
     if (kt0 >= kt1) continue;  // split-K can leave the last units empty (the producer skips them too)
     // One accumulator array per half, not a 2-D array: ptxas kept the 2-D one on the stack
     // (and serialised the wgmmas reading it).
@@ -269,8 +282,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         tc_gemm::out_store(o, row + 1, col + 8, a[4 * j + 3]);
       }
     };
-    store(acc0, n0 + r0);
-    if constexpr (kHalves == 2) store(acc1, n0 + 128 + r0);
+    if constexpr (kGlu) {
+#pragma unroll
+      for (int i = 0; i < kBm / 2; ++i) acc0[i] = glu(acc0[i], acc1[i], gelu);
+      store(acc0, n0 + r0);
+    } else {
+      store(acc0, n0 + r0);
+      if constexpr (kHalves == 2) store(acc1, n0 + 128 + r0);
+    }
   }
 #else
   __trap();  // built for another architecture; the variant's supports() keeps launches away
@@ -278,13 +297,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // Launches the persistent grid (wgmma_gemm::launch_persistent: split-K, shared memory, grid).
-template <QKind kKind, int kBm, int kBw, int kStages>
+// A gated problem (p.b_up) takes the kGlu instances, without split-K (the GLU is not linear).
+template <QKind kKind, int kBm, int kBw, int kStages, bool kGlu = false>
 Status launch(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
-  typename Raw<kKind>::Args w{};
-  if (!qgemm_wgmma::make_args<kKind, 128>(p, w)) return Status::error("q3_wgmma_rs: the driver refused the TMA descriptors of W");
-  const int64_t tiles = ((p.m + kBm - 1) / kBm) * ((p.n + kBw - 1) / kBw);
-  return wgmma_gemm::launch_persistent(qgemm_rs_kernel<kKind, kBm, kBw, kStages>, kThreads,
-                                       smem_bytes<kKind, kBm, kBw, kStages>(), kBm, false, tiles, w, p, c, "q3_wgmma_rs", s);
+  if (kGlu != (p.b_up != nullptr) || (kGlu && c.splits != 1)) return Status::error("q3_wgmma_rs: gated problem and instance differ");
+  typename Raw<kKind>::Args w{}, w_up{};
+  GemmProblem up = p;
+  up.b = p.b_up;
+  if (!qgemm_wgmma::make_args<kKind, 128>(p, w) || (kGlu && !qgemm_wgmma::make_args<kKind, 128>(up, w_up)))
+    return Status::error("q3_wgmma_rs: the driver refused the TMA descriptors of W");
+  constexpr int kTileN = kGlu ? 128 : kBw;
+  const int64_t tiles = ((p.m + kBm - 1) / kBm) * ((p.n + kTileN - 1) / kTileN);
+  return wgmma_gemm::launch_persistent(qgemm_rs_kernel<kKind, kBm, kBw, kStages, kGlu>, kThreads,
+                                       smem_bytes<kKind, kBm, kBw, kStages>(), kBm, false, tiles, w, p, c, "q3_wgmma_rs", s,
+                                       w_up, p.gelu);
 }
 
 // The instances: each launch<kind, bm, bw, 4> of run_kind below is compiled in a translation unit
@@ -295,11 +321,20 @@ Status launch(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
   extern template Status launch<kind, 256, 128, 4>(const GemmProblem&, const GemmConfig&, cudaStream_t); \
   extern template Status launch<kind, 128, 128, 4>(const GemmProblem&, const GemmConfig&, cudaStream_t); \
   extern template Status launch<kind, 64, 128, 4>(const GemmProblem&, const GemmConfig&, cudaStream_t);  \
-  extern template Status launch<kind, 64, 256, 4>(const GemmProblem&, const GemmConfig&, cudaStream_t);
+  extern template Status launch<kind, 64, 256, 4>(const GemmProblem&, const GemmConfig&, cudaStream_t);   \
+  extern template Status launch<kind, 64, 256, 4, true>(const GemmProblem&, const GemmConfig&, cudaStream_t); \
+  extern template Status launch<kind, 128, 256, 4, true>(const GemmProblem&, const GemmConfig&, cudaStream_t);
 
 // The dispatch of one weight type to its instances (qgemm_rs.cu).
 template <QKind kKind>
 Status run_kind(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
+  // Gated: bn = 128 columns of C, each block 128 gate and 128 up rows (kBw 256); 64 or 128
+  // activation rows (256 would need 256 accumulators a thread).
+  if (p.b_up) {
+    if (c.stages == 4 && c.bn == 128 && c.splits == 1 && c.bm == 64) return launch<kKind, 64, 256, 4, true>(p, c, s);
+    if (c.stages == 4 && c.bn == 128 && c.splits == 1 && c.bm == 128) return launch<kKind, 128, 256, 4, true>(p, c, s);
+    return Status::error("q3_wgmma_rs: no gated instance for config " + c.str());
+  }
   if (c.stages == 4 && c.bn == 128) {
     if (c.bm == 256) return launch<kKind, 256, 128, 4>(p, c, s);
     if (c.bm == 128) return launch<kKind, 128, 128, 4>(p, c, s);

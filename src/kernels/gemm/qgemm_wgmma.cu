@@ -46,8 +46,11 @@ void register_qgemm_wgmma_variants(std::vector<GemmVariant>& out) {
       c.splits = splits;
       rs.push_back(c);
     }
+  // Gated problems: 128 columns of C (a block of 128 gate and 128 up rows), 64 or 128 activation
+  // rows, no split-K.
+  const auto gated = [](const GemmConfig& c) { return c.bn == 128 && c.splits == 1 && (c.bm == 64 || c.bm == 128); };
   out.push_back({"q3_wgmma_rs", "Hopper: W converted straight into wgmma's register operand (C^T = W X^T), no f16 stage of W",
-                 q2_supports, run_q3, rs, false});
+                 q2_supports, run_q3, rs, false, +gated});
 }
 
 }  // namespace lamina::kernels

@@ -226,10 +226,12 @@ bool hopper();  // the device is sm_90 (hgemm_wgmma.cu)
 // The launch both Hopper GEMM kernels share (this mainloop and q3_wgmma_rs, qgemm_rs.cuh): A's
 // TMA map (boxes of box_rows x 64), the split-K workspace and shared-memory checks, a persistent
 // grid over tiles x splits work units (one block per SM at most), then splitk_reduce, which
-// finishes C from the f32 partials in p.workspace. `kernel` takes (A's map, b, out, splits, m, n, k).
-template <class Kernel, class BArgs>
+// finishes C from the f32 partials in p.workspace. `kernel` takes (A's map, b, extra..., out,
+// splits, m, n, k).
+template <class Kernel, class BArgs, class... Extra>
 Status launch_persistent(Kernel kernel, int threads, size_t smem, int box_rows, bool bf16, int64_t tiles, const BArgs& b,
-                         const GemmProblem& p, const GemmConfig& c, const char* name, cudaStream_t s) {
+                         const GemmProblem& p, const GemmConfig& c, const char* name, cudaStream_t s,
+                         const Extra&... extra) {
   const std::string who = name;
   CUtensorMap ma{};
   if (!tma::encode_2d_sw128(&ma, bf16, p.a, uint64_t(p.m), uint64_t(p.k), uint64_t(p.lda), box_rows, kBk))
@@ -247,7 +249,7 @@ Status launch_persistent(Kernel kernel, int threads, size_t smem, int box_rows, 
   const unsigned grid = unsigned(std::min<int64_t>(tiles * c.splits, sms));
   tc_gemm::Out out = tc_gemm::make_out(p);
   if (c.splits > 1) out = tc_gemm::Out{p.workspace, p.n, p.m, p.n, 0, 1.f, 0.f};
-  kernel<<<grid, threads, smem, s>>>(ma, b, out, c.splits, p.m, p.n, p.k);
+  kernel<<<grid, threads, smem, s>>>(ma, b, extra..., out, c.splits, p.m, p.n, p.k);
   if (Status st = launch_status(name); !st) return st;
   return c.splits > 1 ? splitk_reduce(p, c.splits, s) : Status::success();
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/half.h"
+#include "kernels/common/activations.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/common/q8_blocks.cuh"
 #include "kernels/common/tma.cuh"
@@ -37,12 +38,6 @@ __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
-}
-
-__device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
-// GELU in its tanh form (ggml's): 0.5 g (1 + tanh(sqrt(2/pi) g (1 + 0.044715 g^2))).
-__device__ __forceinline__ float gelu_tanh(float g) {
-  return 0.5f * g * (1.f + tanhf(0.79788456080286535588f * g * (1.f + 0.044715f * g * g)));
 }
 
 // The epilogue every production variant applies to one output: bias, residual, or act(gate) *

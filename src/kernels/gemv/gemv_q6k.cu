@@ -178,21 +178,42 @@ __global__ void repack_q6k_kernel(const uint8_t* __restrict__ src, int64_t n, in
   }
 }
 
-// Rows row0 .. row0 + rows - 1 of the planes as f16, one thread per element (GGUF's order within a
-// super-block: element e takes ql byte 64n + 32(t & 1) + l, qh byte 32n + l at bit 2t and scale
-// e / 16, for n = e / 128, t = (e % 128) / 32, l = e % 32).
+// Rows row0 .. row0 + rows - 1 of the planes as f16 (GGUF's order within a super-block: element
+// e takes ql byte 64n + 32(t & 1) + l, qh byte 32n + l at bit 2t and scale e / 16, for n = e /
+// 128, t = (e % 128) / 32, l = e % 32). A thread makes 8 consecutive elements of a row (l a
+// multiple of 8: one 8-byte load from each quant plane, one scale, one 16-byte store); rows run
+// over the grid's y, so no index is divided per element (the batching engine dequantises its
+// q6_K logits matrix with this every step: docs/benchmarks.md).
 __global__ void dequant_q6k_kernel(const uint8_t* __restrict__ w, int64_t n, int64_t k, int64_t row0, int64_t rows,
                                    __half* __restrict__ out) {
   const Q6Planes pl(n, k);
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * k; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = row0 + i / k, c = i % k, sb = c / 256;
-    const int e = int(c % 256), h = e / 128, t = (e % 128) / 32, l = e % 32;
-    const uint8_t ql = w[size_t(r) * size_t(k / 2) + sb * 128 + 64 * h + 32 * (t & 1) + l];
-    const uint8_t qh = w[pl.qh + size_t(r) * size_t(k / 4) + sb * 64 + 32 * h + l];
-    const int q = ((t < 2 ? ql & 15 : ql >> 4) | ((qh >> (2 * t)) & 3) << 4) - 32;
-    const int sc = reinterpret_cast<const int8_t*>(w + pl.sc)[size_t(r) * size_t(k / 16) + sb * 16 + e / 16];
-    const float d = __half2float(reinterpret_cast<const __half*>(w + pl.d)[r * (k / 256) + sb]);
-    out[i] = __float2half_rn(d * float(sc * q));
+  const int64_t c = 8 * (int64_t(blockIdx.x) * blockDim.x + threadIdx.x);
+  if (c >= k) return;
+  const int64_t sb = c / 256;
+  const int e = int(c % 256), h = e / 128, t = (e % 128) / 32, l = e % 32;
+  const auto* scales = reinterpret_cast<const int8_t*>(w + pl.sc);
+  const auto* ds = reinterpret_cast<const __half*>(w + pl.d);
+  for (int64_t i = blockIdx.y; i < rows; i += gridDim.y) {
+    const int64_t r = row0 + i;
+    const uint2 ql = *reinterpret_cast<const uint2*>(w + size_t(r) * size_t(k / 2) + sb * 128 + 64 * h + 32 * (t & 1) + l);
+    const uint2 qh = *reinterpret_cast<const uint2*>(w + pl.qh + size_t(r) * size_t(k / 4) + sb * 64 + 32 * h + l);
+    const int sc = scales[size_t(r) * size_t(k / 16) + sb * 16 + e / 16];
+    const float d = __half2float(ds[r * (k / 256) + sb]);
+    uint32_t packed[4];
+#pragma unroll
+    for (int j = 0; j < 8; j += 2) {
+      float v[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int b = j + u;
+        const uint32_t lo = ((b < 4 ? ql.x : ql.y) >> (8 * (b % 4))) & 0xFF, hi = ((b < 4 ? qh.x : qh.y) >> (8 * (b % 4))) & 0xFF;
+        const int q = int((t < 2 ? lo & 15 : lo >> 4) | ((hi >> (2 * t)) & 3) << 4) - 32;
+        v[u] = d * float(sc * q);
+      }
+      const __half2 p2 = __floats2half2_rn(v[0], v[1]);
+      packed[j / 2] = *reinterpret_cast<const uint32_t*>(&p2);
+    }
+    *reinterpret_cast<uint4*>(out + i * k + c) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
   }
 }
 
@@ -200,9 +221,9 @@ __global__ void dequant_q6k_kernel(const uint8_t* __restrict__ w, int64_t n, int
 
 Status dequant_q6k_repacked(const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out, cudaStream_t s) {
   if (!w || !out || k % 256 || row0 < 0 || rows <= 0 || row0 + rows > n) return Status::error("dequant_q6k_repacked: bad arguments");
-  const int64_t items = rows * k;
-  dequant_q6k_kernel<<<unsigned(std::min<int64_t>((items + 255) / 256, 8192)), 256, 0, s>>>(
-      static_cast<const uint8_t*>(w), n, k, row0, rows, static_cast<__half*>(out));
+  if (reinterpret_cast<uintptr_t>(out) % 16) return Status::error("dequant_q6k_repacked: out must be 16-byte aligned");
+  const dim3 grid(unsigned((k / 8 + 255) / 256), unsigned(std::min<int64_t>(rows, 65535)));
+  dequant_q6k_kernel<<<grid, 256, 0, s>>>(static_cast<const uint8_t*>(w), n, k, row0, rows, static_cast<__half*>(out));
   return launch_status("dequant_q6k_repacked");
 }
 

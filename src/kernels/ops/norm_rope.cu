@@ -22,12 +22,12 @@ constexpr int kNormThreads = 1024;  // a decode step normalises one row: one blo
 
 constexpr int kNormPer = 8;  // values per thread kept in registers: rows of up to 8192 columns
 
-// One normalised value: out, and its 16-bit and int8-block copies. Every lane of a warp calls it
-// for 32 consecutive columns when out8 is given.
+// One normalised value: out (unless null: the 16-bit copy alone), and its 16-bit and int8-block
+// copies. Every lane of a warp calls it for 32 consecutive columns when out8 is given.
 template <class T16>
 __device__ __forceinline__ void rmsnorm_store(float v, int64_t row, int64_t i, int64_t cols, float* __restrict__ out,
                                               T16* __restrict__ out16, uint8_t* __restrict__ out8) {
-  out[row * cols + i] = v;
+  if (out) out[row * cols + i] = v;
   if (out8) quantize_block32(v, cols, i / 32, out8 + size_t(row) * x8_bytes(cols));
   if constexpr (!std::is_same_v<T16, float>) {
     if (out16) {
@@ -37,7 +37,7 @@ __device__ __forceinline__ void rmsnorm_store(float v, int64_t row, int64_t i, i
   }
 }
 
-// x, out: [rows][cols];  w: [cols];  out16: [rows][cols] in T16 (optional)
+// x, out: [rows][cols] (out optional with out16);  w: [cols];  out16: [rows][cols] in T16 (optional)
 // out8: [rows][x8_bytes(cols)] int8 blocks (cols % 32 == 0), optional
 // Rows of up to kNormPer * blockDim.x columns are read once into registers, all loads in flight
 // together, and the weights are loaded before the PDL wait (they never depend on the kernel
@@ -160,12 +160,16 @@ __global__ void bias_kernel(float* __restrict__ x, const float* __restrict__ b, 
     x[i] += b[i % cols];
 }
 
-__global__ void copy_columns_kernel(const float* __restrict__ src, int64_t rows, int64_t src_cols, int64_t col0,
-                                    int64_t n_cols, float* __restrict__ dst) {
+// Columns col0 .. col0 + n_cols of src's rows into dst (a stacked Q/K/V GEMM's output split):
+// a thread per column of T (float4 where every offset is a multiple of 4), blocks over rows in y
+// (no index divisions).
+template <class T>
+__global__ void copy_columns_kernel(const T* __restrict__ src, int64_t rows, int64_t src_cols, int64_t col0,
+                                    int64_t n_cols, T* __restrict__ dst) {
   pdl_enter();
-  const int64_t n = rows * n_cols;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = src[(i / n_cols) * src_cols + col0 + i % n_cols];
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= n_cols) return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) dst[r * n_cols + c] = src[r * src_cols + col0 + c];
 }
 
 __global__ void gather_rows_kernel(const float* __restrict__ src, int64_t cols, const int32_t* __restrict__ rows, int64_t n,
@@ -234,7 +238,7 @@ unsigned grid_for(int64_t n, int threads) {
 
 Status rmsnorm(const float* x, const float* w, int64_t rows, int64_t cols, float eps, float* out, void* out16,
                GgmlType t16, cudaStream_t s, void* out8) {
-  if (!x || !w || !out) return Status::error("rmsnorm: null pointer");
+  if (!x || !w || (!out && !out16)) return Status::error("rmsnorm: null pointer");
   if (rows < 0 || cols <= 0 || rows > 0x7fffffff) return Status::error("rmsnorm: bad shape");
   if (out16 && t16 != GgmlType::F16 && t16 != GgmlType::BF16) return Status::error("rmsnorm: out16 must be f16 or bf16");
   if (out8 && cols % 32) return Status::error("rmsnorm: out8 needs a multiple of 32 columns");
@@ -302,7 +306,16 @@ Status copy_columns(const float* src, int64_t rows, int64_t src_cols, int64_t co
                     cudaStream_t s) {
   if (!src || !dst || rows < 0 || n_cols <= 0 || col0 < 0 || col0 + n_cols > src_cols)
     return Status::error("copy_columns: bad arguments");
-  if (rows) launch_pdl(copy_columns_kernel, grid_for(rows * n_cols, 256), 256, 0, s, src, rows, src_cols, col0, n_cols, dst);
+  if (!rows) return Status::success();
+  const bool vec = (src_cols | col0 | n_cols) % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(dst) % 16 == 0;
+  const int64_t w = vec ? 4 : 1, cols = n_cols / w;
+  const dim3 grid(unsigned((cols + 255) / 256), unsigned(std::min<int64_t>(rows, 65535)));
+  if (vec)
+    launch_pdl(copy_columns_kernel<float4>, grid, 256, 0, s, reinterpret_cast<const float4*>(src), rows, src_cols / 4,
+               col0 / 4, cols, reinterpret_cast<float4*>(dst));
+  else
+    launch_pdl(copy_columns_kernel<float>, grid, 256, 0, s, src, rows, src_cols, col0, n_cols, dst);
   return launch_status("copy_columns");
 }
 

@@ -18,7 +18,8 @@ typedef struct CUstream_st* cudaStream_t;
 namespace lamina::kernels {
 
 // out[t][i] = x[t][i] / sqrt(mean_i x[t][i]^2 + eps) * w[i]   (sum of squares in f64, as ggml)
-// out16 (optional) receives the same values rounded to `t16` (F16 or BF16) for a following GEMM;
+// out16 (optional) receives the same values rounded to `t16` (F16 or BF16) for a following GEMM
+// (out may then be null: the 16-bit copy alone);
 // out8 (optional, cols a multiple of 32) the same values as int8 blocks for a following dp4a GEMV
 // (kernels/common/q8_blocks.cuh: x8_bytes(cols) bytes per row).
 Status rmsnorm(const float* x, const float* w, int64_t rows, int64_t cols, float eps, float* out,
