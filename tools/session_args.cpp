@@ -33,6 +33,8 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
                 "CUDA: launch a prompt pass's step plan whole at its end (not a layer at a time)");
   sub->add_flag("!--no-gated-gemm", a.opt.cuda.gated_gemm,
                 "CUDA: many rows of gate/up as two GEMMs and a GLU kernel (not one GEMM with the GLU in its epilogue)");
+  sub->add_flag("!--no-paged-prefill", a.opt.cuda.paged_prefill,
+                "CUDA: the batching engine's prompt chunks through the flash-decoding splits row by row (not the prefill kernel)");
   sub->add_flag("--graph-timing", a.opt.cuda.graph_timing,
                 "CUDA: time each replayed decode step on the GPU against the host's share, printed at exit");
   sub->add_option("--gemv-max-rows", a.opt.cuda.gemv_max_rows,

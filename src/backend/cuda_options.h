@@ -31,6 +31,10 @@ struct CudaOptions {
   // A prompt pass's step plan launched a layer at a time while the host records the rest (false:
   // the whole plan at the pass's end; --whole-prompt-plan, to measure it).
   bool prompt_plan_parts = true;
+  // The batching engine's prompt chunks (16 rows and more of one sequence) through the tensor-core
+  // prefill kernel over their blocks (false: every row through the flash-decoding splits;
+  // --no-paged-prefill, to measure it).
+  bool paged_prefill = true;
   // Many rows of a gate/up pair and its GLU as one gated GEMM, the GLU in its epilogue writing the
   // down projection's 16-bit input (false: two GEMMs, the GLU kernel and a conversion;
   // --no-gated-gemm, to measure it).

@@ -133,6 +133,81 @@ int host_argmax(const float* row, int cols) {
   return std::max(best, 0);
 }
 
+// A prompt chunk over a paged cache (attention_prefill_paged: the engine's chunks of 16 rows and
+// more) gives bit for bit what the contiguous prefill kernel gives over the same values: positions
+// p0 .. p0 + rows - 1 of a sequence whose blocks come from a shuffled pool (the others NaN), the
+// output poisoned with NaN; GQA and plain heads, head_dim 128 and 64, chunks that start inside a
+// block and end inside one.
+TEST(AttentionPaged, PromptChunkOverBlocksGivesTheContiguousKernelsBits) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  struct Chunk {
+    int n_head, n_head_kv, head_dim, block_tokens, p0, rows;
+  };
+  for (const Chunk& c : {Chunk{32, 8, 128, 16, 60, 90}, Chunk{8, 8, 64, 8, 0, 37}, Chunk{4, 1, 128, 32, 5, 200}}) {
+    SCOPED_TRACE(testing::Message() << c.n_head << "/" << c.n_head_kv << " heads of " << c.head_dim << ", blocks of "
+                                    << c.block_tokens << ", rows " << c.p0 << ".." << c.p0 + c.rows - 1);
+    const int len = c.p0 + c.rows, kvd = c.n_head_kv * c.head_dim, qd = c.n_head * c.head_dim, bt = c.block_tokens;
+    const int n_seq_blocks = (len + bt - 1) / bt, n_blocks = n_seq_blocks + 5;
+    std::vector<int32_t> pool(static_cast<size_t>(n_blocks));
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng);
+    const std::vector<int32_t> table(pool.begin(), pool.begin() + n_seq_blocks);
+    std::vector<uint16_t> kc(size_t(len) * kvd), vc(size_t(len) * kvd);  // contiguous: position j is row j
+    for (auto& x : kc) x = f32_to_f16(nd(rng));
+    for (auto& x : vc) x = f32_to_f16(nd(rng));
+    std::vector<uint16_t> kp(size_t(n_blocks) * bt * kvd, 0x7E00), vp(kp.size(), 0x7E00);  // paged, NaN elsewhere
+    for (int j = 0; j < len; ++j) {
+      const size_t slot = size_t(table[size_t(j / bt)]) * bt + size_t(j % bt);
+      std::copy_n(kc.begin() + ptrdiff_t(j) * kvd, kvd, kp.begin() + ptrdiff_t(slot) * kvd);
+      std::copy_n(vc.begin() + ptrdiff_t(j) * kvd, kvd, vp.begin() + ptrdiff_t(slot) * kvd);
+    }
+    std::vector<float> q(size_t(c.rows) * qd);
+    for (float& x : q) x = nd(rng);
+    std::vector<int32_t> pos(static_cast<size_t>(c.rows));
+    std::iota(pos.begin(), pos.end(), c.p0);
+    AttentionArgs a;
+    a.n_head = c.n_head, a.n_head_kv = c.n_head_kv, a.head_dim = c.head_dim, a.kv_type = GgmlType::F16;
+    a.scale = 1.f / std::sqrt(float(c.head_dim));
+    a.n_ctx = n_blocks * bt;
+    DeviceBuf dq(q.size() * 4), dpos(pos.size() * 4), dtab(table.size() * 4), dkc(kc.size() * 2), dvc(vc.size() * 2),
+        dkp(kp.size() * 2), dvp(vp.size() * 2), d1(q.size() * 4), d2(q.size() * 4);
+    CUDA_OK(cudaMemcpy(dq.p, q.data(), dq.n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dpos.p, pos.data(), dpos.n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dtab.p, table.data(), dtab.n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dkc.p, kc.data(), dkc.n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dvc.p, vc.data(), dvc.n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dkp.p, kp.data(), dkp.n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dvp.p, vp.data(), dvp.n, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(d1.p, 0xFF, d1.n));
+    CUDA_OK(cudaMemset(d2.p, 0xFF, d2.n));
+    const auto* qp = static_cast<const float*>(dq.p);
+    const auto* pp = static_cast<const int32_t*>(dpos.p);
+    AttentionArgs ac = a;
+    ac.n_ctx = len;
+    Status st = attention_prefill(qp, c.rows, pp, dkc.p, dvc.p, ac, static_cast<float*>(d1.p), nullptr);
+    ASSERT_TRUE(st.ok) << st.message;
+    st = attention_prefill_paged(qp, c.rows, pp, static_cast<const int32_t*>(dtab.p), bt, dkp.p, dvp.p, a,
+                                 static_cast<float*>(d2.p), nullptr);
+    ASSERT_TRUE(st.ok) << st.message;
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> want(q.size()), got(q.size());
+    CUDA_OK(cudaMemcpy(want.data(), d1.p, d1.n, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(got.data(), d2.p, d2.n, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(got[i])) << "element " << i;
+      ASSERT_EQ(got[i], want[i]) << "element " << i;
+    }
+  }
+  AttentionArgs a;
+  a.n_head = a.n_head_kv = 8, a.head_dim = 128, a.kv_type = GgmlType::F16, a.n_ctx = 64;
+  DeviceBuf b(1 << 16);
+  const auto* f = static_cast<const float*>(b.p);
+  const auto* i = static_cast<const int32_t*>(b.p);
+  EXPECT_FALSE(attention_prefill_paged(f, 4, i, i, 0, b.p, b.p, a, static_cast<float*>(b.p), nullptr).ok);  // block size 0
+  EXPECT_FALSE(attention_prefill_paged(f, 4, i, nullptr, 16, b.p, b.p, a, static_cast<float*>(b.p), nullptr).ok);
+}
+
 TEST(ArgmaxRows, FirstMaximumOfEveryRow) {
   std::mt19937 rng(22);
   std::normal_distribution<float> nd(0.f, 3.f);

@@ -35,6 +35,18 @@ uint16_t to16(GgmlType t, float f) { return t == GgmlType::BF16 ? f32_to_bf16(f)
 double from16(GgmlType t, uint16_t h) { return t == GgmlType::BF16 ? bf16_to_f32(h) : f16_to_f32(h); }
 double round_to(GgmlType t, float f) { return t == GgmlType::F32 ? f : from16(t, to16(t, f)); }
 
+// Element idx of C's device image in its type.
+double c_value(const std::vector<uint8_t>& c, size_t idx, GgmlType t) {
+  if (t == GgmlType::F32) {
+    float f;
+    std::memcpy(&f, &c[idx * 4], 4);
+    return f;
+  }
+  uint16_t u;
+  std::memcpy(&u, &c[idx * 2], 2);
+  return from16(t, u);
+}
+
 // A dense [rows][cols] logical matrix stored column- or row-major with leading dimension ld.
 HostMatrix dense(GgmlType t, int64_t rows, int64_t cols, bool col_major, int64_t ld, std::mt19937& rng) {
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -124,10 +136,7 @@ void check(const GemmRun& r, const Shape& s, const HostMatrix& a, const std::vec
     CUDA_OK(cudaMemcpy(got.data(), dc.p, c_bytes, cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < s.m; ++i) {
       for (int64_t j = 0; j < s.n; ++j) {
-        const size_t idx = size_t(i * ldc + j);
-        double g;
-        if (c_elt == 4) { float f; std::memcpy(&f, &got[idx * 4], 4); g = f; }
-        else { uint16_t u; std::memcpy(&u, &got[idx * 2], 2); g = from16(r.c_type, u); }
+        const double g = c_value(got, size_t(i * ldc + j), r.c_type);
         const double want = ref[size_t(i * s.n + j)];
         ASSERT_NEAR(g, want, tol * mag[size_t(i * s.n + j)] + out_ulp * std::fabs(want) + 1e-6)
             << "config " << cfg.str() << " at (" << i << ", " << j << ")";
@@ -313,10 +322,7 @@ void run_gated(const GemmVariant& v, GgmlType wt, GgmlType ct, bool gelu, const 
     CUDA_OK(cudaMemcpy(got.data(), dc.p, c_bytes, cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < s.m; ++i) {
       for (int64_t j = 0; j < s.n; ++j) {
-        const size_t idx = size_t(i * ldc + j);
-        double x;
-        if (c_elt == 4) { float f; std::memcpy(&f, &got[idx * 4], 4); x = f; }
-        else { uint16_t h; std::memcpy(&h, &got[idx * 2], 2); x = f16_to_f32(h); }
+        const double x = c_value(got, size_t(i * ldc + j), ct);
         ASSERT_NEAR(x, want[size_t(i * s.n + j)], bound[size_t(i * s.n + j)]) << "at (" << i << ", " << j << ")";
       }
       for (int64_t j = s.n; j < ldc; ++j)

@@ -38,6 +38,7 @@ CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
       graphs_enabled_(o.graphs),
       run_ahead_(o.run_ahead),
       plan_parts_(o.prompt_plan_parts),
+      paged_prefill_(o.paged_prefill),
       gated_gemm_(o.gated_gemm),
       gemv_max_rows_(o.gemv_max_rows) {
   nccl_ = o.nccl, all_reduce_ = o.all_reduce;

@@ -230,6 +230,7 @@ class CudaBackend final : public Backend {
   void stage_paged(std::span<const int32_t> pos);
   const PagedPass& paged_pass();  // the staged tables, uploaded
   void attend_paged(const LayerCache& c, const plan::Node& n, Made& m);
+  void attend_paged_rows(const LayerCache& c, const plan::Node& n, int64_t r0, int64_t r1, void* out8);
   void exec_copy_rows(const plan::Node& n);
   void exec_all_reduce(const plan::Node& n);
   void exec_all_reduce_add_norm(const plan::Node& n, Made& m);
@@ -368,6 +369,7 @@ class CudaBackend final : public Backend {
   bool graphs_enabled_ = true;
   bool run_ahead_ = true;  // CudaOptions::run_ahead
   bool plan_parts_ = true;  // CudaOptions::prompt_plan_parts
+  bool paged_prefill_ = true;  // CudaOptions::paged_prefill
   bool gated_gemm_ = true;  // CudaOptions::gated_gemm
   int gemv_max_rows_ = 2;  // CudaOptions::gemv_max_rows
   std::unique_ptr<GraphTiming> graph_timing_;  // CudaOptions::graph_timing

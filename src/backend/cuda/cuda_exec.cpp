@@ -51,8 +51,16 @@ void CudaBackend::flush(Tensor result, bool pass_end) {
   if (plan_.empty()) return;
   plan::Plan p = std::move(plan_);  // (cleared first: an error below leaves no half-run plan)
   plan_.clear();
-  for (const Node& n : p.nodes())
+  // A tensor left in 16 bits only by an earlier plan: widened if this plan reads it before writing
+  // all of it, forgotten once a node writes it (the next layer's GLU output, in its place).
+  for (const Node& n : p.nodes()) {
+    if (only16_.empty()) break;
     for (const Tensor& t : plan::reads(n)) widen_only16(t);
+    for (const Tensor& w : plan::writes(n))
+      std::erase_if(only16_, [&](const std::pair<Tensor, const void*>& e) {
+        return e.first.data >= w.data && e.first.data + e.first.rows * e.first.cols <= w.data + w.rows * w.cols;
+      });
+  }
   p.fuse(fusion_rules(), result, pass_end);
   if (profiling_) plans_[n_in_] = p.str();  // --profile shows each pass size's fused plan
   Run r{p.nodes(), std::vector<Made>(p.nodes().size())};

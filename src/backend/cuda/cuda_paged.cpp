@@ -80,28 +80,74 @@ const CudaBackend::PagedPass& CudaBackend::paged_pass() {
   return paged_;
 }
 
-// Splits per (KV head, row): two waves of blocks over the SMs, at least 16 positions a split of
-// the pass's length bucket (the bucket, not the longest row: a recorded pass keeps its launch
-// shape), as decode_splits' base. (With 64 positions a split, one row of Llama-3-8B's 8 KV heads
-// at 128-255 positions took 4 splits and its attention 17 us a layer against the single
-// stream's 13: docs/benchmarks.md.) The merge also writes out's int8 blocks where the Wo GEMV
-// reads them (fuse() marked n.x8_out).
+// A pass's rows by kind: a run of at least kPrefillRows rows of one sequence at consecutive
+// positions (a prompt chunk) goes to the tensor-core prefill kernel over its blocks
+// (attention_prefill_paged); the rows between such runs (decode rows, short chunks) to the
+// flash-decoding splits (attend_paged_rows), a range at a time.
 void CudaBackend::attend_paged(const LayerCache& c, const Node& n, Made& m) {
+  constexpr int64_t kPrefillRows = 16;
+  const Tensor q = n.x;
+  const PagedPass& pp = paged_pass();
+  m.x8 = x8_scratch(n, n.out);
+  const std::span<const int32_t> seq = layout_->row_seq;
+  const bool chunks = paged_prefill_ && !m.x8 && prefill_attention_ == kn::PrefillAttention::V2Pipelined &&
+                      kn::attention_prefill_supported(c.a) && n.ids.size() == size_t(q.rows);
+  const auto run_end = [&](int64_t r) {  // the end of the run of seq[r]'s consecutive positions
+    int64_t e = r + 1;
+    while (e < q.rows && seq[size_t(e)] == seq[size_t(r)] && n.ids[size_t(e)] == n.ids[size_t(e - 1)] + 1) ++e;
+    return e;
+  };
+  for (int64_t r = 0; r < q.rows;) {
+    int64_t e = chunks ? run_end(r) : q.rows;
+    if (chunks && e - r >= kPrefillRows) {
+      const int32_t* table = pp.kv.tables + int64_t(seq[size_t(r)]) * pp.kv.max_blocks;
+      double flops = 0;
+      for (int64_t i = r; i < e; ++i) flops += 4.0 * (n.ids[size_t(i)] + 1) * double(n.attn.n_head) * n.attn.head_dim;
+      const double bytes = 2.0 * (n.ids[size_t(e - 1)] + 1) * double(kv_dim_) * double(kv_elem_bytes()) + double((e - r) * q.cols) * 8.0;
+      run_op("attention (paged prefill)", bytes, flops, [&] {
+        return kn::attention_prefill_paged(q.data + r * q.cols, e - r, dev_pos() + r, table, pp.kv.block_tokens, c.k, c.v,
+                                           c.a, n.out.data + r * n.out.cols, stream_);
+      });
+      r = e;
+      continue;
+    }
+    while (chunks && e < q.rows) {  // the short runs up to the next chunk
+      const int64_t f = run_end(e);
+      if (f - e >= kPrefillRows) break;
+      e = f;
+    }
+    attend_paged_rows(c, n, r, e, m.x8);
+    r = e;
+  }
+}
+
+// Rows r0 .. r1 - 1 through the flash-decoding splits. Splits per (KV head, row): two waves of
+// blocks over the SMs, at least 16 positions a split of the pass's length bucket (the bucket, not
+// the longest row: a recorded pass keeps its launch shape), as decode_splits' base. (With 64
+// positions a split, one row of Llama-3-8B's 8 KV heads at 128-255 positions took 4 splits and
+// its attention 17 us a layer against the single stream's 13: docs/benchmarks.md.) The merge also
+// writes out's int8 blocks where the Wo GEMV reads them (fuse() marked n.x8_out; then r0 .. r1
+// are all the rows).
+void CudaBackend::attend_paged_rows(const LayerCache& c, const Node& n, int64_t r0, int64_t r1, void* out8) {
   const Tensor q = n.x;
   const PagedPass& pp = paged_pass();
   const AttentionParams& p = n.attn;
-  const int64_t blocks = int64_t(p.n_head_kv) * q.rows;
+  const int64_t rows = r1 - r0;
+  check("paged attention", !out8 || (r0 == 0 && r1 == q.rows), "int8 blocks of part of the rows");
+  const int64_t blocks = int64_t(p.n_head_kv) * rows;
   const int64_t cap = split_cap();
   const int splits = int(std::clamp<int64_t>((2 * sm_count_ + blocks - 1) / blocks, 1, cap));
-  float* work = static_cast<float*>(scratch_bytes(kn::attention_work_floats(c.a, q.rows, splits) * sizeof(float)));
-  m.x8 = x8_scratch(n, n.out);
+  float* work = static_cast<float*>(scratch_bytes(kn::attention_work_floats(c.a, rows, splits) * sizeof(float)));
   double kv_read = 0, flops = 0;  // every row reads its own positions
-  for (int32_t x : n.ids) {
-    kv_read += 2.0 * (x + 1) * double(kv_dim_) * double(kv_elem_bytes());
-    flops += 4.0 * (x + 1) * double(p.n_head) * p.head_dim;
+  for (size_t i = size_t(r0); i < size_t(r1) && i < n.ids.size(); ++i) {
+    kv_read += 2.0 * (n.ids[i] + 1) * double(kv_dim_) * double(kv_elem_bytes());
+    flops += 4.0 * (n.ids[i] + 1) * double(p.n_head) * p.head_dim;
   }
-  run_op("attention (paged)", kv_read + double(q.rows * q.cols) * 8.0, flops, [&] {
-    return kn::attention_paged(q.data, q.rows, dev_pos(), pp.kv, c.k, c.v, c.a, splits, work, n.out.data, stream_, m.x8);
+  kn::PagedKv kv = pp.kv;
+  kv.row_seq += r0;
+  run_op("attention (paged)", kv_read + double(rows * q.cols) * 8.0, flops, [&] {
+    return kn::attention_paged(q.data + r0 * q.cols, rows, dev_pos() + r0, kv, c.k, c.v, c.a, splits, work,
+                               n.out.data + r0 * n.out.cols, stream_, out8);
   });
 }
 

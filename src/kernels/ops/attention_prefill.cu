@@ -21,8 +21,12 @@
 // operand of the next GEMM.
 //
 // Layouts: q [rows][n_head][HD] f32; caches [n_ctx][n_head_kv][HD] f16; out (and out16) like q.
+// v2 also reads a paged cache (attention_prefill_paged: the batching engine's prompt chunks): key
+// position j's row is the slot its sequence's block table gives (attn_detail::PagedRows), looked
+// up per 16-byte chunk as the tile is staged; everything else is the same kernel.
 #include "kernels/common/launch_status.h"
 #include "kernels/common/mma.cuh"
+#include "kernels/ops/attention_decode.cuh"
 #include "kernels/ops/ops.h"
 
 #include <cuda_bf16.h>
@@ -209,13 +213,14 @@ struct KvStages {
   __half v[2][kTileK][HD + kPad];
 };
 
-template <int HD, int WARPS>
+// Rows: the cache row of key position j (attn_detail::ContiguousRows, or PagedRows).
+template <int HD, int WARPS, class Rows>
 __global__ void __launch_bounds__(WARPS * 32) flash_prefill_v2(const float* __restrict__ q, int rows,
                                                                  const int32_t* __restrict__ pos,
                                                                  const __half* __restrict__ kc,
                                                                  const __half* __restrict__ vc, AttentionArgs a,
                                                                  float* __restrict__ out, void* __restrict__ out16,
-                                                                 bool bf16) {
+                                                                 bool bf16, Rows rows_of) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   KvStages<HD>& sm = *reinterpret_cast<KvStages<HD>*>(smem_raw);
   const int h = blockIdx.x, tile = int(gridDim.y - 1 - blockIdx.y);  // the longest (latest) tiles first
@@ -236,7 +241,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_prefill_v2(const float* __re
     for (int c = threadIdx.x; c < kTileK * HD / 8; c += WARPS * 32) {
       const int key = c / (HD / 8), d = (c % (HD / 8)) * 8;
       const bool in = k0 + key < n_keys;
-      const int64_t off = int64_t(in ? k0 + key : 0) * kvd + d;
+      const int64_t off = (in ? rows_of(k0 + key) : 0) * kvd + d;
       mma::cp_async16(&sm.k[st][key][d], kh + off, in ? 16 : 0);
       mma::cp_async16(&sm.v[st][key][d], vh + off, in ? 16 : 0);
     }
@@ -294,17 +299,17 @@ __global__ void __launch_bounds__(WARPS * 32) flash_prefill_v2(const float* __re
   if (r0 < rows) store_rows<HD>(o, l, rows, qd, h, r0, out, out16, bf16);
 }
 
-template <int HD, int WARPS>
+template <int HD, int WARPS, class Rows>
 Status launch_v2(const float* q, int rows, const int32_t* pos, const __half* kc, const __half* vc,
-                 const AttentionArgs& a, float* out, void* out16, bool bf16, cudaStream_t s) {
+                 const AttentionArgs& a, float* out, void* out16, bool bf16, cudaStream_t s, Rows rows_of) {
   const size_t smem = sizeof(KvStages<HD>);
   // (set on every launch: the attribute belongs to the current device, and ranks of a
   // tensor-parallel group launch on several)
   const cudaError_t attr =
-      cudaFuncSetAttribute(flash_prefill_v2<HD, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      cudaFuncSetAttribute(flash_prefill_v2<HD, WARPS, Rows>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   if (attr != cudaSuccess) return Status::error("attention_prefill: " + std::to_string(smem) + " bytes of shared memory refused");
   const dim3 grid(unsigned(a.n_head), unsigned((rows + WARPS * 16 - 1) / (WARPS * 16)));
-  flash_prefill_v2<HD, WARPS><<<grid, WARPS * 32, smem, s>>>(q, rows, pos, kc, vc, a, out, out16, bf16);
+  flash_prefill_v2<HD, WARPS, Rows><<<grid, WARPS * 32, smem, s>>>(q, rows, pos, kc, vc, a, out, out16, bf16, rows_of);
   return launch_status("attention_prefill");
 }
 
@@ -334,13 +339,29 @@ Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const
   const auto* kc = static_cast<const __half*>(k_cache);
   const auto* vc = static_cast<const __half*>(v_cache);
   const bool bf16 = t16 == GgmlType::BF16;
+  const attn_detail::ContiguousRows rows_of{};
   if (variant == PrefillAttention::V2Pipelined)
-    return a.head_dim == 64 ? launch_v2<64, 8>(q, int(rows), pos, kc, vc, a, out, out16, bf16, s)
-                            : launch_v2<128, 8>(q, int(rows), pos, kc, vc, a, out, out16, bf16, s);
+    return a.head_dim == 64 ? launch_v2<64, 8>(q, int(rows), pos, kc, vc, a, out, out16, bf16, s, rows_of)
+                            : launch_v2<128, 8>(q, int(rows), pos, kc, vc, a, out, out16, bf16, s, rows_of);
   const dim3 grid(unsigned((rows + kTileQ1 - 1) / kTileQ1), unsigned(a.n_head));
   if (a.head_dim == 64) flash_prefill_v1<64><<<grid, kWarps1 * 32, 0, s>>>(q, int(rows), pos, kc, vc, a, out, out16, bf16);
   else flash_prefill_v1<128><<<grid, kWarps1 * 32, 0, s>>>(q, int(rows), pos, kc, vc, a, out, out16, bf16);
   return launch_status("attention_prefill");
+}
+
+Status attention_prefill_paged(const float* q, int64_t rows, const int32_t* pos, const int32_t* table, int block_tokens,
+                               const void* k_cache, const void* v_cache, const AttentionArgs& a, float* out,
+                               cudaStream_t s) {
+  if (!attention_prefill_supported(a)) return Status::error("attention_prefill_paged: needs an f16 cache, head_dim 64 or 128 and no sliding window");
+  if (!q || !pos || !table || !k_cache || !v_cache || !out) return Status::error("attention_prefill_paged: null pointer");
+  if (block_tokens <= 0) return Status::error("attention_prefill_paged: bad block size");
+  if (rows <= 0) return Status::success();
+  if (rows > a.n_ctx) return Status::error("attention_prefill_paged: more rows than cache positions");
+  const auto* kc = static_cast<const __half*>(k_cache);
+  const auto* vc = static_cast<const __half*>(v_cache);
+  const attn_detail::PagedRows rows_of{table, block_tokens};
+  return a.head_dim == 64 ? launch_v2<64, 8>(q, int(rows), pos, kc, vc, a, out, nullptr, false, s, rows_of)
+                          : launch_v2<128, 8>(q, int(rows), pos, kc, vc, a, out, nullptr, false, s, rows_of);
 }
 
 }  // namespace lamina::kernels

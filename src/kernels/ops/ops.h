@@ -134,6 +134,12 @@ bool attention_prefill_supported(const AttentionArgs& a);
 Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
                          const AttentionArgs& a, float* out, cudaStream_t s, void* out16 = nullptr,
                          GgmlType t16 = GgmlType::F16, PrefillAttention variant = PrefillAttention::V2Pipelined);
+// The same (v2) over a paged cache: the rows are one sequence's consecutive positions pos[0] ..
+// pos[0] + rows - 1 (a prompt chunk of the batching engine's pass), key position j in the slot
+// table[j / block_tokens] * block_tokens + j % block_tokens (table: that sequence's block ids, device).
+Status attention_prefill_paged(const float* q, int64_t rows, const int32_t* pos, const int32_t* table, int block_tokens,
+                               const void* k_cache, const void* v_cache, const AttentionArgs& a, float* out,
+                               cudaStream_t s);
 
 // A pass's token and position inputs from pinned host memory, read by the kernel over the bus
 // (no copy-engine transfer; a graph node). src: [tokens | positions | stamp], each half `half`
