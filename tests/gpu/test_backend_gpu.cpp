@@ -333,6 +333,33 @@ TEST(BackendOps, GatedGemmFeedsTheDownProjection) {
   }
 }
 
+// A norm output that only a GEMM read is left in 16 bits (Node::out16_only). Read back in the same
+// pass it is widened from that copy; once a new pass begins (whose recorded replay may write the
+// same scratch addresses without a plan), the old copy is forgotten: what the memory holds then is
+// what a read returns.
+TEST(BackendOps, SixteenBitOnlyOutputsEndWithTheirPass) {
+  Both b;
+  std::mt19937 rng(31);
+  const int64_t rows = 24, E = 512, N = 256;
+  auto [wc, wg] = b.weight(GgmlType::Q8_0, N, E, quantised(GgmlType::Q8_0, N, E, rng));
+  auto [nc, ng] = b.weight(GgmlType::F32, 1, E, f32_bytes(randn(size_t(E), rng)), WeightUse::Vector);
+  const auto xh = randn(size_t(rows * E), rng);
+  b.cpu.reset_scratch(), b.gpu.reset_scratch();
+  Tensor xc = b.put(b.cpu, xh, rows, E), xg = b.put(b.gpu, xh, rows, E);
+  Tensor hc = b.cpu.alloc(rows, E), hg = b.gpu.alloc(rows, E);
+  Tensor oc = b.cpu.alloc(rows, N), og = b.gpu.alloc(rows, N);
+  b.cpu.rmsnorm(xc, nc, 1e-5f, hc), b.gpu.rmsnorm(xg, ng, 1e-5f, hg);
+  b.cpu.matmul(wc, hc, oc), b.gpu.matmul(wg, hg, og);
+  EXPECT_LE(rel(b.get(b.gpu, og), b.get(b.cpu, oc)), 2e-2);
+  EXPECT_LE(rel(b.get(b.gpu, hg), b.get(b.cpu, hc)), 2e-3) << "the norm read back: widened from its f16 copy";
+  const int32_t tok = 1, pos = 0;
+  b.gpu.begin_forward(std::span<const int32_t>(&tok, 1), std::span<const int32_t>(&pos, 1));
+  const auto fresh = randn(size_t(rows * E), rng);
+  b.gpu.finish();
+  CUDA_OK(cudaMemcpy(hg.data, fresh.data(), fresh.size() * 4, cudaMemcpyHostToDevice));
+  EXPECT_EQ(b.get(b.gpu, hg), fresh) << "a new pass widened the last pass's copy over its memory";
+}
+
 // RMSNorm, add_norm, decode attention and the gate/up GEMV also write their output as int8 blocks for the
 // next GEMV. The matmul that reads that copy must give bit for bit what it gives when it
 // quantises the output itself (the copy made stale by adding zeros).

@@ -188,6 +188,7 @@ class CudaBackend final : public Backend {
   // plan or the host read them after all.
   std::vector<std::pair<Tensor, const void*>> only16_;
   void widen_only16(Tensor t);
+  void forget_written(const plan::Node& n, size_t end);
   bool takes_gated_gemm(const Weight& w) const;
   void gemv_input(const plan::Node& n, const Run& r, kernels::GemvProblem& p) const;
   const void* x16_input(const plan::Node& n, const Run& r) const;

@@ -12,6 +12,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 namespace lamina {
 
 using plan::Node;
@@ -56,15 +58,16 @@ void CudaBackend::flush(Tensor result, bool pass_end) {
   for (const Node& n : p.nodes()) {
     if (only16_.empty()) break;
     for (const Tensor& t : plan::reads(n)) widen_only16(t);
-    for (const Tensor& w : plan::writes(n))
-      std::erase_if(only16_, [&](const std::pair<Tensor, const void*>& e) {
-        return e.first.data >= w.data && e.first.data + e.first.rows * e.first.cols <= w.data + w.rows * w.cols;
-      });
+    forget_written(n, only16_.size());
   }
   p.fuse(fusion_rules(), result, pass_end);
   if (profiling_) plans_[n_in_] = p.str();  // --profile shows each pass size's fused plan
   Run r{p.nodes(), std::vector<Made>(p.nodes().size())};
-  for (size_t i = 0; i < p.nodes().size(); ++i) exec(p.nodes()[i], r, r.made[i]);
+  for (size_t i = 0; i < p.nodes().size(); ++i) {
+    const size_t before = only16_.size();
+    exec(p.nodes()[i], r, r.made[i]);
+    forget_written(p.nodes()[i], before);  // (the node's own entries, from `before` on, stay)
+  }
 }
 
 void CudaBackend::exec(const Node& n, Run& r, Made& m) {
@@ -166,6 +169,18 @@ void CudaBackend::exec_elementwise(const Node& n, Made& m) {
 void CudaBackend::finish() {
   flush();
   cuda_check(cudaStreamSynchronize(stream_), "finish");
+}
+
+// Entries before `end` whose tensor n writes whole: its f32 rows are n's now (or n's own entry's).
+void CudaBackend::forget_written(const Node& n, size_t end) {
+  if (end == 0) return;
+  for (const Tensor& w : plan::writes(n)) {
+    const auto covered = [&](const std::pair<Tensor, const void*>& e) {
+      return e.first.data >= w.data && e.first.data + e.first.rows * e.first.cols <= w.data + w.rows * w.cols;
+    };
+    only16_.erase(std::remove_if(only16_.begin(), only16_.begin() + ptrdiff_t(std::min(end, only16_.size())), covered),
+                  only16_.begin() + ptrdiff_t(std::min(end, only16_.size())));
+  }
 }
 
 void CudaBackend::widen_only16(Tensor t) {

@@ -22,6 +22,10 @@ namespace kn = kernels;
 
 void CudaBackend::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> pos) {
   flush({}, true);
+  // A new pass reuses the scratch of the last one (a replayed recording too, without a
+  // reset_scratch): its 16-bit-only tensors are gone, and their address ranges must not be
+  // widened over this pass's.
+  only16_.clear();
   last_graph_ = 0;
   argmax_of_ = nullptr;
   ahead_hit_ = false;

@@ -221,7 +221,8 @@ __global__ void dequant_q6k_kernel(const uint8_t* __restrict__ w, int64_t n, int
 
 Status dequant_q6k_repacked(const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out, cudaStream_t s) {
   if (!w || !out || k % 256 || row0 < 0 || rows <= 0 || row0 + rows > n) return Status::error("dequant_q6k_repacked: bad arguments");
-  if (reinterpret_cast<uintptr_t>(out) % 16) return Status::error("dequant_q6k_repacked: out must be 16-byte aligned");
+  if (reinterpret_cast<uintptr_t>(out) % 16 || reinterpret_cast<uintptr_t>(w) % 8)
+    return Status::error("dequant_q6k_repacked: w must be 8-byte and out 16-byte aligned");
   const dim3 grid(unsigned((k / 8 + 255) / 256), unsigned(std::min<int64_t>(rows, 65535)));
   dequant_q6k_kernel<<<grid, 256, 0, s>>>(static_cast<const uint8_t*>(w), n, k, row0, rows, static_cast<__half*>(out));
   return launch_status("dequant_q6k_repacked");
