@@ -152,9 +152,9 @@ class Fuser {
       return true;
     }
     // 3. The gate/up pair and its GLU: the GEMVs of a small batch, or a gated GEMM.
-    const bool gated_gemm = r_.gemm_glu && a.op == Op::MatmulMulti && a.ws.size() == 2 && r_.gemm_glu(a.ws[0]);
     if (a.op == Op::MatmulMulti && a.ws.size() == 2 && (b.op == Op::Swiglu || b.op == Op::Geglu) &&
-        same(b.x, a.outs[0]) && same(b.y, a.outs[1]) && (a.x.rows <= r_.gemv_max_rows || gated_gemm) && !r_.exact &&
+        same(b.x, a.outs[0]) && same(b.y, a.outs[1]) &&
+        (a.x.rows <= r_.gemv_max_rows || (r_.gemm_glu && r_.gemm_glu(a.ws[0]))) && !r_.exact &&
         a.ws[0].type == a.ws[1].type && r_.repacked(a.ws[0]) == r_.repacked(a.ws[1]) && !read_later(in, j, a.outs[1])) {
       Node f;
       f.op = Op::GateUp, f.x = a.x, f.out = a.outs[0], f.w = a.ws[0], f.w2 = a.ws[1];

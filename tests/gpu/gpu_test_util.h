@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <vector>
 
 #define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << cudaGetErrorString(x)
 
@@ -12,6 +13,13 @@ struct DeviceBuf {
   void* p = nullptr;
   size_t n = 0;
   explicit DeviceBuf(size_t bytes) : n(bytes) { cudaMalloc(&p, bytes); }
+  // A copy of host's elements (p stays null if the allocation or the copy fails: the kernels
+  // under test refuse null pointers).
+  template <class T>
+  explicit DeviceBuf(const std::vector<T>& host) : n(host.size() * sizeof(T)) {
+    if (cudaMalloc(&p, n) == cudaSuccess && cudaMemcpy(p, host.data(), n, cudaMemcpyHostToDevice) != cudaSuccess)
+      cudaFree(p), p = nullptr;
+  }
   ~DeviceBuf() { cudaFree(p); }
   DeviceBuf(const DeviceBuf&) = delete;
   DeviceBuf& operator=(const DeviceBuf&) = delete;

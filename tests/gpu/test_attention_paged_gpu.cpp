@@ -86,14 +86,8 @@ TEST(AttentionPaged, RowsOfSeveralSequencesMatchFp64AndTheirInt8Copy) {
         }
       }
 
-    DeviceBuf dq(q.size() * 4), dk(kc.size() * 2), dv(vc.size() * 2), dpos(pos.size() * 4), dseq(row_seq.size() * 4),
-        dtab(tables.size() * 4), dout(q.size() * 4), dout8(size_t(rows) * x8_bytes(qd));
-    CUDA_OK(cudaMemcpy(dq.p, q.data(), dq.n, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dk.p, kc.data(), dk.n, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dv.p, vc.data(), dv.n, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dpos.p, pos.data(), dpos.n, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dseq.p, row_seq.data(), dseq.n, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dtab.p, tables.data(), dtab.n, cudaMemcpyHostToDevice));
+    DeviceBuf dq(q), dk(kc), dv(vc), dpos(pos), dseq(row_seq), dtab(tables), dout(q.size() * 4),
+        dout8(size_t(rows) * x8_bytes(qd));
     AttentionArgs a;
     a.n_head = c.n_head, a.n_head_kv = c.n_head_kv, a.head_dim = hd, a.scale = scale, a.n_ctx = n_ctx;
     PagedKv pk;
@@ -170,15 +164,7 @@ TEST(AttentionPaged, PromptChunkOverBlocksGivesTheContiguousKernelsBits) {
     a.n_head = c.n_head, a.n_head_kv = c.n_head_kv, a.head_dim = c.head_dim, a.kv_type = GgmlType::F16;
     a.scale = 1.f / std::sqrt(float(c.head_dim));
     a.n_ctx = n_blocks * bt;
-    DeviceBuf dq(q.size() * 4), dpos(pos.size() * 4), dtab(table.size() * 4), dkc(kc.size() * 2), dvc(vc.size() * 2),
-        dkp(kp.size() * 2), dvp(vp.size() * 2), d1(q.size() * 4), d2(q.size() * 4);
-    CUDA_OK(cudaMemcpy(dq.p, q.data(), dq.n, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dpos.p, pos.data(), dpos.n, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dtab.p, table.data(), dtab.n, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dkc.p, kc.data(), dkc.n, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dvc.p, vc.data(), dvc.n, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dkp.p, kp.data(), dkp.n, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dvp.p, vp.data(), dvp.n, cudaMemcpyHostToDevice));
+    DeviceBuf dq(q), dpos(pos), dtab(table), dkc(kc), dvc(vc), dkp(kp), dvp(vp), d1(q.size() * 4), d2(q.size() * 4);
     CUDA_OK(cudaMemset(d1.p, 0xFF, d1.n));
     CUDA_OK(cudaMemset(d2.p, 0xFF, d2.n));
     const auto* qp = static_cast<const float*>(dq.p);

@@ -47,6 +47,16 @@ double c_value(const std::vector<uint8_t>& c, size_t idx, GgmlType t) {
   return from16(t, u);
 }
 
+// Runs config cfg of v on p and reads C's device image (c: p.c's buffer) back into got.
+void launch_and_read(const GemmVariant& v, const GemmProblem& p, const GemmConfig& cfg, const DeviceBuf& c,
+                     std::vector<uint8_t>& got) {
+  const Status st = v.launch(p, cfg, nullptr);
+  ASSERT_TRUE(st.ok) << st.message;
+  CUDA_OK(cudaDeviceSynchronize());
+  got.resize(c.n);
+  CUDA_OK(cudaMemcpy(got.data(), c.p, c.n, cudaMemcpyDeviceToHost));
+}
+
 // A dense [rows][cols] logical matrix stored column- or row-major with leading dimension ld.
 HostMatrix dense(GgmlType t, int64_t rows, int64_t cols, bool col_major, int64_t ld, std::mt19937& rng) {
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -129,11 +139,9 @@ void check(const GemmRun& r, const Shape& s, const HostMatrix& a, const std::vec
     CUDA_OK(cudaMemset(ws.p, 0xFF, ws.n));  // split-K partials: poisoned, every one must be written
     p.workspace = ws.p, p.workspace_bytes = gemm_workspace_bytes(p, cfg);
     CUDA_OK(cudaMemcpy(dc.p, c0.data(), c_bytes, cudaMemcpyHostToDevice));
-    st = r.v->launch(p, cfg, nullptr);
-    ASSERT_TRUE(st.ok) << st.message;
-    CUDA_OK(cudaDeviceSynchronize());
-    std::vector<uint8_t> got(c_bytes);
-    CUDA_OK(cudaMemcpy(got.data(), dc.p, c_bytes, cudaMemcpyDeviceToHost));
+    std::vector<uint8_t> got;
+    launch_and_read(*r.v, p, cfg, dc, got);
+    if (testing::Test::HasFatalFailure()) return;
     for (int64_t i = 0; i < s.m; ++i) {
       for (int64_t j = 0; j < s.n; ++j) {
         const double g = c_value(got, size_t(i * ldc + j), r.c_type);
@@ -315,11 +323,9 @@ void run_gated(const GemmVariant& v, GgmlType wt, GgmlType ct, bool gelu, const 
     SCOPED_TRACE(cfg.str());
     ++runs;
     CUDA_OK(cudaMemset(dc.p, 0xFF, c_bytes));
-    st = v.launch(p, cfg, nullptr);
-    ASSERT_TRUE(st.ok) << st.message;
-    CUDA_OK(cudaDeviceSynchronize());
-    std::vector<uint8_t> got(c_bytes);
-    CUDA_OK(cudaMemcpy(got.data(), dc.p, c_bytes, cudaMemcpyDeviceToHost));
+    std::vector<uint8_t> got;
+    launch_and_read(v, p, cfg, dc, got);
+    if (testing::Test::HasFatalFailure()) return;
     for (int64_t i = 0; i < s.m; ++i) {
       for (int64_t j = 0; j < s.n; ++j) {
         const double x = c_value(got, size_t(i * ldc + j), ct);

@@ -183,10 +183,11 @@ class CudaBackend final : public Backend {
   void exec_matmul_multi(const plan::Node& n, Run& r);
   void exec_gate_up(const plan::Node& n, Run& r, Made& m);
   void exec_gate_up_gemm(const plan::Node& n, Run& r, Made& m);
-  // Gated GEMM outputs written in 16 bits only (Node::out16_only: the plan saw only GEMMs read
-  // them) since the last scratch reset, with their copies: widened to f32 in place should a later
-  // plan or the host read them after all.
+  // This pass's norm and gated GEMM outputs written in 16 bits only (Node::out16_only: the plan
+  // saw only GEMMs read them), with their copies: widened to f32 in place should a later plan or
+  // the host read them after all; an entry ends when a node writes its tensor or a pass begins.
   std::vector<std::pair<Tensor, const void*>> only16_;
+  void widen(const void* x16, Tensor f32);  // f32 = the 16-bit rows x16 (act16_)
   void widen_only16(Tensor t);
   void forget_written(const plan::Node& n, size_t end);
   bool takes_gated_gemm(const Weight& w) const;

@@ -173,22 +173,26 @@ void CudaBackend::finish() {
 
 // Entries before `end` whose tensor n writes whole: its f32 rows are n's now (or n's own entry's).
 void CudaBackend::forget_written(const Node& n, size_t end) {
-  if (end == 0) return;
-  for (const Tensor& w : plan::writes(n)) {
-    const auto covered = [&](const std::pair<Tensor, const void*>& e) {
-      return e.first.data >= w.data && e.first.data + e.first.rows * e.first.cols <= w.data + w.rows * w.cols;
-    };
-    only16_.erase(std::remove_if(only16_.begin(), only16_.begin() + ptrdiff_t(std::min(end, only16_.size())), covered),
-                  only16_.begin() + ptrdiff_t(std::min(end, only16_.size())));
-  }
+  if (std::min(end, only16_.size()) == 0) return;  // (most passes have none: no writes() list built)
+  const auto first_kept = only16_.begin() + ptrdiff_t(std::min(end, only16_.size()));
+  const std::vector<Tensor> w = plan::writes(n);
+  only16_.erase(std::remove_if(only16_.begin(), first_kept, [&](const std::pair<Tensor, const void*>& e) {
+                  return std::any_of(w.begin(), w.end(), [&](const Tensor& t) {
+                    return e.first.data >= t.data && e.first.data + e.first.rows * e.first.cols <= t.data + t.rows * t.cols;
+                  });
+                }),
+                first_kept);
+}
+
+void CudaBackend::widen(const void* x16, Tensor f32) {
+  run_op("widen", double(f32.rows * f32.cols) * 6.0, 0,
+         [&] { return kn::dequantize_rows(act16_, x16, f32.cols, nullptr, f32.rows, f32.data, stream_); });
 }
 
 void CudaBackend::widen_only16(Tensor t) {
   std::erase_if(only16_, [&](const std::pair<Tensor, const void*>& e) {
     if (!plan::overlaps(e.first, t)) return false;
-    const Tensor o = e.first;
-    run_op("widen", double(o.rows * o.cols) * 6.0, 0,
-           [&] { return kn::dequantize_rows(act16_, e.second, o.cols, nullptr, o.rows, o.data, stream_); });
+    widen(e.second, e.first);
     return true;
   });
 }

@@ -67,8 +67,7 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
   const auto f32_x = [&] {  // (once: x then points at the widened rows)
     if (!x16_only) return;
     const Tensor f = alloc(x.rows, x.cols);
-    run_op("widen", double(x.rows * x.cols) * 6.0, 0,
-           [&] { return kn::dequantize_rows(act16_, x16, x.cols, nullptr, x.rows, f.data, stream_); });
+    widen(x16, f);
     x = f, x16_only = false;
   };
   const kn::WeightLayout layout = d.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;

@@ -152,7 +152,7 @@ GemmChoice gemm_choice(const GemmProblem& p) {
     if (const GemmVariant* v = find_gemm_variant(e->variant); v && gemm_takes(*v, p)) {
       GemmConfig c = parse_config(e->config);
       if (gemm_workspace_bytes(p, c) > p.workspace_bytes || !gemm_config_takes(*v, p, c))
-        c = untuned_config(p, *v);  // no room for split-K
+        c = untuned_config(p, *v);  // no room for split-K, or a config a gated problem cannot take
       return {v, c, true};
     }
   for (const char* name : {"q3_wgmma_rs", "q2_wgmma", "q1_mma", "h2_wgmma", "h1_mma", "s6_cp_async"}) {  // untuned: the top rung that takes it
