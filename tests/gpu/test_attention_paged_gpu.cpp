@@ -99,8 +99,10 @@ TEST(AttentionPaged, RowsOfSeveralSequencesMatchFp64AndTheirInt8Copy) {
       DeviceBuf work(attention_work_floats(a, rows, splits) * 4);
       CUDA_OK(cudaMemset(dout.p, 0xFF, dout.n));
       CUDA_OK(cudaMemset(dout8.p, 0xFF, dout8.n));
+      DeviceBuf dout16(q.size() * 2);
+      CUDA_OK(cudaMemset(dout16.p, 0xFF, dout16.n));
       const Status st = attention_paged(dq.as<float>(), rows, dpos.as<int32_t>(), pk, dk.p, dv.p, a, splits,
-                                        work.as<float>(), dout.as<float>(), nullptr, dout8.p);
+                                        work.as<float>(), dout.as<float>(), nullptr, dout8.p, dout16.p);
       ASSERT_TRUE(st.ok) << st.message << " " << what;
       CUDA_OK(cudaDeviceSynchronize());
       std::vector<float> got(q.size());
@@ -114,6 +116,10 @@ TEST(AttentionPaged, RowsOfSeveralSequencesMatchFp64AndTheirInt8Copy) {
       }
       EXPECT_LE(std::sqrt(e / n), 1e-4) << what;
       EXPECT_EQ(got8, host_x8(got, qd)) << what << ": int8 copy differs from the host's blocks of out";
+      std::vector<uint16_t> got16(q.size()), want16(q.size());
+      CUDA_OK(cudaMemcpy(got16.data(), dout16.p, dout16.n, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < got.size(); ++i) want16[i] = f32_to_f16(got[i]);
+      EXPECT_EQ(got16, want16) << what << ": f16 copy differs from out rounded";
     }
   }
 }
@@ -164,17 +170,19 @@ TEST(AttentionPaged, PromptChunkOverBlocksGivesTheContiguousKernelsBits) {
     a.n_head = c.n_head, a.n_head_kv = c.n_head_kv, a.head_dim = c.head_dim, a.kv_type = GgmlType::F16;
     a.scale = 1.f / std::sqrt(float(c.head_dim));
     a.n_ctx = n_blocks * bt;
-    DeviceBuf dq(q), dpos(pos), dtab(table), dkc(kc), dvc(vc), dkp(kp), dvp(vp), d1(q.size() * 4), d2(q.size() * 4);
+    DeviceBuf dq(q), dpos(pos), dtab(table), dkc(kc), dvc(vc), dkp(kp), dvp(vp), d1(q.size() * 4), d2(q.size() * 4),
+        h1(q.size() * 2), h2(q.size() * 2);
     CUDA_OK(cudaMemset(d1.p, 0xFF, d1.n));
     CUDA_OK(cudaMemset(d2.p, 0xFF, d2.n));
     const auto* qp = static_cast<const float*>(dq.p);
     const auto* pp = static_cast<const int32_t*>(dpos.p);
     AttentionArgs ac = a;
     ac.n_ctx = len;
-    Status st = attention_prefill(qp, c.rows, pp, dkc.p, dvc.p, ac, static_cast<float*>(d1.p), nullptr);
+    CUDA_OK(cudaMemset(h2.p, 0xFF, h2.n));
+    Status st = attention_prefill(qp, c.rows, pp, dkc.p, dvc.p, ac, static_cast<float*>(d1.p), nullptr, h1.p);
     ASSERT_TRUE(st.ok) << st.message;
     st = attention_prefill_paged(qp, c.rows, pp, static_cast<const int32_t*>(dtab.p), bt, dkp.p, dvp.p, a,
-                                 static_cast<float*>(d2.p), nullptr);
+                                 static_cast<float*>(d2.p), nullptr, h2.p);
     ASSERT_TRUE(st.ok) << st.message;
     CUDA_OK(cudaDeviceSynchronize());
     std::vector<float> want(q.size()), got(q.size());
@@ -184,6 +192,10 @@ TEST(AttentionPaged, PromptChunkOverBlocksGivesTheContiguousKernelsBits) {
       ASSERT_TRUE(std::isfinite(got[i])) << "element " << i;
       ASSERT_EQ(got[i], want[i]) << "element " << i;
     }
+    std::vector<uint16_t> want16(q.size()), got16(q.size());
+    CUDA_OK(cudaMemcpy(want16.data(), h1.p, h1.n, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(got16.data(), h2.p, h2.n, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got16, want16) << "the f16 copy";
   }
   AttentionArgs a;
   a.n_head = a.n_head_kv = 8, a.head_dim = 128, a.kv_type = GgmlType::F16, a.n_ctx = 64;

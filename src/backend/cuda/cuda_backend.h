@@ -232,7 +232,7 @@ class CudaBackend final : public Backend {
   void stage_paged(std::span<const int32_t> pos);
   const PagedPass& paged_pass();  // the staged tables, uploaded
   void attend_paged(const LayerCache& c, const plan::Node& n, Made& m);
-  void attend_paged_rows(const LayerCache& c, const plan::Node& n, int64_t r0, int64_t r1, void* out8);
+  void attend_paged_rows(const LayerCache& c, const plan::Node& n, int64_t r0, int64_t r1, void* out8, void* out16);
   void exec_copy_rows(const plan::Node& n);
   void exec_all_reduce(const plan::Node& n);
   void exec_all_reduce_add_norm(const plan::Node& n, Made& m);

@@ -89,6 +89,10 @@ void CudaBackend::attend_paged(const LayerCache& c, const Node& n, Made& m) {
   const Tensor q = n.x;
   const PagedPass& pp = paged_pass();
   m.x8 = x8_scratch(n, n.out);
+  // The Wo GEMM's f16 input, where the plan marked it (every range writes its rows of it).
+  const bool f16 = n.x16_out && act16_ == GgmlType::F16;
+  auto* h = f16 ? static_cast<uint16_t*>(scratch_bytes(size_t(q.rows * n.out.cols) * 2)) : nullptr;
+  m.x16 = h;
   const std::span<const int32_t> seq = layout_->row_seq;
   const bool chunks = paged_prefill_ && !m.x8 && prefill_attention_ == kn::PrefillAttention::V2Pipelined &&
                       kn::attention_prefill_supported(c.a) && n.ids.size() == size_t(q.rows);
@@ -106,7 +110,7 @@ void CudaBackend::attend_paged(const LayerCache& c, const Node& n, Made& m) {
       const double bytes = 2.0 * (n.ids[size_t(e - 1)] + 1) * double(kv_dim_) * double(kv_elem_bytes()) + double((e - r) * q.cols) * 8.0;
       run_op("attention (paged prefill)", bytes, flops, [&] {
         return kn::attention_prefill_paged(q.data + r * q.cols, e - r, dev_pos() + r, table, pp.kv.block_tokens, c.k, c.v,
-                                           c.a, n.out.data + r * n.out.cols, stream_);
+                                           c.a, n.out.data + r * n.out.cols, stream_, h ? h + r * n.out.cols : nullptr);
       });
       r = e;
       continue;
@@ -116,7 +120,7 @@ void CudaBackend::attend_paged(const LayerCache& c, const Node& n, Made& m) {
       if (f - e >= kPrefillRows) break;
       e = f;
     }
-    attend_paged_rows(c, n, r, e, m.x8);
+    attend_paged_rows(c, n, r, e, m.x8, h ? h + r * n.out.cols : nullptr);
     r = e;
   }
 }
@@ -127,8 +131,8 @@ void CudaBackend::attend_paged(const LayerCache& c, const Node& n, Made& m) {
 // positions a split, one row of Llama-3-8B's 8 KV heads at 128-255 positions took 4 splits and
 // its attention 17 us a layer against the single stream's 13: docs/benchmarks.md.) The merge also
 // writes out's int8 blocks where the Wo GEMV reads them (fuse() marked n.x8_out; then r0 .. r1
-// are all the rows).
-void CudaBackend::attend_paged_rows(const LayerCache& c, const Node& n, int64_t r0, int64_t r1, void* out8) {
+// are all the rows), or its f16 copy for the Wo GEMM (out16: these rows' part of it).
+void CudaBackend::attend_paged_rows(const LayerCache& c, const Node& n, int64_t r0, int64_t r1, void* out8, void* out16) {
   const Tensor q = n.x;
   const PagedPass& pp = paged_pass();
   const AttentionParams& p = n.attn;
@@ -147,7 +151,7 @@ void CudaBackend::attend_paged_rows(const LayerCache& c, const Node& n, int64_t 
   kv.row_seq += r0;
   run_op("attention (paged)", kv_read + double(rows * q.cols) * 8.0, flops, [&] {
     return kn::attention_paged(q.data + r0 * q.cols, rows, dev_pos() + r0, kv, c.k, c.v, c.a, splits, work,
-                               n.out.data + r0 * n.out.cols, stream_, out8);
+                               n.out.data + r0 * n.out.cols, stream_, out8, out16);
   });
 }
 

@@ -74,10 +74,11 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(const float* __
   });
 }
 
-// grid (head, token), 128 threads.  out: [rows][n_head * head_dim];  out8 (optional):
+// grid (head, token), 128 threads.  out: [rows][n_head * head_dim];  out16 (optional): out
+// rounded to f16 (the Wo GEMM's input);  out8 (optional):
 // [rows][x8_bytes(n_head * head_dim)], each warp quantising the 32-column blocks it wrote.
 __global__ void attn_merge_kernel(const float* __restrict__ work, int head_dim, int n_head, int splits,
-                                  float* __restrict__ out, uint8_t* __restrict__ out8) {
+                                  float* __restrict__ out, __half* __restrict__ out16, uint8_t* __restrict__ out8) {
   pdl_enter();
   const int h = blockIdx.x, t = blockIdx.y;
   const float* w = work + (int64_t(t) * n_head + h) * splits * (head_dim + 2);
@@ -97,6 +98,7 @@ __global__ void attn_merge_kernel(const float* __restrict__ work, int head_dim, 
     const float o = L > 0.f ? O / L : 0.f;
     const int64_t col = int64_t(h) * head_dim + d;
     out[int64_t(t) * width + col] = o;
+    if (out16) out16[int64_t(t) * width + col] = __float2half_rn(o);
     if (out8) quantize_block32(o, width, col / 32, out8 + size_t(t) * x8_bytes(width));
   }
 }
@@ -155,11 +157,11 @@ bool launch_split_hd(const float* q, int64_t rows, const int32_t* pos, const voi
   }
 }
 
-// The split kernels over the cache (paged or not), then their merge into out (and out8).
+// The split kernels over the cache (paged or not), then their merge into out (and out16, out8).
 template <bool kPaged>
 Status attend_splits(const char* what, const float* q, int64_t rows, const int32_t* pos, const void* k_cache,
                      const void* v_cache, const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s,
-                     void* out8, const PagedKv& paged) {
+                     void* out8, const PagedKv& paged, void* out16 = nullptr) {
   if (Status st = check_args(a); !st) return st;
   if (!q || !pos || !k_cache || !v_cache || !work || !out) return Status::error(std::string(what) + ": null pointer");
   if (splits < 1 || splits > 65535 || rows > 65535) return Status::error(std::string(what) + ": bad split count or rows");
@@ -169,7 +171,7 @@ Status attend_splits(const char* what, const float* q, int64_t rows, const int32
                       : launch_split_hd<float, kPaged>(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged);
   if (!ok) return Status::error(std::string(what) + ": head_dim " + std::to_string(a.head_dim) + " is not 64, 96, 128 or 256");
   launch_pdl(attn_merge_kernel, dim3(unsigned(a.n_head), unsigned(rows)), 128, 0, s, work, a.head_dim, a.n_head, splits,
-             out, static_cast<uint8_t*>(out8));
+             out, static_cast<__half*>(out16), static_cast<uint8_t*>(out8));
   return launch_status(what);
 }
 
@@ -200,10 +202,12 @@ Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const 
 
 Status attention_paged(const float* q, int64_t rows, const int32_t* pos, const PagedKv& paged, const void* k_cache,
                        const void* v_cache, const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s,
-                       void* out8) {
+                       void* out8, void* out16) {
   if (!paged.row_seq || !paged.tables || paged.max_blocks <= 0 || paged.block_tokens <= 0)
     return Status::error("attention_paged: bad block tables");
-  return attend_splits<true>("attention_paged", q, rows, pos, k_cache, v_cache, a, splits, work, out, s, out8, paged);
+  if (out16 && reinterpret_cast<uintptr_t>(out16) % 2) return Status::error("attention_paged: out16 must be 2-byte aligned");
+  return attend_splits<true>("attention_paged", q, rows, pos, k_cache, v_cache, a, splits, work, out, s, out8, paged,
+                             out16);
 }
 
 }  // namespace lamina::kernels

@@ -351,7 +351,7 @@ Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const
 
 Status attention_prefill_paged(const float* q, int64_t rows, const int32_t* pos, const int32_t* table, int block_tokens,
                                const void* k_cache, const void* v_cache, const AttentionArgs& a, float* out,
-                               cudaStream_t s) {
+                               cudaStream_t s, void* out16) {
   if (!attention_prefill_supported(a)) return Status::error("attention_prefill_paged: needs an f16 cache, head_dim 64 or 128 and no sliding window");
   if (!q || !pos || !table || !k_cache || !v_cache || !out) return Status::error("attention_prefill_paged: null pointer");
   if (block_tokens <= 0) return Status::error("attention_prefill_paged: bad block size");
@@ -360,8 +360,8 @@ Status attention_prefill_paged(const float* q, int64_t rows, const int32_t* pos,
   const auto* kc = static_cast<const __half*>(k_cache);
   const auto* vc = static_cast<const __half*>(v_cache);
   const attn_detail::PagedRows rows_of{table, block_tokens};
-  return a.head_dim == 64 ? launch_v2<64, 8>(q, int(rows), pos, kc, vc, a, out, nullptr, false, s, rows_of)
-                          : launch_v2<128, 8>(q, int(rows), pos, kc, vc, a, out, nullptr, false, s, rows_of);
+  return a.head_dim == 64 ? launch_v2<64, 8>(q, int(rows), pos, kc, vc, a, out, out16, false, s, rows_of)
+                          : launch_v2<128, 8>(q, int(rows), pos, kc, vc, a, out, out16, false, s, rows_of);
 }
 
 }  // namespace lamina::kernels

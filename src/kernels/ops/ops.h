@@ -109,10 +109,11 @@ struct PagedKv {
   const int32_t* tables = nullptr;   // device [sequences][max_blocks] block ids
   int max_blocks = 0, block_tokens = 0;
 };
-// out8 (optional): out's int8 blocks as well, as attention_decode makes them (the Wo GEMV's input).
+// out8 (optional): out's int8 blocks as well, as attention_decode makes them (the Wo GEMV's input);
+// out16 (optional): out rounded to f16 (the Wo GEMM's input, [rows][n_head * head_dim]).
 Status attention_paged(const float* q, int64_t rows, const int32_t* pos, const PagedKv& paged, const void* k_cache,
                        const void* v_cache, const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s,
-                       void* out8 = nullptr);
+                       void* out8 = nullptr, void* out16 = nullptr);
 
 // A decode token's attention block in one kernel: rope_kv_store() then attention_decode() for
 // one row, without splits (one block per KV head), so meant for short contexts; same results as
@@ -139,7 +140,7 @@ Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const
 // table[j / block_tokens] * block_tokens + j % block_tokens (table: that sequence's block ids, device).
 Status attention_prefill_paged(const float* q, int64_t rows, const int32_t* pos, const int32_t* table, int block_tokens,
                                const void* k_cache, const void* v_cache, const AttentionArgs& a, float* out,
-                               cudaStream_t s);
+                               cudaStream_t s, void* out16 = nullptr);
 
 // A pass's token and position inputs from pinned host memory, read by the kernel over the bus
 // (no copy-engine transfer; a graph node). src: [tokens | positions | stamp], each half `half`
