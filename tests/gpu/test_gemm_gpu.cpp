@@ -360,6 +360,97 @@ TEST(GemmGpu, GatedGemmGivesTheGluOfBothProducts) {
   EXPECT_FALSE(gemm_validate(p, *v).ok);
 }
 
+// C in column parts that lie apart (GemmProblem::parts, the stacked Q/K/V projection written
+// into q, k and v): every variant that takes them, every config (split-K included), gives in each
+// part, at its own row stride, the bits of the same config's whole C; the parts' padding (poisoned)
+// is never written. Part boundaries cut through tiles (n = 640: 256, 384 of 128- and 256-wide tiles).
+void run_parts(const GemmVariant& v, GgmlType wt, const Shape& s, std::mt19937& rng) {
+  SCOPED_TRACE(testing::Message() << v.name << " " << type_name(wt) << " m=" << s.m << " n=" << s.n << " k=" << s.k);
+  QuantWeight w;
+  if (wt != GgmlType::F16) quant_weight(wt, GgmlType::F16, s, rng, w);
+  else w.image = dense(GgmlType::F16, s.k, s.n, true, s.k, rng).bytes;
+  if (testing::Test::HasFatalFailure()) return;
+  const HostMatrix a = dense(GgmlType::F16, s.m, s.k, false, s.k, rng);
+  DeviceBuf da(a.bytes), db(w.image), whole(size_t(s.m * s.n) * 4);
+  const int64_t col[3] = {0, 256, 384}, width[3] = {256, 128, s.n - 384}, ld[3] = {256 + 5, 128, s.n - 384 + 3};
+  DeviceBuf p0(size_t(s.m * ld[0]) * 4), p1(size_t(s.m * ld[1]) * 4), p2(size_t(s.m * ld[2]) * 4);
+  const DeviceBuf* part[3] = {&p0, &p1, &p2};
+  GemmProblem p;
+  p.a_type = GgmlType::F16, p.b_type = wt, p.c_type = GgmlType::F32;
+  p.b_layout = wt == GgmlType::Q4_0 ? WeightLayout::Repacked : WeightLayout::Gguf;
+  p.m = s.m, p.n = s.n, p.k = s.k;
+  p.a = da.p, p.lda = s.k, p.b = db.p, p.ldb = s.k;
+  GemmProblem q = p;
+  q.c = p0.p, q.ldc = ld[0];
+  q.parts[0] = {col[1], p1.p, ld[1]};
+  q.parts[1] = {col[2], p2.p, ld[2]};
+  p.c = whole.p, p.ldc = s.n;
+  ASSERT_TRUE(gemm_validate(q, v).ok) << gemm_validate(q, v).message;
+  int runs = 0;
+  for (const GemmConfig& cfg : v.configs) {
+    if (!gemm_config_takes(v, p, cfg)) continue;
+    SCOPED_TRACE(cfg.str());
+    ++runs;
+    DeviceBuf ws(std::max<size_t>(gemm_workspace_bytes(p, cfg), 1));
+    p.workspace = q.workspace = ws.p, p.workspace_bytes = q.workspace_bytes = gemm_workspace_bytes(p, cfg);
+    std::vector<uint8_t> want, got[3];
+    launch_and_read(v, p, cfg, whole, want);
+    for (const DeviceBuf* b : part) CUDA_OK(cudaMemset(b->p, 0xFF, b->n));
+    ASSERT_TRUE(v.launch(q, cfg, nullptr).ok);
+    CUDA_OK(cudaDeviceSynchronize());
+    for (int i = 0; i < 3; ++i) {
+      got[i].resize(part[i]->n);
+      CUDA_OK(cudaMemcpy(got[i].data(), part[i]->p, part[i]->n, cudaMemcpyDeviceToHost));
+    }
+    for (int i = 0; i < 3; ++i)
+      for (int64_t r = 0; r < s.m; ++r) {
+        ASSERT_EQ(std::memcmp(&got[i][size_t(r * ld[i]) * 4], &want[size_t(r * s.n + col[i]) * 4], size_t(width[i]) * 4), 0)
+            << "part " << i << " row " << r;
+        for (int64_t j = width[i]; j < ld[i]; ++j) ASSERT_EQ(got[i][size_t(r * ld[i] + j) * 4], 0xFF) << "padding written";
+      }
+  }
+  EXPECT_GT(runs, 0);
+}
+
+TEST(GemmGpu, ColumnPartsLandWhereTheyLie) {
+  cudaDeviceProp prop{};
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  std::mt19937 rng(12);
+  int variants = 0;
+  for (const GemmVariant& v : gemm_variants()) {
+    if (!v.column_parts) continue;
+    const bool hopper = std::string(v.name).find("wgmma") != std::string::npos;
+    if (hopper && prop.major != 9) continue;
+    ++variants;
+    for (GgmlType wt : {GgmlType::F16, GgmlType::Q4_0}) {
+      GemmProblem t;
+      t.a_type = GgmlType::F16, t.b_type = wt, t.b_layout = wt == GgmlType::Q4_0 ? WeightLayout::Repacked : WeightLayout::Gguf;
+      if (v.supports(t)) run_parts(v, wt, Shape{77, 640, 512}, rng);
+    }
+  }
+  EXPECT_GE(variants, prop.major == 9 ? 5 : 2);
+  // Refused: a variant that writes C itself (the SGEMM ladder), beta, parts out of order or off 8.
+  GemmProblem p;
+  DeviceBuf a(64 * 64 * 4), b(64 * 64 * 4), c(64 * 64 * 4);
+  p.a_type = p.b_type = GgmlType::F16, p.m = 8, p.n = 64, p.k = 64;
+  p.a = a.p, p.lda = 64, p.b = b.p, p.ldb = 64, p.c = c.p, p.ldc = 32;
+  p.parts[0] = {32, c.p, 32};
+  const GemmVariant* h = find_gemm_variant("h1_mma");
+  EXPECT_TRUE(gemm_validate(p, *h).ok);
+  p.parts[0].col0 = 36;
+  EXPECT_FALSE(gemm_validate(p, *h).ok);
+  p.parts[0].col0 = 32, p.beta = 1.f;
+  EXPECT_FALSE(gemm_validate(p, *h).ok);
+  p.beta = 0.f, p.ldc = 16;
+  EXPECT_FALSE(gemm_validate(p, *h).ok) << "part 0 is 32 columns wide";
+  GemmProblem f = p;
+  f.a_type = f.b_type = GgmlType::F32, f.ldc = 64, f.parts[0] = {};
+  const GemmVariant* s6 = find_gemm_variant("s6_cp_async");
+  EXPECT_TRUE(gemm_validate(f, *s6).ok);
+  f.ldc = 32, f.parts[0] = {32, c.p, 32};
+  EXPECT_FALSE(gemm_validate(f, *s6).ok);
+}
+
 TEST(GemmGpu, BadArgumentsAreRejectedBeforeLaunch) {
   const GemmVariant* h = find_gemm_variant("h1_mma");
   ASSERT_NE(h, nullptr);

@@ -201,6 +201,7 @@ class CudaBackend final : public Backend {
   // Scratch for out's int8 blocks where a GEMV reads them (fuse() marked n.x8_out), else null.
   void* x8_scratch(const plan::Node& n, Tensor out);
   bool whole_stack(std::span<const Weight* const> w, Weight& stacked, DevWeight& ds);
+  bool gemm_into_parts(const Weight& w, const DevWeight& d, Tensor x, std::span<const Tensor> outs, const void* x16);
   // Attention: the layer's cache and kernel arguments (after checking the positions), and the
   // attention kernels over it (prefill or flash-decoding) once k and v are stored.
   struct LayerCache {

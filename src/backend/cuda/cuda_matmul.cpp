@@ -231,6 +231,7 @@ void CudaBackend::exec_matmul_multi(const Node& n, Run& r) {
   bool adjacent = x.rows == 1;
   for (size_t i = 1; i < n.outs.size() && adjacent; ++i) adjacent = n.outs[i].data == n.outs[i - 1].data + n.outs[i - 1].cols;
   if (adjacent) return run_matmul(stacked, ds, x, Tensor{n.outs[0].data, 1, stacked.rows}, false, base, x16, only16(n, r.nodes));
+  if (x.rows > gemv_max_rows_ && !exact_ && gemm_into_parts(stacked, ds, x, n.outs, x16)) return;
   Tensor all = alloc(x.rows, stacked.rows);
   run_matmul(stacked, ds, x, all, false, base, x16, only16(n, r.nodes));
   int64_t c0 = 0;
@@ -239,6 +240,31 @@ void CudaBackend::exec_matmul_multi(const Node& n, Run& r) {
            [&] { return kn::copy_columns(all.data, all.rows, all.cols, c0, o.cols, o.data, stream_); });
     c0 += o.cols;
   }
+}
+
+// Many rows of a stack as one GEMM that writes each part's columns straight into its output
+// (GemmProblem::parts: no scratch C, no column copies), where A is the pass's f16 copy of x and
+// the GEMM chosen for the shape takes column parts. False: the caller takes the other way.
+bool CudaBackend::gemm_into_parts(const Weight& w, const DevWeight& d, Tensor x, std::span<const Tensor> outs,
+                                  const void* x16) {
+  if (!x16 || act16_ != GgmlType::F16 || gemm_input_type(w.type) != GgmlType::F16 || outs.size() > 3) return false;
+  kn::GemmProblem p;
+  p.a_type = GgmlType::F16, p.b_type = w.type, p.c_type = GgmlType::F32;
+  p.b_layout = d.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
+  p.m = x.rows, p.n = w.rows, p.k = w.cols;
+  p.a = x16, p.lda = x.cols, p.b = w.data, p.ldb = w.cols;
+  p.c = outs[0].data, p.ldc = outs[0].cols;
+  int64_t col = outs[0].cols;
+  for (size_t i = 1; i < outs.size(); ++i) {
+    p.parts[i - 1] = {col, outs[i].data, outs[i].cols};
+    col += outs[i].cols;
+  }
+  p.workspace = gemm_work_, p.workspace_bytes = gemm_work_bytes_;
+  const kn::GemmChoice choice = kn::gemm_choice(p);
+  if (!choice.variant || !choice.variant->column_parts || !kn::gemm_validate(p, *choice.variant).ok) return false;
+  if (problems_) problems_->gemm.push_back(p);
+  const double bytes = double(d.bytes) + double(x.rows * (x.cols * 2 + w.rows * 4));
+  return try_op(op_name("gemm", w), bytes, 2.0 * double(x.rows * w.rows * w.cols), [&] { return kn::gemm(p, stream_); }).ok;
 }
 
 // The gate/up pair of a small batch in one GEMV with the GLU in its epilogue; the down

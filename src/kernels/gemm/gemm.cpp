@@ -76,7 +76,20 @@ Status gemm_validate(const GemmProblem& p, const GemmVariant& v) {
   if (p.m <= 0 || p.n <= 0 || p.k <= 0) return Status::error(name + ": bad shape");
   if (p.lda < (p.a_col_major ? p.m : p.k)) return Status::error(name + ": lda too small");
   if (!is_quant(p.b_type) && p.ldb < (p.b_col_major ? p.k : p.n)) return Status::error(name + ": ldb too small");
-  if (p.ldc < p.n) return Status::error(name + ": ldc too small");
+  if (p.has_parts()) {
+    if (!v.column_parts) return Status::error(name + ": takes no column parts of C");
+    if (p.beta != 0.f) return Status::error(name + ": column parts of C take beta 0");
+    int64_t col = 0, ld = p.ldc;
+    for (const GemmProblem::ColumnPart& part : p.parts) {
+      if (!part.c) break;
+      if (part.col0 <= col || part.col0 >= p.n || part.col0 % 8) return Status::error(name + ": bad column part");
+      if (ld < part.col0 - col) return Status::error(name + ": ldc too small for a column part");
+      col = part.col0, ld = part.ldc;
+    }
+    if (ld < p.n - col) return Status::error(name + ": ldc too small for a column part");
+  } else if (p.ldc < p.n) {
+    return Status::error(name + ": ldc too small");
+  }
   auto aligned = [](const void* q, size_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; };
   if (p.a_type != GgmlType::F32) {  // tensor-core variants copy 16-byte chunks of A and B
     if (p.k % 8 || p.lda % 8 || !aligned(p.a, 16) || !aligned(p.b, 16))

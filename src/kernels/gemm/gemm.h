@@ -4,7 +4,10 @@
 //   A  logically [m][k]: row-major a[i*lda + p], or column-major a[p*lda + i] (a_col_major).
 //   B  logically [k][n]: row-major b[p*ldb + j], or column-major b[j*ldb + p] (b_col_major) —
 //      the column-major B is a weight matrix W[n][k] as stored in a GGUF file.
-//   C  [m][n] row-major, c[i*ldc + j]. With beta == 0, C is only written (never read).
+//   C  [m][n] row-major, c[i*ldc + j]. With beta == 0, C is only written (never read). Or C's
+//      columns in parts that lie apart (GemmProblem::parts): columns from parts[i].col0 on are
+//      written at parts[i].c[i*parts[i].ldc + j - col0] (the stacked Q/K/V projection writing q,
+//      k and v where their tensors are).
 // Types: SGEMM: A, B, C f32 in any of the four layouts. HGEMM: A row-major f16/bf16, B
 // column-major of the same type, C f32/f16/bf16. Quantised GEMM: A row-major f16/bf16, B a
 // weight matrix in Q8_0 / Q4_0 (the repacked planes of gemv_repack) or Q4_K (GGUF blocks).
@@ -47,6 +50,16 @@ struct GemmProblem {
   // Only variants with GemmVariant::gated_config take it.
   const void* b_up = nullptr;  // device
   bool gelu = false;
+  // C in up to three column parts: c and ldc hold columns [0, parts[0].col0), parts[i] the
+  // columns from its col0 (increasing, each a multiple of 8) to the next part's or n; c = null
+  // in an unused part. beta 0 only. Only variants with GemmVariant::column_parts take it.
+  struct ColumnPart {
+    int64_t col0 = 0;
+    void* c = nullptr;  // device
+    int64_t ldc = 0;
+  };
+  ColumnPart parts[2];
+  bool has_parts() const { return parts[0].c != nullptr; }
 };
 
 struct GemmConfig {
@@ -65,6 +78,7 @@ struct GemmVariant {
   bool teaching = false;            // a ladder rung kept for the progression, not for production
   // Takes gated problems (GemmProblem::b_up) with the configs gated_config accepts.
   bool (*gated_config)(const GemmConfig& c) = nullptr;
+  bool column_parts = false;  // writes C through tc_gemm::Out, which places GemmProblem::parts
 };
 
 // Whether v runs p with config c (a gated problem: only the configs its variant marks).

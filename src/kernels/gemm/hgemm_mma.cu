@@ -40,6 +40,7 @@ void register_hgemm_variants(std::vector<GemmVariant>& out) {
                  {GemmConfig{128, 128, 32, 4}, GemmConfig{128, 64, 32, 4}, GemmConfig{64, 128, 32, 4},
                   GemmConfig{64, 64, 32, 4}},
                  false});
+  out.back().column_parts = true;
 }
 
 }  // namespace lamina::kernels

@@ -57,6 +57,7 @@ void register_wgmma_variants(std::vector<GemmVariant>& out) {
   split2.splits = 2, split4.splits = 4;
   out.push_back({"h2_wgmma", "Hopper: TMA + wgmma, warp-specialised producer/consumers, mbarriers, persistent tiles, split-K",
                  h2_supports, run_h2, {GemmConfig{128, 256, 64, 4}, GemmConfig{128, 128, 64, 6}, split2, split4}, false});
+  out.back().column_parts = true;
 }
 
 }  // namespace lamina::kernels

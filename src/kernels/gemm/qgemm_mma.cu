@@ -137,6 +137,7 @@ bool q1_supports(const GemmProblem& p) {
 void register_qgemm_variants(std::vector<GemmVariant>& out) {
   out.push_back({"q1_mma", "quantised W dequantised in the load stage into the h1_mma tensor-core mainloop",
                  q1_supports, run_q1, {GemmConfig{128, 128, 32, 4}, GemmConfig{64, 128, 32, 4}}, false});
+  out.back().column_parts = true;
 }
 
 }  // namespace lamina::kernels

@@ -34,6 +34,7 @@ void register_qgemm_wgmma_variants(std::vector<GemmVariant>& out) {
   split2.splits = 2, split4.splits = 4;
   out.push_back({"q2_wgmma", "Hopper: the h2_wgmma pipeline with producer warpgroups dequantising W into the stage",
                  q2_supports, run_q2, {GemmConfig{128, 128, 64, 4}, split2, split4}, false});
+  out.back().column_parts = true;
   // bm: activation rows per block (wgmma's N); bn: the block's weight rows (wgmma's M side,
   // 64 per consumer warpgroup and half).
   std::vector<GemmConfig> rs;
@@ -51,6 +52,7 @@ void register_qgemm_wgmma_variants(std::vector<GemmVariant>& out) {
   const auto gated = [](const GemmConfig& c) { return c.bn == 128 && c.splits == 1 && (c.bm == 64 || c.bm == 128); };
   out.push_back({"q3_wgmma_rs", "Hopper: W converted straight into wgmma's register operand (C^T = W X^T), no f16 stage of W",
                  q2_supports, run_q3, rs, false, +gated});
+  out.back().column_parts = true;
 }
 
 }  // namespace lamina::kernels

@@ -23,25 +23,37 @@ inline constexpr int kBk = 32, kThreads = 256;
 using TileSwizzle = layout::Swizzle<2, 3, 3>;
 __device__ __forceinline__ int tile_off(int row, int col) { return int(TileSwizzle{}(row * kBk + col)); }
 
+// Where C goes: c[i*ldc + j], or for columns from col1 (col2) on, c1 (c2) with row stride ldc1
+// (ldc2) from their column 0 (GemmProblem::parts; col1 = col2 = max: one C).
 struct Out {
   void* c;
   int64_t ldc, m, n;
   int type;  // 0 f32, 1 f16, 2 bf16
   float alpha, beta;
+  int64_t col1 = INT64_MAX, col2 = INT64_MAX;
+  void* c1 = nullptr;
+  void* c2 = nullptr;
+  int64_t ldc1 = 0, ldc2 = 0;
 };
 
-__device__ __forceinline__ float out_load(const Out& o, int64_t idx) {
-  if (o.type == 0) return static_cast<const float*>(o.c)[idx];
-  if (o.type == 1) return __half2float(static_cast<const __half*>(o.c)[idx]);
-  return __bfloat162float(static_cast<const __nv_bfloat16*>(o.c)[idx]);
+__device__ __forceinline__ float out_load(const Out& o, void* c, int64_t idx) {
+  if (o.type == 0) return static_cast<const float*>(c)[idx];
+  if (o.type == 1) return __half2float(static_cast<const __half*>(c)[idx]);
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(c)[idx]);
 }
 __device__ __forceinline__ void out_store(const Out& o, int64_t i, int64_t j, float v) {
   if (i >= o.m || j >= o.n) return;
-  const int64_t idx = i * o.ldc + j;
-  v = o.beta == 0.f ? o.alpha * v : o.alpha * v + o.beta * out_load(o, idx);
-  if (o.type == 0) static_cast<float*>(o.c)[idx] = v;
-  else if (o.type == 1) static_cast<__half*>(o.c)[idx] = __float2half_rn(v);
-  else static_cast<__nv_bfloat16*>(o.c)[idx] = __float2bfloat16_rn(v);
+  void* c = o.c;
+  int64_t ld = o.ldc;
+  if (j >= o.col1) {
+    const bool second = j >= o.col2;
+    c = second ? o.c2 : o.c1, ld = second ? o.ldc2 : o.ldc1, j -= second ? o.col2 : o.col1;
+  }
+  const int64_t idx = i * ld + j;
+  v = o.beta == 0.f ? o.alpha * v : o.alpha * v + o.beta * out_load(o, c, idx);
+  if (o.type == 0) static_cast<float*>(c)[idx] = v;
+  else if (o.type == 1) static_cast<__half*>(c)[idx] = __float2half_rn(v);
+  else static_cast<__nv_bfloat16*>(c)[idx] = __float2bfloat16_rn(v);
 }
 
 // Copies a [rows][32] tile of a k-contiguous 16-bit matrix X[outer][k] (row stride ld) into a
@@ -152,7 +164,10 @@ __global__ void __launch_bounds__(kThreads, 2) tc_gemm_kernel(const T* __restric
 
 inline Out make_out(const GemmProblem& p) {
   const int type = p.c_type == GgmlType::F32 ? 0 : p.c_type == GgmlType::F16 ? 1 : 2;
-  return {p.c, p.ldc, p.m, p.n, type, p.alpha, p.beta};
+  Out o{p.c, p.ldc, p.m, p.n, type, p.alpha, p.beta};
+  if (p.parts[0].c) o.col1 = p.parts[0].col0, o.c1 = p.parts[0].c, o.ldc1 = p.parts[0].ldc;
+  if (p.parts[0].c && p.parts[1].c) o.col2 = p.parts[1].col0, o.c2 = p.parts[1].c, o.ldc2 = p.parts[1].ldc;
+  return o;
 }
 
 template <class T, int kBm, int kBn, int kStages, class BPolicy>
