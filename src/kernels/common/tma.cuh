@@ -12,6 +12,14 @@ namespace lamina::kernels::tma {
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
+// The first 1024-byte-aligned byte of a dynamic shared-memory array (the period of the 128-byte
+// swizzle), reached by adding an offset to the array: a pointer made by casting the aligned
+// integer back is generic, and every load through it became a generic LD with 64-bit address
+// arithmetic instead of an LDS (q3_wgmma_rs's fragment loads, q2_wgmma's dequantising producers).
+__device__ __forceinline__ uint8_t* align_1024(uint8_t* smem_raw) {
+  return smem_raw + ((1024 - (reinterpret_cast<uintptr_t>(smem_raw) & 1023)) & 1023);
+}
+
 __device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count));
 }

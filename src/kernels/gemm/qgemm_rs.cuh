@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(kHalves == 1 || kHalves == 2, "128 or 256 weight rows per block");
   static_assert(!kGlu || kHalves == 2, "a gated block holds gate and up halves");
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem = tma::align_1024(smem_raw);
   constexpr size_t kStageBytes = size_t(kBm) * kBk * 2, kSubBytes = Raw<kKind>::template kSlotBytes<128>;
   constexpr size_t kSlotBytes = kHalves * kSubBytes;
   uint8_t* xs = smem;                          // [kStages][kBm][64] f16, swizzled

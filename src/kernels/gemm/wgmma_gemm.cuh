@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kThreadsOf<BPolicy>, 1)
                       tc_gemm::Out out, int splits, int64_t m, int64_t n, int64_t k) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem = tma::align_1024(smem_raw);
   T* sa = reinterpret_cast<T*>(smem);                  // [kStages][kBm][64], swizzled rows of 128 bytes
   T* sw = sa + size_t(kStages) * kBm * kBk;            // [kStages][kBn][64]
   uint64_t* full = reinterpret_cast<uint64_t*>(sw + size_t(kStages) * kBn * kBk);
