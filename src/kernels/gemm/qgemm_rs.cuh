@@ -272,14 +272,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (lane == 0) tma::mbar_arrive(&empty_x[prev]);
     tc_gemm::Out o = out;  // split-K: this split's f32 plane of the workspace
     if (splits > 1) o.c = static_cast<float*>(out.c) + split * m * n;
-    auto store = [&](const float (&a)[kBm / 2], int64_t col) {
+    auto store = [&](const float (&a)[kBm / 2], int64_t col) {  // a thread's two columns, every row
+      const tc_gemm::OutColumn c0 = tc_gemm::out_column(o, col), c8 = tc_gemm::out_column(o, col + 8);
 #pragma unroll
       for (int j = 0; j < kBm / 8; ++j) {
         const int64_t row = m0 + 8 * j + 2 * t;
-        tc_gemm::out_store(o, row, col, a[4 * j]);
-        tc_gemm::out_store(o, row + 1, col, a[4 * j + 1]);
-        tc_gemm::out_store(o, row, col + 8, a[4 * j + 2]);
-        tc_gemm::out_store(o, row + 1, col + 8, a[4 * j + 3]);
+        tc_gemm::out_store(o, c0, row, a[4 * j]);
+        tc_gemm::out_store(o, c0, row + 1, a[4 * j + 1]);
+        tc_gemm::out_store(o, c8, row, a[4 * j + 2]);
+        tc_gemm::out_store(o, c8, row + 1, a[4 * j + 3]);
       }
     };
     if constexpr (kGlu) {

@@ -41,19 +41,34 @@ __device__ __forceinline__ float out_load(const Out& o, void* c, int64_t idx) {
   if (o.type == 1) return __half2float(static_cast<const __half*>(c)[idx]);
   return __bfloat162float(static_cast<const __nv_bfloat16*>(c)[idx]);
 }
-__device__ __forceinline__ void out_store(const Out& o, int64_t i, int64_t j, float v) {
-  if (i >= o.m || j >= o.n) return;
-  void* c = o.c;
-  int64_t ld = o.ldc;
+// Column j of C as the stores see it: its part's pointer and row stride and the column within
+// the part (in: j < n). Resolved once for the stores of a column (or of a pair of columns 2q,
+// 2q + 1, which lie in the same part: parts start at multiples of 8), not at every store.
+struct OutColumn {
+  void* c;
+  int64_t ld, j;
+  bool in;
+};
+__device__ __forceinline__ OutColumn out_column(const Out& o, int64_t j) {
+  OutColumn col{o.c, o.ldc, j, j < o.n};
   if (j >= o.col1) {
     const bool second = j >= o.col2;
-    c = second ? o.c2 : o.c1, ld = second ? o.ldc2 : o.ldc1, j -= second ? o.col2 : o.col1;
+    col.c = second ? o.c2 : o.c1, col.ld = second ? o.ldc2 : o.ldc1, col.j = j - (second ? o.col2 : o.col1);
   }
-  const int64_t idx = i * ld + j;
-  v = o.beta == 0.f ? o.alpha * v : o.alpha * v + o.beta * out_load(o, c, idx);
-  if (o.type == 0) static_cast<float*>(c)[idx] = v;
-  else if (o.type == 1) static_cast<__half*>(c)[idx] = __float2half_rn(v);
-  else static_cast<__nv_bfloat16*>(c)[idx] = __float2bfloat16_rn(v);
+  return col;
+}
+// The column d to the right of col (j + d), in col's part.
+__device__ __forceinline__ OutColumn next_column(const Out& o, OutColumn col, int64_t j, int d) {
+  col.j += d, col.in = j + d < o.n;
+  return col;
+}
+__device__ __forceinline__ void out_store(const Out& o, const OutColumn& col, int64_t i, float v) {
+  if (i >= o.m || !col.in) return;
+  const int64_t idx = i * col.ld + col.j;
+  v = o.beta == 0.f ? o.alpha * v : o.alpha * v + o.beta * out_load(o, col.c, idx);
+  if (o.type == 0) static_cast<float*>(col.c)[idx] = v;
+  else if (o.type == 1) static_cast<__half*>(col.c)[idx] = __float2half_rn(v);
+  else static_cast<__nv_bfloat16*>(col.c)[idx] = __float2bfloat16_rn(v);
 }
 
 // Copies a [rows][32] tile of a k-contiguous 16-bit matrix X[outer][k] (row stride ld) into a
@@ -155,10 +170,11 @@ __global__ void __launch_bounds__(kThreads, 2) tc_gemm_kernel(const T* __restric
 #pragma unroll
     for (int nt = 0; nt < kNt; ++nt) {
       const int64_t i = m0 + wm * kWtm + mt * 16 + lane / 4, j = n0 + wn * kWtn + nt * 8 + 2 * (lane % 4);
-      out_store(out, i, j, acc[mt][nt][0]);
-      out_store(out, i, j + 1, acc[mt][nt][1]);
-      out_store(out, i + 8, j, acc[mt][nt][2]);
-      out_store(out, i + 8, j + 1, acc[mt][nt][3]);
+      const OutColumn c0 = out_column(out, j), c1 = next_column(out, c0, j, 1);
+      out_store(out, c0, i, acc[mt][nt][0]);
+      out_store(out, c1, i, acc[mt][nt][1]);
+      out_store(out, c0, i + 8, acc[mt][nt][2]);
+      out_store(out, c1, i + 8, acc[mt][nt][3]);
     }
 }
 

@@ -210,10 +210,11 @@ __global__ void __launch_bounds__(kThreadsOf<BPolicy>, 1)
 #pragma unroll
     for (int j = 0; j < kBn / 8; ++j) {
       const int64_t col = n0 + 8 * j + 2 * (lane % 4);
-      tc_gemm::out_store(o, row, col, acc[4 * j]);
-      tc_gemm::out_store(o, row, col + 1, acc[4 * j + 1]);
-      tc_gemm::out_store(o, row + 8, col, acc[4 * j + 2]);
-      tc_gemm::out_store(o, row + 8, col + 1, acc[4 * j + 3]);
+      const tc_gemm::OutColumn c0 = tc_gemm::out_column(o, col), c1 = tc_gemm::next_column(o, c0, col, 1);
+      tc_gemm::out_store(o, c0, row, acc[4 * j]);
+      tc_gemm::out_store(o, c1, row, acc[4 * j + 1]);
+      tc_gemm::out_store(o, c0, row + 8, acc[4 * j + 2]);
+      tc_gemm::out_store(o, c1, row + 8, acc[4 * j + 3]);
     }
   }
 #else
