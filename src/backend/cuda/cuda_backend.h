@@ -202,6 +202,7 @@ class CudaBackend final : public Backend {
   void* x8_scratch(const plan::Node& n, Tensor out);
   bool whole_stack(std::span<const Weight* const> w, Weight& stacked, DevWeight& ds);
   bool gemm_into_parts(const Weight& w, const DevWeight& d, Tensor x, std::span<const Tensor> outs, const void* x16);
+  kernels::GemmProblem gemm_of(const Weight& w, const DevWeight& d, Tensor x, GgmlType a_type, const void* a) const;
   // Attention: the layer's cache and kernel arguments (after checking the positions), and the
   // attention kernels over it (prefill or flash-decoding) once k and v are stored.
   struct LayerCache {

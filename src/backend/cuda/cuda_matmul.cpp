@@ -75,26 +75,17 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
   kn::GemvProblem base = base_in;
   base.wtype = w.type, base.layout = layout, base.w = w.data, base.n = w.rows, base.k = w.cols;
   if (x.rows > gemv_max_rows_ && !exact_) {
-    kn::GemmProblem p;
-    p.b_type = w.type;
-    p.b_layout = layout;
-    p.a_type = gemm_input_type(w.type);
-    p.c_type = GgmlType::F32;
-    p.m = x.rows, p.n = w.rows, p.k = w.cols;
     const auto a16 = [&](GgmlType t) {
       if (x16 && t == act16_) return x16;
       f32_x();
       return convert(x, t);
     };
-    if (p.a_type == GgmlType::F32) f32_x();
-    p.a = p.a_type == GgmlType::F32 ? static_cast<const void*>(x.data) : a16(p.a_type);
-    p.lda = x.cols;
-    p.b = w.data;
-    p.ldb = w.cols;
-    p.c = out.data;
-    p.ldc = out.cols;
+    const GgmlType a_type = gemm_input_type(w.type);
+    if (a_type == GgmlType::F32) f32_x();
+    const void* a = a_type == GgmlType::F32 ? static_cast<const void*>(x.data) : a16(a_type);
+    kn::GemmProblem p = gemm_of(w, d, x, a_type, a);
+    p.c = out.data, p.ldc = out.cols;
     p.beta = accumulate ? 1.f : 0.f;
-    p.workspace = gemm_work_, p.workspace_bytes = gemm_work_bytes_;
     const double bytes = double(d.bytes) + double(x.rows * (x.cols * 2 + out.cols * 4));
     if (problems_) problems_->gemm.push_back(p);
     if (try_op(op_name(accumulate ? "gemm+res" : "gemm", w), bytes, flops, [&] { return kn::gemm(p, stream_); }).ok) return;
@@ -248,23 +239,32 @@ void CudaBackend::exec_matmul_multi(const Node& n, Run& r) {
 bool CudaBackend::gemm_into_parts(const Weight& w, const DevWeight& d, Tensor x, std::span<const Tensor> outs,
                                   const void* x16) {
   if (!x16 || act16_ != GgmlType::F16 || gemm_input_type(w.type) != GgmlType::F16 || outs.size() > 3) return false;
-  kn::GemmProblem p;
-  p.a_type = GgmlType::F16, p.b_type = w.type, p.c_type = GgmlType::F32;
-  p.b_layout = d.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
-  p.m = x.rows, p.n = w.rows, p.k = w.cols;
-  p.a = x16, p.lda = x.cols, p.b = w.data, p.ldb = w.cols;
+  kn::GemmProblem p = gemm_of(w, d, x, GgmlType::F16, x16);
   p.c = outs[0].data, p.ldc = outs[0].cols;
   int64_t col = outs[0].cols;
   for (size_t i = 1; i < outs.size(); ++i) {
     p.parts[i - 1] = {col, outs[i].data, outs[i].cols};
     col += outs[i].cols;
   }
-  p.workspace = gemm_work_, p.workspace_bytes = gemm_work_bytes_;
   const kn::GemmChoice choice = kn::gemm_choice(p);
   if (!choice.variant || !choice.variant->column_parts || !kn::gemm_validate(p, *choice.variant).ok) return false;
   if (problems_) problems_->gemm.push_back(p);
   const double bytes = double(d.bytes) + double(x.rows * (x.cols * 2 + w.rows * 4));
-  return try_op(op_name("gemm", w), bytes, 2.0 * double(x.rows * w.rows * w.cols), [&] { return kn::gemm(p, stream_); }).ok;
+  return try_op(op_name("gemm", w), bytes, 2.0 * double(x.rows * w.rows * w.cols),
+                [&] { return choice.variant->launch(p, choice.config, stream_); })  // (chosen and checked above: what gemm() does)
+      .ok;
+}
+
+// The GEMM of x's rows by w (C = A w^T, C in f32), A given in a_type: types, layout, shape, the
+// operands and the split-K workspace; C, ldc and beta are the caller's.
+kn::GemmProblem CudaBackend::gemm_of(const Weight& w, const DevWeight& d, Tensor x, GgmlType a_type, const void* a) const {
+  kn::GemmProblem p;
+  p.a_type = a_type, p.b_type = w.type, p.c_type = GgmlType::F32;
+  p.b_layout = d.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
+  p.m = x.rows, p.n = w.rows, p.k = w.cols;
+  p.a = a, p.lda = x.cols, p.b = w.data, p.ldb = w.cols;
+  p.workspace = gemm_work_, p.workspace_bytes = gemm_work_bytes_;
+  return p;
 }
 
 // The gate/up pair of a small batch in one GEMV with the GLU in its epilogue; the down
@@ -293,10 +293,8 @@ void CudaBackend::exec_gate_up(const Node& n, Run& r, Made& m) {
 bool CudaBackend::takes_gated_gemm(const Weight& w) const {
   if (!gated_gemm_ || act16_ != GgmlType::F16 || gemm_input_type(w.type) != GgmlType::F16) return false;
   static const int marker = 0;  // (the variants look at which operands are given, not at them)
-  kn::GemmProblem p;
-  p.a_type = GgmlType::F16, p.b_type = w.type, p.c_type = GgmlType::F32;
-  p.b_layout = info(w).repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
-  p.m = 64, p.n = w.rows, p.k = w.cols, p.b_up = &marker;
+  kn::GemmProblem p = gemm_of(w, info(w), Tensor{nullptr, 64, w.cols}, GgmlType::F16, nullptr);
+  p.b_up = &marker;
   for (const kn::GemmVariant& v : kn::gemm_variants())
     if (!v.teaching && kn::gemm_takes(v, p)) return true;
   return false;
@@ -310,13 +308,9 @@ void CudaBackend::exec_gate_up_gemm(const Node& n, Run& r, Made& m) {
   const DevWeight& dg = info(n.w);
   const Tensor x = n.x, out = n.out;
   const void* x16 = x16_input(n, r);
-  kn::GemmProblem p;
-  p.a_type = GgmlType::F16, p.b_type = n.w.type;
-  p.b_layout = dg.repacked ? kn::WeightLayout::Repacked : kn::WeightLayout::Gguf;
-  p.m = x.rows, p.n = n.w.rows, p.k = n.w.cols;
   check("gate/up", x16 || !only16(n, r.nodes), "x has neither its f32 rows nor a 16-bit copy");
-  p.a = x16 && act16_ == GgmlType::F16 ? x16 : convert(x, GgmlType::F16), p.lda = x.cols;
-  p.b = n.w.data, p.b_up = n.w2.data, p.gelu = n.glu == Glu::Gelu, p.ldb = n.w.cols;
+  kn::GemmProblem p = gemm_of(n.w, dg, x, GgmlType::F16, x16 && act16_ == GgmlType::F16 ? x16 : convert(x, GgmlType::F16));
+  p.b_up = n.w2.data, p.gelu = n.glu == Glu::Gelu;
   void* h = n.x16_out ? scratch_bytes(size_t(out.rows * out.cols) * 2) : nullptr;
   p.c_type = n.out16_only ? act16_ : GgmlType::F32;
   p.c = n.out16_only ? h : out.data, p.ldc = out.cols;
