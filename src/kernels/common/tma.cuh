@@ -17,7 +17,7 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast
 // integer back is generic, and every load through it became a generic LD with 64-bit address
 // arithmetic instead of an LDS (q3_wgmma_rs's fragment loads, q2_wgmma's dequantising producers).
 __device__ __forceinline__ uint8_t* align_1024(uint8_t* smem_raw) {
-  return smem_raw + ((1024 - (reinterpret_cast<uintptr_t>(smem_raw) & 1023)) & 1023);
+  return smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);  // (the shared address's low bits)
 }
 
 __device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {

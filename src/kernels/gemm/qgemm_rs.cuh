@@ -145,6 +145,15 @@ constexpr size_t smem_bytes() {
   return size_t(kStages) * kBm * kBk * 2 + 2 * (kBw / 128) * Raw<kKind>::template kSlotBytes<128> + 1024 + 1024;
 }
 
+// f(integral_constant<int, I>) for I = 0 .. N - 1, unrolled.
+template <int N, int I = 0, class F>
+__device__ __forceinline__ void unroll(F&& f) {
+  if constexpr (I < N) {
+    f(std::integral_constant<int, I>{});
+    unroll<N, I + 1>(f);
+  }
+}
+
 // The GLU of a gated problem's epilogue (the GEMV epilogue's functions: the same numbers).
 __device__ __forceinline__ float glu(float g, float u, bool gelu) { return (gelu ? gelu_tanh(g) : silu(g)) * u; }
 
@@ -230,16 +239,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     // stopped reading), then its four k16 products against the X stage, one commit group. After
     // each group only the newest stays in flight, so at half 0 the previous k-step is done with
     // its X stage.
-    auto sub = [&](int kt, auto hc, uint32_t (&f)[16], float (&a)[kBm / 2]) {
-      constexpr int h = decltype(hc)::value;
+    // s4c: kt's place in its W slot (kt % kGroup), a constant of the unrolled step.
+    auto sub = [&](int kt, auto s4c, auto hc, uint32_t (&f)[16], float (&a)[kBm / 2]) {
+      constexpr int h = decltype(hc)::value, s4 = decltype(s4c)::value;
       uint8_t* slot = ring + ws * kSlotBytes;
-      if (h == 0 && (kt == kt0 || kt % kGroup == 0)) {
+      if (h == 0 && (s4 == 0 || kt == kt0)) {
         tma::mbar_wait(&full_w[ws], wphase);
 #pragma unroll
         for (int hh = 0; hh < kHalves; ++hh) fr[hh].load_aux(slot + hh * kSubBytes, r0);
       }
-      fr[h].convert(slot + h * kSubBytes, r0, t, kt % kGroup, f);
-      if (h == kHalves - 1 && (kt + 1 == kt1 || (kt + 1) % kGroup == 0)) {  // done with this slot
+      fr[h].convert(slot + h * kSubBytes, r0, t, s4, f);
+      if (h == kHalves - 1 && (s4 == kGroup - 1 || kt + 1 == kt1)) {  // done with this slot
         __syncwarp();
         if (lane == 0) tma::mbar_arrive(&empty_w[ws]);
         if (++ws == 2) ws = 0, wphase ^= 1;
@@ -261,12 +271,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (h == kHalves - 1 && ++s == kStages) s = 0, phase ^= 1;
     };
     uint32_t fa[16], fb[16];
-    int kt = kt0;
-    if constexpr (kHalves == 2) {
-      for (; kt < kt1; ++kt) sub(kt, I0{}, fa, acc0), sub(kt, I1{}, fb, acc1);
-    } else {
-      for (; kt + 1 < kt1; kt += 2) sub(kt, I0{}, fa, acc0), sub(kt + 1, I0{}, fb, acc0);
-      if (kt < kt1) sub(kt, I0{}, fa, acc0);
+    // The k-steps a W slot (kGroup steps) at a time, unrolled, so that a step's place in its slot
+    // is a constant: its fragments' offsets and the d words it takes are then fixed (a run-time
+    // kt % kGroup made them chains of selects and address arithmetic in every step). A split's
+    // range may start or end inside a slot. Fragment buffers alternate with each conversion: fa
+    // for half 0 and fb for half 1, or, with one half, by the parity of kt.
+    for (int g = kt0 - kt0 % kGroup; g < kt1; g += kGroup) {
+      unroll<kGroup>([&](auto s4c) {
+        constexpr int s4 = decltype(s4c)::value;
+        const int kt = g + s4;
+        if (kt < kt0 || kt >= kt1) return;
+        if constexpr (kHalves == 2) sub(kt, s4c, I0{}, fa, acc0), sub(kt, s4c, I1{}, fb, acc1);
+        else if constexpr (s4 % 2 == 0) sub(kt, s4c, I0{}, fa, acc0);
+        else sub(kt, s4c, I0{}, fb, acc0);
+      });
     }
     wgmma::wait<0>();
     if (lane == 0) tma::mbar_arrive(&empty_x[prev]);
