@@ -25,6 +25,18 @@ namespace {
 
 using namespace gemv_detail;
 
+// Scale and min j (0..7) of a Q4_K / Q5_K super-block header held in registers (h.y, h.z, h.w:
+// the 12 scale bytes), q4k_scale_min's formula on the words, the same bits: indexing the bytes of
+// a register copy by a lane's run-time j had put every header in local memory (ld.local.u8 in
+// each step of the loop).
+__device__ __forceinline__ void scale_min(int j, const uint4& h, float& sc, float& m) {
+  const int s = 8 * (j % 4);
+  const uint32_t b0 = (h.y >> s) & 0xFFu, b1 = (h.z >> s) & 0xFFu, b2 = (h.w >> s) & 0xFFu;  // scales[j % 4 + 0, 4, 8]
+  const bool low = j < 4;
+  sc = float(low ? b0 & 63u : (b2 & 0xFu) | ((b0 >> 6) << 4));
+  m = float(low ? b1 & 63u : (b2 >> 4) | ((b1 >> 6) << 4));
+}
+
 template <int kRows, int kUnroll, bool kGateUp, bool kQ5>
 __global__ void __launch_bounds__(256) q4k_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
                                                 XSource xin,
@@ -75,10 +87,9 @@ __global__ void __launch_bounds__(256) q4k_dp4a(const uint8_t* __restrict__ w, c
             const X8Row::Halves x = xr.halves(e_lo, e_hi);
 #pragma unroll
             for (int r = 0; r < kRows; ++r) {
-              const block_q4_K& blk = *reinterpret_cast<const block_q4_K*>(&hd[r][u]);  // header only
-              uint8_t sc0, m0, sc1, m1;
-              q4k_scale_min(2 * c, blk.scales, &sc0, &m0);
-              q4k_scale_min(2 * c + 1, blk.scales, &sc1, &m1);
+              float sc0, m0, sc1, m1;
+              scale_min(2 * c, hd[r][u], sc0, m0);
+              scale_min(2 * c + 1, hd[r][u], sc1, m1);
               const uint4 v = qs[r][u];
               const uint32_t mk = 0x0F0F0F0Fu;
               int dl, dh;
@@ -113,9 +124,10 @@ __global__ void __launch_bounds__(256) q4k_dp4a(const uint8_t* __restrict__ w, c
                 dl += int(chunk_byte(v.x, v.y, v.z, v.w, x.m_lo) & 15u) * x.big_lo;
                 dh += int(chunk_byte(v.x, v.y, v.z, v.w, x.m_hi) >> 4) * x.big_hi;
               }
-              const float d = __half2float(__ushort_as_half(blk.d)), dmin = __half2float(__ushort_as_half(blk.dmin));
-              acc[mat][r][b] += x.d_lo * (d * float(sc0) * float(dl) - dmin * float(m0) * float(x.sum_lo)) +
-                                x.d_hi * (d * float(sc1) * float(dh) - dmin * float(m1) * float(x.sum_hi));
+              const uint32_t dd = hd[r][u].x;  // d (low half), dmin (high half)
+              const float d = __half2float(__ushort_as_half(uint16_t(dd))), dmin = __half2float(__ushort_as_half(uint16_t(dd >> 16)));
+              acc[mat][r][b] += x.d_lo * (d * sc0 * float(dl) - dmin * m0 * float(x.sum_lo)) +
+                                x.d_hi * (d * sc1 * float(dh) - dmin * m1 * float(x.sum_hi));
             }
           }
         }
