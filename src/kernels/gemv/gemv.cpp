@@ -69,6 +69,7 @@ Status gemv_validate(const GemvProblem& p, const GemvVariant& v) {
   if (!p.w || !p.x || !p.y) return Status::error(name + ": null pointer");
   if (p.n <= 0 || p.k <= 0) return Status::error(name + ": bad shape");
   if (p.batch < 1 || p.batch > kGemvMaxBatch) return Status::error(name + ": batch must be 1..8");
+  if (p.batch > v.max_batch) return Status::error(name + ": batch must be 1.." + std::to_string(v.max_batch));
   if (p.k % traits(p.wtype).block_elems) return Status::error(name + ": k is not a multiple of the block size");
   const bool epilogue = p.bias || p.residual || p.w_up;
   if (epilogue && (teaching_rung(v) || name == "v4_tuned")) return Status::error(name + ": ladder rungs take no epilogue");

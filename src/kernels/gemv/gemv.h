@@ -117,6 +117,7 @@ struct GemvVariant {
   // lost in the decode chain; kbench still times it)
   bool tuner_picks = true;
   bool writes_argmax = false;  // makes GemvProblem::argmax in its epilogue (batch 1)
+  int max_batch = kGemvMaxBatch;  // the largest batch it takes (decode's slots rungs: 1)
 };
 
 // Whether gemv() would make p.y8 inside the GEMV (the variant it dispatches writes y8 and

@@ -38,6 +38,7 @@ __device__ __forceinline__ uint32_t iq4_lookup4(uint32_t s) {
 
 struct Iq4xsUnits {
   static constexpr const char* kName = "iq4xs_dp4a";
+  static constexpr const char* kSlotsName = "iq4xs_slots";
   static constexpr GgmlType kType = GgmlType::IQ4_XS;
   static __device__ __forceinline__ int64_t units(int64_t k) { return k / 32; }
   struct Unit {
@@ -83,6 +84,10 @@ void register_iq4xs_variants(std::vector<GemvVariant>& out) {
   out.push_back({"iq4xs_dp4a", "iq4_xs in place: a sub-block's 16 quant bytes per lane, table lookups by prmt, dp4a",
                  WeightLayout::Gguf, iq4xs_only, units_run<Iq4xsUnits>, units_configs(), XRounding::Int8Blocks,
                  /*writes_y8=*/true, /*fuses_norm=*/true});
+  out.push_back({"iq4xs_slots", "iq4xs_dp4a for decode (batch 1): two register slots of steps, one always in flight (gemv_slots.cuh)",
+                 WeightLayout::Gguf, iq4xs_only, slots_run<UnitsOf<Iq4xsUnits>::Step>, slots_configs(), XRounding::Int8Blocks,
+                 /*writes_y8=*/true, /*fuses_norm=*/true, /*takes_x8_ss=*/false, /*tuner_picks=*/true,
+                 /*writes_argmax=*/false, /*max_batch=*/1});
 }
 
 }  // namespace lamina::kernels

@@ -20,6 +20,7 @@ using namespace gemv_detail;
 
 struct Q2kUnits {
   static constexpr const char* kName = "q2k_dp4a";
+  static constexpr const char* kSlotsName = "q2k_slots";
   static constexpr GgmlType kType = GgmlType::Q2_K;
   static __device__ __forceinline__ int64_t units(int64_t k) { return k / 64; }
   struct Unit {
@@ -67,6 +68,10 @@ void register_q2k_variants(std::vector<GemvVariant>& out) {
   out.push_back({"q2k_dp4a", "q2_K in place: a 16-byte quant run (four runs of 16 with their scales) per lane, dp4a",
                  WeightLayout::Gguf, q2k_only, units_run<Q2kUnits>, units_configs(), XRounding::Int8Blocks,
                  /*writes_y8=*/true, /*fuses_norm=*/true});
+  out.push_back({"q2k_slots", "q2k_dp4a for decode (batch 1): two register slots of steps, one always in flight (gemv_slots.cuh)",
+                 WeightLayout::Gguf, q2k_only, slots_run<UnitsOf<Q2kUnits>::Step>, slots_configs(), XRounding::Int8Blocks,
+                 /*writes_y8=*/true, /*fuses_norm=*/true, /*takes_x8_ss=*/false, /*tuner_picks=*/true,
+                 /*writes_argmax=*/false, /*max_batch=*/1});
 }
 
 }  // namespace lamina::kernels

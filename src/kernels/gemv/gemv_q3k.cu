@@ -31,6 +31,7 @@ struct Q3Planes {  // byte offsets of the planes of an n x k matrix
 
 struct Q3kUnits {
   static constexpr const char* kName = "q3k_dp4a";
+  static constexpr const char* kSlotsName = "q3k_slots";
   static constexpr GgmlType kType = GgmlType::Q3_K;
   static __device__ __forceinline__ int64_t units(int64_t k) { return k / 64; }
   struct Unit {
@@ -127,6 +128,10 @@ void register_q3k_variants(std::vector<GemvVariant>& out) {
   out.push_back({"q3k_dp4a", "q3_K repacked into qs/hmask/scale/d planes: a 16-byte quant run per lane, dp4a",
                  WeightLayout::Repacked, q3k_only, units_run<Q3kUnits>, units_configs(), XRounding::Int8Blocks,
                  /*writes_y8=*/true, /*fuses_norm=*/true});
+  out.push_back({"q3k_slots", "q3k_dp4a for decode (batch 1): two register slots of steps, one always in flight (gemv_slots.cuh)",
+                 WeightLayout::Repacked, q3k_only, slots_run<UnitsOf<Q3kUnits>::Step>, slots_configs(), XRounding::Int8Blocks,
+                 /*writes_y8=*/true, /*fuses_norm=*/true, /*takes_x8_ss=*/false, /*tuner_picks=*/true,
+                 /*writes_argmax=*/false, /*max_batch=*/1});
 }
 
 }  // namespace lamina::kernels

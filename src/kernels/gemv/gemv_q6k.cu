@@ -8,6 +8,7 @@
 // 16 with one scale:  d * dx * sc * (dp4a(q, xq) - 32 * sum(xq)).
 #include "kernels/gemv/gemv_common.cuh"
 #include "kernels/gemv/gemv_internal.h"
+#include "kernels/gemv/gemv_slots.cuh"
 #include "kernels/gemv/gemv_x8.cuh"
 
 #include <cuda_fp16.h>
@@ -29,8 +30,11 @@ __device__ __forceinline__ int dot16(uint32_t a0, uint32_t a1, uint32_t a2, uint
 }
 
 // One step of a warp: chunks j0 + u*32 + lane (u < kUnroll) of kRows rows, with their scales.
-template <int kRows, int kUnroll>
+template <int kRows_, int kUnroll_>
 struct Q6Step {
+  static constexpr int kRows = kRows_, kUnroll = kUnroll_;
+  static constexpr GgmlType kType = GgmlType::Q6_K;
+  static constexpr const char* kSlotsName = "q6k_slots";
   static __device__ __forceinline__ int64_t units(int64_t k) { return (k / 256) * 8; }  // 16-byte ql chunks of a row
   uint4 ql[kRows][kUnroll], qh[kRows][kUnroll];
   float dd[kRows][kUnroll];
@@ -59,6 +63,11 @@ struct Q6Step {
         sc_hi[r][u] = in ? sc[8 * hn + 2 * (m + 2) + h] : 0;
         dd[r][u] = in ? __half2float(reinterpret_cast<const __half*>(wm + pl.d)[rr * (k / 256) + sb]) : 0.f;
       }
+  }
+
+  // The same, the planes found from n and k (gemv_slots.cuh's Step).
+  __device__ __forceinline__ void load(const uint8_t* wm, int64_t row0, int64_t n, int64_t k, int64_t j0) {
+    load(wm, Q6Planes(n, k), row0, n, k, j0);
   }
 
   // acc[r][b] += the step's chunks times x (int8 blocks in xs, batch rows b < batch).
@@ -244,6 +253,10 @@ void register_q6k_variants(std::vector<GemvVariant>& out) {
                  {GemvConfig{1, 8, 2}, GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 4, 2}},
                  XRounding::Int8Blocks, /*writes_y8=*/true, /*fuses_norm=*/true, /*takes_x8_ss=*/true,
                  /*tuner_picks=*/true, /*writes_argmax=*/true});
+  out.push_back({"q6k_slots", "q6k_dp4a for decode (batch 1): two register slots of steps, one always in flight (gemv_slots.cuh)",
+                 WeightLayout::Repacked, q6k_only, slots_run<Q6Step>, slots_configs(), XRounding::Int8Blocks,
+                 /*writes_y8=*/true, /*fuses_norm=*/true, /*takes_x8_ss=*/true, /*tuner_picks=*/true,
+                 /*writes_argmax=*/false, /*max_batch=*/1});
 }
 
 }  // namespace lamina::kernels

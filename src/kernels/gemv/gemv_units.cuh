@@ -2,6 +2,7 @@
 // quants that fits a few registers, with what it needs of its super-block's header) and
 // multiplies it by the int8 activation blocks it meets. The weight type is a policy U:
 //   U::kName, U::kType             the variant's name (launch errors) and its weight type
+//   U::kSlotsName                  the name of its slots rung (gemv_slots.cuh)
 //   U::units(k)                    units in a row of k elements
 //   U::Unit                        the registers of one unit (zero-initialisable)
 //   U::load(w, n, k, row, j)       unit j of row `row` of the n x k matrix at w
@@ -12,12 +13,13 @@
 // the epilogue are those of q4k_dp4a (gemv_q4k.cu), which keeps its own loop for its tuned
 // instances; the low-bit types (q2_K, q3_K, iq4_xs) share this one. Figures: docs/benchmarks.md
 // (thirty-first session): 14-33 % of copy bandwidth at batch 1, 27-46 % with x given as int8.
-// A warp loads its step, waits, then decodes; nothing of the next row group is in flight meanwhile
-// (q_dp4a's overlap across the epilogue is the next rung).
+// A warp loads its step, waits, then decodes; nothing of the next row group is in flight meanwhile.
+// The next rung, for decode: the same steps (UnitsStep) in gemv_slots.cuh's two register slots.
 #pragma once
 
 #include "kernels/gemv/gemv_common.cuh"
 #include "kernels/gemv/gemv_internal.h"
+#include "kernels/gemv/gemv_slots.cuh"
 #include "kernels/gemv/gemv_x8.cuh"
 
 #include <cuda_runtime.h>
@@ -43,6 +45,51 @@ __device__ __forceinline__ FourRuns four_runs(const X8Row& xr, int64_t j) {
   return FourRuns{xr.halves(e, e + 32), xr.halves(e + 64, e + 96)};
 }
 
+// One step of a warp (gemv_slots.cuh's Step): units j0 + u * 32 + lane (u < kUnroll) of kRows rows.
+template <class U, int kRows_, int kUnroll_>
+struct UnitsStep {
+  static constexpr int kRows = kRows_, kUnroll = kUnroll_;
+  static constexpr GgmlType kType = U::kType;
+  static constexpr const char* kSlotsName = U::kSlotsName;
+  static __device__ __forceinline__ int64_t units(int64_t k) { return U::units(k); }
+  typename U::Unit q[kRows][kUnroll];
+
+  __device__ __forceinline__ void load(const uint8_t* wm, int64_t row0, int64_t n, int64_t k, int64_t j0) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t j = j0 + u * 32 + lane;
+        q[r][u] = j < units(k) ? U::load(wm, n, k, row0 + r < n ? row0 + r : n - 1, j) : typename U::Unit{};
+      }
+  }
+
+  template <int kMaxB>
+  __device__ __forceinline__ void dot(const uint8_t* xs, int64_t k, int64_t j0, int batch,
+                                      float (&acc)[kRows][kMaxB]) const {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t j = j0 + u * 32 + lane;
+      if (j >= units(k)) break;
+#pragma unroll
+      for (int b = 0; b < kMaxB; ++b) {
+        if (b >= batch) break;
+        const typename U::XPart xp = U::x_part(X8Row(xs, b, k), j);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) acc[r][b] += U::dot(q[r][u], xp);
+      }
+    }
+  }
+};
+// UnitsStep of U as gemv_slots.cuh's StepOf<kRows, kUnroll>.
+template <class U>
+struct UnitsOf {
+  template <int kRows, int kUnroll>
+  using Step = UnitsStep<U, kRows, kUnroll>;
+};
+
 template <class U, int kRows, int kUnroll, bool kGateUp>
 __global__ void __launch_bounds__(256) units_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
                                                   XSource xin, float* __restrict__ y, int64_t n, int64_t k, int batch,
@@ -50,39 +97,19 @@ __global__ void __launch_bounds__(256) units_dp4a(const uint8_t* __restrict__ w,
   extern __shared__ __align__(16) uint8_t smem[];
   pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
   const uint8_t* xs = x8_source(xin, k, batch, smem);
-  const int lane = threadIdx.x % 32;
   const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / 32);
-  const int64_t units = U::units(k);
+  using Step = UnitsStep<U, kRows, kUnroll>;
   for (int64_t row0 = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows; row0 < n;
        row0 += warps_total * kRows) {
     if (row0 + warps_total * kRows >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
     float acc[kGateUp ? 2 : 1][kRows][kGemvMaxBatch] = {};
 #pragma unroll
-    for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat) {
-      const uint8_t* wm = mat ? w_up : w;
-      for (int64_t j0 = 0; j0 < units; j0 += 32 * kUnroll) {
-        typename U::Unit q[kRows][kUnroll];
-#pragma unroll
-        for (int r = 0; r < kRows; ++r)
-#pragma unroll
-          for (int u = 0; u < kUnroll; ++u) {
-            const int64_t j = j0 + u * 32 + lane;
-            q[r][u] = j < units ? U::load(wm, n, k, row0 + r < n ? row0 + r : n - 1, j) : typename U::Unit{};
-          }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int64_t j = j0 + u * 32 + lane;
-          if (j >= units) break;
-#pragma unroll
-          for (int b = 0; b < kGemvMaxBatch; ++b) {
-            if (b >= batch) break;
-            const typename U::XPart xp = U::x_part(X8Row(xs, b, k), j);
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) acc[mat][r][b] += U::dot(q[r][u], xp);
-          }
-        }
+    for (int mat = 0; mat < (kGateUp ? 2 : 1); ++mat)
+      for (int64_t j0 = 0; j0 < Step::units(k); j0 += 32 * kUnroll) {
+        Step st;
+        st.load(mat ? w_up : w, row0, n, k, j0);
+        st.template dot<kGemvMaxBatch>(xs, k, j0, batch, acc[mat]);
       }
-    }
     store_rows(acc, row0, n, batch, ep, y);
   }
 }
