@@ -13,6 +13,7 @@
 #include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
+#include "engine/scheduler.h"
 #include "model/sampler.h"
 #include "session_args.h"
 
@@ -36,6 +37,7 @@ struct BenchArgs {
   std::string parallel;  // "N1,N2,..."
   int prefix = 0;
   int kv_block = 16;
+  int max_step_tokens = SchedulerOptions{}.max_step_tokens;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -96,6 +98,7 @@ void run_parallel(const BenchArgs& a) {
   ParallelBenchSpec spec;
   spec.parallel = parse_parallel(a.parallel);
   spec.n_prompt = a.n_prompt, spec.n_gen = a.n_gen, spec.prefix = a.prefix, spec.block_tokens = a.kv_block;
+  spec.max_step_tokens = a.max_step_tokens;
   if (spec.n_prompt < 1 || spec.n_gen < 1) fail("--parallel wants -p and -n of at least 1");
   if (spec.prefix > spec.n_prompt) fail("--prefix {} is longer than the prompt of {} tokens (-p)", spec.prefix, spec.n_prompt);
   SessionOptions o = a.s.resolve();
@@ -178,6 +181,9 @@ Run add_bench(CLI::App& app) {
                   "Sequences at once through the batching engine, closed loop: N1,N2,... (each request -p prompt and -n generated tokens)");
   sub->add_option("--prefix", a->prefix, "With --parallel: leading prompt tokens all requests share")->check(whole_in(0, 1 << 16));
   sub->add_option("--kv-block", a->kv_block, "With --parallel: positions per KV block (default 16)")->check(whole_in(1, 4096));
+  sub->add_option("--max-step-tokens", a->max_step_tokens,
+                  "With --parallel: tokens one engine step may take, decode rows first, then prompt chunks (default 512)")
+      ->check(whole_in(1, 1 << 16));
   return [a] { run_bench(*a); };
 }
 

@@ -24,6 +24,7 @@ struct ServeArgs {
   server::ServerOptions http;
   std::string tmpl;
   int parallel = 64, max_tokens = 256, queue = 0;
+  int max_step_tokens = SchedulerOptions{}.max_step_tokens;
 };
 
 std::atomic<bool> stopping_{false};
@@ -55,6 +56,7 @@ void run_serve(const ServeArgs& args) {
   Session sess(a.s.resolve());
   EngineOptions eo;
   eo.schedule.max_running = a.parallel;
+  eo.schedule.max_step_tokens = a.max_step_tokens;
   Engine engine(sess, eo);
   server::ApiContext ctx;
   ctx.tok = &sess.tokenizer();
@@ -86,6 +88,9 @@ Run add_serve(CLI::App& app) {
   sub->add_option("--parallel", a->parallel, "Sequences generated at once")->check(whole_in(1, 4096));
   sub->add_option("--api-key", a->http.api_key, "Require 'Authorization: Bearer KEY'");
   sub->add_option("--template,--chat-template", a->tmpl, "Chat template: " + chat_template_names());
+  sub->add_option("--max-step-tokens", a->max_step_tokens,
+                  "Tokens one engine step may take, decode rows first, then prompt chunks (default 512)")
+      ->check(whole_in(1, 1 << 16));
   sub->add_option("--max-tokens", a->max_tokens, "Tokens generated when a request gives no max_tokens")->check(whole_in(1, 1 << 20));
   sub->add_option("--max-requests", a->queue, "Completions in flight before 429 (default: twice --parallel)")
       ->check(whole_in(1, 16384));
