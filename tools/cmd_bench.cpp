@@ -37,7 +37,7 @@ struct BenchArgs {
   std::string parallel;  // "N1,N2,..."
   int prefix = 0;
   int kv_block = 16;
-  int max_step_tokens = SchedulerOptions{}.max_step_tokens;
+  int max_step_tokens = 0;  // 0: SchedulerOptions' default, or the widest --parallel when larger
 };
 
 using Clock = std::chrono::steady_clock;
@@ -98,9 +98,13 @@ void run_parallel(const BenchArgs& a) {
   ParallelBenchSpec spec;
   spec.parallel = parse_parallel(a.parallel);
   spec.n_prompt = a.n_prompt, spec.n_gen = a.n_gen, spec.prefix = a.prefix, spec.block_tokens = a.kv_block;
-  spec.max_step_tokens = a.max_step_tokens;
   if (spec.n_prompt < 1 || spec.n_gen < 1) fail("--parallel wants -p and -n of at least 1");
   if (spec.prefix > spec.n_prompt) fail("--prefix {} is longer than the prompt of {} tokens (-p)", spec.prefix, spec.n_prompt);
+  const int widest = *std::max_element(spec.parallel.begin(), spec.parallel.end());
+  spec.max_step_tokens = a.max_step_tokens ? a.max_step_tokens : std::max(SchedulerOptions{}.max_step_tokens, widest);
+  if (spec.max_step_tokens < widest)  // (decode rows come first: the newest sequences would wait)
+    fail("--max-step-tokens {} is below --parallel's {}: every running sequence needs its row in each step",
+         spec.max_step_tokens, widest);
   SessionOptions o = a.s.resolve();
   // The cache: every sequence of the widest row at full length, in whole blocks, and one more.
   const int bt = spec.block_tokens;
@@ -182,7 +186,8 @@ Run add_bench(CLI::App& app) {
   sub->add_option("--prefix", a->prefix, "With --parallel: leading prompt tokens all requests share")->check(whole_in(0, 1 << 16));
   sub->add_option("--kv-block", a->kv_block, "With --parallel: positions per KV block (default 16)")->check(whole_in(1, 4096));
   sub->add_option("--max-step-tokens", a->max_step_tokens,
-                  "With --parallel: tokens one engine step may take, decode rows first, then prompt chunks (default 512)")
+                  "With --parallel: tokens one engine step may take, decode rows first, then prompt chunks (default 512, or the "
+                  "widest --parallel when larger)")
       ->check(whole_in(1, 1 << 16));
   return [a] { run_bench(*a); };
 }
