@@ -1,9 +1,12 @@
 #include "cli_checks.h"
 
+#include "core/error.h"
 #include "core/thread_pool.h"
+#include "engine/scheduler.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -68,6 +71,22 @@ int threads_to_run(int requested) {
   if (requested > n)
     fmt::print(stderr, "note: --threads {}: this process may use {} CPUs; running {} threads\n", requested,
                available_cpus(), n);
+  return n;
+}
+
+CLI::Option* add_step_tokens_option(CLI::App* sub, int& tokens) {
+  return sub->add_option("--max-step-tokens", tokens,
+                         "Tokens one engine step may take, decode rows first, then prompt chunks (default 512, or the "
+                         "sequences at once when more)")
+      ->check(whole_in(1, 1 << 16));
+}
+
+int step_tokens_to_run(int requested, int parallel) {
+  const int n = requested ? requested : std::max(SchedulerOptions{}.max_step_tokens, parallel);
+  if (n < parallel)
+    fail("--max-step-tokens {} is below the {} sequences at once (--parallel): every running sequence needs its row in "
+         "each step",
+         n, parallel);
   return n;
 }
 

@@ -22,5 +22,11 @@ CLI::Option* add_threads_option(CLI::App* sub, int& threads);
 // The thread count a command runs (usable_threads), with a note on stderr when the request
 // was more than the CPUs this process may use.
 int threads_to_run(int requested);
+// --max-step-tokens on `sub` into `tokens` (0, its default: step_tokens_to_run's choice).
+CLI::Option* add_step_tokens_option(CLI::App* sub, int& tokens);
+// The engine step's token budget for `parallel` sequences at once: `requested`, or unset (0) the
+// scheduler's default or `parallel` when larger; a budget below `parallel` fails in one line
+// (decode rows come first, so the newest sequences would wait).
+int step_tokens_to_run(int requested, int parallel);
 
 }  // namespace lamina::cli

@@ -13,7 +13,6 @@
 #include "cli_checks.h"
 #include "commands.h"
 #include "core/error.h"
-#include "engine/scheduler.h"
 #include "model/sampler.h"
 #include "session_args.h"
 
@@ -37,7 +36,7 @@ struct BenchArgs {
   std::string parallel;  // "N1,N2,..."
   int prefix = 0;
   int kv_block = 16;
-  int max_step_tokens = 0;  // 0: SchedulerOptions' default, or the widest --parallel when larger
+  int max_step_tokens = 0;  // 0: step_tokens_to_run's choice
 };
 
 using Clock = std::chrono::steady_clock;
@@ -100,11 +99,7 @@ void run_parallel(const BenchArgs& a) {
   spec.n_prompt = a.n_prompt, spec.n_gen = a.n_gen, spec.prefix = a.prefix, spec.block_tokens = a.kv_block;
   if (spec.n_prompt < 1 || spec.n_gen < 1) fail("--parallel wants -p and -n of at least 1");
   if (spec.prefix > spec.n_prompt) fail("--prefix {} is longer than the prompt of {} tokens (-p)", spec.prefix, spec.n_prompt);
-  const int widest = *std::max_element(spec.parallel.begin(), spec.parallel.end());
-  spec.max_step_tokens = a.max_step_tokens ? a.max_step_tokens : std::max(SchedulerOptions{}.max_step_tokens, widest);
-  if (spec.max_step_tokens < widest)  // (decode rows come first: the newest sequences would wait)
-    fail("--max-step-tokens {} is below --parallel's {}: every running sequence needs its row in each step",
-         spec.max_step_tokens, widest);
+  spec.max_step_tokens = step_tokens_to_run(a.max_step_tokens, *std::max_element(spec.parallel.begin(), spec.parallel.end()));
   SessionOptions o = a.s.resolve();
   // The cache: every sequence of the widest row at full length, in whole blocks, and one more.
   const int bt = spec.block_tokens;
@@ -185,10 +180,7 @@ Run add_bench(CLI::App& app) {
                   "Sequences at once through the batching engine, closed loop: N1,N2,... (each request -p prompt and -n generated tokens)");
   sub->add_option("--prefix", a->prefix, "With --parallel: leading prompt tokens all requests share")->check(whole_in(0, 1 << 16));
   sub->add_option("--kv-block", a->kv_block, "With --parallel: positions per KV block (default 16)")->check(whole_in(1, 4096));
-  sub->add_option("--max-step-tokens", a->max_step_tokens,
-                  "With --parallel: tokens one engine step may take, decode rows first, then prompt chunks (default 512, or the "
-                  "widest --parallel when larger)")
-      ->check(whole_in(1, 1 << 16));
+  add_step_tokens_option(sub, a->max_step_tokens);
   return [a] { run_bench(*a); };
 }
 

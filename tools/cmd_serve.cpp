@@ -10,7 +10,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -25,7 +24,7 @@ struct ServeArgs {
   server::ServerOptions http;
   std::string tmpl;
   int parallel = 64, max_tokens = 256, queue = 0;
-  int max_step_tokens = 0;  // 0: SchedulerOptions' default, or --parallel when larger
+  int max_step_tokens = 0;  // 0: step_tokens_to_run's choice
 };
 
 std::atomic<bool> stopping_{false};
@@ -33,10 +32,7 @@ extern "C" void on_signal(int) { stopping_.store(true); }
 
 void run_serve(const ServeArgs& args) {
   ServeArgs a = args;
-  if (!a.max_step_tokens) a.max_step_tokens = std::max(SchedulerOptions{}.max_step_tokens, a.parallel);
-  if (a.max_step_tokens < a.parallel)  // (decode rows come first: the newest sequences would wait)
-    fail("--max-step-tokens {} is below --parallel {}: every running sequence needs its row in each step",
-         a.max_step_tokens, a.parallel);
+  a.max_step_tokens = step_tokens_to_run(a.max_step_tokens, a.parallel);
   // Requests in flight: those generating plus as many waiting; a worker thread for each, and a
   // few for the quick routes (health, metrics, tokenize) beside them.
   a.http.max_requests = a.queue > 0 ? a.queue : 2 * a.parallel;
@@ -93,10 +89,7 @@ Run add_serve(CLI::App& app) {
   sub->add_option("--parallel", a->parallel, "Sequences generated at once")->check(whole_in(1, 4096));
   sub->add_option("--api-key", a->http.api_key, "Require 'Authorization: Bearer KEY'");
   sub->add_option("--template,--chat-template", a->tmpl, "Chat template: " + chat_template_names());
-  sub->add_option("--max-step-tokens", a->max_step_tokens,
-                  "Tokens one engine step may take, decode rows first, then prompt chunks (default 512, or --parallel when "
-                  "larger)")
-      ->check(whole_in(1, 1 << 16));
+  add_step_tokens_option(sub, a->max_step_tokens);
   sub->add_option("--max-tokens", a->max_tokens, "Tokens generated when a request gives no max_tokens")->check(whole_in(1, 1 << 20));
   sub->add_option("--max-requests", a->queue, "Completions in flight before 429 (default: twice --parallel)")
       ->check(whole_in(1, 16384));
