@@ -41,7 +41,10 @@ __device__ __forceinline__ void scale_min(int j, const uint4& h, float& sc, floa
 }
 
 // One step of a warp (gemv_slots.cuh's Step): 16-byte qs chunks j0 + u * 32 + lane (u < kUnroll)
-// of kRows rows, each with its super-block's header (and Q5_K's qh half).
+// of kRows rows (and Q5_K's qh half). The 16-byte header of a super-block is shared by the 8
+// lanes of its chunks: each holds one of its words (lane % 4) and the others' come by shuffles
+// when the step is multiplied, so that a chunk in flight costs 5 registers, not 8 (two steps of
+// 2 x 2 chunks a lane then fit in the slots rung's 128 registers).
 template <int kRows_, int kUnroll_, bool kQ5>
 struct Q4kStep {
   static constexpr int kRows = kRows_, kUnroll = kUnroll_;
@@ -50,7 +53,8 @@ struct Q4kStep {
   static constexpr size_t kBlock = kQ5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
   static constexpr int kQs = kQ5 ? 48 : 16;  // qs's offset in the super-block
   static __device__ __forceinline__ int64_t units(int64_t k) { return (k / QK_K) * 8; }
-  uint4 qs[kRows][kUnroll], hd[kRows][kUnroll], qh[kRows][kQ5 ? kUnroll : 1];
+  uint4 qs[kRows][kUnroll], qh[kRows][kQ5 ? kUnroll : 1];
+  uint32_t hw[kRows][kUnroll];  // word lane % 4 of the super-block header (d | dmin, scales 0-3, 4-7, 8-11)
 
   __device__ __forceinline__ void load(const uint8_t* wm, int64_t row0, int64_t n, int64_t k, int64_t j0) {
     const int lane = threadIdx.x % 32;
@@ -64,7 +68,7 @@ struct Q4kStep {
         const uint8_t* sb = wm + size_t(rr) * row_bytes + size_t(j / 8) * kBlock;
         const bool in = j < units(k);
         qs[r][u] = in ? load_stream(sb + kQs + (j % 8) * 16) : make_uint4(0, 0, 0, 0);
-        hd[r][u] = in ? *reinterpret_cast<const uint4*>(sb) : make_uint4(0, 0, 0, 0);  // shared by 8 lanes
+        hw[r][u] = in ? reinterpret_cast<const uint32_t*>(sb)[lane % 4] : 0u;
         if constexpr (kQ5)  // qh[16h .. 16h + 15], shared by the 4 lanes of the same h
           qh[r][u] = in ? *reinterpret_cast<const uint4*>(sb + 16 + (j % 2) * 16) : make_uint4(0, 0, 0, 0);
       }
@@ -76,8 +80,16 @@ struct Q4kStep {
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
+      if (j0 + u * 32 >= units(k)) break;  // (the whole warp: the shuffles below need every lane)
+      uint4 hd[kRows];                     // the lane's super-block header, from its 8 lanes
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int base = lane & ~7;
+        hd[r] = make_uint4(__shfl_sync(~0u, hw[r][u], base), __shfl_sync(~0u, hw[r][u], base + 1),
+                           __shfl_sync(~0u, hw[r][u], base + 2), __shfl_sync(~0u, hw[r][u], base + 3));
+      }
       const int64_t j = j0 + u * 32 + lane;
-      if (j >= units(k)) break;
+      if (j >= units(k)) continue;  // (units come in runs of 8: the lanes past them, at the last u)
       const int c = int(j % 8) / 2, h = int(j % 8) % 2;
       const int64_t e_lo = (j / 8) * QK_K + 64 * c + 16 * h;  // first element of each half
       const int64_t e_hi = e_lo + 32;
@@ -89,8 +101,8 @@ struct Q4kStep {
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
           float sc0, m0, sc1, m1;
-          scale_min(2 * c, hd[r][u], sc0, m0);
-          scale_min(2 * c + 1, hd[r][u], sc1, m1);
+          scale_min(2 * c, hd[r], sc0, m0);
+          scale_min(2 * c + 1, hd[r], sc1, m1);
           const uint4 v = qs[r][u];
           const uint32_t mk = 0x0F0F0F0Fu;
           int dl, dh;
@@ -125,7 +137,7 @@ struct Q4kStep {
             dl += int(chunk_byte(v.x, v.y, v.z, v.w, x.m_lo) & 15u) * x.big_lo;
             dh += int(chunk_byte(v.x, v.y, v.z, v.w, x.m_hi) >> 4) * x.big_hi;
           }
-          const uint32_t dd = hd[r][u].x;  // d (low half), dmin (high half)
+          const uint32_t dd = hd[r].x;  // d (low half), dmin (high half)
           const float d = __half2float(__ushort_as_half(uint16_t(dd))), dmin = __half2float(__ushort_as_half(uint16_t(dd >> 16)));
           acc[r][b] += x.d_lo * (d * sc0 * float(dl) - dmin * m0 * float(x.sum_lo)) +
                        x.d_hi * (d * sc1 * float(dh) - dmin * m1 * float(x.sum_hi));
@@ -201,7 +213,7 @@ void register_q4k_variants(std::vector<GemvVariant>& out) {
                  WeightLayout::Gguf, q5k_only, run_k<true>, configs, XRounding::Int8Blocks, /*writes_y8=*/true,
                  /*fuses_norm=*/true});
   out.push_back({"q4k_slots", "q4k_dp4a for decode (batch 1): two register slots of steps, one always in flight (gemv_slots.cuh)",
-                 WeightLayout::Gguf, q4k_only, slots_run<Q4kOf>, slots_configs(), XRounding::Int8Blocks, /*writes_y8=*/true,
+                 WeightLayout::Gguf, q4k_only, slots_run<Q4kOf, true>, slots_configs(true), XRounding::Int8Blocks, /*writes_y8=*/true,
                  /*fuses_norm=*/true, /*takes_x8_ss=*/false, /*tuner_picks=*/true, /*writes_argmax=*/false, /*max_batch=*/1});
   out.push_back({"q5k_slots", "q5k_dp4a for decode (batch 1): two register slots of steps, one always in flight (gemv_slots.cuh)",
                  WeightLayout::Gguf, q5k_only, slots_run<Q5kOf>, slots_configs(), XRounding::Int8Blocks, /*writes_y8=*/true,

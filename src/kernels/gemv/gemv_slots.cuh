@@ -97,9 +97,10 @@ Status slots_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   return launch_x8_persistent(slots_dp4a<Step, false>, Step::kSlotsName, p, c, Step::kRows, s);
 }
 
-// The slots variant of a type: StepOf<kRows, kUnroll> its Step; instances of 1 and 2 rows at
-// 1 x 2 and 2 x 1 units a step (two slots of 2 x 2 units spilled: 128 registers at two blocks an SM).
-template <template <int, int> class StepOf>
+// The slots variant of a type: StepOf<kRows, kUnroll> its Step; instances of 1 x 2 and 2 x 1
+// units a step, and 2 x 2 where the Step's registers allow two of them (kWide: q4_K, whose chunks
+// share their header words; the others' spilled at 128 registers, two blocks an SM).
+template <template <int, int> class StepOf, bool kWide = false>
 Status slots_run(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   using One = StepOf<1, 2>;
   const std::string name = One::kSlotsName;
@@ -108,12 +109,16 @@ Status slots_run(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   if (p.batch != 1) return Status::error(name + ": batch 1 only (decode)");
   if (c.rows == 1 && c.unroll == 2) return slots_launch<One>(p, c, s);
   if (c.rows == 2 && c.unroll == 1) return slots_launch<StepOf<2, 1>>(p, c, s);
+  if constexpr (kWide)
+    if (c.rows == 2 && c.unroll == 2) return slots_launch<StepOf<2, 2>>(p, c, s);
   return Status::error(name + ": no instance for config " + c.str());
 }
 
 // Rows x warps x unroll; 256 threads at most (the kernel's launch bounds).
-inline std::vector<GemvConfig> slots_configs() {
-  return {GemvConfig{1, 8, 2}, GemvConfig{2, 8, 1}, GemvConfig{1, 4, 2}, GemvConfig{2, 4, 1}};
+inline std::vector<GemvConfig> slots_configs(bool wide = false) {
+  std::vector<GemvConfig> c{GemvConfig{1, 8, 2}, GemvConfig{2, 8, 1}, GemvConfig{1, 4, 2}, GemvConfig{2, 4, 1}};
+  if (wide) c.insert(c.end(), {GemvConfig{2, 8, 2}, GemvConfig{2, 4, 2}});
+  return c;
 }
 
 }  // namespace lamina::kernels::gemv_detail
