@@ -39,6 +39,7 @@ const std::vector<GemvVariant>& gemv_variants() {
     register_q2k_variants(out);
     register_q3k_variants(out);
     register_iq4xs_variants(out);
+    register_q51_variants(out);
     return out;
   }();
   return v;
@@ -99,7 +100,7 @@ static std::string tune_key(const GemvProblem& p) {
 
 // The default when a shape is untuned: the fastest rung that takes the problem.
 static const GemvVariant* default_variant(const GemvProblem& p) {
-  for (const char* name : {"q_dp4a", "q4k_dp4a", "q5k_dp4a", "q6k_dp4a", "q2k_dp4a", "q3k_dp4a", "iq4xs_dp4a", "v5_stream", "q_generic"}) {
+  for (const char* name : {"q_dp4a", "q4k_dp4a", "q5k_dp4a", "q6k_dp4a", "q2k_dp4a", "q3k_dp4a", "iq4xs_dp4a", "q51_dp4a", "v5_stream", "q_generic"}) {
     const GemvVariant* v = find_gemv_variant(name);
     if (v && v->supports(p.wtype) && v->layout == p.layout) return v;
   }

@@ -33,5 +33,6 @@ Status gemv_q3k_repack(const void* src, int64_t n, int64_t k, void* out, cudaStr
 Status dequant_q3k_repacked(const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out, cudaStream_t s);
 Status dequant_q6k_repacked(const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out, cudaStream_t s);
 void register_iq4xs_variants(std::vector<GemvVariant>& out);   // gemv_iq4xs.cu
+void register_q51_variants(std::vector<GemvVariant>& out);     // gemv_q51.cu
 
 }  // namespace lamina::kernels

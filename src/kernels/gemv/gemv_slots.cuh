@@ -30,6 +30,14 @@
 
 namespace lamina::kernels::gemv_detail {
 
+// What a row's length must be a multiple of for T's type: 256 (super-blocks) unless T says less
+// (kKMultiple: Q5_1's blocks of 32).
+template <class T>
+constexpr int64_t k_multiple() {
+  if constexpr (requires { T::kKMultiple; }) return T::kKMultiple;
+  else return 256;
+}
+
 // w, w_up: [n][k] in the Step's layout; y: [n] (batch 1); x from xin (int8 blocks of k, made in
 // the prologue when not given).
 template <class Step, bool kGateUp>
@@ -105,7 +113,7 @@ Status slots_run(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   using One = StepOf<1, 2>;
   const std::string name = One::kSlotsName;
   if (p.wtype != One::kType) return Status::error(name + ": " + std::string(type_name(One::kType)) + " only");
-  if (p.k % 256) return Status::error(name + ": k must be a multiple of 256");
+  if (p.k % k_multiple<One>()) return Status::error(name + ": k must be a multiple of " + std::to_string(k_multiple<One>()));
   if (p.batch != 1) return Status::error(name + ": batch 1 only (decode)");
   if (c.rows == 1 && c.unroll == 2) return slots_launch<One>(p, c, s);
   if (c.rows == 2 && c.unroll == 1) return slots_launch<StepOf<2, 1>>(p, c, s);

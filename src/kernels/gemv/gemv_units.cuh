@@ -4,6 +4,7 @@
 //   U::kName, U::kType             the variant's name (launch errors) and its weight type
 //   U::kSlotsName                  the name of its slots rung (gemv_slots.cuh)
 //   U::units(k)                    units in a row of k elements
+//   U::kKMultiple (optional)       what k must be a multiple of (default 256)
 //   U::Unit                        the registers of one unit (zero-initialisable)
 //   U::load(w, n, k, row, j)       unit j of row `row` of the n x k matrix at w
 //   U::XPart                       what a unit needs of one batch row of x
@@ -51,6 +52,7 @@ struct UnitsStep {
   static constexpr int kRows = kRows_, kUnroll = kUnroll_;
   static constexpr GgmlType kType = U::kType;
   static constexpr const char* kSlotsName = U::kSlotsName;
+  static constexpr int64_t kKMultiple = k_multiple<U>();
   static __device__ __forceinline__ int64_t units(int64_t k) { return U::units(k); }
   typename U::Unit q[kRows][kUnroll];
 
@@ -132,7 +134,7 @@ template <class U>
 Status units_run(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   const std::string name = U::kName;
   if (p.wtype != U::kType) return Status::error(name + ": " + std::string(type_name(U::kType)) + " only");
-  if (p.k % 256) return Status::error(name + ": k must be a multiple of 256");
+  if (p.k % k_multiple<U>()) return Status::error(name + ": k must be a multiple of " + std::to_string(k_multiple<U>()));
   if (c.rows == 1 && c.unroll == 2) return units_launch_gate<U, 1, 2>(p, c, s);
   if (c.rows == 2 && c.unroll == 2) return units_launch_gate<U, 2, 2>(p, c, s);
   if (c.rows == 1 && c.unroll == 4) return units_launch_gate<U, 1, 4>(p, c, s);
