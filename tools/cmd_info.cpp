@@ -44,7 +44,7 @@ void run_info(const InfoArgs& a) {
     if (f.find_tensor("rope_factors_long.weight"))
       fmt::print("  LongRoPE      long factors past {} positions of context, cos/sin x {:g}\n", c.n_ctx_orig,
                  c.rope_attn_factor);
-    if (c.n_expert) fmt::print("  experts       {}, {} per token (CPU only for now)\n", c.n_expert, c.n_expert_used);
+    if (c.n_expert) fmt::print("  experts       {}, {} per token\n", c.n_expert, c.n_expert_used);
     if (c.sliding_window)
       fmt::print("  local layers  window {}, rope base {:g}; every {}th layer global\n", c.sliding_window,
                  c.rope_base_local, c.swa_pattern);

@@ -345,8 +345,9 @@ Tensor LlamaModel::forward_batch(std::span<const int32_t> tokens, std::span<cons
     every_row = every_row && logit_rows[i] == int32_t(i);
     one_row_each = one_row_each && layout.row_seq[i] == int32_t(i);
   }
-  // A decode step of T sequences: recorded per row count (the backend adds the length bucket).
-  const uint64_t key = every_row && one_row_each ? uint64_t(T) << 8 | 2 : 0;
+  // A decode step of T sequences: recorded per row count (the backend adds the length bucket). A
+  // mixture of experts routes on the host mid-pass (moe_ffn reads the router's logits): never.
+  const uint64_t key = every_row && one_row_each && cfg_.n_expert == 0 ? uint64_t(T) << 8 | 2 : 0;
   be_.set_kv_layout(&layout);
   try {
     be_.begin_forward(tokens, pos);
@@ -369,7 +370,7 @@ Tensor LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int3
 
   be_.begin_forward(tokens, pos);
   constexpr uint64_t kDecodeStep = 1;
-  return recordable_pass(T == 1 && mode == Logits::Last ? kDecodeStep : 0, tokens, pos, mode, {});
+  return recordable_pass(T == 1 && mode == Logits::Last && cfg_.n_expert == 0 ? kDecodeStep : 0, tokens, pos, mode, {});
 }
 
 Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode,

@@ -155,7 +155,9 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaTiny,
                                            "tiny-q4_K", "tiny-q6_K", "tiny-qwen2-f16", "tiny-qwen2-q8_0",
                                            "tiny-llama3-f16", "tiny-llama3-q8_0", "tiny-qwen3-f16", "tiny-qwen3-q8_0",
                                            "tiny-gemma3-f16", "tiny-gemma3-q8_0", "tiny-phi3-f16", "tiny-phi3-q8_0",
-                                           "tiny-phi3-longrope-f16", "tiny-phi3-longrope-q8_0"),
+                                           "tiny-phi3-longrope-f16", "tiny-phi3-longrope-q8_0", "tiny-moe-f16",
+                                           "tiny-moe-q8_0", "tiny-qwen3moe-f16", "tiny-qwen3moe-q8_0",
+                                           "tiny-qwen2moe-f16", "tiny-qwen2moe-q8_0"),
                          [](const auto& info) { return case_param_name(info.param); });
 
 // Greedy tokens with GPU sampling (Session::eval_sample).

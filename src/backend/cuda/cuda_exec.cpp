@@ -197,6 +197,27 @@ void CudaBackend::widen_only16(Tensor t) {
   });
 }
 
+// Not a plan op: a mixture of experts routes on the host between its expert matmuls (the model
+// reads the router's logits and never records such passes), so what was recorded runs first and
+// the weighted rows are added at once.
+void CudaBackend::add_rows_scaled(Tensor dst, Tensor src, std::span<const int32_t> rows, std::span<const float> scale) {
+  check("add_rows_scaled", int64_t(rows.size()) == src.rows && scale.size() == rows.size() && src.cols == dst.cols,
+        "shapes differ");
+  for (int32_t r : rows)
+    if (r < 0 || r >= dst.rows) fail("add_rows_scaled: row {} of {}", r, dst.rows);
+  if (rows.empty()) return;
+  flush();
+  widen_only16(dst);
+  widen_only16(src);
+  auto* idx = static_cast<int32_t*>(scratch_bytes(rows.size() * sizeof(int32_t)));
+  auto* sc = static_cast<float*>(scratch_bytes(scale.size() * sizeof(float)));
+  cuda_check(cudaMemcpyAsync(idx, rows.data(), rows.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "add_rows_scaled");
+  cuda_check(cudaMemcpyAsync(sc, scale.data(), scale.size() * sizeof(float), cudaMemcpyHostToDevice, stream_), "add_rows_scaled");
+  run_op("add_rows_scaled", double(src.rows * src.cols) * 12.0, double(src.rows * src.cols) * 2.0, [&] {
+    return kn::add_rows_scaled(dst.data, src.data, dst.cols, idx, sc, int64_t(rows.size()), stream_);
+  });
+}
+
 void CudaBackend::read(Tensor t, float* host) {
   flush();
   widen_only16(t);

@@ -179,6 +179,15 @@ __global__ void gather_rows_kernel(const float* __restrict__ src, int64_t cols, 
     dst[i] = src[int64_t(rows[i / cols]) * cols + i % cols];
 }
 
+__global__ void add_rows_scaled_kernel(float* __restrict__ dst, const float* __restrict__ src, int64_t cols,
+                                       const int32_t* __restrict__ rows, const float* __restrict__ scale, int64_t n) {
+  pdl_enter();
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * cols; i += int64_t(gridDim.x) * blockDim.x) {
+    float* d = dst + int64_t(rows[i / cols]) * cols + i % cols;
+    *d = __fmaf_rn(scale[i / cols], src[i], *d);
+  }
+}
+
 // The first kernel of a pass (no PDL wait: nothing before it in the pass; the lookup after it
 // launches at once and waits for it). One block, so that the stamp goes out after every thread's
 // reads.
@@ -323,6 +332,13 @@ Status gather_rows(const float* src, int64_t cols, const int32_t* rows, int64_t 
   if (!src || !rows || !dst || cols <= 0 || n < 0) return Status::error("gather_rows: bad arguments");
   if (n) launch_pdl(gather_rows_kernel, grid_for(n * cols, 256), 256, 0, s, src, cols, rows, n, dst);
   return launch_status("gather_rows");
+}
+
+Status add_rows_scaled(float* dst, const float* src, int64_t cols, const int32_t* rows, const float* scale, int64_t n,
+                       cudaStream_t s) {
+  if (!dst || !src || !rows || !scale || cols <= 0 || n < 0) return Status::error("add_rows_scaled: bad arguments");
+  if (n) launch_pdl(add_rows_scaled_kernel, grid_for(n * cols, 256), 256, 0, s, dst, src, cols, rows, scale, n);
+  return launch_status("add_rows_scaled");
 }
 
 Status upload_inputs(const int32_t* src, int32_t* dst, int64_t n, int64_t half, const int32_t* sampled, int32_t* seen,

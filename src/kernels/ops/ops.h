@@ -43,6 +43,10 @@ Status copy_columns(const float* src, int64_t rows, int64_t src_cols, int64_t co
                     cudaStream_t s);
 // dst[i] = src[rows[i]] for i < n (rows: device [n]; each row `cols` floats).
 Status gather_rows(const float* src, int64_t cols, const int32_t* rows, int64_t n, float* dst, cudaStream_t s);
+// dst[rows[i]] += scale[i] * src[i] for i < n, rows distinct (rows, scale: device [n]; each row
+// `cols` floats): a mixture of experts' weighted outputs back into their tokens' rows.
+Status add_rows_scaled(float* dst, const float* src, int64_t cols, const int32_t* rows, const float* scale, int64_t n,
+                       cudaStream_t s);
 // out = x rounded to F16 or BF16 (the A operand of the tensor-core GEMMs).
 Status convert_f32(const float* x, int64_t n, GgmlType to, void* out, cudaStream_t s);
 
