@@ -172,6 +172,32 @@ TEST(BackendOps, RmsNormAddBiasSwiglu) {
   }
 }
 
+// A mixture of experts' outputs back into their tokens' rows: dst[rows[i]] += scale[i] * src[i],
+// recorded ops before it run first (the add of y here), rows not routed stay as they were.
+TEST(BackendOps, AddRowsScaledAfterTheRecordedOps) {
+  Both b;
+  std::mt19937 rng(3);
+  const int64_t rows = 9, cols = 640;
+  const std::vector<int32_t> routed{7, 0, 4};
+  const std::vector<float> scale{0.25f, -1.5f, 0.625f};
+  const auto xh = randn(size_t(rows * cols), rng), yh = randn(size_t(rows * cols), rng),
+             sh = randn(size_t(routed.size()) * size_t(cols), rng);
+  b.cpu.reset_scratch(), b.gpu.reset_scratch();
+  Tensor xc = b.put(b.cpu, xh, rows, cols), xg = b.put(b.gpu, xh, rows, cols);
+  Tensor yc = b.put(b.cpu, yh, rows, cols), yg = b.put(b.gpu, yh, rows, cols);
+  Tensor sc = b.put(b.cpu, sh, int64_t(routed.size()), cols), sg = b.put(b.gpu, sh, int64_t(routed.size()), cols);
+  b.cpu.add(xc, yc), b.gpu.add(xg, yg);
+  b.cpu.add_rows_scaled(xc, sc, routed, scale), b.gpu.add_rows_scaled(xg, sg, routed, scale);
+  const std::vector<float> got = b.get(b.gpu, xg), want = b.get(b.cpu, xc);
+  EXPECT_LE(rel(got, want), 1e-7);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (std::find(routed.begin(), routed.end(), int32_t(r)) != routed.end()) continue;
+    for (int64_t c = 0; c < cols; ++c)
+      ASSERT_EQ(got[size_t(r * cols + c)], xh[size_t(r * cols + c)] + yh[size_t(r * cols + c)]) << "row " << r << " not routed";
+  }
+  EXPECT_THROW(b.gpu.add_rows_scaled(xg, sg, std::vector<int32_t>{1, 2, 9}, scale), Error);  // a row outside dst
+}
+
 TEST(BackendOps, Rope) {
   Both b;
   std::mt19937 rng(2);
