@@ -13,7 +13,7 @@ struct ParallelBenchSpec {
   int n_prompt = 128, n_gen = 128;
   int prefix = 0;             // leading prompt tokens every request shares
   int block_tokens = 16;      // positions per KV block
-  int max_step_tokens = 512;  // tokens one engine step may take (SchedulerOptions)
+  int max_step_tokens = 0;  // tokens one engine step may take (SchedulerOptions; 0: the engine's choice)
 };
 
 // The value at fraction p (0..1) of v sorted, the nearest rank (0 for an empty v): the table's

@@ -76,13 +76,14 @@ int threads_to_run(int requested) {
 
 CLI::Option* add_step_tokens_option(CLI::App* sub, int& tokens) {
   return sub->add_option("--max-step-tokens", tokens,
-                         "Tokens one engine step may take, decode rows first, then prompt chunks (default 512, or the "
-                         "sequences at once when more)")
+                         "Tokens one engine step may take, decode rows first, then prompt chunks (default 2048 on CUDA, 512 "
+                         "on the CPU, or the sequences at once when more)")
       ->check(whole_in(1, 1 << 16));
 }
 
 int step_tokens_to_run(int requested, int parallel) {
-  const int n = requested ? requested : std::max(SchedulerOptions{}.max_step_tokens, parallel);
+  if (!requested) return 0;  // the engine's choice: the backend's budget, at least the sequences at once
+  const int n = requested;
   if (n < parallel)
     fail("--max-step-tokens {} is below the {} sequences at once (--parallel): every running sequence needs its row in "
          "each step",

@@ -24,9 +24,9 @@ CLI::Option* add_threads_option(CLI::App* sub, int& threads);
 int threads_to_run(int requested);
 // --max-step-tokens on `sub` into `tokens` (0, its default: step_tokens_to_run's choice).
 CLI::Option* add_step_tokens_option(CLI::App* sub, int& tokens);
-// The engine step's token budget for `parallel` sequences at once: `requested`, or unset (0) the
-// scheduler's default or `parallel` when larger; a budget below `parallel` fails in one line
-// (decode rows come first, so the newest sequences would wait).
+// The engine step's token budget for `parallel` sequences at once: `requested`, or unset 0 (the
+// engine's choice: Backend::engine_step_tokens, or the sequences at once when more); a budget below
+// `parallel` fails in one line (decode rows come first, so the newest sequences would wait).
 int step_tokens_to_run(int requested, int parallel);
 
 }  // namespace lamina::cli

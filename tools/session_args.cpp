@@ -35,6 +35,10 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
                 "CUDA: many rows of gate/up as two GEMMs and a GLU kernel (not one GEMM with the GLU in its epilogue)");
   sub->add_flag("!--no-paged-prefill", a.opt.cuda.paged_prefill,
                 "CUDA: the batching engine's prompt chunks through the flash-decoding splits row by row (not the prefill kernel)");
+  sub->add_option("--decode-attention", a.opt.cuda.decode_attention,
+                  "CUDA: the batching engine's decode-row attention: mma (tensor cores, where the heads allow) or split "
+                  "(default mma)")
+      ->check(CLI::IsMember({"mma", "split"}));
   sub->add_flag("--graph-timing", a.opt.cuda.graph_timing,
                 "CUDA: time each replayed decode step on the GPU against the host's share, printed at exit");
   sub->add_option("--gemv-max-rows", a.opt.cuda.gemv_max_rows,

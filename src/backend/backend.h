@@ -121,6 +121,9 @@ class Backend {
   }
   // Whether add_rows_scaled runs here (mixtures of experts).
   virtual bool runs_experts() const { return false; }
+  // The batching engine's step budget when none is given (SchedulerOptions::max_step_tokens 0):
+  // tokens one forward may take, decode rows first. CUDA takes 2048 (docs/benchmarks.md).
+  virtual int engine_step_tokens() const { return 512; }
   // dst[rows[i]] += scale[i] * src[i]: a mixture of experts' weighted expert outputs back into
   // the rows of the tokens routed to that expert (rows distinct). `scale` is host memory.
   virtual void add_rows_scaled(Tensor dst, Tensor src, std::span<const int32_t> rows, std::span<const float> scale) {

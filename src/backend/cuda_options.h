@@ -16,6 +16,9 @@ namespace lamina {
 struct CudaOptions {
   // Prompt attention kernel: "v2_pipelined" (default) or "v1_mma" (kernels::prefill_attention_name).
   std::string prefill_attention = "v2_pipelined";
+  // The batching engine's decode-row attention over the paged cache: "mma" (default; tensor cores
+  // where the heads allow, else the split kernels) or "split" (kernels::decode_attention_name).
+  std::string decode_attention = "mma";
   // Decode attention at short context: RoPE and attention in one kernel per head (true) or the
   // split-by-length kernels at every length (false).
   bool single_pass_attention = true;

@@ -18,10 +18,16 @@ int n_blocks_for(Session& s, const EngineOptions& o) {
   return n;
 }
 
+SchedulerOptions schedule_for(Session& s, SchedulerOptions o) {
+  if (o.max_step_tokens == 0) o.max_step_tokens = std::max(s.backend().engine_step_tokens(), o.max_running);
+  return o;
+}
+
 }  // namespace
 
 Engine::Engine(Session& session, EngineOptions o)
-    : session_(session), opt_(o), kv_(n_blocks_for(session, o), o.block_tokens, o.prefix_cache), sched_(kv_, o.schedule) {
+    : session_(session), opt_(o), kv_(n_blocks_for(session, o), o.block_tokens, o.prefix_cache),
+      sched_(kv_, schedule_for(session, o.schedule)) {
   if (!session.backend().takes_kv_layout())
     fail("the {} backend does not run several sequences at once yet (use -d cpu)", session.backend().name());
   stats_.kv_blocks = kv_.n_blocks();

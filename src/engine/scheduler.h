@@ -21,7 +21,9 @@
 namespace lamina {
 
 struct SchedulerOptions {
-  int max_step_tokens = 512;  // tokens one forward may take (decode rows first)
+  // Tokens one forward may take (decode rows first). Given 0, the Engine takes the backend's
+  // choice (Backend::engine_step_tokens), or max_running when that is more.
+  int max_step_tokens = 512;
   int max_running = 256;      // sequences admitted at once
 };
 

@@ -1,5 +1,6 @@
-// The batching engine's decode kernels against host references: attention_paged (rows of
-// several sequences over a paged f16 cache, GQA and plain heads, split counts from 1 to 16)
+// The batching engine's decode kernels against host references: attention_paged (each rung of
+// DecodeAttention; rows of several sequences over a paged f16 cache, GQA and plain heads, split
+// counts from 1 to 16)
 // against an fp64 softmax over each row's own positions, and its int8 copy (out8) against the
 // host's quantisation of the f32 output it wrote, byte for byte; argmax_rows against the host's
 // first maximum (ties, NaN and -inf, rows of a multiple of 4 and not).
@@ -37,7 +38,8 @@ TEST(AttentionPaged, RowsOfSeveralSequencesMatchFp64AndTheirInt8Copy) {
   std::normal_distribution<float> nd(0.f, 1.f);
   const PagedCase cases[] = {{32, 8, 128, 16, {200}},         {32, 8, 128, 16, {1, 17, 130, 256}},
                              {8, 8, 64, 16, {33, 5}},         {4, 1, 128, 8, {70, 9, 100}},
-                             {12, 4, 96, 32, {64, 65, 1, 31}}, {2, 2, 256, 16, {40}}};
+                             {12, 4, 96, 32, {64, 65, 1, 31}}, {2, 2, 256, 16, {40}},
+                             {16, 2, 64, 16, {15, 16, 17, 700}}, {4, 2, 128, 32, {2, 1000, 33}}};
   for (const PagedCase& c : cases) {
     const int hd = c.head_dim, qd = c.n_head * hd, kvd = c.n_head_kv * hd, group = c.n_head / c.n_head_kv;
     const int rows = int(c.lengths.size()), bt = c.block_tokens;
@@ -92,17 +94,20 @@ TEST(AttentionPaged, RowsOfSeveralSequencesMatchFp64AndTheirInt8Copy) {
     a.n_head = c.n_head, a.n_head_kv = c.n_head_kv, a.head_dim = hd, a.scale = scale, a.n_ctx = n_ctx;
     PagedKv pk;
     pk.row_seq = dseq.as<int32_t>(), pk.tables = dtab.as<int32_t>(), pk.max_blocks = max_blocks, pk.block_tokens = bt;
+    // The mma rung takes 2 to 8 query heads per KV head of 64 or 128 dims; elsewhere the split kernels run.
+    EXPECT_EQ(decode_attention_supported(DecodeAttention::Mma, a), group >= 2 && group <= 8 && (hd == 64 || hd == 128));
+    for (DecodeAttention variant : {DecodeAttention::Split, DecodeAttention::Mma})
     for (int splits : {1, 3, 16}) {
-      const std::string what = "heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) + " hd " +
-                               std::to_string(hd) + " block " + std::to_string(bt) + " rows " + std::to_string(rows) +
-                               " splits " + std::to_string(splits);
+      const std::string what = std::string(decode_attention_name(variant)) + " heads " + std::to_string(c.n_head) + "/" +
+                               std::to_string(c.n_head_kv) + " hd " + std::to_string(hd) + " block " + std::to_string(bt) +
+                               " rows " + std::to_string(rows) + " splits " + std::to_string(splits);
       DeviceBuf work(attention_work_floats(a, rows, splits) * 4);
       CUDA_OK(cudaMemset(dout.p, 0xFF, dout.n));
       CUDA_OK(cudaMemset(dout8.p, 0xFF, dout8.n));
       DeviceBuf dout16(q.size() * 2);
       CUDA_OK(cudaMemset(dout16.p, 0xFF, dout16.n));
       const Status st = attention_paged(dq.as<float>(), rows, dpos.as<int32_t>(), pk, dk.p, dv.p, a, splits,
-                                        work.as<float>(), dout.as<float>(), nullptr, dout8.p, dout16.p);
+                                        work.as<float>(), dout.as<float>(), nullptr, dout8.p, dout16.p, variant);
       ASSERT_TRUE(st.ok) << st.message << " " << what;
       CUDA_OK(cudaDeviceSynchronize());
       std::vector<float> got(q.size());

@@ -52,6 +52,10 @@ CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
   for (auto r : {kn::PrefillAttention::V1Mma, kn::PrefillAttention::V2Pipelined})
     if (o.prefill_attention == kn::prefill_attention_name(r)) prefill_attention_ = r, known = true;
   check("init", known, fmt::format("prefill attention '{}' names no prompt-attention kernel", o.prefill_attention));
+  known = false;
+  for (auto r : {kn::DecodeAttention::Split, kn::DecodeAttention::Mma})
+    if (o.decode_attention == kn::decode_attention_name(r)) decode_attention_ = r, known = true;
+  check("init", known, fmt::format("decode attention '{}' names no decode-attention kernel", o.decode_attention));
   check("init", o.gemv_max_rows >= 1 && o.gemv_max_rows <= kn::kGemvMaxBatch,
         fmt::format("--gemv-max-rows {}: 1 to {}", o.gemv_max_rows, kn::kGemvMaxBatch));
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");

@@ -151,7 +151,7 @@ void CudaBackend::attend_paged_rows(const LayerCache& c, const Node& n, int64_t 
   kv.row_seq += r0;
   run_op("attention (paged)", kv_read + double(rows * q.cols) * 8.0, flops, [&] {
     return kn::attention_paged(q.data + r0 * q.cols, rows, dev_pos() + r0, kv, c.k, c.v, c.a, splits, work,
-                               n.out.data + r0 * n.out.cols, stream_, out8, out16);
+                               n.out.data + r0 * n.out.cols, stream_, out8, out16, decode_attention_);
   });
 }
 

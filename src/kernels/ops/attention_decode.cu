@@ -157,18 +157,20 @@ bool launch_split_hd(const float* q, int64_t rows, const int32_t* pos, const voi
   }
 }
 
-// The split kernels over the cache (paged or not), then their merge into out (and out16, out8).
+// The split kernels over the cache (paged or not; mma: the paged mma rung instead), then their
+// merge into out (and out16, out8).
 template <bool kPaged>
 Status attend_splits(const char* what, const float* q, int64_t rows, const int32_t* pos, const void* k_cache,
                      const void* v_cache, const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s,
-                     void* out8, const PagedKv& paged, void* out16 = nullptr) {
+                     void* out8, const PagedKv& paged, void* out16 = nullptr, bool mma = false) {
   if (Status st = check_args(a); !st) return st;
   if (!q || !pos || !k_cache || !v_cache || !work || !out) return Status::error(std::string(what) + ": null pointer");
   if (splits < 1 || splits > 65535 || rows > 65535) return Status::error(std::string(what) + ": bad split count or rows");
   if (rows <= 0) return Status::success();
-  const bool ok = a.kv_type == GgmlType::F16
-                      ? launch_split_hd<__half, kPaged>(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged)
-                      : launch_split_hd<float, kPaged>(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged);
+  bool ok = true;
+  if (mma) launch_paged_mma(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged);
+  else if (a.kv_type == GgmlType::F16) ok = launch_split_hd<__half, kPaged>(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged);
+  else ok = launch_split_hd<float, kPaged>(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged);
   if (!ok) return Status::error(std::string(what) + ": head_dim " + std::to_string(a.head_dim) + " is not 64, 96, 128 or 256");
   launch_pdl(attn_merge_kernel, dim3(unsigned(a.n_head), unsigned(rows)), 128, 0, s, work, a.head_dim, a.n_head, splits,
              out, static_cast<__half*>(out16), static_cast<uint8_t*>(out8));
@@ -202,12 +204,18 @@ Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const 
 
 Status attention_paged(const float* q, int64_t rows, const int32_t* pos, const PagedKv& paged, const void* k_cache,
                        const void* v_cache, const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s,
-                       void* out8, void* out16) {
+                       void* out8, void* out16, DecodeAttention variant) {
   if (!paged.row_seq || !paged.tables || paged.max_blocks <= 0 || paged.block_tokens <= 0)
     return Status::error("attention_paged: bad block tables");
   if (out16 && reinterpret_cast<uintptr_t>(out16) % 2) return Status::error("attention_paged: out16 must be 2-byte aligned");
   return attend_splits<true>("attention_paged", q, rows, pos, k_cache, v_cache, a, splits, work, out, s, out8, paged,
-                             out16);
+                             out16, decode_attention_supported(variant, a) && variant == DecodeAttention::Mma);
+}
+
+const char* decode_attention_name(DecodeAttention v) { return v == DecodeAttention::Mma ? "mma" : "split"; }
+
+bool decode_attention_supported(DecodeAttention v, const AttentionArgs& a) {
+  return v == DecodeAttention::Split || paged_mma_supported(a);
 }
 
 }  // namespace lamina::kernels

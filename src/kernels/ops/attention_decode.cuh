@@ -7,6 +7,8 @@
 // output acc) — the online softmax. merge_warps combines the block's warps through shared memory.
 #pragma once
 
+#include "kernels/ops/ops.h"
+
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -149,20 +151,13 @@ struct MergeSmem {
   float o[kW][MAXG][HD];
 };
 
-// Combines the block's warps: for every (g < G, d < HD), emit(g, d, M, L, O) with
+// Combines the block's warps once each has left its (m, l) and outputs in sm: for every
+// (g < G, d < HD), emit(g, d, M, L, O) with
 //   M = max_w m_w,  L = sum_w l_w e^(m_w - M),  O = sum_w o_w[d] e^(m_w - M).
 // Items go to threads in order (i = g * HD + d), so a warp's 32 lanes take 32 consecutive d of
 // one head (HD is a multiple of 32): emit may use warp collectives.
-template <int kW, int MAXG, int HD, int E, class Emit>
-__device__ __forceinline__ void merge_warps(const WarpState<E, MAXG>& s, int G, MergeSmem<kW, MAXG, HD>& sm, Emit&& emit) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-#pragma unroll
-  for (int g = 0; g < MAXG; ++g) {
-    if (g >= G) break;
-    if (lane == 0) sm.ml[warp][g][0] = s.m[g], sm.ml[warp][g][1] = s.l[g];
-#pragma unroll
-    for (int e = 0; e < E; ++e) sm.o[warp][g][lane * E + e] = s.acc[g][e];
-  }
+template <int kW, int MAXG, int HD, class Emit>
+__device__ __forceinline__ void combine_warps(int G, const MergeSmem<kW, MAXG, HD>& sm, Emit&& emit) {
   __syncthreads();
   for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
     const int g = i / HD, d = i % HD;
@@ -177,5 +172,26 @@ __device__ __forceinline__ void merge_warps(const WarpState<E, MAXG>& s, int G, 
     emit(g, d, M, L, O);
   }
 }
+
+// Leaves each warp's WarpState in sm, then combine_warps.
+template <int kW, int MAXG, int HD, int E, class Emit>
+__device__ __forceinline__ void merge_warps(const WarpState<E, MAXG>& s, int G, MergeSmem<kW, MAXG, HD>& sm, Emit&& emit) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int g = 0; g < MAXG; ++g) {
+    if (g >= G) break;
+    if (lane == 0) sm.ml[warp][g][0] = s.m[g], sm.ml[warp][g][1] = s.l[g];
+#pragma unroll
+    for (int e = 0; e < E; ++e) sm.o[warp][g][lane * E + e] = s.acc[g][e];
+  }
+  combine_warps(G, sm, static_cast<Emit&&>(emit));
+}
+
+// The mma rung of the paged attention (attention_paged_mma.cu): the split partials of every row,
+// (KV head, split, row) blocks as the split rung; where paged_mma_supported (an f16 cache,
+// head_dim 64 or 128, 2 to 8 query heads per KV head).
+bool paged_mma_supported(const AttentionArgs& a);
+void launch_paged_mma(const float* q, int64_t rows, const int32_t* pos, const void* kc, const void* vc,
+                      const AttentionArgs& a, int splits, float* work, cudaStream_t s, const PagedKv& paged);
 
 }  // namespace lamina::kernels::attn_detail

@@ -115,9 +115,15 @@ struct PagedKv {
 };
 // out8 (optional): out's int8 blocks as well, as attention_decode makes them (the Wo GEMV's input);
 // out16 (optional): out rounded to f16 (the Wo GEMM's input, [rows][n_head * head_dim]).
+// The variants are the family's ladder: Split (attention_decode.cu: warp-wide shuffle reductions
+// per position and query head) and Mma (attention_paged_mma.cu: 16 positions at a time on tensor
+// cores, where decode_attention_supported; elsewhere the split kernels run), the default.
+enum class DecodeAttention { Split, Mma };
+const char* decode_attention_name(DecodeAttention v);
+bool decode_attention_supported(DecodeAttention v, const AttentionArgs& a);
 Status attention_paged(const float* q, int64_t rows, const int32_t* pos, const PagedKv& paged, const void* k_cache,
                        const void* v_cache, const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s,
-                       void* out8 = nullptr, void* out16 = nullptr);
+                       void* out8 = nullptr, void* out16 = nullptr, DecodeAttention variant = DecodeAttention::Mma);
 
 // A decode token's attention block in one kernel: rope_kv_store() then attention_decode() for
 // one row, without splits (one block per KV head), so meant for short contexts; same results as
