@@ -286,6 +286,16 @@ TEST_F(EngineTest, BenchParallelPrintsOneRowPerCount) {
   EXPECT_GT(waste, 0.0) << line;
   EXPECT_LE(waste, 25.0) << line;
   EXPECT_NE(out.find("prompt tokens found in the prefix cache"), std::string::npos) << out;
+  // Blocks of 4: the shared 8-token prefix fills two, found in the cache by later prompts unless
+  // --no-prefix-cache.
+  const auto cached = [&](const std::string& flags) {
+    const std::string o = shell(cli + "--parallel 3 -p 12 -n 4 --prefix 8 --kv-block 4 " + flags + " 2>&1");
+    const size_t at = o.find(" prompt tokens found in the prefix cache");
+    EXPECT_NE(at, std::string::npos) << o;
+    return at == std::string::npos ? -1 : std::stoi(o.substr(o.rfind('(', at) + 1));
+  };
+  EXPECT_GT(cached(""), 0);
+  EXPECT_EQ(cached("--no-prefix-cache"), 0);
   // A step budget below one prompt: every prompt goes in chunks, and the rows still come out.
   const std::string small = shell(cli + "--parallel 3 -p 12 -n 4 --max-step-tokens 5 2>&1");
   EXPECT_NE(small.find("|        3 |        6 |"), std::string::npos) << small;

@@ -59,6 +59,7 @@ void run_parallel_bench(Session& sess, const ParallelBenchSpec& spec) {
   const ModelConfig& c = sess.config();
   EngineOptions eo;
   eo.block_tokens = spec.block_tokens;
+  eo.prefix_cache = spec.prefix_cache;
   eo.schedule.max_step_tokens = spec.max_step_tokens;
   Engine engine(sess, eo);
   std::mt19937_64 rng(11);

@@ -54,8 +54,8 @@ class CudaBackend final : public Backend {
   Weight load_weight(const GgufTensor& t, WeightUse use) override;
   std::vector<Weight> load_stacked(std::span<const GgufTensor* const> ts) override;
   bool copies_weights() const override { return true; }  // (each upload completes before it returns)
-  // 128 users of Llama-3-8B q4_0 on an H100: 8,838 gen t/s at 512, 9,510 at 1024, 9,681 at 2048,
-  // 9,624 at 4096 (TTFT p50 at 64 users 44 / 70 / 68 / 157 ms): docs/benchmarks.md.
+  // Larger steps run the engine's GEMMs nearer the tensor cores' rate; 2048 gave the most at 128
+  // users of 512 to 4096 (docs/benchmarks.md, thirty-sixth session).
   int engine_step_tokens() const override { return 2048; }
   size_t memory_available() const override;
   size_t memory_used() const override;

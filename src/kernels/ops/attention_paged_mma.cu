@@ -75,20 +75,22 @@ __global__ void __launch_bounds__(kWarps * 32) attn_paged_mma_kernel(const float
   const int begin = first + sp * chunk, end = min(first + len, begin + chunk);
   const PagedRows rows{paged.tables + int64_t(paged.row_seq[t]) * paged.max_blocks, paged.block_tokens};
 
-  // Q's A fragments (row g = query head kvh * G + g), scaled by scale * log2(e), hi and lo.
-  uint32_t qh[KS][2], ql[KS][2];
-  {
+  // Q's A fragments (row g = query head kvh * G + g), scaled by scale * log2(e), hi and lo: the
+  // same for every warp, so warp 0 makes them and the others read them from shared memory in
+  // fragment order (lane-contiguous 8 bytes: no bank conflicts), not holding them in registers.
+  __shared__ uint2 qf[2][KS][32];
+  if (warp == 0) {
     const float qs = a.scale * kLog2e;
     const float* qrow = q + int64_t(t) * a.n_head * HD + int64_t(kvh * G + g) * HD + c * KE;
 #pragma unroll
-    for (int kk = 0; kk < KS; ++kk)
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        float2 v = make_float2(0.f, 0.f);
-        if (g < G) v = *reinterpret_cast<const float2*>(qrow + 4 * kk + 2 * i);
-        split2(v.x * qs, v.y * qs, qh[kk][i], ql[kk][i]);
-      }
+    for (int kk = 0; kk < KS; ++kk) {
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (g < G) v = *reinterpret_cast<const float4*>(qrow + 4 * kk);
+      split2(v.x * qs, v.y * qs, qf[0][kk][lane].x, qf[1][kk][lane].x);
+      split2(v.z * qs, v.w * qs, qf[0][kk][lane].y, qf[1][kk][lane].y);
+    }
   }
+  __syncthreads();
   float m = kNoScore, l = 0.f;  // head g's running max (log2 units) and this lane's share of its sum
   float o[MT][4];               // O^T: [mt] (dim g*VE + 2mt, head 2c), (.., 2c+1), (dim + 1, 2c), (dim + 1, 2c+1)
 #pragma unroll
@@ -118,8 +120,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_paged_mma_kernel(const float
       for (int kk = 0; kk < KS; ++kk) {
         const uint32_t* w = reinterpret_cast<const uint32_t*>(&kr[n][0]);
         const uint32_t b0 = w[2 * kk], b1 = w[2 * kk + 1];
-        mma16816<__half>(s[n], qh[kk][0], 0u, qh[kk][1], 0u, b0, b1);
-        mma16816<__half>(s[n], ql[kk][0], 0u, ql[kk][1], 0u, b0, b1);
+        const uint2 qh = qf[0][kk][lane], ql = qf[1][kk][lane];
+        mma16816<__half>(s[n], qh.x, 0u, qh.y, 0u, b0, b1);
+        mma16816<__half>(s[n], ql.x, 0u, ql.y, 0u, b0, b1);
       }
     // Online softmax of head g over the chunk (the four lanes of group g hold its 16 scores).
     float mx = m;
