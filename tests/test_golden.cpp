@@ -105,15 +105,14 @@ TEST(GoldenIsa, EveryTierTheCpuRunsKeepsTheBounds) {
     std::printf("default model not found at %s: its tiers were not checked\n", model.c_str());
     return;
   }
-  // The portable tier's fast path on the default model measured 3.37e-2 against the SIMD tiers'
-  // 2.26e-2 (its matmul kernels, element decoders and outlier terms swapped for AVX2's each left
-  // the figure unchanged; not yet found): held to 4e-2 until it is, the rest to the bounds.
+  // (Every tier sums in the same orders, so these figures agree across tiers: a rounding-sized
+  // difference upstream can move the fast path's 8-bit steps, here by up to 1.5x.)
   const json m = manifest();
   for (const auto& x : m["cases"])
     if (x["name"] == "smollm2-p0")
       for (const std::string& isa : tiers) {
         check_logits(model, x, true, 1e-3, isa);
-        check_logits(model, x, false, isa == "scalar" ? 4e-2 : 3e-2, isa);
+        check_logits(model, x, false, 3e-2, isa);
       }
 }
 

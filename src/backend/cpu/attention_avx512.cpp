@@ -1,10 +1,13 @@
-// attention_cpu.h's kernel in AVX-512F: 16-lane vectors (attention_x86.inc); and attend_for.
+// attention_cpu.h's kernel in AVX-512F: 16-lane vectors (attention_x86.inc); the portable one in
+// the same orders (the scalar tier's); and attend_for.
 #include "backend/cpu/attention_cpu.h"
 #include "backend/cpu/vec_math.h"
+#include "core/half.h"
 
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <type_traits>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -54,10 +57,53 @@ AttendFn attend_avx512(GgmlType) { return nullptr; }
 #endif
 
 namespace lamina {
+namespace {
+
+// attention_x86.inc's orders in portable code: a score's products by fma in 16 lanes (element c
+// in lane c % 16), summed as Simd::sum (lanes l and l + 8, then l and l + 4, then (0 + 2) +
+// (1 + 3)); an output element's fmas over the positions in turn. So where hd is a multiple of 8
+// the scalar tier gives the SIMD kernels' bits.
+template <class KT>
+float kv_at(const uint8_t* row, int c) {
+  if constexpr (std::is_same_v<KT, uint16_t>) return f16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
+  else return reinterpret_cast<const float*>(row)[c];
+}
+
+template <class KT>
+void attend_portable(int hd, int nq, const float* q, size_t q_stride, const uint8_t* k, const uint8_t* v,
+                     const size_t* offs, int64_t n, float scale, float* scores, float* out, size_t out_stride) {
+  for (int i = 0; i < nq; ++i) {
+    const float* qi = q + size_t(i) * q_stride;
+    float* s = scores + size_t(i) * size_t(n);
+    for (int64_t j = 0; j < n; ++j) {
+      float acc[16] = {};
+      for (int c = 0; c < hd; ++c) acc[c % 16] = std::fma(kv_at<KT>(k + offs[j], c), qi[c], acc[c % 16]);
+      float h[8], r[4];
+      for (int l = 0; l < 8; ++l) h[l] = acc[l] + acc[l + 8];
+      for (int l = 0; l < 4; ++l) r[l] = h[l] + h[l + 4];
+      s[j] = ((r[0] + r[2]) + (r[1] + r[3])) * scale;
+    }
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
+    exp_shifted(s, n, mx, CpuIsa::Scalar);
+    double sum = 0;
+    for (int64_t j = 0; j < n; ++j) sum += s[j];
+    const float inv = float(1.0 / sum);
+    for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+    float* o = out + size_t(i) * out_stride;
+    std::fill(o, o + hd, 0.f);
+    for (int64_t j = 0; j < n; ++j)
+      for (int c = 0; c < hd; ++c) o[c] = std::fma(s[j], kv_at<KT>(v + offs[j], c), o[c]);
+  }
+}
+
+}  // namespace
 
 AttendFn attend_for(GgmlType kv_type, CpuIsa isa, int hd) {
   if (isa >= CpuIsa::Avx512 && hd % 16 == 0) return attend_avx512(kv_type);
   if (isa >= CpuIsa::Avx2 && hd % 8 == 0) return attend_avx2(kv_type);
+  if (isa == CpuIsa::Scalar)
+    return kv_type == GgmlType::F16 ? attend_portable<uint16_t> : kv_type == GgmlType::F32 ? attend_portable<float> : nullptr;
   return nullptr;
 }
 

@@ -21,26 +21,33 @@
 namespace lamina {
 namespace {
 
+// Float weights in the SIMD kernels' order (vec_dot_avx2.cpp's dot_half): products by fma in 16
+// lanes over 16-element steps, the lanes summed as hsum (l and l + 8, l and l + 4, then (0 + 2)
+// + (1 + 3)), then the tail in order: the same bits on every tier.
+template <class Load>
+float dot_float16(int64_t n, Load a, const float* b) {
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) acc[l] = std::fma(a(i + l), b[i + l], acc[l]);
+  float h[8], r[4];
+  for (int l = 0; l < 8; ++l) h[l] = acc[l] + acc[l + 8];
+  for (int l = 0; l < 4; ++l) r[l] = h[l] + h[l + 4];
+  float s = (r[0] + r[2]) + (r[1] + r[3]);
+  for (; i < n; ++i) s += a(i) * b[i];
+  return s;
+}
 float dot_f32(int64_t n, const void* w, const void* x) {
   const float* a = static_cast<const float*>(w);
-  const float* b = static_cast<const float*>(x);
-  float s = 0;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
+  return dot_float16(n, [a](int64_t i) { return a[i]; }, static_cast<const float*>(x));
 }
 float dot_f16(int64_t n, const void* w, const void* x) {
   const uint16_t* a = static_cast<const uint16_t*>(w);
-  const float* b = static_cast<const float*>(x);
-  float s = 0;
-  for (int64_t i = 0; i < n; ++i) s += f16_to_f32(a[i]) * b[i];
-  return s;
+  return dot_float16(n, [a](int64_t i) { return f16_to_f32(a[i]); }, static_cast<const float*>(x));
 }
 float dot_bf16(int64_t n, const void* w, const void* x) {
   const uint16_t* a = static_cast<const uint16_t*>(w);
-  const float* b = static_cast<const float*>(x);
-  float s = 0;
-  for (int64_t i = 0; i < n; ++i) s += bf16_to_f32(a[i]) * b[i];
-  return s;
+  return dot_float16(n, [a](int64_t i) { return bf16_to_f32(a[i]); }, static_cast<const float*>(x));
 }
 float dot_q4_0(int64_t n, const void* w, const void* x) {
   const auto* a = static_cast<const block_q4_0*>(w);
