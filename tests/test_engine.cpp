@@ -296,11 +296,14 @@ TEST_F(EngineTest, BenchParallelPrintsOneRowPerCount) {
   };
   EXPECT_GT(cached(""), 0);
   EXPECT_EQ(cached("--no-prefix-cache"), 0);
+  // --waves 3: three requests per sequence at once.
+  const std::string w3 = shell(cli + "--parallel 2 -p 12 -n 4 --waves 3 2>&1");
+  EXPECT_NE(w3.find("|        2 |        6 |"), std::string::npos) << w3;
   // A step budget below one prompt: every prompt goes in chunks, and the rows still come out.
   const std::string small = shell(cli + "--parallel 3 -p 12 -n 4 --max-step-tokens 5 2>&1");
   EXPECT_NE(small.find("|        3 |        6 |"), std::string::npos) << small;
   for (const char* bad : {"--parallel 0", "--parallel 2,x", "--parallel 2 -p 4 --prefix 5", "--parallel 2 --kv-block 0",
-                          "--parallel 2 --max-step-tokens 0", "--parallel 1,4 --max-step-tokens 3"}) {
+                          "--parallel 2 --max-step-tokens 0", "--parallel 1,4 --max-step-tokens 3", "--parallel 2 --waves 0"}) {
     const std::string err = shell(cli + bad + " 2>&1 >/dev/null; echo rc=$?");
     EXPECT_NE(err.find("rc=1"), std::string::npos) << bad << ": " << err;
     EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 2) << bad << ": " << err;  // one line, then rc

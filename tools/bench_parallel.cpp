@@ -1,6 +1,6 @@
 // lamina bench --parallel N1,N2,...: many sequences at once through the batching engine, closed
 // loop (llama-batched-bench's table with latencies): N requests run concurrently, each finished
-// one replaced at once, until 2N have finished. Each request is a prompt of -p random tokens (the
+// one replaced at once, until --waves x N (default 2N) have finished. Each request is a prompt of -p random tokens (the
 // first --prefix of them shared by all) and -n greedy tokens. Reported per N: aggregate
 // generated tokens per second over the run, the mean per-sequence decode rate, time to first
 // token and inter-token latency (p50 / p99), the most KV blocks in use, and the KV waste: the
@@ -71,7 +71,7 @@ void run_parallel_bench(Session& sess, const ParallelBenchSpec& spec) {
   fmt::print("| {:->8} | {:->8} | {:->10} | {:->10} | {:->12} | {:->12} | {:->11} | {:->11} | {:->9} | {:->10} |\n", "", "", "", "",
              "", "", "", "", "", "");
   for (int n_par : spec.parallel) {
-    const int total = 2 * n_par;
+    const int total = spec.waves * n_par;
     std::map<int64_t, Timing> timing;
     std::vector<double> ttft, itl, seq_rate;
     int submitted = 0, finished = 0, max_blocks = 0;

@@ -13,6 +13,7 @@ struct ParallelBenchSpec {
   int n_prompt = 128, n_gen = 128;
   int prefix = 0;             // leading prompt tokens every request shares
   bool prefix_cache = true;   // EngineOptions::prefix_cache
+  int waves = 2;              // requests per row: waves x its sequence count (closed loop)
   int block_tokens = 16;      // positions per KV block
   int max_step_tokens = 0;  // tokens one engine step may take (SchedulerOptions; 0: the engine's choice)
 };
