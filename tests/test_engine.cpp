@@ -291,8 +291,9 @@ TEST_F(EngineTest, BenchParallelPrintsOneRowPerCount) {
   const auto cached = [&](const std::string& flags) {
     const std::string o = shell(cli + "--parallel 3 -p 12 -n 4 --prefix 8 --kv-block 4 " + flags + " 2>&1");
     const size_t at = o.find(" prompt tokens found in the prefix cache");
-    EXPECT_NE(at, std::string::npos) << o;
-    return at == std::string::npos ? -1 : std::stoi(o.substr(o.rfind('(', at) + 1));
+    const size_t open = at == std::string::npos ? at : o.rfind('(', at);
+    EXPECT_NE(open, std::string::npos) << o;
+    return open == std::string::npos ? -1 : std::atoi(o.c_str() + open + 1);
   };
   EXPECT_GT(cached(""), 0);
   EXPECT_EQ(cached("--no-prefix-cache"), 0);

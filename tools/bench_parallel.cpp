@@ -127,8 +127,8 @@ void run_parallel_bench(Session& sess, const ParallelBenchSpec& spec) {
     std::fflush(stdout);
   }
   const EngineStats s = engine.stats();
-  fmt::print("engine: {} steps, {} rows ({} prompt tokens found in the prefix cache), {} preemptions; {} on {}\n", s.steps,
-             s.step_tokens, s.cached_tokens, s.preemptions, c.arch, sess.backend_name());
+  fmt::print("engine: {} steps of up to {} tokens, {} rows ({} prompt tokens found in the prefix cache), {} preemptions; {} on {}\n",
+             s.steps, engine.step_tokens(), s.step_tokens, s.cached_tokens, s.preemptions, c.arch, sess.backend_name());
 }
 
 }  // namespace lamina::cli

@@ -88,6 +88,7 @@ class Engine {
   EngineStats stats() const;
   const KvBlockManager& kv() const { return kv_; }
   int capacity_tokens() const { return kv_.n_blocks() * kv_.block_tokens(); }
+  int step_tokens() const { return sched_.step_tokens(); }  // each step's token budget
 
  private:
   struct Live {

@@ -51,6 +51,7 @@ class Scheduler {
   void finish(SeqId id);  // the caller decided it is done (stop token, length)
 
   Step next_step();
+  int step_tokens() const { return opt_.max_step_tokens; }  // the budget of each step
   // After the step's forward: one sampled token per StepSeq with logits. Sequences preempted to
   // place those tokens are listed in `preempted` (their generation restarts from their tokens).
   void step_done(const Step& step, std::span<const std::pair<SeqId, int32_t>> sampled,

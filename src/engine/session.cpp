@@ -126,6 +126,14 @@ int Session::make_rank(int rank, Rank& r, int n_ctx) {
   return n_ctx;
 }
 
+void Session::check_activation_room(int rows) {
+  if (rows <= opt_.n_batch) return;  // (the constructor checked n_batch rows)
+  const size_t need = scratch_estimate(config(), rows), avail = backend().memory_available();
+  if (need > avail)
+    fail("steps of {} tokens need about {} for activations on {} but {} is free (lower --max-step-tokens or --ctx)",
+         rows, format_bytes(need), backend_name(), format_bytes(avail));
+}
+
 std::string Session::backend_name() const {
   return opt_.tensor_parallel > 1 ? fmt::format("{} x{}", backend_->name(), opt_.tensor_parallel) : backend_->name();
 }

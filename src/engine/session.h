@@ -65,6 +65,9 @@ class Session {
   // backend may then start that step before the host has the id (Backend::sample).
   int32_t eval_sample(std::span<const int32_t> tokens, Sampler& sampler, bool more = false);
   void reset() { history_.clear(); }  // forget the conversation (the cache is overwritten)
+  // Fails in one line when forwards of `rows` rows (more than n_batch: the batching engine's
+  // steps) would not find their activations' memory free on the backend.
+  void check_activation_room(int rows);
   // The batching engine's pass with several ranks (LlamaModel::forward_batch on every rank, each
   // with its KV heads of the same paged blocks): greedy[r] = picked row r's greedy id, and the
   // logits of the picked rows not flagged greedy_only in host memory ([pick.size()][n_vocab];

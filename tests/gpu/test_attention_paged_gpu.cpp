@@ -96,35 +96,36 @@ TEST(AttentionPaged, RowsOfSeveralSequencesMatchFp64AndTheirInt8Copy) {
     pk.row_seq = dseq.as<int32_t>(), pk.tables = dtab.as<int32_t>(), pk.max_blocks = max_blocks, pk.block_tokens = bt;
     // The mma rung takes 2 to 8 query heads per KV head of 64 or 128 dims; elsewhere the split kernels run.
     EXPECT_EQ(decode_attention_supported(DecodeAttention::Mma, a), group >= 2 && group <= 8 && (hd == 64 || hd == 128));
-    for (DecodeAttention variant : {DecodeAttention::Split, DecodeAttention::Mma})
-    for (int splits : {1, 3, 16}) {
-      const std::string what = std::string(decode_attention_name(variant)) + " heads " + std::to_string(c.n_head) + "/" +
-                               std::to_string(c.n_head_kv) + " hd " + std::to_string(hd) + " block " + std::to_string(bt) +
-                               " rows " + std::to_string(rows) + " splits " + std::to_string(splits);
-      DeviceBuf work(attention_work_floats(a, rows, splits) * 4);
-      CUDA_OK(cudaMemset(dout.p, 0xFF, dout.n));
-      CUDA_OK(cudaMemset(dout8.p, 0xFF, dout8.n));
-      DeviceBuf dout16(q.size() * 2);
-      CUDA_OK(cudaMemset(dout16.p, 0xFF, dout16.n));
-      const Status st = attention_paged(dq.as<float>(), rows, dpos.as<int32_t>(), pk, dk.p, dv.p, a, splits,
-                                        work.as<float>(), dout.as<float>(), nullptr, dout8.p, dout16.p, variant);
-      ASSERT_TRUE(st.ok) << st.message << " " << what;
-      CUDA_OK(cudaDeviceSynchronize());
-      std::vector<float> got(q.size());
-      std::vector<uint8_t> got8(dout8.n);
-      CUDA_OK(cudaMemcpy(got.data(), dout.p, dout.n, cudaMemcpyDeviceToHost));
-      CUDA_OK(cudaMemcpy(got8.data(), dout8.p, dout8.n, cudaMemcpyDeviceToHost));
-      double e = 0, n = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        e += std::isfinite(got[i]) ? (got[i] - want[i]) * (got[i] - want[i]) : INFINITY;
-        n += want[i] * want[i];
+    for (DecodeAttention variant : {DecodeAttention::Split, DecodeAttention::Mma}) {
+      for (int splits : {1, 3, 16}) {
+        const std::string what = std::string(decode_attention_name(variant)) + " heads " + std::to_string(c.n_head) + "/" +
+                                 std::to_string(c.n_head_kv) + " hd " + std::to_string(hd) + " block " + std::to_string(bt) +
+                                 " rows " + std::to_string(rows) + " splits " + std::to_string(splits);
+        DeviceBuf work(attention_work_floats(a, rows, splits) * 4);
+        CUDA_OK(cudaMemset(dout.p, 0xFF, dout.n));
+        CUDA_OK(cudaMemset(dout8.p, 0xFF, dout8.n));
+        DeviceBuf dout16(q.size() * 2);
+        CUDA_OK(cudaMemset(dout16.p, 0xFF, dout16.n));
+        const Status st = attention_paged(dq.as<float>(), rows, dpos.as<int32_t>(), pk, dk.p, dv.p, a, splits,
+                                          work.as<float>(), dout.as<float>(), nullptr, dout8.p, dout16.p, variant);
+        ASSERT_TRUE(st.ok) << st.message << " " << what;
+        CUDA_OK(cudaDeviceSynchronize());
+        std::vector<float> got(q.size());
+        std::vector<uint8_t> got8(dout8.n);
+        CUDA_OK(cudaMemcpy(got.data(), dout.p, dout.n, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(got8.data(), dout8.p, dout8.n, cudaMemcpyDeviceToHost));
+        double e = 0, n = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          e += std::isfinite(got[i]) ? (got[i] - want[i]) * (got[i] - want[i]) : INFINITY;
+          n += want[i] * want[i];
+        }
+        EXPECT_LE(std::sqrt(e / n), 1e-4) << what;
+        EXPECT_EQ(got8, host_x8(got, qd)) << what << ": int8 copy differs from the host's blocks of out";
+        std::vector<uint16_t> got16(q.size()), want16(q.size());
+        CUDA_OK(cudaMemcpy(got16.data(), dout16.p, dout16.n, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < got.size(); ++i) want16[i] = f32_to_f16(got[i]);
+        EXPECT_EQ(got16, want16) << what << ": f16 copy differs from out rounded";
       }
-      EXPECT_LE(std::sqrt(e / n), 1e-4) << what;
-      EXPECT_EQ(got8, host_x8(got, qd)) << what << ": int8 copy differs from the host's blocks of out";
-      std::vector<uint16_t> got16(q.size()), want16(q.size());
-      CUDA_OK(cudaMemcpy(got16.data(), dout16.p, dout16.n, cudaMemcpyDeviceToHost));
-      for (size_t i = 0; i < got.size(); ++i) want16[i] = f32_to_f16(got[i]);
-      EXPECT_EQ(got16, want16) << what << ": f16 copy differs from out rounded";
     }
   }
 }

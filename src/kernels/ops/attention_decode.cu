@@ -208,8 +208,11 @@ Status attention_paged(const float* q, int64_t rows, const int32_t* pos, const P
   if (!paged.row_seq || !paged.tables || paged.max_blocks <= 0 || paged.block_tokens <= 0)
     return Status::error("attention_paged: bad block tables");
   if (out16 && reinterpret_cast<uintptr_t>(out16) % 2) return Status::error("attention_paged: out16 must be 2-byte aligned");
+  // The mma rung loads q, K and V in 16-byte pieces: elsewhere the split kernels run.
+  const bool aligned = (reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k_cache) |
+                        reinterpret_cast<uintptr_t>(v_cache)) % 16 == 0;
   return attend_splits<true>("attention_paged", q, rows, pos, k_cache, v_cache, a, splits, work, out, s, out8, paged,
-                             out16, decode_attention_supported(variant, a) && variant == DecodeAttention::Mma);
+                             out16, variant == DecodeAttention::Mma && decode_attention_supported(variant, a) && aligned);
 }
 
 const char* decode_attention_name(DecodeAttention v) { return v == DecodeAttention::Mma ? "mma" : "split"; }

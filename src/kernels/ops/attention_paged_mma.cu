@@ -22,6 +22,7 @@
 //      m-tile mt's row g is dim g * HD/8 + 2mt, row g + 8 is dim g * HD/8 + 2mt + 1 (two rows'
 //      halves paired by byte permutes into the A fragment).
 // Precision: Q and P are split into f16 high and low parts (x = hi + lo, lo = f16(x - hi)) and
+// (Q's entries times scale * log2(e) must stay under f16's 65504: |q| below ~5e5 at head_dim 128)
 // each product is two mmas, so the scores and weights carry ~22 bits like the f32 split rung
 // (the tensor cores have time to spare: the kernel is bound by the cache reads). K and V are the
 // f16 cache values. Scores are scaled by log2(e) and use exp2; the partial's max is written in
