@@ -86,6 +86,52 @@ TEST(Scheduler, APrefixCachedPromptStartsAfterItsCachedBlocks) {
   EXPECT_EQ(plan(s), "1:8+1* 2:8+1*");  // 2's first 8 tokens come from the cache
 }
 
+// Prompts arriving together with a shared prefix: the first computes it, the others wait a step
+// (and so does the prompt behind them), then find it in the cache instead of computing it again.
+// Without the prefix cache nothing waits.
+TEST(Scheduler, PromptsSharingAPrefixInFlightWaitForIt) {
+  for (const bool cache : {true, false}) {
+    KvBlockManager kv(64, 4, cache);
+    Scheduler sch(kv, SchedulerOptions{64, 16});
+    std::vector<int32_t> a = toks(9, 100), b = toks(8, 100), c = toks(5, 300);
+    b.push_back(555);
+    sch.submit(1, a);
+    sch.submit(2, b);  // shares blocks [100-103] [104-107] with 1
+    sch.submit(3, c);  // shares nothing, but arrived after 2
+    Step s = sch.next_step();
+    if (!cache) {
+      EXPECT_EQ(plan(s), "1:0+9* 2:0+9* 3:0+5*");
+      continue;
+    }
+    EXPECT_EQ(plan(s), "1:0+9*");
+    sch.step_done(s, sample_all(s));  // 1's two full blocks registered
+    s = sch.next_step();
+    EXPECT_EQ(plan(s), "1:9+1* 2:8+1* 3:0+5*");  // 2 from the cache; 3 behind it
+    EXPECT_EQ(kv.reused_tokens(), 8);
+  }
+}
+
+// A prompt that shares only blocks the prompt in flight has computed does not wait; one that
+// shares a block still to be computed does.
+TEST(Scheduler, APromptWaitsOnlyForBlocksNotYetComputed) {
+  KvBlockManager kv(64, 4);
+  Scheduler sch(kv, SchedulerOptions{8, 16});
+  sch.submit(1, toks(14, 100));
+  Step s = sch.next_step();
+  EXPECT_EQ(plan(s), "1:0+8");
+  sch.step_done(s, sample_all(s));  // [100-103] [104-107] computed and registered, 6 tokens to go
+  std::vector<int32_t> p = toks(4, 100), q = toks(12, 100);
+  for (int32_t t : {900, 901, 902}) p.push_back(t);
+  q.push_back(903);
+  sch.submit(2, p);  // shares [100-103]: computed
+  sch.submit(3, q);  // shares [108-111] too: not yet
+  s = sch.next_step();
+  EXPECT_EQ(plan(s), "1:8+6* 2:4+2");  // 2 from the cache (then out of budget); 3 waits
+  sch.step_done(s, sample_all(s));
+  s = sch.next_step();
+  EXPECT_EQ(plan(s), "1:14+1* 2:6+1* 3:12+1*");  // 3's three blocks from the cache
+}
+
 TEST(Scheduler, ANewTokenWithoutABlockPreemptsTheNewestSequence) {
   KvBlockManager kv(3, 4);
   Scheduler sch(kv, SchedulerOptions{64, 16});

@@ -44,6 +44,7 @@ class KvBlockManager {
 
   const std::vector<int32_t>& block_table(SeqId id) const;
   int block_tokens() const { return block_tokens_; }
+  bool prefix_cache() const { return prefix_cache_; }
   int n_blocks() const { return int(blocks_.size()); }
   int used_blocks() const;    // referenced by a live sequence
   int cached_blocks() const;  // unreferenced but registered (evictable)

@@ -61,9 +61,11 @@ Step Scheduler::next_step() {
     step.seqs.push_back({id, s.computed, n, s.computed + n == int(s.tokens.size())});
     budget -= n;
   }
-  // Then new sequences in arrival order, while their blocks fit.
+  // Then new sequences in arrival order, while their blocks fit; one whose shared prefix another
+  // prompt is computing waits for it (and so do those behind it: arrival order holds).
   while (budget > 0 && !waiting_.empty() && int(running_.size()) < opt_.max_running) {
     auto& [id, prompt] = waiting_.front();
+    if (waits_for_prefix(prompt)) break;
     const std::optional<int> cached = kv_.add_sequence(id, prompt);
     if (!cached) break;
     Seq s;
@@ -78,6 +80,23 @@ Step Scheduler::next_step() {
   }
   step.tokens = opt_.max_step_tokens - budget;
   return step;
+}
+
+bool Scheduler::waits_for_prefix(std::span<const int32_t> prompt) const {
+  if (!kv_.prefix_cache()) return false;
+  const size_t bt = size_t(kv_.block_tokens());
+  for (const auto& [id, s] : running_) {
+    if (s.computed >= int(s.tokens.size()) - 1) continue;  // its prompt's KV is in (or decoding)
+    // The leading tokens both have, compared a block at a time (most prompts differ in the first).
+    const size_t most = std::min(prompt.size(), s.tokens.size());
+    size_t same = 0;
+    while (same + bt <= most && std::equal(prompt.begin() + ptrdiff_t(same), prompt.begin() + ptrdiff_t(same + bt),
+                                           s.tokens.begin() + ptrdiff_t(same)))
+      same += bt;
+    // Full shared blocks past the ones it has computed (and so registered): they are in flight.
+    if (same / bt > size_t(s.computed) / bt) return true;
+  }
+  return false;
 }
 
 void Scheduler::preempt(SeqId id) {

@@ -69,6 +69,10 @@ class Scheduler {
     uint64_t admitted = 0;  // admission order (the newest is preempted first)
   };
   void preempt(SeqId id);
+  // Whether `prompt` shares a full block not yet computed with a prompt still being computed:
+  // admitted now it would compute that block again (its KV is registered, and found, only once
+  // computed).
+  bool waits_for_prefix(std::span<const int32_t> prompt) const;
 
   KvBlockManager& kv_;
   SchedulerOptions opt_;
