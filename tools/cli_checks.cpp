@@ -82,13 +82,11 @@ CLI::Option* add_step_tokens_option(CLI::App* sub, int& tokens) {
 }
 
 int step_tokens_to_run(int requested, int parallel) {
-  if (!requested) return 0;  // the engine's choice: the backend's budget, at least the sequences at once
-  const int n = requested;
-  if (n < parallel)
+  if (requested && requested < parallel)
     fail("--max-step-tokens {} is below the {} sequences at once (--parallel): every running sequence needs its row in "
          "each step",
-         n, parallel);
-  return n;
+         requested, parallel);
+  return requested;  // (0: the engine's choice, the backend's budget or the sequences at once when more)
 }
 
 }  // namespace lamina::cli

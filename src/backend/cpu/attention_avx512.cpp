@@ -62,7 +62,8 @@ namespace {
 // attention_x86.inc's orders in portable code: a score's products by fma in 16 lanes (element c
 // in lane c % 16), summed as Simd::sum (lanes l and l + 8, then l and l + 4, then (0 + 2) +
 // (1 + 3)); an output element's fmas over the positions in turn. So where hd is a multiple of 8
-// the scalar tier gives the SIMD kernels' bits.
+// it gives the SIMD kernels' bits; it serves the scalar tier, and head sizes the SIMD widths do
+// not divide.
 template <class KT>
 float kv_at(const uint8_t* row, int c) {
   if constexpr (std::is_same_v<KT, uint16_t>) return f16_to_f32(reinterpret_cast<const uint16_t*>(row)[c]);
@@ -100,11 +101,11 @@ void attend_portable(int hd, int nq, const float* q, size_t q_stride, const uint
 }  // namespace
 
 AttendFn attend_for(GgmlType kv_type, CpuIsa isa, int hd) {
-  if (isa >= CpuIsa::Avx512 && hd % 16 == 0) return attend_avx512(kv_type);
-  if (isa >= CpuIsa::Avx2 && hd % 8 == 0) return attend_avx2(kv_type);
-  if (isa == CpuIsa::Scalar)
-    return kv_type == GgmlType::F16 ? attend_portable<uint16_t> : kv_type == GgmlType::F32 ? attend_portable<float> : nullptr;
-  return nullptr;
+  if (isa >= CpuIsa::Avx512 && hd % 16 == 0)
+    if (AttendFn f = attend_avx512(kv_type)) return f;
+  if (isa >= CpuIsa::Avx2 && hd % 8 == 0)
+    if (AttendFn f = attend_avx2(kv_type)) return f;
+  return kv_type == GgmlType::F16 ? attend_portable<uint16_t> : kv_type == GgmlType::F32 ? attend_portable<float> : nullptr;
 }
 
 }  // namespace lamina

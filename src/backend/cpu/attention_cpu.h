@@ -23,9 +23,9 @@ constexpr int kAttendMaxQueries = 8;
 using AttendFn = void (*)(int hd, int nq, const float* q, size_t q_stride, const uint8_t* k, const uint8_t* v,
                           const size_t* offs, int64_t n, float scale, float* scores, float* out, size_t out_stride);
 
-// The kernel for this KV type (F16 or F32), tier and head size: on the scalar tier a portable one
-// in the same orders (any hd; the SIMD kernels' bits where hd is a multiple of 8); nullptr on a
-// SIMD tier whose vector width does not divide hd.
+// The kernel for this KV type (F16 or F32; nullptr for others), tier and head size: the tier's
+// SIMD kernel where its vector width divides hd, else a portable one in the same orders (any hd;
+// the SIMD kernels' bits where hd is a multiple of 8).
 AttendFn attend_for(GgmlType kv_type, CpuIsa isa, int hd);
 AttendFn attend_avx2(GgmlType kv_type);    // attention_avx2.cpp (hd a multiple of 8)
 AttendFn attend_avx512(GgmlType kv_type);  // attention_avx512.cpp (hd a multiple of 16)

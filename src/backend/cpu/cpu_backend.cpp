@@ -204,56 +204,27 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
   // positions j0 .. pos[t] of row t: every earlier one, or the last p.window of them
   auto first_pos = [&](int64_t t) { return p.window > 0 ? std::max<int64_t>(0, pos[size_t(t)] + 1 - p.window) : 0; };
   auto slots_of = [&](int64_t t) { return layout_ ? seq_slots[size_t(layout_->row_seq[size_t(t)])].data() : nullptr; };
-  if (const AttendFn attend = attend_for(kv_type_, isa_, hd)) {
-    // SIMD: a job is a row's query heads that share a KV head (up to kAttendMaxQueries), each K/V
-    // row converted once for them; one head per job when that leaves too few jobs for the threads
-    // (decode). A head's result is the same either way (attention_cpu.h).
-    const int per = q.rows * p.n_head_kv >= 4 * pool_.size() ? std::min(group, kAttendMaxQueries) : 1;
-    const int chunks = (group + per - 1) / per;
-    pool_.parallel_for(q.rows * p.n_head_kv * chunks, [&](int64_t b, int64_t e) {
-      std::vector<float> scores;
-      std::vector<size_t> offs;
-      for (int64_t job = b; job < e; ++job) {
-        const int64_t t = job / (p.n_head_kv * chunks);
-        const int g = int(job / chunks % p.n_head_kv), h0 = g * group + int(job % chunks) * per;
-        const int nq = std::min(per, (g + 1) * group - h0);
-        const int64_t j0 = first_pos(t), n_pos = pos[size_t(t)] + 1 - j0;
-        const int64_t* sl = slots_of(t);
-        offs.resize(size_t(n_pos));
-        for (int64_t j = 0; j < n_pos; ++j) offs[size_t(j)] = size_t(sl ? sl[j0 + j] : j0 + j) * row + size_t(g) * head;
-        scores.resize(size_t(nq) * size_t(n_pos));
-        attend(hd, nq, q.data + t * q.cols + int64_t(h0) * hd, size_t(hd), kc, vc, offs.data(), n_pos, p.scale,
-               scores.data(), out.data + t * out.cols + int64_t(h0) * hd, size_t(hd));
-      }
-    });
-    return;
-  }
-  // Portable: scores with the weight-row dot kernels (K rows are "weights" of type f16/f32, q is f32).
-  const VecDotFn dot = vec_dot_for(kv_type_, isa_).fn;
-  const AxpyFn axpy = axpy_for(kv_type_, isa_);
-  pool_.parallel_for(q.rows * p.n_head, [&](int64_t b, int64_t e) {
+  const AttendFn attend = attend_for(kv_type_, isa_, hd);
+  if (!attend) fail("attention: the KV cache must be f16 or f32");
+  // A job is a row's query heads that share a KV head (up to kAttendMaxQueries), each K/V row
+  // converted once for them; one head per job when that leaves too few jobs for the threads
+  // (decode). A head's result is the same either way (attention_cpu.h).
+  const int per = q.rows * p.n_head_kv >= 4 * pool_.size() ? std::min(group, kAttendMaxQueries) : 1;
+  const int chunks = (group + per - 1) / per;
+  pool_.parallel_for(q.rows * p.n_head_kv * chunks, [&](int64_t b, int64_t e) {
     std::vector<float> scores;
+    std::vector<size_t> offs;
     for (int64_t job = b; job < e; ++job) {
-      const int64_t t = job / p.n_head;
-      const int h = int(job % p.n_head), g = h / group;
-      const float* qv = q.data + t * q.cols + int64_t(h) * hd;
+      const int64_t t = job / (p.n_head_kv * chunks);
+      const int g = int(job / chunks % p.n_head_kv), h0 = g * group + int(job % chunks) * per;
+      const int nq = std::min(per, (g + 1) * group - h0);
       const int64_t j0 = first_pos(t), n_pos = pos[size_t(t)] + 1 - j0;
       const int64_t* sl = slots_of(t);
-      auto slot = [sl, j0](int64_t j) { return size_t(sl ? sl[j0 + j] : j0 + j); };
-      scores.resize(size_t(n_pos));
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < n_pos; ++j) {
-        scores[size_t(j)] = dot(hd, kc + slot(j) * row + size_t(g) * head, qv) * p.scale;
-        mx = std::max(mx, scores[size_t(j)]);
-      }
-      exp_shifted(scores.data(), n_pos, mx, isa_);
-      double sum = 0;  // softmax: subtract the max, sum in double (as ggml)
-      for (const float s : scores) sum += s;
-      float* o = out.data + t * out.cols + int64_t(h) * hd;
-      std::fill(o, o + hd, 0.f);
-      const float inv = float(1.0 / sum);
-      for (int64_t j = 0; j < n_pos; ++j)
-        axpy(hd, scores[size_t(j)] * inv, vc + slot(j) * row + size_t(g) * head, o);
+      offs.resize(size_t(n_pos));
+      for (int64_t j = 0; j < n_pos; ++j) offs[size_t(j)] = size_t(sl ? sl[j0 + j] : j0 + j) * row + size_t(g) * head;
+      scores.resize(size_t(nq) * size_t(n_pos));
+      attend(hd, nq, q.data + t * q.cols + int64_t(h0) * hd, size_t(hd), kc, vc, offs.data(), n_pos, p.scale,
+             scores.data(), out.data + t * out.cols + int64_t(h0) * hd, size_t(hd));
     }
   });
 }

@@ -282,22 +282,7 @@ VecDot scalar_kernel(GgmlType t) {
   }
 }
 
-void axpy_f32(int64_t n, float a, const void* x, float* y) {
-  const float* xf = static_cast<const float*>(x);
-  for (int64_t i = 0; i < n; ++i) y[i] += a * xf[i];
-}
-void axpy_f16(int64_t n, float a, const void* x, float* y) {
-  const uint16_t* xh = static_cast<const uint16_t*>(x);
-  for (int64_t i = 0; i < n; ++i) y[i] += a * f16_to_f32(xh[i]);
-}
-
 }  // namespace
-
-AxpyFn axpy_for(GgmlType t, CpuIsa isa) {
-  if (isa >= CpuIsa::Avx2)
-    if (AxpyFn f = avx2_axpy(t)) return f;
-  return t == GgmlType::F16 ? axpy_f16 : axpy_f32;
-}
 
 bool cpu_runs(CpuIsa isa) {
 #if defined(__x86_64__)

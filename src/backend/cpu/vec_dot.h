@@ -137,9 +137,4 @@ VecDotRows4CFn avx512_rows4c(GgmlType weight_type);
 VecDotRows4CFn avx512_rows8c(GgmlType weight_type);
 VecDotTileFn avx512_tile(GgmlType weight_type);
 
-// y[0..n) += a * x[0..n) with x in f16 or f32 (attention's V accumulation).
-using AxpyFn = void (*)(int64_t n, float a, const void* x, float* y);
-AxpyFn axpy_for(GgmlType x_type, CpuIsa isa);  // F16 or F32
-AxpyFn avx2_axpy(GgmlType x_type);
-
 }  // namespace lamina

@@ -100,25 +100,6 @@ LAMINA_AVX2 void dot4_half(int64_t n, const void* w, const void* x, size_t strid
   }
 }
 
-LAMINA_AVX2 void axpy_f16(int64_t n, float a, const void* x, float* y) {
-  const uint16_t* xh = static_cast<const uint16_t*>(x);
-  const __m256 av = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 xv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xh + i)));
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, xv, _mm256_loadu_ps(y + i)));
-  }
-  for (; i < n; ++i) y[i] += a * h2f(xh[i]);
-}
-
-LAMINA_AVX2 void axpy_f32(int64_t n, float a, const void* x, float* y) {
-  const float* xf = static_cast<const float*>(x);
-  const __m256 av = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(xf + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] += a * xf[i];
-}
-
 }  // namespace
 
 // quantize_q8 (vec_dot.cpp) in AVX2, bit for bit: the same amax, scale and products, and
@@ -313,10 +294,6 @@ void avx2_quantize_q8(ActType t, const float* x, void* dst, int64_t n) {
   else quantize_q8(x, static_cast<act_q8*>(dst), n);
 }
 
-AxpyFn avx2_axpy(GgmlType t) {
-  return t == GgmlType::F16 ? axpy_f16 : t == GgmlType::F32 ? axpy_f32 : nullptr;
-}
-
 VecDotFn avx2_kernel(GgmlType t) {
   switch (t) {
     case GgmlType::F32: return dot_f32;
@@ -357,7 +334,6 @@ VecDot4CFn avx2_kernel4c(GgmlType, int*) { return nullptr; }
 VecDotRows4CFn avx2_rows4c(GgmlType) { return nullptr; }
 VecDotRows4CFn avx2_rows8c(GgmlType) { return nullptr; }
 VecDotFn avx2_kernel(GgmlType) { return nullptr; }
-AxpyFn avx2_axpy(GgmlType) { return nullptr; }
 void avx2_quantize_q8(ActType, const float*, void*, int64_t) {}
 ElementFn avx2_element(GgmlType) { return nullptr; }
 Outliers8Fn avx2_outliers8(GgmlType) { return nullptr; }
