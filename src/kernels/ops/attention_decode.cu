@@ -44,11 +44,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(const float* __
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int G = a.n_head / a.n_head_kv;
   const int64_t kvd = int64_t(a.n_head_kv) * HD;
-  // positions first .. pos[t] (all earlier ones, or the last a.window), in `splits` chunks
-  const int first = a.window > 0 ? max(0, pos[t] + 1 - a.window) : 0;
-  const int len = pos[t] + 1 - first;
-  const int chunk = (len + splits - 1) / splits;
-  const int begin = first + sp * chunk, end = min(first + len, begin + chunk);
+  const auto [begin, end] = split_range(pos[t], a.window, sp, splits);
 
   WarpState<E, MAXG> st;
   st.reset();

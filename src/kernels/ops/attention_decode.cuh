@@ -54,6 +54,20 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// The positions a (row, split) block folds: first .. pos (all earlier ones, or the last `window`
+// when it is set) cut into `splits` contiguous chunks; chunk `sp` is [begin, end) (empty past the
+// last). Computed on the device from pos, so a recorded graph replays while the sequence grows.
+struct SplitRange {
+  int begin, end;
+};
+__device__ __forceinline__ SplitRange split_range(int pos, int window, int sp, int splits) {
+  const int first = window > 0 ? max(0, pos + 1 - window) : 0;
+  const int len = pos + 1 - first;
+  const int chunk = (len + splits - 1) / splits;
+  const int begin = first + sp * chunk;
+  return {begin, min(first + len, begin + chunk)};
+}
+
 // Per-warp state of G query heads.
 template <int E, int MAXG>
 struct WarpState {

@@ -70,10 +70,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_paged_mma_kernel(const float
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const int G = a.n_head / a.n_head_kv;
   const int64_t kvd = int64_t(a.n_head_kv) * HD;
-  const int first = a.window > 0 ? max(0, pos[t] + 1 - a.window) : 0;
-  const int len = pos[t] + 1 - first;
-  const int chunk = (len + splits - 1) / splits;
-  const int begin = first + sp * chunk, end = min(first + len, begin + chunk);
+  const auto [begin, end] = split_range(pos[t], a.window, sp, splits);
   const PagedRows rows{paged.tables + int64_t(paged.row_seq[t]) * paged.max_blocks, paged.block_tokens};
 
   // Q's A fragments (row g = query head kvh * G + g), scaled by scale * log2(e), hi and lo: the
