@@ -58,8 +58,10 @@ __device__ __forceinline__ void split2(float x, float y, uint32_t& hi, uint32_t&
 
 // q [rows][n_head * HD] f32; kc, vc: the paged f16 cache [slots][n_head_kv * HD]; work as the
 // split rung's (per row, head, split: [m, l, o[HD]]).
+// Four blocks an SM (at most 128 registers): the rows looked up a chunk ahead took the kernel
+// from 126 to 150 registers, three blocks, unbounded; bounded, ptxas fits them without spills.
 template <int HD>
-__global__ void __launch_bounds__(kWarps * 32) attn_paged_mma_kernel(const float* __restrict__ q, const int32_t* __restrict__ pos,
+__global__ void __launch_bounds__(kWarps * 32, 4) attn_paged_mma_kernel(const float* __restrict__ q, const int32_t* __restrict__ pos,
                                                                      const __half* __restrict__ kc, const __half* __restrict__ vc,
                                                                      AttentionArgs a, int splits, float* __restrict__ work,
                                                                      PagedKv paged) {
@@ -96,20 +98,38 @@ __global__ void __launch_bounds__(kWarps * 32) attn_paged_mma_kernel(const float
   const __half* kb = kc + int64_t(kvh) * HD + c * KE;
   const __half* vb = vc + int64_t(kvh) * HD + g * VE;
 
-  for (int j0 = begin + warp * kChunk; j0 < end; j0 += kWarps * kChunk) {
+  // The cache rows of this lane's positions in the chunk at j0 (K: j0 + 8n + g; V: j0 + 2c +
+  // {0, 1, 8, 9}), looked up one chunk ahead: the block-table reads then overlap the chunk before
+  // instead of standing in front of every K/V load.
+  struct ChunkRows {  // (a cache has fewer than 2^31 slots: block ids are int32, as are positions)
+    int32_t k[2], v[4];
+  };
+  const auto rows_of = [&](int j0) {
+    ChunkRows cr;
+#pragma unroll
+    for (int n = 0; n < 2; ++n) cr.k[n] = int32_t(rows(min(j0 + 8 * n + g, end - 1)));
+#pragma unroll
+    for (int r = 0; r < 4; ++r) cr.v[r] = int32_t(rows(min(j0 + 2 * c + r % 2 + 8 * (r / 2), end - 1)));
+    return cr;
+  };
+  constexpr int kStride = kWarps * kChunk;
+  ChunkRows cur{};
+  if (begin + warp * kChunk < end) cur = rows_of(begin + warp * kChunk);
+  for (int j0 = begin + warp * kChunk; j0 < end; j0 += kStride) {
     uint4 kr[2][KE / 8], vr[4][VE / 8];
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
-      const uint4* p = reinterpret_cast<const uint4*>(kb + rows(min(j0 + 8 * n + g, end - 1)) * kvd);
+      const uint4* p = reinterpret_cast<const uint4*>(kb + int64_t(cur.k[n]) * kvd);
 #pragma unroll
       for (int i = 0; i < KE / 8; ++i) kr[n][i] = p[i];
     }
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      const uint4* p = reinterpret_cast<const uint4*>(vb + rows(min(j0 + 2 * c + r % 2 + 8 * (r / 2), end - 1)) * kvd);
+      const uint4* p = reinterpret_cast<const uint4*>(vb + int64_t(cur.v[r]) * kvd);
 #pragma unroll
       for (int i = 0; i < VE / 8; ++i) vr[r][i] = p[i];
     }
+    if (j0 + kStride < end) cur = rows_of(j0 + kStride);
     // S = Q K^T: s[n][0..1] = head g at positions j0 + 8n + 2c + {0,1} (s[n][2..3]: zero rows)
     float s[2][4] = {};
 #pragma unroll
