@@ -165,26 +165,34 @@ struct MergeSmem {
   float o[kW][MAXG][HD];
 };
 
-// Combines the block's warps once each has left its (m, l) and outputs in sm: for every
-// (g < G, d < HD), emit(g, d, M, L, O) with
+// Combines the block's warps once each has left its (m, l) and outputs in shared memory, read
+// through ml(w, g, 0 | 1) and o(w, g, d): for every (g < G, d < HD), emit(g, d, M, L, O) with
 //   M = max_w m_w,  L = sum_w l_w e^(m_w - M),  O = sum_w o_w[d] e^(m_w - M).
 // Items go to threads in order (i = g * HD + d), so a warp's 32 lanes take 32 consecutive d of
 // one head (HD is a multiple of 32): emit may use warp collectives.
-template <int kW, int MAXG, int HD, class Emit>
-__device__ __forceinline__ void combine_warps(int G, const MergeSmem<kW, MAXG, HD>& sm, Emit&& emit) {
+template <int kW, int HD, class Ml, class Out, class Emit>
+__device__ __forceinline__ void combine_warps_at(int G, Ml&& ml, Out&& o, Emit&& emit) {
   __syncthreads();
   for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
     const int g = i / HD, d = i % HD;
     float M = kNoScore;
-    for (int w = 0; w < kW; ++w) M = fmaxf(M, sm.ml[w][g][0]);
+    for (int w = 0; w < kW; ++w) M = fmaxf(M, ml(w, g, 0));
     float L = 0.f, O = 0.f;
     for (int w = 0; w < kW; ++w) {
-      const float f = __expf(sm.ml[w][g][0] - M);
-      L += sm.ml[w][g][1] * f;
-      O += sm.o[w][g][d] * f;
+      const float f = __expf(ml(w, g, 0) - M);
+      L += ml(w, g, 1) * f;
+      O += o(w, g, d) * f;
     }
     emit(g, d, M, L, O);
   }
+}
+
+// combine_warps_at over a MergeSmem.
+template <int kW, int MAXG, int HD, class Emit>
+__device__ __forceinline__ void combine_warps(int G, const MergeSmem<kW, MAXG, HD>& sm, Emit&& emit) {
+  combine_warps_at<kW, HD>(
+      G, [&](int w, int g, int k) { return sm.ml[w][g][k]; }, [&](int w, int g, int d) { return sm.o[w][g][d]; },
+      static_cast<Emit&&>(emit));
 }
 
 // Leaves each warp's WarpState in sm, then combine_warps.

@@ -182,13 +182,22 @@ __global__ void __launch_bounds__(kWarps * 32, 4) attn_paged_mma_kernel(const fl
   l += __shfl_xor_sync(~0u, l, 1);
   l += __shfl_xor_sync(~0u, l, 2);
 
-  __shared__ MergeSmem<kWarps, kMaxGroup, HD> sm;
-  if (c == 0) sm.ml[warp][g][0] = m > kNoScore ? m * kLn2 : kNoScore, sm.ml[warp][g][1] = l;
+  // The warps' partials for combine_warps_at. Lane (g, c) holds heads 2c, 2c + 1 at dims
+  // g * VE + j: in rows of HD floats the 32 lanes' stores fell in 2 banks (16-way conflicts at
+  // HD 128). So a float of padding follows every VE dims and a head's row is HD + 12 floats: the
+  // 32 lanes of a store then hit 32 banks, for VE = 16 and 8 alike.
+  constexpr int kRow = HD + 12;
+  const auto at = [](int d) { return d + d / VE; };
+  __shared__ float ml[kWarps][kMaxGroup][2];
+  __shared__ float os[kWarps][kMaxGroup][kRow];
+  if (c == 0) ml[warp][g][0] = m > kNoScore ? m * kLn2 : kNoScore, ml[warp][g][1] = l;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) sm.o[warp][2 * c + i % 2][g * VE + 2 * mt + i / 2] = o[mt][i];
-  combine_warps(G, sm, [&](int h, int d, float M, float L, float O) {
+    for (int i = 0; i < 4; ++i) os[warp][2 * c + i % 2][at(g * VE + 2 * mt + i / 2)] = o[mt][i];
+  combine_warps_at<kWarps, HD>(
+      G, [&](int w, int h, int k) { return ml[w][h][k]; }, [&](int w, int h, int d) { return os[w][h][at(d)]; },
+      [&](int h, int d, float M, float L, float O) {
     float* dst = work + ((int64_t(t) * a.n_head + kvh * G + h) * splits + sp) * (HD + 2);
     if (d == 0) dst[0] = M, dst[1] = L;
     dst[2 + d] = O;
