@@ -1,5 +1,5 @@
 // The peer all-reduce kernels fused with the residual add (kernels/ops/peer_all_reduce.h) against
-// the host: two ranks on GPU 0, each on its own stream with its own slots, flags, epochs and
+// the host: two ranks on GPU 0, each on its own stream with its own slots, epochs and
 // grid-barrier words, as a group of two GPUs would have them on two. Several calls in a row (both
 // slot parities, the epochs and the barrier's counter moving on, the two kernels interleaved),
 // widths of one partly used block to 8192, and the three kernels mixed in calls queued back to back.
@@ -41,18 +41,17 @@ void upload(const DeviceBuf& d, const std::vector<float>& h) {
 
 // Two ranks' buffers and streams on GPU 0.
 struct TwoRanks {
-  DeviceBuf slots[kRanks] = {DeviceBuf(size_t(2 * kRanks * kMax) * 4), DeviceBuf(size_t(2 * kRanks * kMax) * 4)};
-  DeviceBuf flags[kRanks] = {DeviceBuf(kRanks * kn::kPeerMaxBlocks * 4), DeviceBuf(kRanks * kn::kPeerMaxBlocks * 4)};
+  DeviceBuf slots[kRanks] = {DeviceBuf(kn::peer_slots_bytes(kRanks, kMax)), DeviceBuf(kn::peer_slots_bytes(kRanks, kMax))};
   DeviceBuf local[kRanks] = {DeviceBuf(kn::kPeerLocalBytes), DeviceBuf(kn::kPeerLocalBytes)};
   kn::PeerAllReduce g[kRanks];
   cudaStream_t s[kRanks] = {};
   TwoRanks() {
     for (int r = 0; r < kRanks; ++r) {
-      cudaMemset(flags[r].p, 0, flags[r].n);
+      cudaMemset(slots[r].p, 0, slots[r].n);  // (no word holds an epoch yet)
       cudaMemset(local[r].p, 0, local[r].n);
       cudaStreamCreateWithFlags(&s[r], cudaStreamNonBlocking);
       g[r].ranks = kRanks, g[r].rank = r, g[r].max_elems = kMax;
-      for (int p = 0; p < kRanks; ++p) g[r].slots[p] = slots[p].as<float>(), g[r].flags[p] = flags[p].as<uint32_t>();
+      for (int p = 0; p < kRanks; ++p) g[r].slots[p] = slots[p].as<uint64_t>();
       kn::set_peer_local(g[r], local[r].p);
     }
   }
@@ -161,7 +160,7 @@ struct Call {
   }
 };
 
-// Launches a call on both ranks (each waits for the other's flags), then checks it.
+// Launches a call on both ranks (each waits for the other's words), then checks it.
 void check_call(TwoRanks& t, Kind kind, int64_t n, std::mt19937& rng) {
   const Call c(kind, n, rng);
   CUDA_OK(cudaDeviceSynchronize());
@@ -182,7 +181,7 @@ TEST(PeerAllReduce, AddWithTheNormComputedGivesTheHostsSumAndNorm) {
   for (int64_t n : {8192, 96, 8192, 4096, 8192}) check_call(t, Kind::Computed, n, rng);
 }
 
-// The three kernels mixed on the same flags and epochs, widths mixed, every call queued on both
+// The three kernels mixed on the same slots and epochs, widths mixed, every call queued on both
 // streams with no wait between calls, and rank 1's stream held up by the host now and then: a
 // rank runs up to a call ahead of the other, and the parity slots must keep the calls apart.
 // The calls are queued rank 0, rank 1, call by call: the two ranks share GPU 0 here, and CUDA

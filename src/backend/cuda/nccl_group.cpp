@@ -35,7 +35,7 @@ NcclGroup::NcclGroup(int ranks, int64_t peer_elems) {
   make_peer_buffers(peer_elems);
 }
 
-// Peer access between every pair of the group's GPUs, then each GPU's slots and flags and each
+// Peer access between every pair of the group's GPUs, then each GPU's slots and each
 // rank's epochs and grid-barrier words, zeroed. Any refusal leaves the group without them (NCCL does every all-reduce).
 void NcclGroup::make_peer_buffers(int64_t elems) {
   const int n = ranks();
@@ -63,12 +63,11 @@ void NcclGroup::make_peer_buffers(int64_t elems) {
       else fine = e == cudaSuccess;
     }
     if (!fine) break;
-    void* slots = zeroed(size_t(2 * n) * size_t(elems) * sizeof(float));
-    void* flags = zeroed(size_t(n) * kernels::kPeerMaxBlocks * sizeof(uint32_t));
+    void* slots = zeroed(kernels::peer_slots_bytes(n, elems));
     void* local = zeroed(kernels::kPeerLocalBytes);  // epochs, the grid barrier's counter and sums
-    fine = slots && flags && local && cudaDeviceSynchronize() == cudaSuccess;
+    fine = slots && local && cudaDeviceSynchronize() == cudaSuccess;
     if (!fine) break;
-    for (auto& v : views) v.slots[r] = static_cast<float*>(slots), v.flags[r] = static_cast<uint32_t*>(flags);
+    for (auto& v : views) v.slots[r] = static_cast<uint64_t*>(slots);
     kernels::set_peer_local(views[size_t(r)], local);
   }
   cudaSetDevice(0);

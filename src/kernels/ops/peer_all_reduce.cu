@@ -16,35 +16,42 @@ namespace {
 constexpr int kThreads = 512;
 constexpr long long kTimeoutCycles = 20000000000LL;  // ~10 s at 2 GHz: a rank that never comes
 
-// This rank's part[lo, hi) into its slot on every rank, the epoch published, every sender's
-// awaited (threads 0 .. ranks-1 each wait for one), for block b: the protocol of peer_all_reduce.h.
-// Returns this rank's slot base of the epoch's parity.
-__device__ const float* exchange(const PeerAllReduce& g, const float* __restrict__ part, int64_t lo, int64_t hi,
-                                 int b, uint32_t e) {
+// This rank's part[lo, hi) to every other rank for call e: each element one word (epoch << 32 |
+// value bits) in one relaxed store at system scope (peer_all_reduce.h: the protocol).
+__device__ void send(const PeerAllReduce& g, const float* __restrict__ part, int64_t lo, int64_t hi, uint32_t e) {
   const size_t parity = e & 1;
   for (int p = 0; p < g.ranks; ++p) {
-    float* dst = g.slots[p] + (parity * g.ranks + g.rank) * g.max_elems;
-    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) dst[i] = part[i];
+    if (p == g.rank) continue;
+    uint64_t* dst = g.slots[p] + (parity * g.ranks + g.rank) * g.max_elems;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      cuda::atomic_ref<uint64_t, cuda::thread_scope_system> word(dst[i]);
+      word.store(uint64_t(e) << 32 | __float_as_uint(part[i]), cuda::memory_order_relaxed);
+    }
   }
-  __threadfence_system();
-  __syncthreads();
-  if (threadIdx.x < g.ranks) {
-    cuda::atomic_ref<uint32_t, cuda::thread_scope_system> out(g.flags[threadIdx.x][g.rank * kPeerMaxBlocks + b]);
-    out.store(e, cuda::memory_order_release);
-    cuda::atomic_ref<uint32_t, cuda::thread_scope_system> in(g.flags[g.rank][threadIdx.x * kPeerMaxBlocks + b]);
-    const long long t0 = clock64();
-    while (int32_t(in.load(cuda::memory_order_acquire) - e) < 0)
-      if (clock64() - t0 > kTimeoutCycles) __trap();
-  }
-  __syncthreads();
-  return g.slots[g.rank] + parity * g.ranks * g.max_elems;
 }
 
-// Element i summed over the ranks' slots (mine: exchange's result) in rank order, read past L1
-// (other GPUs wrote them): every rank gets the same bits.
-__device__ __forceinline__ float rank_sum(const PeerAllReduce& g, const float* mine, int64_t i) {
-  float v = __ldcg(mine + i);
-  for (int q = 1; q < g.ranks; ++q) v += __ldcg(mine + q * g.max_elems + i);
+// Element i of call e summed over the ranks in rank order: this rank's from part, the others'
+// from their words, awaited in this GPU's memory until they hold e. The same bits on every rank.
+// A rank that never sends stops the kernel after ~10 s with a trap.
+__device__ __forceinline__ float rank_sum(const PeerAllReduce& g, const float* __restrict__ part, int64_t i, uint32_t e) {
+  uint64_t* mine = g.slots[g.rank] + (e & 1) * g.ranks * g.max_elems;
+  float v = 0.f;
+  for (int q = 0; q < g.ranks; ++q) {
+    float t;
+    if (q == g.rank) {
+      t = part[i];
+    } else {
+      cuda::atomic_ref<uint64_t, cuda::thread_scope_system> word(mine[q * g.max_elems + i]);
+      uint64_t w = word.load(cuda::memory_order_relaxed);
+      const long long t0 = clock64();
+      while (uint32_t(w >> 32) != e) {
+        if (clock64() - t0 > kTimeoutCycles) __trap();
+        w = word.load(cuda::memory_order_relaxed);
+      }
+      t = __uint_as_float(uint32_t(w));
+    }
+    v = q == 0 ? t : v + t;
+  }
   return v;
 }
 
@@ -61,17 +68,17 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(PeerAllReduce
   const int b = blockIdx.x, nb = gridDim.x;
   const int64_t per = (n + nb - 1) / nb, lo = min(n, b * per), hi = min(n, lo + per);
   const uint32_t e = g.epoch[b] + 1;
-  const float* mine = exchange(g, x, lo, hi, b, e);
-  for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) x[i] = rank_sum(g, mine, i);
+  send(g, x, lo, hi, e);
+  for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) x[i] = rank_sum(g, x, i, e);  // (x[i]: this thread's own)
   if (threadIdx.x == 0) g.epoch[b] = e;
 }
 
 // One decode row's all-reduce and residual add with the next norm left pending: block b of the
-// grid takes whole 32-element blocks of x (kX8Threads / 32 at a time, one per warp), exchanges
-// their partial sums with the other ranks on its own flags (exchange), and its warps write x, the
+// grid takes whole 32-element blocks of x (kX8Threads / 32 at a time, one per warp), sends their
+// partial sums to the other ranks, and its warps write x (as the others' words arrive), the
 // int8 blocks of x * gain and each block's sum of squares of x (what a MatmulAddNorm's GEMV
-// leaves for the GEMVs that take a pending norm). kPeerMaxBlocks blocks, so that the exchange and
-// the sums of several SMs overlap; no block-wide norm.
+// leaves for the GEMVs that take a pending norm). kPeerMaxBlocks blocks, so that the sends and the
+// sums of several SMs overlap; no block-wide norm.
 constexpr int kX8Threads = 256;
 
 __global__ void __launch_bounds__(kX8Threads)
@@ -82,11 +89,11 @@ __global__ void __launch_bounds__(kX8Threads)
   const int b = blockIdx.x;
   const Slice32 sl = slice32(n, b, gridDim.x);
   const uint32_t e = g.epoch[b] + 1;
-  const float* mine = exchange(g, part, sl.lo * 32, sl.hi * 32, b, e);
+  send(g, part, sl.lo * 32, sl.hi * 32, e);
   const int lane = threadIdx.x % 32;
   for (int64_t blk = sl.lo + threadIdx.x / 32; blk < sl.hi; blk += kX8Threads / 32) {
     const int64_t i = blk * 32 + lane;
-    const float v = x[i] + rank_sum(g, mine, i);  // the bits of peer_all_reduce, then add
+    const float v = x[i] + rank_sum(g, part, i, e);  // the bits of peer_all_reduce, then add
     x[i] = v;
     quantize_block32_ss(v, gain[i], n, blk, x8, ss + blk);
   }
@@ -106,11 +113,11 @@ __global__ void __launch_bounds__(kX8Threads)
   const int b = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const Slice32 sl = slice32(n, b, kPeerMaxBlocks);
   const uint32_t e = g.epoch[b] + 1;
-  const float* mine = exchange(g, part, sl.lo * 32, sl.hi * 32, b, e);
+  send(g, part, sl.lo * 32, sl.hi * 32, e);
   double ss = 0;
   for (int64_t blk = sl.lo + warp; blk < sl.hi; blk += kWarps) {
     const int64_t i = blk * 32 + lane;
-    const float v = x[i] + rank_sum(g, mine, i);
+    const float v = x[i] + rank_sum(g, part, i, e);
     x[i] = v;
     ss += double(v) * v;
   }

@@ -2,22 +2,25 @@
 // (NVLink), for tensor-parallel decode (issue #35): a rank's vector after a row-parallel GEMV is
 // 4096-8192 floats, where NCCL's ring costs more in latency than the bytes take to move.
 //
+// The protocol (low latency, as NCCL's LL): each element travels as one 8-byte word holding its
+// value and the call's epoch, written with one store at system scope, so a receiver that reads the
+// epoch it waits for has the value too. The sender needs no fence and no flag, and the receiver
+// polls the words themselves in its own memory: one crossing of NVLink per call. (The flags it
+// replaced, each block's range written, a system fence, then a flag published and awaited, took
+// three: 6.2 against 3.0 µs a call for 4096 floats on 2 H200; docs/benchmarks.md.)
+//
 // Layout (all device memory, made by the group that owns the GPUs):
-//   slots[p]: on GPU p, [2 parities][ranks][max_elems] floats: what each rank sent p
-//   flags[p]: on GPU p, [ranks][kPeerMaxBlocks] uint32: the epoch each (sender, block) last delivered
+//   slots[p]: on GPU p, [2 parities][ranks][max_elems] words (epoch << 32 | float bits): what
+//             each rank sent p (a rank's own part is read where it lies, never sent to itself)
 //   epoch:    on this rank's GPU, [kPeerMaxBlocks] uint32: the last epoch each block ran
 //   arrived, block_ss: on this rank's GPU, a uint32 and [kPeerMaxBlocks] doubles: the grid
 //             barrier of peer_all_reduce_add_norm (its blocks' sums of squares)
 // Every kernel of this family launches kPeerMaxBlocks blocks, whatever its n, so that the blocks'
-// epochs move together: one parity per call, for every element. Block b of every rank owns the
-// same element range. Per call it writes its range into every rank's slot (parity = epoch & 1),
-// publishes the epoch in every rank's flag (release, system scope), waits until every sender's
-// flag has reached it (acquire), then sums the ranks' ranges in rank order 0 .. N-1 into x: every
-// rank gets the same bits. A sender one call ahead writes the other parity, and cannot get two
-// ahead: its next call waits for this rank's flags of the call between, which this rank's blocks
-// publish only once its kernel of this call has completed. (Blocks of calls with different block
-// counts would cover different ranges under one epoch each, and a block two calls ahead could
-// overwrite a range another block of this rank is still reading: hence one grid size.)
+// epochs move together (epoch e is call e for every block and element). Call e writes parity e & 1.
+// A receiver waits for each element's word to hold e, then sums the ranks' values in rank order
+// 0 .. N-1 into x: every rank gets the same bits. A sender one call ahead writes the other parity,
+// and cannot get two ahead: it cannot finish its next call before this rank sends that call's
+// words, which this rank's kernel does only after its kernel of this call has completed.
 // Plain C++ (no CUDA types), so that the backend's options can carry it.
 #pragma once
 
@@ -33,11 +36,13 @@ namespace lamina::kernels {
 inline constexpr int kPeerMaxRanks = 8;
 inline constexpr int kPeerMaxBlocks = 16;
 
+// The bytes of one GPU's slots (zeroed before the first call) for `ranks` and vectors of up to max_elems.
+inline size_t peer_slots_bytes(int ranks, int64_t max_elems) { return size_t(2 * ranks) * size_t(max_elems) * 8; }
+
 struct PeerAllReduce {
   int ranks = 0, rank = 0;
-  int64_t max_elems = 0;                 // floats per slot: the largest vector it takes
-  float* slots[kPeerMaxRanks] = {};
-  uint32_t* flags[kPeerMaxRanks] = {};
+  int64_t max_elems = 0;                 // elements per slot: the largest vector it takes
+  uint64_t* slots[kPeerMaxRanks] = {};
   uint32_t* epoch = nullptr;
   uint32_t* arrived = nullptr;   // zeroed; counts the blocks of peer_all_reduce_add_norm's calls
   double* block_ss = nullptr;    // [kPeerMaxBlocks]
@@ -58,8 +63,8 @@ Status peer_all_reduce(const PeerAllReduce& g, float* x, int64_t n, cudaStream_t
 // The all-reduce and the residual add of one row with the next norm left pending: x += the
 // ranks' sum of part; x8 = the int8 blocks of x * gain (layout of kernels/common/q8_blocks.h) and
 // ss[n / 32] = each 32-element block's sum of squares of x (f64): a GEMV's x8 and x8_ss for
-// rmsnorm(x) * gain (GemvProblem). n % 32 == 0. Up to kPeerMaxBlocks blocks, each on its own
-// flags; x has the bits of peer_all_reduce then add. Launched as a dependent (PDL).
+// rmsnorm(x) * gain (GemvProblem). n % 32 == 0. kPeerMaxBlocks blocks; x has the bits of
+// peer_all_reduce then add. Launched as a dependent (PDL).
 Status peer_all_reduce_add_x8(const PeerAllReduce& g, const float* part, float* x, const float* gain, int64_t n,
                               void* x8, double* ss, cudaStream_t s);
 
