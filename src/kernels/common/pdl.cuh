@@ -15,7 +15,8 @@
 //   - an L2 prefetch of the GEMV weights before the wait gained nothing or lost up to 8 % (the
 //     prefetched lines compete with the kernel before), so none is done; nor did an L2 prefetch
 //     of the next matrix issued by the kernel before (its last pass, or the decode attention for
-//     all of Wo; 0 to -3 %, reverted);
+//     all of Wo; 0 to -3 %, reverted); nor, at tensor parallelism, a bulk L2 prefetch by the
+//     GEMVs after the all-reduce, whose wait leaves HBM idle (Llama-3-8B TP 2: -1.5 to -3.2 %);
 //   - loading a GEMV's first step of weights into registers before the wait gained 5 % (q4_0)
 //     and 2 % (q8_0); copying a block's rows into shared memory before it lost 11 % (blocks that
 //     hold ~200 KiB of shared memory start only once the kernel before has left the SM).
