@@ -76,18 +76,12 @@ struct Iq4xsUnits {
   }
 };
 
-bool iq4xs_only(GgmlType t) { return t == GgmlType::IQ4_XS; }
-
 }  // namespace
 
 void register_iq4xs_variants(std::vector<GemvVariant>& out) {
-  out.push_back({"iq4xs_dp4a", "iq4_xs in place: a sub-block's 16 quant bytes per lane, table lookups by prmt, dp4a",
-                 WeightLayout::Gguf, iq4xs_only, units_run<Iq4xsUnits>, units_configs(), XRounding::Int8Blocks,
-                 /*writes_y8=*/true, /*fuses_norm=*/true});
-  out.push_back({"iq4xs_slots", "iq4xs_dp4a for decode (batch 1): two register slots of steps, one always in flight (gemv_slots.cuh)",
-                 WeightLayout::Gguf, iq4xs_only, slots_run<UnitsOf<Iq4xsUnits>::Step>, slots_configs(), XRounding::Int8Blocks,
-                 /*writes_y8=*/true, /*fuses_norm=*/true, /*takes_x8_ss=*/false, /*tuner_picks=*/true,
-                 /*writes_argmax=*/false, /*max_batch=*/1});
+  register_units_rungs<Iq4xsUnits>(out, WeightLayout::Gguf,
+                                "iq4_xs in place: a sub-block's 16 quant bytes per lane, table lookups by prmt, dp4a",
+                                "iq4xs_dp4a for decode (batch 1): two register slots of steps, one always in flight (gemv_slots.cuh)");
 }
 
 }  // namespace lamina::kernels

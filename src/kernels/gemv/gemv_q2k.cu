@@ -60,18 +60,12 @@ struct Q2kUnits {
   }
 };
 
-bool q2k_only(GgmlType t) { return t == GgmlType::Q2_K; }
-
 }  // namespace
 
 void register_q2k_variants(std::vector<GemvVariant>& out) {
-  out.push_back({"q2k_dp4a", "q2_K in place: a 16-byte quant run (four runs of 16 with their scales) per lane, dp4a",
-                 WeightLayout::Gguf, q2k_only, units_run<Q2kUnits>, units_configs(), XRounding::Int8Blocks,
-                 /*writes_y8=*/true, /*fuses_norm=*/true});
-  out.push_back({"q2k_slots", "q2k_dp4a for decode (batch 1): two register slots of steps, one always in flight (gemv_slots.cuh)",
-                 WeightLayout::Gguf, q2k_only, slots_run<UnitsOf<Q2kUnits>::Step>, slots_configs(), XRounding::Int8Blocks,
-                 /*writes_y8=*/true, /*fuses_norm=*/true, /*takes_x8_ss=*/false, /*tuner_picks=*/true,
-                 /*writes_argmax=*/false, /*max_batch=*/1});
+  register_units_rungs<Q2kUnits>(out, WeightLayout::Gguf,
+                                "q2_K in place: a 16-byte quant run (four runs of 16 with their scales) per lane, dp4a",
+                                "q2k_dp4a for decode (batch 1): two register slots of steps, one always in flight (gemv_slots.cuh)");
 }
 
 }  // namespace lamina::kernels

@@ -73,8 +73,6 @@ struct Q3kUnits {
   }
 };
 
-bool q3k_only(GgmlType t) { return t == GgmlType::Q3_K; }
-
 __global__ void repack_q3k_kernel(const uint8_t* __restrict__ src, int64_t n, int64_t k, uint8_t* __restrict__ dst) {
   const Q3Planes pl(n, k);
   const int64_t blocks = n * (k / 256);
@@ -125,13 +123,9 @@ Status dequant_q3k_repacked(const void* w, int64_t n, int64_t k, int64_t row0, i
 }
 
 void register_q3k_variants(std::vector<GemvVariant>& out) {
-  out.push_back({"q3k_dp4a", "q3_K repacked into qs/hmask/scale/d planes: a 16-byte quant run per lane, dp4a",
-                 WeightLayout::Repacked, q3k_only, units_run<Q3kUnits>, units_configs(), XRounding::Int8Blocks,
-                 /*writes_y8=*/true, /*fuses_norm=*/true});
-  out.push_back({"q3k_slots", "q3k_dp4a for decode (batch 1): two register slots of steps, one always in flight (gemv_slots.cuh)",
-                 WeightLayout::Repacked, q3k_only, slots_run<UnitsOf<Q3kUnits>::Step>, slots_configs(), XRounding::Int8Blocks,
-                 /*writes_y8=*/true, /*fuses_norm=*/true, /*takes_x8_ss=*/false, /*tuner_picks=*/true,
-                 /*writes_argmax=*/false, /*max_batch=*/1});
+  register_units_rungs<Q3kUnits>(out, WeightLayout::Repacked,
+                                "q3_K repacked into qs/hmask/scale/d planes: a 16-byte quant run per lane, dp4a",
+                                "q3k_dp4a for decode (batch 1): two register slots of steps, one always in flight (gemv_slots.cuh)");
 }
 
 }  // namespace lamina::kernels

@@ -57,18 +57,12 @@ struct Q51Units {
   }
 };
 
-bool q51_only(GgmlType t) { return t == GgmlType::Q5_1; }
-
 }  // namespace
 
 void register_q51_variants(std::vector<GemvVariant>& out) {
-  out.push_back({"q51_dp4a", "q5_1 in place: a block (16 quant bytes, the fifth bits, d and m) per lane, dp4a",
-                 WeightLayout::Gguf, q51_only, units_run<Q51Units>, units_configs(), XRounding::Int8Blocks,
-                 /*writes_y8=*/true, /*fuses_norm=*/true});
-  out.push_back({"q51_slots", "q51_dp4a for decode (batch 1): two register slots of steps, one always in flight (gemv_slots.cuh)",
-                 WeightLayout::Gguf, q51_only, slots_run<UnitsOf<Q51Units>::Step>, slots_configs(), XRounding::Int8Blocks,
-                 /*writes_y8=*/true, /*fuses_norm=*/true, /*takes_x8_ss=*/false, /*tuner_picks=*/true,
-                 /*writes_argmax=*/false, /*max_batch=*/1});
+  register_units_rungs<Q51Units>(out, WeightLayout::Gguf,
+                                "q5_1 in place: a block (16 quant bytes, the fifth bits, d and m) per lane, dp4a",
+                                "q51_dp4a for decode (batch 1): two register slots of steps, one always in flight (gemv_slots.cuh)");
 }
 
 }  // namespace lamina::kernels

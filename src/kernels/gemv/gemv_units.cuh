@@ -143,4 +143,17 @@ Status units_run(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   return Status::error(name + ": no instance for config " + c.str());
 }
 
+// U's two registered rungs: its units GEMV (any batch) and, for decode, the same steps in two
+// register slots (gemv_slots.cuh), both for U::kType alone; summaries as GemvVariant's.
+template <class U>
+void register_units_rungs(std::vector<GemvVariant>& out, WeightLayout layout, const char* summary,
+                          const char* slots_summary) {
+  bool (*const only)(GgmlType) = [](GgmlType t) { return t == U::kType; };
+  out.push_back({U::kName, summary, layout, only, units_run<U>, units_configs(), XRounding::Int8Blocks,
+                 /*writes_y8=*/true, /*fuses_norm=*/true});
+  out.push_back({U::kSlotsName, slots_summary, layout, only, slots_run<UnitsOf<U>::template Step>, slots_configs(),
+                 XRounding::Int8Blocks, /*writes_y8=*/true, /*fuses_norm=*/true, /*takes_x8_ss=*/false,
+                 /*tuner_picks=*/true, /*writes_argmax=*/false, /*max_batch=*/1});
+}
+
 }  // namespace lamina::kernels::gemv_detail
