@@ -225,6 +225,46 @@ TEST_P(CudaReal, GreedyTokens) {
   EXPECT_LE(rel_l2(ex2->eval(prompt), ref_logits), 1e-3);
 }
 
+// rel. L2 of a run's logits against another's, pooled over positions: sqrt(sum |a - b|^2 / sum |b|^2).
+double pooled_rel_l2(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  double num = 0, den = 0;
+  for (size_t p = 0; p < a.size() && p < b.size(); ++p)
+    for (size_t i = 0; i < a[p].size() && i < b[p].size(); ++i) {
+      const double d = double(a[p][i]) - b[p][i];
+      num += d * d, den += double(b[p][i]) * b[p][i];
+    }
+  return std::sqrt(num / den);
+}
+
+// The fast path's faithfulness where it runs: the prompt pass, then the 32 decode steps of the
+// reference's greedy tokens fed one by one (the same sequence on both paths, so no divergence
+// compounds), each step's logits against the exact path's at the same step. The exact path is
+// the reference's within 1e-3 (GreedyTokens), so it stands in for the f64 logits the reference
+// keeps only for the prompt's last position. Pooled over the 33 positions, one sample's chaos
+// (GreedyTokens' prompt logits) averages out. The CPU's fast path is measured the same way and
+// reported beside it; the CUDA fast path must stay within 1.5e-2 (issue #29) on SmolLM2.
+TEST_P(CudaReal, FastLogitsAlongTheGreedyPathStayNearTheExactOnes) {
+  const json m = manifest();
+  json c;
+  for (const auto& x : m["cases"]) if (x["name"] == GetParam()) c = x;
+  ASSERT_FALSE(c.is_null()) << GetParam();
+  const auto follow = c["greedy"].get<std::vector<int32_t>>();
+  const auto prompt = c["tokens"].get<std::vector<int32_t>>();
+  const auto at = [&](const char* dev, bool exact) {
+    auto s = open(model_, dev, exact);
+    return run(*s, prompt, follow);
+  };
+  const auto cuda_ex = at("cuda", true), cuda_fast = at("cuda", false);
+  const auto cpu_ex = at("cpu", true), cpu_fast = at("cpu", false);
+  const double gpu = pooled_rel_l2(cuda_fast, cuda_ex), cpu = pooled_rel_l2(cpu_fast, cpu_ex);
+  const double ex = pooled_rel_l2(cuda_ex, cpu_ex);
+  std::printf("%s: fast against exact logits over the prompt and %zu decode steps, pooled rel. L2: CUDA %.2e, "
+              "CPU %.2e (CUDA exact against CPU exact %.2e)\n",
+              GetParam().c_str(), follow.size(), gpu, cpu, ex);
+  EXPECT_LE(ex, 1e-3) << "CUDA exact against CPU exact";
+  EXPECT_LE(gpu, GetParam().starts_with("smollm2") ? 1.5e-2 : 5e-2) << "CUDA fast against CUDA exact";
+}
+
 INSTANTIATE_TEST_SUITE_P(Prompts, CudaReal,
                          ::testing::Values("smollm2-p0", "smollm2-p1", "smollm2-p2", "gemma3-p0", "gemma3-p1", "gemma3-p2"),
                          [](const auto& info) { return case_param_name(info.param); });

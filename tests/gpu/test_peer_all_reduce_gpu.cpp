@@ -2,7 +2,8 @@
 // the host: two ranks on GPU 0, each on its own stream with its own slots, epochs and
 // grid-barrier words, as a group of two GPUs would have them on two. Several calls in a row (both
 // slot parities, the epochs and the barrier's counter moving on, the two kernels interleaved),
-// widths of one partly used block to 8192, and the three kernels mixed in calls queued back to back.
+// widths of one partly used block to 8192, the three kernels mixed in calls queued back to back,
+// and calls across the wrap of the 32-bit epoch.
 // x must be the rank-order sum (added to x), bit for bit on both ranks.
 //   - peer_all_reduce_add_x8 (norm pending): the int8 blocks those of x * gain (host_x8, bit for
 //     bit), the blocks' sums of squares within f64 rounding;
@@ -54,6 +55,11 @@ struct TwoRanks {
       for (int p = 0; p < kRanks; ++p) g[r].slots[p] = slots[p].as<uint64_t>();
       kn::set_peer_local(g[r], local[r].p);
     }
+  }
+  // Both ranks' blocks as if `last` calls had run (the epoch each block ran last).
+  void set_epochs(uint32_t last) {
+    const std::vector<uint32_t> e(kn::kPeerMaxBlocks, last);
+    for (auto& l : local) CUDA_OK(cudaMemcpy(l.p, e.data(), e.size() * 4, cudaMemcpyHostToDevice));
   }
   ~TwoRanks() {
     for (auto& st : s) cudaStreamDestroy(st);
@@ -179,6 +185,18 @@ TEST(PeerAllReduce, AddWithTheNormComputedGivesTheHostsSumAndNorm) {
   TwoRanks t;
   std::mt19937 rng(12);
   for (int64_t n : {8192, 96, 8192, 4096, 8192}) check_call(t, Kind::Computed, n, rng);
+}
+
+// Calls across the 32-bit epoch's wrap: the narrow calls before it leave the words past 96 of
+// both parities as they were, so a call that waited for epoch 0 there would read them as sent.
+// Every call's sums must still be the host's (the epochs skip 0, consumed words are zeroed).
+TEST(PeerAllReduce, CallsAcrossTheEpochWrapKeepTheirSums) {
+  TwoRanks t;
+  t.set_epochs(0xFFFFFFFBu);
+  std::mt19937 rng(14);
+  const Kind kinds[] = {Kind::Plain, Kind::Pending, Kind::Computed};
+  const int64_t widths[] = {96, 96, 96, 96, 8192, 8192, 4096, 8192};
+  for (int i = 0; i < 8; ++i) check_call(t, kinds[i % 3], widths[i], rng);
 }
 
 // The three kernels mixed on the same slots and epochs, widths mixed, every call queued on both

@@ -30,9 +30,18 @@ __device__ void send(const PeerAllReduce& g, const float* __restrict__ part, int
   }
 }
 
+// The epoch of the call after `last`. 0 is never one: it is what a word holds before its first
+// send and after it was consumed. The 2^32-th call goes on at 2, the parity still alternating.
+__device__ __forceinline__ uint32_t next_epoch(uint32_t last) {
+  const uint32_t e = last + 1;
+  return e == 0 ? 2 : e;
+}
+
 // Element i of call e summed over the ranks in rank order: this rank's from part, the others'
-// from their words, awaited in this GPU's memory until they hold e. The same bits on every rank.
-// A rank that never sends stops the kernel after ~10 s with a trap.
+// from their words, awaited in this GPU's memory until they hold e, then zeroed. A word that is
+// not zero holds the one send not yet consumed, so an epoch seen again after 2^32 calls never
+// matches a word left from the last time (an element beyond the widths of the calls since). The
+// same bits on every rank. A rank that never sends stops the kernel after ~10 s with a trap.
 __device__ __forceinline__ float rank_sum(const PeerAllReduce& g, const float* __restrict__ part, int64_t i, uint32_t e) {
   uint64_t* mine = g.slots[g.rank] + (e & 1) * g.ranks * g.max_elems;
   float v = 0.f;
@@ -49,6 +58,7 @@ __device__ __forceinline__ float rank_sum(const PeerAllReduce& g, const float* _
         w = word.load(cuda::memory_order_relaxed);
       }
       t = __uint_as_float(uint32_t(w));
+      word.store(0, cuda::memory_order_relaxed);  // (the sender's next write here is call e + 2's)
     }
     v = q == 0 ? t : v + t;
   }
@@ -67,9 +77,9 @@ __device__ __forceinline__ Slice32 slice32(int64_t n, int b, int nb) {
 __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(PeerAllReduce g, float* __restrict__ x, int64_t n) {
   const int b = blockIdx.x, nb = gridDim.x;
   const int64_t per = (n + nb - 1) / nb, lo = min(n, b * per), hi = min(n, lo + per);
-  const uint32_t e = g.epoch[b] + 1;
+  const uint32_t e = next_epoch(g.epoch[b]);
   send(g, x, lo, hi, e);
-  for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) x[i] = rank_sum(g, x, i, e);  // (x[i]: this thread's own)
+  for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) x[i] = rank_sum(g, x, i, e);  // (x[i]: this thread's own)
   if (threadIdx.x == 0) g.epoch[b] = e;
 }
 
@@ -88,7 +98,7 @@ __global__ void __launch_bounds__(kX8Threads)
   pdl_enter();  // (the next GEMV may be scheduled now: it waits for this kernel in turn)
   const int b = blockIdx.x;
   const Slice32 sl = slice32(n, b, gridDim.x);
-  const uint32_t e = g.epoch[b] + 1;
+  const uint32_t e = next_epoch(g.epoch[b]);
   send(g, part, sl.lo * 32, sl.hi * 32, e);
   const int lane = threadIdx.x % 32;
   for (int64_t blk = sl.lo + threadIdx.x / 32; blk < sl.hi; blk += kX8Threads / 32) {
@@ -112,7 +122,7 @@ __global__ void __launch_bounds__(kX8Threads)
   __shared__ double total;
   const int b = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const Slice32 sl = slice32(n, b, kPeerMaxBlocks);
-  const uint32_t e = g.epoch[b] + 1;
+  const uint32_t e = next_epoch(g.epoch[b]);
   send(g, part, sl.lo * 32, sl.hi * 32, e);
   double ss = 0;
   for (int64_t blk = sl.lo + warp; blk < sl.hi; blk += kWarps) {

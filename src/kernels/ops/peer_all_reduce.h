@@ -17,6 +17,8 @@
 //             barrier of peer_all_reduce_add_norm (its blocks' sums of squares)
 // Every kernel of this family launches kPeerMaxBlocks blocks, whatever its n, so that the blocks'
 // epochs move together (epoch e is call e for every block and element). Call e writes parity e & 1.
+// A word is 0 until sent and again once its receiver has read it; the epochs skip 0 when they wrap
+// (... 2^32 - 1, 2, 3 ...), so no call waits for a word that a call 2^32 before left behind.
 // A receiver waits for each element's word to hold e, then sums the ranks' values in rank order
 // 0 .. N-1 into x: every rank gets the same bits. A sender one call ahead writes the other parity,
 // and cannot get two ahead: it cannot finish its next call before this rank sends that call's
