@@ -140,7 +140,7 @@ if [ "${GPU_CHECK_BENCH:-1}" = 1 ]; then
 fi
 echo "== lamina gpu-check on $(cat "$OUT/gpu.txt")"
 grep -hE "tests passed|tests failed" "$OUT/gpu-tests.log" "$OUT/cpu-tests.log" 2>/dev/null
-grep -hE "(smollm2 prompt|7B: )" "$OUT/gpu-tests.log" 2>/dev/null | sed "s/^[0-9]*: //" | sort -u
+grep -hE "(smollm2 prompt|7B: |fast against exact logits)" "$OUT/gpu-tests.log" 2>/dev/null | sed "s/^[0-9]*: //" | sort -u
 cat "$OUT/too-big.log" 2>/dev/null; tail -4 "$OUT/info-cuda.log" 2>/dev/null
 grep -hE "^\| (llama|model)" "$OUT"/bench-*.log 2>/dev/null | sort -u -r | head -12
 grep -E "^\| +[0-9]+ \|" "$OUT/bench-parallel.log" 2>/dev/null | sed 's/^/llama3-8b q4_0 parallel: /'
