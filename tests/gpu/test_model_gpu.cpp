@@ -50,9 +50,7 @@ std::string gen_tiny(const json& c) {
 class CudaTiny : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaTiny, LogitsMatchReferenceAndCpu) {
-  const json m = manifest();
-  json c;
-  for (const auto& x : m["cases"]) if (x["name"] == GetParam()) c = x;
+  const json c = golden_case(GetParam());
   ASSERT_FALSE(c.is_null());
   const std::string path = gen_tiny(c);
   ASSERT_EQ(sha256(path), c["sha256"].get<std::string>());
@@ -92,9 +90,7 @@ TEST_P(CudaTiny, LogitsMatchReferenceAndCpu) {
 // caller that then feeds another token instead, or rewinds and feeds new tokens, gets the logits
 // eager passes give (the step that ran ahead wrote a cache row that the next pass rewrites).
 TEST(CudaRunAhead, StepsAndDivergingCallersMatchEagerPasses) {
-  const json m = manifest();
-  json c;
-  for (const auto& x : m["cases"]) if (x["name"] == "tiny-q8_0") c = x;
+  const json c = golden_case("tiny-q8_0");
   ASSERT_FALSE(c.is_null());
   const std::string path = gen_tiny(c);
   const std::vector<int32_t> prompt = c["tokens"].get<std::vector<int32_t>>();
@@ -125,11 +121,9 @@ TEST(CudaRunAhead, StepsAndDivergingCallersMatchEagerPasses) {
 // output, gemv()'s argmax kernel after f16's) and the lookup that reads the staged inputs itself
 // give the ids of the sampling kernel after an upload kernel (both switched off), run-ahead on.
 TEST(CudaRunAhead, FusedArgmaxAndStagedLookupMatchTheKernelsApart) {
-  const json m = manifest();
   for (const char* name : {"tiny-q4_0", "tiny-f16"}) {
     SCOPED_TRACE(name);
-    json c;
-    for (const auto& x : m["cases"]) if (x["name"] == name) c = x;
+    const json c = golden_case(name);
     ASSERT_FALSE(c.is_null());
     const std::string path = gen_tiny(c);
     const std::vector<int32_t> prompt = c["tokens"].get<std::vector<int32_t>>();
@@ -194,9 +188,7 @@ class CudaReal : public ::testing::TestWithParam<std::string> {
 // CPU fast are compared too (reported).
 TEST_P(CudaReal, GreedyTokens) {
   const std::string& model = model_;
-  const json m = manifest();
-  json c;
-  for (const auto& x : m["cases"]) if (x["name"] == GetParam()) c = x;
+  const json c = golden_case(GetParam());
   ASSERT_FALSE(c.is_null()) << GetParam();
   const auto want = c["greedy"].get<std::vector<int32_t>>();
   const auto margins = c["greedy_margins"].get<std::vector<double>>();
@@ -246,9 +238,7 @@ double pooled_rel_l2(const std::vector<std::vector<float>>& a, const std::vector
 // under 2e-2 (measured on an H200: CUDA 1.07e-2 / 1.36e-2 / 1.58e-2 on the three prompts, CPU
 // 1.17e-2 / 1.21e-2 / 1.57e-2; docs/benchmarks.md). Gemma 3 is reported, bounded loosely.
 TEST_P(CudaReal, FastLogitsAlongTheGreedyPathStayNearTheExactOnes) {
-  const json m = manifest();
-  json c;
-  for (const auto& x : m["cases"]) if (x["name"] == GetParam()) c = x;
+  const json c = golden_case(GetParam());
   ASSERT_FALSE(c.is_null()) << GetParam();
   const auto follow = c["greedy"].get<std::vector<int32_t>>();
   const auto prompt = c["tokens"].get<std::vector<int32_t>>();
