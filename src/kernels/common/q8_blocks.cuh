@@ -11,23 +11,16 @@ namespace lamina::kernels {
 // element i in v. Every lane of the warp must call it.
 __device__ __forceinline__ void quantize_block32(float v, int64_t k, int64_t blk, uint8_t* row) {
   const int lane = threadIdx.x % 32;
-  const float a = fabsf(v);
-  float a1 = a, a2 = 0.f;  // the two largest |v| of the lanes combined so far (one reduction)
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float b1 = __shfl_xor_sync(0xffffffffu, a1, o), b2 = __shfl_xor_sync(0xffffffffu, a2, o);
-    a2 = fmaxf(fminf(a1, b1), fmaxf(a2, b2));
-    a1 = fmaxf(a1, b1);
-  }
-  // a1 is at lane m (the first of equals; 0 for a block of NaN); a2 is the largest of the other 31
-  const unsigned at = __ballot_sync(0xffffffffu, a == a1);
-  const int m = at ? __ffs(at) - 1 : 0;
-  const float d = fmaxf(a2, a1 * kX8StepFloor) / 127.f, id = d != 0.f ? 1.f / d : 0.f;
+  // The two largest |v| by integer reductions of their bits (redux.sync, one instruction each
+  // where a float butterfly took five shuffle rounds): non-negative floats order as their bits do.
+  const unsigned a = __float_as_uint(fabsf(v));
+  const unsigned a1 = __reduce_max_sync(0xffffffffu, a);
+  const int m = __ffs(__ballot_sync(0xffffffffu, a == a1)) - 1;  // the first lane of equals
+  const unsigned a2 = __reduce_max_sync(0xffffffffu, lane == m ? 0u : a);  // the largest of the other 31
+  const float d = fmaxf(__uint_as_float(a2), __uint_as_float(a1) * kX8StepFloor) / 127.f, id = d != 0.f ? 1.f / d : 0.f;
   const int q = int(roundf(v * id));  // at lane m: Q, up to 127 * 2^14
   reinterpret_cast<int8_t*>(row)[blk * 32 + lane] = int8_t(lane == m ? 0 : q);
-  int sum = q;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  const int sum = __reduce_add_sync(0xffffffffu, q);
   if (lane == m) reinterpret_cast<int4*>(row + k)[blk] = make_int4(__float_as_int(d), m, q, sum);
 }
 
