@@ -187,13 +187,17 @@ TEST(PeerAllReduce, AddWithTheNormComputedGivesTheHostsSumAndNorm) {
   for (int64_t n : {8192, 96, 8192, 4096, 8192}) check_call(t, Kind::Computed, n, rng);
 }
 
-// Calls across the 32-bit epoch's wrap: the narrow calls before it leave the words past 96 of
-// both parities as they were, so a call that waited for epoch 0 there would read them as sent.
-// Every call's sums must still be the host's (the epochs skip 0, consumed words are zeroed).
+// Calls across the 32-bit epoch's wrap. First a wide call at epoch 2, whose words would still
+// say 2 past 96 unless consumed words are zeroed; then the epochs are set five calls before the
+// wrap, whose narrow calls leave the words past 96 as they were: a wide call at epoch 0 would
+// take the zeroed words as sent, and the wide call at 2 after the wrap (the epochs skip 0) the
+// stale ones. Every call's sums must be the host's.
 TEST(PeerAllReduce, CallsAcrossTheEpochWrapKeepTheirSums) {
   TwoRanks t;
-  t.set_epochs(0xFFFFFFFBu);
   std::mt19937 rng(14);
+  t.set_epochs(1u);
+  check_call(t, Kind::Pending, 8192, rng);  // epoch 2, parity 0: every word of the slots
+  t.set_epochs(0xFFFFFFFBu);
   const Kind kinds[] = {Kind::Plain, Kind::Pending, Kind::Computed};
   const int64_t widths[] = {96, 96, 96, 96, 8192, 8192, 4096, 8192};
   for (int i = 0; i < 8; ++i) check_call(t, kinds[i % 3], widths[i], rng);
