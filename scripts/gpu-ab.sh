@@ -12,12 +12,34 @@
 # The old tree's build is kept in /tmp/lamina-ab/old and reused for the same tarball (so it can be
 # built ahead, e.g. in the background of gpu-check.sh: AB_BUILD_ONLY=1). AB_PROFILE=1 also writes
 # each build's `bench --profile` of pp512 per model ($OUT/ab-profile-{old,new}-MODEL.log).
+#
+# With prebuilt binaries instead (no build on the GPU machine: a whole A/B in ~100 s of device time):
+#   here:   scripts/gpu-carry.sh bin old; (change, rebuild); scripts/gpu-carry.sh bin new
+#   there:  scripts/gpu-ab.sh --bins .carry/bin/old.xz .carry/bin/new.xz
+# Both run with .carry/lib on the library path; the llama2-7b q4_0 and q8_0 files are generated in
+# $MODELS when absent (AB_MODELS: other presets as preset-type); AB_SAME_BITS=1 first compares the
+# two builds' prompt logits (6 rows) and 32 greedy tokens per model, for a change meant to keep
+# every bit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OLD=${1:?usage: scripts/gpu-ab.sh OLD_TREE.tar.gz}
 OUT="${OUT:-$PWD/gpu-logs}"; mkdir -p "$OUT"
 MODELS="${MODELS:-/tmp/lamina-models}"
 A=/tmp/lamina-ab; mkdir -p $A/tune-old $A/tune-new
+if [ "${1:-}" = --bins ]; then
+  export LD_LIBRARY_PATH="$PWD/.carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  xz -dc "${2:?usage: scripts/gpu-ab.sh --bins OLD.xz NEW.xz}" > $A/old.bin &&
+    xz -dc "${3:?usage: scripts/gpu-ab.sh --bins OLD.xz NEW.xz}" > $A/new.bin && chmod +x $A/old.bin $A/new.bin || exit 1
+  bin() { echo $A/$1.bin; }
+  mkdir -p "$MODELS"
+  vocab=$(ls .carry/shared/data/vocab/ggml-vocab-llama-spm.gguf .carry/vocab/ggml-vocab-llama-spm.gguf \
+             ../shared/data/vocab/ggml-vocab-llama-spm.gguf 2>/dev/null | head -1)
+  for m in ${AB_MODELS:-llama2-7b-q4_0 llama2-7b-q8_0}; do
+    [ -f "$MODELS/$m.gguf" ] || $A/new.bin gen-model --preset "${m%-*}" --type "${m##*-}" --vocab "$vocab" \
+      -o "$MODELS/$m.gguf" > /dev/null 2>&1 &
+  done
+  wait
+else
+OLD=${1:?usage: scripts/gpu-ab.sh OLD_TREE.tar.gz | --bins OLD.xz NEW.xz}
 stamp=$(sha256sum < "$OLD")
 if [ ! -x $A/old/build/tools/lamina ] || [ "$(cat $A/old/stamp 2>/dev/null)" != "$stamp" ]; then
   rm -rf $A/old && mkdir -p $A/old
@@ -33,8 +55,23 @@ fi
 [ "${AB_BUILD_ONLY:-0}" = 1 ] && exit 0
 [ -x build-gpu/tools/lamina ] || { echo "gpu-ab: build build-gpu first (scripts/gpu-check.sh)"; exit 1; }
 bin() { [ "$1" = old ] && echo $A/old/build/tools/lamina || echo "$PWD/build-gpu/tools/lamina"; }
+fi
 models=()
-for m in llama2-7b-q4_0 llama2-7b-q8_0 llama2-7b-f16 llama3-8b-q4_0; do [ -f "$MODELS/$m.gguf" ] && models+=("$m"); done
+for m in ${AB_MODELS:-llama2-7b-q4_0 llama2-7b-q8_0 llama2-7b-f16 llama3-8b-q4_0}; do [ -f "$MODELS/$m.gguf" ] && models+=("$m"); done
+# AB_SAME_BITS=1: the two builds' prompt logits (6 rows: the decode GEMVs) and greedy tokens.
+[ "${AB_SAME_BITS:-0}" = 1 ] && for m in "${models[@]}"; do
+  rm -f $A/logits-*.f32 $A/tokens-*.txt
+  for b in old new; do
+    "$(bin $b)" logits -m "$MODELS/$m.gguf" -p "The capital of France is" -d cuda --all $A/logits-$b.f32 > /dev/null 2>&1
+    "$(bin $b)" run -m "$MODELS/$m.gguf" -p "The capital of France is" -n 32 --temp 0 -d cuda --no-display-prompt \
+      > $A/tokens-$b.txt 2>/dev/null
+  done
+  if [ ! -s $A/logits-old.f32 ] || [ ! -s $A/logits-new.f32 ] || [ ! -s $A/tokens-old.txt ] || [ ! -s $A/tokens-new.txt ]; then
+    echo "$m: the same-bits check failed to run"; continue
+  fi
+  cmp -s $A/logits-old.f32 $A/logits-new.f32 && echo "$m: the same prompt logits, bit for bit" || echo "$m: prompt logits DIFFER"
+  cmp -s $A/tokens-old.txt $A/tokens-new.txt && echo "$m: the same 32 greedy tokens" || echo "$m: greedy tokens DIFFER"
+done
 for m in "${models[@]}"; do
   p=512; [ "$m" = llama2-7b-q8_0 ] && p=512,4096
   for b in old new; do

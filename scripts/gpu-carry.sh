@@ -7,6 +7,10 @@
 #   scripts/gpu-carry.sh assemble   there: joins a model whose parts have all arrived (kept between
 #                                   calls while the machine is warm) into .carry/<name>.gguf, checked
 #                                   by sha256; gpu-check.sh then finds it
+#   scripts/gpu-carry.sh bin NAME   here: this machine's build/tools/lamina as .carry/bin/NAME.xz
+#                                   (~15 MiB), the shared libraries the GPU machine's image lacks in
+#                                   .carry/lib and the test vocabulary in .carry/vocab, for
+#                                   scripts/gpu-ab.sh --bins (carry .carry/bin .carry/lib .carry/vocab)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 C=.carry
@@ -45,5 +49,15 @@ case "${1:-}" in
       fi
     done
     ;;
-  *) echo "usage: scripts/gpu-carry.sh prepare|assemble" >&2; exit 1 ;;
+  bin)
+    name=${2:?usage: scripts/gpu-carry.sh bin NAME}
+    [ -x build/tools/lamina ] || { echo "gpu-carry: build/tools/lamina not built (scripts/build.sh)" >&2; exit 1; }
+    mkdir -p $C/bin $C/lib $C/vocab
+    xz -9e -T0 -c build/tools/lamina > $C/bin/$name.xz
+    # (the image has CUDA, NCCL, fmt 9, OpenSSL and zlib; not cpp-httplib and its brotli)
+    for lib in $(ldd build/tools/lamina | awk '/cpp-httplib|brotli|pcre2|libfmt/ { print $3 }'); do cp -L "$lib" $C/lib/; done
+    cp ../shared/data/vocab/ggml-vocab-llama-spm.gguf $C/vocab/
+    ls -la $C/bin/$name.xz $C/lib
+    ;;
+  *) echo "usage: scripts/gpu-carry.sh prepare|assemble|bin NAME" >&2; exit 1 ;;
 esac
