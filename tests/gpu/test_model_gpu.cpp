@@ -217,15 +217,15 @@ TEST_P(CudaReal, GreedyTokens) {
   EXPECT_LE(rel_l2(ex2->eval(prompt), ref_logits), 1e-3);
 }
 
-// rel. L2 of a run's logits against another's, pooled over positions: sqrt(sum |a - b|^2 / sum |b|^2).
+// rel. L2 of a run's logits against another's, pooled over positions (golden_util.h's rel_l2 of
+// the positions laid end to end).
 double pooled_rel_l2(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  double num = 0, den = 0;
-  for (size_t p = 0; p < a.size() && p < b.size(); ++p)
-    for (size_t i = 0; i < a[p].size() && i < b[p].size(); ++i) {
-      const double d = double(a[p][i]) - b[p][i];
-      num += d * d, den += double(b[p][i]) * b[p][i];
-    }
-  return std::sqrt(num / den);
+  const auto flat = [](const std::vector<std::vector<float>>& v) {
+    std::vector<float> f;
+    for (const auto& p : v) f.insert(f.end(), p.begin(), p.end());
+    return f;
+  };
+  return rel_l2(flat(a), flat(b));
 }
 
 // The fast path's faithfulness where it runs: the prompt pass, then the 32 decode steps of the
