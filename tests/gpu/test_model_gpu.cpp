@@ -183,9 +183,9 @@ class CudaReal : public ::testing::TestWithParam<std::string> {
 // reference's first near tie, the first step whose top-2 margin is below 0.1. Its prompt logits
 // are bounded too, loosely: one 5- to 10-token prompt's last logits are a single sample of a
 // chaotic error (a last-bit change upstream moves int8 roundings downstream); rel. L2 measured
-// 5.8e-2, 1.4e-2 and 1.2e-2 on the three prompts (docs/benchmarks.md). The fast path's
-// faithfulness is held over 2,000 tokens by scripts/gpu-check.sh's perplexity/KLD step. CUDA and
-// CPU fast are compared too (reported).
+// 1.71e-2, 6.58e-3 and 7.72e-3 on the three prompts (H200, docs/benchmarks.md). The tight bounds
+// pool many positions (the tests below); the fast path's faithfulness over 2,000 tokens is held by
+// scripts/gpu-check.sh's perplexity/KLD step. CUDA and CPU fast are compared too (reported).
 TEST_P(CudaReal, GreedyTokens) {
   const std::string& model = model_;
   const json c = golden_case(GetParam());
@@ -199,7 +199,7 @@ TEST_P(CudaReal, GreedyTokens) {
   const std::vector<float> ref_logits = read_f32(kGolden + "/" + c["logits"].get<std::string>());
   auto fast2 = open(model, "cuda", false);
   const std::vector<float> fast_logits = fast2->eval(prompt);
-  EXPECT_LE(rel_l2(fast_logits, ref_logits), 8e-2) << "CUDA fast, prompt logits";
+  EXPECT_LE(rel_l2(fast_logits, ref_logits), 3e-2) << "CUDA fast, prompt logits";
   double max_err = 0;
   for (size_t i = 0; i < ref_logits.size() && i < fast_logits.size(); ++i)
     max_err = std::max(max_err, std::fabs(double(fast_logits[i]) - ref_logits[i]));
@@ -228,31 +228,42 @@ double pooled_rel_l2(const std::vector<std::vector<float>>& a, const std::vector
   return rel_l2(flat(a), flat(b));
 }
 
-// The fast path's faithfulness where it runs: the prompt pass, then the 32 decode steps of the
-// reference's greedy tokens fed one by one (the same sequence on both paths, so no divergence
-// compounds), each step's logits against the exact path's at the same step. The exact path is
-// the reference's within 1e-3 (GreedyTokens), so it stands in for the f64 logits the reference
-// keeps only for the prompt's last position. Pooled over the 33 positions, one sample's chaos
-// (GreedyTokens' prompt logits) averages out. The CPU's fast path (8-bit with an outlier split) is
-// measured the same way: on SmolLM2 the CUDA fast path must be as faithful, within 25 %, and
-// under 2e-2 (measured on an H200: CUDA 1.07e-2 / 1.36e-2 / 1.58e-2 on the three prompts, CPU
-// 1.17e-2 / 1.21e-2 / 1.57e-2; docs/benchmarks.md). Gemma 3 is reported, bounded loosely.
-TEST_P(CudaReal, FastLogitsAlongTheGreedyPathStayNearTheExactOnes) {
-  const json c = golden_case(GetParam());
-  ASSERT_FALSE(c.is_null()) << GetParam();
+// One golden prompt's logits along the reference's greedy path on four paths (CUDA / CPU, fast /
+// exact): the prompt pass, then the 32 decode steps of the reference's greedy tokens fed one by
+// one (the same sequence on every path, so no divergence compounds).
+struct AlongTheGreedyPath {
+  std::vector<std::vector<float>> cuda_fast, cuda_exact, cpu_fast, cpu_exact;
+};
+AlongTheGreedyPath along_the_greedy_path(const std::string& model, const json& c) {
   const auto follow = c["greedy"].get<std::vector<int32_t>>();
   const auto prompt = c["tokens"].get<std::vector<int32_t>>();
   const auto at = [&](const char* dev, bool exact) {
-    auto s = open(model_, dev, exact);
+    auto s = open(model, dev, exact);
     return run(*s, prompt, follow);
   };
-  const auto cuda_ex = at("cuda", true), cuda_fast = at("cuda", false);
-  const auto cpu_ex = at("cpu", true), cpu_fast = at("cpu", false);
-  const double gpu = pooled_rel_l2(cuda_fast, cuda_ex), cpu = pooled_rel_l2(cpu_fast, cpu_ex);
-  const double ex = pooled_rel_l2(cuda_ex, cpu_ex);
+  return {at("cuda", false), at("cuda", true), at("cpu", false), at("cpu", true)};
+}
+
+// The fast path's faithfulness where it runs: each step's fast logits against the exact path's at
+// the same step (the exact path is the f64 reference's within 1e-3, GreedyTokens, so it stands in
+// for the f64 logits the reference keeps only for the prompt's last position), pooled over the 33
+// positions, so one sample's chaos (GreedyTokens' prompt logits) averages out. The CPU's fast path
+// (8-bit with an outlier split) is measured the same way: on SmolLM2 the CUDA fast path must be as
+// faithful, within 25 %, and under 2e-2 on each prompt (measured on an H200: CUDA 1.07e-2 /
+// 1.36e-2 / 1.58e-2, CPU 1.17e-2 / 1.21e-2 / 1.57e-2; docs/benchmarks.md). One prompt's 33
+// positions still move by about 25 % with any change of rounding (the CPU's figures above range
+// 1.1e-2 .. 1.7e-2 on p2 as its outlier threshold goes from 2 to 4 x rms), so the 1.5e-2 bound is
+// held over the three prompts together (CudaSmol.FastLogitsOverTheGoldenPrompts). Gemma 3 is
+// reported, bounded loosely.
+TEST_P(CudaReal, FastLogitsAlongTheGreedyPathStayNearTheExactOnes) {
+  const json c = golden_case(GetParam());
+  ASSERT_FALSE(c.is_null()) << GetParam();
+  const AlongTheGreedyPath r = along_the_greedy_path(model_, c);
+  const double gpu = pooled_rel_l2(r.cuda_fast, r.cuda_exact), cpu = pooled_rel_l2(r.cpu_fast, r.cpu_exact);
+  const double ex = pooled_rel_l2(r.cuda_exact, r.cpu_exact);
   std::printf("%s: fast against exact logits over the prompt and %zu decode steps, pooled rel. L2: CUDA %.2e, "
               "CPU %.2e (CUDA exact against CPU exact %.2e)\n",
-              GetParam().c_str(), follow.size(), gpu, cpu, ex);
+              GetParam().c_str(), r.cuda_fast.size() - 1, gpu, cpu, ex);
   EXPECT_LE(ex, 1e-3) << "CUDA exact against CPU exact";
   if (GetParam().starts_with("smollm2")) {
     EXPECT_LE(gpu, 2e-2) << "CUDA fast against CUDA exact";
@@ -260,6 +271,28 @@ TEST_P(CudaReal, FastLogitsAlongTheGreedyPathStayNearTheExactOnes) {
   } else {
     EXPECT_LE(gpu, 5e-2) << "CUDA fast against CUDA exact";
   }
+}
+
+// Issue #29's bound on the fast path, 1.5e-2, over SmolLM2's three golden prompts together: the
+// 99 positions (3 x 33) of the test above pooled into one rel. L2, for CUDA and, reported beside
+// it, for the CPU.
+TEST(CudaSmol, FastLogitsOverTheGoldenPromptsStayNearTheExactOnes) {
+  const std::string model = default_model();
+  ASSERT_TRUE(std::filesystem::exists(model)) << "model not found at " << model;
+  AlongTheGreedyPath all;
+  for (const char* name : {"smollm2-p0", "smollm2-p1", "smollm2-p2"}) {
+    const json c = golden_case(name);
+    ASSERT_FALSE(c.is_null()) << name;
+    AlongTheGreedyPath r = along_the_greedy_path(model, c);
+    const auto add = [](auto& to, auto& from) { to.insert(to.end(), from.begin(), from.end()); };
+    add(all.cuda_fast, r.cuda_fast), add(all.cuda_exact, r.cuda_exact), add(all.cpu_fast, r.cpu_fast),
+        add(all.cpu_exact, r.cpu_exact);
+  }
+  const double gpu = pooled_rel_l2(all.cuda_fast, all.cuda_exact), cpu = pooled_rel_l2(all.cpu_fast, all.cpu_exact);
+  std::printf("SmolLM2's three golden prompts, %zu positions: fast against exact, pooled rel. L2: CUDA %.2e, CPU %.2e\n",
+              all.cuda_fast.size(), gpu, cpu);
+  EXPECT_LE(gpu, 1.5e-2) << "CUDA fast against CUDA exact";
+  EXPECT_LE(gpu, 1.25 * cpu) << "CUDA fast against CUDA exact, beside CPU fast against CPU exact";
 }
 
 INSTANTIATE_TEST_SUITE_P(Prompts, CudaReal,
