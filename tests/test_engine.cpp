@@ -300,11 +300,18 @@ TEST_F(EngineTest, BenchParallelPrintsOneRowPerCount) {
   // --waves 3: three requests per sequence at once.
   const std::string w3 = shell(cli + "--parallel 2 -p 12 -n 4 --waves 3 2>&1");
   EXPECT_NE(w3.find("|        2 |        6 |"), std::string::npos) << w3;
+  // --ramp: the first requests start spread over the given seconds; the row still has them all,
+  // and takes at least the ramp (its last request starts 2/3 of 0.3 s in).
+  const auto t_ramp = std::chrono::steady_clock::now();
+  const std::string ramp = shell(cli + "--parallel 3 -p 12 -n 4 --ramp 0.3 2>&1");
+  EXPECT_NE(ramp.find("|        3 |        6 |"), std::string::npos) << ramp;
+  EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t_ramp).count(), 0.2);
   // A step budget below one prompt: every prompt goes in chunks, and the rows still come out.
   const std::string small = shell(cli + "--parallel 3 -p 12 -n 4 --max-step-tokens 5 2>&1");
   EXPECT_NE(small.find("|        3 |        6 |"), std::string::npos) << small;
   for (const char* bad : {"--parallel 0", "--parallel 2,x", "--parallel 2 -p 4 --prefix 5", "--parallel 2 --kv-block 0",
-                          "--parallel 2 --max-step-tokens 0", "--parallel 1,4 --max-step-tokens 3", "--parallel 2 --waves 0"}) {
+                          "--parallel 2 --max-step-tokens 0", "--parallel 1,4 --max-step-tokens 3", "--parallel 2 --waves 0",
+                          "--parallel 2 --ramp -1"}) {
     const std::string err = shell(cli + bad + " 2>&1 >/dev/null; echo rc=$?");
     EXPECT_NE(err.find("rc=1"), std::string::npos) << bad << ": " << err;
     EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 2) << bad << ": " << err;  // one line, then rc

@@ -1,6 +1,7 @@
 // lamina bench --parallel N1,N2,...: many sequences at once through the batching engine, closed
 // loop (llama-batched-bench's table with latencies): N requests run concurrently, each finished
-// one replaced at once, until --waves x N (default 2N) have finished. Each request is a prompt of -p random tokens (the
+// one replaced at once, until --waves x N (default 2N) have finished; with --ramp S the first N
+// start evenly spread over S seconds, not at once. Each request is a prompt of -p random tokens (the
 // first --prefix of them shared by all) and -n greedy tokens. Reported per N: aggregate
 // generated tokens per second over the run, the mean per-sequence decode rate, time to first
 // token and inter-token latency (p50 / p99), the most KV blocks in use, and the KV waste: the
@@ -20,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <thread>
 
 namespace lamina::cli {
 double percentile(std::vector<double> v, double p) {
@@ -75,6 +77,7 @@ void run_parallel_bench(Session& sess, const ParallelBenchSpec& spec) {
     std::map<int64_t, Timing> timing;
     std::vector<double> ttft, itl, seq_rate;
     int submitted = 0, finished = 0, max_blocks = 0;
+    int started = 0;  // of the row's first n_par requests (the ramp's), those submitted
     double waste_sum = 0;  // the KV blocks' positions holding no token, summed over the steps
     int64_t steps = 0;
     int64_t generated = 0;
@@ -98,7 +101,7 @@ void run_parallel_bench(Session& sess, const ParallelBenchSpec& spec) {
       const double decode_s = std::chrono::duration<double>(t.last - t.submitted).count() - t.first_s;
       if (t.tokens > 1 && decode_s > 0) seq_rate.push_back(double(t.tokens - 1) / decode_s);
       ++finished;
-      if (submitted < total) submit_one();
+      if (submitted + (n_par - started) < total) submit_one();  // (keeping the ramp's requests yet to start)
     };
     submit_one = [&] {
       Request r;
@@ -112,9 +115,24 @@ void run_parallel_bench(Session& sess, const ParallelBenchSpec& spec) {
       ++submitted;
     };
     const auto t0 = Clock::now();
-    for (int i = 0; i < n_par && submitted < total; ++i) submit_one();
+    // Request i of the first n_par starts at t0 + i * ramp / n_par (all at t0 without a ramp).
+    const auto due = [&](int i) {
+      return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(spec.ramp_s * i / n_par));
+    };
+    const auto start_due = [&] {
+      for (const auto now = Clock::now(); started < n_par && started < total && due(started) <= now; ++started) submit_one();
+    };
+    start_due();
     while (finished < total) {
-      if (!engine.step()) fail("bench: the engine stopped with {} of {} requests unfinished", total - finished, total);
+      const bool ran = engine.step();
+      start_due();
+      if (!ran) {
+        if (started == std::min(n_par, total))
+          fail("bench: the engine stopped with {} of {} requests unfinished", total - finished, total);
+        std::this_thread::sleep_until(due(started));  // idle until the ramp's next request
+        start_due();
+        continue;
+      }
       max_blocks = std::max(max_blocks, engine.kv().used_blocks());
       waste_sum += engine.kv().waste(), ++steps;
     }

@@ -14,6 +14,10 @@ struct ParallelBenchSpec {
   int prefix = 0;             // leading prompt tokens every request shares
   bool prefix_cache = true;   // EngineOptions::prefix_cache
   int waves = 2;              // requests per row: waves x its sequence count (closed loop)
+  // Seconds over which a row's first requests start, evenly spaced (0: all at once). Requests that
+  // start together also finish together and come back as a burst; a ramp of about one request's
+  // lifetime lets the closed loop settle into arrivals spread over time, as a server sees them.
+  double ramp_s = 0;
   int block_tokens = 16;      // positions per KV block
   int max_step_tokens = 0;  // tokens one engine step may take (SchedulerOptions; 0: the engine's choice)
 };

@@ -37,6 +37,7 @@ struct BenchArgs {
   int prefix = 0;
   bool prefix_cache = true;
   int waves = 2;
+  double ramp_s = 0;
   int kv_block = 16;
   int max_step_tokens = 0;  // 0: step_tokens_to_run's choice
 };
@@ -101,6 +102,7 @@ void run_parallel(const BenchArgs& a) {
   spec.n_prompt = a.n_prompt, spec.n_gen = a.n_gen, spec.prefix = a.prefix, spec.block_tokens = a.kv_block;
   spec.prefix_cache = a.prefix_cache;
   spec.waves = a.waves;
+  spec.ramp_s = a.ramp_s;
   if (spec.n_prompt < 1 || spec.n_gen < 1) fail("--parallel wants -p and -n of at least 1");
   if (spec.prefix > spec.n_prompt) fail("--prefix {} is longer than the prompt of {} tokens (-p)", spec.prefix, spec.n_prompt);
   spec.max_step_tokens = step_tokens_to_run(a.max_step_tokens, *std::max_element(spec.parallel.begin(), spec.parallel.end()));
@@ -187,6 +189,10 @@ Run add_bench(CLI::App& app) {
                   "With --parallel: requests per row as a multiple of its sequence count (default 2; more for a "
                   "steadier state past the first wave's start)")
       ->check(whole_in(1, 1000));
+  sub->add_option("--ramp", a->ramp_s,
+                  "With --parallel: seconds over which each row's first requests start, evenly spaced (default 0: "
+                  "all at once; requests that start together finish together and return as bursts)")
+      ->check(CLI::Range(0.0, 3600.0));
   sub->add_flag("!--no-prefix-cache", a->prefix_cache,
                 "With --parallel: compute every prompt whole (no KV blocks shared with earlier prompts)");
   sub->add_option("--kv-block", a->kv_block, "With --parallel: positions per KV block (default 16)")->check(whole_in(1, 4096));
