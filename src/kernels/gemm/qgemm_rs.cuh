@@ -9,7 +9,9 @@
 //
 //   block:  1 producer warpgroup (thread 0 issues every TMA), 2 consumer warpgroups; a tile of
 //           BM activation rows x 128 weight rows, or x 256 (each consumer then owns two 64-row
-//           halves: the X stage feeds twice the rows)
+//           halves: the X stage feeds twice the rows); one block an SM, or two (kBlocks, the
+//           8-split config of 64 x 128 tiles: half the registers each, twice the warps to hide
+//           a k-step's latency at 16-64 rows)
 //   smem:   X stages [kStages][BM][64] f16, K-major, 128-byte swizzle (wgmma's B operand);
 //           W ring [2][slot] of raw bytes (q2_wgmma's DequantB::issue_raw layout);
 //           full/empty mbarriers for each X stage and each W slot
@@ -157,8 +159,16 @@ __device__ __forceinline__ void unroll(F&& f) {
 // The GLU of a gated problem's epilogue (the GEMV epilogue's functions: the same numbers).
 __device__ __forceinline__ float glu(float g, float u, bool gelu) { return (gelu ? gelu_tanh(g) : silu(g)) * u; }
 
-template <QKind kKind, int kBm, int kBw, int kStages, bool kGlu>
-__global__ void __launch_bounds__(kThreads, 1)
+// Registers a thread of each role gets (setmaxnreg) with kBlocks blocks resident per SM: one
+// block takes the whole register file (168 a thread at launch, 40 / 232 after), two take half
+// (80 at launch, 24 / 104 after: 128 x 24 + 256 x 104 <= 384 x 80).
+template <int kBlocks>
+inline constexpr int kProducerRegs = kBlocks == 1 ? 40 : 24;
+template <int kBlocks>
+inline constexpr int kConsumerRegs = kBlocks == 1 ? 232 : 104;
+
+template <QKind kKind, int kBm, int kBw, int kStages, bool kGlu, int kBlocks>
+__global__ void __launch_bounds__(kThreads, kBlocks)
     qgemm_rs_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ typename Raw<kKind>::Args w,
                     const __grid_constant__ typename Raw<kKind>::Args w_up, bool gelu, tc_gemm::Out out, int splits,
                     int64_t m, int64_t n, int64_t k) {
@@ -190,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kGroup = Raw<kKind>::kStepsPerSlot;  // k-steps per W slot
   const int wg = int(threadIdx.x) / kWgThreads;
   if (wg == 0) {  // producer: thread 0 issues the copies, in the order the consumers use them
-    tma::setmaxnreg_dec<40>();
+    tma::setmaxnreg_dec<kProducerRegs<kBlocks>>();
     if (threadIdx.x != 0) return;
     int s = 0, ws = 0;
     uint32_t phase = 0, wphase = 0;
@@ -214,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     return;
   }
-  tma::setmaxnreg_inc<232>();
+  tma::setmaxnreg_inc<kConsumerRegs<kBlocks>>();
   const int c = wg - 1, warp = (int(threadIdx.x) / 32) % 4, lane = int(threadIdx.x) % 32;
   const int r0 = 64 * c + 16 * warp + lane / 4, t = lane % 4;  // row within a 128-row sub-slot
   int s = 0, ws = 0;
@@ -226,7 +236,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     int64_t m0, n0;
     int split, kt0, kt1;
     sched.unit(u, kTileN, m0, n0, split, kt0, kt1);
-    if (kt0 >= kt1) continue;  // split-K can leave the last units empty (the producer skips them too)
+    // Split-K can leave the last units empty: the producer skips them, and their partials are
+    // zeros (splitk_reduce sums every split's plane).
+    if (kt0 >= kt1 && splits == 1) continue;
     // One accumulator array per half, not a 2-D array: ptxas kept the 2-D one on the stack
     // (and serialised the wgmmas reading it).
     float acc0[kBm / 2], acc1[kHalves == 2 ? kBm / 2 : 1];
@@ -276,7 +288,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // kt % kGroup made them chains of selects and address arithmetic in every step). A split's
     // range may start or end inside a slot. Fragment buffers alternate with each conversion: fa
     // for half 0 and fb for half 1, or, with one half, by the parity of kt.
-    for (int g = kt0 - kt0 % kGroup; g < kt1; g += kGroup) {
+    for (int g = kt0 - kt0 % kGroup; kt0 < kt1 && g < kt1; g += kGroup) {
       unroll<kGroup>([&](auto s4c) {
         constexpr int s4 = decltype(s4c)::value;
         const int kt = g + s4;
@@ -287,7 +299,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       });
     }
     wgmma::wait<0>();
-    if (lane == 0) tma::mbar_arrive(&empty_x[prev]);
+    if (lane == 0 && prev >= 0) tma::mbar_arrive(&empty_x[prev]);
     tc_gemm::Out o = out;  // split-K: this split's f32 plane of the workspace
     if (splits > 1) o.c = static_cast<float*>(out.c) + split * m * n;
     auto store = [&](const float (&a)[kBm / 2], int64_t col) {  // a thread's two columns, every row
@@ -317,7 +329,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // Launches the persistent grid (wgmma_gemm::launch_persistent: split-K, shared memory, grid).
 // A gated problem (p.b_up) takes the kGlu instances, without split-K (the GLU is not linear).
-template <QKind kKind, int kBm, int kBw, int kStages, bool kGlu = false>
+// kBlocks: blocks per SM the instance is compiled for (2: half the registers each, so that small
+// tiles in many K splits keep twice the warps in flight; the grid fills what fits).
+template <QKind kKind, int kBm, int kBw, int kStages, bool kGlu = false, int kBlocks = 1>
 Status launch(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
   if (kGlu != (p.b_up != nullptr) || (kGlu && c.splits != 1)) return Status::error("q3_wgmma_rs: gated problem and instance differ");
   typename Raw<kKind>::Args w{}, w_up{};
@@ -327,7 +341,7 @@ Status launch(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
     return Status::error("q3_wgmma_rs: the driver refused the TMA descriptors of W");
   constexpr int kTileN = kGlu ? 128 : kBw;
   const int64_t tiles = ((p.m + kBm - 1) / kBm) * ((p.n + kTileN - 1) / kTileN);
-  return wgmma_gemm::launch_persistent(qgemm_rs_kernel<kKind, kBm, kBw, kStages, kGlu>, kThreads,
+  return wgmma_gemm::launch_persistent(qgemm_rs_kernel<kKind, kBm, kBw, kStages, kGlu, kBlocks>, kThreads,
                                        smem_bytes<kKind, kBm, kBw, kStages>(), kBm, false, tiles, w, p, c, "q3_wgmma_rs", s,
                                        w_up, p.gelu);
 }
@@ -340,6 +354,7 @@ Status launch(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
   extern template Status launch<kind, 256, 128, 4>(const GemmProblem&, const GemmConfig&, cudaStream_t); \
   extern template Status launch<kind, 128, 128, 4>(const GemmProblem&, const GemmConfig&, cudaStream_t); \
   extern template Status launch<kind, 64, 128, 4>(const GemmProblem&, const GemmConfig&, cudaStream_t);  \
+  extern template Status launch<kind, 64, 128, 4, false, 2>(const GemmProblem&, const GemmConfig&, cudaStream_t); \
   extern template Status launch<kind, 64, 256, 4>(const GemmProblem&, const GemmConfig&, cudaStream_t);   \
   extern template Status launch<kind, 64, 256, 4, true>(const GemmProblem&, const GemmConfig&, cudaStream_t); \
   extern template Status launch<kind, 128, 256, 4, true>(const GemmProblem&, const GemmConfig&, cudaStream_t);
@@ -357,6 +372,7 @@ Status run_kind(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
   if (c.stages == 4 && c.bn == 128) {
     if (c.bm == 256) return launch<kKind, 256, 128, 4>(p, c, s);
     if (c.bm == 128) return launch<kKind, 128, 128, 4>(p, c, s);
+    if (c.bm == 64 && c.splits == 8) return launch<kKind, 64, 128, 4, false, 2>(p, c, s);  // two blocks an SM
     if (c.bm == 64) return launch<kKind, 64, 128, 4>(p, c, s);
   }
   // Two 64-row halves per consumer warpgroup: half the X traffic per weight row (the fastest

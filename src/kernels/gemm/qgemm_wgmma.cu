@@ -47,6 +47,11 @@ void register_qgemm_wgmma_variants(std::vector<GemmVariant>& out) {
       c.splits = splits;
       rs.push_back(c);
     }
+  // 64 x 128 tiles in 8 K splits run two blocks an SM (half the registers each): at 16-64 rows a
+  // block's k-step waits with two consumer warps per scheduler (docs/benchmarks.md, ncu).
+  GemmConfig two{64, 128, 64, 4};
+  two.splits = 8;
+  rs.push_back(two);
   // Gated problems: 128 columns of C (a block of 128 gate and 128 up rows), 64 or 128 activation
   // rows, no split-K.
   const auto gated = [](const GemmConfig& c) { return c.bn == 128 && c.splits == 1 && (c.bm == 64 || c.bm == 128); };

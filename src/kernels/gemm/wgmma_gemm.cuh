@@ -226,7 +226,7 @@ bool hopper();  // the device is sm_90 (hgemm_wgmma.cu)
 
 // The launch both Hopper GEMM kernels share (this mainloop and q3_wgmma_rs, qgemm_rs.cuh): A's
 // TMA map (boxes of box_rows x 64), the split-K workspace and shared-memory checks, a persistent
-// grid over tiles x splits work units (one block per SM at most), then splitk_reduce, which
+// grid over tiles x splits work units (as many blocks as fit on the SMs), then splitk_reduce, which
 // finishes C from the f32 partials in p.workspace. `kernel` takes (A's map, b, extra..., out,
 // splits, m, n, k).
 template <class Kernel, class BArgs, class... Extra>
@@ -247,7 +247,11 @@ Status launch_persistent(Kernel kernel, int threads, size_t smem, int box_rows, 
   if (smem > size_t(smem_optin) ||
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
     return Status::error(who + ": " + std::to_string(smem) + " bytes of shared memory not available");
-  const unsigned grid = unsigned(std::min<int64_t>(tiles * c.splits, sms));
+  int per_sm = 0;  // blocks of the kernel an SM holds at once (its launch bounds, registers, smem)
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess || per_sm < 1)
+    return Status::error(who + ": no block of " + std::to_string(threads) + " threads and " + std::to_string(smem) +
+                         " bytes of shared memory fits an SM");
+  const unsigned grid = unsigned(std::min<int64_t>(tiles * c.splits, int64_t(sms) * per_sm));
   tc_gemm::Out out = tc_gemm::make_out(p);
   if (c.splits > 1) out = tc_gemm::Out{p.workspace, p.n, p.m, p.n, 0, 1.f, 0.f};
   kernel<<<grid, threads, smem, s>>>(ma, b, extra..., out, c.splits, p.m, p.n, p.k);
