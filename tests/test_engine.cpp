@@ -311,7 +311,7 @@ TEST_F(EngineTest, BenchParallelPrintsOneRowPerCount) {
   EXPECT_NE(small.find("|        3 |        6 |"), std::string::npos) << small;
   for (const char* bad : {"--parallel 0", "--parallel 2,x", "--parallel 2 -p 4 --prefix 5", "--parallel 2 --kv-block 0",
                           "--parallel 2 --max-step-tokens 0", "--parallel 1,4 --max-step-tokens 3", "--parallel 2 --waves 0",
-                          "--parallel 2 --ramp -1"}) {
+                          "--parallel 2 --ramp -1", "--parallel 2 --ramp nan"}) {
     const std::string err = shell(cli + bad + " 2>&1 >/dev/null; echo rc=$?");
     EXPECT_NE(err.find("rc=1"), std::string::npos) << bad << ": " << err;
     EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 2) << bad << ": " << err;  // one line, then rc

@@ -192,7 +192,7 @@ Run add_bench(CLI::App& app) {
   sub->add_option("--ramp", a->ramp_s,
                   "With --parallel: seconds over which each row's first requests start, evenly spaced (default 0: "
                   "all at once; requests that start together finish together and return as bursts)")
-      ->check(CLI::Range(0.0, 3600.0));
+      ->check(finite_in(0, 3600));
   sub->add_flag("!--no-prefix-cache", a->prefix_cache,
                 "With --parallel: compute every prompt whole (no KV blocks shared with earlier prompts)");
   sub->add_option("--kv-block", a->kv_block, "With --parallel: positions per KV block (default 16)")->check(whole_in(1, 4096));
