@@ -120,14 +120,14 @@ void run_parallel_bench(Session& sess, const ParallelBenchSpec& spec) {
       return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(spec.ramp_s * i / n_par));
     };
     const auto start_due = [&] {
-      for (const auto now = Clock::now(); started < n_par && started < total && due(started) <= now; ++started) submit_one();
+      for (const auto now = Clock::now(); started < n_par && due(started) <= now; ++started) submit_one();
     };
     start_due();
     while (finished < total) {
       const bool ran = engine.step();
       start_due();
       if (!ran) {
-        if (started == std::min(n_par, total))
+        if (started == n_par)
           fail("bench: the engine stopped with {} of {} requests unfinished", total - finished, total);
         std::this_thread::sleep_until(due(started));  // idle until the ramp's next request
         start_due();

@@ -236,9 +236,8 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     int64_t m0, n0;
     int split, kt0, kt1;
     sched.unit(u, kTileN, m0, n0, split, kt0, kt1);
-    // Split-K can leave the last units empty: the producer skips them, and their partials are
-    // zeros (splitk_reduce sums every split's plane).
-    if (kt0 >= kt1 && splits == 1) continue;
+    // (Split-K can leave the last units empty: the producer skips them, the k-step loop below
+    // runs no step of theirs, and their partials are stored as zeros: splitk_reduce sums every plane.)
     // One accumulator array per half, not a 2-D array: ptxas kept the 2-D one on the stack
     // (and serialised the wgmmas reading it).
     float acc0[kBm / 2], acc1[kHalves == 2 ? kBm / 2 : 1];
@@ -288,7 +287,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     // kt % kGroup made them chains of selects and address arithmetic in every step). A split's
     // range may start or end inside a slot. Fragment buffers alternate with each conversion: fa
     // for half 0 and fb for half 1, or, with one half, by the parity of kt.
-    for (int g = kt0 - kt0 % kGroup; kt0 < kt1 && g < kt1; g += kGroup) {
+    for (int g = kt0 - kt0 % kGroup; g < kt1; g += kGroup) {
       unroll<kGroup>([&](auto s4c) {
         constexpr int s4 = decltype(s4c)::value;
         const int kt = g + s4;
@@ -342,7 +341,7 @@ Status launch(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
   constexpr int kTileN = kGlu ? 128 : kBw;
   const int64_t tiles = ((p.m + kBm - 1) / kBm) * ((p.n + kTileN - 1) / kTileN);
   return wgmma_gemm::launch_persistent(qgemm_rs_kernel<kKind, kBm, kBw, kStages, kGlu, kBlocks>, kThreads,
-                                       smem_bytes<kKind, kBm, kBw, kStages>(), kBm, false, tiles, w, p, c, "q3_wgmma_rs", s,
+                                       smem_bytes<kKind, kBm, kBw, kStages>(), kBlocks, kBm, false, tiles, w, p, c, "q3_wgmma_rs", s,
                                        w_up, p.gelu);
 }
 

@@ -226,11 +226,12 @@ bool hopper();  // the device is sm_90 (hgemm_wgmma.cu)
 
 // The launch both Hopper GEMM kernels share (this mainloop and q3_wgmma_rs, qgemm_rs.cuh): A's
 // TMA map (boxes of box_rows x 64), the split-K workspace and shared-memory checks, a persistent
-// grid over tiles x splits work units (as many blocks as fit on the SMs), then splitk_reduce, which
-// finishes C from the f32 partials in p.workspace. `kernel` takes (A's map, b, extra..., out,
-// splits, m, n, k).
+// grid over tiles x splits work units (blocks_per_sm blocks an SM at most: what the kernel's launch
+// bounds were compiled for), then splitk_reduce, which finishes C from the f32 partials in
+// p.workspace. `kernel` takes (A's map, b, extra..., out, splits, m, n, k).
 template <class Kernel, class BArgs, class... Extra>
-Status launch_persistent(Kernel kernel, int threads, size_t smem, int box_rows, bool bf16, int64_t tiles, const BArgs& b,
+Status launch_persistent(Kernel kernel, int threads, size_t smem, int blocks_per_sm, int box_rows, bool bf16,
+                         int64_t tiles, const BArgs& b,
                          const GemmProblem& p, const GemmConfig& c, const char* name, cudaStream_t s,
                          const Extra&... extra) {
   const std::string who = name;
@@ -247,11 +248,7 @@ Status launch_persistent(Kernel kernel, int threads, size_t smem, int box_rows, 
   if (smem > size_t(smem_optin) ||
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
     return Status::error(who + ": " + std::to_string(smem) + " bytes of shared memory not available");
-  int per_sm = 0;  // blocks of the kernel an SM holds at once (its launch bounds, registers, smem)
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess || per_sm < 1)
-    return Status::error(who + ": no block of " + std::to_string(threads) + " threads and " + std::to_string(smem) +
-                         " bytes of shared memory fits an SM");
-  const unsigned grid = unsigned(std::min<int64_t>(tiles * c.splits, int64_t(sms) * per_sm));
+  const unsigned grid = unsigned(std::min<int64_t>(tiles * c.splits, int64_t(sms) * blocks_per_sm));
   tc_gemm::Out out = tc_gemm::make_out(p);
   if (c.splits > 1) out = tc_gemm::Out{p.workspace, p.n, p.m, p.n, 0, 1.f, 0.f};
   kernel<<<grid, threads, smem, s>>>(ma, b, extra..., out, c.splits, p.m, p.n, p.k);
@@ -265,7 +262,7 @@ Status launch(const GemmProblem& p, const GemmConfig& c, const typename BPolicy:
               cudaStream_t s) {
   const int64_t tiles = ((p.m + kBm - 1) / kBm) * ((p.n + kBn - 1) / kBn);
   return launch_persistent(wgmma_gemm_kernel<T, kBn, kStages, BPolicy>, kThreadsOf<BPolicy>,
-                           smem_bytes<T, kBn, kStages, BPolicy>(), kBm, std::is_same_v<T, __nv_bfloat16>, tiles, b, p, c,
+                           smem_bytes<T, kBn, kStages, BPolicy>(), 1, kBm, std::is_same_v<T, __nv_bfloat16>, tiles, b, p, c,
                            name, s);
 }
 
