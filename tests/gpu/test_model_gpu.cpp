@@ -248,7 +248,12 @@ const AlongTheGreedyPath& along_the_greedy_path(const std::string& model, const 
     auto s = open(model, dev, exact);
     return run(*s, prompt, follow);
   };
-  return (keep ? runs[key] : other) = {at("cuda", false), at("cuda", true), at("cpu", false), at("cpu", true)};
+  AlongTheGreedyPath r;
+  r.cuda_fast = at("cuda", false), r.cuda_exact = at("cuda", true);
+  r.cpu_fast = at("cpu", false), r.cpu_exact = at("cpu", true);
+  auto& slot = keep ? runs[key] : other;
+  slot = std::move(r);
+  return slot;
 }
 
 // The fast path's faithfulness where it runs: each step's fast logits against the exact path's at
