@@ -62,7 +62,7 @@ struct Times {
 Times time_cublas(cublasHandle_t h, cudaDataType_t dt, size_t elt, int64_t n, int64_t k, int batch, int reps,
                    cudaStream_t s) {
   const size_t wbytes = size_t(n) * size_t(k) * elt;
-  const int copies = int(std::clamp<size_t>(2 * l2_cache_bytes() / wbytes + 1, 1, 64));
+  const int copies = rotation_copies(wbytes);
   std::vector<void*> ws(static_cast<size_t>(copies));
   void *x = nullptr, *y = nullptr;
   for (auto& w : ws) {

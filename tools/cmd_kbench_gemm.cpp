@@ -1,7 +1,8 @@
 // lamina kbench gemm: every GEMM variant (each at its best config; --best: the best variant
 // only) next to cuBLAS measured in the same run: µs (median), TFLOP/s and % of cuBLAS.
 // cuBLAS is cublasGemmEx in the same layout (C = A W^T, A [m][k] and W [n][k] row-major), with
-// fp32 compute and TF32 off for the f32 rows, and the f16 GEMM for quantised weights. The best
+// fp32 compute and TF32 off for the f32 rows, and the f16 GEMM for quantised weights. Both sides
+// rotate their weights through copies larger than twice the L2 cache (HBM reads). The best
 // production variant per shape is recorded in the tune cache (~/.cache/lamina/tune-gemm.json).
 #include "cmd_kbench_gemm.h"
 #include "tune_shapes.h"
@@ -20,6 +21,7 @@
 
 #include <algorithm>
 #include <map>
+#include <vector>
 #endif
 
 #include <sstream>
@@ -51,28 +53,34 @@ double time_cublas(cublasHandle_t h, GgmlType t, int64_t m, int64_t n, int64_t k
   const bool f32 = t == GgmlType::F32;
   const cudaDataType_t dt = f32 ? CUDA_R_32F : t == GgmlType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
   const size_t elt = f32 ? 4 : 2;
-  void *a = nullptr, *w = nullptr, *c = nullptr;
-  if (cudaMalloc(&a, size_t(m * k) * elt) != cudaSuccess || cudaMalloc(&w, size_t(n * k) * elt) != cudaSuccess ||
-      cudaMalloc(&c, size_t(m * n) * 4) != cudaSuccess)
+  // W rotates through copies that exceed twice the L2 cache, as lamina's variants' does
+  // (gemm_time_variants): each launch reads its weights from HBM.
+  const int copies = rotation_copies(size_t(n * k) * elt);
+  std::vector<void*> ws(size_t(copies), nullptr);
+  void *a = nullptr, *c = nullptr;
+  if (cudaMalloc(&a, size_t(m * k) * elt) != cudaSuccess || cudaMalloc(&c, size_t(m * n) * 4) != cudaSuccess)
     fail("cuBLAS baseline: out of device memory for {}x{}x{}", m, n, k);
+  for (int i = 0; i < copies; ++i)
+    if (cudaMalloc(&ws[size_t(i)], size_t(n * k) * elt) != cudaSuccess)
+      fail("cuBLAS baseline: out of device memory for {} copies of a {}x{} weight", copies, n, k);
   if (f32) {
     fill_random_floats(static_cast<float*>(a), size_t(m * k), 21, 1.f, s);
-    fill_random_floats(static_cast<float*>(w), size_t(n * k), 22, 1.f, s);
+    for (int i = 0; i < copies; ++i) fill_random_floats(static_cast<float*>(ws[size_t(i)]), size_t(n * k), 22 + uint64_t(i), 1.f, s);
   } else {
     fill_random_bytes(a, size_t(m * k) * elt, 21, s);
-    fill_random_bytes(w, size_t(n * k) * elt, 22, s);
+    for (int i = 0; i < copies; ++i) fill_random_bytes(ws[size_t(i)], size_t(n * k) * elt, 22 + uint64_t(i), s);
   }
   const float alpha = 1.f, beta = 0.f;
   // Column-major view: C^T [n][m] = W [k x n]^T * A^T [k x m].
   const double us = median_time_us(
-      [&](int) {
-        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, w, dt, int(k), a, dt, int(k), &beta, c,
-                     CUDA_R_32F, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      [&](int i) {
+        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, ws[size_t(i % copies)], dt, int(k), a, dt,
+                     int(k), &beta, c, CUDA_R_32F, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
       },
       2, reps, s);
   cudaStreamSynchronize(s);
   cudaFree(a);
-  cudaFree(w);
+  for (void* w : ws) cudaFree(w);
   cudaFree(c);
   return us;
 }

@@ -100,4 +100,8 @@ size_t l2_cache_bytes() {
   return size_t(l2);
 }
 
+int rotation_copies(size_t bytes) {
+  return int(std::clamp<size_t>(2 * l2_cache_bytes() / std::max<size_t>(bytes, 1) + 1, 1, 64));
+}
+
 }  // namespace lamina::kernels

@@ -27,4 +27,8 @@ void fill_random_floats(float* dst, size_t n, uint64_t seed, float scale, cudaSt
 
 size_t l2_cache_bytes();
 
+// How many copies of a weight of `bytes` a benchmark rotates through so that together they exceed
+// twice the L2 cache (each launch then reads its weight from HBM, as a model's step does): 1 to 64.
+int rotation_copies(size_t bytes);
+
 }  // namespace lamina::kernels

@@ -191,19 +191,27 @@ std::vector<GemmTiming> gemm_time_variants(const GemmProblem& shape, bool all_co
   size_t ws_bytes = 0;
   for (const auto& v : gemm_variants())
     for (const auto& c : v.configs) ws_bytes = std::max(ws_bytes, gemm_workspace_bytes(p, c));
-  void *a = nullptr, *b = nullptr, *b_up = nullptr, *c = nullptr, *ws = nullptr;
-  const bool ok = cudaMalloc(&a, a_bytes) == cudaSuccess && cudaMalloc(&b, b_bytes) == cudaSuccess &&
-                  (!p.b_up || cudaMalloc(&b_up, b_bytes) == cudaSuccess) && cudaMalloc(&c, c_bytes) == cudaSuccess &&
-                  (ws_bytes == 0 || cudaMalloc(&ws, ws_bytes) == cudaSuccess);
+  // The weights rotate through copies that together exceed twice the L2 cache, so that each
+  // launch reads its W from HBM as a model's step does (a 4096 x 4096 q4_0 W is 9 MB: held in
+  // L2, the small-row shapes timed the cache, not the kernel's latency to memory).
+  const int copies = rotation_copies(b_bytes * (p.b_up ? 2 : 1));
+  std::vector<void*> bs(size_t(copies), nullptr), ups(size_t(copies), nullptr);
+  void *a = nullptr, *c = nullptr, *ws = nullptr;
+  bool ok = cudaMalloc(&a, a_bytes) == cudaSuccess && cudaMalloc(&c, c_bytes) == cudaSuccess &&
+            (ws_bytes == 0 || cudaMalloc(&ws, ws_bytes) == cudaSuccess);
+  // Fresh random data: f32 operands as floats; 16-bit and quantised ones as random bytes
+  // (the speed of the tensor cores does not depend on the values).
+  for (int i = 0; i < copies && ok; ++i) {
+    ok = cudaMalloc(&bs[size_t(i)], b_bytes) == cudaSuccess && (!p.b_up || cudaMalloc(&ups[size_t(i)], b_bytes) == cudaSuccess);
+    if (!ok) break;
+    if (p.b_type == GgmlType::F32) fill_random_floats(static_cast<float*>(bs[size_t(i)]), b_bytes / 4, 12 + 2 * uint64_t(i), 1.f, s);
+    else fill_random_bytes(bs[size_t(i)], b_bytes, 12 + 2 * uint64_t(i), s);
+    if (p.b_up) fill_random_bytes(ups[size_t(i)], b_bytes, 13 + 2 * uint64_t(i), s);
+  }
   if (ok) {
-    // Fresh random data: f32 operands as floats; 16-bit and quantised ones as random bytes
-    // (the speed of the tensor cores does not depend on the values).
     if (p.a_type == GgmlType::F32) fill_random_floats(static_cast<float*>(a), a_bytes / 4, 11, 1.f, s);
     else fill_random_bytes(a, a_bytes, 11, s);
-    if (p.b_type == GgmlType::F32) fill_random_floats(static_cast<float*>(b), b_bytes / 4, 12, 1.f, s);
-    else fill_random_bytes(b, b_bytes, 12, s);
-    if (b_up) fill_random_bytes(b_up, b_bytes, 13, s);
-    p.a = a, p.b = b, p.b_up = b_up, p.c = c, p.workspace = ws, p.workspace_bytes = ws_bytes;
+    p.a = a, p.b = bs[0], p.b_up = ups[0], p.c = c, p.workspace = ws, p.workspace_bytes = ws_bytes;
     for (const auto& v : gemm_variants()) {
       if (!gemm_validate(p, v)) continue;
       int timed = 0;
@@ -211,15 +219,20 @@ std::vector<GemmTiming> gemm_time_variants(const GemmProblem& shape, bool all_co
         if (!gemm_config_takes(v, p, v.configs[ci])) continue;
         ++timed;
         bool launched = true;
-        const double us = median_time_us([&](int) { launched = v.launch(p, v.configs[ci], s).ok && launched; }, 2, reps, s);
+        const double us = median_time_us(
+            [&](int i) {
+              GemmProblem q = p;
+              q.b = bs[size_t(i % copies)], q.b_up = ups[size_t(i % copies)];
+              launched = v.launch(q, v.configs[ci], s).ok && launched;
+            },
+            2, reps, s);
         if (launched && cudaGetLastError() == cudaSuccess) out.push_back({&v, v.configs[ci], us});
       }
     }
   }
   cudaStreamSynchronize(s);
   cudaFree(a);
-  cudaFree(b);
-  cudaFree(b_up);
+  for (int i = 0; i < copies; ++i) cudaFree(bs[size_t(i)]), cudaFree(ups[size_t(i)]);
   cudaFree(c);
   cudaFree(ws);
   if (record) {

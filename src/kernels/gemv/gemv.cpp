@@ -186,7 +186,7 @@ std::vector<GemvTiming> gemv_time_variants(const GemvProblem& shape, bool all_co
   std::vector<GemvTiming> out;
   // Rotate through enough weight copies that together they exceed twice the L2 cache.
   const size_t wbytes = gemv_weight_bytes(shape) / (shape.w_up ? 2 : 1);
-  const int copies = int(std::clamp<size_t>(2 * l2_cache_bytes() / std::max<size_t>(wbytes, 1) + 1, 1, 64));
+  const int copies = rotation_copies(wbytes);
   std::vector<void*> ws(size_t(copies), nullptr), ups(size_t(copies), nullptr);
   float *x = nullptr, *y = nullptr;
   void* x8 = nullptr;  // when shape.x8 is set: the int8 blocks of x (made below, once x is filled)
