@@ -46,13 +46,21 @@ __device__ __forceinline__ uint4 q8x8_to_f16(uint32_t w0, uint32_t w1, __half2 d
   return {q8_pair(w0, false, d), q8_pair(w0, true, d), q8_pair(w1, false, d), q8_pair(w1, true, d)};
 }
 
+// (a & mask) | bits as one LOP3: written in C++, the two constants became two LOP3s, each with
+// one of them as its immediate (ptxas keeps one of these in a register, set once).
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t mask, uint32_t bits) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(mask), "r"(bits));  // 0xEA: (a & b) | c
+  return d;
+}
+
 // The low (or, when `high`, the high) nibbles of bytes 0, 1 (or 2, 3 when `upper`) of w as a
 // half2 holding the integers 0..15 exactly: the nibble sits under f16 exponent 0x64 (1024 + q,
 // or 1024 + 16 q).
 __device__ __forceinline__ __half2 nibble_pair(uint32_t w, bool upper, bool high) {
   const uint32_t pair = __byte_perm(w, 0, upper ? 0x4342 : 0x4140);  // the two bytes -> the low byte of each half
-  if (high) return __hfma2(as_h2((pair & 0x00F000F0u) | 0x64006400u), h2_const(0x2C00), h2_const(0xD400));  // /16 - 64
-  return __hsub2(as_h2((pair & 0x000F000Fu) | 0x64006400u), h2_const(0x6400));                             // - 1024
+  if (high) return __hfma2(as_h2(and_or(pair, 0x00F000F0u, 0x64006400u)), h2_const(0x2C00), h2_const(0xD400));  // /16 - 64
+  return __hsub2(as_h2(and_or(pair, 0x000F000Fu, 0x64006400u)), h2_const(0x6400));                             // - 1024
 }
 
 // Eight 4-bit values (the low or the high nibbles of the bytes of w0, w1) -> four half2 of 0..15.
