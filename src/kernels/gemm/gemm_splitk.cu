@@ -1,6 +1,9 @@
 // Split-K epilogue: C[m][n] = alpha * sum_s P[s][m][n] + beta * C, P the f32 partial sums the
 // split-K mainloop left in the workspace. Memory-bound: splits * 4 + |C| bytes per element; the
-// partials were written moments before and are mostly still in L2.
+// partials were written moments before and are mostly still in L2. Launched with PDL: it may be
+// scheduled while the GEMM before it finishes (the GEMM lets it once its blocks leave their last
+// mainloop) and waits for the GEMM's partials before it reads them.
+#include "kernels/common/pdl.cuh"
 #include "kernels/gemm/tc_gemm.cuh"
 
 namespace lamina::kernels {
@@ -10,6 +13,7 @@ namespace {
 template <int kVec>
 __global__ void splitk_reduce_kernel(const float* __restrict__ partials, int splits, int64_t m, int64_t n,
                                      tc_gemm::Out out) {
+  pdl_enter();
   const int64_t count = m * n / kVec, plane = m * n;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
     float v[kVec] = {};
@@ -38,8 +42,8 @@ Status splitk_reduce(const GemmProblem& p, int splits, cudaStream_t s) {
   const int64_t items = p.m * p.n / (vec ? 4 : 1), threads = 256;
   const unsigned blocks = unsigned(std::min<int64_t>((items + threads - 1) / threads, int64_t(sms) * 8));
   const auto* partials = static_cast<const float*>(p.workspace);
-  if (vec) splitk_reduce_kernel<4><<<blocks, threads, 0, s>>>(partials, splits, p.m, p.n, tc_gemm::make_out(p));
-  else splitk_reduce_kernel<1><<<blocks, threads, 0, s>>>(partials, splits, p.m, p.n, tc_gemm::make_out(p));
+  if (vec) launch_pdl(splitk_reduce_kernel<4>, blocks, threads, 0, s, partials, splits, p.m, p.n, tc_gemm::make_out(p));
+  else launch_pdl(splitk_reduce_kernel<1>, blocks, threads, 0, s, partials, splits, p.m, p.n, tc_gemm::make_out(p));
   return launch_status("splitk_reduce");
 }
 

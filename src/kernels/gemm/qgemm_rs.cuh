@@ -31,6 +31,7 @@
 #pragma once
 
 #include "kernels/common/activations.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/gemm/qgemm_wgmma.cuh"
 
 namespace lamina::kernels::qgemm_rs {
@@ -299,6 +300,9 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     }
     wgmma::wait<0>();
     if (lane == 0 && prev >= 0) tma::mbar_arrive(&empty_x[prev]);
+    // After the block's last mainloop: the kernel after this one (splitk_reduce, launched with
+    // PDL) may be scheduled while the epilogues store.
+    if (u + gridDim.x >= sched.units) pdl_launch_dependents();
     tc_gemm::Out o = out;  // split-K: this split's f32 plane of the workspace
     if (splits > 1) o.c = static_cast<float*>(out.c) + split * m * n;
     auto store = [&](const float (&a)[kBm / 2], int64_t col) {  // a thread's two columns, every row
