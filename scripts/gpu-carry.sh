@@ -11,10 +11,23 @@
 #                                   (~15 MiB), the shared libraries the GPU machine's image lacks in
 #                                   .carry/lib and the test vocabulary in .carry/vocab, for
 #                                   scripts/gpu-ab.sh --bins (carry .carry/bin .carry/lib .carry/vocab)
+#   scripts/gpu-carry.sh prebuilt   here: this machine's build (scripts/build.sh -DLAMINA_CUDA=ON
+#                                   -DLAMINA_KBENCH=ON) as .carry/prebuilt/*.xz (~31 MiB: the CLI,
+#                                   the GPU tests, the chain ceiling) and .carry/lib, for
+#                                   GPU_CHECK_PREBUILT=1 scripts/gpu-check.sh there: no build on the
+#                                   GPU machine (~230 s of device time saved a fresh machine). The
+#                                   binaries carry this checkout's paths (the CLI, ../shared,
+#                                   tests/data): the GPU machine's copy must sit at the same path
 set -euo pipefail
 cd "$(dirname "$0")/.."
 C=.carry
 PART=47M
+# The shared libraries build/tools/lamina needs that the GPU machine's image lacks (it has CUDA,
+# NCCL, fmt 9, OpenSSL and zlib; not cpp-httplib and its brotli), into .carry/lib.
+libs() {
+  mkdir -p $C/lib
+  for lib in $(ldd build/tools/lamina | awk '/cpp-httplib|brotli|pcre2|libfmt/ { print $3 }'); do cp -L "$lib" $C/lib/; done
+}
 case "${1:-}" in
   prepare)
     mkdir -p $C/include $C/httplib $C/shared $C/parts
@@ -52,12 +65,22 @@ case "${1:-}" in
   bin)
     name=${2:?usage: scripts/gpu-carry.sh bin NAME}
     [ -x build/tools/lamina ] || { echo "gpu-carry: build/tools/lamina not built (scripts/build.sh)" >&2; exit 1; }
-    mkdir -p $C/bin $C/lib $C/vocab
+    mkdir -p $C/bin $C/vocab
     xz -9e -T0 -c build/tools/lamina > $C/bin/$name.xz
-    # (the image has CUDA, NCCL, fmt 9, OpenSSL and zlib; not cpp-httplib and its brotli)
-    for lib in $(ldd build/tools/lamina | awk '/cpp-httplib|brotli|pcre2|libfmt/ { print $3 }'); do cp -L "$lib" $C/lib/; done
+    libs
     cp ../shared/data/vocab/ggml-vocab-llama-spm.gguf $C/vocab/
     ls -la $C/bin/$name.xz $C/lib
     ;;
-  *) echo "usage: scripts/gpu-carry.sh prepare|assemble|bin NAME" >&2; exit 1 ;;
+  prebuilt)
+    bins=(tools/lamina tests/lamina_gpu_tests tools/lamina_chain_ceiling)
+    for b in "${bins[@]}"; do
+      [ -x build/$b ] || { echo "gpu-carry: build/$b not built (scripts/build.sh -DLAMINA_CUDA=ON -DLAMINA_KBENCH=ON)" >&2; exit 1; }
+    done
+    rm -rf $C/prebuilt && mkdir -p $C/prebuilt
+    for b in "${bins[@]}"; do xz -9 -T0 -c build/$b > $C/prebuilt/$(basename $b).xz; done
+    echo "$PWD" > $C/prebuilt/built-in  # where the binaries look for the CLI, ../shared and tests/data
+    libs
+    du -sh $C/prebuilt $C/lib
+    ;;
+  *) echo "usage: scripts/gpu-carry.sh prepare|assemble|bin NAME|prebuilt" >&2; exit 1 ;;
 esac

@@ -7,6 +7,9 @@
 # model runs (gen-model files in $MODELS, default /tmp/lamina-models); LAMINA_MODEL names the
 # SmolLM2 file for the end-to-end tests (.carry/smollm2.gguf when carried there), LAMINA_GEMMA3
 # the real Gemma 3 270M (.carry/gemma3.gguf when carried there): its tests and benchmark.
+# GPU_CHECK_PREBUILT=1: no configure and build here; the development machine's binaries, packed by
+# `scripts/gpu-carry.sh prebuilt` into .carry/prebuilt, are unpacked into build/ at the path they
+# were built for, and the CPU suite is left to CI (it needs the build tree).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-logs}"
@@ -32,8 +35,25 @@ step() {  # step NAME COMMAND...: runs, logs to $OUT/NAME.log, records pass/fail
   else summary+=("$(printf '%-14s FAIL  %4ds  (see %s.log)' "$name" $((SECONDS - t0)) "$name")"); fi
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-step configure cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLAMINA_CUDA=ON -DLAMINA_KBENCH=ON "${extra[@]}"
-step build cmake --build "$BUILD" -j 16
+if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ]; then
+  unpack() {  # the binaries into build/, where their compiled-in paths point (this tree's path then)
+    [ "$(cat .carry/prebuilt/built-in 2>/dev/null)" = "$PWD" ] ||
+      { echo "the binaries were built at $(cat .carry/prebuilt/built-in 2>/dev/null), this tree is at $PWD"; return 1; }
+    mkdir -p build/tools build/tests
+    xz -dc .carry/prebuilt/lamina.xz > build/tools/lamina && xz -dc .carry/prebuilt/lamina_chain_ceiling.xz > build/tools/lamina_chain_ceiling &&
+      xz -dc .carry/prebuilt/lamina_gpu_tests.xz > build/tests/lamina_gpu_tests || return 1
+    chmod +x build/tools/lamina build/tools/lamina_chain_ceiling build/tests/lamina_gpu_tests
+    [ -d ../shared/data ] || ln -sfn "$PWD/.carry/shared" ../shared  # (the tests' shared/ folder)
+    ldd build/tests/lamina_gpu_tests | grep "not found" && return 1
+    "$PWD/build/tools/lamina" --version
+  }
+  export LD_LIBRARY_PATH="$PWD/.carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  BUILD=build L="$PWD/build/tools/lamina"
+  step unpack unpack
+else
+  step configure cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLAMINA_CUDA=ON -DLAMINA_KBENCH=ON "${extra[@]}"
+  step build cmake --build "$BUILD" -j 16
+fi
 vocab=$(ls .carry/shared/data/vocab/ggml-vocab-llama-spm.gguf ../shared/data/vocab/ggml-vocab-llama-spm.gguf 2>/dev/null | head -1)
 gen() {  # gen PRESET TYPE: a generated model file in $MODELS (kept between runs)
   local f="$MODELS/$1-$2.gguf"
@@ -45,8 +65,12 @@ if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
   gen llama3-8b q4_0
   [ -f "$MODELS/llama2-7b-q4_0.gguf" ] && export LAMINA_7B_MODEL="$MODELS/llama2-7b-q4_0.gguf"
 fi
-step gpu-tests ctest --test-dir "$BUILD" -L gpu --output-on-failure -V
-step cpu-tests ctest --test-dir "$BUILD" -L cpu --output-on-failure -j 16
+if [ "${GPU_CHECK_PREBUILT:-0}" = 1 ]; then
+  step gpu-tests "$BUILD/tests/lamina_gpu_tests"
+else
+  step gpu-tests ctest --test-dir "$BUILD" -L gpu --output-on-failure -V
+  step cpu-tests ctest --test-dir "$BUILD" -L cpu --output-on-failure -j 16
+fi
 # The decode chain's yardstick: kernel-boundary floor and read-only streaming ceiling (a few s).
 step chain-ceiling "$BUILD/tools/lamina_chain_ceiling"
 # The same greedy tokens from the CPU and CUDA backends, as `lamina run` prints them. Both in
@@ -93,7 +117,7 @@ if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
   [ -f "$MODELS/llama3-8b-q4_0.gguf" ] && step bench-small-steps small_steps
   # The same workload through HTTP (#31): lamina serve on the GPU, scripts/bench-serve.py closed loop.
   bench_serve() {
-    grep -q "serve enabled" "$OUT/configure.log" || { echo "serve is not built (no cpp-httplib)"; return 1; }
+    "$L" serve --help 2>/dev/null | grep -q -- --port || { echo "serve is not built (no cpp-httplib)"; return 1; }
     "$L" serve -m "$MODELS/llama3-8b-q4_0.gguf" -d cuda --port 0 --ctx 49152 --parallel 128 --template llama3 2>"$OUT/serve.log" &
     local pid=$! port= i r s
     for i in $(seq 1 180); do
@@ -139,7 +163,7 @@ if [ "${GPU_CHECK_BENCH:-1}" = 1 ]; then
   step kbench-gemm "$BUILD/tools/lamina" kbench gemm
 fi
 echo "== lamina gpu-check on $(cat "$OUT/gpu.txt")"
-grep -hE "tests passed|tests failed" "$OUT/gpu-tests.log" "$OUT/cpu-tests.log" 2>/dev/null
+grep -hE "tests passed|tests failed|^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test" "$OUT/gpu-tests.log" "$OUT/cpu-tests.log" 2>/dev/null
 grep -hE "(smollm2 prompt|7B: |fast against exact logits)" "$OUT/gpu-tests.log" 2>/dev/null | sed "s/^[0-9]*: //" | sort -u
 cat "$OUT/too-big.log" 2>/dev/null; tail -4 "$OUT/info-cuda.log" 2>/dev/null
 grep -hE "^\| (llama|model)" "$OUT"/bench-*.log 2>/dev/null | sort -u -r | head -12
