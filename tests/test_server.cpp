@@ -176,6 +176,18 @@ TEST_F(ServerTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
   expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"model", "gpt-4"}}).dump(), "application/json"), 404, "model");
   expect_error(c.Post("/v1/chat/completions", chat(std::string(4000, 'a'), 3).dump(), "application/json"), 400, "messages");
   expect_error(c.Post("/v1/completions", json{{"prompt", 5}}.dump(), "application/json"), 400, "prompt");
+  // asked for what the engine cannot give yet: refused by name, not answered as if not asked
+  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"n", 2}}).dump(), "application/json"), 400, "n");
+  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"logprobs", true}}).dump(), "application/json"), 400, "logprobs");
+  expect_error(c.Post("/v1/completions", json{{"prompt", "x"}, {"logprobs", 2}}.dump(), "application/json"), 400, "logprobs");
+  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"tools", json::array({{{"type", "function"}}})}}).dump(),
+                      "application/json"), 400, "tools");
+  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"response_format", {{"type", "json_object"}}}}).dump(),
+                      "application/json"), 400, "response_format");
+  // the same parameters at their neutral values are accepted
+  const json neutral = post("/v1/chat/completions", chat("x", 2, {{"n", 1}, {"logprobs", false}, {"tools", json::array()},
+                                                                   {"response_format", {{"type", "text"}}}}));
+  EXPECT_EQ(neutral["choices"].size(), 1u) << neutral.dump();
   expect_error(c.Get("/v1/nothing"), 404, "");
   httplib::Client anon("127.0.0.1", port_);
   expect_error(anon.Get("/v1/models"), 401, "");

@@ -19,6 +19,24 @@ double number(const json& body, const char* key, double lo, double hi, double fa
   return v;
 }
 
+// What the engine cannot give yet is refused with the parameter's name, not ignored: a client
+// that asks for two choices, token log probabilities, a logit bias, tools or a JSON response
+// would otherwise take a plain answer for the one it asked for.
+void refuse_unsupported(const json& body) {
+  auto given = [&](const char* k) { return body.contains(k) && !body[k].is_null(); };
+  if (number(body, "n", 1, 128, 1) != 1) throw bad("'n' other than 1 is not supported yet", "n");
+  for (const char* k : {"logprobs", "top_logprobs"})  // (chat: a boolean and a count; completions: a count)
+    if (given(k) && !(body[k] == false || body[k] == 0)) throw bad(std::string("'") + k + "' is not supported yet", k);
+  if (given("logit_bias") && !body["logit_bias"].empty()) throw bad("'logit_bias' is not supported yet", "logit_bias");
+  for (const char* k : {"tools", "functions"})
+    if (given(k) && !body[k].empty()) throw bad(std::string("'") + k + "' (tool calls) are not supported yet", k);
+  if (given("response_format")) {
+    const json& f = body["response_format"];
+    if (!f.is_object() || (f.contains("type") && f["type"] != "text"))
+      throw bad("only the 'text' response format is supported yet", "response_format");
+  }
+}
+
 // The options both endpoints share: sampling, max tokens, stop, stream, model.
 void common(const json& body, const ApiContext& ctx, ApiRequest& r) {
   if (body.contains("model") && !body["model"].is_null()) {
@@ -38,6 +56,7 @@ void common(const json& body, const ApiContext& ctx, ApiRequest& r) {
   for (const char* k : {"presence_penalty", "frequency_penalty"})
     if (number(body, k, -2, 2, 0) != 0) throw bad(std::string("'") + k + "' is not supported yet; use 'repeat_penalty'", k);
   s.repeat_penalty = float(number(body, "repeat_penalty", 0, 10, 1.0));
+  refuse_unsupported(body);
   const char* mt = body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   r.engine.max_tokens = int(number(body, mt, 1, 1 << 20, ctx.default_max_tokens));
   if (body.contains("stream") && !body["stream"].is_null()) {
