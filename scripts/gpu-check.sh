@@ -157,7 +157,7 @@ if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
   [ -n "${LAMINA_MODEL:-}" ] && step ppl-kld-fast ppl_kld fast
 fi
 # Several GPUs: tensor parallelism (scripts/gpu-tp.sh: same tokens, 8B and 70B shapes on 1 and N GPUs).
-[ "${GPU_CHECK_TP:-1}" = 1 ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ] && step tensor-parallel env OUT="$OUT" MODELS="$MODELS" scripts/gpu-tp.sh
+[ "${GPU_CHECK_TP:-1}" = 1 ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ] && step tensor-parallel env OUT="$OUT" MODELS="$MODELS" LAMINA_BIN="$L" scripts/gpu-tp.sh
 if [ "${GPU_CHECK_BENCH:-1}" = 1 ]; then
   step kbench-gemv "$BUILD/tools/lamina" kbench gemv
   step kbench-gemm "$BUILD/tools/lamina" kbench gemm

@@ -18,7 +18,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-logs}"; mkdir -p "$OUT"
 MODELS="${MODELS:-/tmp/lamina-models}"
-L="$PWD/build-gpu/tools/lamina"
+L="${LAMINA_BIN:-$PWD/build-gpu/tools/lamina}"  # (gpu-check.sh names its CLI: build/ when prebuilt)
 export NCCL_NVLS_ENABLE=0
 export LAMINA_TUNE_CACHE_DIR="${LAMINA_TUNE_CACHE_DIR:-$OUT}"
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
