@@ -20,11 +20,10 @@ double number(const json& body, const char* key, double lo, double hi, double fa
 }
 
 // What the engine cannot give yet is refused with the parameter's name, not ignored: a client
-// that asks for two choices, token log probabilities, a logit bias, tools or a JSON response
-// would otherwise take a plain answer for the one it asked for.
+// that asks for token log probabilities, a logit bias, tools or a JSON response would otherwise
+// take a plain answer for the one it asked for.
 void refuse_unsupported(const json& body) {
   auto given = [&](const char* k) { return body.contains(k) && !body[k].is_null(); };
-  if (number(body, "n", 1, 128, 1) != 1) throw bad("'n' other than 1 is not supported yet", "n");
   for (const char* k : {"logprobs", "top_logprobs"})  // (chat: a boolean and a count; completions: a count)
     if (given(k) && !(body[k] == false || body[k] == 0)) throw bad(std::string("'") + k + "' is not supported yet", k);
   if (given("logit_bias") && !body["logit_bias"].empty()) throw bad("'logit_bias' is not supported yet", "logit_bias");
@@ -57,6 +56,9 @@ void common(const json& body, const ApiContext& ctx, ApiRequest& r) {
     if (number(body, k, -2, 2, 0) != 0) throw bad(std::string("'") + k + "' is not supported yet; use 'repeat_penalty'", k);
   s.repeat_penalty = float(number(body, "repeat_penalty", 0, 10, 1.0));
   refuse_unsupported(body);
+  const double n = number(body, "n", 1, 16, 1);
+  if (n != std::floor(n)) throw bad("'n' must be a whole number from 1 to 16", "n");
+  r.n = int(n);
   const char* mt = body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   r.engine.max_tokens = int(number(body, mt, 1, 1 << 20, ctx.default_max_tokens));
   if (body.contains("stream") && !body["stream"].is_null()) {
@@ -208,31 +210,37 @@ json usage(int prompt_tokens, int completion_tokens) {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
-json chat_response(const std::string& id, const std::string& model, int64_t created, const std::string& text, Finish f,
+json chat_response(const std::string& id, const std::string& model, int64_t created, const std::vector<ChoiceText>& choices,
                    int prompt_tokens, int completion_tokens) {
+  json cs = json::array();
+  for (size_t i = 0; i < choices.size(); ++i)
+    cs.push_back({{"index", i},
+                  {"message", {{"role", "assistant"}, {"content", choices[i].text}}},
+                  {"finish_reason", finish_reason(choices[i].finish)},
+                  {"logprobs", nullptr}});
   return {{"id", id},
           {"object", "chat.completion"},
           {"created", created},
           {"model", model},
-          {"choices", json::array({{{"index", 0},
-                                    {"message", {{"role", "assistant"}, {"content", text}}},
-                                    {"finish_reason", finish_reason(f)},
-                                    {"logprobs", nullptr}}})},
+          {"choices", cs},
           {"usage", usage(prompt_tokens, completion_tokens)}};
 }
 
-json completion_response(const std::string& id, const std::string& model, int64_t created, const std::string& text,
-                         Finish f, int prompt_tokens, int completion_tokens) {
+json completion_response(const std::string& id, const std::string& model, int64_t created,
+                         const std::vector<ChoiceText>& choices, int prompt_tokens, int completion_tokens) {
+  json cs = json::array();
+  for (size_t i = 0; i < choices.size(); ++i)
+    cs.push_back({{"index", i}, {"text", choices[i].text}, {"finish_reason", finish_reason(choices[i].finish)}, {"logprobs", nullptr}});
   return {{"id", id},
           {"object", "text_completion"},
           {"created", created},
           {"model", model},
-          {"choices", json::array({{{"index", 0}, {"text", text}, {"finish_reason", finish_reason(f)}, {"logprobs", nullptr}}})},
+          {"choices", cs},
           {"usage", usage(prompt_tokens, completion_tokens)}};
 }
 
 json chat_chunk(const std::string& id, const std::string& model, int64_t created, const std::string* text, bool first,
-                const Finish* f) {
+                const Finish* f, int index) {
   json delta = json::object();
   if (first) delta["role"] = "assistant";
   if (text) delta["content"] = *text;
@@ -240,16 +248,16 @@ json chat_chunk(const std::string& id, const std::string& model, int64_t created
           {"object", "chat.completion.chunk"},
           {"created", created},
           {"model", model},
-          {"choices", json::array({{{"index", 0}, {"delta", delta}, {"finish_reason", f ? json(finish_reason(*f)) : json(nullptr)}}})}};
+          {"choices", json::array({{{"index", index}, {"delta", delta}, {"finish_reason", f ? json(finish_reason(*f)) : json(nullptr)}}})}};
 }
 
 json completion_chunk(const std::string& id, const std::string& model, int64_t created, const std::string& text,
-                      const Finish* f) {
+                      const Finish* f, int index) {
   return {{"id", id},
           {"object", "text_completion"},
           {"created", created},
           {"model", model},
-          {"choices", json::array({{{"index", 0}, {"text", text}, {"finish_reason", f ? json(finish_reason(*f)) : json(nullptr)}}})}};
+          {"choices", json::array({{{"index", index}, {"text", text}, {"finish_reason", f ? json(finish_reason(*f)) : json(nullptr)}}})}};
 }
 
 }  // namespace lamina::server

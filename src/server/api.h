@@ -45,6 +45,7 @@ struct ApiRequest {
   bool stream = false;
   bool include_usage = false;      // stream_options.include_usage
   std::vector<std::string> stop;   // stop strings
+  int n = 1;                       // choices: n sequences of the prompt (seeds seed .. seed + n - 1)
 };
 
 // POST /v1/chat/completions and /v1/completions bodies. Throws ApiError.
@@ -76,14 +77,19 @@ class TextStream {
 std::string json_text(const json& j);
 std::string finish_reason(Finish f);  // "stop", "length" (or "cancelled"/"error")
 json usage(int prompt_tokens, int completion_tokens);
-json chat_response(const std::string& id, const std::string& model, int64_t created, const std::string& text,
-                   Finish f, int prompt_tokens, int completion_tokens);
-json completion_response(const std::string& id, const std::string& model, int64_t created, const std::string& text,
-                         Finish f, int prompt_tokens, int completion_tokens);
-// One streamed chunk: delta text (role on the first), or the finish reason with an empty delta.
+struct ChoiceText {  // a choice's whole text and how it ended
+  std::string text;
+  Finish finish = Finish::None;
+};
+json chat_response(const std::string& id, const std::string& model, int64_t created, const std::vector<ChoiceText>& choices,
+                   int prompt_tokens, int completion_tokens);
+json completion_response(const std::string& id, const std::string& model, int64_t created,
+                         const std::vector<ChoiceText>& choices, int prompt_tokens, int completion_tokens);
+// One streamed chunk of choice `index`: delta text (role on the first), or the finish reason with an
+// empty delta.
 json chat_chunk(const std::string& id, const std::string& model, int64_t created, const std::string* text,
-                bool first, const Finish* f);
+                bool first, const Finish* f, int index = 0);
 json completion_chunk(const std::string& id, const std::string& model, int64_t created, const std::string& text,
-                      const Finish* f);
+                      const Finish* f, int index = 0);
 
 }  // namespace lamina::server

@@ -2,13 +2,12 @@
 
 #include "core/error.h"
 #include "server/chat_page.h"
+#include "server/completion.h"
 
 #include <fmt/format.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <deque>
 #include <mutex>
 #include <thread>
 
@@ -16,25 +15,6 @@ namespace lamina::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The engine's events for one request, handed from the engine's thread to the HTTP thread.
-struct Channel {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<TokenEvent> events;
-  void push(const TokenEvent& e) {
-    std::lock_guard lk(mu);
-    events.push_back(e);
-    cv.notify_one();
-  }
-  TokenEvent pop() {
-    std::unique_lock lk(mu);
-    cv.wait(lk, [&] { return !events.empty(); });
-    TokenEvent e = std::move(events.front());
-    events.pop_front();
-    return e;
-  }
-};
 
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
@@ -222,10 +202,9 @@ void HttpServer::completion(const httplib::Request& req, httplib::Response& res,
     return;
   }
   metrics_.prompt_tokens += n_prompt;
-  auto ch = std::make_shared<Channel>();
-  int64_t id = 0;
+  std::shared_ptr<Completion> run;
   try {
-    id = engine_->submit(r.engine, [ch](const TokenEvent& e) { ch->push(e); });
+    run = std::make_shared<Completion>(*engine_, r, *ctx_.tok);
   } catch (const Error& e) {
     ++metrics_.errors;
     send_error(res, ApiError(400, "invalid_request_error", e.what()));
@@ -235,116 +214,86 @@ void HttpServer::completion(const httplib::Request& req, httplib::Response& res,
   ++metrics_.running;
   const std::string model = ctx_.model_id;
   const int64_t created = unix_now();
+  // The request's latencies: the first token of any choice, then each choice's own gaps.
+  auto ttft = std::make_shared<double>(-1);
+  auto timing = [this, ttft, t0](const Completion::Event& e) {
+    if (!e.token) return;
+    if (*ttft < 0) metrics_.ttft.add(*ttft = ms_since(t0));
+    else if (e.since_last_ms >= 0) metrics_.itl.add(e.since_last_ms);
+  };
   if (!r.stream) {
-    TextStream text(*ctx_.tok, r.stop);
-    std::string out;
-    int n = 0;
-    double ttft = 0;
-    Finish f = Finish::None;
+    std::vector<ChoiceText> out(size_t(run->choices()));
     std::string error;
-    auto last = t0;
-    for (;;) {
-      const TokenEvent e = ch->pop();
-      if (e.token >= 0) {
-        if (n++ == 0) {
-          ttft = ms_since(t0);
-          metrics_.ttft.add(ttft);
-        } else {
-          metrics_.itl.add(ms_since(last));
-        }
-        last = Clock::now();
-        const bool was = text.stopped();
-        out += text.push(e.token);
-        if (!was && text.stopped()) engine_->cancel(id);
-      }
-      if (e.finish != Finish::None) {
-        f = text.stopped() ? Finish::Stop : e.finish;
-        error = e.error;
-        break;
-      }
+    while (!run->done()) {
+      const Completion::Event e = run->next();
+      timing(e);
+      ChoiceText& c = out[size_t(e.choice)];
+      c.text += e.text;
+      if (e.ended) c.finish = e.finish;
+      if (e.finish == Finish::Error && error.empty()) error = e.error, run->cancel();
     }
     --metrics_.running;
-    if (f == Finish::Error) {
+    const int n = run->tokens();
+    if (!error.empty()) {
       ++metrics_.errors;
       send_error(res, ApiError(500, "server_error", error));
-      return log(500, n_prompt, n, ttft);
+      return log(500, n_prompt, n, std::max(*ttft, 0.0));
     }
-    out += text.finish();
-    send_json(res, 200, chat ? chat_response(rid, model, created, out, f, n_prompt, n)
-                             : completion_response(rid, model, created, out, f, n_prompt, n));
-    return log(200, n_prompt, n, ttft);
+    send_json(res, 200, chat ? chat_response(rid, model, created, out, n_prompt, n)
+                             : completion_response(rid, model, created, out, n_prompt, n));
+    return log(200, n_prompt, n, std::max(*ttft, 0.0));
   }
-  // Server-sent events: a chunk per piece of text, the finish reason, usage when asked, [DONE].
-  struct StreamState {
-    TextStream text;
-    bool first = true;
-    int n = 0;
-    double ttft = 0;
-    Clock::time_point last;
-  };
-  auto st = std::make_shared<StreamState>(StreamState{TextStream(*ctx_.tok, r.stop), true, 0, 0, Clock::time_point{}});
+  // Server-sent events: a chunk per piece of a choice's text, each choice's finish reason, usage
+  // when asked, then [DONE].
+  auto first = std::make_shared<std::vector<bool>>(size_t(run->choices()), true);  // no chunk of the choice yet
   const bool include_usage = r.include_usage;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, ch, st, id, chat, rid, model, created, n_prompt, include_usage, log, t0](size_t, httplib::DataSink& sink) {
+      [this, run, first, ttft, timing, chat, rid, model, created, n_prompt, include_usage, log](size_t, httplib::DataSink& sink) {
         auto send = [&](const json& j) {
           const std::string line = "data: " + json_text(j) + "\n\n";
           return sink.write(line.data(), line.size());
         };
-        auto piece = [&](const std::string& t, const Finish* f) {
+        auto piece = [&](int i, const std::string& t, const Finish* f) {
           if (chat) {
-            const bool first = st->first;
-            st->first = false;
-            return send(chat_chunk(rid, model, created, f && t.empty() ? nullptr : &t, first, f));
+            const bool at_first = (*first)[size_t(i)];
+            (*first)[size_t(i)] = false;
+            return send(chat_chunk(rid, model, created, f && t.empty() ? nullptr : &t, at_first, f, i));
           }
-          return send(completion_chunk(rid, model, created, t, f));
+          return send(completion_chunk(rid, model, created, t, f, i));
         };
-        for (;;) {
-          const TokenEvent e = ch->pop();
-          bool ok = true;
-          if (e.token >= 0) {
-            if (st->n++ == 0) {
-              st->ttft = ms_since(t0);
-              metrics_.ttft.add(st->ttft);
-            } else {
-              metrics_.itl.add(ms_since(st->last));
-            }
-            st->last = Clock::now();
-            const bool was = st->text.stopped();
-            const std::string t = st->text.push(e.token);
-            if (!was && st->text.stopped()) engine_->cancel(id);
-            if (!t.empty()) ok = piece(t, nullptr);
+        std::string error;
+        while (!run->done()) {
+          const Completion::Event e = run->next();
+          timing(e);
+          if (e.finish == Finish::Error) {
+            if (error.empty()) error = e.error, run->cancel();
+            continue;
           }
-          if (!ok) {  // the client went away
-            engine_->cancel(id);
-            while (ch->pop().finish == Finish::None) {}
+          bool ok = e.text.empty() || piece(e.choice, e.text, nullptr);
+          if (ok && e.ended && error.empty()) ok = piece(e.choice, "", &e.finish);
+          if (!ok) {  // the client went away: Completion's destructor cancels and drains the rest
+            run->cancel();
             --metrics_.running;
-            log(499, n_prompt, st->n, 0);
+            log(499, n_prompt, run->tokens(), 0);
             return false;
           }
-          if (e.finish == Finish::None) continue;
-          --metrics_.running;
-          if (e.finish == Finish::Error) {
-            ++metrics_.errors;
-            send(error_body(ApiError(500, "server_error", e.error)));
-          } else {
-            const Finish f = st->text.stopped() ? Finish::Stop : e.finish;
-            const std::string rest = st->text.finish();
-            if (!rest.empty()) piece(rest, nullptr);
-            piece("", &f);
-            if (include_usage) {
-              json u = chat ? chat_chunk(rid, model, created, nullptr, false, nullptr) : completion_chunk(rid, model, created, "", nullptr);
-              u["choices"] = json::array();
-              u["usage"] = usage(n_prompt, st->n);
-              send(u);
-            }
-          }
-          const std::string done = "data: [DONE]\n\n";
-          sink.write(done.data(), done.size());
-          sink.done();
-          log(200, n_prompt, st->n, st->ttft);
-          return true;
         }
+        --metrics_.running;
+        if (!error.empty()) {
+          ++metrics_.errors;
+          send(error_body(ApiError(500, "server_error", error)));
+        } else if (include_usage) {
+          json u = chat ? chat_chunk(rid, model, created, nullptr, false, nullptr) : completion_chunk(rid, model, created, "", nullptr);
+          u["choices"] = json::array();
+          u["usage"] = usage(n_prompt, run->tokens());
+          send(u);
+        }
+        const std::string done = "data: [DONE]\n\n";
+        sink.write(done.data(), done.size());
+        sink.done();
+        log(error.empty() ? 200 : 500, n_prompt, run->tokens(), std::max(*ttft, 0.0));
+        return true;
       });
 }
 

@@ -63,6 +63,11 @@ try:
             parts.append(ev.choices[0].delta.content)
     check("".join(parts) == answer, f"streamed {''.join(parts)!r} != {answer!r}")
     check(usage is not None and usage.completion_tokens == chat.usage.completion_tokens, f"stream usage {usage}")
+    # n choices through the official client: three of them, indexed 0..2, each its own draw.
+    many = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "Name a colour."}],
+                                          max_tokens=8, temperature=1.0, seed=3, n=3)
+    check([c.index for c in many.choices] == [0, 1, 2], f"choices {many.choices}")
+    check(all(c.finish_reason in ("length", "stop") for c in many.choices), f"finish reasons {many.choices}")
     comp = client.completions.create(model=model_id, prompt="Once upon a time", max_tokens=8, temperature=0)
     check(comp.choices[0].finish_reason in ("length", "stop") and comp.usage.completion_tokens <= 8, f"completion {comp}")
 
