@@ -79,6 +79,29 @@ TEST(Sampler, RepetitionPenaltyDemotesSeenTokens) {
   EXPECT_EQ(s.sample(l, hist), 1);  // 3/2 = 1.5 < 2
 }
 
+// OpenAI's additive penalties over the last repeat_last_n tokens: presence once, frequency per
+// occurrence; negative values promote. Either makes a greedy draw more than the row's argmax.
+TEST(Sampler, PresenceAndFrequencyPenaltiesSubtractFromSeenTokens) {
+  const std::vector<float> l = {3.f, 2.5f, 0.f};
+  SamplerParams p;
+  p.temperature = 0;
+  EXPECT_TRUE(p.plain_greedy());
+  p.presence_penalty = 1.f;  // 3 - 1 = 2 < 2.5
+  EXPECT_FALSE(p.plain_greedy());
+  EXPECT_EQ(Sampler(p).sample(l, std::vector<int32_t>{0}), 1);
+  EXPECT_EQ(Sampler(p).sample(l, std::vector<int32_t>{2}), 0);  // an unseen token keeps its logit
+  p.presence_penalty = 0.f, p.frequency_penalty = 0.4f;
+  EXPECT_EQ(Sampler(p).sample(l, std::vector<int32_t>{0}), 0);     // 3 - 0.4 = 2.6 > 2.5
+  EXPECT_EQ(Sampler(p).sample(l, std::vector<int32_t>{0, 0}), 1);  // 3 - 0.8 = 2.2 < 2.5
+  p.repeat_last_n = 1;  // only the last token counts
+  EXPECT_EQ(Sampler(p).sample(l, std::vector<int32_t>{0, 0, 2}), 0);
+  p.repeat_last_n = 64, p.frequency_penalty = -1.5f;  // promoted: 0 + 3 x 1.5 > 3
+  EXPECT_EQ(Sampler(p).sample(l, std::vector<int32_t>{2, 2, 2}), 2);
+  p.frequency_penalty = 0.f, p.presence_penalty = 0.75f;  // with the repetition penalty: 3 / 1.2 - 0.75 = 1.75
+  p.repeat_penalty = 1.2f;
+  EXPECT_EQ(Sampler(p).sample(std::vector<float>{3.f, 1.8f}, std::vector<int32_t>{0}), 1);
+}
+
 TEST(Chat, DetectsFamilies) {
   EXPECT_EQ(detect_chat_template("{% for m in messages %}<|im_start|>{{ m.role }}"), ChatTemplate::ChatML);
   EXPECT_EQ(detect_chat_template("<|start_header_id|>x<|end_header_id|>"), ChatTemplate::Llama3);

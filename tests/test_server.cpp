@@ -236,10 +236,17 @@ TEST_F(ServerTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
                       "application/json"), 400, "tools");
   expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"response_format", {{"type", "json_object"}}}}).dump(),
                       "application/json"), 400, "response_format");
+  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"presence_penalty", 2.5}}).dump(), "application/json"), 400,
+               "presence_penalty");
   // the same parameters at their neutral values are accepted
   const json neutral = post("/v1/chat/completions", chat("x", 2, {{"n", 1}, {"logprobs", false}, {"tools", json::array()},
                                                                    {"response_format", {{"type", "text"}}}}));
   EXPECT_EQ(neutral["choices"].size(), 1u) << neutral.dump();
+  // OpenAI's penalties are the sampler's: a greedy answer that repeats a token changes under them
+  const json plain = post("/v1/completions", {{"prompt", "a a a a a a"}, {"max_tokens", 8}, {"temperature", 0}});
+  const json penalised = post("/v1/completions", {{"prompt", "a a a a a a"}, {"max_tokens", 8}, {"temperature", 0},
+                                                  {"presence_penalty", 2}, {"frequency_penalty", 2}});
+  EXPECT_NE(plain["choices"][0]["text"], penalised["choices"][0]["text"]) << plain.dump();
   expect_error(c.Get("/v1/nothing"), 404, "");
   httplib::Client anon("127.0.0.1", port_);
   expect_error(anon.Get("/v1/models"), 401, "");

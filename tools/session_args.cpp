@@ -89,6 +89,10 @@ void add_sampling_options(CLI::App* sub, SamplingArgs& a) {
   sub->add_option("--top-p", a.p.top_p, "Top-p (1: off)")->check(finite_in(0.0, 1.0));
   sub->add_option("--min-p", a.p.min_p, "Min-p (0: off)")->check(finite_in(0.0, 1.0));
   sub->add_option("--repeat-penalty", a.p.repeat_penalty, "Repetition penalty (1: off)")->check(finite_in(0.0, 10.0));
+  sub->add_option("--presence-penalty", a.p.presence_penalty, "Subtracted from a seen token's logit (0: off)")
+      ->check(finite_in(-2.0, 2.0));
+  sub->add_option("--frequency-penalty", a.p.frequency_penalty, "Subtracted per occurrence (0: off)")
+      ->check(finite_in(-2.0, 2.0));
   sub->add_option("--repeat-last-n", a.p.repeat_last_n, "Tokens the penalty looks back on (-1: all)")
       ->check(whole_in(-1, 1 << 20));
   add_seed_option(sub, "--seed", a.p.seed, &a.seed_given, "Random seed, 0 to 2^64-1 (same seed, same text)");

@@ -233,7 +233,8 @@ class Backend {
   virtual void capture_abort() {}
 
   // Sampling in backend memory: the host then waits for one token id, not a logits row.
-  // `u` is the uniform draw in [0, 1); `penalty_ids` the distinct ids the penalty applies to.
+  // `u` is the uniform draw in [0, 1); `penalty_ids` the distinct ids the penalty applies to (the
+  // repetition penalty only: a draw with presence or frequency penalties is made on the host).
   // more: the caller will most likely decode the sampled id next, at the next position (a
   // backend may start that step before the host has the id; the logits are then overwritten).
   virtual bool samples_on_device() const { return false; }

@@ -12,10 +12,16 @@ struct SamplerParams {
   float top_p = 0.95f;        // >= 1: off
   float min_p = 0.05f;        // <= 0: off
   float repeat_penalty = 1.0f;  // 1: off
+  // OpenAI's additive penalties: a token's logit less presence_penalty once it occurs and
+  // frequency_penalty for each time it occurs, among the same last repeat_last_n tokens.
+  float presence_penalty = 0.f, frequency_penalty = 0.f;  // 0: off
   int repeat_last_n = 64;
   uint64_t seed = 0;
-  // Greedy without a repeat penalty: the draw is the row's argmax (the lowest id among equals).
-  bool plain_greedy() const { return temperature <= 0.f && (repeat_penalty == 1.f || repeat_last_n == 0); }
+  bool penalised() const {
+    return repeat_last_n != 0 && (repeat_penalty != 1.f || presence_penalty != 0.f || frequency_penalty != 0.f);
+  }
+  // Greedy without a penalty: the draw is the row's argmax (the lowest id among equals).
+  bool plain_greedy() const { return temperature <= 0.f && !penalised(); }
 };
 
 }  // namespace lamina

@@ -292,7 +292,8 @@ int32_t Session::eval_sample(std::span<const int32_t> tokens, Sampler& sampler, 
     return sampler.sample(logits_, history_);
   }
   const Tensor out = eval_device(tokens, false);
-  if (backend_->samples_on_device()) {
+  const SamplerParams& sp = sampler.params();
+  if (backend_->samples_on_device() && sp.presence_penalty == 0.f && sp.frequency_penalty == 0.f) {  // (Backend::sample)
     const std::vector<int32_t> ids = sampler.penalty_ids(history_);
     const double u = sampler.params().temperature > 0.f ? sampler.next_uniform() : 0.0;
     return backend_->sample(out, sampler.params(), ids, u, more);

@@ -31,6 +31,20 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     float& l = cand_[size_t(t)].first;
     l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
   }
+  // Presence and frequency penalties (OpenAI's, over the same window, after the repetition
+  // penalty as llama.cpp applies them): minus presence once, minus frequency per occurrence.
+  if (p_.repeat_last_n != 0 && (p_.presence_penalty != 0.f || p_.frequency_penalty != 0.f)) {
+    const size_t n = p_.repeat_last_n < 0 ? history.size() : std::min(history.size(), size_t(p_.repeat_last_n));
+    std::vector<int32_t> ids(history.end() - long(n), history.end());
+    std::sort(ids.begin(), ids.end());
+    for (size_t i = 0; i < ids.size();) {
+      size_t j = i;
+      while (j < ids.size() && ids[j] == ids[i]) ++j;
+      if (ids[i] >= 0 && size_t(ids[i]) < cand_.size())
+        cand_[size_t(ids[i])].first -= p_.presence_penalty + p_.frequency_penalty * float(j - i);
+      i = j;
+    }
+  }
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   if (p_.temperature <= 0.f)
     return std::min_element(cand_.begin(), cand_.end(), by_logit)->second;

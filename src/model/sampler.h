@@ -1,5 +1,6 @@
-// Token sampling over a logits row: repetition penalty, top-k, top-p, min-p, temperature, then
-// a seeded draw (or greedy argmax when temperature <= 0). Same seed and inputs, same tokens.
+// Token sampling over a logits row: repetition penalty, presence and frequency penalties, top-k,
+// top-p, min-p, temperature, then a seeded draw (or greedy argmax when temperature <= 0). Same
+// seed and inputs, same tokens.
 #pragma once
 
 #include "backend/sampling_params.h"
@@ -17,8 +18,9 @@ class Sampler {
   // Picks the next token; `history` is the tokens so far (for the repetition penalty).
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
   const SamplerParams& params() const { return p_; }
-  // For samplers that run elsewhere (on the GPU): the distinct ids the repetition penalty
-  // applies to, and the next uniform draw in [0, 1) from this sampler's seeded generator.
+  // For samplers that run elsewhere (on the GPU, which has the repetition penalty only: see
+  // Backend::samples_on_device): the distinct ids the repetition penalty applies to, and the next
+  // uniform draw in [0, 1) from this sampler's seeded generator.
   std::vector<int32_t> penalty_ids(std::span<const int32_t> history) const;
   double next_uniform();
 

@@ -51,10 +51,14 @@ void common(const json& body, const ApiContext& ctx, ApiRequest& r) {
   s.top_k = int(number(body, "top_k", 0, 1e6, 40));
   s.min_p = float(number(body, "min_p", 0, 1, 0.05));
   s.seed = uint64_t(number(body, "seed", -9.2e18, 9.2e18, 0));
-  // The sampler has llama.cpp's repeat penalty; OpenAI's additive penalties are not there yet.
-  for (const char* k : {"presence_penalty", "frequency_penalty"})
-    if (number(body, k, -2, 2, 0) != 0) throw bad(std::string("'") + k + "' is not supported yet; use 'repeat_penalty'", k);
+  // OpenAI's additive penalties and llama.cpp's repetition penalty (llama-server's name), over the
+  // last repeat_last_n tokens (64, as llama-server; -1: all).
+  s.presence_penalty = float(number(body, "presence_penalty", -2, 2, 0));
+  s.frequency_penalty = float(number(body, "frequency_penalty", -2, 2, 0));
   s.repeat_penalty = float(number(body, "repeat_penalty", 0, 10, 1.0));
+  const double last_n = number(body, "repeat_last_n", -1, 1 << 20, 64);
+  if (last_n != std::floor(last_n)) throw bad("'repeat_last_n' must be a whole number", "repeat_last_n");
+  s.repeat_last_n = int(last_n);
   refuse_unsupported(body);
   const double n = number(body, "n", 1, 16, 1);
   if (n != std::floor(n)) throw bad("'n' must be a whole number from 1 to 16", "n");
