@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -100,6 +102,23 @@ class EngineTest : public ::testing::Test {
   }
   static inline std::string path_;
 };
+
+// A token's log probability: the log-softmax of its row, computed here in f64; the top list in
+// order of probability, the lower id first among equals.
+TEST(Engine, TokenLogprobsAreTheLogSoftmax) {
+  const std::vector<float> l = {1.f, 3.f, -2.f, 3.f, 0.5f};
+  double z = 0;
+  for (float v : l) z += std::exp(double(v));
+  const TokenLogprobs lp = token_logprobs(l, 4, 3);
+  EXPECT_NEAR(lp.logprob, 0.5 - std::log(z), 1e-6);
+  ASSERT_EQ(lp.top.size(), 3u);
+  EXPECT_EQ(lp.top[0].first, 1);
+  EXPECT_EQ(lp.top[1].first, 3);
+  EXPECT_EQ(lp.top[2].first, 0);
+  EXPECT_NEAR(lp.top[2].second, 1.0 - std::log(z), 1e-6);
+  EXPECT_TRUE(token_logprobs(l, 2, 0).top.empty());
+  EXPECT_EQ(token_logprobs(l, 2, 9).top.size(), l.size());
+}
 
 TEST_F(EngineTest, ManyRequestsGiveWhatEachGivesAlone) {
   Session es(options(512)), ref(options(512));

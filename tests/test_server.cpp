@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -198,6 +199,58 @@ TEST_F(ServerTest, SeveralChoicesAreTheSingleRequestsOfTheirSeeds) {
   post("/v1/chat/completions", chat("x", 2, {{"n", 17}}), 400);
 }
 
+// Log probabilities: greedy, each token is its row's most probable, so it heads its own top list
+// with the same value; the alternatives come in order and their probabilities sum to at most 1;
+// the tokens spell the answer; streamed, the chunks carry the same entries; a text completion's
+// lists line up. (token_logprobs' arithmetic: Engine.TokenLogprobsAreTheLogSoftmax.)
+TEST_F(ServerTest, LogprobsOfTheAnswersTokens) {
+  json body = chat("Hello there", 8, {{"logprobs", true}, {"top_logprobs", 3}});
+  const json whole = post("/v1/chat/completions", body);
+  const json& content = whole["choices"][0]["logprobs"]["content"];
+  ASSERT_TRUE(content.is_array()) << whole.dump();
+  EXPECT_EQ(int(content.size()), whole["usage"]["completion_tokens"].get<int>());
+  std::string spelled;
+  for (const json& t : content) {
+    ASSERT_EQ(t["top_logprobs"].size(), 3u) << t.dump();
+    EXPECT_EQ(t["top_logprobs"][0]["token"], t["token"]) << t.dump();
+    EXPECT_FLOAT_EQ(t["top_logprobs"][0]["logprob"].get<float>(), t["logprob"].get<float>());
+    double p = 0;
+    for (size_t k = 0; k < 3; ++k) {
+      p += std::exp(t["top_logprobs"][k]["logprob"].get<double>());
+      if (k) { EXPECT_LE(t["top_logprobs"][k]["logprob"].get<float>(), t["top_logprobs"][k - 1]["logprob"].get<float>()); }
+    }
+    EXPECT_LE(p, 1.0 + 1e-5);
+    EXPECT_LE(t["logprob"].get<float>(), 0.f);
+    std::string b;
+    for (const json& x : t["bytes"]) b += char(x.get<int>());
+    spelled += b;
+  }
+  EXPECT_NE(spelled.find(whole["choices"][0]["message"]["content"].get<std::string>()), std::string::npos) << spelled;
+
+  body["stream"] = true;
+  auto cl = client();
+  const auto r = cl.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  json streamed = json::array();
+  for (const json& e : events(r->body))
+    if (e != "[DONE]" && e["choices"][0]["logprobs"].is_object())
+      for (const json& t : e["choices"][0]["logprobs"]["content"]) streamed.push_back(t);
+  EXPECT_EQ(streamed, content);
+
+  const json text = post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 2}});
+  const json& lp = text["choices"][0]["logprobs"];
+  const size_t n = size_t(text["usage"]["completion_tokens"].get<int>());
+  ASSERT_EQ(lp["tokens"].size(), n) << text.dump();
+  EXPECT_EQ(lp["token_logprobs"].size(), n);
+  EXPECT_EQ(lp["text_offset"].size(), n);
+  ASSERT_EQ(lp["top_logprobs"].size(), n);
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(lp["top_logprobs"][i].size(), 2u);
+    EXPECT_FLOAT_EQ(lp["top_logprobs"][i][lp["tokens"][i].get<std::string>()].get<float>(), lp["token_logprobs"][i].get<float>());
+  }
+  EXPECT_TRUE(post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}})["choices"][0]["logprobs"].is_null());
+}
+
 TEST_F(ServerTest, TextCompletionAndStopStrings) {
   const json whole = post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 10}, {"temperature", 0}});
   EXPECT_EQ(whole["object"], "text_completion");
@@ -230,8 +283,9 @@ TEST_F(ServerTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
   expect_error(c.Post("/v1/chat/completions", chat(std::string(4000, 'a'), 3).dump(), "application/json"), 400, "messages");
   expect_error(c.Post("/v1/completions", json{{"prompt", 5}}.dump(), "application/json"), 400, "prompt");
   // asked for what the engine cannot give yet: refused by name, not answered as if not asked
-  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"logprobs", true}}).dump(), "application/json"), 400, "logprobs");
-  expect_error(c.Post("/v1/completions", json{{"prompt", "x"}, {"logprobs", 2}}.dump(), "application/json"), 400, "logprobs");
+  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"logprobs", 2}}).dump(), "application/json"), 400, "logprobs");
+  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"top_logprobs", 2}}).dump(), "application/json"), 400, "top_logprobs");
+  expect_error(c.Post("/v1/completions", json{{"prompt", "x"}, {"logprobs", 6}}.dump(), "application/json"), 400, "logprobs");
   expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"tools", json::array({{{"type", "function"}}})}}).dump(),
                       "application/json"), 400, "tools");
   expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"response_format", {{"type", "json_object"}}}}).dump(),

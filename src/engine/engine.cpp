@@ -4,7 +4,9 @@
 #include "model/sampler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
+#include <numeric>
 
 namespace lamina {
 namespace {
@@ -86,7 +88,26 @@ void Engine::admit_pending() {
   }
 }
 
-void Engine::end(int64_t id, int32_t token, Finish f, const std::string& error) {
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int top) {
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float v : logits) sum += std::exp(double(v) - mx);
+  const double lse = double(mx) + std::log(sum);
+  TokenLogprobs lp;
+  lp.logprob = float(double(logits[size_t(token)]) - lse);
+  std::vector<int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  const size_t k = std::min(size_t(std::max(top, 0)), ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + long(k), ids.end(), [&](int32_t a, int32_t b) {
+    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+  });
+  for (size_t i = 0; i < k; ++i) lp.top.emplace_back(ids[i], float(double(logits[size_t(ids[i])]) - lse));
+  return lp;
+}
+
+bool Engine::device_greedy(const Live& l) const { return l.sampler->params().plain_greedy() && l.req.logprobs < 0; }
+
+void Engine::end(int64_t id, int32_t token, Finish f, const std::string& error, std::optional<TokenLogprobs> lp) {
   auto it = live_.find(id);
   if (it == live_.end()) return;
   const TokenCallback cb = std::move(it->second.cb);
@@ -95,7 +116,7 @@ void Engine::end(int64_t id, int32_t token, Finish f, const std::string& error) 
     std::lock_guard lk(mu_);
     open_.erase(id);
   }
-  if (cb) cb(TokenEvent{id, token, f, error});
+  if (cb) cb(TokenEvent{id, token, f, error, std::move(lp)});
 }
 
 bool Engine::step() {
@@ -135,6 +156,7 @@ bool Engine::step() {
   // One draw per sampling row, in the step's order.
   std::vector<std::pair<Scheduler::SeqId, int32_t>> sampled, going_on;
   std::vector<std::pair<int64_t, Finish>> ended;
+  std::vector<std::optional<TokenLogprobs>> lps;  // per sampled token
   size_t row = 0;
   for (const StepSeq& s : st.seqs) {
     if (!s.logits) continue;
@@ -143,6 +165,8 @@ bool Engine::step() {
     const int32_t t = rows.greedy[r] >= 0 ? rows.greedy[r] : l.sampler->sample(rows.logits(r), sched_.tokens(s.id));
     ++l.generated;
     sampled.emplace_back(s.id, t);
+    lps.emplace_back();
+    if (l.req.logprobs >= 0) lps.back() = token_logprobs(rows.logits(r), t, l.req.logprobs);  // (a host row: !device_greedy)
     const bool stop = std::find(l.req.stop.begin(), l.req.stop.end(), t) != l.req.stop.end();
     const Finish f = stop ? Finish::Stop : l.generated >= l.req.max_tokens ? Finish::Length : Finish::None;
     if (f == Finish::None) going_on.emplace_back(s.id, t);
@@ -166,11 +190,12 @@ bool Engine::step() {
     stats_.running = int(sched_.running()), stats_.waiting = int(sched_.waiting());
   }
   size_t e = 0;
-  for (const auto& [id, t] : sampled) {
+  for (size_t k = 0; k < sampled.size(); ++k) {
+    const auto [id, t] = sampled[k];
     if (e < ended.size() && ended[e].first == id) {
-      end(id, t, ended[e++].second);
+      end(id, t, ended[e++].second, {}, std::move(lps[k]));
     } else if (auto it = live_.find(id); it != live_.end() && it->second.cb) {
-      it->second.cb(TokenEvent{id, t, Finish::None, {}});
+      it->second.cb(TokenEvent{id, t, Finish::None, {}, std::move(lps[k])});
     }
   }
   return true;
@@ -192,7 +217,7 @@ bool Engine::next_layout(const Step& st, std::span<const int32_t> row_seq, KvLay
   }
   for (const StepSeq& s : st.seqs) {
     const Live& l = live_.at(s.id);
-    if (s.n != 1 || !s.logits || l.generated + 1 >= l.req.max_tokens || !l.sampler->params().plain_greedy()) return false;
+    if (s.n != 1 || !s.logits || l.generated + 1 >= l.req.max_tokens || !device_greedy(l)) return false;
   }
   for (const StepSeq& s : st.seqs)
     if (!kv_.reserve_next(s.id)) return false;
@@ -211,7 +236,7 @@ Engine::SampledRows Engine::sampled_rows(const Step& st, Tensor out, const KvLay
   std::vector<bool> plain;
   for (const StepSeq& s : st.seqs) {
     if (!s.logits) continue;
-    plain.push_back(live_.at(s.id).sampler->params().plain_greedy());
+    plain.push_back(device_greedy(live_.at(s.id)));
   }
   const size_t n = plain.size(), n_plain = size_t(std::count(plain.begin(), plain.end(), true));
   rows.greedy.assign(n, -1);
@@ -240,7 +265,7 @@ Engine::SampledRows Engine::ranks_rows(const Step& st, std::span<const int32_t> 
   rows.vocab = session_.config().n_vocab;
   std::vector<uint8_t> plain;
   for (const StepSeq& s : st.seqs)
-    if (s.logits) plain.push_back(live_.at(s.id).sampler->params().plain_greedy());
+    if (s.logits) plain.push_back(device_greedy(live_.at(s.id)));
   std::vector<int32_t> greedy;
   rows.rows = session_.forward_batch_ranks(tokens, pos, layout, pick, plain, greedy).data();
   for (size_t r = 0; r < plain.size(); ++r) {

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -37,7 +38,17 @@ struct Request {
   SamplerParams sampling;       // with its own seed
   int max_tokens = 128;         // generated tokens at most
   std::vector<int32_t> stop;    // ids that end the generation (sent, then done)
+  int logprobs = -1;            // >= 0: each token's log probability and this many alternatives'
 };
+
+// A token's log probability under the model: the log-softmax of its logits row (before the
+// sampler's penalties and temperature), and the `Request::logprobs` most probable tokens' (the
+// lower id first among equals).
+struct TokenLogprobs {
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int top);
 
 enum class Finish { None, Stop, Length, Cancelled, Error };
 
@@ -47,6 +58,7 @@ struct TokenEvent {
   int32_t token = -1;
   Finish finish = Finish::None;  // set on the request's last event
   std::string error;             // with Finish::Error: what failed
+  std::optional<TokenLogprobs> logprobs;  // with Request::logprobs >= 0 and a token
 };
 using TokenCallback = std::function<void(const TokenEvent&)>;
 
@@ -111,7 +123,9 @@ class Engine {
   SampledRows ranks_rows(const Step& st, std::span<const int32_t> tokens, std::span<const int32_t> pos,
                          const KvLayout& layout, std::span<const int32_t> pick);
   void admit_pending();  // moves submitted requests and cancellations into the scheduler
-  void end(int64_t id, int32_t token, Finish f, const std::string& error = {});
+  void end(int64_t id, int32_t token, Finish f, const std::string& error = {}, std::optional<TokenLogprobs> lp = {});
+  // Whether a sequence's draw is the backend's argmax (plain greedy, no log probabilities asked).
+  bool device_greedy(const Live& l) const;
 
   Session& session_;
   EngineOptions opt_;

@@ -20,12 +20,10 @@ double number(const json& body, const char* key, double lo, double hi, double fa
 }
 
 // What the engine cannot give yet is refused with the parameter's name, not ignored: a client
-// that asks for token log probabilities, a logit bias, tools or a JSON response would otherwise
-// take a plain answer for the one it asked for.
+// that asks for a logit bias, tools or a JSON response would otherwise take a plain answer for
+// the one it asked for.
 void refuse_unsupported(const json& body) {
   auto given = [&](const char* k) { return body.contains(k) && !body[k].is_null(); };
-  for (const char* k : {"logprobs", "top_logprobs"})  // (chat: a boolean and a count; completions: a count)
-    if (given(k) && !(body[k] == false || body[k] == 0)) throw bad(std::string("'") + k + "' is not supported yet", k);
   if (given("logit_bias") && !body["logit_bias"].empty()) throw bad("'logit_bias' is not supported yet", "logit_bias");
   for (const char* k : {"tools", "functions"})
     if (given(k) && !body[k].empty()) throw bad(std::string("'") + k + "' (tool calls) are not supported yet", k);
@@ -134,6 +132,13 @@ ApiRequest parse_chat(const json& body, const ApiContext& ctx) {
   ApiRequest r;
   common(body, ctx, r);
   r.chat = true;
+  // logprobs: true, with top_logprobs alternatives (0..20) a token
+  if (body.contains("logprobs") && !body["logprobs"].is_null() && !body["logprobs"].is_boolean())
+    throw bad("'logprobs' must be a boolean", "logprobs");
+  const double top = number(body, "top_logprobs", 0, 20, 0);
+  if (top != std::floor(top)) throw bad("'top_logprobs' must be a whole number from 0 to 20", "top_logprobs");
+  if (body.value("logprobs", json(false)) == true) r.engine.logprobs = int(top);
+  else if (top > 0) throw bad("'top_logprobs' needs 'logprobs': true", "top_logprobs");
   r.engine.prompt = ctx.tok->tokenize(apply_chat_template(ctx.tmpl, conv, true), true, true);
   check_length(ctx, r);
   return r;
@@ -145,6 +150,9 @@ ApiRequest parse_completion(const json& body, const ApiContext& ctx) {
   ApiRequest r;
   common(body, ctx, r);
   r.chat = false;
+  const double lp = number(body, "logprobs", 0, 5, -1);  // a count of alternatives (0..5), as OpenAI's
+  if (lp != std::floor(lp)) throw bad("'logprobs' must be a whole number from 0 to 5", "logprobs");
+  r.engine.logprobs = int(lp);
   r.engine.prompt = ctx.tok->tokenize(body["prompt"].get<std::string>(), true, false);
   check_length(ctx, r);
   return r;
@@ -214,6 +222,39 @@ json usage(int prompt_tokens, int completion_tokens) {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
+TokenProb token_prob(const Tokenizer& tok, int32_t token, const TokenLogprobs& lp) {
+  TokenProb p{tok.token_to_piece(token), lp.logprob, {}};
+  for (const auto& [t, l] : lp.top) p.top.emplace_back(tok.token_to_piece(t), l);
+  return p;
+}
+
+json chat_logprobs(const std::vector<TokenProb>& probs) {
+  auto bytes = [](const std::string& s) {
+    json b = json::array();
+    for (unsigned char ch : s) b.push_back(int(ch));
+    return b;
+  };
+  json content = json::array();
+  for (const TokenProb& p : probs) {
+    json top = json::array();
+    for (const auto& [t, l] : p.top) top.push_back({{"token", t}, {"logprob", l}, {"bytes", bytes(t)}});
+    content.push_back({{"token", p.token}, {"logprob", p.logprob}, {"bytes", bytes(p.token)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+json completion_logprobs(const std::vector<TokenProb>& probs, size_t offset) {
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  for (const TokenProb& p : probs) {
+    tokens.push_back(p.token), lps.push_back(p.logprob), offsets.push_back(offset);
+    offset += p.token.size();
+    json top = json::object();
+    for (const auto& [t, l] : p.top) top[t] = l;
+    tops.push_back(top);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
 json chat_response(const std::string& id, const std::string& model, int64_t created, const std::vector<ChoiceText>& choices,
                    int prompt_tokens, int completion_tokens) {
   json cs = json::array();
@@ -221,7 +262,7 @@ json chat_response(const std::string& id, const std::string& model, int64_t crea
     cs.push_back({{"index", i},
                   {"message", {{"role", "assistant"}, {"content", choices[i].text}}},
                   {"finish_reason", finish_reason(choices[i].finish)},
-                  {"logprobs", nullptr}});
+                  {"logprobs", choices[i].logprobs ? chat_logprobs(*choices[i].logprobs) : json(nullptr)}});
   return {{"id", id},
           {"object", "chat.completion"},
           {"created", created},
@@ -234,7 +275,10 @@ json completion_response(const std::string& id, const std::string& model, int64_
                          const std::vector<ChoiceText>& choices, int prompt_tokens, int completion_tokens) {
   json cs = json::array();
   for (size_t i = 0; i < choices.size(); ++i)
-    cs.push_back({{"index", i}, {"text", choices[i].text}, {"finish_reason", finish_reason(choices[i].finish)}, {"logprobs", nullptr}});
+    cs.push_back({{"index", i},
+                  {"text", choices[i].text},
+                  {"finish_reason", finish_reason(choices[i].finish)},
+                  {"logprobs", choices[i].logprobs ? completion_logprobs(*choices[i].logprobs) : json(nullptr)}});
   return {{"id", id},
           {"object", "text_completion"},
           {"created", created},
@@ -244,7 +288,7 @@ json completion_response(const std::string& id, const std::string& model, int64_
 }
 
 json chat_chunk(const std::string& id, const std::string& model, int64_t created, const std::string* text, bool first,
-                const Finish* f, int index) {
+                const Finish* f, int index, json logprobs) {
   json delta = json::object();
   if (first) delta["role"] = "assistant";
   if (text) delta["content"] = *text;
@@ -252,16 +296,22 @@ json chat_chunk(const std::string& id, const std::string& model, int64_t created
           {"object", "chat.completion.chunk"},
           {"created", created},
           {"model", model},
-          {"choices", json::array({{{"index", index}, {"delta", delta}, {"finish_reason", f ? json(finish_reason(*f)) : json(nullptr)}}})}};
+          {"choices", json::array({{{"index", index},
+                                    {"delta", delta},
+                                    {"logprobs", std::move(logprobs)},
+                                    {"finish_reason", f ? json(finish_reason(*f)) : json(nullptr)}}})}};
 }
 
 json completion_chunk(const std::string& id, const std::string& model, int64_t created, const std::string& text,
-                      const Finish* f, int index) {
+                      const Finish* f, int index, json logprobs) {
   return {{"id", id},
           {"object", "text_completion"},
           {"created", created},
           {"model", model},
-          {"choices", json::array({{{"index", index}, {"text", text}, {"finish_reason", f ? json(finish_reason(*f)) : json(nullptr)}}})}};
+          {"choices", json::array({{{"index", index},
+                                    {"text", text},
+                                    {"logprobs", std::move(logprobs)},
+                                    {"finish_reason", f ? json(finish_reason(*f)) : json(nullptr)}}})}};
 }
 
 }  // namespace lamina::server

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -77,9 +78,23 @@ class TextStream {
 std::string json_text(const json& j);
 std::string finish_reason(Finish f);  // "stop", "length" (or "cancelled"/"error")
 json usage(int prompt_tokens, int completion_tokens);
-struct ChoiceText {  // a choice's whole text and how it ended
+// One generated token's log probabilities as the API gives them: its text (the token's bytes,
+// which need not be whole UTF-8), its log probability and the most probable alternatives'.
+struct TokenProb {
+  std::string token;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;
+};
+TokenProb token_prob(const Tokenizer& tok, int32_t token, const TokenLogprobs& lp);
+// The "logprobs" object of a chat choice ({"content": [...]}) or of a text completion's
+// ({"tokens", "token_logprobs", "top_logprobs", "text_offset"}; offsets from `offset`, in bytes).
+json chat_logprobs(const std::vector<TokenProb>& probs);
+json completion_logprobs(const std::vector<TokenProb>& probs, size_t offset = 0);
+
+struct ChoiceText {  // a choice's whole text, how it ended, its tokens' log probabilities if asked
   std::string text;
   Finish finish = Finish::None;
+  std::optional<std::vector<TokenProb>> logprobs;
 };
 json chat_response(const std::string& id, const std::string& model, int64_t created, const std::vector<ChoiceText>& choices,
                    int prompt_tokens, int completion_tokens);
@@ -88,8 +103,8 @@ json completion_response(const std::string& id, const std::string& model, int64_
 // One streamed chunk of choice `index`: delta text (role on the first), or the finish reason with an
 // empty delta.
 json chat_chunk(const std::string& id, const std::string& model, int64_t created, const std::string* text,
-                bool first, const Finish* f, int index = 0);
+                bool first, const Finish* f, int index = 0, json logprobs = nullptr);
 json completion_chunk(const std::string& id, const std::string& model, int64_t created, const std::string& text,
-                      const Finish* f, int index = 0);
+                      const Finish* f, int index = 0, json logprobs = nullptr);
 
 }  // namespace lamina::server

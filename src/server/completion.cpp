@@ -4,12 +4,13 @@
 
 namespace lamina::server {
 
-Completion::Completion(Engine& engine, const ApiRequest& r, const Tokenizer& tok) : engine_(engine) {
+Completion::Completion(Engine& engine, const ApiRequest& r, const Tokenizer& tok)
+    : engine_(engine), tok_(tok), logprobs_(r.engine.logprobs >= 0) {
   choices_.reserve(size_t(r.n));
   for (int i = 0; i < r.n; ++i) {
     Request req = r.engine;
     req.sampling.seed += uint64_t(i);  // distinct draws, each reproducible on its own (seed + i with n = 1)
-    choices_.push_back(Choice{0, TextStream(tok, r.stop), 0, false, {}});
+    choices_.push_back(Choice{0, TextStream(tok, r.stop), 0, false, {}, {}, 0});
     try {
       choices_.back().id = engine_.submit(std::move(req), [inbox = inbox_, i](const TokenEvent& e) {
         std::lock_guard lk(inbox->mu);
@@ -58,6 +59,7 @@ Completion::Event Completion::next() {
     ev.token = true;
     if (c.tokens++ > 0) ev.since_last_ms = std::chrono::duration<double, std::milli>(now - c.last).count();
     c.last = now;
+    if (raw.e.logprobs) c.pending.push_back(token_prob(tok_, raw.e.token, *raw.e.logprobs));
     const bool was = c.text.stopped();
     ev.text = c.text.push(raw.e.token);
     if (!was && c.text.stopped()) engine_.cancel(c.id);  // a stop string: this choice is done
@@ -68,6 +70,12 @@ Completion::Event Completion::next() {
     ev.finish = c.text.stopped() && raw.e.finish != Finish::Error ? Finish::Stop : raw.e.finish;
     ev.error = raw.e.error;
     if (ev.finish != Finish::Error) ev.text += c.text.finish();
+  }
+  if ((!ev.text.empty() || ev.ended) && !c.pending.empty()) {
+    ev.probs_offset = c.offset;
+    for (const TokenProb& p : c.pending) c.offset += p.token.size();
+    ev.probs = std::move(c.pending);
+    c.pending.clear();
   }
   return ev;
 }

@@ -2,7 +2,8 @@
 // seed, seed + 1, ...; the engine's prefix cache computes the shared prompt once), each choice's
 // tokens turned into text as they come (TextStream: whole UTF-8, stop strings held back), a stop
 // string ending its own choice only. The engine's thread pushes events; the HTTP thread takes them
-// with next(). Destroyed early (the client went away, an error), it cancels what still runs and
+// with next(); asked for log probabilities, each text comes with those of the tokens it holds
+// (a token whose text is held back goes with the next). Destroyed early (the client went away, an error), it cancels what still runs and
 // waits for the engine's last events, so no callback outlives it.
 #pragma once
 
@@ -33,6 +34,8 @@ class Completion {
     bool ended = false;
     Finish finish = Finish::None;
     std::string error;
+    std::vector<TokenProb> probs;  // with text or at the end, when asked: the tokens' since the last
+    size_t probs_offset = 0;       // the first of them's byte offset in the choice's token text
   };
 
   // Submits the request's n sequences. Throws lamina::Error when the engine refuses one (the
@@ -48,6 +51,7 @@ class Completion {
   int choices() const { return int(choices_.size()); }
   int tokens(int choice) const { return choices_[size_t(choice)].tokens; }
   int tokens() const;  // of every choice
+  bool logprobs() const { return logprobs_; }
 
  private:
   struct Raw {  // an engine event and the choice it belongs to
@@ -65,9 +69,13 @@ class Completion {
     int tokens = 0;
     bool ended = false;
     Clock::time_point last;
+    std::vector<TokenProb> pending;  // log probabilities of tokens whose text is not out yet
+    size_t offset = 0;               // bytes of the token texts handed out
   };
 
   Engine& engine_;
+  const Tokenizer& tok_;
+  bool logprobs_ = false;
   std::shared_ptr<Inbox> inbox_ = std::make_shared<Inbox>();
   std::vector<Choice> choices_;
   int ended_ = 0;

@@ -223,12 +223,15 @@ void HttpServer::completion(const httplib::Request& req, httplib::Response& res,
   };
   if (!r.stream) {
     std::vector<ChoiceText> out(size_t(run->choices()));
+    if (run->logprobs())
+      for (ChoiceText& c : out) c.logprobs.emplace();
     std::string error;
     while (!run->done()) {
       const Completion::Event e = run->next();
       timing(e);
       ChoiceText& c = out[size_t(e.choice)];
       c.text += e.text;
+      if (c.logprobs) c.logprobs->insert(c.logprobs->end(), e.probs.begin(), e.probs.end());
       if (e.ended) c.finish = e.finish;
       if (e.finish == Finish::Error && error.empty()) error = e.error, run->cancel();
     }
@@ -254,13 +257,18 @@ void HttpServer::completion(const httplib::Request& req, httplib::Response& res,
           const std::string line = "data: " + json_text(j) + "\n\n";
           return sink.write(line.data(), line.size());
         };
-        auto piece = [&](int i, const std::string& t, const Finish* f) {
+        // (a choice's piece of text, or its finish, with the log probabilities of its tokens when asked)
+        auto piece = [&](const Completion::Event& e, const std::string& t, const Finish* f) {
+          const int i = e.choice;
+          json lp = nullptr;
+          if (run->logprobs() && (!e.probs.empty() || !t.empty()))
+            lp = chat ? chat_logprobs(e.probs) : completion_logprobs(e.probs, e.probs_offset);
           if (chat) {
             const bool at_first = (*first)[size_t(i)];
             (*first)[size_t(i)] = false;
-            return send(chat_chunk(rid, model, created, f && t.empty() ? nullptr : &t, at_first, f, i));
+            return send(chat_chunk(rid, model, created, f && t.empty() ? nullptr : &t, at_first, f, i, std::move(lp)));
           }
-          return send(completion_chunk(rid, model, created, t, f, i));
+          return send(completion_chunk(rid, model, created, t, f, i, std::move(lp)));
         };
         std::string error;
         while (!run->done()) {
@@ -270,8 +278,12 @@ void HttpServer::completion(const httplib::Request& req, httplib::Response& res,
             if (error.empty()) error = e.error, run->cancel();
             continue;
           }
-          bool ok = e.text.empty() || piece(e.choice, e.text, nullptr);
-          if (ok && e.ended && error.empty()) ok = piece(e.choice, "", &e.finish);
+          bool ok = e.text.empty() || piece(e, e.text, nullptr);
+          if (ok && e.ended && error.empty()) {
+            Completion::Event rest = e;  // (its tokens' log probabilities went with its text, if any)
+            if (!e.text.empty()) rest.probs.clear();
+            ok = piece(rest, "", &e.finish);
+          }
           if (!ok) {  // the client went away: Completion's destructor cancels and drains the rest
             run->cancel();
             --metrics_.running;

@@ -68,6 +68,12 @@ try:
                                           max_tokens=8, temperature=1.0, seed=3, n=3)
     check([c.index for c in many.choices] == [0, 1, 2], f"choices {many.choices}")
     check(all(c.finish_reason in ("length", "stop") for c in many.choices), f"finish reasons {many.choices}")
+    # log probabilities through the official client's types
+    lp = client.chat.completions.create(model=model_id, messages=[{"role": "user", "content": "Name a colour."}],
+                                        max_tokens=4, temperature=0, logprobs=True, top_logprobs=2, presence_penalty=0.5)
+    content = lp.choices[0].logprobs.content
+    check(len(content) == lp.usage.completion_tokens and all(len(t.top_logprobs) == 2 and t.logprob <= 0 for t in content),
+          f"logprobs {lp.choices[0].logprobs}")
     comp = client.completions.create(model=model_id, prompt="Once upon a time", max_tokens=8, temperature=0)
     check(comp.choices[0].finish_reason in ("length", "stop") and comp.usage.completion_tokens <= 8, f"completion {comp}")
 
