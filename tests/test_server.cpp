@@ -292,6 +292,12 @@ TEST_F(ServerTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
                       "application/json"), 400, "response_format");
   expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"presence_penalty", 2.5}}).dump(), "application/json"), 400,
                "presence_penalty");
+  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"logit_bias", {{"cat", 1}}}}).dump(), "application/json"), 400,
+               "logit_bias");
+  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"logit_bias", {{"5", 101}}}}).dump(), "application/json"), 400,
+               "logit_bias");
+  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"logit_bias", {{"99999999", 1}}}}).dump(), "application/json"), 400,
+               "logit_bias");
   // the same parameters at their neutral values are accepted
   const json neutral = post("/v1/chat/completions", chat("x", 2, {{"n", 1}, {"logprobs", false}, {"tools", json::array()},
                                                                    {"response_format", {{"type", "text"}}}}));
@@ -301,6 +307,15 @@ TEST_F(ServerTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
   const json penalised = post("/v1/completions", {{"prompt", "a a a a a a"}, {"max_tokens", 8}, {"temperature", 0},
                                                   {"presence_penalty", 2}, {"frequency_penalty", 2}});
   EXPECT_NE(plain["choices"][0]["text"], penalised["choices"][0]["text"]) << plain.dump();
+  // a logit bias of 100 on one token makes every greedy draw that token; the log probabilities
+  // stay the model's (so not 0)
+  const json ids = post("/tokenize", {{"content", " cat"}})["tokens"];
+  ASSERT_FALSE(ids.empty());
+  const int32_t cat = ids.back();
+  const json biased = post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 4}, {"temperature", 0},
+                                               {"logit_bias", {{std::to_string(cat), 100}}}, {"logprobs", 0}});
+  EXPECT_EQ(biased["choices"][0]["text"], post("/detokenize", {{"tokens", {cat, cat, cat, cat}}})["content"]) << biased.dump();
+  for (const json& l : biased["choices"][0]["logprobs"]["token_logprobs"]) EXPECT_LT(l.get<float>(), 0.f);
   expect_error(c.Get("/v1/nothing"), 404, "");
   httplib::Client anon("127.0.0.1", port_);
   expect_error(anon.Get("/v1/models"), 401, "");

@@ -44,6 +44,9 @@ int64_t Engine::submit(Request r, TokenCallback cb) {
   const uint32_t vocab = session_.config().n_vocab;
   for (int32_t t : r.prompt)
     if (t < 0 || uint32_t(t) >= vocab) fail("request: token id {} is outside the vocabulary of {}", t, vocab);
+  for (const auto& [t, b] : r.logit_bias)
+    if (t < 0 || uint32_t(t) >= vocab || !std::isfinite(b))
+      fail("request: logit bias {} for token id {} (the vocabulary has {})", b, t, vocab);
   const size_t need = r.prompt.size() + size_t(r.max_tokens);
   if (need > size_t(capacity_tokens()))
     fail("request: {} prompt tokens and {} to generate do not fit the KV cache of {} positions", r.prompt.size(),
@@ -105,7 +108,9 @@ TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int t
   return lp;
 }
 
-bool Engine::device_greedy(const Live& l) const { return l.sampler->params().plain_greedy() && l.req.logprobs < 0; }
+bool Engine::device_greedy(const Live& l) const {
+  return l.sampler->params().plain_greedy() && l.req.logprobs < 0 && l.req.logit_bias.empty();
+}
 
 void Engine::end(int64_t id, int32_t token, Finish f, const std::string& error, std::optional<TokenLogprobs> lp) {
   auto it = live_.find(id);
@@ -157,12 +162,21 @@ bool Engine::step() {
   std::vector<std::pair<Scheduler::SeqId, int32_t>> sampled, going_on;
   std::vector<std::pair<int64_t, Finish>> ended;
   std::vector<std::optional<TokenLogprobs>> lps;  // per sampled token
+  std::vector<float> biased;
   size_t row = 0;
   for (const StepSeq& s : st.seqs) {
     if (!s.logits) continue;
     Live& l = live_.at(s.id);
     const size_t r = row++;
-    const int32_t t = rows.greedy[r] >= 0 ? rows.greedy[r] : l.sampler->sample(rows.logits(r), sched_.tokens(s.id));
+    int32_t t = rows.greedy[r];
+    if (t < 0 && l.req.logit_bias.empty()) {
+      t = l.sampler->sample(rows.logits(r), sched_.tokens(s.id));
+    } else if (t < 0) {  // the biased row, a copy (the log probabilities below are the model's)
+      const std::span<const float> raw = rows.logits(r);
+      biased.assign(raw.begin(), raw.end());
+      for (const auto& [id, b] : l.req.logit_bias) biased[size_t(id)] += b;
+      t = l.sampler->sample(biased, sched_.tokens(s.id));
+    }
     ++l.generated;
     sampled.emplace_back(s.id, t);
     lps.emplace_back();

@@ -39,6 +39,9 @@ struct Request {
   int max_tokens = 128;         // generated tokens at most
   std::vector<int32_t> stop;    // ids that end the generation (sent, then done)
   int logprobs = -1;            // >= 0: each token's log probability and this many alternatives'
+  // Added to the named tokens' logits before each draw (OpenAI's logit_bias; the log
+  // probabilities stay the model's).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 // A token's log probability under the model: the log-softmax of its logits row (before the
@@ -124,7 +127,8 @@ class Engine {
                          const KvLayout& layout, std::span<const int32_t> pick);
   void admit_pending();  // moves submitted requests and cancellations into the scheduler
   void end(int64_t id, int32_t token, Finish f, const std::string& error = {}, std::optional<TokenLogprobs> lp = {});
-  // Whether a sequence's draw is the backend's argmax (plain greedy, no log probabilities asked).
+  // Whether a sequence's draw is the backend's argmax (plain greedy, no log probabilities or
+  // logit bias asked).
   bool device_greedy(const Live& l) const;
 
   Session& session_;

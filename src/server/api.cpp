@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <string>
 
 namespace lamina::server {
 namespace {
@@ -20,11 +22,10 @@ double number(const json& body, const char* key, double lo, double hi, double fa
 }
 
 // What the engine cannot give yet is refused with the parameter's name, not ignored: a client
-// that asks for a logit bias, tools or a JSON response would otherwise take a plain answer for
-// the one it asked for.
+// that asks for tools or a JSON response would otherwise take a plain answer for the one it asked
+// for.
 void refuse_unsupported(const json& body) {
   auto given = [&](const char* k) { return body.contains(k) && !body[k].is_null(); };
-  if (given("logit_bias") && !body["logit_bias"].empty()) throw bad("'logit_bias' is not supported yet", "logit_bias");
   for (const char* k : {"tools", "functions"})
     if (given(k) && !body[k].empty()) throw bad(std::string("'") + k + "' (tool calls) are not supported yet", k);
   if (given("response_format")) {
@@ -58,6 +59,23 @@ void common(const json& body, const ApiContext& ctx, ApiRequest& r) {
   if (last_n != std::floor(last_n)) throw bad("'repeat_last_n' must be a whole number", "repeat_last_n");
   s.repeat_last_n = int(last_n);
   refuse_unsupported(body);
+  if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {  // {"token id": bias in [-100, 100]}
+    const json& lb = body["logit_bias"];
+    if (!lb.is_object()) throw bad("'logit_bias' must map token ids to numbers", "logit_bias");
+    for (const auto& [key, v] : lb.items()) {
+      size_t used = 0;
+      long id = -1;
+      try {
+        id = std::stol(key, &used);
+      } catch (const std::exception&) {
+      }
+      if (used != key.size() || id < 0 || id > INT32_MAX || !ctx.tok->valid(int32_t(id)))
+        throw bad("'logit_bias': '" + key + "' is not a token id of this model", "logit_bias");
+      if (!v.is_number() || !(v.get<double>() >= -100 && v.get<double>() <= 100))
+        throw bad("'logit_bias': the bias of " + key + " must be a number from -100 to 100", "logit_bias");
+      r.engine.logit_bias.emplace_back(int32_t(id), v.get<float>());
+    }
+  }
   const double n = number(body, "n", 1, 16, 1);
   if (n != std::floor(n)) throw bad("'n' must be a whole number from 1 to 16", "n");
   r.n = int(n);
