@@ -4,6 +4,7 @@
 // objects with the server staying up, and concurrent requests.
 #include "golden_util.h"
 #include "server/http_server.h"
+#include "server/json_prefix.h"
 
 #include <gtest/gtest.h>
 
@@ -251,6 +252,30 @@ TEST_F(ServerTest, LogprobsOfTheAnswersTokens) {
   EXPECT_TRUE(post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}})["choices"][0]["logprobs"].is_null());
 }
 
+// JSON mode: whatever comes is the start of one JSON object (JsonPrefix), and an answer that stops
+// is one. A bias towards '}' closes the object as soon as it opens: the engine ends the request
+// there, with "{}" (after any whitespace the model picks first).
+TEST_F(ServerTest, JsonModeAnswersWithAnObject) {
+  const json mode = {{"type", "json_object"}};
+  for (int seed : {1, 2}) {
+    const json r = post("/v1/chat/completions", chat("Reply in JSON", 40,
+                                                     {{"response_format", mode}, {"temperature", 1.0}, {"seed", seed}}));
+    const std::string text = r["choices"][0]["message"]["content"];
+    server::JsonPrefix j;
+    EXPECT_TRUE(j.push(text)) << text;
+    if (r["choices"][0]["finish_reason"] == "stop") { EXPECT_TRUE(json::parse(text, nullptr, false).is_object()) << text; }
+  }
+  const Tokenizer& tok = session_->tokenizer();
+  json bias = json::object();
+  for (int32_t t = 0; t < int32_t(tok.n_vocab()); ++t)
+    if (tok.token_to_piece(t) == "}") bias[std::to_string(t)] = 100;
+  ASSERT_FALSE(bias.empty());
+  const json closed = post("/v1/chat/completions", chat("Reply in JSON", 40, {{"response_format", mode}, {"logit_bias", bias}}));
+  EXPECT_EQ(closed["choices"][0]["finish_reason"], "stop") << closed.dump();
+  const json o = json::parse(closed["choices"][0]["message"]["content"].get<std::string>(), nullptr, false);
+  EXPECT_TRUE(o.is_object() && o.empty()) << closed.dump();
+}
+
 TEST_F(ServerTest, TextCompletionAndStopStrings) {
   const json whole = post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 10}, {"temperature", 0}});
   EXPECT_EQ(whole["object"], "text_completion");
@@ -288,7 +313,7 @@ TEST_F(ServerTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
   expect_error(c.Post("/v1/completions", json{{"prompt", "x"}, {"logprobs", 6}}.dump(), "application/json"), 400, "logprobs");
   expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"tools", json::array({{{"type", "function"}}})}}).dump(),
                       "application/json"), 400, "tools");
-  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"response_format", {{"type", "json_object"}}}}).dump(),
+  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"response_format", {{"type", "json_schema"}}}}).dump(),
                       "application/json"), 400, "response_format");
   expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"presence_penalty", 2.5}}).dump(), "application/json"), 400,
                "presence_penalty");

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <numeric>
 
 namespace lamina {
@@ -56,6 +57,7 @@ int64_t Engine::submit(Request r, TokenCallback cb) {
   stats_.prompt_tokens += int64_t(r.prompt.size());
   Live l;
   l.sampler = std::make_unique<Sampler>(r.sampling);
+  if (r.constraint) l.constraint = r.constraint();
   l.req = std::move(r);
   l.cb = std::move(cb);
   submitted_.emplace_back(id, std::move(l));
@@ -108,8 +110,30 @@ TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int t
   return lp;
 }
 
+// A draw among the tokens the sequence's constraint allows: a few draws are tried (each refused
+// token leaves the row), then the row keeps only the allowed tokens; -1 when it allows none (the
+// request then ends without a token).
+int32_t Engine::constrained_draw(Live& l, std::vector<float>& row, std::span<const int32_t> history) {
+  constexpr float kOut = -std::numeric_limits<float>::infinity();
+  for (int tries = 0; tries < 8; ++tries) {
+    const int32_t t = l.sampler->sample(row, history);
+    if (l.constraint->allows(t)) return l.constraint->take(t), t;
+    row[size_t(t)] = kOut;
+  }
+  bool any = false;
+  for (size_t i = 0; i < row.size(); ++i) {
+    if (row[i] == kOut) continue;
+    if (l.constraint->allows(int32_t(i))) any = true;
+    else row[i] = kOut;
+  }
+  if (!any) return -1;
+  const int32_t t = l.sampler->sample(row, history);
+  l.constraint->take(t);
+  return t;
+}
+
 bool Engine::device_greedy(const Live& l) const {
-  return l.sampler->params().plain_greedy() && l.req.logprobs < 0 && l.req.logit_bias.empty();
+  return l.sampler->params().plain_greedy() && l.req.logprobs < 0 && l.req.logit_bias.empty() && !l.constraint;
 }
 
 void Engine::end(int64_t id, int32_t token, Finish f, const std::string& error, std::optional<TokenLogprobs> lp) {
@@ -169,19 +193,20 @@ bool Engine::step() {
     Live& l = live_.at(s.id);
     const size_t r = row++;
     int32_t t = rows.greedy[r];
-    if (t < 0 && l.req.logit_bias.empty()) {
+    if (t < 0 && l.req.logit_bias.empty() && !l.constraint) {
       t = l.sampler->sample(rows.logits(r), sched_.tokens(s.id));
-    } else if (t < 0) {  // the biased row, a copy (the log probabilities below are the model's)
+    } else if (t < 0) {  // a copy of the row, biased or constrained (the log probabilities below are the model's)
       const std::span<const float> raw = rows.logits(r);
       biased.assign(raw.begin(), raw.end());
       for (const auto& [id, b] : l.req.logit_bias) biased[size_t(id)] += b;
-      t = l.sampler->sample(biased, sched_.tokens(s.id));
+      t = l.constraint ? constrained_draw(l, biased, sched_.tokens(s.id)) : l.sampler->sample(biased, sched_.tokens(s.id));
     }
-    ++l.generated;
+    if (t >= 0) ++l.generated;  // (-1: the constraint allows no token, the request ends without one)
     sampled.emplace_back(s.id, t);
     lps.emplace_back();
-    if (l.req.logprobs >= 0) lps.back() = token_logprobs(rows.logits(r), t, l.req.logprobs);  // (a host row: !device_greedy)
-    const bool stop = std::find(l.req.stop.begin(), l.req.stop.end(), t) != l.req.stop.end();
+    if (l.req.logprobs >= 0 && t >= 0) lps.back() = token_logprobs(rows.logits(r), t, l.req.logprobs);  // (a host row)
+    const bool stop = t < 0 || std::find(l.req.stop.begin(), l.req.stop.end(), t) != l.req.stop.end() ||
+                      (l.constraint && l.constraint->complete());
     const Finish f = stop ? Finish::Stop : l.generated >= l.req.max_tokens ? Finish::Length : Finish::None;
     if (f == Finish::None) going_on.emplace_back(s.id, t);
     else ended.emplace_back(s.id, f);

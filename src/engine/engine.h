@@ -33,6 +33,17 @@ namespace lamina {
 
 class Sampler;
 
+// What a request may generate (JSON mode): the engine draws only tokens the constraint allows,
+// hands it each token taken, and ends the request (Finish::Stop) once it is complete. One per
+// sequence: Request::constraint makes it.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  virtual bool allows(int32_t token) const = 0;
+  virtual void take(int32_t token) = 0;
+  virtual bool complete() const = 0;
+};
+
 struct Request {
   std::vector<int32_t> prompt;
   SamplerParams sampling;       // with its own seed
@@ -42,6 +53,7 @@ struct Request {
   // Added to the named tokens' logits before each draw (OpenAI's logit_bias; the log
   // probabilities stay the model's).
   std::vector<std::pair<int32_t, float>> logit_bias;
+  std::function<std::unique_ptr<TokenConstraint>()> constraint;  // optional: one per sequence
 };
 
 // A token's log probability under the model: the log-softmax of its logits row (before the
@@ -110,6 +122,7 @@ class Engine {
     Request req;
     TokenCallback cb;
     std::unique_ptr<Sampler> sampler;
+    std::unique_ptr<TokenConstraint> constraint;
     int generated = 0;
   };
   // What a step's sampling rows give the host: a greedy id (>= 0) or a logits row.
@@ -127,9 +140,10 @@ class Engine {
                          const KvLayout& layout, std::span<const int32_t> pick);
   void admit_pending();  // moves submitted requests and cancellations into the scheduler
   void end(int64_t id, int32_t token, Finish f, const std::string& error = {}, std::optional<TokenLogprobs> lp = {});
-  // Whether a sequence's draw is the backend's argmax (plain greedy, no log probabilities or
-  // logit bias asked).
+  // Whether a sequence's draw is the backend's argmax (plain greedy, no log probabilities, logit
+  // bias or constraint asked).
   bool device_greedy(const Live& l) const;
+  int32_t constrained_draw(Live& l, std::vector<float>& row, std::span<const int32_t> history);
 
   Session& session_;
   EngineOptions opt_;

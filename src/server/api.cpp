@@ -1,5 +1,7 @@
 #include "server/api.h"
 
+#include "server/json_prefix.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -30,8 +32,8 @@ void refuse_unsupported(const json& body) {
     if (given(k) && !body[k].empty()) throw bad(std::string("'") + k + "' (tool calls) are not supported yet", k);
   if (given("response_format")) {
     const json& f = body["response_format"];
-    if (!f.is_object() || (f.contains("type") && f["type"] != "text"))
-      throw bad("only the 'text' response format is supported yet", "response_format");
+    if (!f.is_object() || (f.contains("type") && f["type"] != "text" && f["type"] != "json_object"))
+      throw bad("the response format must be 'text' or 'json_object' ('json_schema' is not supported yet)", "response_format");
   }
 }
 
@@ -59,6 +61,11 @@ void common(const json& body, const ApiContext& ctx, ApiRequest& r) {
   if (last_n != std::floor(last_n)) throw bad("'repeat_last_n' must be a whole number", "repeat_last_n");
   s.repeat_last_n = int(last_n);
   refuse_unsupported(body);
+  if (body.contains("response_format") && body["response_format"].is_object() &&
+      body["response_format"].value("type", json("text")) == "json_object") {  // JSON mode: the answer is one JSON object
+    const Tokenizer* tok = ctx.tok;
+    r.engine.constraint = [tok] { return std::make_unique<JsonObjectConstraint>(*tok); };
+  }
   if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {  // {"token id": bias in [-100, 100]}
     const json& lb = body["logit_bias"];
     if (!lb.is_object()) throw bad("'logit_bias' must map token ids to numbers", "logit_bias");
