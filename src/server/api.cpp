@@ -63,8 +63,8 @@ void common(const json& body, const ApiContext& ctx, ApiRequest& r) {
   refuse_unsupported(body);
   if (body.contains("response_format") && body["response_format"].is_object() &&
       body["response_format"].value("type", json("text")) == "json_object") {  // JSON mode: the answer is one JSON object
-    const Tokenizer* tok = ctx.tok;
-    r.engine.constraint = [tok] { return std::make_unique<JsonObjectConstraint>(*tok); };
+    auto pieces = ctx.pieces ? ctx.pieces : token_pieces(*ctx.tok);
+    r.engine.constraint = [pieces] { return std::make_unique<JsonObjectConstraint>(pieces); };
   }
   if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {  // {"token id": bias in [-100, 100]}
     const json& lb = body["logit_bias"];

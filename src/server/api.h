@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -37,6 +38,9 @@ struct ApiContext {
   int capacity_tokens = 0;        // the engine's cache
   int default_max_tokens = 256;
   std::vector<int32_t> eog;       // end-of-generation ids (always stops)
+  // Every token's text, for JSON mode's constraint (HttpServer::attach makes it; made per request
+  // when missing).
+  std::shared_ptr<const std::vector<std::string>> pieces;
 };
 
 // A parsed request: the engine's part and the API's.

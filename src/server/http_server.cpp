@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "server/chat_page.h"
 #include "server/completion.h"
+#include "server/json_prefix.h"
 
 #include <fmt/format.h>
 
@@ -59,6 +60,7 @@ HttpServer::~HttpServer() { stop(); }
 void HttpServer::attach(Engine& engine, ApiContext ctx) {
   engine_ = &engine;
   ctx_ = std::move(ctx);
+  if (!ctx_.pieces && ctx_.tok) ctx_.pieces = token_pieces(*ctx_.tok);
   ready_.store(true, std::memory_order_release);
 }
 

@@ -135,11 +135,17 @@ bool JsonPrefix::step(unsigned char c) {
   return false;
 }
 
+std::shared_ptr<const TokenPieces> token_pieces(const Tokenizer& tok) {
+  auto p = std::make_shared<TokenPieces>(tok.n_vocab());
+  for (size_t t = 0; t < p->size(); ++t) (*p)[t] = tok.token_to_piece(int32_t(t));
+  return p;
+}
+
 bool JsonObjectConstraint::allows(int32_t token) const {
-  const std::string piece = tok_.token_to_piece(token);
-  if (piece.empty()) return false;
+  const std::string_view p = piece(token);
+  if (p.empty()) return false;
   JsonPrefix j = json_;
-  return j.push(piece);
+  return j.push(p);
 }
 
 }  // namespace lamina::server

@@ -8,8 +8,10 @@
 #include "format/tokenizer.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace lamina::server {
 
@@ -46,18 +48,26 @@ class JsonPrefix {
   std::string_view lit_; // the rest of the literal being read
 };
 
+// Every token's text (Tokenizer::token_to_piece), made once per model: a constraint may test
+// the whole vocabulary in one draw.
+using TokenPieces = std::vector<std::string>;
+std::shared_ptr<const TokenPieces> token_pieces(const Tokenizer& tok);
+
 // The engine's constraint for JSON mode: a token is allowed when its text continues the object
 // (a token without text, such as the end of generation, is not: the request ends when the object
 // closes).
 class JsonObjectConstraint final : public TokenConstraint {
  public:
-  explicit JsonObjectConstraint(const Tokenizer& tok) : tok_(tok) {}
+  explicit JsonObjectConstraint(std::shared_ptr<const TokenPieces> pieces) : pieces_(std::move(pieces)) {}
   bool allows(int32_t token) const override;
-  void take(int32_t token) override { json_.push(tok_.token_to_piece(token)); }
+  void take(int32_t token) override { json_.push(piece(token)); }
   bool complete() const override { return json_.complete(); }
 
  private:
-  const Tokenizer& tok_;
+  std::string_view piece(int32_t token) const {
+    return token >= 0 && size_t(token) < pieces_->size() ? std::string_view((*pieces_)[size_t(token)]) : std::string_view();
+  }
+  std::shared_ptr<const TokenPieces> pieces_;
   JsonPrefix json_;
 };
 
