@@ -20,6 +20,10 @@
 # $MODELS when absent (AB_MODELS: other presets as preset-type); AB_SAME_BITS=1 first compares the
 # two builds' prompt logits (6 rows) and 32 greedy tokens per model, for a change meant to keep
 # every bit.
+# A kernel change instead: AB_KBENCH="gemm --types q4_0,q8_0 --shapes 64x4096x4096 -r 20" runs that
+# `lamina kbench` with each build, alternating, AB_ROUNDS rounds (default 2), and prints per shape
+# and type the medians of the rounds: cuBLAS (both builds' runs) and each build's fastest lamina
+# row ($OUT/ab-kbench.log, ab-kbench-summary.txt); no models, no tuning.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu-logs}"; mkdir -p "$OUT"
@@ -30,10 +34,10 @@ if [ "${1:-}" = --bins ]; then
   xz -dc "${2:?usage: scripts/gpu-ab.sh --bins OLD.xz NEW.xz}" > $A/old.bin &&
     xz -dc "${3:?usage: scripts/gpu-ab.sh --bins OLD.xz NEW.xz}" > $A/new.bin && chmod +x $A/old.bin $A/new.bin || exit 1
   bin() { echo $A/$1.bin; }
-  mkdir -p "$MODELS"
-  vocab=$(ls .carry/shared/data/vocab/ggml-vocab-llama-spm.gguf .carry/vocab/ggml-vocab-llama-spm.gguf \
+  [ -n "${AB_KBENCH:-}" ] || mkdir -p "$MODELS"
+  [ -n "${AB_KBENCH:-}" ] || vocab=$(ls .carry/shared/data/vocab/ggml-vocab-llama-spm.gguf .carry/vocab/ggml-vocab-llama-spm.gguf \
              ../shared/data/vocab/ggml-vocab-llama-spm.gguf 2>/dev/null | head -1)
-  for m in ${AB_MODELS:-llama2-7b-q4_0 llama2-7b-q8_0}; do
+  [ -n "${AB_KBENCH:-}" ] || for m in ${AB_MODELS:-llama2-7b-q4_0 llama2-7b-q8_0}; do
     [ -f "$MODELS/$m.gguf" ] || $A/new.bin gen-model --preset "${m%-*}" --type "${m##*-}" --vocab "$vocab" \
       -o "$MODELS/$m.gguf" > /dev/null 2>&1 &
   done
@@ -55,6 +59,32 @@ fi
 [ "${AB_BUILD_ONLY:-0}" = 1 ] && exit 0
 [ -x build-gpu/tools/lamina ] || { echo "gpu-ab: build build-gpu first (scripts/gpu-check.sh)"; exit 1; }
 bin() { [ "$1" = old ] && echo $A/old/build/tools/lamina || echo "$PWD/build-gpu/tools/lamina"; }
+fi
+if [ -n "${AB_KBENCH:-}" ]; then
+  case "$AB_KBENCH" in gemm*) ;; *) echo "gpu-ab: AB_KBENCH takes kbench gemm's arguments"; exit 1 ;; esac
+  for round in $(seq 1 "${AB_ROUNDS:-2}"); do
+    for b in old new; do
+      # shellcheck disable=SC2086  # (AB_KBENCH is the argument list)
+      LAMINA_TUNE_CACHE_DIR=$A/tune-$b "$(bin $b)" kbench $AB_KBENCH 2>&1 | grep -E "^\| [0-9]+x" | sed "s/^/$b r$round /"
+    done
+  done | tee "$OUT/ab-kbench.log"
+  python3 - "$OUT/ab-kbench.log" <<'PY' | tee "$OUT/ab-kbench-summary.txt"
+import collections, statistics, sys
+cublas, best = collections.defaultdict(list), collections.defaultdict(lambda: collections.defaultdict(dict))
+for line in open(sys.argv[1]):
+    head, _, row = line.partition('|')
+    b, rnd = head.split()[:2]
+    c = [x.strip() for x in row.split('|')]
+    if len(c) < 4: continue
+    key, name, us = (c[0], c[1]), c[2], float(c[3])
+    if name.startswith('cuBLAS'): cublas[key].append(us)
+    else: best[key][b][rnd] = min(us, best[key][b].get(rnd, 1e30))
+print('| shape | type | cuBLAS µs | old µs | new µs | new / old |')
+for key in best:
+    o, n = (statistics.median(best[key][b].values()) if best[key][b] else float('nan') for b in ('old', 'new'))
+    print(f'| {key[0]} | {key[1]} | {statistics.median(cublas[key]):.1f} | {o:.1f} | {n:.1f} | {100 * (n / o - 1):+.1f} % |')
+PY
+  exit 0
 fi
 models=()
 for m in ${AB_MODELS:-llama2-7b-q4_0 llama2-7b-q8_0 llama2-7b-f16 llama3-8b-q4_0}; do [ -f "$MODELS/$m.gguf" ] && models+=("$m"); done
