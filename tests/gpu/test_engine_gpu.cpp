@@ -214,6 +214,56 @@ TEST(CudaEngine, GreedyTokensEqualTheCpuEnginesUpToNearTies) {
   std::printf("engine, CUDA against CPU (exact): %d of %zu requests part at a near tie\n", parted, reqs.size());
 }
 
+// Requests whose draw needs the logits row on the host (log probabilities, a logit bias, a
+// constraint), on the CUDA engine beside default ones: the log probabilities of the first token
+// match the CPU engine's (exact paths, the same prompt row), a bias of 100 makes every token the
+// biased one, and a constraint's tokens are all ones it allows.
+TEST(CudaEngine, HostRowsForLogprobsBiasAndConstraints) {
+  struct EvenIds final : TokenConstraint {  // (only even token ids)
+    bool allows(int32_t t) const override { return t % 2 == 0; }
+    void take(int32_t) override {}
+    bool complete() const override { return false; }
+  };
+  auto cpu = open(tiny_path(), "cpu", true), cuda = open(tiny_path(), "cuda", true);
+  std::vector<Request> reqs = text_requests(*cpu, 4, 12, 0.f);
+  reqs[0].logprobs = 3;
+  reqs[1].logit_bias = {{7, 100.f}};
+  reqs[2].constraint = [] { return std::make_unique<EvenIds>(); };
+  reqs[2].sampling.temperature = 0.9f, reqs[2].sampling.seed = 5;
+  auto run = [&](Session& s, std::map<int64_t, std::vector<TokenEvent>>& events) {
+    Engine engine(s, EngineOptions{});
+    std::mutex mu;
+    std::vector<int64_t> ids;
+    for (const Request& r : reqs)
+      ids.push_back(engine.submit(r, [&](const TokenEvent& e) {
+        std::lock_guard lk(mu);
+        if (e.token >= 0) events[e.id].push_back(e);
+      }));
+    engine.run_until_idle();
+    return ids;
+  };
+  std::map<int64_t, std::vector<TokenEvent>> on_cpu, on_cuda;
+  const std::vector<int64_t> cpu_ids = run(*cpu, on_cpu), ids = run(*cuda, on_cuda);
+  const std::vector<TokenEvent>& lp = on_cuda[ids[0]];
+  ASSERT_FALSE(lp.empty());
+  for (const TokenEvent& e : lp) {
+    ASSERT_TRUE(e.logprobs.has_value());
+    ASSERT_EQ(e.logprobs->top.size(), 3u);
+    EXPECT_EQ(e.logprobs->top[0].first, e.token);  // greedy: the row's best
+    EXPECT_LE(e.logprobs->logprob, 0.f);
+  }
+  const TokenEvent& first_cpu = on_cpu[cpu_ids[0]].at(0);
+  EXPECT_EQ(lp[0].token, first_cpu.token);
+  EXPECT_NEAR(lp[0].logprobs->logprob, first_cpu.logprobs->logprob, 1e-2);
+  for (size_t k = 0; k < 3; ++k) EXPECT_NEAR(lp[0].logprobs->top[k].second, first_cpu.logprobs->top[k].second, 1e-2);
+  ASSERT_EQ(on_cuda[ids[1]].size(), 12u);
+  for (const TokenEvent& e : on_cuda[ids[1]]) EXPECT_EQ(e.token, 7);
+  ASSERT_EQ(on_cuda[ids[2]].size(), 12u);
+  for (const TokenEvent& e : on_cuda[ids[2]]) EXPECT_EQ(e.token % 2, 0) << e.token;
+  EXPECT_EQ(on_cuda[ids[3]].size(), 12u);  // (a default request beside them)
+  EXPECT_FALSE(on_cuda[ids[3]][0].logprobs.has_value());
+}
+
 // The engine's decode steps (one row per sequence) are recorded as graphs per row count and
 // length bucket and replayed: the same kernels on the same data, so the tokens are those of eager
 // passes, bit for bit, on the fast and the exact path; with steps of 16 and fewer rows recurring,
