@@ -17,9 +17,8 @@ struct SamplerParams {
   float presence_penalty = 0.f, frequency_penalty = 0.f;  // 0: off
   int repeat_last_n = 64;
   uint64_t seed = 0;
-  bool penalised() const {
-    return repeat_last_n != 0 && (repeat_penalty != 1.f || presence_penalty != 0.f || frequency_penalty != 0.f);
-  }
+  bool additive_penalties() const { return presence_penalty != 0.f || frequency_penalty != 0.f; }
+  bool penalised() const { return repeat_last_n != 0 && (repeat_penalty != 1.f || additive_penalties()); }
   // Greedy without a penalty: the draw is the row's argmax (the lowest id among equals).
   bool plain_greedy() const { return temperature <= 0.f && !penalised(); }
 };

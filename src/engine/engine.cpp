@@ -100,9 +100,10 @@ TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int t
   const double lse = double(mx) + std::log(sum);
   TokenLogprobs lp;
   lp.logprob = float(double(logits[size_t(token)]) - lse);
+  if (top <= 0) return lp;  // (no vocabulary-sized id list for the token alone)
   std::vector<int32_t> ids(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
-  const size_t k = std::min(size_t(std::max(top, 0)), ids.size());
+  const size_t k = std::min(size_t(top), ids.size());
   std::partial_sort(ids.begin(), ids.begin() + long(k), ids.end(), [&](int32_t a, int32_t b) {
     return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
   });

@@ -292,8 +292,7 @@ int32_t Session::eval_sample(std::span<const int32_t> tokens, Sampler& sampler, 
     return sampler.sample(logits_, history_);
   }
   const Tensor out = eval_device(tokens, false);
-  const SamplerParams& sp = sampler.params();
-  if (backend_->samples_on_device() && sp.presence_penalty == 0.f && sp.frequency_penalty == 0.f) {  // (Backend::sample)
+  if (backend_->samples_on_device() && !sampler.params().additive_penalties()) {  // (Backend::sample has the repetition penalty only)
     const std::vector<int32_t> ids = sampler.penalty_ids(history_);
     const double u = sampler.params().temperature > 0.f ? sampler.next_uniform() : 0.0;
     return backend_->sample(out, sampler.params(), ids, u, more);

@@ -11,10 +11,15 @@ int32_t argmax(std::span<const float> logits) {
 
 Sampler::Sampler(SamplerParams p) : p_(p), rng_(p.seed) {}
 
+std::span<const int32_t> Sampler::window(std::span<const int32_t> history) const {
+  const size_t n = p_.repeat_last_n < 0 ? history.size() : std::min(history.size(), size_t(p_.repeat_last_n));
+  return history.last(n);
+}
+
 std::vector<int32_t> Sampler::penalty_ids(std::span<const int32_t> history) const {
   if (p_.repeat_penalty == 1.f || p_.repeat_last_n == 0) return {};
-  const size_t n = p_.repeat_last_n < 0 ? history.size() : std::min(history.size(), size_t(p_.repeat_last_n));
-  std::vector<int32_t> ids(history.end() - long(n), history.end());
+  const std::span<const int32_t> w = window(history);
+  std::vector<int32_t> ids(w.begin(), w.end());
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;
@@ -33,9 +38,9 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   }
   // Presence and frequency penalties (OpenAI's, over the same window, after the repetition
   // penalty as llama.cpp applies them): minus presence once, minus frequency per occurrence.
-  if (p_.repeat_last_n != 0 && (p_.presence_penalty != 0.f || p_.frequency_penalty != 0.f)) {
-    const size_t n = p_.repeat_last_n < 0 ? history.size() : std::min(history.size(), size_t(p_.repeat_last_n));
-    std::vector<int32_t> ids(history.end() - long(n), history.end());
+  if (p_.repeat_last_n != 0 && p_.additive_penalties()) {
+    const std::span<const int32_t> w = window(history);
+    std::vector<int32_t> ids(w.begin(), w.end());
     std::sort(ids.begin(), ids.end());
     for (size_t i = 0; i < ids.size();) {
       size_t j = i;

@@ -25,6 +25,9 @@ class Sampler {
   double next_uniform();
 
  private:
+  // The last repeat_last_n tokens of history (all of it for -1), which every penalty looks at.
+  std::span<const int32_t> window(std::span<const int32_t> history) const;
+
   SamplerParams p_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;

@@ -16,7 +16,7 @@ namespace kn = kernels;
 
 int32_t CudaBackend::sample(Tensor logits, const SamplerParams& p, std::span<const int32_t> penalty_ids, double u,
                             bool more) {
-  if (p.presence_penalty != 0.f || p.frequency_penalty != 0.f)
+  if (p.additive_penalties())
     fail("CUDA sampling has the repetition penalty only: a draw with presence or frequency penalties is made on the host");
   flush(logits, true);
   const Tensor row = logits.rows_view(logits.rows - 1, 1);
