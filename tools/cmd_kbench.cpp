@@ -40,6 +40,7 @@ struct KbenchArgs {
   std::string types;   // family default when empty
   bool best = false, all = false;
   bool decode = false;   // gemv: as the decode step runs them (batch 1, x as int8 blocks, y8 made)
+  bool x8 = false;       // gemv: x as int8 blocks made by the op before, at any batch (the engine's small steps)
   KbenchCpuArgs cpu;     // cpu: its own options (shapes, types and reps copied from above)
   bool gate_up = false;  // gemv: each shape as the gate/up pair with its fused SwiGLU (implies decode)
   int reps = 20;
@@ -88,8 +89,8 @@ Times time_cublas(cublasHandle_t h, cudaDataType_t dt, size_t elt, int64_t n, in
 void run_kbench_gemv(KbenchArgs a) {
   if (a.shapes.empty()) a.shapes = "4096x4096,12288x4096,11008x4096,4096x11008,14336x4096,4096x14336,32000x4096,128256x4096";
   if (a.types.empty()) a.types = "f16,bf16,f32,q8_0,q4_0,q4_1,q2_K,q3_K,q4_K,q5_K,q6_K,iq4_xs";
-  if (a.gate_up) a.decode = true;
-  if (a.decode && !a.batches.empty() && a.batches != "1") fail("--decode and --gate-up time batch 1 only");
+  if (a.gate_up && !a.x8) a.decode = true;
+  if (a.decode && !a.batches.empty() && a.batches != "1") fail("--decode and --gate-up time batch 1 only (--x8: any batch)");
   if (a.batches.empty()) a.batches = a.decode ? "1" : "1,2,4,8";
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaSetDevice(dev) != cudaSuccess) fail("no CUDA device available");
@@ -140,8 +141,8 @@ void run_kbench_gemv(KbenchArgs a) {
           p.batch = batch;
           p.w = p.x = nullptr;
           // --decode: as the decode step runs Q/K/V, Wo, gate/up and W_down
-          const bool x8 = a.decode && k % 32 == 0;
-          mark_inputs(p, a.gate_up, x8, x8 && n % 32 == 0 && layout == WeightLayout::Repacked);
+          const bool x8 = (a.decode || a.x8) && k % 32 == 0;
+          mark_inputs(p, a.gate_up, x8, a.decode && x8 && n % 32 == 0 && layout == WeightLayout::Repacked);
           const auto timings = gemv_time_variants(p, true, s, a.reps);
           std::map<std::string, GemvTiming> best_per;
           for (const auto& tm : timings) {
@@ -201,7 +202,9 @@ Run add_kbench(CLI::App& app) {
   sub->add_flag("--all", a->all, "gemm: time the teaching rungs on the largest shapes too");
   sub->add_flag("--decode", a->decode,
                 "gemv: as the decode step runs them: batch 1, x as int8 blocks, y's int8 copy made by the GEMV");
-  sub->add_flag("--gate-up", a->gate_up, "gemv: each NxK as the gate/up pair with its fused SwiGLU (implies --decode)");
+  sub->add_flag("--x8", a->x8,
+                "gemv: x as int8 blocks made by the op before, at any batch (the engine's steps of up to --gemv-max-rows rows)");
+  sub->add_flag("--gate-up", a->gate_up, "gemv: each NxK as the gate/up pair with its fused SwiGLU (implies --decode, or with --x8 any batch)");
   sub->add_option("-r,--reps", a->reps, "Timed repetitions (median)")->check(whole_in(5, 1000));
   sub->add_option("--tp", a->tp, "allreduce: GPUs 0..N-1 (default 2)")->check(whole_in(2, 8));
   add_kbench_cpu_options(sub, a->cpu);

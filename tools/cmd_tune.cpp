@@ -62,6 +62,7 @@ struct TuneArgs {
   std::string prompts = "16,32,64,128,512";  // GEMM rows per pass to tune for (engine steps, prompts)
   std::string skip;             // GEMV variants or configs left out (gemv_tune)
   int tensor_parallel = 1;      // the shapes of one rank of so many (every rank's but the vocabulary's)
+  int gemv_max_rows = 0;        // the passes' CudaOptions::gemv_max_rows (0: its default)
 };
 
 #if defined(LAMINA_HAVE_CUDA)
@@ -74,7 +75,7 @@ void cuda_check(cudaError_t e, const char* what) {
 // The model's passes on the GPU, each run once with the backend collecting the problems its
 // step plans launch: `batches` rows (a decode step for 1) and prompt passes of `prompts` rows.
 CudaBackend::MatmulProblems run_passes(const std::string& model, const std::vector<int64_t>& batches,
-                                       const std::vector<int64_t>& prompts, int tensor_parallel) {
+                                       const std::vector<int64_t>& prompts, int tensor_parallel, int gemv_max_rows) {
   int64_t longest = 8;
   for (int64_t r : batches) longest = std::max(longest, r);
   for (int64_t r : prompts) longest = std::max(longest, r);
@@ -85,6 +86,7 @@ CudaBackend::MatmulProblems run_passes(const std::string& model, const std::vect
   o.n_batch = int(longest);
   o.cuda.graphs = false;  // every pass through the plan (a replayed graph launches no op)
   o.tensor_parallel = tensor_parallel;  // (rank 0's backend collects: every rank has its shapes)
+  if (gemv_max_rows > 0) o.cuda.gemv_max_rows = gemv_max_rows;  // the passes of that many rows as GEMVs
   Session s(o);
   auto* cuda = dynamic_cast<CudaBackend*>(&s.backend());
   if (!cuda) fail("tune: the model did not load on the CUDA backend");
@@ -117,7 +119,7 @@ std::vector<int64_t> rows_list(const std::string& s, const char* opt, int64_t lo
 void run_tune(const TuneArgs& a) {
   const auto batches = rows_list(a.batches, "--batch", 1, kGemvMaxBatch);
   const auto prompts = rows_list(a.prompts, "--prompt", kGemvMaxBatch + 1, 65536);
-  const CudaBackend::MatmulProblems seen = run_passes(a.model, batches, prompts, a.tensor_parallel);
+  const CudaBackend::MatmulProblems seen = run_passes(a.model, batches, prompts, a.tensor_parallel, a.gemv_max_rows);
   cudaStream_t s;
   cuda_check(cudaStreamCreate(&s), "no CUDA device available");
   // GEMVs by what their tune key holds (the shape, x as int8 blocks, y's blocks made in the
@@ -180,6 +182,9 @@ Run add_tune(CLI::App& app) {
   sub->add_option("--prompt", a->prompts, "Comma-separated rows per pass to tune the GEMMs for (default 16,32,64,128,512; '' for none)");
   sub->add_option("--tensor-parallel,--tp", a->tensor_parallel, "Tune the shapes of one rank of N GPUs (--tensor-parallel)")
       ->check(CLI::Range(1, 64));
+  sub->add_option("--gemv-max-rows", a->gemv_max_rows,
+                  "Tune the GEMVs of passes up to this many rows (as run, chat, bench and serve take --gemv-max-rows)")
+      ->check(whole_in(1, 8));
   sub->add_option("--skip", a->skip, "GEMV variants or configs the tuner leaves out, 'a;b(rows=2,warps=16,unroll=4)' (A/B of a rung)");
   return [a] { run_tune(*a); };
 }

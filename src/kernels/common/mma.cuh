@@ -34,6 +34,17 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// c[4] = A(16x32, row) * B(32x8, col) + c[4] in int32 (int8 x int8; exact); fragments as in the
+// PTX ISA (m16n8k32 .s8): a0 / a1 rows g / g+8 at k 4t..4t+3, a2 / a3 the same rows at k 16+4t..;
+// b0 at k 4t..4t+3, b1 at 16+4t.., column g; c0, c1 row g at columns 2t, 2t+1, c2, c3 row g+8
+// (g = lane / 4, t = lane % 4).
+__device__ __forceinline__ void mma16832_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                            uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

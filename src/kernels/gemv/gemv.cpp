@@ -34,6 +34,7 @@ const std::vector<GemvVariant>& gemv_variants() {
     register_quant_variants(out);
     register_dp4a_variants(out);
     register_mma_variants(out);
+    register_qmma_variants(out);
     register_q4k_variants(out);
     register_q6k_variants(out);
     register_q2k_variants(out);

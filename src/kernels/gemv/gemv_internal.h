@@ -22,6 +22,7 @@ Status gemv_dp4a_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t 
 template <int kBits>
 Status gemv_dp4a_slots_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 void register_mma_variants(std::vector<GemvVariant>& out);     // gemv_mma.cu
+void register_qmma_variants(std::vector<GemvVariant>& out);    // gemv_qmma.cu
 void register_q4k_variants(std::vector<GemvVariant>& out);     // gemv_q4k.cu
 void register_q6k_variants(std::vector<GemvVariant>& out);     // gemv_q6k.cu
 size_t gemv_q6k_repacked_bytes(int64_t n, int64_t k);                                   // gemv_q6k.cu

@@ -15,8 +15,11 @@
 namespace lamina::kernels::gemv_detail {
 
 // x as int8 blocks (kernels/common/q8_blocks.cuh): given by the caller (GemvProblem::x8, read
-// through L1), or made by each block into shared memory with x8_bytes(k) per batch row.
-__device__ inline void quantize_x_to_smem(const float* __restrict__ x, int64_t k, int batch, uint8_t* smem) {
+// through L1), or made by each block into shared memory with x8_bytes(k) per batch row (or
+// `stride` bytes, at least that, for a layout padded against bank conflicts).
+__device__ inline void quantize_x_to_smem(const float* __restrict__ x, int64_t k, int batch, uint8_t* smem,
+                                          size_t stride = 0) {
+  if (stride == 0) stride = x8_bytes(k);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   for (int b = 0; b < batch; ++b) {
     constexpr int kInFlight = 16;  // independent x loads per lane before the reductions
@@ -31,7 +34,7 @@ __device__ inline void quantize_x_to_smem(const float* __restrict__ x, int64_t k
       for (int u = 0; u < kInFlight; ++u) {
         const int64_t blk = blk0 + int64_t(u) * warps;
         if (blk >= k / 32) break;
-        quantize_block32(v[u], k, blk, smem + size_t(b) * x8_bytes(k));
+        quantize_block32(v[u], k, blk, smem + size_t(b) * stride);
       }
     }
   }
@@ -179,24 +182,30 @@ inline XSource xsource_of(const GemvProblem& p) {
 // Grid of a persistent launch of `kernel` with `smem` bytes of dynamic shared memory (set as the
 // kernel's maximum when above the default 48 KiB): as many blocks as fit on the device (at most
 // max_per_sm per SM when > 0), but no more than the rows need.
+// rows_per_block: the rows of y one block covers at a time (warps x rows per warp, or the rows a
+// block's warps share).
 template <class Kernel>
-Status persistent_grid(Kernel kernel, const char* name, const GemvProblem& p, const GemvConfig& c, int rows_per_warp,
-                       size_t smem, int max_per_sm, unsigned& grid) {
+Status persistent_grid_rows(Kernel kernel, const char* name, const GemvProblem& p, int warps, int64_t rows_per_block,
+                            size_t smem, int max_per_sm, unsigned& grid) {
   // Above the default 48 KiB with the kernel's static shared memory (batch 8 of k = 4096 is 48 KiB
-  // of x alone) the kernel must opt in.
+  // of x alone) the kernel must opt in. (Under 8 KiB of x, no variant's static memory gets there.)
   cudaFuncAttributes fa{};
-  if (smem > 32 * 1024 && (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess ||
+  if (smem > 8 * 1024 && (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess ||
                            (smem + fa.sharedSizeBytes > 48 * 1024 &&
                             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)))
     return Status::error(std::string(name) + ": does not fit in shared memory (" + std::to_string(smem) + " bytes)");
   int dev = 0, sms = 0, per_sm = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, c.warps * 32, smem);
-  const int64_t rows_per_block = int64_t(c.warps) * rows_per_warp;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, warps * 32, smem);
   const int64_t needed = (p.n + rows_per_block - 1) / rows_per_block;
   grid = unsigned(std::max<int64_t>(1, std::min<int64_t>(needed, int64_t(sms) * gemv_blocks_per_sm(per_sm, max_per_sm))));
   return Status{};
+}
+template <class Kernel>
+Status persistent_grid(Kernel kernel, const char* name, const GemvProblem& p, const GemvConfig& c, int rows_per_warp,
+                       size_t smem, int max_per_sm, unsigned& grid) {
+  return persistent_grid_rows(kernel, name, p, c.warps, int64_t(c.warps) * rows_per_warp, smem, max_per_sm, grid);
 }
 
 // Launches a persistent-grid kernel that keeps x (batch x k) as int8 blocks in dynamic shared
