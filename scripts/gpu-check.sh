@@ -160,6 +160,8 @@ fi
 [ "${GPU_CHECK_TP:-1}" = 1 ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ] && step tensor-parallel env OUT="$OUT" MODELS="$MODELS" LAMINA_BIN="$L" scripts/gpu-tp.sh
 if [ "${GPU_CHECK_BENCH:-1}" = 1 ]; then
   step kbench-gemv "$BUILD/tools/lamina" kbench gemv
+  # The engine's small steps: x given as int8 blocks at 1-8 rows (q_dp4a against q_mma, #30).
+  step kbench-gemv-x8 "$BUILD/tools/lamina" kbench gemv --x8 --types q4_0,q8_0,q4_K --batch 1,2,4,8
   step kbench-gemm "$BUILD/tools/lamina" kbench gemm
 fi
 echo "== lamina gpu-check on $(cat "$OUT/gpu.txt")"
@@ -175,7 +177,7 @@ cat "$OUT"/same-tokens-*.log 2>/dev/null
 for m in exact fast; do [ -f "$OUT/ppl-kld-$m.log" ] && echo "CUDA $m vs CPU exact (GPL-3, 4 chunks): $(grep -E '^(PPL|base PPL|mean KLD|same top)' "$OUT/ppl-kld-$m.log" | tr '\n' ';')"; done
 grep -E "^\| (graph|one persistent)" "$OUT/chain-ceiling.log" 2>/dev/null
 cat "$OUT/tp-summary.txt" 2>/dev/null
-for fam in gemv gemm; do
+for fam in gemv gemv-x8 gemm; do
   [ -f "$OUT/kbench-$fam.log" ] && python3 scripts/kbench_summary.py "$OUT/kbench-$fam.log" | tee "$OUT/kbench-$fam-summary.txt"
 done
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
