@@ -25,7 +25,8 @@ TEST(Cli, VersionAndHelp) {
 
 TEST(Cli, UsageErrorsAreOneLineExit1) {
   for (const char* args : {"", "nosuchcommand", "tokenize", "tokenize -m", "info --bogus",
-                           "tokenize -m x.gguf -p a -f b", "detokenize -m x.gguf"}) {
+                           "tokenize -m x.gguf -p a -f b", "detokenize -m x.gguf", "tune -m x.gguf --gemv-max-rows 9",
+                           "tune -m x.gguf --gemv-max-rows 0"}) {
     SCOPED_TRACE(args);
     const auto r = run(args);
     EXPECT_EQ(r.status, 1);
