@@ -173,6 +173,7 @@ __global__ void __launch_bounds__(kTiles == 1 && kUnroll == 1 ? 512 : 256)
   extern __shared__ __align__(16) uint8_t smem[];          // x as int8 blocks, when made here
   constexpr int kWarpCap = kTiles == 1 && kUnroll == 1 ? kMaxWarps : 8;
   __shared__ float partial[kWarpCap][kMats][kRows][8];  // [warp][mat][row][batch]
+  static_assert(sizeof(partial) <= 16 * 1024, "persistent_grid_rows opts in to more shared memory only above 32 KiB of x");
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t nblk = k / 32, runs = (int64_t(k) * kBits / 8 + 63) / 64;
