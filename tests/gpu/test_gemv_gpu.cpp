@@ -272,7 +272,7 @@ TEST_P(GemvGpu, MatchesFp64Reference) {
   std::mt19937 rng(uint32_t(type) * 101 + uint32_t(name.size()));
   const int64_t blk = traits(type).block_elems;
   const bool any_k = name == "v0_naive" || name == "v1_splitk_atomic";
-  const bool epi = name == "v5_stream" || name == "v6_mma" || name.rfind("q_", 0) == 0;
+  const bool epi = name == "v5_stream" || name == "v6_mma" || name == "q4k_mma" || name.rfind("q_", 0) == 0;
   const int64_t k_big = blk == 256 ? 1024 : 1536;
   run_case(*v, type, 37, k_big, 1, false, false, rng);          // odd N
   for (int b = 1; b <= kGemvMaxBatch; ++b) run_case(*v, type, 129, blk == 256 ? 512 : 256, b, false, false, rng);

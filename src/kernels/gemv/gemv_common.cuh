@@ -230,4 +230,16 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][kB],
   else publish_y8(y, ep, row0, kRows, n, batch);
 }
 
+// Scale and min j (0..7) of a Q4_K / Q5_K super-block header held in registers (h.y, h.z, h.w:
+// the 12 scale bytes), q4k_scale_min's formula (format/) on the words, the same bits: indexing the
+// bytes of a register copy by a lane's run-time j had put every header in local memory (ld.local.u8
+// in each step of the loop). (q4k_dp4a, q4k_mma)
+__device__ __forceinline__ void scale_min(int j, const uint4& h, float& sc, float& m) {
+  const int s = 8 * (j % 4);
+  const uint32_t b0 = (h.y >> s) & 0xFFu, b1 = (h.z >> s) & 0xFFu, b2 = (h.w >> s) & 0xFFu;  // scales[j % 4 + 0, 4, 8]
+  const bool low = j < 4;
+  sc = float(low ? b0 & 63u : (b2 & 0xFu) | ((b0 >> 6) << 4));
+  m = float(low ? b1 & 63u : (b2 >> 4) | ((b1 >> 6) << 4));
+}
+
 }  // namespace lamina::kernels::gemv_detail

@@ -28,18 +28,6 @@ namespace {
 
 using namespace gemv_detail;
 
-// Scale and min j (0..7) of a Q4_K / Q5_K super-block header held in registers (h.y, h.z, h.w:
-// the 12 scale bytes), q4k_scale_min's formula on the words, the same bits: indexing the bytes of
-// a register copy by a lane's run-time j had put every header in local memory (ld.local.u8 in
-// each step of the loop).
-__device__ __forceinline__ void scale_min(int j, const uint4& h, float& sc, float& m) {
-  const int s = 8 * (j % 4);
-  const uint32_t b0 = (h.y >> s) & 0xFFu, b1 = (h.z >> s) & 0xFFu, b2 = (h.w >> s) & 0xFFu;  // scales[j % 4 + 0, 4, 8]
-  const bool low = j < 4;
-  sc = float(low ? b0 & 63u : (b2 & 0xFu) | ((b0 >> 6) << 4));
-  m = float(low ? b1 & 63u : (b2 >> 4) | ((b1 >> 6) << 4));
-}
-
 // One step of a warp (gemv_slots.cuh's Step): 16-byte qs chunks j0 + u * 32 + lane (u < kUnroll)
 // of kRows rows (and Q5_K's qh half). The 16-byte header of a super-block is shared by the 8
 // lanes of its chunks: each holds one of its words (lane % 4) and the others' come by shuffles

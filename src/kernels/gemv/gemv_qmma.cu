@@ -71,15 +71,14 @@ __device__ __forceinline__ uint4 quad_transpose(uint4 v, int t) {
 
 // The x side of one 32-element block for this lane: its B fragments (x's bytes 4t..4t+3 and
 // 16+4t..16+4t+3, with d0 in the byte of the largest element; the d1 and d2 planes), and for its
-// C columns 2t, 2t+1 the steps d and the MMA's C input (Q4: -8 x the block's sum of x in steps).
+// C columns 2t, 2t+1 the steps d and the blocks' sums.
 struct XBlock {
   uint32_t bx0, bx1, bd1_0, bd1_1, bd2_0, bd2_1;
-  float d0, d1;
-  int c0, c1;
-  bool has_d2;  // some lane of the warp has a nonzero d2
+  float d0, d1;  // the steps of columns 2t, 2t+1
+  int s0, s1;    // their blocks' sums of x in steps (the largest element's Q included)
+  bool has_d2;   // some lane of the warp has a nonzero d2
 };
 
-template <int kBits>
 __device__ __forceinline__ XBlock x_block(const uint8_t* xg, int64_t k, int64_t blk, int t) {
   XBlock x;
   const uint8_t* q = xg + blk * 32;
@@ -101,21 +100,21 @@ __device__ __forceinline__ XBlock x_block(const uint8_t* xg, int64_t k, int64_t 
   x.has_d2 = __any_sync(0xffffffffu, p2 != 0u);
   // Columns 2t and 2t + 1 are the B columns of lanes 8t and 8t + 4.
   x.d0 = __shfl_sync(0xffffffffu, f.d, 8 * t), x.d1 = __shfl_sync(0xffffffffu, f.d, 8 * t + 4);
-  if constexpr (kBits == 4) {
-    x.c0 = -8 * __shfl_sync(0xffffffffu, f.sum, 8 * t), x.c1 = -8 * __shfl_sync(0xffffffffu, f.sum, 8 * t + 4);
-  } else {
-    x.c0 = x.c1 = 0;
-  }
+  x.s0 = __shfl_sync(0xffffffffu, f.sum, 8 * t), x.s1 = __shfl_sync(0xffffffffu, f.sum, 8 * t + 4);
   return x;
 }
 
 // One block's sum S[4] (rows g, g+8 x columns 2t, 2t+1) in int32 from the A fragments (a0 / a1:
 // elements 4t..4t+3 of rows g / g+8, a2 / a3: 16+4t..), x's largest element included, scaled into
-// acc: acc[i] += d_w(row) d_x(column) S[i]. The three products are independent (S = E0 + 256 (E1 +
-// 256 E2)), and E2 is left out when no column of the warp has a d2 (|Q| < 32768: nearly always).
-__device__ __forceinline__ void block_dot(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, __half dw_g, __half dw_g8,
+// acc: acc[i] += d_x(column) (A(row) S[i] - B(row) sum_x(column)), with the weights' scale pair
+// (A, B) = (d, 0) for Q4_0 / Q8_0 and (d sc, dmin m) for Q4_K; Q4_0's -8 offset is the MMA's C
+// input, -8 sum_x. The three products are independent (S = E0 + 256 (E1 + 256 E2)), and E2 is
+// left out when no column of the warp has a d2 (|Q| < 32768: nearly always).
+template <bool kOffset8, bool kMin>
+__device__ __forceinline__ void block_dot(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, float2 w_g, float2 w_g8,
                                           const XBlock& x, float (&acc)[4]) {
-  int e0[4] = {x.c0, x.c1, x.c0, x.c1}, e1[4] = {0, 0, 0, 0};
+  const int c0 = kOffset8 ? -8 * x.s0 : 0, c1 = kOffset8 ? -8 * x.s1 : 0;
+  int e0[4] = {c0, c1, c0, c1}, e1[4] = {0, 0, 0, 0};
   mma::mma16832_s8(e0, a0, a1, a2, a3, x.bx0, x.bx1);
   mma::mma16832_s8(e1, a0, a1, a2, a3, x.bd1_0, x.bd1_1);
   if (x.has_d2) {  // (warp-uniform)
@@ -124,20 +123,36 @@ __device__ __forceinline__ void block_dot(uint32_t a0, uint32_t a1, uint32_t a2,
 #pragma unroll
     for (int i = 0; i < 4; ++i) e1[i] += 256 * e2[i];
   }
-  const float w0 = __half2float(dw_g), w1 = __half2float(dw_g8);
-  acc[0] += w0 * x.d0 * float(e0[0] + 256 * e1[0]);
-  acc[1] += w0 * x.d1 * float(e0[1] + 256 * e1[1]);
-  acc[2] += w1 * x.d0 * float(e0[2] + 256 * e1[2]);
-  acc[3] += w1 * x.d1 * float(e0[3] + 256 * e1[3]);
+  const float s[4] = {float(e0[0] + 256 * e1[0]), float(e0[1] + 256 * e1[1]), float(e0[2] + 256 * e1[2]),
+                      float(e0[3] + 256 * e1[3])};
+  if constexpr (kMin) {
+    acc[0] += x.d0 * (w_g.x * s[0] - w_g.y * float(x.s0));
+    acc[1] += x.d1 * (w_g.x * s[1] - w_g.y * float(x.s1));
+    acc[2] += x.d0 * (w_g8.x * s[2] - w_g8.y * float(x.s0));
+    acc[3] += x.d1 * (w_g8.x * s[3] - w_g8.y * float(x.s1));
+  } else {
+    acc[0] += w_g.x * x.d0 * s[0];
+    acc[1] += w_g.x * x.d1 * s[1];
+    acc[2] += w_g8.x * x.d0 * s[2];
+    acc[3] += w_g8.x * x.d1 * s[3];
+  }
 }
 
-// One step of one 16-row tile: kUnroll runs of 64 bytes of rows g and g+8 (lane t: bytes
-// 16t..16t+15 of each run, then quad_transpose), and the f16 d of the run's blocks.
-template <int kBits, int kUnroll>
-struct WStep {
+// Weight policies: one step of one 16-row tile, kUnroll 64-byte runs of rows g and g+8 (lane t
+// loads bytes 16t..16t+15 of each run; quad_transpose then leaves it word t of the run's four
+// 16-byte chunks), what the run's blocks' A fragments are in those words, and their scale pairs.
+// A 32-weight block of x meets block s of run r: x block 4r + s (Q4), 2r + s (Q8).
+
+// Q4_0 / Q8_0 in the repacked layout (gemv.h): quant rows, then the f16 d plane.
+template <int kBits, int kUnroll_>
+struct QRuns {
+  static constexpr int kUnroll = kUnroll_;
   static constexpr int kBlocks = kBits == 4 ? 4 : 2;  // 32-weight blocks in a 64-byte run
+  static constexpr bool kOffset8 = kBits == 4, kMin = false;
   uint4 v[2][kUnroll];
   __half d[2][kUnroll][kBlocks];
+
+  static __device__ __forceinline__ int64_t runs(int64_t k) { return (k * kBits / 8 + 63) / 64; }
 
   // Runs r0 .. r0 + kUnroll - 1 of rows r[0], r[1] (clamped by the caller) of the matrix at w.
   __device__ __forceinline__ void load(const uint8_t* w, const int64_t (&r)[2], int64_t n, int64_t k, int64_t r0, int t) {
@@ -159,24 +174,85 @@ struct WStep {
       }
     }
   }
+
+  // Block s's A fragments from the transposed words of rows g (v0) and g+8 (v1): Q4, word s's low
+  // nibbles (elements 4t..) and high (16+4t..); Q8, words 2s (4t..) and 2s+1 (16+4t..).
+  static __device__ __forceinline__ void frag(const uint4& v0, const uint4& v1, int s, uint32_t& a0, uint32_t& a1,
+                                              uint32_t& a2, uint32_t& a3) {
+    if constexpr (kBits == 4) {
+      const uint32_t w0 = s == 0 ? v0.x : s == 1 ? v0.y : s == 2 ? v0.z : v0.w;
+      const uint32_t w1 = s == 0 ? v1.x : s == 1 ? v1.y : s == 2 ? v1.z : v1.w;
+      a0 = w0 & 0x0F0F0F0Fu, a1 = w1 & 0x0F0F0F0Fu;
+      a2 = (w0 >> 4) & 0x0F0F0F0Fu, a3 = (w1 >> 4) & 0x0F0F0F0Fu;
+    } else {
+      a0 = s == 0 ? v0.x : v0.z, a2 = s == 0 ? v0.y : v0.w;
+      a1 = s == 0 ? v1.x : v1.z, a3 = s == 0 ? v1.y : v1.w;
+    }
+  }
+  __device__ __forceinline__ float2 scale(int h, int u, int s, int64_t) const { return make_float2(__half2float(d[h][u][s]), 0.f); }
+};
+
+// Q4_K in the GGUF layout: 144-byte super-blocks [d, dmin f16][scales 12 bytes][qs 128 bytes], 16-
+// byte aligned; run r is qs half r % 2 of super-block r / 2: groups of 32 bytes whose byte i holds
+// element i of sub-block 2c in its low nibble and element i of sub-block 2c + 1 in its high one.
+template <int kUnroll_>
+struct Q4kRuns {
+  static constexpr int kUnroll = kUnroll_;
+  static constexpr int kBlocks = 4;  // sub-blocks 4 (r % 2) .. 4 (r % 2) + 3 of the super-block
+  static constexpr bool kOffset8 = false, kMin = true;
+  uint4 v[2][kUnroll], hd[2][kUnroll];  // the run's quants, its super-block's header
+
+  static __device__ __forceinline__ int64_t runs(int64_t k) { return k / 256 * 2; }
+
+  __device__ __forceinline__ void load(const uint8_t* w, const int64_t (&r)[2], int64_t, int64_t k, int64_t r0, int t) {
+    const size_t row_bytes = size_t(k / 256) * 144;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t run = r0 + u;
+        const uint8_t* sb = w + size_t(r[h]) * row_bytes + size_t(run / 2) * 144;
+        const bool in = run < runs(k);
+        v[h][u] = in ? load_stream(sb + 16 + (run % 2) * 64 + 16 * t) : make_uint4(0, 0, 0, 0);
+        hd[h][u] = in ? *reinterpret_cast<const uint4*>(sb) : make_uint4(0, 0, 0, 0);
+      }
+  }
+
+  // Sub-block s of the run: group s / 2's words t (elements 4t..) and 4 + t (16+4t..), their low
+  // nibbles for even s, high for odd.
+  static __device__ __forceinline__ void frag(const uint4& v0, const uint4& v1, int s, uint32_t& a0, uint32_t& a1,
+                                              uint32_t& a2, uint32_t& a3) {
+    const int sh = 4 * (s & 1);
+    const uint32_t lo0 = s < 2 ? v0.x : v0.z, hi0 = s < 2 ? v0.y : v0.w;
+    const uint32_t lo1 = s < 2 ? v1.x : v1.z, hi1 = s < 2 ? v1.y : v1.w;
+    a0 = (lo0 >> sh) & 0x0F0F0F0Fu, a1 = (lo1 >> sh) & 0x0F0F0F0Fu;
+    a2 = (hi0 >> sh) & 0x0F0F0F0Fu, a3 = (hi1 >> sh) & 0x0F0F0F0Fu;
+  }
+  // (d sc, dmin m) of sub-block 4 (run % 2) + s.
+  __device__ __forceinline__ float2 scale(int h, int u, int s, int64_t run) const {
+    float sc, m;
+    scale_min(4 * int(run % 2) + s, hd[h][u], sc, m);
+    const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&hd[h][u].x));
+    return make_float2(dd.x * sc, dd.y * m);
+  }
 };
 
 // y[b][n] for the 16 kTiles rows of each group: see the header for the layout of work.
 // (The one-tile, one-run instances are bounded to 128 registers: 16 warps an SM.)
-template <int kBits, int kTiles, int kUnroll, bool kGateUp>
-__global__ void __launch_bounds__(kTiles == 1 && kUnroll == 1 ? 512 : 256)
+template <class Step, int kTiles, bool kGateUp>
+__global__ void __launch_bounds__(kTiles == 1 && Step::kUnroll == 1 ? 512 : 256)
     q_mma(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up, XSource xin, float* __restrict__ y, int64_t n,
           int64_t k, int batch, Epilogue ep) {
   constexpr int kMats = kGateUp ? 2 : 1;
   constexpr int kRows = 16 * kTiles;
-  using Step = WStep<kBits, kUnroll>;
+  constexpr int kUnroll = Step::kUnroll;
   extern __shared__ __align__(16) uint8_t smem[];          // x as int8 blocks, when made here
   constexpr int kWarpCap = kTiles == 1 && kUnroll == 1 ? kMaxWarps : 8;
   __shared__ float partial[kWarpCap][kMats][kRows][8];  // [warp][mat][row][batch]
   static_assert(sizeof(partial) <= 16 * 1024, "persistent_grid_rows opts in to more shared memory only above 32 KiB of x");
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t nblk = k / 32, runs = (int64_t(k) * kBits / 8 + 63) / 64;
+  const int64_t nblk = k / 32, runs = Step::runs(k);
   const int64_t groups = (n + kRows - 1) / kRows;
   // This lane's rows of group grp (clamped to n - 1: loads stay in bounds; only rows < n are stored).
   const auto rows_of = [&](int64_t grp, int ti, int64_t (&r)[2]) {
@@ -236,26 +312,16 @@ __global__ void __launch_bounds__(kTiles == 1 && kUnroll == 1 ? 512 : 256)
         for (int s = 0; s < Step::kBlocks; ++s) {
           const int64_t blk = (r0 + u) * Step::kBlocks + s;
           if (blk >= nblk) break;
-          const XBlock xb = x_block<kBits>(xg, k, blk, t);
+          const XBlock xb = x_block(xg, k, blk, t);
 #pragma unroll
           for (int mat = 0; mat < kMats; ++mat)
 #pragma unroll
             for (int ti = 0; ti < kTiles; ++ti) {
-              const uint4& v0 = a[mat][ti][0];
-              const uint4& v1 = a[mat][ti][1];
-              // word s of the transposed run: Q4, block s's low nibbles (elements 4t..) and high
-              // (16+4t..); Q8, block s's words t (elements 4t..) and 4 + t (16+4t..).
-              const uint32_t w0 = s == 0 ? v0.x : s == 1 ? v0.y : s == 2 ? v0.z : v0.w;
-              const uint32_t w1 = s == 0 ? v1.x : s == 1 ? v1.y : s == 2 ? v1.z : v1.w;
               uint32_t a0, a1, a2, a3;
-              if constexpr (kBits == 4) {
-                a0 = w0 & 0x0F0F0F0Fu, a1 = w1 & 0x0F0F0F0Fu;
-                a2 = (w0 >> 4) & 0x0F0F0F0Fu, a3 = (w1 >> 4) & 0x0F0F0F0Fu;
-              } else {
-                a0 = s == 0 ? v0.x : v0.z, a2 = s == 0 ? v0.y : v0.w;
-                a1 = s == 0 ? v1.x : v1.z, a3 = s == 0 ? v1.y : v1.w;
-              }
-              block_dot(a0, a1, a2, a3, cur[mat][ti].d[0][u][s], cur[mat][ti].d[1][u][s], xb, acc[mat][ti]);
+              Step::frag(a[mat][ti][0], a[mat][ti][1], s, a0, a1, a2, a3);
+              const Step& st = cur[mat][ti];
+              block_dot<Step::kOffset8, Step::kMin>(a0, a1, a2, a3, st.scale(0, u, s, r0 + u), st.scale(1, u, s, r0 + u), xb,
+                                                    acc[mat][ti]);
             }
         }
       }
@@ -287,46 +353,58 @@ __global__ void __launch_bounds__(kTiles == 1 && kUnroll == 1 ? 512 : 256)
   }
 }
 
-template <int kBits, int kTiles, int kUnroll>
-Status launch_t(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+template <class Step, int kTiles>
+Status launch_t(const char* name, const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   const auto run = [&](auto kernel) {
-    const size_t smem = size_t(p.batch) * qmma_x_stride(p.k);  // x, copied or made (q_mma)
+    const size_t smem = size_t(p.batch) * qmma_x_stride(p.k);  // x, copied or made here
     unsigned grid = 0;
-    if (Status st = persistent_grid_rows(kernel, "q_mma", p, c.warps, 16 * kTiles, smem, 0, grid); !st.ok) return st;
+    if (Status st = persistent_grid_rows(kernel, name, p, c.warps, 16 * kTiles, smem, 0, grid); !st.ok) return st;
     launch_pdl(kernel, grid, unsigned(c.warps * 32), smem, s, static_cast<const uint8_t*>(p.w),
                static_cast<const uint8_t*>(p.w_up), xsource_of(p), p.y, p.n, p.k, p.batch, epilogue_of(p));
-    return launch_status("q_mma");
+    return launch_status(name);
   };
-  if (p.w_up) return run(q_mma<kBits, kTiles, kUnroll, true>);
-  return run(q_mma<kBits, kTiles, kUnroll, false>);
+  if (p.w_up) return run(q_mma<Step, kTiles, true>);
+  return run(q_mma<Step, kTiles, false>);
 }
 
-template <int kBits>
-Status launch_bits(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  if (c.rows == 16 && c.unroll == 1) return launch_t<kBits, 1, 1>(p, c, s);
-  if (c.rows == 16 && c.unroll == 2) return launch_t<kBits, 1, 2>(p, c, s);
-  if (c.rows == 32 && c.unroll == 1) return launch_t<kBits, 2, 1>(p, c, s);
-  return Status::error("q_mma: no instance for config " + c.str());
+// The configs' instances for a weight policy template (QRuns<kBits, .> or Q4kRuns<.>).
+template <template <int> class Runs>
+Status launch_configs(const char* name, const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+  if (c.warps < 1 || c.warps > (c.rows == 16 && c.unroll == 1 ? kMaxWarps : 8))
+    return Status::error(std::string(name) + ": 1..16 warps (16 rows, unroll 1), else 1..8");
+  if (c.rows == 16 && c.unroll == 1) return launch_t<Runs<1>, 1>(name, p, c, s);
+  if (c.rows == 16 && c.unroll == 2) return launch_t<Runs<2>, 1>(name, p, c, s);
+  if (c.rows == 32 && c.unroll == 1) return launch_t<Runs<1>, 2>(name, p, c, s);
+  return Status::error(std::string(name) + ": no instance for config " + c.str());
 }
+template <int kUnroll>
+using Q4Runs = QRuns<4, kUnroll>;
+template <int kUnroll>
+using Q8Runs = QRuns<8, kUnroll>;
 
 Status run_qmma(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  if (c.warps < 1 || c.warps > (c.rows == 16 && c.unroll == 1 ? kMaxWarps : 8))
-    return Status::error("q_mma: 1..16 warps (16 rows, unroll 1), else 1..8");
-  if (p.wtype == GgmlType::Q4_0) return launch_bits<4>(p, c, s);
-  if (p.wtype == GgmlType::Q8_0) return launch_bits<8>(p, c, s);
+  if (p.wtype == GgmlType::Q4_0) return launch_configs<Q4Runs>("q_mma", p, c, s);
+  if (p.wtype == GgmlType::Q8_0) return launch_configs<Q8Runs>("q_mma", p, c, s);
   return Status::error("q_mma: q4_0 and q8_0 only");
 }
 
+Status run_q4k_mma(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+  if (p.wtype != GgmlType::Q4_K) return Status::error("q4k_mma: q4_K only");
+  return launch_configs<Q4kRuns>("q4k_mma", p, c, s);
+}
+
 bool qmma_types(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q8_0; }
+bool q4k_type(GgmlType t) { return t == GgmlType::Q4_K; }
 
 }  // namespace
 
 void register_qmma_variants(std::vector<GemvVariant>& out) {
+  const std::vector<GemvConfig> configs = {GemvConfig{16, 8, 1}, GemvConfig{16, 16, 1}, GemvConfig{16, 8, 2},
+                                           GemvConfig{32, 8, 1}, GemvConfig{16, 4, 2},  GemvConfig{32, 4, 1}};
   out.push_back({"q_mma", "q4_0/q8_0 repacked; the batch as the n side of int8 mma.sync m16n8k32, split-K warps",
-                 WeightLayout::Repacked, qmma_types, run_qmma,
-                 {GemvConfig{16, 8, 1}, GemvConfig{16, 16, 1}, GemvConfig{16, 8, 2}, GemvConfig{32, 8, 1}, GemvConfig{16, 4, 2},
-                  GemvConfig{32, 4, 1}},
-                 XRounding::Int8Blocks});
+                 WeightLayout::Repacked, qmma_types, run_qmma, configs, XRounding::Int8Blocks});
+  out.push_back({"q4k_mma", "q_mma's loop on q4_K in place: a sub-block per MMA, (d sc, dmin m) per row and block",
+                 WeightLayout::Gguf, q4k_type, run_q4k_mma, configs, XRounding::Int8Blocks});
 }
 
 }  // namespace lamina::kernels
