@@ -122,7 +122,8 @@ void check(const GemmRun& r, const Shape& s, const HostMatrix& a, const std::vec
   CUDA_OK(cudaMemcpy(db.p, b_image.data(), b_image.size(), cudaMemcpyHostToDevice));
   GemmProblem p;
   p.a_type = r.a_type, p.b_type = r.b_type, p.c_type = r.c_type;
-  p.b_layout = (r.b_type == GgmlType::Q8_0 || r.b_type == GgmlType::Q4_0) ? WeightLayout::Repacked : WeightLayout::Gguf;
+  p.b_layout = (r.b_type == GgmlType::Q8_0 || r.b_type == GgmlType::Q4_0 || r.b_type == GgmlType::Q4_K) ? WeightLayout::Repacked
+                                                                                                     : WeightLayout::Gguf;
   p.m = s.m, p.n = s.n, p.k = s.k;
   p.a = da.p, p.lda = (r.a_col ? s.m : s.k) + r.pad, p.a_col_major = r.a_col;
   p.b = db.p, p.ldb = ldb, p.b_col_major = r.b_col;
@@ -210,8 +211,8 @@ TEST(GemmGpu, HgemmHopperWgmma) {
   run_dense(r, Shape{1100, 2100, 200}, rng);
 }
 
-// W [n][k] quantised row by row: the device image (the repacked planes for Q8_0 and Q4_0, made
-// by gemv_repack) and the logical B [k][n], the dequantised values rounded to A's type (what the
+// W [n][k] quantised row by row: the device image (the repacked planes of Q8_0, Q4_0 and Q4_K,
+// made by gemv_repack) and the logical B [k][n], the dequantised values rounded to A's type (what the
 // kernels feed the tensor cores).
 struct QuantWeight {
   std::vector<uint8_t> image;
@@ -230,15 +231,12 @@ void quant_weight(GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng, Q
     dequantize_row(wt, w.data() + size_t(j) * rb, deq.data(), s.k);
     for (int64_t p = 0; p < s.k; ++p) q.values[size_t(p * s.n + j)] = round_to(at, deq[size_t(p)]);
   }
-  q.image = w;
-  if (wt != GgmlType::Q4_K) {
-    DeviceBuf raw(w.size()), out(gemv_repacked_bytes(wt, s.n, s.k));
-    CUDA_OK(cudaMemcpy(raw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
-    const Status st = gemv_repack(wt, raw.p, s.n, s.k, out.p, nullptr);
-    ASSERT_TRUE(st.ok) << st.message;
-    q.image.resize(gemv_repacked_bytes(wt, s.n, s.k));
-    CUDA_OK(cudaMemcpy(q.image.data(), out.p, q.image.size(), cudaMemcpyDeviceToHost));
-  }
+  DeviceBuf raw(w.size()), out(gemv_repacked_bytes(wt, s.n, s.k));
+  CUDA_OK(cudaMemcpy(raw.p, w.data(), w.size(), cudaMemcpyHostToDevice));
+  const Status st = gemv_repack(wt, raw.p, s.n, s.k, out.p, nullptr);
+  ASSERT_TRUE(st.ok) << st.message;
+  q.image.resize(gemv_repacked_bytes(wt, s.n, s.k));
+  CUDA_OK(cudaMemcpy(q.image.data(), out.p, q.image.size(), cudaMemcpyDeviceToHost));
 }
 
 void run_quant(const GemmVariant* v, GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng) {
@@ -297,7 +295,7 @@ void run_gated(const GemmVariant& v, GgmlType wt, GgmlType ct, bool gelu, const 
   CUDA_OK(cudaMemcpy(du.p, u.image.data(), u.image.size(), cudaMemcpyHostToDevice));
   GemmProblem p;
   p.a_type = GgmlType::F16, p.b_type = wt, p.c_type = ct;
-  p.b_layout = wt == GgmlType::Q4_K ? WeightLayout::Gguf : WeightLayout::Repacked;
+  p.b_layout = WeightLayout::Repacked;
   p.m = s.m, p.n = s.n, p.k = s.k;
   p.a = da.p, p.lda = s.k, p.b = dg.p, p.b_up = du.p, p.gelu = gelu, p.c = dc.p, p.ldc = ldc;
   Status st = gemm_validate(p, v);
@@ -350,7 +348,7 @@ TEST(GemmGpu, GatedGemmGivesTheGluOfBothProducts) {
       for (GgmlType ct : {GgmlType::F32, GgmlType::F16}) run_gated(*v, wt, ct, ct == GgmlType::F16, s, rng);
   // No variant but the gated one takes it; a gated problem with beta is refused.
   GemmProblem p;
-  p.a_type = GgmlType::F16, p.b_type = GgmlType::Q4_K, p.m = 8, p.n = 128, p.k = 256;
+  p.a_type = GgmlType::F16, p.b_type = GgmlType::Q4_K, p.b_layout = WeightLayout::Repacked, p.m = 8, p.n = 128, p.k = 256;
   DeviceBuf a(8 * 256 * 2), b(128 * 144), c(8 * 128 * 4);
   p.a = a.p, p.lda = 256, p.b = p.b_up = b.p, p.c = c.p, p.ldc = 128;
   EXPECT_TRUE(gemm_validate(p, *v).ok);

@@ -4,8 +4,8 @@
 // is exactly one Q8_0/Q4_0 block or one Q4_K sub-block, so each row needs one scale per step.
 //   Q8_0, Q4_0: the repacked planes of gemv_repack (quants [n][k or k/2], then f16 d [n][k/32]),
 //               the same bytes the decode GEMV reads
-//   Q4_K:       GGUF super-blocks of 144 bytes, read in place: per step the 16-byte header (d,
-//               dmin, 12 packed scale bytes) and the 32 quant bytes holding the sub-block
+//   Q4_K:       its repacked planes (quants [n][k/2] in Q4_0's order, then the 16-byte super-block
+//               headers [n][k/256]): per step the block's 16 quant bytes and its header
 // A is f16/bf16 [m][k]; the weights are rounded to A's type after scaling (as a dequantised
 // copy would be). Figures: docs/benchmarks.md (lamina kbench gemm).
 #include "core/half.h"
@@ -21,8 +21,8 @@ enum QKind { kQ8_0, kQ4_0, kQ4_K };
 
 template <class T, QKind kKind>
 struct QuantB {
-  static constexpr int kRowBytes = kKind == kQ8_0 ? 32 : kKind == kQ4_0 ? 16 : 48;  // staged bytes per row per step
-  static constexpr int kScaleBytes = kKind == kQ4_K ? 0 : 4;                        // f16 d, fetched as its aligned word
+  static constexpr int kRowBytes = kKind == kQ8_0 ? 32 : 16;   // staged quant bytes per row per step
+  static constexpr int kScaleBytes = kKind == kQ4_K ? 16 : 4;  // the header, or f16 d fetched as its aligned word
   struct Args {
     const uint8_t* w;
   };
@@ -32,7 +32,7 @@ struct QuantB {
   static constexpr size_t smem_bytes() { return kStages * stage_bytes<kBn, kStages>() + size_t(kBn) * kBk * sizeof(T); }
 
   __device__ static size_t row_bytes(int64_t k) {
-    return kKind == kQ8_0 ? size_t(k) : kKind == kQ4_0 ? size_t(k) / 2 : size_t(k) / 256 * 144;
+    return kKind == kQ8_0 ? size_t(k) : size_t(k) / 2;
   }
 
   template <int kBn, int kStages>
@@ -43,17 +43,19 @@ struct QuantB {
       const int row = f / (kRowBytes / 16), c = f % (kRowBytes / 16);
       const bool in = n0 + row < n;
       const uint8_t* src = b.w + size_t(in ? n0 + row : 0) * row_bytes(k);
-      if constexpr (kKind == kQ8_0) src += kt * 32 + c * 16;
-      else if constexpr (kKind == kQ4_0) src += kt * 16;
-      else src += (kt / 8) * 144 + (c == 0 ? 0 : 16 + 32 * ((kt % 8) / 2) + (c - 1) * 16);
+      src += kKind == kQ8_0 ? kt * 32 + c * 16 : kt * 16;
       mma::cp_async16(st + row * kRowBytes + c * 16, src, in ? 16 : 0);
     }
-    if constexpr (kScaleBytes > 0) {
-      const uint8_t* plane = b.w + size_t(n) * row_bytes(k);
-      for (int row = int(threadIdx.x); row < kBn; row += kThreads) {
-        const bool in = n0 + row < n;
+    const uint8_t* plane = b.w + size_t(n) * row_bytes(k);
+    for (int row = int(threadIdx.x); row < kBn; row += kThreads) {
+      const bool in = n0 + row < n;
+      uint8_t* dst = st + size_t(kBn) * kRowBytes + row * kScaleBytes;
+      if constexpr (kKind == kQ4_K) {
+        const size_t idx = in ? size_t(n0 + row) * size_t(k / 256) + size_t(kt / 8) : 0;
+        mma::cp_async16(dst, plane + idx * 16, in ? 16 : 0);
+      } else {
         const size_t idx = in ? size_t(n0 + row) * size_t(k / 32) + size_t(kt) : 0;
-        mma::cp_async4(st + size_t(kBn) * kRowBytes + row * 4, plane + (idx & ~size_t(1)) * 2, in ? 4 : 0);
+        mma::cp_async4(dst, plane + (idx & ~size_t(1)) * 2, in ? 4 : 0);
       }
     }
   }
@@ -68,18 +70,18 @@ struct QuantB {
       const uint8_t* q = st + row * kRowBytes;
       float v[16];
       if constexpr (kKind == kQ4_K) {
-        const float d = f16_to_f32(*reinterpret_cast<const uint16_t*>(q));
-        const float dmin = f16_to_f32(*reinterpret_cast<const uint16_t*>(q + 2));
+        const uint8_t* hd = st + size_t(kBn) * kRowBytes + row * kScaleBytes;
+        const float d = f16_to_f32(*reinterpret_cast<const uint16_t*>(hd));
+        const float dmin = f16_to_f32(*reinterpret_cast<const uint16_t*>(hd + 2));
         uint8_t sc, mn;
-        const int sub = int(kt % 8);
-        q4k_scale_min(sub, q + 4, &sc, &mn);
+        q4k_scale_min(int(kt % 8), hd + 4, &sc, &mn);
         const float ds = d * float(sc), dm = dmin * float(mn);
-        const uint4 raw = *reinterpret_cast<const uint4*>(q + 16 + h * 16);
+        const uint4 raw = *reinterpret_cast<const uint4*>(q);
         const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
+        for (int i = 0; i < 16; ++i) {  // low nibbles: 0..15, high: 16..31
           const uint32_t byte = (words[i / 4] >> (8 * (i % 4))) & 0xFFu;
-          v[i] = ds * float(sub % 2 ? byte >> 4 : byte & 15u) - dm;
+          v[i] = ds * float(h ? byte >> 4 : byte & 15u) - dm;
         }
       } else {
         const uint32_t word = *reinterpret_cast<const uint32_t*>(st + size_t(kBn) * kRowBytes + row * 4);
@@ -127,9 +129,9 @@ Status run_q1(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
 
 bool q1_supports(const GemmProblem& p) {
   const bool half = p.a_type == GgmlType::F16 || p.a_type == GgmlType::BF16;
-  const bool repacked = (p.b_type == GgmlType::Q8_0 || p.b_type == GgmlType::Q4_0) && p.b_layout == WeightLayout::Repacked;
-  const bool q4k = p.b_type == GgmlType::Q4_K && p.b_layout == WeightLayout::Gguf;
-  return half && (repacked || q4k) && !p.a_col_major && p.b_col_major;
+  const bool type = p.b_type == GgmlType::Q8_0 || p.b_type == GgmlType::Q4_0 || p.b_type == GgmlType::Q4_K;
+  return half && type && p.b_layout == WeightLayout::Repacked && (p.b_type != GgmlType::Q4_K || p.k % 256 == 0) &&
+         !p.a_col_major && p.b_col_major;
 }
 
 }  // namespace

@@ -70,8 +70,7 @@ struct Frags {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r = r0 + 8 * i;
-      if constexpr (kKind == kQ4_K) aux[i] = *reinterpret_cast<const uint4*>(slot + size_t(r) * 144);
-      else aux[i] = *reinterpret_cast<const uint4*>(slot + size_t(128) * 4 * Raw<kKind>::kQBytes + size_t(r) * 16);
+      aux[i] = *reinterpret_cast<const uint4*>(slot + size_t(128) * 4 * Raw<kKind>::kQBytes + size_t(r) * 16);
     }
   }
 
@@ -114,26 +113,24 @@ struct Frags {
         }
       }
     } else {
-      // Sub-blocks 2 s4 (low nibbles) and 2 s4 + 1 (high) of quant bytes 32 s4 .. 32 s4 + 31.
+      // Q4_K in Q4_0's order: sub-block b = 2 s4 + half covers k16 steps 2 half, 2 half + 1, its
+      // scale and min from the header in aux.
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r = r0 + 8 * i;
         const float d = __half2float(__ushort_as_half(uint16_t(aux[i].x)));
         const float dmin = __half2float(__ushort_as_half(uint16_t(aux[i].x >> 16)));
-        float ds[2], dm[2];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
+        for (int half = 0; half < 2; ++half) {
+          const int b = 2 * s4 + half;
           float sc, mn;
-          qgemm_wgmma::q4k_scale_min_words(2 * s4 + h, aux[i], sc, mn);
-          ds[h] = d * sc, dm[h] = dmin * mn;
-        }
+          qgemm_wgmma::q4k_scale_min_words(b, aux[i], sc, mn);
+          const float ds = d * sc, dm = dmin * mn;
+          const uint32_t x = pick4(slot + size_t(r) * 128 + 16 * (b ^ (r % 8)), t);
 #pragma unroll
-        for (int hb = 0; hb < 2; ++hb) {  // bytes 0..15 or 16..31 of the 32
-          const uint32_t x = pick4(slot + size_t(r) * 144 + 16 + 32 * s4 + 16 * hb, t);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {  // k16 step 2 h + hb
-            f[4 * (2 * h + hb) + i] = q4k_pair(x, false, h, ds[h], dm[h]);
-            f[4 * (2 * h + hb) + 2 + i] = q4k_pair(x, true, h, ds[h], dm[h]);
+          for (int hi = 0; hi < 2; ++hi) {  // low nibbles: k 0..15 of the block; high: 16..31
+            f[4 * (2 * half + hi) + i] = q4k_pair(x, false, hi, ds, dm);
+            f[4 * (2 * half + hi) + 2 + i] = q4k_pair(x, true, hi, ds, dm);
           }
         }
       }

@@ -20,9 +20,9 @@ Status run_q3(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
 
 // Both variants read the same bytes. TMA needs 16-byte row strides: K a multiple of 256 (the d plane's rows are k/16 bytes).
 bool q2_supports(const GemmProblem& p) {
-  const bool repacked = (p.b_type == GgmlType::Q8_0 || p.b_type == GgmlType::Q4_0) && p.b_layout == WeightLayout::Repacked;
-  const bool q4k = p.b_type == GgmlType::Q4_K && p.b_layout == WeightLayout::Gguf;
-  return wgmma_gemm::hopper() && p.a_type == GgmlType::F16 && (repacked || q4k) && !p.a_col_major && p.b_col_major &&
+  const bool type = p.b_type == GgmlType::Q8_0 || p.b_type == GgmlType::Q4_0 || p.b_type == GgmlType::Q4_K;
+  return wgmma_gemm::hopper() && p.a_type == GgmlType::F16 && type && p.b_layout == WeightLayout::Repacked && !p.a_col_major &&
+         p.b_col_major &&
          p.k % 256 == 0;
 }
 

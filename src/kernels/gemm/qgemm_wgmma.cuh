@@ -13,8 +13,9 @@
 //
 // W as TMA boxes over byte views, 4 k-steps (256 weights per row) per ring slot:
 //   Q8_0, Q4_0: the repacked planes of gemv_repack (quants [n][k or k/2], then f16 d [n][k/32])
-//   Q4_K:       GGUF super-blocks read in place (d, dmin, 12 scale bytes, 128 quant bytes;
-//               sub-blocks 2j and 2j+1 are the low and high nibbles of quant bytes 32j..32j+31)
+//   Q4_K:       the repacked planes too: quants [n][k/2] in Q4_0's order, then the 16-byte
+//               super-block headers [n][k/256] (d, dmin, 12 scale bytes): a ring slot's 16 bytes
+//               of aux per row are its super-block's header where Q4_0 has its eight d
 // Slot layouts (issue_raw) keep each thread's 16-byte reads of its own row free of bank conflicts.
 // Values are rounded to f16 once after scaling, as a dequantised f16 copy would be.
 // Figures: docs/benchmarks.md (lamina kbench gemm).
@@ -103,8 +104,8 @@ template <QKind kKind, int kBn>
 struct DequantB {
   static constexpr int kQBytes = kKind == kQ8_0 ? 64 : 32;  // quant bytes per row per k-step
   struct Args {
-    CUtensorMap q;    // Q8_0, Q4_0: quant bytes, box [kBn][128]; Q4_K: whole super-blocks, box [kBn][144]
-    CUtensorMap aux;  // Q8_0, Q4_0: d words, box [kBn][16] (the d of 4 k-steps)
+    CUtensorMap q;    // quant bytes, box [kBn][128]
+    CUtensorMap aux;  // box [kBn][16]: the d of 4 k-steps (Q8_0, Q4_0), or their super-block header (Q4_K)
   };
   static constexpr uint32_t kTmaBytes = 0;
   // Two producer warpgroups; thread pt converts half of row pt % kBn (chunks 0-3 or 4-7 of the
@@ -131,40 +132,29 @@ struct DequantB {
   // Thread 0: group g (k-steps 4g .. 4g+3) into a ring slot (rows beyond N arrive as zeros).
   //   Q8_0  [2][kBn][128] quants (128-byte swizzle), then [kBn][16] d
   //   Q4_0  [kBn][128] quants (128-byte swizzle), then [kBn][16] d
-  //   Q4_K  [kBn][144] super-blocks (16-byte header, 128 quant bytes), unswizzled: the 144-byte
-  //         row stride already spreads 8 rows over distinct bank groups
+  //   Q4_K  as Q4_0, the [kBn][16] being the rows' super-block headers
   template <int>
   __device__ static void issue_raw(const Args& b, int64_t n0, int g, uint8_t* slot, uint64_t* bar) {
     tma::mbar_arrive_expect_tx(bar, uint32_t(kSlotBytes<kBn>));
-    if constexpr (kKind == kQ4_K) {
-      tma::load_2d(slot, &b.q, g * 144, int(n0), bar);
-    } else {
-      constexpr int kQ = 4 * kQBytes;  // quant bytes per row per slot
-      for (int h = 0; h < kQ / 128; ++h) tma::load_2d(slot + h * kBn * 128, &b.q, g * kQ + h * 128, int(n0), bar);
-      tma::load_2d(slot + kBn * kQ, &b.aux, g * 16, int(n0), bar);
-    }
+    constexpr int kQ = 4 * kQBytes;  // quant bytes per row per slot
+    for (int h = 0; h < kQ / 128; ++h) tma::load_2d(slot + h * kBn * 128, &b.q, g * kQ + h * 128, int(n0), bar);
+    tma::load_2d(slot + kBn * kQ, &b.aux, g * 16, int(n0), bar);
   }
 
   // Row tr's bytes for k-step kt from its slot.
   __device__ static Row read(const uint8_t* slot, int tr, int kt) {
     Row x;
     const int s4 = kt % 4;
-    if constexpr (kKind == kQ4_K) {
-      const uint8_t* row = slot + size_t(tr) * 144;
-      x.aux = *reinterpret_cast<const uint4*>(row);
-      x.q[0] = *reinterpret_cast<const uint4*>(row + 16 + 32 * s4);
-      x.q[1] = *reinterpret_cast<const uint4*>(row + 32 + 32 * s4);
-    } else {
-      // 16-byte chunk j of the step sits at logical chunk (s4 * kQBytes/16 + j) of a 128-byte
-      // swizzled row (physical chunk: logical ^ (tr % 8)); Q8_0 steps 2, 3 in the second half.
-      constexpr int kPer = kQBytes / 16;
-      const uint8_t* half = slot + (kKind == kQ8_0 ? (s4 / 2) * kBn * 128 : 0) + size_t(tr) * 128;
-      const int c0 = (kKind == kQ8_0 ? s4 % 2 : s4) * kPer;
+    // 16-byte chunk j of the step sits at logical chunk (s4 * kQBytes/16 + j) of a 128-byte
+    // swizzled row (physical chunk: logical ^ (tr % 8)); Q8_0 steps 2, 3 in the second half.
+    constexpr int kPer = kQBytes / 16;
+    const uint8_t* half = slot + (kKind == kQ8_0 ? (s4 / 2) * kBn * 128 : 0) + size_t(tr) * 128;
+    const int c0 = (kKind == kQ8_0 ? s4 % 2 : s4) * kPer;
 #pragma unroll
-      for (int j = 0; j < kPer; ++j) x.q[j] = *reinterpret_cast<const uint4*>(half + 16 * ((c0 + j) ^ (tr % 8)));
-      const uint4 a = *reinterpret_cast<const uint4*>(slot + size_t(kBn) * 4 * kQBytes + size_t(tr) * 16);
-      x.aux = word(a, s4);
-    }
+    for (int j = 0; j < kPer; ++j) x.q[j] = *reinterpret_cast<const uint4*>(half + 16 * ((c0 + j) ^ (tr % 8)));
+    const uint4 a = *reinterpret_cast<const uint4*>(slot + size_t(kBn) * 4 * kQBytes + size_t(tr) * 16);
+    if constexpr (kKind == kQ4_K) x.aux = a;
+    else x.aux = word(a, s4);
     return x;
   }
 
@@ -185,10 +175,9 @@ struct DequantB {
       for (int i = 0; i < 4; ++i) r[i] = as_u32(__hfma2(v[i], d, off));
       return {r[0], r[1], r[2], r[3]};
     } else {
-      // low nibbles of bytes 0..31 are sub-block 2j, the high nibbles sub-block 2j+1
-      const int byte0 = 8 * (c % 4), h = c >= 4 ? 1 : 0;
-      const uint4& q = x.q[byte0 / 16];
-      return q4k_x8_to_f16(word(q, (byte0 % 16) / 4), word(q, (byte0 % 16) / 4 + 1), h, ds[h], dm[h]);
+      // as Q4_0: block c/4 (the step's sub-block 2 (kt % 4) + c/4), low nibbles then high
+      const int blk = c / 4, w0 = 2 * (c % 2);
+      return q4k_x8_to_f16(word(x.q[blk], w0), word(x.q[blk], w0 + 1), (c % 4) >= 2, ds[blk], dm[blk]);
     }
   }
 
@@ -230,14 +219,10 @@ template <QKind kKind, int kBn>
 bool make_args(const GemmProblem& p, typename DequantB<kKind, kBn>::Args& a) {
   const auto* w = static_cast<const uint8_t*>(p.b);
   const uint64_t n = uint64_t(p.n), k = uint64_t(p.k);
-  if constexpr (kKind == kQ4_K) {
-    const uint64_t row = k / 256 * 144;
-    return tma::encode_2d_bytes(&a.q, w, n, row, row, kBn, 144, CU_TENSOR_MAP_SWIZZLE_NONE);
-  } else {
-    const uint64_t row = kKind == kQ8_0 ? k : k / 2;
-    return tma::encode_2d_bytes(&a.q, w, n, row, row, kBn, 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
-           tma::encode_2d_bytes(&a.aux, w + n * row, n, k / 16, k / 16, kBn, 16, CU_TENSOR_MAP_SWIZZLE_NONE);
-  }
+  // the scale planes (Q4_0's d, Q4_K's headers) are k / 16 bytes a row
+  const uint64_t row = kKind == kQ8_0 ? k : k / 2;
+  return tma::encode_2d_bytes(&a.q, w, n, row, row, kBn, 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
+         tma::encode_2d_bytes(&a.aux, w + n * row, n, k / 16, k / 16, kBn, 16, CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 template <QKind kKind, int kBn, int kStages>

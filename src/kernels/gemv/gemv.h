@@ -146,12 +146,16 @@ size_t gemv_weight_bytes(const GemvProblem& p);
 // Repacked layouts: Q4_0 / Q4_1 / Q8_0 separate the 16-byte-aligned quant plane from the scale
 // plane so that every lane loads 16 bytes at once:
 //   [n][k/2] (q4_0, q4_1) or [n][k] (q8_0) bytes, then [n][k/32] f16 d (q4_1: (d, m) pairs);
+// Q4_K: quants [n][k/2] in Q4_0's order (block j of a super-block: byte e holds its elements e
+// and e + 16 in the low and high nibble) | the 16-byte super-block headers [n][k/256] (d, dmin,
+// 12 bytes of 6-bit scales and mins, as in the file): the same 144 bytes per 256 weights;
 // Q6_K: ql [n][k/2] | qh [n][k/4] | scales int8 [n][k/16] | d f16 [n][k/256] (gemv_q6k.cu);
 // Q3_K: qs [n][k/4] | hmask [n][k/8] | scales int8 [n][k/16] | d f16 [n][k/256] (gemv_q3k.cu).
 size_t gemv_repacked_bytes(GgmlType t, int64_t n, int64_t k);
 // The weight types whose matmul kernels (GEMV and GEMM) want the repacked layout.
 inline bool repacked_layout_preferred(GgmlType t) {
-  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q6_K || t == GgmlType::Q3_K;
+  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q6_K || t == GgmlType::Q3_K ||
+         t == GgmlType::Q4_K;
 }
 Status gemv_repack(GgmlType t, const void* gguf_rows, int64_t n, int64_t k, void* out, cudaStream_t s);
 // Whether dequant_repacked takes type t (the repacked types with no GEMM of their own).

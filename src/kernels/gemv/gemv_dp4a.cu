@@ -1,4 +1,4 @@
-// q_dp4a: Q4_0 / Q4_1 / Q8_0 (repacked layout) with int8 activations and dp4a.
+// q_dp4a: Q4_0 / Q4_1 / Q8_0 / Q4_K (repacked layouts, gemv.h) with int8 activations and dp4a.
 //   - x is quantised once per thread block into shared memory: int8 blocks of 32 with an f32
 //     scale and the block's integer sum (llama.cpp's q8_1 idea), the scale set by the block's
 //     second-largest element and the largest kept as a wide integer (kernels/common/q8_blocks.h:
@@ -10,6 +10,10 @@
 //   - sum_i (q_i - 8) * x_i = d_w * d_x * (dp4a(q, xq) - 8 * sum(xq))   (Q4_0)
 //   - sum_i (d_w q_i + m_w) * x_i = d_x * (d_w * dp4a(q, xq) + m_w * sum(xq))   (Q4_1)
 //   - sum_i q_i * x_i = d_w * d_x * dp4a(q, xq)   (Q8_0)
+//   - Q4_K as Q4_1 with d_w = d sc, m_w = -dmin m of the block's super-block header (its quants
+//     repacked into Q4_0's order: a 16-byte chunk is one block of 32, one x block), so that the
+//     file type most people run streams as Q4_0 does; the in-place q4k_dp4a pays a header load
+//     and decode per 16 bytes and meets two x blocks with each chunk.
 //   - the first step's weights are loaded before the PDL wait (weights never depend on an
 //     earlier kernel), so they overlap the kernel before and the making of x.
 //   - with GemvProblem::y8 the epilogue also writes y as int8 blocks (publish_y8): the gate/up
@@ -54,14 +58,14 @@ using namespace gemv_detail;
 // loaded together, the next pass's first step goes out before this pass's epilogue, and y8 is
 // made by a rotating warp while the others go on (publish_y8_rotating) — so that the warps keep
 // weights in flight across the epilogue instead of draining at a block-wide barrier.
-template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp, bool kBlock32 = false, int kMaxB = kGemvMaxBatch,
+template <int kBits, int kScales, int kRows, int kUnroll, bool kGateUp, bool kBlock32 = false, int kMaxB = kGemvMaxBatch,
           bool kOverlap = false>
 __global__ void __launch_bounds__(kBlock32 ? 32 / kRows * 32 : 256) q_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
                                               XSource xin,
                                               float* __restrict__ y, int64_t n, int64_t k,
                                               int batch, Epilogue ep) {
   extern __shared__ __align__(16) uint8_t smem[];
-  using Step = Dp4aStep<kBits, kMin, kRows, kUnroll>;
+  using Step = Dp4aStep<kBits, kScales, kRows, kUnroll>;
   constexpr int kMats = kGateUp ? 2 : 1, kBufs = kOverlap ? kMats : 1;
   const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / 32);
   const int64_t stride = warps_total * kRows;
@@ -108,30 +112,30 @@ __global__ void __launch_bounds__(kBlock32 ? 32 / kRows * 32 : 256) q_dp4a(const
   }
 }
 
-template <int kBits, bool kMin, int kRows, int kUnroll, bool kGateUp>
+template <int kBits, int kScales, int kRows, int kUnroll, bool kGateUp>
 struct Dp4aLaunch {
   static Status run(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
     if constexpr (kRows >= 2) {
       if (c.warps * kRows == 32) {  // one 32-row block of y per block and pass (kBlock32)
         if (p.batch == 1) {
-          // Decode: the overlapping instances (q4_0 / q8_0, 16 warps); one matrix at unroll 2 goes
+          // Decode: the overlapping instances (q4_0 / q8_0 / q4_K, 16 warps); one matrix at unroll 2 goes
           // to q_dp4a_slots (gemv_dp4a_slots.cu). The gate/up pair runs at unroll 2 for either
           // config (at 4 its two steps of registers spill): the pair's unroll-4 config had run the
           // instance without overlap, which the tuner's back-to-back graph sometimes ranked first
           // and which in the chain cost q8_0 decode (docs/benchmarks.md, sixteenth session).
-          if constexpr (kRows == 2 && !kMin) {
-            if constexpr (!kGateUp && kUnroll == 2) return gemv_dp4a_slots_launch<kBits>(p, c, s);
+          if constexpr (kRows == 2 && kScales != kScaleDM) {
+            if constexpr (!kGateUp && kUnroll == 2) return gemv_dp4a_slots_launch<kBits, kScales>(p, c, s);
             else
-              return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kGateUp ? 2 : kUnroll, kGateUp, true, 1, true>, "q_dp4a",
+              return launch_x8_persistent(q_dp4a<kBits, kScales, kRows, kGateUp ? 2 : kUnroll, kGateUp, true, 1, true>, "q_dp4a",
                                           p, c, kRows, s, kDp4aBlocksPerSm);
           }
-          return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp, true, 1>, "q_dp4a", p, c, kRows, s,
+          return launch_x8_persistent(q_dp4a<kBits, kScales, kRows, kUnroll, kGateUp, true, 1>, "q_dp4a", p, c, kRows, s,
                                       kDp4aBlocksPerSm);
         }
-        return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp, true>, "q_dp4a", p, c, kRows, s, kDp4aBlocksPerSm);
+        return launch_x8_persistent(q_dp4a<kBits, kScales, kRows, kUnroll, kGateUp, true>, "q_dp4a", p, c, kRows, s, kDp4aBlocksPerSm);
       }
     }
-    return launch_x8_persistent(q_dp4a<kBits, kMin, kRows, kUnroll, kGateUp>, "q_dp4a", p, c, kRows, s, kDp4aBlocksPerSm);
+    return launch_x8_persistent(q_dp4a<kBits, kScales, kRows, kUnroll, kGateUp>, "q_dp4a", p, c, kRows, s, kDp4aBlocksPerSm);
   }
 };
 
@@ -142,7 +146,7 @@ Status gemv_dp4a_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t 
 }
 
 void register_dp4a_variants(std::vector<GemvVariant>& out) {
-  out.push_back({"q_dp4a", "q4_0/q4_1/q8_0 repacked; x as int8 blocks in shared memory, dp4a, persistent grid",
+  out.push_back({"q_dp4a", "q4_0/q4_1/q8_0/q4_K repacked; x as int8 blocks in shared memory, dp4a, persistent grid",
                  WeightLayout::Repacked, dp4a_types, gemv_dp4a_launch,
                  {GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 8, 4}, GemvConfig{4, 8, 2},
                   GemvConfig{2, 4, 2}, GemvConfig{1, 4, 4}, GemvConfig{2, 16, 4}, GemvConfig{2, 16, 2}},

@@ -1,5 +1,5 @@
-// The weight step shared by the dp4a GEMVs on the repacked Q4_0 / Q4_1 / Q8_0 layout (q_dp4a,
-// q_dp4a_pipe): loads of 16-byte chunks with their block scales, and their dp4a products with
+// The weight step shared by the dp4a GEMVs on the repacked Q4_0 / Q4_1 / Q8_0 / Q4_K layouts (q_dp4a,
+// q_dp4a_slots): loads of 16-byte chunks with their block scales, and their dp4a products with
 // int8 x blocks (kernels/common/q8_blocks.h).
 #pragma once
 
@@ -8,57 +8,68 @@
 #include <cuda_fp16.h>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace lamina::kernels::gemv_detail {
 
+// Where a chunk's block finds its scales in the repacked layouts (gemv.h), Dp4aStep's kScales:
+//   kScaleD   f16 d per block of 32 (Q4_0, Q8_0):                     w = d q (Q4_0: d (q - 8))
+//   kScaleDM  f16 (d, m) per block (Q4_1):                            w = d q + m
+//   kScaleK   Q4_K's 16-byte super-block header per 8 blocks (d, dmin, the 12 bytes of 6-bit scales
+//             and mins):                                              w = (d sc) q - (dmin m)
+enum Dp4aScales : int { kScaleD = 0, kScaleDM = 1, kScaleK = 2 };
+
 // One step of q_dp4a: each lane loads 16-byte weight chunks l0 + u*32 + lane of kRows rows with
 // their block scales (load), then multiplies them with int8 x blocks by dp4a (dot).
-template <int kBits, bool kMin, int kRows, int kUnroll>
+template <int kBits, int kScales, int kRows, int kUnroll>
 struct Dp4aStep {
+  static constexpr bool kMin = kScales != kScaleD;             // a min term: + m_w sum(x)
   static constexpr int kPer = kBits == 4 ? 32 : 16;           // weights per 16-byte chunk
-  static constexpr int kScaleBytes = kMin ? 4 : 2;            // f16 d, or (d, m) per block of 32
+  static_assert(kScales != kScaleK || kBits == 4, "the Q4_K header goes with 4-bit quants");
   static __device__ __forceinline__ int64_t loads(int64_t k) { return k / kPer; }
+  // Bytes of one row's scale plane, and where block blk's scales sit in it.
+  static __host__ __device__ constexpr size_t scale_row(int64_t k) { return size_t(k) / (kScales == kScaleDM ? 8 : 16); }
+  static __device__ __forceinline__ size_t scale_at(int64_t blk) {
+    return kScales == kScaleK ? size_t(blk / 8) * 16 : size_t(blk) * (kScales == kScaleDM ? 4 : 2);
+  }
 
+  // A chunk's scales as loaded: (d, m) as floats, or Q4_K's header (decoded in dot, once the
+  // load has landed).
+  using Aux = std::conditional_t<kScales == kScaleK, uint4, float2>;
   struct Regs {
     uint4 raw[kRows][kUnroll];
-    float dw[kRows][kUnroll], mw[kRows][kUnroll];
+    Aux aux[kRows][kUnroll];
   };
 
   // Rows row0..row0+kRows-1 of w [n][k] in the repacked layout (quant rows, then scale rows;
   // rows past n clamped to n-1 so that loads stay in bounds), chunks l0 + u*32 + lane.
   static __device__ __forceinline__ void load(const uint8_t* w, int64_t row0, int64_t n, int64_t l0, int64_t k, Regs& g) {
-    const size_t qrow = size_t(k) * kBits / 8, srow = size_t(k / 32) * kScaleBytes;
-    load_at<false>(
-        [&](int r, int64_t l) { return w + size_t(row0 + r < n ? row0 + r : n - 1) * qrow + size_t(l) * 16; },
-        [&](int r, int64_t blk) { return w + size_t(n) * qrow + size_t(row0 + r < n ? row0 + r : n - 1) * srow + size_t(blk) * kScaleBytes; },
-        l0, k, g);
-  }
-
-  // A block's scale at sp: (d, m) for Q4_1, (d, 0) otherwise.
-  static __device__ __forceinline__ float2 scale_at(const uint8_t* sp) {
-    if constexpr (kMin) return __half22float2(*reinterpret_cast<const __half2*>(sp));
-    else return make_float2(__half2float(*reinterpret_cast<const __half*>(sp)), 0.f);
-  }
-
-  // The same chunks from copies in shared memory: q(r, l) is the address of row r's chunk l,
-  // s(r, blk) that of its block blk's scale (16-byte and 2- or 4-byte aligned).
-  template <bool kShared, class QAt, class SAt>
-  static __device__ __forceinline__ void load_at(QAt q, SAt s, int64_t l0, int64_t k, Regs& g) {
+    const size_t qrow = size_t(k) * kBits / 8;
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int64_t l = l0 + u * 32 + lane;
+        const int64_t l = l0 + u * 32 + lane, row = row0 + r < n ? row0 + r : n - 1;
         const bool in = l < loads(k);
-        const uint8_t* qp = q(r, l);
-        const uint8_t* sp = s(r, l * kPer / 32);
-        if constexpr (kShared) g.raw[r][u] = in ? *reinterpret_cast<const uint4*>(qp) : make_uint4(0, 0, 0, 0);
-        else g.raw[r][u] = in ? load_stream(qp) : make_uint4(0, 0, 0, 0);
-        const float2 dm = in ? scale_at(sp) : make_float2(0.f, 0.f);
-        g.dw[r][u] = dm.x;
-        g.mw[r][u] = dm.y;
+        g.raw[r][u] = in ? load_stream(w + size_t(row) * qrow + size_t(l) * 16) : make_uint4(0, 0, 0, 0);
+        const uint8_t* sp = w + size_t(n) * qrow + size_t(row) * scale_row(k) + scale_at(l * kPer / 32);
+        if constexpr (kScales == kScaleK) g.aux[r][u] = in ? __ldg(reinterpret_cast<const uint4*>(sp)) : make_uint4(0, 0, 0, 0);
+        else if constexpr (kScales == kScaleDM) g.aux[r][u] = in ? __half22float2(*reinterpret_cast<const __half2*>(sp)) : make_float2(0.f, 0.f);
+        else g.aux[r][u] = make_float2(in ? __half2float(*reinterpret_cast<const __half*>(sp)) : 0.f, 0.f);
       }
+  }
+
+  // (d_w, m_w) of chunk l from its loaded scales.
+  static __device__ __forceinline__ float2 scales(const Aux& a, int64_t l) {
+    if constexpr (kScales == kScaleK) {
+      float sc, m;
+      scale_min(int(l % 8), a, sc, m);  // (4-bit: chunk l is block l)
+      const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&a.x));
+      return make_float2(dd.x * sc, -dd.y * m);
+    } else {
+      return a;
+    }
   }
 
   // The x side of chunk l: the x block it meets (int8 blocks of x8_bytes(k), q8_blocks.h), and
@@ -97,7 +108,7 @@ struct Dp4aStep {
     return x;
   }
 
-  // One chunk's product with x: d_x * (d_w * sumi [+ m_w * sum(x) for Q4_1]), where sumi is the
+  // One chunk's product with x: d_x * (d_w * sumi [+ m_w * sum(x) for Q4_1, Q4_K]), where sumi is the
   // integer dot product of the quants with x's q and the largest element's Q (Q4_0's - 8 sum(x)
   // folded in). The high nibbles stay in place (16x, dp4a_us, shifted back exactly).
   static __device__ __forceinline__ float chunk_dot(const uint4 v, const XChunk& x, float dw, float mw) {
@@ -143,7 +154,10 @@ struct Dp4aStep {
 #pragma unroll
         for (int mat = 0; mat < kMats; ++mat)
 #pragma unroll
-          for (int r = 0; r < kRows; ++r) acc[mat][r][b] += chunk_dot(g[mat].raw[r][u], x, g[mat].dw[r][u], g[mat].mw[r][u]);
+          for (int r = 0; r < kRows; ++r) {
+            const float2 dm = scales(g[mat].aux[r][u], l);
+            acc[mat][r][b] += chunk_dot(g[mat].raw[r][u], x, dm.x, dm.y);
+          }
       }
     }
   }
@@ -159,10 +173,10 @@ struct Dp4aStep {
 // two register slots of one step each: slot a holds the steps l0 = 0, 2, 4, ... of the warp's
 // rows, slot b the steps 1, 3, 5, ...; a multiplied slot is refilled with its next step (the
 // next pass's first two steps at the end of a pass), so a step is always in flight.
-template <int kBits>
+template <int kBits, int kScales>
 struct Dp4aSlots {
   static constexpr int kRows = 2, kUnroll = 2, kWarps = 32 / kRows;
-  using Step = Dp4aStep<kBits, false, kRows, kUnroll>;
+  using Step = Dp4aStep<kBits, kScales, kRows, kUnroll>;
   static constexpr int64_t kStep = 32 * kUnroll;  // 16-byte loads per lane and step, times 32 lanes
 
   // Both slots with the first rows' first two steps (before the PDL wait: weights only).
@@ -193,17 +207,19 @@ struct Dp4aSlots {
 // chain beat the two 8-warp blocks per SM it picks otherwise by a hair in isolation.
 inline constexpr int kDp4aBlocksPerSm = 1;
 
-inline bool dp4a_types(GgmlType t) { return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0; }
+inline bool dp4a_types(GgmlType t) {
+  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K;
+}
 
-// A dp4a variant's launch for a problem and config: by weight type (Q4_0, Q4_1, Q8_0), then by
+// A dp4a variant's launch for a problem and config: by weight type (Q4_0, Q4_1, Q8_0, Q4_K), then by
 // (rows, unroll) among the instances the variant lists, then gate/up pair or one matrix:
-// Launch<kBits, kMin, kRows, kUnroll, kGateUp>::run(p, c, s).
+// Launch<kBits, kScales, kRows, kUnroll, kGateUp>::run(p, c, s).
 template <int kRows, int kUnroll>
 struct Dp4aShape {
   static constexpr int rows = kRows, unroll = kUnroll;
 };
 
-template <template <int, bool, int, int, bool> class Launch, int kBits, bool kMin, class... Shapes>
+template <template <int, int, int, int, bool> class Launch, int kBits, int kScales, class... Shapes>
 Status dp4a_by_config(const char* name, const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   Status st = Status::error(std::string(name) + ": no instance for config " + c.str());
   bool found = false;
@@ -211,20 +227,24 @@ Status dp4a_by_config(const char* name, const GemvProblem& p, const GemvConfig& 
     using S = decltype(shape);
     if (found || c.rows != S::rows || c.unroll != S::unroll) return;
     found = true;
-    st = p.w_up ? Launch<kBits, kMin, S::rows, S::unroll, true>::run(p, c, s)
-                : Launch<kBits, kMin, S::rows, S::unroll, false>::run(p, c, s);
+    st = p.w_up ? Launch<kBits, kScales, S::rows, S::unroll, true>::run(p, c, s)
+                : Launch<kBits, kScales, S::rows, S::unroll, false>::run(p, c, s);
   };
   (try_one(Shapes{}), ...);
   return st;
 }
 
-template <template <int, bool, int, int, bool> class Launch, class... Shapes>
+template <template <int, int, int, int, bool> class Launch, class... Shapes>
 Status dp4a_dispatch(const char* name, const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   if (p.k % 32) return Status::error(std::string(name) + ": k must be a multiple of 32");
-  if (p.wtype == GgmlType::Q4_0) return dp4a_by_config<Launch, 4, false, Shapes...>(name, p, c, s);
-  if (p.wtype == GgmlType::Q4_1) return dp4a_by_config<Launch, 4, true, Shapes...>(name, p, c, s);
-  if (p.wtype == GgmlType::Q8_0) return dp4a_by_config<Launch, 8, false, Shapes...>(name, p, c, s);
-  return Status::error(std::string(name) + ": only q4_0, q4_1 and q8_0");
+  if (p.wtype == GgmlType::Q4_0) return dp4a_by_config<Launch, 4, kScaleD, Shapes...>(name, p, c, s);
+  if (p.wtype == GgmlType::Q4_1) return dp4a_by_config<Launch, 4, kScaleDM, Shapes...>(name, p, c, s);
+  if (p.wtype == GgmlType::Q8_0) return dp4a_by_config<Launch, 8, kScaleD, Shapes...>(name, p, c, s);
+  if (p.wtype == GgmlType::Q4_K) {
+    if (p.k % 256) return Status::error(std::string(name) + ": q4_K needs k a multiple of 256");
+    return dp4a_by_config<Launch, 4, kScaleK, Shapes...>(name, p, c, s);
+  }
+  return Status::error(std::string(name) + ": only q4_0, q4_1, q8_0 and q4_K");
 }
 
 }  // namespace lamina::kernels::gemv_detail

@@ -28,12 +28,12 @@ using namespace gemv_detail;
 
 // w: [n][k] repacked (gemv_repack); y: [n]; x from xin (int8 blocks of k); n a multiple of 32
 // for y8. (q_dp4a's parameters, for launch_x8_persistent: w_up is null and batch 1.)
-template <int kBits>
-__global__ void __launch_bounds__(Dp4aSlots<kBits>::kWarps * 32) q_dp4a_slots(const uint8_t* __restrict__ w, const uint8_t* __restrict__,
+template <int kBits, int kScales>
+__global__ void __launch_bounds__(Dp4aSlots<kBits, kScales>::kWarps * 32) q_dp4a_slots(const uint8_t* __restrict__ w, const uint8_t* __restrict__,
                                                                 XSource xin, float* __restrict__ y, int64_t n, int64_t k,
                                                                 int, Epilogue ep) {
   extern __shared__ __align__(16) uint8_t smem[];
-  using Slots = Dp4aSlots<kBits>;
+  using Slots = Dp4aSlots<kBits, kScales>;
   const int64_t stride = int64_t(gridDim.x) * Slots::kWarps * Slots::kRows;
   const int64_t first = (int64_t(blockIdx.x) * Slots::kWarps + threadIdx.x / 32) * Slots::kRows;
   typename Slots::Step::Regs a, b;
@@ -55,11 +55,12 @@ __global__ void __launch_bounds__(Dp4aSlots<kBits>::kWarps * 32) q_dp4a_slots(co
 
 }  // namespace
 
-template <int kBits>
+template <int kBits, int kScales>
 Status gemv_dp4a_slots_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  return launch_x8_persistent(q_dp4a_slots<kBits>, "q_dp4a", p, c, Dp4aSlots<kBits>::kRows, s, kDp4aBlocksPerSm);
+  return launch_x8_persistent(q_dp4a_slots<kBits, kScales>, "q_dp4a", p, c, Dp4aSlots<kBits, kScales>::kRows, s, kDp4aBlocksPerSm);
 }
-template Status gemv_dp4a_slots_launch<4>(const GemvProblem&, const GemvConfig&, cudaStream_t);
-template Status gemv_dp4a_slots_launch<8>(const GemvProblem&, const GemvConfig&, cudaStream_t);
+template Status gemv_dp4a_slots_launch<4, kScaleD>(const GemvProblem&, const GemvConfig&, cudaStream_t);
+template Status gemv_dp4a_slots_launch<8, kScaleD>(const GemvProblem&, const GemvConfig&, cudaStream_t);
+template Status gemv_dp4a_slots_launch<4, kScaleK>(const GemvProblem&, const GemvConfig&, cudaStream_t);
 
 }  // namespace lamina::kernels

@@ -17,9 +17,10 @@ void register_dp4a_variants(std::vector<GemvVariant>& out);    // gemv_dp4a.cu
 // q_dp4a's launch (gemv_dp4a.cu), for variants that hand it the problems they do not cover.
 Status gemv_dp4a_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 // q_dp4a's decode instances of one matrix at unroll 2 (gemv_dp4a_slots.cu), for q_dp4a's dispatch,
-// which has checked the problem: batch 1, no w_up, config rows=2, warps=16, unroll=2; kBits 4
-// (q4_0) or 8 (q8_0), the two instantiated.
-template <int kBits>
+// which has checked the problem: batch 1, no w_up, config rows=2, warps=16, unroll=2; (kBits,
+// kScales: gemv_dp4a.cuh's Dp4aScales) (4, 0) for q4_0, (8, 0) for q8_0, (4, 2) for q4_K, the three
+// instantiated.
+template <int kBits, int kScales>
 Status gemv_dp4a_slots_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 void register_mma_variants(std::vector<GemvVariant>& out);     // gemv_mma.cu
 void register_qmma_variants(std::vector<GemvVariant>& out);    // gemv_qmma.cu

@@ -192,43 +192,36 @@ struct QRuns {
   __device__ __forceinline__ float2 scale(int h, int u, int s, int64_t) const { return make_float2(__half2float(d[h][u][s]), 0.f); }
 };
 
-// Q4_K in the GGUF layout: 144-byte super-blocks [d, dmin f16][scales 12 bytes][qs 128 bytes], 16-
-// byte aligned; run r is qs half r % 2 of super-block r / 2: groups of 32 bytes whose byte i holds
-// element i of sub-block 2c in its low nibble and element i of sub-block 2c + 1 in its high one.
+// Q4_K in the repacked layout (gemv.h): quant rows in Q4_0's order, as QRuns<4> reads them, and
+// the 16-byte super-block headers; run r is blocks 4 (r % 2) .. 4 (r % 2) + 3 of super-block r / 2.
 template <int kUnroll_>
 struct Q4kRuns {
   static constexpr int kUnroll = kUnroll_;
-  static constexpr int kBlocks = 4;  // sub-blocks 4 (r % 2) .. 4 (r % 2) + 3 of the super-block
+  static constexpr int kBlocks = 4;
   static constexpr bool kOffset8 = false, kMin = true;
   uint4 v[2][kUnroll], hd[2][kUnroll];  // the run's quants, its super-block's header
 
   static __device__ __forceinline__ int64_t runs(int64_t k) { return k / 256 * 2; }
 
-  __device__ __forceinline__ void load(const uint8_t* w, const int64_t (&r)[2], int64_t, int64_t k, int64_t r0, int t) {
-    const size_t row_bytes = size_t(k / 256) * 144;
+  __device__ __forceinline__ void load(const uint8_t* w, const int64_t (&r)[2], int64_t n, int64_t k, int64_t r0, int t) {
+    const size_t qrow = size_t(k) / 2, hrow = size_t(k) / 16;
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t run = r0 + u;
-        const uint8_t* sb = w + size_t(r[h]) * row_bytes + size_t(run / 2) * 144;
         const bool in = run < runs(k);
-        v[h][u] = in ? load_stream(sb + 16 + (run % 2) * 64 + 16 * t) : make_uint4(0, 0, 0, 0);
-        hd[h][u] = in ? *reinterpret_cast<const uint4*>(sb) : make_uint4(0, 0, 0, 0);
+        v[h][u] = in ? load_stream(w + size_t(r[h]) * qrow + size_t(run) * 64 + 16 * t) : make_uint4(0, 0, 0, 0);
+        hd[h][u] = in ? __ldg(reinterpret_cast<const uint4*>(w + size_t(n) * qrow + size_t(r[h]) * hrow + size_t(run / 2) * 16))
+                      : make_uint4(0, 0, 0, 0);
       }
   }
 
-  // Sub-block s of the run: group s / 2's words t (elements 4t..) and 4 + t (16+4t..), their low
-  // nibbles for even s, high for odd.
   static __device__ __forceinline__ void frag(const uint4& v0, const uint4& v1, int s, uint32_t& a0, uint32_t& a1,
                                               uint32_t& a2, uint32_t& a3) {
-    const int sh = 4 * (s & 1);
-    const uint32_t lo0 = s < 2 ? v0.x : v0.z, hi0 = s < 2 ? v0.y : v0.w;
-    const uint32_t lo1 = s < 2 ? v1.x : v1.z, hi1 = s < 2 ? v1.y : v1.w;
-    a0 = (lo0 >> sh) & 0x0F0F0F0Fu, a1 = (lo1 >> sh) & 0x0F0F0F0Fu;
-    a2 = (hi0 >> sh) & 0x0F0F0F0Fu, a3 = (hi1 >> sh) & 0x0F0F0F0Fu;
+    QRuns<4, 1>::frag(v0, v1, s, a0, a1, a2, a3);
   }
-  // (d sc, dmin m) of sub-block 4 (run % 2) + s.
+  // (d sc, dmin m) of block 4 (run % 2) + s.
   __device__ __forceinline__ float2 scale(int h, int u, int s, int64_t run) const {
     float sc, m;
     scale_min(4 * int(run % 2) + s, hd[h][u], sc, m);
@@ -390,6 +383,7 @@ Status run_qmma(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
 
 Status run_q4k_mma(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   if (p.wtype != GgmlType::Q4_K) return Status::error("q4k_mma: q4_K only");
+  if (p.k % 256) return Status::error("q4k_mma: k must be a multiple of 256");
   return launch_configs<Q4kRuns>("q4k_mma", p, c, s);
 }
 
@@ -403,8 +397,8 @@ void register_qmma_variants(std::vector<GemvVariant>& out) {
                                            GemvConfig{32, 8, 1}, GemvConfig{16, 4, 2},  GemvConfig{32, 4, 1}};
   out.push_back({"q_mma", "q4_0/q8_0 repacked; the batch as the n side of int8 mma.sync m16n8k32, split-K warps",
                  WeightLayout::Repacked, qmma_types, run_qmma, configs, XRounding::Int8Blocks});
-  out.push_back({"q4k_mma", "q_mma's loop on q4_K in place: a sub-block per MMA, (d sc, dmin m) per row and block",
-                 WeightLayout::Gguf, q4k_type, run_q4k_mma, configs, XRounding::Int8Blocks});
+  out.push_back({"q4k_mma", "q_mma's loop on q4_K repacked: Q4_0's quant runs, (d sc, dmin m) per row and block",
+                 WeightLayout::Repacked, q4k_type, run_q4k_mma, configs, XRounding::Int8Blocks});
 }
 
 }  // namespace lamina::kernels
