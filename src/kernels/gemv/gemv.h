@@ -149,19 +149,24 @@ size_t gemv_weight_bytes(const GemvProblem& p);
 // Q4_K: quants [n][k/2] in Q4_0's order (block j of a super-block: byte e holds its elements e
 // and e + 16 in the low and high nibble) | the 16-byte super-block headers [n][k/256] (d, dmin,
 // 12 bytes of 6-bit scales and mins, as in the file): the same 144 bytes per 256 weights;
+// Q5_K: as Q4_K with, between quants and headers, fifth bits [n][k/32] u32 (bit e of block j's
+// word: its element e), Q5_0's order: 176 bytes per 256;
 // Q6_K: ql [n][k/2] | qh [n][k/4] | scales int8 [n][k/16] | d f16 [n][k/256] (gemv_q6k.cu);
 // Q3_K: qs [n][k/4] | hmask [n][k/8] | scales int8 [n][k/16] | d f16 [n][k/256] (gemv_q3k.cu).
 size_t gemv_repacked_bytes(GgmlType t, int64_t n, int64_t k);
 // The weight types whose matmul kernels (GEMV and GEMM) want the repacked layout.
 inline bool repacked_layout_preferred(GgmlType t) {
   return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q6_K || t == GgmlType::Q3_K ||
-         t == GgmlType::Q4_K;
+         t == GgmlType::Q4_K || t == GgmlType::Q5_K;
 }
 Status gemv_repack(GgmlType t, const void* gguf_rows, int64_t n, int64_t k, void* out, cudaStream_t s);
-// Whether dequant_repacked takes type t (the repacked types with no GEMM of their own).
-inline bool dequant_repacked_takes(GgmlType t) { return t == GgmlType::Q6_K || t == GgmlType::Q3_K; }
-// out [rows][k] f16 = rows row0 .. row0 + rows - 1 of a repacked q6_K or q3_K matrix of n x k (k a
-// multiple of 256): the B operand of an f16 GEMM for a matmul of many rows.
+// Whether dequant_repacked takes type t (the repacked types with no GEMM of their own, and q4_K
+// for a GPU whose GEMMs do not take it).
+inline bool dequant_repacked_takes(GgmlType t) {
+  return t == GgmlType::Q6_K || t == GgmlType::Q3_K || t == GgmlType::Q5_K || t == GgmlType::Q4_K;
+}
+// out [rows][k] f16 = rows row0 .. row0 + rows - 1 of a repacked q3_K, q4_K, q5_K or q6_K matrix of
+// n x k (k a multiple of 256): the B operand of an f16 GEMM for a matmul of many rows.
 Status dequant_repacked(GgmlType t, const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out,
                         cudaStream_t s);
 

@@ -230,6 +230,10 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][kB],
   else publish_y8(y, ep, row0, kRows, n, batch);
 }
 
+// Bits 0..3 of b as bit 4 of bytes 0..3 (a multiply puts bit i at bit 8i; the products' bits
+// never meet): four fifth bits of a 5-bit type onto four nibbles. (q51_dp4a, q_dp4a)
+__device__ __forceinline__ uint32_t fifth_bits(uint32_t b) { return ((b & 15u) * 0x00204081u & 0x01010101u) << 4; }
+
 // Scale and min j (0..7) of a Q4_K / Q5_K super-block header held in registers (h.y, h.z, h.w:
 // the 12 scale bytes), q4k_scale_min's formula (format/) on the words, the same bits: indexing the
 // bytes of a register copy by a lane's run-time j had put every header in local memory (ld.local.u8

@@ -18,15 +18,22 @@ namespace lamina::kernels::gemv_detail {
 //   kScaleK   Q4_K's 16-byte super-block header per 8 blocks (d, dmin, the 12 bytes of 6-bit scales
 //             and mins):                                              w = (d sc) q - (dmin m)
 enum Dp4aScales : int { kScaleD = 0, kScaleDM = 1, kScaleK = 2 };
+// kBits: 8 (Q8_0: a byte per quant), 4 (nibbles in Q4_0's order: byte e of a block holds its
+// elements e and e + 16), 5 (those nibbles, and after the quant plane a plane of one 32-bit word
+// per block whose bit e is element e's fifth bit: Q5_K, in Q5_0's order).
+
 
 // One step of q_dp4a: each lane loads 16-byte weight chunks l0 + u*32 + lane of kRows rows with
 // their block scales (load), then multiplies them with int8 x blocks by dp4a (dot).
 template <int kBits, int kScales, int kRows, int kUnroll>
 struct Dp4aStep {
   static constexpr bool kMin = kScales != kScaleD;             // a min term: + m_w sum(x)
-  static constexpr int kPer = kBits == 4 ? 32 : 16;           // weights per 16-byte chunk
-  static_assert(kScales != kScaleK || kBits == 4, "the Q4_K header goes with 4-bit quants");
+  static constexpr int kPer = kBits == 8 ? 16 : 32;           // weights per 16-byte chunk
+  static_assert(kScales != kScaleK || kBits != 8, "the K-quant header goes with 4- or 5-bit quants");
   static __device__ __forceinline__ int64_t loads(int64_t k) { return k / kPer; }
+  // Bytes of one row's quant plane and of its fifth-bit plane.
+  static __host__ __device__ constexpr size_t quant_row(int64_t k) { return size_t(k) * (kBits == 8 ? 8 : 4) / 8; }
+  static __host__ __device__ constexpr size_t high_row(int64_t k) { return kBits == 5 ? size_t(k) / 8 : 0; }
   // Bytes of one row's scale plane, and where block blk's scales sit in it.
   static __host__ __device__ constexpr size_t scale_row(int64_t k) { return size_t(k) / (kScales == kScaleDM ? 8 : 16); }
   static __device__ __forceinline__ size_t scale_at(int64_t blk) {
@@ -39,12 +46,14 @@ struct Dp4aStep {
   struct Regs {
     uint4 raw[kRows][kUnroll];
     Aux aux[kRows][kUnroll];
+    uint32_t qh[kRows][kUnroll];  // (5-bit: the chunk's fifth bits)
   };
 
-  // Rows row0..row0+kRows-1 of w [n][k] in the repacked layout (quant rows, then scale rows;
-  // rows past n clamped to n-1 so that loads stay in bounds), chunks l0 + u*32 + lane.
+  // Rows row0..row0+kRows-1 of w [n][k] in the repacked layout (quant rows, then 5-bit's fifth-bit
+  // rows, then scale rows; rows past n clamped to n-1 so that loads stay in bounds), chunks l0 +
+  // u*32 + lane.
   static __device__ __forceinline__ void load(const uint8_t* w, int64_t row0, int64_t n, int64_t l0, int64_t k, Regs& g) {
-    const size_t qrow = size_t(k) * kBits / 8;
+    const size_t qrow = quant_row(k), hrow = high_row(k);
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
@@ -53,7 +62,9 @@ struct Dp4aStep {
         const int64_t l = l0 + u * 32 + lane, row = row0 + r < n ? row0 + r : n - 1;
         const bool in = l < loads(k);
         g.raw[r][u] = in ? load_stream(w + size_t(row) * qrow + size_t(l) * 16) : make_uint4(0, 0, 0, 0);
-        const uint8_t* sp = w + size_t(n) * qrow + size_t(row) * scale_row(k) + scale_at(l * kPer / 32);
+        if constexpr (kBits == 5)
+          g.qh[r][u] = in ? __ldg(reinterpret_cast<const uint32_t*>(w + size_t(n) * qrow + size_t(row) * hrow + size_t(l) * 4)) : 0u;
+        const uint8_t* sp = w + size_t(n) * (qrow + hrow) + size_t(row) * scale_row(k) + scale_at(l * kPer / 32);
         if constexpr (kScales == kScaleK) g.aux[r][u] = in ? __ldg(reinterpret_cast<const uint4*>(sp)) : make_uint4(0, 0, 0, 0);
         else if constexpr (kScales == kScaleDM) g.aux[r][u] = in ? __half22float2(*reinterpret_cast<const __half2*>(sp)) : make_float2(0.f, 0.f);
         else g.aux[r][u] = make_float2(in ? __half2float(*reinterpret_cast<const __half*>(sp)) : 0.f, 0.f);
@@ -64,7 +75,7 @@ struct Dp4aStep {
   static __device__ __forceinline__ float2 scales(const Aux& a, int64_t l) {
     if constexpr (kScales == kScaleK) {
       float sc, m;
-      scale_min(int(l % 8), a, sc, m);  // (4-bit: chunk l is block l)
+      scale_min(int(l % 8), a, sc, m);  // (chunk l is block l)
       const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&a.x));
       return make_float2(dd.x * sc, -dd.y * m);
     } else {
@@ -78,12 +89,13 @@ struct Dp4aStep {
   struct XChunk {
     float d;
     int4 lo, hi;    // the 16 (Q8_0) or 32 (Q4) int8 values the chunk's weights multiply
-    int sum;        // the block's sum in steps of d, times -8 for Q4_0 (its offset term)
+    int sum;        // the block's sum in steps of d, times -8 for Q4_0 (its offset term; 5-bit: -16)
     uint32_t sel;   // the prmt selector: the byte to the low end (Q8_0: sign-extended)
     bool upper;     // the byte is in v.z / v.w
     uint32_t mask;  // Q4: the nibble of that byte (0x0F, or 0xF0 for elements 16..31)
     int big;        // the largest element in steps of d, times 16 for a low nibble (Q4: its product
-                    // joins the high nibbles' sum, kept 16x); 0 for the Q8_0 half without it
+                    // joins the high nibbles' sum, kept 16x; 5-bit: not); 0 for the Q8_0 half without it
+    int m;          // 5-bit: the largest element's index in the block (its fifth bit in qh)
   };
   static __device__ __forceinline__ XChunk x_chunk(const uint8_t* xb, int64_t k, int64_t l) {
     const X8Facts f = x8_facts(xb, k, l * kPer / 32);
@@ -91,15 +103,16 @@ struct Dp4aStep {
     x.d = f.d;
     x.lo = *reinterpret_cast<const int4*>(xb + l * kPer);
     x.hi = make_int4(0, 0, 0, 0);
-    x.sum = kMin ? f.sum : -8 * f.sum;
+    x.sum = kMin ? f.sum : (kBits == 5 ? -16 : -8) * f.sum;
+    x.m = f.m;
     x.upper = f.m & 8;
     const uint32_t b = f.m & 7;
-    if constexpr (kBits == 4) {
+    if constexpr (kBits != 8) {
       // element e < 16 is byte e's low nibble, e >= 16 byte e - 16's high nibble
       x.hi = *reinterpret_cast<const int4*>(xb + l * kPer + 16);
       x.sel = b;
       x.mask = f.m & 16 ? 0xF0u : 0x0Fu;
-      x.big = f.m & 16 ? f.big : 16 * f.big;
+      x.big = kBits == 5 || f.m & 16 ? f.big : 16 * f.big;
     } else {
       x.sel = b | (b | 8) << 4 | (b | 8) << 8 | (b | 8) << 12;  // selector nibbles >= 8: the byte's sign
       x.mask = 0;
@@ -111,10 +124,21 @@ struct Dp4aStep {
   // One chunk's product with x: d_x * (d_w * sumi [+ m_w * sum(x) for Q4_1, Q4_K]), where sumi is the
   // integer dot product of the quants with x's q and the largest element's Q (Q4_0's - 8 sum(x)
   // folded in). The high nibbles stay in place (16x, dp4a_us, shifted back exactly).
-  static __device__ __forceinline__ float chunk_dot(const uint4 v, const XChunk& x, float dw, float mw) {
+  // 5-bit: each word's nibbles with their fifth bits as two words of bytes 0..31, eight dp4a.
+  static __device__ __forceinline__ float chunk_dot(const uint4 v, uint32_t qh, const XChunk& x, float dw, float mw) {
     const uint32_t pick = x.upper ? prmt(v.z, v.w, x.sel) : prmt(v.x, v.y, x.sel);
     int sumi;
-    if constexpr (kBits == 4) {
+    if constexpr (kBits == 5) {
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+      const int xl[4] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w}, xh[4] = {x.hi.x, x.hi.y, x.hi.z, x.hi.w};
+      const uint32_t nib = pick & x.mask;  // the largest element's quant: its nibble, then its fifth bit
+      sumi = (int(x.mask == 0xF0u ? nib >> 4 : nib) | int((qh >> x.m) & 1u) << 4) * x.big + (kMin ? 0 : x.sum);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        sumi = __dp4a(int((w[i] & 0x0F0F0F0Fu) | fifth_bits(qh >> (4 * i))), xl[i], sumi);
+        sumi = __dp4a(int(((w[i] >> 4) & 0x0F0F0F0Fu) | fifth_bits(qh >> (16 + 4 * i))), xh[i], sumi);
+      }
+    } else if constexpr (kBits == 4) {
       const uint32_t lo = 0x0F0F0F0Fu, hi = 0xF0F0F0F0u;
       int sl = __dp4a(int(v.x & lo), x.lo.x, kMin ? 0 : x.sum);
       sl = __dp4a(int(v.y & lo), x.lo.y, sl);
@@ -156,7 +180,7 @@ struct Dp4aStep {
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
             const float2 dm = scales(g[mat].aux[r][u], l);
-            acc[mat][r][b] += chunk_dot(g[mat].raw[r][u], x, dm.x, dm.y);
+            acc[mat][r][b] += chunk_dot(g[mat].raw[r][u], g[mat].qh[r][u], x, dm.x, dm.y);
           }
       }
     }
@@ -208,10 +232,10 @@ struct Dp4aSlots {
 inline constexpr int kDp4aBlocksPerSm = 1;
 
 inline bool dp4a_types(GgmlType t) {
-  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K;
+  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q5_K;
 }
 
-// A dp4a variant's launch for a problem and config: by weight type (Q4_0, Q4_1, Q8_0, Q4_K), then by
+// A dp4a variant's launch for a problem and config: by weight type (gemv_dp4a.cu), then by
 // (rows, unroll) among the instances the variant lists, then gate/up pair or one matrix:
 // Launch<kBits, kScales, kRows, kUnroll, kGateUp>::run(p, c, s).
 template <int kRows, int kUnroll>
@@ -232,19 +256,6 @@ Status dp4a_by_config(const char* name, const GemvProblem& p, const GemvConfig& 
   };
   (try_one(Shapes{}), ...);
   return st;
-}
-
-template <template <int, int, int, int, bool> class Launch, class... Shapes>
-Status dp4a_dispatch(const char* name, const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  if (p.k % 32) return Status::error(std::string(name) + ": k must be a multiple of 32");
-  if (p.wtype == GgmlType::Q4_0) return dp4a_by_config<Launch, 4, kScaleD, Shapes...>(name, p, c, s);
-  if (p.wtype == GgmlType::Q4_1) return dp4a_by_config<Launch, 4, kScaleDM, Shapes...>(name, p, c, s);
-  if (p.wtype == GgmlType::Q8_0) return dp4a_by_config<Launch, 8, kScaleD, Shapes...>(name, p, c, s);
-  if (p.wtype == GgmlType::Q4_K) {
-    if (p.k % 256) return Status::error(std::string(name) + ": q4_K needs k a multiple of 256");
-    return dp4a_by_config<Launch, 4, kScaleK, Shapes...>(name, p, c, s);
-  }
-  return Status::error(std::string(name) + ": only q4_0, q4_1, q8_0 and q4_K");
 }
 
 }  // namespace lamina::kernels::gemv_detail

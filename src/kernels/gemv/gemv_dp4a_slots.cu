@@ -62,5 +62,6 @@ Status gemv_dp4a_slots_launch(const GemvProblem& p, const GemvConfig& c, cudaStr
 template Status gemv_dp4a_slots_launch<4, kScaleD>(const GemvProblem&, const GemvConfig&, cudaStream_t);
 template Status gemv_dp4a_slots_launch<8, kScaleD>(const GemvProblem&, const GemvConfig&, cudaStream_t);
 template Status gemv_dp4a_slots_launch<4, kScaleK>(const GemvProblem&, const GemvConfig&, cudaStream_t);
+template Status gemv_dp4a_slots_launch<5, kScaleK>(const GemvProblem&, const GemvConfig&, cudaStream_t);
 
 }  // namespace lamina::kernels

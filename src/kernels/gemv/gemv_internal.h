@@ -18,8 +18,8 @@ void register_dp4a_variants(std::vector<GemvVariant>& out);    // gemv_dp4a.cu
 Status gemv_dp4a_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 // q_dp4a's decode instances of one matrix at unroll 2 (gemv_dp4a_slots.cu), for q_dp4a's dispatch,
 // which has checked the problem: batch 1, no w_up, config rows=2, warps=16, unroll=2; (kBits,
-// kScales: gemv_dp4a.cuh's Dp4aScales) (4, 0) for q4_0, (8, 0) for q8_0, (4, 2) for q4_K, the three
-// instantiated.
+// kScales: gemv_dp4a.cuh's Dp4aScales) (4, 0) for q4_0, (8, 0) for q8_0, (4, 2) for q4_K, (5, 2) for
+// q5_K, the four instantiated.
 template <int kBits, int kScales>
 Status gemv_dp4a_slots_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 void register_mma_variants(std::vector<GemvVariant>& out);     // gemv_mma.cu
@@ -33,6 +33,11 @@ void register_q3k_variants(std::vector<GemvVariant>& out);     // gemv_q3k.cu
 size_t gemv_q3k_repacked_bytes(int64_t n, int64_t k);                                   // gemv_q3k.cu
 Status gemv_q3k_repack(const void* src, int64_t n, int64_t k, void* out, cudaStream_t s);  // gemv_q3k.cu
 Status dequant_q3k_repacked(const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out, cudaStream_t s);
+// Q4_K and Q5_K planes (gemv_kquant_planes.cu): bytes, repack, and rows back to f16.
+size_t gemv_kquant_planes_bytes(GgmlType t, int64_t n, int64_t k);
+Status gemv_kquant_planes_repack(GgmlType t, const void* src, int64_t n, int64_t k, void* out, cudaStream_t s);
+Status dequant_kquant_planes(GgmlType t, const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out,
+                             cudaStream_t s);
 Status dequant_q6k_repacked(const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out, cudaStream_t s);
 void register_iq4xs_variants(std::vector<GemvVariant>& out);   // gemv_iq4xs.cu
 void register_q51_variants(std::vector<GemvVariant>& out);     // gemv_q51.cu

@@ -16,9 +16,6 @@ namespace {
 
 using namespace gemv_detail;
 
-// Bits 0..3 of b as bit 4 of bytes 0..3.
-__device__ __forceinline__ uint32_t fifth_bits(uint32_t b) { return ((b & 15u) * 0x00204081u & 0x01010101u) << 4; }
-
 struct Q51Units {
   static constexpr const char* kName = "q51_dp4a";
   static constexpr const char* kSlotsName = "q51_slots";

@@ -214,33 +214,12 @@ __global__ void repack_kernel(const uint8_t* __restrict__ src, int64_t n, int64_
   }
 }
 
-// Q4_K super-blocks -> quants [n][k/2] in Q4_0's order | headers [n][k/256][16] (gemv.h). GGUF's
-// qs byte 32 c + e holds element e of sub-block 2c (low nibble) and of 2c + 1 (high); block j of
-// the plane holds elements e and e + 16 of sub-block j in byte e. One thread per super-block.
-__global__ void repack_q4k_kernel(const uint8_t* __restrict__ src, int64_t n, int64_t k, uint8_t* __restrict__ dst) {
-  const int64_t blocks = n * (k / 256);
-  uint8_t* hp = dst + size_t(n) * size_t(k) / 2;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < blocks; i += int64_t(gridDim.x) * blockDim.x) {
-    const uint8_t* b = src + size_t(i) * 144;
-    for (int j = 0; j < 16; ++j) hp[size_t(i) * 16 + j] = b[j];
-    const uint8_t* qs = b + 16;
-    uint8_t* q = dst + size_t(i) * 128;
-    for (int j = 0; j < 8; ++j) {
-      const int sh = 4 * (j & 1);
-      for (int e = 0; e < 16; ++e) {
-        const uint32_t lo = (qs[32 * (j / 2) + e] >> sh) & 15u, hi = (qs[32 * (j / 2) + e + 16] >> sh) & 15u;
-        q[16 * j + e] = uint8_t(lo | hi << 4);
-      }
-    }
-  }
-}
-
 }  // namespace
 
 size_t gemv_repacked_bytes(GgmlType t, int64_t n, int64_t k) {
   if (t == GgmlType::Q6_K) return gemv_q6k_repacked_bytes(n, k);
   if (t == GgmlType::Q3_K) return gemv_q3k_repacked_bytes(n, k);
-  if (t == GgmlType::Q4_K) return size_t(n) * size_t(k / 256) * 144;
+  if (t == GgmlType::Q4_K || t == GgmlType::Q5_K) return gemv_kquant_planes_bytes(t, n, k);
   const size_t bits = t == GgmlType::Q8_0 ? 8 : 4;
   const size_t header = t == GgmlType::Q4_1 ? 4 : 2;
   return size_t(n) * size_t(k) * bits / 8 + size_t(n) * size_t(k / 32) * header;
@@ -249,15 +228,10 @@ size_t gemv_repacked_bytes(GgmlType t, int64_t n, int64_t k) {
 Status gemv_repack(GgmlType t, const void* src, int64_t n, int64_t k, void* out, cudaStream_t s) {
   if (t == GgmlType::Q6_K) return gemv_q6k_repack(src, n, k, out, s);
   if (t == GgmlType::Q3_K) return gemv_q3k_repack(src, n, k, out, s);
-  if (t != GgmlType::Q4_0 && t != GgmlType::Q4_1 && t != GgmlType::Q8_0 && t != GgmlType::Q4_K)
-    return Status::error("gemv_repack: only q4_0, q4_1, q3_K, q4_K, q6_K and q8_0 have a repacked layout");
-  if (k % (t == GgmlType::Q4_K ? 256 : 32) || n <= 0) return Status::error("gemv_repack: bad shape");
-  if (t == GgmlType::Q4_K) {
-    const int64_t supers = n * (k / 256);
-    repack_q4k_kernel<<<unsigned(std::min<int64_t>((supers + 255) / 256, 4096)), 256, 0, s>>>(
-        static_cast<const uint8_t*>(src), n, k, static_cast<uint8_t*>(out));
-    return launch_status("gemv_repack");
-  }
+  if (t == GgmlType::Q4_K || t == GgmlType::Q5_K) return gemv_kquant_planes_repack(t, src, n, k, out, s);
+  if (t != GgmlType::Q4_0 && t != GgmlType::Q4_1 && t != GgmlType::Q8_0)
+    return Status::error("gemv_repack: only q4_0, q4_1, q3_K, q4_K, q5_K, q6_K and q8_0 have a repacked layout");
+  if (k % 32 || n <= 0) return Status::error("gemv_repack: bad shape");
   const int64_t blocks = n * (k / 32);
   const unsigned grid = unsigned(std::min<int64_t>((blocks + 255) / 256, 4096));
   const auto* in = static_cast<const uint8_t*>(src);
@@ -272,7 +246,8 @@ Status dequant_repacked(GgmlType t, const void* w, int64_t n, int64_t k, int64_t
                         cudaStream_t s) {
   if (t == GgmlType::Q6_K) return dequant_q6k_repacked(w, n, k, row0, rows, out, s);
   if (t == GgmlType::Q3_K) return dequant_q3k_repacked(w, n, k, row0, rows, out, s);
-  return Status::error("dequant_repacked: only q3_K and q6_K");
+  if (t == GgmlType::Q4_K || t == GgmlType::Q5_K) return dequant_kquant_planes(t, w, n, k, row0, rows, out, s);
+  return Status::error("dequant_repacked: only q3_K, q4_K, q5_K and q6_K");
 }
 
 void register_quant_variants(std::vector<GemvVariant>& out) {

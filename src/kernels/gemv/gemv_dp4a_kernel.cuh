@@ -1,0 +1,159 @@
+// q_dp4a: Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K (repacked layouts, gemv.h) with int8 activations and dp4a.
+//   - x is quantised once per thread block into shared memory: int8 blocks of 32 with an f32
+//     scale and the block's integer sum (llama.cpp's q8_1 idea), the scale set by the block's
+//     second-largest element and the largest kept as a wide integer (kernels/common/q8_blocks.h:
+//     its product with its weight's quant joins the integer dot product); the grid is
+//     persistent (a few blocks per SM looping over rows), so each block converts x once for
+//     many rows.
+//   - each lane streams 16 bytes of weights per step (one Q4_0 block, half a Q8_0 block),
+//     `unroll` steps in flight, `rows` rows per warp sharing the x loads from shared memory.
+//   - sum_i (q_i - 8) * x_i = d_w * d_x * (dp4a(q, xq) - 8 * sum(xq))   (Q4_0)
+//   - sum_i (d_w q_i + m_w) * x_i = d_x * (d_w * dp4a(q, xq) + m_w * sum(xq))   (Q4_1)
+//   - sum_i q_i * x_i = d_w * d_x * dp4a(q, xq)   (Q8_0)
+//   - Q4_K as Q4_1 with d_w = d sc, m_w = -dmin m of the block's super-block header (its quants
+//     repacked into Q4_0's order: a 16-byte chunk is one block of 32, one x block), so that the
+//     file type most people run streams as Q4_0 does; the in-place q4k_dp4a pays a header load
+//     and decode per 16 bytes and meets two x blocks with each chunk.
+//   - Q5_K as Q4_K plus a 32-bit word of fifth bits per block (a plane of its own), merged into
+//     the nibbles' bytes before eight dp4a (the 16x trick of the high nibbles does not apply).
+//   - the first step's weights are loaded before the PDL wait (weights never depend on an
+//     earlier kernel), so they overlap the kernel before and the making of x.
+//   - with GemvProblem::y8 the epilogue also writes y as int8 blocks (publish_y8): the gate/up
+//     pair makes the down projection's x, so that GEMV no longer quantises 11008 values in
+//     every block.
+//   - configs with 32 rows per block (rows=2 x 16 warps, rows=4 x 8) make y8 in the block
+//     (publish_y8_block: shared memory and one barrier per pass) instead of through global
+//     counters and fences.
+//   - batch-1 problems (decode) run instances whose batch loops are unrolled for one row
+//     (kMaxB = 1): the 8-row instances are 160-244 KiB of SASS, and a batch-1 warp ran one copy
+//     of each loop body and branched over seven; in the decode chain every kernel starts on
+//     cold instruction caches (ncu: stall samples "no instructions").
+//   - decode's instances keep weights in flight across the epilogue (kOverlap, q4_0 / q8_0,
+//     16 warps x 2 rows): the gate and up steps are loaded together, the next pass's first step
+//     goes out before this pass's epilogue, and y8 is made by a rotating warp behind named
+//     barriers while the other warps go on; one matrix at unroll 2 runs q_dp4a_slots (two
+//     register slots, gemv_dp4a_slots.cu). Where q_dp4a waited at the y8 barrier, the SM's loads
+//     drained. (The gate/up pair stays out of the slots: it lost to loads ahead in the chain.)
+// Each bullet's figures, measured in the decode chain: docs/benchmarks.md, "Whole model on the
+// GPU (issue #6)".
+// Activations lose precision to 8 bits (as in llama.cpp): the GPU test checks this variant
+// against an fp64 reference of the same quantised x.
+// This header holds the kernel and its launch; each weight type's instances are compiled in a
+// translation unit of their own (gemv_dp4a_<type>.cu), so that a build runs them in parallel.
+#pragma once
+
+#include "kernels/gemv/gemv_common.cuh"
+#include "kernels/gemv/gemv_dp4a.cuh"
+#include "kernels/gemv/gemv_internal.h"
+#include "kernels/gemv/gemv_x8.cuh"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+namespace lamina::kernels::gemv_detail {
+
+// kBlock32: 32 / kRows warps per block, so that a block's rows of one pass are one 32-row block
+// of y and the int8 copy of y is made in the block (publish_y8_block) instead of through global
+// counters and fences.
+// kMaxB: the batch rows the loops unroll for; decode's instances (batch 1) take 1, so that the
+// code the warps run is one contiguous stretch instead of eight batch copies branched over.
+// kOverlap (decode's batch-1 instances of 32-row blocks): the gate and up matrices' steps are
+// loaded together, the next pass's first step goes out before this pass's epilogue, and y8 is
+// made by a rotating warp while the others go on (publish_y8_rotating) — so that the warps keep
+// weights in flight across the epilogue instead of draining at a block-wide barrier.
+template <int kBits, int kScales, int kRows, int kUnroll, bool kGateUp, bool kBlock32 = false, int kMaxB = kGemvMaxBatch,
+          bool kOverlap = false>
+__global__ void __launch_bounds__(kBlock32 ? 32 / kRows * 32 : 256) q_dp4a(const uint8_t* __restrict__ w, const uint8_t* __restrict__ w_up,
+                                              XSource xin,
+                                              float* __restrict__ y, int64_t n, int64_t k,
+                                              int batch, Epilogue ep) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  using Step = Dp4aStep<kBits, kScales, kRows, kUnroll>;
+  constexpr int kMats = kGateUp ? 2 : 1, kBufs = kOverlap ? kMats : 1;
+  const int64_t warps_total = int64_t(gridDim.x) * (blockDim.x / 32);
+  const int64_t stride = warps_total * kRows;
+  const int64_t first = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows;
+  typename Step::Regs regs[kBufs];
+  auto load_ahead = [&](int64_t r0, int64_t l0) {
+#pragma unroll
+    for (int mat = 0; mat < kBufs; ++mat) Step::load(mat ? w_up : w, r0, n, l0, k, regs[mat]);
+  };
+  // The weights never depend on an earlier kernel: the first step's loads go out before the
+  // wait, so they overlap the kernel before (PDL) and the making of x.
+  bool loaded = first < n;
+  if (loaded) load_ahead(first, 0);
+  pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
+  RmsParts rms;  // x8 = blocks of x * w: the RMS scale from the producer's sums of squares
+  if (xin.ss) rms.load(xin.ss, k);
+  const uint8_t* xs = x8_source(xin, k, batch, smem);
+  __shared__ float yv[kBlock32 ? 2 : 1][kBlock32 ? kGemvMaxBatch : 1][32];  // kBlock32: y of the pass, two buffers
+  int pass = 0;
+  for (int64_t row0 = first; row0 < n; row0 += stride, ++pass) {
+    if (row0 + stride >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
+    float acc[kMats][kRows][kMaxB] = {};
+    if constexpr (kOverlap) {
+      for (int64_t l0 = 0; l0 < Step::loads(k); l0 += 32 * kUnroll) {
+        if (!loaded) load_ahead(row0, l0);
+        loaded = false;
+        Step::dot_mats(regs, xs, k, l0, batch, acc);  // the x side decoded once for gate and up
+      }
+      if (row0 + stride < n) {  // the next pass's first weights go out before this pass's epilogue
+        load_ahead(row0 + stride, 0);
+        loaded = true;
+      }
+    } else {
+#pragma unroll
+      for (int mat = 0; mat < kMats; ++mat)
+        for (int64_t l0 = 0; l0 < Step::loads(k); l0 += 32 * kUnroll) {
+          if (!loaded) Step::load(mat ? w_up : w, row0, n, l0, k, regs[0]);
+          loaded = false;
+          Step::dot(regs[0], xs, k, l0, batch, acc[mat]);
+        }
+    }
+    store_rows(acc, row0, n, batch, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f, kBlock32 ? yv[pass & 1] : nullptr,
+               0, kOverlap ? pass : -1, row0 + 2 * stride < n);
+  }
+}
+
+template <int kBits, int kScales, int kRows, int kUnroll, bool kGateUp>
+struct Dp4aLaunch {
+  static Status run(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+    if constexpr (kRows >= 2) {
+      if (c.warps * kRows == 32) {  // one 32-row block of y per block and pass (kBlock32)
+        if (p.batch == 1) {
+          // Decode: the overlapping instances (q4_0 / q8_0 / q4_K, 16 warps); one matrix at unroll 2 goes
+          // to q_dp4a_slots (gemv_dp4a_slots.cu). The gate/up pair runs at unroll 2 for either
+          // config (at 4 its two steps of registers spill): the pair's unroll-4 config had run the
+          // instance without overlap, which the tuner's back-to-back graph sometimes ranked first
+          // and which in the chain cost q8_0 decode (docs/benchmarks.md, sixteenth session).
+          if constexpr (kRows == 2 && kScales != kScaleDM) {
+            if constexpr (!kGateUp && kUnroll == 2) return gemv_dp4a_slots_launch<kBits, kScales>(p, c, s);
+            else
+              return launch_x8_persistent(q_dp4a<kBits, kScales, kRows, kGateUp ? 2 : kUnroll, kGateUp, true, 1, true>, "q_dp4a",
+                                          p, c, kRows, s, kDp4aBlocksPerSm);
+          }
+          return launch_x8_persistent(q_dp4a<kBits, kScales, kRows, kUnroll, kGateUp, true, 1>, "q_dp4a", p, c, kRows, s,
+                                      kDp4aBlocksPerSm);
+        }
+        return launch_x8_persistent(q_dp4a<kBits, kScales, kRows, kUnroll, kGateUp, true>, "q_dp4a", p, c, kRows, s, kDp4aBlocksPerSm);
+      }
+    }
+    return launch_x8_persistent(q_dp4a<kBits, kScales, kRows, kUnroll, kGateUp>, "q_dp4a", p, c, kRows, s, kDp4aBlocksPerSm);
+  }
+};
+
+// q_dp4a's launch for one weight type (kBits, kScales) over the configs it registers.
+template <int kBits, int kScales>
+Status dp4a_launch_type(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+  return dp4a_by_config<Dp4aLaunch, kBits, kScales, Dp4aShape<1, 4>, Dp4aShape<2, 2>, Dp4aShape<2, 4>, Dp4aShape<4, 2>>(
+      "q_dp4a", p, c, s);
+}
+
+// The instances of each type (gemv_dp4a_<type>.cu).
+Status dp4a_launch_q4_0(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
+Status dp4a_launch_q4_1(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
+Status dp4a_launch_q8_0(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
+Status dp4a_launch_q4_k(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
+Status dp4a_launch_q5_k(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
+
+}  // namespace lamina::kernels::gemv_detail
