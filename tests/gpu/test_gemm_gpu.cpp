@@ -4,6 +4,7 @@
 #include "core/half.h"
 #include "gpu_test_util.h"
 #include "format/quant.h"
+#include "format/quant_blocks.h"
 #include "kernels/autotune/autotune.h"
 #include "kernels/gemm/gemm.h"
 
@@ -14,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 
 using namespace lamina;
 using namespace lamina::kernels;
@@ -219,7 +221,22 @@ struct QuantWeight {
   std::vector<double> values;
 };
 
-void quant_weight(GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng, QuantWeight& q) {
+// Q4_K as the Hopper GEMMs convert it (q4k_half_scales): q * f16(d sc) - f16(dmin m), rounded to
+// f16 once (the product and difference are exact in double).
+float q4k_half_scaled(const uint8_t* row, int64_t e) {
+  const block_q4_K& b = reinterpret_cast<const block_q4_K*>(row)[e / 256];
+  const int i = int(e % 256);
+  uint8_t sc, m;
+  q4k_scale_min(i / 32, b.scales, &sc, &m);
+  const uint8_t byte = b.qs[32 * (i / 64) + i % 32];
+  const int q = i % 64 < 32 ? byte & 15 : byte >> 4;
+  const double ds = f16_to_f32(f32_to_f16(f16_to_f32(b.d) * float(sc)));
+  const double dm = f16_to_f32(f32_to_f16(f16_to_f32(b.dmin) * float(m)));
+  return float(double(q) * ds - dm);
+}
+
+// half_scales: Q4_K's values as q2_wgmma and q3_wgmma_rs make them (q4k_half_scaled).
+void quant_weight(GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng, QuantWeight& q, bool half_scales = false) {
   std::normal_distribution<float> nd(0.f, 1.f);
   const size_t rb = row_bytes(wt, s.k);
   std::vector<uint8_t> w(rb * size_t(s.n));
@@ -229,6 +246,8 @@ void quant_weight(GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng, Q
     for (auto& f : row) f = nd(rng);
     quantize_row(wt, row.data(), w.data() + size_t(j) * rb, s.k);
     dequantize_row(wt, w.data() + size_t(j) * rb, deq.data(), s.k);
+    if (half_scales && wt == GgmlType::Q4_K)
+      for (int64_t p = 0; p < s.k; ++p) deq[size_t(p)] = q4k_half_scaled(w.data() + size_t(j) * rb, p);
     for (int64_t p = 0; p < s.k; ++p) q.values[size_t(p * s.n + j)] = round_to(at, deq[size_t(p)]);
   }
   DeviceBuf raw(w.size()), out(gemv_repacked_bytes(wt, s.n, s.k));
@@ -241,7 +260,7 @@ void quant_weight(GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng, Q
 
 void run_quant(const GemmVariant* v, GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng) {
   QuantWeight w;
-  quant_weight(wt, at, s, rng, w);
+  quant_weight(wt, at, s, rng, w, std::string(v->name) != "q1_mma");
   if (testing::Test::HasFatalFailure()) return;
   const HostMatrix a = dense(at, s.m, s.k, false, s.k, rng);
   check(GemmRun{v, at, wt, GgmlType::F32}, s, a, w.values, w.image, 0, rng);
@@ -283,8 +302,8 @@ void run_gated(const GemmVariant& v, GgmlType wt, GgmlType ct, bool gelu, const 
   SCOPED_TRACE(testing::Message() << type_name(wt) << " C " << type_name(ct) << (gelu ? " gelu" : " silu") << " m=" << s.m
                                   << " n=" << s.n << " k=" << s.k);
   QuantWeight g, u;
-  quant_weight(wt, GgmlType::F16, s, rng, g);
-  quant_weight(wt, GgmlType::F16, s, rng, u);
+  quant_weight(wt, GgmlType::F16, s, rng, g, true);
+  quant_weight(wt, GgmlType::F16, s, rng, u, true);
   if (testing::Test::HasFatalFailure()) return;
   const HostMatrix a = dense(GgmlType::F16, s.m, s.k, false, s.k, rng);
   const int64_t ldc = s.n + 3;

@@ -26,7 +26,8 @@
 // with tanh) in C's type: one kernel in place of two GEMMs, the GLU and the 16-bit conversion
 // of its output for the down projection (the batching engine's steps).
 //
-// Values are the same f16 numbers q2_wgmma stages (one rounding of the dequantised weight).
+// Values are the same f16 numbers q2_wgmma stages (one rounding of the dequantised weight; Q4_K:
+// and of its scale pair first, q4k_half_scales).
 // Figures: docs/benchmarks.md (lamina kbench gemm).
 #pragma once
 
@@ -58,7 +59,6 @@ __device__ __forceinline__ uint32_t pick4(const uint8_t* chunk, int t) {
 __device__ __forceinline__ uint32_t q4_pair(uint32_t x, bool upper_bytes, bool high, __half2 d, __half2 off) {
   return qgemm_wgmma::as_u32(__hfma2(qgemm_wgmma::nibble_pair(x, upper_bytes, high), d, off));
 }
-using qgemm_wgmma::q4k_pair;
 using qgemm_wgmma::q8_pair;
 
 // One thread's A fragments of one k-step (4 k16 steps x 4 registers) from a ring slot.
@@ -125,12 +125,13 @@ struct Frags {
           const int b = 2 * s4 + half;
           float sc, mn;
           qgemm_wgmma::q4k_scale_min_words(b, aux[i], sc, mn);
-          const float ds = d * sc, dm = dmin * mn;
+          __half2 ds, off;
+          qgemm_wgmma::q4k_half_scales(d * sc, dmin * mn, ds, off);
           const uint32_t x = pick4(slot + size_t(r) * 128 + 16 * (b ^ (r % 8)), t);
 #pragma unroll
           for (int hi = 0; hi < 2; ++hi) {  // low nibbles: k 0..15 of the block; high: 16..31
-            f[4 * (2 * half + hi) + i] = q4k_pair(x, false, hi, ds, dm);
-            f[4 * (2 * half + hi) + 2 + i] = q4k_pair(x, true, hi, ds, dm);
+            f[4 * (2 * half + hi) + i] = q4_pair(x, false, hi, ds, off);
+            f[4 * (2 * half + hi) + 2 + i] = q4_pair(x, true, hi, ds, off);
           }
         }
       }

@@ -17,7 +17,8 @@
 //               super-block headers [n][k/256] (d, dmin, 12 scale bytes): a ring slot's 16 bytes
 //               of aux per row are its super-block's header where Q4_0 has its eight d
 // Slot layouts (issue_raw) keep each thread's 16-byte reads of its own row free of bank conflicts.
-// Values are rounded to f16 once after scaling, as a dequantised f16 copy would be.
+// Values are rounded to f16 once after scaling, as a dequantised f16 copy would be (Q4_K: its
+// scale pair is rounded to f16 first, q4k_half_scales).
 // Figures: docs/benchmarks.md (lamina kbench gemm).
 #pragma once
 
@@ -72,21 +73,13 @@ __device__ __forceinline__ void nibbles_to_f16(uint32_t w0, uint32_t w1, bool hi
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
-// One pair of a Q4_K fragment: the low (or high) nibbles of bytes 0, 1 (or 2, 3 when `upper`)
-// of w as the half2 of q * ds - dm, computed in f32 as the reference dequantisation does (ds * q
-// is exact in f32) and rounded to f16 once. The nibble becomes an f32 integer under exponent
-// 0x4B (2^23 + q).
-__device__ __forceinline__ uint32_t q4k_pair(uint32_t w, bool upper, bool high, float ds, float dm) {
-  const int sh = (upper ? 16 : 0) + (high ? 4 : 0);
-  const float lo = __uint_as_float(0x4B000000u | ((w >> sh) & 15u)) - 8388608.f;
-  const float hi = __uint_as_float(0x4B000000u | ((w >> (sh + 8)) & 15u)) - 8388608.f;
-  return mma::pack2<__half>(fmaf(lo, ds, -dm), fmaf(hi, ds, -dm));
-}
-
-// Eight 4-bit values of Q4_K (low or high nibbles of the bytes of w0, w1) -> eight f16 of q * ds - dm.
-__device__ __forceinline__ uint4 q4k_x8_to_f16(uint32_t w0, uint32_t w1, bool high, float ds, float dm) {
-  return {q4k_pair(w0, false, high, ds, dm), q4k_pair(w0, true, high, ds, dm), q4k_pair(w1, false, high, ds, dm),
-          q4k_pair(w1, true, high, ds, dm)};
+// Q4_K's sub-block scale pair (ds = d sc, dm = dmin m, exact in f32) as the half2 operands of
+// q * ds - dm: each rounded to f16 once, so that the nibbles convert as Q4_0's do (one HFMA2 per
+// two weights, q exact in f16) with one more rounding in the product. (Its first form computed
+// q * ds - dm in f32 and packed the pair: three times the instructions per weight, which held the
+// Q4_K GEMMs to 50-62 % of cuBLAS at M = 512 where Q4_0's reach 74-86 %.)
+__device__ __forceinline__ void q4k_half_scales(float ds, float dm, __half2& d2, __half2& off) {
+  d2 = __float2half2_rn(ds), off = __float2half2_rn(-dm);
 }
 
 // Q4_K's 6-bit scale and min of sub-block j from the header words y, z, w (bytes 4..15).
@@ -177,7 +170,13 @@ struct DequantB {
     } else {
       // as Q4_0: block c/4 (the step's sub-block 2 (kt % 4) + c/4), low nibbles then high
       const int blk = c / 4, w0 = 2 * (c % 2);
-      return q4k_x8_to_f16(word(x.q[blk], w0), word(x.q[blk], w0 + 1), (c % 4) >= 2, ds[blk], dm[blk]);
+      __half2 v[4], d, off;
+      nibbles_to_f16(word(x.q[blk], w0), word(x.q[blk], w0 + 1), (c % 4) >= 2, v);
+      q4k_half_scales(ds[blk], dm[blk], d, off);
+      uint32_t r[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) r[i] = as_u32(__hfma2(v[i], d, off));
+      return {r[0], r[1], r[2], r[3]};
     }
   }
 
