@@ -16,6 +16,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 
 using namespace lamina;
 using namespace lamina::kernels;
@@ -124,8 +125,10 @@ void check(const GemmRun& r, const Shape& s, const HostMatrix& a, const std::vec
   CUDA_OK(cudaMemcpy(db.p, b_image.data(), b_image.size(), cudaMemcpyHostToDevice));
   GemmProblem p;
   p.a_type = r.a_type, p.b_type = r.b_type, p.c_type = r.c_type;
-  p.b_layout = (r.b_type == GgmlType::Q8_0 || r.b_type == GgmlType::Q4_0 || r.b_type == GgmlType::Q4_K) ? WeightLayout::Repacked
-                                                                                                     : WeightLayout::Gguf;
+  p.b_layout = (r.b_type == GgmlType::Q8_0 || r.b_type == GgmlType::Q4_0 || r.b_type == GgmlType::Q4_K ||
+                r.b_type == GgmlType::Q5_K)
+                   ? WeightLayout::Repacked
+                   : WeightLayout::Gguf;
   p.m = s.m, p.n = s.n, p.k = s.k;
   p.a = da.p, p.lda = (r.a_col ? s.m : s.k) + r.pad, p.a_col_major = r.a_col;
   p.b = db.p, p.ldb = ldb, p.b_col_major = r.b_col;
@@ -221,21 +224,23 @@ struct QuantWeight {
   std::vector<double> values;
 };
 
-// Q4_K as the Hopper GEMMs convert it (q4k_half_scales): q * f16(d sc) - f16(dmin m), rounded to
-// f16 once (the product and difference are exact in double).
-float q4k_half_scaled(const uint8_t* row, int64_t e) {
-  const block_q4_K& b = reinterpret_cast<const block_q4_K*>(row)[e / 256];
+// Q4_K and Q5_K as the Hopper GEMMs convert them (q4k_half_scales): q * f16(d sc) - f16(dmin m),
+// rounded to f16 once (the product and difference are exact in double).
+template <class Block>
+float kquant_half_scaled(const uint8_t* row, int64_t e) {
+  const Block& b = reinterpret_cast<const Block*>(row)[e / 256];
   const int i = int(e % 256);
   uint8_t sc, m;
   q4k_scale_min(i / 32, b.scales, &sc, &m);
   const uint8_t byte = b.qs[32 * (i / 64) + i % 32];
-  const int q = i % 64 < 32 ? byte & 15 : byte >> 4;
+  int q = i % 64 < 32 ? byte & 15 : byte >> 4;
+  if constexpr (std::is_same_v<Block, block_q5_K>) q += 16 * ((b.qh[i % 32] >> (i / 32)) & 1);
   const double ds = f16_to_f32(f32_to_f16(f16_to_f32(b.d) * float(sc)));
   const double dm = f16_to_f32(f32_to_f16(f16_to_f32(b.dmin) * float(m)));
   return float(double(q) * ds - dm);
 }
 
-// half_scales: Q4_K's values as q2_wgmma and q3_wgmma_rs make them (q4k_half_scaled).
+// half_scales: Q4_K's and Q5_K's values as q2_wgmma and q3_wgmma_rs make them (kquant_half_scaled).
 void quant_weight(GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng, QuantWeight& q, bool half_scales = false) {
   std::normal_distribution<float> nd(0.f, 1.f);
   const size_t rb = row_bytes(wt, s.k);
@@ -247,7 +252,9 @@ void quant_weight(GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng, Q
     quantize_row(wt, row.data(), w.data() + size_t(j) * rb, s.k);
     dequantize_row(wt, w.data() + size_t(j) * rb, deq.data(), s.k);
     if (half_scales && wt == GgmlType::Q4_K)
-      for (int64_t p = 0; p < s.k; ++p) deq[size_t(p)] = q4k_half_scaled(w.data() + size_t(j) * rb, p);
+      for (int64_t p = 0; p < s.k; ++p) deq[size_t(p)] = kquant_half_scaled<block_q4_K>(w.data() + size_t(j) * rb, p);
+    if (half_scales && wt == GgmlType::Q5_K)
+      for (int64_t p = 0; p < s.k; ++p) deq[size_t(p)] = kquant_half_scaled<block_q5_K>(w.data() + size_t(j) * rb, p);
     for (int64_t p = 0; p < s.k; ++p) q.values[size_t(p * s.n + j)] = round_to(at, deq[size_t(p)]);
   }
   DeviceBuf raw(w.size()), out(gemv_repacked_bytes(wt, s.n, s.k));
@@ -287,10 +294,15 @@ TEST(GemmGpu, QuantisedWeightsHopperWgmma) {
   for (const char* name : {"q2_wgmma", "q3_wgmma_rs"}) {
     const GemmVariant* v = find_gemm_variant(name);
     ASSERT_NE(v, nullptr) << name;
-    for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K})
+    for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K}) {
+      GemmProblem t;
+      t.a_type = GgmlType::F16, t.b_type = wt, t.b_layout = WeightLayout::Repacked, t.b_col_major = true, t.k = 256;
+      EXPECT_EQ(v->supports(t), wt != GgmlType::Q5_K || std::string(name) == "q2_wgmma") << name << " " << type_name(wt);
+      if (!v->supports(t)) continue;
       for (const Shape s : {Shape{77, 67, 256}, Shape{130, 300, 512}, Shape{3, 200, 768}, Shape{700, 1500, 256},
                             Shape{300, 260, 1536}})
         run_quant(v, wt, GgmlType::F16, s, rng);
+    }
   }
 }
 

@@ -9,6 +9,7 @@ namespace {
 Status run_q2(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
   if (p.b_type == GgmlType::Q8_0) return qgemm_wgmma::run_q8_0(p, c, s);
   if (p.b_type == GgmlType::Q4_0) return qgemm_wgmma::run_q4_0(p, c, s);
+  if (p.b_type == GgmlType::Q5_K) return qgemm_wgmma::run_q5_k(p, c, s);
   return qgemm_wgmma::run_q4_k(p, c, s);
 }
 
@@ -18,12 +19,18 @@ Status run_q3(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
   return qgemm_rs::run_q4_k(p, c, s);
 }
 
-// Both variants read the same bytes. TMA needs 16-byte row strides: K a multiple of 256 (the d plane's rows are k/16 bytes).
-bool q2_supports(const GemmProblem& p) {
+// Both variants read the same bytes (q5_K: q2_wgmma only). TMA needs 16-byte row strides: K a
+// multiple of 256 (the d plane's rows are k/16 bytes).
+bool q3_supports(const GemmProblem& p) {
   const bool type = p.b_type == GgmlType::Q8_0 || p.b_type == GgmlType::Q4_0 || p.b_type == GgmlType::Q4_K;
   return wgmma_gemm::hopper() && p.a_type == GgmlType::F16 && type && p.b_layout == WeightLayout::Repacked && !p.a_col_major &&
          p.b_col_major &&
          p.k % 256 == 0;
+}
+bool q2_supports(const GemmProblem& p) {
+  GemmProblem q = p;
+  if (q.b_type == GgmlType::Q5_K) q.b_type = GgmlType::Q4_K;  // (the same rules)
+  return q3_supports(q);
 }
 
 }  // namespace
@@ -56,7 +63,7 @@ void register_qgemm_wgmma_variants(std::vector<GemmVariant>& out) {
   // rows, no split-K.
   const auto gated = [](const GemmConfig& c) { return c.bn == 128 && c.splits == 1 && (c.bm == 64 || c.bm == 128); };
   out.push_back({"q3_wgmma_rs", "Hopper: W converted straight into wgmma's register operand (C^T = W X^T), no f16 stage of W",
-                 q2_supports, run_q3, rs, false, +gated});
+                 q3_supports, run_q3, rs, false, +gated});
   out.back().column_parts = true;
 }
 

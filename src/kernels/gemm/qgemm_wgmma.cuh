@@ -16,6 +16,8 @@
 //   Q4_K:       the repacked planes too: quants [n][k/2] in Q4_0's order, then the 16-byte
 //               super-block headers [n][k/256] (d, dmin, 12 scale bytes): a ring slot's 16 bytes
 //               of aux per row are its super-block's header where Q4_0 has its eight d
+//   Q5_K:       Q4_K's, and the fifth bits [n][k/32] u32 between quants and headers: a third box
+//               per slot, its bits set above each nibble in the f16 conversion (q2_wgmma only)
 // Slot layouts (issue_raw) keep each thread's 16-byte reads of its own row free of bank conflicts.
 // Values are rounded to f16 once after scaling, as a dequantised f16 copy would be (Q4_K: its
 // scale pair is rounded to f16 first, q4k_half_scales).
@@ -29,7 +31,7 @@ namespace lamina::kernels::qgemm_wgmma {
 using wgmma_gemm::kBk;
 using wgmma_gemm::kWgThreads;
 
-enum QKind { kQ8_0, kQ4_0, kQ4_K };
+enum QKind { kQ8_0, kQ4_0, kQ4_K, kQ5_K };  // (kQ5_K: q2_wgmma only)
 
 __device__ __forceinline__ __half2 as_h2(uint32_t u) { return *reinterpret_cast<const __half2*>(&u); }
 __device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
@@ -65,6 +67,15 @@ __device__ __forceinline__ __half2 nibble_pair(uint32_t w, bool upper, bool high
   return __hsub2(as_h2(and_or(pair, 0x000F000Fu, 0x64006400u)), h2_const(0x6400));                             // - 1024
 }
 
+// nibble_pair with a fifth bit each (bits 0 and 1 of f2, for bytes 0 and 1 of the pair): the
+// integers 0..31 exactly, the bit placed above the nibble under the same exponent.
+__device__ __forceinline__ __half2 nibble_pair5(uint32_t w, bool upper, bool high, uint32_t f2) {
+  const uint32_t pair = __byte_perm(w, 0, upper ? 0x4342 : 0x4140);
+  const uint32_t fifth = high ? (f2 & 1u) << 8 | (f2 & 2u) << 23 : (f2 & 1u) << 4 | (f2 & 2u) << 19;
+  if (high) return __hfma2(as_h2(and_or(pair, 0x00F000F0u, 0x64006400u) | fifth), h2_const(0x2C00), h2_const(0xD400));
+  return __hsub2(as_h2(and_or(pair, 0x000F000Fu, 0x64006400u) | fifth), h2_const(0x6400));
+}
+
 // Eight 4-bit values (the low or the high nibbles of the bytes of w0, w1) -> four half2 of 0..15.
 __device__ __forceinline__ void nibbles_to_f16(uint32_t w0, uint32_t w1, bool high, __half2 (&q)[4]) {
   q[0] = nibble_pair(w0, false, high), q[1] = nibble_pair(w0, true, high);
@@ -96,10 +107,15 @@ __device__ __forceinline__ void q4k_scale_min_words(int j, const uint4& h, float
 template <QKind kKind, int kBn>
 struct DequantB {
   static constexpr int kQBytes = kKind == kQ8_0 ? 64 : 32;  // quant bytes per row per k-step
-  struct Args {
+  static constexpr bool kK = kKind == kQ4_K || kKind == kQ5_K;  // a super-block header as aux
+  struct Maps {
     CUtensorMap q;    // quant bytes, box [kBn][128]
-    CUtensorMap aux;  // box [kBn][16]: the d of 4 k-steps (Q8_0, Q4_0), or their super-block header (Q4_K)
+    CUtensorMap aux;  // box [kBn][16]: the d of 4 k-steps (Q8_0, Q4_0), or their super-block header (K)
   };
+  struct Maps5 : Maps {
+    CUtensorMap hi;  // Q5_K: the fifth bits, box [kBn][32] (a word per block of 32)
+  };
+  using Args = std::conditional_t<kKind == kQ5_K, Maps5, Maps>;
   static constexpr uint32_t kTmaBytes = 0;
   // Two producer warpgroups; thread pt converts half of row pt % kBn (chunks 0-3 or 4-7 of the
   // k-step's eight 8-weight chunks). Only BN = 128 is built: a 4-step ring slot of BN = 256 rows
@@ -113,25 +129,28 @@ struct DequantB {
   // box row moves 128 or 144 bytes: with 32- or 64-byte box rows (one k-step) the copies were
   // limited by the rate of row requests, not by bytes (Q8_0 and Q4_0 ran equally slowly).
   static constexpr int kSlots = 2, kStepsPerSlot = 4;
-  static constexpr int kSlotRow = kKind == kQ8_0 ? 256 + 16 : 144;  // bytes per weight row per slot
+  static constexpr int kSlotRow = kKind == kQ8_0 ? 256 + 16 : kKind == kQ5_K ? 176 : 144;  // bytes per weight row per slot
   template <int kB>
   static constexpr size_t kSlotBytes = size_t(kB) * kSlotRow;
 
   struct Row {
     uint4 q[kQBytes / 16];
-    std::conditional_t<kKind == kQ4_K, uint4, uint32_t> aux;  // Q4_K header, or the two f16 d
+    std::conditional_t<kK, uint4, uint32_t> aux;  // the K header, or the two f16 d
+    uint2 hb;  // Q5_K: the fifth bits of the step's two blocks
   };
 
   // Thread 0: group g (k-steps 4g .. 4g+3) into a ring slot (rows beyond N arrive as zeros).
   //   Q8_0  [2][kBn][128] quants (128-byte swizzle), then [kBn][16] d
   //   Q4_0  [kBn][128] quants (128-byte swizzle), then [kBn][16] d
   //   Q4_K  as Q4_0, the [kBn][16] being the rows' super-block headers
+  //   Q5_K  as Q4_K, then [kBn][32] fifth bits (the slot's eight blocks' words)
   template <int>
   __device__ static void issue_raw(const Args& b, int64_t n0, int g, uint8_t* slot, uint64_t* bar) {
     tma::mbar_arrive_expect_tx(bar, uint32_t(kSlotBytes<kBn>));
     constexpr int kQ = 4 * kQBytes;  // quant bytes per row per slot
     for (int h = 0; h < kQ / 128; ++h) tma::load_2d(slot + h * kBn * 128, &b.q, g * kQ + h * 128, int(n0), bar);
     tma::load_2d(slot + kBn * kQ, &b.aux, g * 16, int(n0), bar);
+    if constexpr (kKind == kQ5_K) tma::load_2d(slot + kBn * (kQ + 16), &b.hi, g * 32, int(n0), bar);
   }
 
   // Row tr's bytes for k-step kt from its slot.
@@ -146,8 +165,9 @@ struct DequantB {
 #pragma unroll
     for (int j = 0; j < kPer; ++j) x.q[j] = *reinterpret_cast<const uint4*>(half + 16 * ((c0 + j) ^ (tr % 8)));
     const uint4 a = *reinterpret_cast<const uint4*>(slot + size_t(kBn) * 4 * kQBytes + size_t(tr) * 16);
-    if constexpr (kKind == kQ4_K) x.aux = a;
+    if constexpr (kK) x.aux = a;
     else x.aux = word(a, s4);
+    if constexpr (kKind == kQ5_K) x.hb = *reinterpret_cast<const uint2*>(slot + size_t(kBn) * (4 * kQBytes + 16) + size_t(tr) * 32 + 8 * s4);
     return x;
   }
 
@@ -171,7 +191,15 @@ struct DequantB {
       // as Q4_0: block c/4 (the step's sub-block 2 (kt % 4) + c/4), low nibbles then high
       const int blk = c / 4, w0 = 2 * (c % 2);
       __half2 v[4], d, off;
-      nibbles_to_f16(word(x.q[blk], w0), word(x.q[blk], w0 + 1), (c % 4) >= 2, v);
+      if constexpr (kKind == kQ5_K) {  // the fifth bits of the chunk's eight values, in byte order
+        const bool high = (c % 4) >= 2;
+        const uint32_t fb = ((blk ? x.hb.y : x.hb.x) >> (16 * high + 8 * (c % 2))) & 0xFFu;
+        const uint32_t w[2] = {word(x.q[blk], w0), word(x.q[blk], w0 + 1)};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[i] = nibble_pair5(w[i / 2], i % 2, high, fb >> (2 * i));
+      } else {
+        nibbles_to_f16(word(x.q[blk], w0), word(x.q[blk], w0 + 1), (c % 4) >= 2, v);
+      }
       q4k_half_scales(ds[blk], dm[blk], d, off);
       uint32_t r[4];
 #pragma unroll
@@ -185,7 +213,7 @@ struct DequantB {
   __device__ static void store_part(const uint8_t* slot, int tr, int kt, __half* stage) {
     const Row x = read(slot, tr, kt);
     float ds[2] = {}, dm[2] = {};
-    if constexpr (kKind == kQ4_K) {
+    if constexpr (kK) {
       const float d = __half2float(__ushort_as_half(uint16_t(x.aux.x)));
       const float dmin = __half2float(__ushort_as_half(uint16_t(x.aux.x >> 16)));
 #pragma unroll
@@ -218,10 +246,13 @@ template <QKind kKind, int kBn>
 bool make_args(const GemmProblem& p, typename DequantB<kKind, kBn>::Args& a) {
   const auto* w = static_cast<const uint8_t*>(p.b);
   const uint64_t n = uint64_t(p.n), k = uint64_t(p.k);
-  // the scale planes (Q4_0's d, Q4_K's headers) are k / 16 bytes a row
-  const uint64_t row = kKind == kQ8_0 ? k : k / 2;
-  return tma::encode_2d_bytes(&a.q, w, n, row, row, kBn, 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
-         tma::encode_2d_bytes(&a.aux, w + n * row, n, k / 16, k / 16, kBn, 16, CU_TENSOR_MAP_SWIZZLE_NONE);
+  // the scale planes (Q4_0's d, the K headers) are k / 16 bytes a row; Q5_K's fifth bits (k / 8
+  // a row) lie between its quants and its headers
+  const uint64_t row = kKind == kQ8_0 ? k : k / 2, hi = kKind == kQ5_K ? k / 8 : 0;
+  bool ok = tma::encode_2d_bytes(&a.q, w, n, row, row, kBn, 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
+            tma::encode_2d_bytes(&a.aux, w + n * (row + hi), n, k / 16, k / 16, kBn, 16, CU_TENSOR_MAP_SWIZZLE_NONE);
+  if constexpr (kKind == kQ5_K) ok = ok && tma::encode_2d_bytes(&a.hi, w + n * row, n, hi, hi, kBn, 32, CU_TENSOR_MAP_SWIZZLE_NONE);
+  return ok;
 }
 
 template <QKind kKind, int kBn, int kStages>
@@ -241,5 +272,6 @@ Status run_kind(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
 Status run_q8_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_q4_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_q4_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
+Status run_q5_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 
 }  // namespace lamina::kernels::qgemm_wgmma
