@@ -89,10 +89,10 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
     const double bytes = double(d.bytes) + double(x.rows * (x.cols * 2 + out.cols * 4));
     if (problems_) problems_->gemm.push_back(p);
     if (try_op(op_name(accumulate ? "gemm+res" : "gemm", w), bytes, flops, [&] { return kn::gemm(p, stream_); }).ok) return;
-    // No GEMM variant for this type: many rows through f16 (below: a repacked q6_K or q3_K from 33
-    // rows; a quantised matrix in the GGUF layout, such as q5_K, q2_K or iq4_xs, from 129: its way through
-    // f32 moves about 10 bytes per weight, what 16 slices of a 5-bit GEMV read), else GEMVs over
-    // 8-row slices.
+    // No GEMM variant for this type (or none that takes this problem): many rows through f16 (below:
+    // a repacked q3_K, q4_K, q5_K or q6_K from 33 rows; a quantised matrix in the GGUF layout, such as
+    // q2_K or iq4_xs, from 129: its way through f32 moves about 10 bytes per weight, what 16 slices
+    // of a 5-bit GEMV read), else GEMVs over 8-row slices.
     const bool planes = d.repacked && kn::dequant_repacked_takes(w.type);
     const bool gguf = !d.repacked && w.type != GgmlType::F32 && x.rows > 16 * kn::kGemvMaxBatch;
     if (x.rows > 4 * kn::kGemvMaxBatch && (planes || gguf)) {
@@ -129,11 +129,11 @@ const void* CudaBackend::convert(Tensor x, GgmlType type) {
 }
 
 // A matmul of many rows whose weight type has no GEMM variant (the batching engine's logits
-// through a Q4_K_M file's q6_K tensors, a Q5_K_M or Q3_K_M file's prompt): 8-row GEMV slices would
-// read the matrix once per 8 rows, so the matrix is dequantised to f16 in slices of its rows
-// (8M elements: 16 MiB, and 32 MiB of f32 on the way for the GGUF layout) and each slice multiplied
-// by the f16 GEMM into its columns of out. A repacked q6_K or q3_K is dequantised to f16 directly; the
-// GGUF layout through dequantize_rows' f32. p: the GEMM problem with A in f16.
+// through a Q4_K_M file's q6_K tensors, a Q3_K_M file's prompt): 8-row GEMV slices would read the
+// matrix once per 8 rows, so the matrix is dequantised to f16 in slices of its rows (8M elements:
+// 16 MiB, and 32 MiB of f32 on the way for the GGUF layout) and each slice multiplied by the f16
+// GEMM into its columns of out. Repacked planes (dequant_repacked_takes) are dequantised to f16
+// directly; the GGUF layout through dequantize_rows' f32. p: the GEMM problem with A in f16.
 void CudaBackend::by_f16(const Weight& w, const DevWeight& d, kn::GemmProblem p, bool accumulate) {
   constexpr int64_t kSliceElems = int64_t(8) << 20;
   const int64_t slice = std::min<int64_t>(w.rows, std::max<int64_t>(128, kSliceElems / w.cols / 128 * 128));

@@ -30,7 +30,7 @@ namespace lamina::kernels {
 
 struct GemmProblem {
   GgmlType a_type = GgmlType::F32, b_type = GgmlType::F32, c_type = GgmlType::F32;
-  WeightLayout b_layout = WeightLayout::Gguf;  // Repacked: q8_0 / q4_0 planes of gemv_repack
+  WeightLayout b_layout = WeightLayout::Gguf;  // Repacked: the q8_0 / q4_0 / q4_K / q5_K planes of gemv_repack
   int64_t m = 0, n = 0, k = 0;
   const void* a = nullptr;  // device
   int64_t lda = 0;

@@ -125,8 +125,9 @@ struct DequantB {
   static constexpr int kArrivals = kProducerThreads, kProducerRegs = 0;
   static constexpr bool kAllThreads = true;
   static constexpr int kChunks = 4;  // chunks per thread
-  // A ring slot holds 4 k-steps (256 weights per row: one Q4_K super-block), so that each TMA
-  // box row moves 128 or 144 bytes: with 32- or 64-byte box rows (one k-step) the copies were
+  // A ring slot holds 4 k-steps (256 weights per row: one K super-block), so that each TMA box row
+  // of quants moves 128 bytes (then 16 of scales or header, and Q5_K's 32 of fifth bits, in boxes of
+  // their own): with 32- or 64-byte box rows (one k-step) the copies were
   // limited by the rate of row requests, not by bytes (Q8_0 and Q4_0 ran equally slowly).
   static constexpr int kSlots = 2, kStepsPerSlot = 4;
   static constexpr int kSlotRow = kKind == kQ8_0 ? 256 + 16 : kKind == kQ5_K ? 176 : 144;  // bytes per weight row per slot

@@ -2,7 +2,8 @@
 //
 // Layouts (described as data):
 //   W  [n][k] row-major in the GGUF block layout of `wtype` (row = n, k contiguous), or, for the
-//      repacked variants, the planes made by gemv_repack(): quants [n][k*bits/8] then scales.
+//      repacked variants, the planes made by gemv_repack(): quants [n][k*bits/8] then scales (Q5_K:
+//      its fifth bits in between; the list below).
 //   x  [batch][k] f32, contiguous;   y [batch][n] f32, contiguous.
 // Epilogues (optional): + bias[n];  + residual[b][n] (may alias y);  gate/up pair: when w_up
 // is set, y = silu(W x) * (W_up x) (gelu instead of silu when gelu is set) with both matrices of
@@ -161,7 +162,7 @@ inline bool repacked_layout_preferred(GgmlType t) {
 }
 Status gemv_repack(GgmlType t, const void* gguf_rows, int64_t n, int64_t k, void* out, cudaStream_t s);
 // Whether dequant_repacked takes type t (the repacked types with no GEMM of their own, and q4_K
-// for a GPU whose GEMMs do not take it).
+// and q5_K for a problem or GPU their GEMMs do not take).
 inline bool dequant_repacked_takes(GgmlType t) {
   return t == GgmlType::Q6_K || t == GgmlType::Q3_K || t == GgmlType::Q5_K || t == GgmlType::Q4_K;
 }

@@ -237,7 +237,7 @@ __device__ __forceinline__ uint32_t fifth_bits(uint32_t b) { return ((b & 15u) *
 // Scale and min j (0..7) of a Q4_K / Q5_K super-block header held in registers (h.y, h.z, h.w:
 // the 12 scale bytes), q4k_scale_min's formula (format/) on the words, the same bits: indexing the
 // bytes of a register copy by a lane's run-time j had put every header in local memory (ld.local.u8
-// in each step of the loop). (q4k_dp4a, q4k_mma)
+// in each step of the loop). (q4k_dp4a, q4k_mma, q_dp4a's q4_K and q5_K)
 __device__ __forceinline__ void scale_min(int j, const uint4& h, float& sc, float& m) {
   const int s = 8 * (j % 4);
   const uint32_t b0 = (h.y >> s) & 0xFFu, b1 = (h.z >> s) & 0xFFu, b2 = (h.w >> s) & 0xFFu;  // scales[j % 4 + 0, 4, 8]

@@ -1,4 +1,4 @@
-// The weight step shared by the dp4a GEMVs on the repacked Q4_0 / Q4_1 / Q8_0 / Q4_K layouts (q_dp4a,
+// The weight step shared by the dp4a GEMVs on the repacked Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K layouts (q_dp4a,
 // q_dp4a_slots): loads of 16-byte chunks with their block scales, and their dp4a products with
 // int8 x blocks (kernels/common/q8_blocks.h).
 #pragma once
@@ -89,7 +89,8 @@ struct Dp4aStep {
   struct XChunk {
     float d;
     int4 lo, hi;    // the 16 (Q8_0) or 32 (Q4) int8 values the chunk's weights multiply
-    int sum;        // the block's sum in steps of d, times -8 for Q4_0 (its offset term; 5-bit: -16)
+    int sum;        // the block's sum in steps of d, times -8 for Q4_0 (its offset term; a 5-bit type
+                    // without a min, as Q5_0 would be: -16)
     uint32_t sel;   // the prmt selector: the byte to the low end (Q8_0: sign-extended)
     bool upper;     // the byte is in v.z / v.w
     uint32_t mask;  // Q4: the nibble of that byte (0x0F, or 0xF0 for elements 16..31)

@@ -1,4 +1,4 @@
-// q_mma: Q4_0 / Q8_0 (repacked) GEMV for a batch of several rows on int8 tensor cores. Against
+// q_mma (Q4_0 / Q8_0) and q4k_mma (Q4_K), repacked: GEMVs for a batch of several rows on int8 tensor cores. Against
 // q_dp4a, which runs one dp4a chain per weight row and batch row (so that its cost grows with
 // every batch row), the batch is the n = 8 side of mma.sync m16n8k32 (int8 x int8 -> int32): one
 // MMA multiplies a 32-weight block of 16 rows with the same block of all 8 batch rows, and 8 batch
