@@ -15,6 +15,7 @@
 #include "kernels/autotune/autotune.h"
 #include "kernels/common/timing.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemv/gemv.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -133,9 +134,7 @@ void run_kbench_gemm(const KbenchGemmArgs& a) {
       GemmProblem p;
       p.a_type = base_t == GgmlType::F32 ? GgmlType::F32 : base_t;
       p.b_type = *t;
-      p.b_layout = (*t == GgmlType::Q8_0 || *t == GgmlType::Q4_0 || *t == GgmlType::Q4_K || *t == GgmlType::Q5_K)
-                       ? WeightLayout::Repacked
-                       : WeightLayout::Gguf;
+      p.b_layout = repacked_layout_preferred(*t) ? WeightLayout::Repacked : WeightLayout::Gguf;  // as the backend loads it
       p.m = e.m, p.n = e.n, p.k = e.k, p.lda = e.k, p.ldb = e.k, p.ldc = e.n;
       p.b_col_major = true;
       // Teaching rungs are slow: time them only up to 4096^3 worth of work unless --all.

@@ -7,6 +7,7 @@
 #include "format/quant_blocks.h"
 #include "kernels/autotune/autotune.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemv/gemv.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -125,10 +126,7 @@ void check(const GemmRun& r, const Shape& s, const HostMatrix& a, const std::vec
   CUDA_OK(cudaMemcpy(db.p, b_image.data(), b_image.size(), cudaMemcpyHostToDevice));
   GemmProblem p;
   p.a_type = r.a_type, p.b_type = r.b_type, p.c_type = r.c_type;
-  p.b_layout = (r.b_type == GgmlType::Q8_0 || r.b_type == GgmlType::Q4_0 || r.b_type == GgmlType::Q4_K ||
-                r.b_type == GgmlType::Q5_K)
-                   ? WeightLayout::Repacked
-                   : WeightLayout::Gguf;
+  p.b_layout = repacked_layout_preferred(r.b_type) ? WeightLayout::Repacked : WeightLayout::Gguf;
   p.m = s.m, p.n = s.n, p.k = s.k;
   p.a = da.p, p.lda = (r.a_col ? s.m : s.k) + r.pad, p.a_col_major = r.a_col;
   p.b = db.p, p.ldb = ldb, p.b_col_major = r.b_col;

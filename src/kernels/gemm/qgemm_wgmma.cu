@@ -19,19 +19,16 @@ Status run_q3(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
   return qgemm_rs::run_q4_k(p, c, s);
 }
 
-// Both variants read the same bytes (q5_K: q2_wgmma only). TMA needs 16-byte row strides: K a
-// multiple of 256 (the d plane's rows are k/16 bytes).
+// Both variants read the same planes of gemv_repack (q5_K: q2_wgmma only). TMA needs 16-byte row
+// strides: K a multiple of 256 (the d plane's rows are k/16 bytes).
+bool takes_planes(const GemmProblem& p) {
+  return wgmma_gemm::hopper() && p.a_type == GgmlType::F16 && p.b_layout == WeightLayout::Repacked && !p.a_col_major &&
+         p.b_col_major && p.k % 256 == 0;
+}
 bool q3_supports(const GemmProblem& p) {
-  const bool type = p.b_type == GgmlType::Q8_0 || p.b_type == GgmlType::Q4_0 || p.b_type == GgmlType::Q4_K;
-  return wgmma_gemm::hopper() && p.a_type == GgmlType::F16 && type && p.b_layout == WeightLayout::Repacked && !p.a_col_major &&
-         p.b_col_major &&
-         p.k % 256 == 0;
+  return takes_planes(p) && (p.b_type == GgmlType::Q8_0 || p.b_type == GgmlType::Q4_0 || p.b_type == GgmlType::Q4_K);
 }
-bool q2_supports(const GemmProblem& p) {
-  GemmProblem q = p;
-  if (q.b_type == GgmlType::Q5_K) q.b_type = GgmlType::Q4_K;  // (the same rules)
-  return q3_supports(q);
-}
+bool q2_supports(const GemmProblem& p) { return q3_supports(p) || (takes_planes(p) && p.b_type == GgmlType::Q5_K); }
 
 }  // namespace
 
