@@ -41,6 +41,7 @@ using qgemm_wgmma::QKind;
 using qgemm_wgmma::kQ8_0;
 using qgemm_wgmma::kQ4_0;
 using qgemm_wgmma::kQ4_K;
+using qgemm_wgmma::kQ5_K;
 using wgmma_gemm::kBk;
 using wgmma_gemm::kWgThreads;
 
@@ -113,8 +114,9 @@ struct Frags {
         }
       }
     } else {
-      // Q4_K in Q4_0's order: sub-block b = 2 s4 + half covers k16 steps 2 half, 2 half + 1, its
-      // scale and min from the header in aux.
+      // Q4_K / Q5_K in Q4_0's order: sub-block b = 2 s4 + half covers k16 steps 2 half, 2 half + 1,
+      // its scale and min from the header in aux; Q5_K's fifth bits from the slot's third box
+      // (row r's word of block b), two for each pair of bytes (elements 2t + 8 upper + 16 hi, + 1).
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r = r0 + 8 * i;
@@ -128,10 +130,21 @@ struct Frags {
           __half2 ds, off;
           qgemm_wgmma::q4k_half_scales(d * sc, dmin * mn, ds, off);
           const uint32_t x = pick4(slot + size_t(r) * 128 + 16 * (b ^ (r % 8)), t);
+          if constexpr (kKind == kQ5_K) {
+            const uint32_t fb =
+                reinterpret_cast<const uint32_t*>(slot + size_t(128) * (4 * Raw<kKind>::kQBytes + 16) + size_t(r) * 32)[b];
 #pragma unroll
-          for (int hi = 0; hi < 2; ++hi) {  // low nibbles: k 0..15 of the block; high: 16..31
-            f[4 * (2 * half + hi) + i] = q4_pair(x, false, hi, ds, off);
-            f[4 * (2 * half + hi) + 2 + i] = q4_pair(x, true, hi, ds, off);
+            for (int hi = 0; hi < 2; ++hi)
+#pragma unroll
+              for (int up = 0; up < 2; ++up)
+                f[4 * (2 * half + hi) + 2 * up + i] = qgemm_wgmma::as_u32(
+                    __hfma2(qgemm_wgmma::nibble_pair5(x, up, hi, fb >> (2 * t + 8 * up + 16 * hi)), ds, off));
+          } else {
+#pragma unroll
+            for (int hi = 0; hi < 2; ++hi) {  // low nibbles: k 0..15 of the block; high: 16..31
+              f[4 * (2 * half + hi) + i] = q4_pair(x, false, hi, ds, off);
+              f[4 * (2 * half + hi) + 2 + i] = q4_pair(x, true, hi, ds, off);
+            }
           }
         }
       }
@@ -385,5 +398,6 @@ Status run_kind(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
 Status run_q8_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_q4_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_q4_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
+Status run_q5_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 
 }  // namespace lamina::kernels::qgemm_rs

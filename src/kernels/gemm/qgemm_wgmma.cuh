@@ -17,7 +17,7 @@
 //               super-block headers [n][k/256] (d, dmin, 12 scale bytes): a ring slot's 16 bytes
 //               of aux per row are its super-block's header where Q4_0 has its eight d
 //   Q5_K:       Q4_K's, and the fifth bits [n][k/32] u32 between quants and headers: a third box
-//               per slot, its bits set above each nibble in the f16 conversion (q2_wgmma only)
+//               per slot, its bits set above each nibble in the f16 conversion
 // Slot layouts (issue_raw) keep each thread's 16-byte reads of its own row free of bank conflicts.
 // Values are rounded to f16 once after scaling, as a dequantised f16 copy would be (Q4_K: its
 // scale pair is rounded to f16 first, q4k_half_scales).
@@ -31,7 +31,7 @@ namespace lamina::kernels::qgemm_wgmma {
 using wgmma_gemm::kBk;
 using wgmma_gemm::kWgThreads;
 
-enum QKind { kQ8_0, kQ4_0, kQ4_K, kQ5_K };  // (kQ5_K: q2_wgmma only)
+enum QKind { kQ8_0, kQ4_0, kQ4_K, kQ5_K };
 
 __device__ __forceinline__ __half2 as_h2(uint32_t u) { return *reinterpret_cast<const __half2*>(&u); }
 __device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
