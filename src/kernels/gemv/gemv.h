@@ -152,7 +152,8 @@ size_t gemv_weight_bytes(const GemvProblem& p);
 // 12 bytes of 6-bit scales and mins, as in the file): the same 144 bytes per 256 weights;
 // Q5_K: as Q4_K with, between quants and headers, fifth bits [n][k/32] u32 (bit e of block j's
 // word: its element e), Q5_0's order: 176 bytes per 256;
-// Q6_K: ql [n][k/2] | qh [n][k/4] | scales int8 [n][k/16] | d f16 [n][k/256] (gemv_q6k.cu);
+// Q6_K: ql [n][k/2] in Q4_0's order (the low 4 bits) | qh [n][k/4] (the high 2 bits, two u32 per
+// block, one per half) | scales int8 [n][k/16] | d f16 [n][k/256] (gemv_q6k.cu): 210 bytes per 256;
 // Q3_K: qs [n][k/4] | hmask [n][k/8] | scales int8 [n][k/16] | d f16 [n][k/256] (gemv_q3k.cu).
 size_t gemv_repacked_bytes(GgmlType t, int64_t n, int64_t k);
 // The weight types whose matmul kernels (GEMV and GEMM) want the repacked layout.

@@ -17,36 +17,47 @@ namespace lamina::kernels::gemv_detail {
 //   kScaleDM  f16 (d, m) per block (Q4_1):                            w = d q + m
 //   kScaleK   Q4_K's 16-byte super-block header per 8 blocks (d, dmin, the 12 bytes of 6-bit scales
 //             and mins):                                              w = (d sc) q - (dmin m)
-enum Dp4aScales : int { kScaleD = 0, kScaleDM = 1, kScaleK = 2 };
+//   kScaleQ6  Q6_K's int8 scale per 16 elements and f16 d per 256, planes of their own:
+//                                                                     w = (d sc) (q - 32)
+enum Dp4aScales : int { kScaleD = 0, kScaleDM = 1, kScaleK = 2, kScaleQ6 = 3 };
 // kBits: 8 (Q8_0: a byte per quant), 4 (nibbles in Q4_0's order: byte e of a block holds its
 // elements e and e + 16), 5 (those nibbles, and after the quant plane a plane of one 32-bit word
-// per block whose bit e is element e's fifth bit: Q5_K, in Q5_0's order).
+// per block whose bit e is element e's fifth bit: Q5_K, in Q5_0's order), 6 (those nibbles, and a
+// plane of two 32-bit words per block with the high 2 bits of each half's elements: Q6_K,
+// gemv_q6k.cu).
 
 
 // One step of q_dp4a: each lane loads 16-byte weight chunks l0 + u*32 + lane of kRows rows with
 // their block scales (load), then multiplies them with int8 x blocks by dp4a (dot).
 template <int kBits, int kScales, int kRows, int kUnroll>
 struct Dp4aStep {
-  static constexpr bool kMin = kScales != kScaleD;             // a min term: + m_w sum(x)
+  static constexpr bool kMin = kScales == kScaleDM || kScales == kScaleK;  // a min term: + m_w sum(x)
+  static constexpr bool kQ6 = kScales == kScaleQ6;  // two scales a block, one per half of 16
   static constexpr int kPer = kBits == 8 ? 16 : 32;           // weights per 16-byte chunk
-  static_assert(kScales != kScaleK || kBits != 8, "the K-quant header goes with 4- or 5-bit quants");
+  static_assert(kScales != kScaleK || kBits == 4 || kBits == 5, "the K-quant header goes with 4- or 5-bit quants");
+  static_assert((kScales == kScaleQ6) == (kBits == 6), "6-bit quants are Q6_K's");
   static __device__ __forceinline__ int64_t loads(int64_t k) { return k / kPer; }
   // Bytes of one row's quant plane and of its fifth-bit plane.
   static __host__ __device__ constexpr size_t quant_row(int64_t k) { return size_t(k) * (kBits == 8 ? 8 : 4) / 8; }
-  static __host__ __device__ constexpr size_t high_row(int64_t k) { return kBits == 5 ? size_t(k) / 8 : 0; }
+  static __host__ __device__ constexpr size_t high_row(int64_t k) {
+    return kBits == 5 ? size_t(k) / 8 : kBits == 6 ? size_t(k) / 4 : 0;
+  }
   // Bytes of one row's scale plane, and where block blk's scales sit in it.
   static __host__ __device__ constexpr size_t scale_row(int64_t k) { return size_t(k) / (kScales == kScaleDM ? 8 : 16); }
+  // (Q6_K: the int8 scales' rows; the d plane follows them, k / 128 bytes a row.)
   static __device__ __forceinline__ size_t scale_at(int64_t blk) {
-    return kScales == kScaleK ? size_t(blk / 8) * 16 : size_t(blk) * (kScales == kScaleDM ? 4 : 2);
+    return kScales == kScaleK ? size_t(blk / 8) * 16 : size_t(blk) * (kScales == kScaleDM ? 4 : 2);  // (Q6_K: 2 int8)
   }
 
   // A chunk's scales as loaded: (d, m) as floats, or Q4_K's header (decoded in dot, once the
   // load has landed).
-  using Aux = std::conditional_t<kScales == kScaleK, uint4, float2>;
+  // Q6_K: its two int8 scales (x) and d's f16 bits (y).
+  using Aux = std::conditional_t<kScales == kScaleK, uint4, std::conditional_t<kQ6, uint2, float2>>;
+  using High = std::conditional_t<kBits == 6, uint2, uint32_t>;
   struct Regs {
     uint4 raw[kRows][kUnroll];
     Aux aux[kRows][kUnroll];
-    uint32_t qh[kRows][kUnroll];  // (5-bit: the chunk's fifth bits)
+    High qh[kRows][kUnroll];  // (5-bit: the chunk's fifth bits; 6-bit: its high 2 bits, a word per half)
   };
 
   // Rows row0..row0+kRows-1 of w [n][k] in the repacked layout (quant rows, then 5-bit's fifth-bit
@@ -64,16 +75,26 @@ struct Dp4aStep {
         g.raw[r][u] = in ? load_stream(w + size_t(row) * qrow + size_t(l) * 16) : make_uint4(0, 0, 0, 0);
         if constexpr (kBits == 5)
           g.qh[r][u] = in ? __ldg(reinterpret_cast<const uint32_t*>(w + size_t(n) * qrow + size_t(row) * hrow + size_t(l) * 4)) : 0u;
+        if constexpr (kBits == 6)
+          g.qh[r][u] = in ? __ldg(reinterpret_cast<const uint2*>(w + size_t(n) * qrow + size_t(row) * hrow + size_t(l) * 8))
+                          : make_uint2(0, 0);
         const uint8_t* sp = w + size_t(n) * (qrow + hrow) + size_t(row) * scale_row(k) + scale_at(l * kPer / 32);
-        if constexpr (kScales == kScaleK) g.aux[r][u] = in ? __ldg(reinterpret_cast<const uint4*>(sp)) : make_uint4(0, 0, 0, 0);
+        if constexpr (kQ6) {
+          const uint8_t* dp = w + size_t(n) * (qrow + hrow + scale_row(k)) + (size_t(row) * size_t(k / 256) + size_t(l / 8)) * 2;
+          g.aux[r][u] = in ? make_uint2(__ldg(reinterpret_cast<const unsigned short*>(sp)), __ldg(reinterpret_cast<const unsigned short*>(dp)))
+                           : make_uint2(0, 0);
+        } else if constexpr (kScales == kScaleK) g.aux[r][u] = in ? __ldg(reinterpret_cast<const uint4*>(sp)) : make_uint4(0, 0, 0, 0);
         else if constexpr (kScales == kScaleDM) g.aux[r][u] = in ? __half22float2(*reinterpret_cast<const __half2*>(sp)) : make_float2(0.f, 0.f);
         else g.aux[r][u] = make_float2(in ? __half2float(*reinterpret_cast<const __half*>(sp)) : 0.f, 0.f);
       }
   }
 
-  // (d_w, m_w) of chunk l from its loaded scales.
+  // (d_w, m_w) of chunk l from its loaded scales; Q6_K: (d sc) of the block's two halves.
   static __device__ __forceinline__ float2 scales(const Aux& a, int64_t l) {
-    if constexpr (kScales == kScaleK) {
+    if constexpr (kQ6) {
+      const float d = __half2float(__ushort_as_half((unsigned short)a.y));
+      return make_float2(d * float(int8_t(a.x & 0xFFu)), d * float(int8_t(a.x >> 8)));
+    } else if constexpr (kScales == kScaleK) {
       float sc, m;
       scale_min(int(l % 8), a, sc, m);  // (chunk l is block l)
       const float2 dd = __half22float2(*reinterpret_cast<const __half2*>(&a.x));
@@ -90,13 +111,14 @@ struct Dp4aStep {
     float d;
     int4 lo, hi;    // the 16 (Q8_0) or 32 (Q4) int8 values the chunk's weights multiply
     int sum;        // the block's sum in steps of d, times -8 for Q4_0 (its offset term; a 5-bit type
-                    // without a min, as Q5_0 would be: -16)
+                    // without a min, as Q5_0 would be: -16); Q6_K: -32 times the sum of elements 0..15
+    int sum_hi;     // Q6_K: -32 times the sum of elements 16..31
     uint32_t sel;   // the prmt selector: the byte to the low end (Q8_0: sign-extended)
     bool upper;     // the byte is in v.z / v.w
     uint32_t mask;  // Q4: the nibble of that byte (0x0F, or 0xF0 for elements 16..31)
     int big;        // the largest element in steps of d, times 16 for a low nibble (Q4: its product
-                    // joins the high nibbles' sum, kept 16x; 5-bit: not); 0 for the Q8_0 half without it
-    int m;          // 5-bit: the largest element's index in the block (its fifth bit in qh)
+                    // joins the high nibbles' sum, kept 16x; 5- and 6-bit: not); 0 for the Q8_0 half without it
+    int m;          // 5- and 6-bit: the largest element's index in the block (its high bits in qh)
   };
   static __device__ __forceinline__ XChunk x_chunk(const uint8_t* xb, int64_t k, int64_t l) {
     const X8Facts f = x8_facts(xb, k, l * kPer / 32);
@@ -105,6 +127,7 @@ struct Dp4aStep {
     x.lo = *reinterpret_cast<const int4*>(xb + l * kPer);
     x.hi = make_int4(0, 0, 0, 0);
     x.sum = kMin ? f.sum : (kBits == 5 ? -16 : -8) * f.sum;
+    x.sum_hi = 0;
     x.m = f.m;
     x.upper = f.m & 8;
     const uint32_t b = f.m & 7;
@@ -113,7 +136,13 @@ struct Dp4aStep {
       x.hi = *reinterpret_cast<const int4*>(xb + l * kPer + 16);
       x.sel = b;
       x.mask = f.m & 16 ? 0xF0u : 0x0Fu;
-      x.big = kBits == 5 || f.m & 16 ? f.big : 16 * f.big;
+      x.big = kBits != 4 || f.m & 16 ? f.big : 16 * f.big;
+      if constexpr (kQ6) {  // the offset - 32 q per half: the halves' sums (Q joins the one it lies in)
+        const int lo = __dp4a(0x01010101, x.lo.w, __dp4a(0x01010101, x.lo.z, __dp4a(0x01010101, x.lo.y, __dp4a(0x01010101, x.lo.x, 0)))) +
+                       (f.m & 16 ? 0 : f.big);
+        x.sum = -32 * lo;
+        x.sum_hi = -32 * (f.sum - lo);
+      }
     } else {
       x.sel = b | (b | 8) << 4 | (b | 8) << 8 | (b | 8) << 12;  // selector nibbles >= 8: the byte's sign
       x.mask = 0;
@@ -126,10 +155,23 @@ struct Dp4aStep {
   // integer dot product of the quants with x's q and the largest element's Q (Q4_0's - 8 sum(x)
   // folded in). The high nibbles stay in place (16x, dp4a_us, shifted back exactly).
   // 5-bit: each word's nibbles with their fifth bits as two words of bytes 0..31, eight dp4a.
-  static __device__ __forceinline__ float chunk_dot(const uint4 v, uint32_t qh, const XChunk& x, float dw, float mw) {
+  static __device__ __forceinline__ float chunk_dot(const uint4 v, High qh, const XChunk& x, float dw, float mw) {
     const uint32_t pick = x.upper ? prmt(v.z, v.w, x.sel) : prmt(v.x, v.y, x.sel);
-    int sumi;
-    if constexpr (kBits == 5) {
+    int sumi = 0;  // (every branch sets it; the 6-bit one returns first)
+    if constexpr (kBits == 6) {  // two sums, one per half and scale: x.d (dw sl + mw sh)
+      const bool hi_half = x.mask == 0xF0u;
+      const uint32_t nib = pick & x.mask, e = uint32_t(x.m) & 15u;
+      const int qm = int((hi_half ? nib >> 4 : nib) | (((hi_half ? qh.y : qh.x) >> (8 * (e & 3u) + 2 * (e >> 2))) & 3u) << 4);
+      int sl = x.sum + (hi_half ? 0 : qm * x.big), sh = x.sum_hi + (hi_half ? qm * x.big : 0);
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+      const int xl[4] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w}, xh[4] = {x.hi.x, x.hi.y, x.hi.z, x.hi.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        sl = __dp4a(int(q6_bytes(w[i], qh.x, i)), xl[i], sl);
+        sh = __dp4a(int(q6_bytes(w[i] >> 4, qh.y, i)), xh[i], sh);
+      }
+      return x.d * (dw * float(sl) + mw * float(sh));
+    } else if constexpr (kBits == 5) {
       const uint32_t w[4] = {v.x, v.y, v.z, v.w};
       const int xl[4] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w}, xh[4] = {x.hi.x, x.hi.y, x.hi.z, x.hi.w};
       const uint32_t nib = pick & x.mask;  // the largest element's quant: its nibble, then its fifth bit
@@ -233,7 +275,8 @@ struct Dp4aSlots {
 inline constexpr int kDp4aBlocksPerSm = 1;
 
 inline bool dp4a_types(GgmlType t) {
-  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q5_K;
+  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
+         t == GgmlType::Q6_K;
 }
 
 // A dp4a variant's launch for a problem and config: by weight type (gemv_dp4a.cu), then by

@@ -1,4 +1,4 @@
-// q_dp4a: Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K (repacked layouts, gemv.h) with int8 activations and dp4a.
+// q_dp4a: Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K (repacked layouts, gemv.h) with int8 activations and dp4a.
 //   - x is quantised once per thread block into shared memory: int8 blocks of 32 with an f32
 //     scale and the block's integer sum (llama.cpp's q8_1 idea), the scale set by the block's
 //     second-largest element and the largest kept as a wide integer (kernels/common/q8_blocks.h:
@@ -16,6 +16,9 @@
 //     and decode per 16 bytes and meets two x blocks with each chunk.
 //   - Q5_K as Q4_K plus a 32-bit word of fifth bits per block (a plane of its own), merged into
 //     the nibbles' bytes before eight dp4a (the 16x trick of the high nibbles does not apply).
+//   - Q6_K (gemv_q6k.cu's planes in Q4_0's order): the nibbles with two words of high 2 bits per
+//     block merged into bytes 0..63, two sums of four dp4a, one per half of 16 and its int8
+//     scale: d_x * d * (sc_lo * (dp4a_lo - 32 sum_lo) + sc_hi * (dp4a_hi - 32 sum_hi)).
 //   - the first step's weights are loaded before the PDL wait (weights never depend on an
 //     earlier kernel), so they overlap the kernel before and the making of x.
 //   - with GemvProblem::y8 the epilogue also writes y as int8 blocks (publish_y8): the gate/up
@@ -155,5 +158,6 @@ Status dp4a_launch_q4_1(const GemvProblem& p, const GemvConfig& c, cudaStream_t 
 Status dp4a_launch_q8_0(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 Status dp4a_launch_q4_k(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 Status dp4a_launch_q5_k(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
+Status dp4a_launch_q6_k(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 
 }  // namespace lamina::kernels::gemv_detail

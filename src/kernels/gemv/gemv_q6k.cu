@@ -1,11 +1,17 @@
 // q6k_dp4a: Q6_K with int8 activations and dp4a, on a repacked layout (GGUF's 210-byte blocks
-// are not 16-byte aligned). Planes per matrix, made by gemv_repack:
+// are not 16-byte aligned). Planes per matrix, made by gemv_repack, the file's 210 bytes per 256:
 //   ql [n][k/2] | qh [n][k/4] | scales int8 [n][k/16] | d f16 [n][k/256]
-// Element e of a super-block (n = e/128, t = (e%128)/32, l = e%32): low 4 bits from ql byte
-// 64n + 32(t&1) + l (low nibble for t < 2, high for t >= 2), high 2 bits from qh byte 32n + l at
-// bit 2t; q = bits - 32. A lane takes a 16-byte ql chunk (n, m = t&1, h = l/16) and the matching
-// 16-byte qh chunk: its low nibbles are t = m, its high nibbles t = m + 2, 16 elements each, each
-// 16 with one scale:  d * dx * sc * (dp4a(q, xq) - 32 * sum(xq)).
+// in Q4_0's order, as q4_K's planes: block j (elements 32 j .. 32 j + 31 of a row) has
+//   ql bytes 16 j + e (e < 16): the low 4 bits of its elements e (low nibble) and e + 16 (high);
+//   qh words 2 j + h (h = 0: elements 0..15 of the block, 1: 16..31): byte b holds the high 2 bits
+//     of the half's elements b, b + 4, b + 8, b + 12 at bits 0, 2, 4, 6, so that the word's field
+//     i, shifted to bits 4-5 of each byte, joins ql's word i's nibbles (elements 4 i .. 4 i + 3);
+//   scales 2 j, 2 j + 1: those of its halves (GGUF's scale e / 16); d per super-block.
+// q = bits - 32. A lane takes a block: its 16 ql bytes, 8 qh bytes and two scales, one x block:
+//   d * dx * (sc_lo * (dp4a(q_lo, xq_lo) - 32 sum(xq_lo)) + sc_hi * (... hi)).
+// Against GGUF's order (kept by the planes before: a 16-byte ql chunk held two x blocks' runs and
+// each 16-byte qh chunk was loaded by two lanes), a lane loads 8 bytes less and meets one x block;
+// q_dp4a (gemv_dp4a.cuh) reads the same planes.
 #include "kernels/gemv/gemv_common.cuh"
 #include "kernels/gemv/gemv_internal.h"
 #include "kernels/gemv/gemv_slots.cuh"
@@ -29,14 +35,15 @@ __device__ __forceinline__ int dot16(uint32_t a0, uint32_t a1, uint32_t a2, uint
   return __dp4a(int(a3), x.w, __dp4a(int(a2), x.z, __dp4a(int(a1), x.y, __dp4a(int(a0), x.x, 0))));
 }
 
-// One step of a warp: chunks j0 + u*32 + lane (u < kUnroll) of kRows rows, with their scales.
+// One step of a warp: blocks j0 + u*32 + lane (u < kUnroll) of kRows rows, with their scales.
 template <int kRows_, int kUnroll_>
 struct Q6Step {
   static constexpr int kRows = kRows_, kUnroll = kUnroll_;
   static constexpr GgmlType kType = GgmlType::Q6_K;
   static constexpr const char* kSlotsName = "q6k_slots";
-  static __device__ __forceinline__ int64_t units(int64_t k) { return (k / 256) * 8; }  // 16-byte ql chunks of a row
-  uint4 ql[kRows][kUnroll], qh[kRows][kUnroll];
+  static __device__ __forceinline__ int64_t units(int64_t k) { return k / 32; }  // blocks of 32 (16 ql bytes) of a row
+  uint4 ql[kRows][kUnroll];
+  uint2 qh[kRows][kUnroll];
   float dd[kRows][kUnroll];
   int sc_lo[kRows][kUnroll], sc_hi[kRows][kUnroll];
 
@@ -52,16 +59,13 @@ struct Q6Step {
         const int64_t j = j0 + u * 32 + lane;
         const int64_t rr = row0 + r < n ? row0 + r : n - 1;
         const bool in = j < chunks;
-        const int64_t sb = j / 8;
-        const int c = int(j % 8), hn = c / 4, m = (c / 2) % 2, h = c % 2;
-        ql[r][u] = in ? load_stream(wm + size_t(rr) * size_t(k / 2) + sb * 128 + 64 * hn + 32 * m + 16 * h)
-                      : make_uint4(0, 0, 0, 0);
-        qh[r][u] = in ? load_stream(wm + pl.qh + size_t(rr) * size_t(k / 4) + sb * 64 + 32 * hn + 16 * h)
-                      : make_uint4(0, 0, 0, 0);
-        const int8_t* sc = reinterpret_cast<const int8_t*>(wm + pl.sc + size_t(rr) * size_t(k / 16) + sb * 16);
-        sc_lo[r][u] = in ? sc[8 * hn + 2 * m + h] : 0;
-        sc_hi[r][u] = in ? sc[8 * hn + 2 * (m + 2) + h] : 0;
-        dd[r][u] = in ? __half2float(reinterpret_cast<const __half*>(wm + pl.d)[rr * (k / 256) + sb]) : 0.f;
+        ql[r][u] = in ? load_stream(wm + size_t(rr) * size_t(k / 2) + size_t(j) * 16) : make_uint4(0, 0, 0, 0);
+        qh[r][u] = in ? __ldg(reinterpret_cast<const uint2*>(wm + pl.qh + size_t(rr) * size_t(k / 4) + size_t(j) * 8))
+                      : make_uint2(0, 0);
+        const int8_t* sc = reinterpret_cast<const int8_t*>(wm + pl.sc + size_t(rr) * size_t(k / 16) + size_t(j) * 2);
+        sc_lo[r][u] = in ? sc[0] : 0;
+        sc_hi[r][u] = in ? sc[1] : 0;
+        dd[r][u] = in ? __half2float(reinterpret_cast<const __half*>(wm + pl.d)[rr * (k / 256) + j / 8]) : 0.f;
       }
   }
 
@@ -70,7 +74,7 @@ struct Q6Step {
     load(wm, Q6Planes(n, k), row0, n, k, j0);
   }
 
-  // acc[r][b] += the step's chunks times x (int8 blocks in xs, batch rows b < batch).
+  // acc[r][b] += the step's blocks times x (int8 blocks in xs, batch rows b < batch).
   template <int kMaxB>
   __device__ __forceinline__ void dot(const uint8_t* xs, int64_t k, int64_t j0, int batch,
                                       float (&acc)[kRows][kMaxB]) const {
@@ -80,30 +84,26 @@ struct Q6Step {
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t j = j0 + u * 32 + lane;
       if (j >= chunks) break;
-      const int c = int(j % 8), hn = c / 4, m = (c / 2) % 2, h = c % 2;
-      const int64_t e_lo = (j / 8) * 256 + 128 * hn + 32 * m + 16 * h, e_hi = e_lo + 64;
 #pragma unroll
       for (int b = 0; b < kMaxB; ++b) {
         if (b >= batch) break;
         const X8Row xr(xs, b, k);
-        const X8Row::Halves x = xr.halves(e_lo, e_hi);
+        const X8Row::Halves x = xr.halves(32 * j, 32 * j + 16);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-          const uint32_t* lo = &ql[r][u].x;
-          const uint32_t* hi = &qh[r][u].x;
-          const uint32_t n4 = 0x0F0F0F0Fu, n2 = 0x03030303u;
+          const uint32_t* q = &ql[r][u].x;
           uint32_t a[4], bq[4];
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            a[i] = (lo[i] & n4) | (((hi[i] >> (2 * m)) & n2) << 4);
-            bq[i] = ((lo[i] >> 4) & n4) | (((hi[i] >> (2 * m + 4)) & n2) << 4);
+            a[i] = q6_bytes(q[i], qh[r][u].x, i);
+            bq[i] = q6_bytes(q[i] >> 4, qh[r][u].y, i);
           }
-          // with the quants the blocks' largest elements meet, times their Q (q8_blocks.h)
+          // with the quants the block's largest element meets, times its Q (q8_blocks.h)
           const int dl = dot16(a[0], a[1], a[2], a[3], x.lo) - 32 * x.sum_lo +
                          int(chunk_byte(a[0], a[1], a[2], a[3], x.m_lo)) * x.big_lo;
           const int dh = dot16(bq[0], bq[1], bq[2], bq[3], x.hi) - 32 * x.sum_hi +
                          int(chunk_byte(bq[0], bq[1], bq[2], bq[3], x.m_hi)) * x.big_hi;
-          acc[r][b] += dd[r][u] * (x.d_lo * float(sc_lo[r][u] * dl) + x.d_hi * float(sc_hi[r][u] * dh));
+          acc[r][b] += dd[r][u] * x.d_lo * (float(sc_lo[r][u]) * float(dl) + float(sc_hi[r][u]) * float(dh));
         }
       }
     }
@@ -174,23 +174,38 @@ Status run_q6k(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
 
 bool q6k_only(GgmlType t) { return t == GgmlType::Q6_K; }
 
+// Element e (0..255) of a GGUF Q6_K block b as its 6 bits: for h = e / 128, t = (e % 128) / 32,
+// l = e % 32, the low 4 bits from ql byte 64 h + 32 (t & 1) + l (low nibble for t < 2, high for
+// t >= 2), the high 2 from qh byte 32 h + l at bit 2 t.
+__device__ __forceinline__ unsigned gguf_q6(const uint8_t* b, int e) {
+  const int h = e / 128, t = (e % 128) / 32, l = e % 32;
+  const unsigned lo = b[64 * h + 32 * (t & 1) + l], hi = b[128 + 32 * h + l];
+  return (t < 2 ? lo & 15u : lo >> 4) | ((hi >> (2 * t)) & 3u) << 4;
+}
+
+// One thread per super-block: GGUF's order into the planes' (the header comment).
 __global__ void repack_q6k_kernel(const uint8_t* __restrict__ src, int64_t n, int64_t k, uint8_t* __restrict__ dst) {
   const Q6Planes pl(n, k);
   const int64_t blocks = n * (k / 256);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < blocks; i += int64_t(gridDim.x) * blockDim.x) {
     const uint8_t* b = src + size_t(i) * 210;  // ql[128] qh[64] scales[16] d[2]
-    for (int j = 0; j < 128; ++j) dst[size_t(i) * 128 + j] = b[j];
-    for (int j = 0; j < 64; ++j) dst[pl.qh + size_t(i) * 64 + j] = b[128 + j];
+    for (int j = 0; j < 8; ++j) {
+      for (int e = 0; e < 16; ++e)
+        dst[size_t(i) * 128 + 16 * j + e] = uint8_t((gguf_q6(b, 32 * j + e) & 15u) | (gguf_q6(b, 32 * j + e + 16) & 15u) << 4);
+      for (int h = 0; h < 2; ++h) {
+        uint32_t word = 0;
+        for (int e = 0; e < 16; ++e) word |= (gguf_q6(b, 32 * j + 16 * h + e) >> 4) << (8 * (e % 4) + 2 * (e / 4));
+        reinterpret_cast<uint32_t*>(dst + pl.qh)[(size_t(i) * 8 + j) * 2 + h] = word;
+      }
+    }
     for (int j = 0; j < 16; ++j) dst[pl.sc + size_t(i) * 16 + j] = b[192 + j];
     dst[pl.d + size_t(i) * 2] = b[208];
     dst[pl.d + size_t(i) * 2 + 1] = b[209];
   }
 }
 
-// Rows row0 .. row0 + rows - 1 of the planes as f16 (GGUF's order within a super-block: element
-// e takes ql byte 64n + 32(t & 1) + l, qh byte 32n + l at bit 2t and scale e / 16, for n = e /
-// 128, t = (e % 128) / 32, l = e % 32). A thread makes 8 consecutive elements of a row (l a
-// multiple of 8: one 8-byte load from each quant plane, one scale, one 16-byte store); rows run
+// Rows row0 .. row0 + rows - 1 of the planes as f16. A thread makes 8 consecutive elements of a
+// row (c a multiple of 8: 8 bytes of ql, one qh word, one scale, one 16-byte store); rows run
 // over the grid's y, so no index is divided per element (the batching engine dequantises its
 // q6_K logits matrix with this every step: docs/benchmarks.md).
 __global__ void dequant_q6k_kernel(const uint8_t* __restrict__ w, int64_t n, int64_t k, int64_t row0, int64_t rows,
@@ -198,29 +213,29 @@ __global__ void dequant_q6k_kernel(const uint8_t* __restrict__ w, int64_t n, int
   const Q6Planes pl(n, k);
   const int64_t c = 8 * (int64_t(blockIdx.x) * blockDim.x + threadIdx.x);
   if (c >= k) return;
-  const int64_t sb = c / 256;
-  const int e = int(c % 256), h = e / 128, t = (e % 128) / 32, l = e % 32;
+  const int64_t j = c / 32;                       // the block
+  const int half = int(c % 32) / 16, e0 = int(c % 16);  // elements e0 .. e0 + 7 of that half (e0 = 0 or 8)
   const auto* scales = reinterpret_cast<const int8_t*>(w + pl.sc);
   const auto* ds = reinterpret_cast<const __half*>(w + pl.d);
   for (int64_t i = blockIdx.y; i < rows; i += gridDim.y) {
     const int64_t r = row0 + i;
-    const uint2 ql = *reinterpret_cast<const uint2*>(w + size_t(r) * size_t(k / 2) + sb * 128 + 64 * h + 32 * (t & 1) + l);
-    const uint2 qh = *reinterpret_cast<const uint2*>(w + pl.qh + size_t(r) * size_t(k / 4) + sb * 64 + 32 * h + l);
-    const int sc = scales[size_t(r) * size_t(k / 16) + sb * 16 + e / 16];
-    const float d = __half2float(ds[r * (k / 256) + sb]);
+    const uint2 ql = *reinterpret_cast<const uint2*>(w + size_t(r) * size_t(k / 2) + j * 16 + e0);
+    const uint32_t qh = reinterpret_cast<const uint32_t*>(w + pl.qh)[(size_t(r) * size_t(k / 32) + j) * 2 + half];
+    const int sc = scales[size_t(r) * size_t(k / 16) + c / 16];
+    const float d = __half2float(ds[r * (k / 256) + c / 256]);
     uint32_t packed[4];
 #pragma unroll
-    for (int j = 0; j < 8; j += 2) {
+    for (int p = 0; p < 8; p += 2) {
       float v[2];
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
-        const int b = j + u;
-        const uint32_t lo = ((b < 4 ? ql.x : ql.y) >> (8 * (b % 4))) & 0xFF, hi = ((b < 4 ? qh.x : qh.y) >> (8 * (b % 4))) & 0xFF;
-        const int q = int((t < 2 ? lo & 15 : lo >> 4) | ((hi >> (2 * t)) & 3) << 4) - 32;
+        const int b = p + u, e = e0 + b;
+        const uint32_t byte = ((b < 4 ? ql.x : ql.y) >> (8 * (b % 4))) & 0xFFu;
+        const int q = int((half ? byte >> 4 : byte & 15u) | ((qh >> (8 * (e % 4) + 2 * (e / 4))) & 3u) << 4) - 32;
         v[u] = d * float(sc * q);
       }
       const __half2 p2 = __floats2half2_rn(v[0], v[1]);
-      packed[j / 2] = *reinterpret_cast<const uint32_t*>(&p2);
+      packed[p / 2] = *reinterpret_cast<const uint32_t*>(&p2);
     }
     *reinterpret_cast<uint4*>(out + i * k + c) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
   }
