@@ -7,8 +7,8 @@ using namespace gemv_detail;
 
 Status gemv_dp4a_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   if (p.k % 32) return Status::error("q_dp4a: k must be a multiple of 32");
-  const bool k_quant = p.wtype == GgmlType::Q4_K || p.wtype == GgmlType::Q5_K || p.wtype == GgmlType::Q6_K;
-  if (k_quant && p.k % 256) return Status::error("q_dp4a: q4_K, q5_K and q6_K need k a multiple of 256");
+  const bool k_quant = p.wtype == GgmlType::Q4_K || p.wtype == GgmlType::Q5_K || p.wtype == GgmlType::Q6_K || p.wtype == GgmlType::IQ4_XS;
+  if (k_quant && p.k % 256) return Status::error("q_dp4a: q4_K, q5_K, q6_K and iq4_xs need k a multiple of 256");
   switch (p.wtype) {
     case GgmlType::Q4_0: return dp4a_launch_q4_0(p, c, s);
     case GgmlType::Q4_1: return dp4a_launch_q4_1(p, c, s);
@@ -16,12 +16,13 @@ Status gemv_dp4a_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t 
     case GgmlType::Q4_K: return dp4a_launch_q4_k(p, c, s);
     case GgmlType::Q5_K: return dp4a_launch_q5_k(p, c, s);
     case GgmlType::Q6_K: return dp4a_launch_q6_k(p, c, s);
-    default: return Status::error("q_dp4a: only q4_0, q4_1, q8_0, q4_K, q5_K and q6_K");
+    case GgmlType::IQ4_XS: return dp4a_launch_iq4_xs(p, c, s);
+    default: return Status::error("q_dp4a: only q4_0, q4_1, q8_0, q4_K, q5_K, q6_K and iq4_xs");
   }
 }
 
 void register_dp4a_variants(std::vector<GemvVariant>& out) {
-  out.push_back({"q_dp4a", "q4_0/q4_1/q8_0/q4_K/q5_K/q6_K repacked; x as int8 blocks in shared memory, dp4a, persistent grid",
+  out.push_back({"q_dp4a", "q4_0/q4_1/q8_0/q4_K/q5_K/q6_K/iq4_xs repacked; x as int8 blocks in shared memory, dp4a, persistent grid",
                  WeightLayout::Repacked, dp4a_types, gemv_dp4a_launch,
                  {GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 8, 4}, GemvConfig{4, 8, 2},
                   GemvConfig{2, 4, 2}, GemvConfig{1, 4, 4}, GemvConfig{2, 16, 4}, GemvConfig{2, 16, 2}},

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/gemv/gemv_common.cuh"
+#include "kernels/gemv/gemv_iq4.cuh"
 
 #include <cuda_fp16.h>
 #include <cstdint>
@@ -19,7 +20,10 @@ namespace lamina::kernels::gemv_detail {
 //             and mins):                                              w = (d sc) q - (dmin m)
 //   kScaleQ6  Q6_K's int8 scale per 16 elements and f16 d per 256, planes of their own:
 //                                                                     w = (d sc) (q - 32)
-enum Dp4aScales : int { kScaleD = 0, kScaleDM = 1, kScaleK = 2, kScaleQ6 = 3 };
+//   kScaleXS  IQ4_XS's 8-byte super-block header per 8 blocks (d, the 6-bit scales ls), the quants
+//             indices into the IQ4 table, in consecutive order (gemv_iq4xs.cu):
+//                                                                     w = d (ls - 32) iq4[q]
+enum Dp4aScales : int { kScaleD = 0, kScaleDM = 1, kScaleK = 2, kScaleQ6 = 3, kScaleXS = 4 };
 // kBits: 8 (Q8_0: a byte per quant), 4 (nibbles in Q4_0's order: byte e of a block holds its
 // elements e and e + 16), 5 (those nibbles, and after the quant plane a plane of one 32-bit word
 // per block whose bit e is element e's fifth bit: Q5_K, in Q5_0's order), 6 (those nibbles, and a
@@ -33,9 +37,11 @@ template <int kBits, int kScales, int kRows, int kUnroll>
 struct Dp4aStep {
   static constexpr bool kMin = kScales == kScaleDM || kScales == kScaleK;  // a min term: + m_w sum(x)
   static constexpr bool kQ6 = kScales == kScaleQ6;  // two scales a block, one per half of 16
+  static constexpr bool kLut = kScales == kScaleXS;  // the nibbles index the IQ4 table
   static constexpr int kPer = kBits == 8 ? 16 : 32;           // weights per 16-byte chunk
   static_assert(kScales != kScaleK || kBits == 4 || kBits == 5, "the K-quant header goes with 4- or 5-bit quants");
   static_assert((kScales == kScaleQ6) == (kBits == 6), "6-bit quants are Q6_K's");
+  static_assert(!kLut || kBits == 4, "IQ4_XS's indices are 4-bit");
   static __device__ __forceinline__ int64_t loads(int64_t k) { return k / kPer; }
   // Bytes of one row's quant plane and of its fifth-bit plane.
   static __host__ __device__ constexpr size_t quant_row(int64_t k) { return size_t(k) * (kBits == 8 ? 8 : 4) / 8; }
@@ -43,16 +49,20 @@ struct Dp4aStep {
     return kBits == 5 ? size_t(k) / 8 : kBits == 6 ? size_t(k) / 4 : 0;
   }
   // Bytes of one row's scale plane, and where block blk's scales sit in it.
-  static __host__ __device__ constexpr size_t scale_row(int64_t k) { return size_t(k) / (kScales == kScaleDM ? 8 : 16); }
+  static __host__ __device__ constexpr size_t scale_row(int64_t k) {
+    return size_t(k) / (kScales == kScaleDM ? 8 : kLut ? 32 : 16);
+  }
   // (Q6_K: the int8 scales' rows; the d plane follows them, k / 128 bytes a row.)
   static __device__ __forceinline__ size_t scale_at(int64_t blk) {
+    if constexpr (kLut) return size_t(blk / 8) * 8;
     return kScales == kScaleK ? size_t(blk / 8) * 16 : size_t(blk) * (kScales == kScaleDM ? 4 : 2);  // (Q6_K: 2 int8)
   }
 
   // A chunk's scales as loaded: (d, m) as floats, or Q4_K's header (decoded in dot, once the
   // load has landed).
   // Q6_K: its two int8 scales (x) and d's f16 bits (y).
-  using Aux = std::conditional_t<kScales == kScaleK, uint4, std::conditional_t<kQ6, uint2, float2>>;
+  // IQ4_XS: its header (d | scales_h << 16, scales_l).
+  using Aux = std::conditional_t<kScales == kScaleK, uint4, std::conditional_t<kQ6 || kLut, uint2, float2>>;
   using High = std::conditional_t<kBits == 6, uint2, uint32_t>;
   struct Regs {
     uint4 raw[kRows][kUnroll];
@@ -83,6 +93,8 @@ struct Dp4aStep {
           const uint8_t* dp = w + size_t(n) * (qrow + hrow + scale_row(k)) + (size_t(row) * size_t(k / 256) + size_t(l / 8)) * 2;
           g.aux[r][u] = in ? make_uint2(__ldg(reinterpret_cast<const unsigned short*>(sp)), __ldg(reinterpret_cast<const unsigned short*>(dp)))
                            : make_uint2(0, 0);
+        } else if constexpr (kLut) {
+          g.aux[r][u] = in ? __ldg(reinterpret_cast<const uint2*>(sp)) : make_uint2(0, 0);
         } else if constexpr (kScales == kScaleK) g.aux[r][u] = in ? __ldg(reinterpret_cast<const uint4*>(sp)) : make_uint4(0, 0, 0, 0);
         else if constexpr (kScales == kScaleDM) g.aux[r][u] = in ? __half22float2(*reinterpret_cast<const __half2*>(sp)) : make_float2(0.f, 0.f);
         else g.aux[r][u] = make_float2(in ? __half2float(*reinterpret_cast<const __half*>(sp)) : 0.f, 0.f);
@@ -91,7 +103,11 @@ struct Dp4aStep {
 
   // (d_w, m_w) of chunk l from its loaded scales; Q6_K: (d sc) of the block's two halves.
   static __device__ __forceinline__ float2 scales(const Aux& a, int64_t l) {
-    if constexpr (kQ6) {
+    if constexpr (kLut) {
+      const int j = int(l % 8);
+      const int ls = int((a.y >> (4 * j)) & 15u) | int(((a.x >> (16 + 2 * j)) & 3u) << 4);
+      return make_float2(__half2float(__ushort_as_half((unsigned short)(a.x & 0xFFFFu))) * float(ls - 32), 0.f);
+    } else if constexpr (kQ6) {
       const float d = __half2float(__ushort_as_half((unsigned short)a.y));
       return make_float2(d * float(int8_t(a.x & 0xFFu)), d * float(int8_t(a.x >> 8)));
     } else if constexpr (kScales == kScaleK) {
@@ -128,6 +144,7 @@ struct Dp4aStep {
     x.hi = make_int4(0, 0, 0, 0);
     x.sum = kMin ? f.sum : (kBits == 5 ? -16 : -8) * f.sum;
     x.sum_hi = 0;
+    if constexpr (kLut) x.sum = 0;  // (no offset: the table's values are signed)
     x.m = f.m;
     x.upper = f.m & 8;
     const uint32_t b = f.m & 7;
@@ -136,7 +153,7 @@ struct Dp4aStep {
       x.hi = *reinterpret_cast<const int4*>(xb + l * kPer + 16);
       x.sel = b;
       x.mask = f.m & 16 ? 0xF0u : 0x0Fu;
-      x.big = kBits != 4 || f.m & 16 ? f.big : 16 * f.big;
+      x.big = kBits != 4 || kLut || f.m & 16 ? f.big : 16 * f.big;
       if constexpr (kQ6) {  // the offset - 32 q per half: the halves' sums (Q joins the one it lies in)
         const int lo = __dp4a(0x01010101, x.lo.w, __dp4a(0x01010101, x.lo.z, __dp4a(0x01010101, x.lo.y, __dp4a(0x01010101, x.lo.x, 0)))) +
                        (f.m & 16 ? 0 : f.big);
@@ -158,7 +175,19 @@ struct Dp4aStep {
   static __device__ __forceinline__ float chunk_dot(const uint4 v, High qh, const XChunk& x, float dw, float mw) {
     const uint32_t pick = x.upper ? prmt(v.z, v.w, x.sel) : prmt(v.x, v.y, x.sel);
     int sumi = 0;  // (every branch sets it; the 6-bit one returns first)
-    if constexpr (kBits == 6) {  // two sums, one per half and scale: x.d (dw sl + mw sh)
+    if constexpr (kLut) {  // word i's nibbles are elements 8 i .. 8 i + 7: two lookups of four
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+      const int xs[8] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w, x.hi.x, x.hi.y, x.hi.z, x.hi.w};
+      const uint32_t wm = x.m & 16 ? (x.m & 8 ? v.w : v.z) : (x.m & 8 ? v.y : v.x);
+      const uint32_t qm = iq4_lookup4((wm >> (4 * (x.m & 7))) & 15u);  // byte 0: the largest element's value
+      sumi = int(int8_t(qm & 0xFFu)) * x.big;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        sumi = __dp4a(int(iq4_lookup4(w[i])), xs[2 * i], sumi);
+        sumi = __dp4a(int(iq4_lookup4(w[i] >> 16)), xs[2 * i + 1], sumi);
+      }
+      return x.d * (dw * float(sumi));
+    } else if constexpr (kBits == 6) {  // two sums, one per half and scale: x.d (dw sl + mw sh)
       const bool hi_half = x.mask == 0xF0u;
       const uint32_t nib = pick & x.mask, e = uint32_t(x.m) & 15u;
       const int qm = int((hi_half ? nib >> 4 : nib) | (((hi_half ? qh.y : qh.x) >> (8 * (e & 3u) + 2 * (e >> 2))) & 3u) << 4);
@@ -276,7 +305,7 @@ inline constexpr int kDp4aBlocksPerSm = 1;
 
 inline bool dp4a_types(GgmlType t) {
   return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
-         t == GgmlType::Q6_K;
+         t == GgmlType::Q6_K || t == GgmlType::IQ4_XS;
 }
 
 // A dp4a variant's launch for a problem and config: by weight type (gemv_dp4a.cu), then by

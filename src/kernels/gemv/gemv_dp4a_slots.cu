@@ -64,5 +64,6 @@ template Status gemv_dp4a_slots_launch<8, kScaleD>(const GemvProblem&, const Gem
 template Status gemv_dp4a_slots_launch<4, kScaleK>(const GemvProblem&, const GemvConfig&, cudaStream_t);
 template Status gemv_dp4a_slots_launch<5, kScaleK>(const GemvProblem&, const GemvConfig&, cudaStream_t);
 template Status gemv_dp4a_slots_launch<6, kScaleQ6>(const GemvProblem&, const GemvConfig&, cudaStream_t);
+template Status gemv_dp4a_slots_launch<4, kScaleXS>(const GemvProblem&, const GemvConfig&, cudaStream_t);
 
 }  // namespace lamina::kernels

@@ -40,6 +40,9 @@ Status dequant_kquant_planes(GgmlType t, const void* w, int64_t n, int64_t k, in
                              cudaStream_t s);
 Status dequant_q6k_repacked(const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out, cudaStream_t s);
 void register_iq4xs_variants(std::vector<GemvVariant>& out);   // gemv_iq4xs.cu
+size_t gemv_iq4xs_repacked_bytes(int64_t n, int64_t k);                                   // gemv_iq4xs.cu
+Status gemv_iq4xs_repack(const void* src, int64_t n, int64_t k, void* out, cudaStream_t s);  // gemv_iq4xs.cu
+Status dequant_iq4xs_repacked(const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out, cudaStream_t s);
 void register_q51_variants(std::vector<GemvVariant>& out);     // gemv_q51.cu
 
 }  // namespace lamina::kernels

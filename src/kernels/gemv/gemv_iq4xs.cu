@@ -11,30 +11,19 @@
 // against q_generic (per-element decode, f32 x), the rung it replaces for this type: the file's
 // 4.25 bits per weight read once, 16 bytes per lane, and the dot products on int8.
 #include "format/quant_decode.h"
+#include "kernels/common/launch_status.h"
+#include "kernels/gemv/gemv_internal.h"
+#include "kernels/gemv/gemv_iq4.cuh"
 #include "kernels/gemv/gemv_units.cuh"
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
 
 namespace lamina::kernels {
 namespace {
 
 using namespace gemv_detail;
-
-// Bytes 4i .. 4i + 3 of the IQ4 table as one little-endian word.
-constexpr uint32_t iq4_word(int i) {
-  uint32_t w = 0;
-  for (int b = 3; b >= 0; --b) w = w << 8 | uint32_t(uint8_t(int8_t(iq4_value(4 * i + b))));
-  return w;
-}
-
-// The IQ4 values of the four 4-bit indices in the low 16 bits of s (index i in bits 4i..4i+3),
-// as four int8 in one word (byte i for index i). prmt picks from 8 bytes with 3 bits of each
-// selector nibble (the fourth asks for a sign fill), so each half of the table is looked up with
-// the low 3 bits and a third prmt takes byte i from the upper half where index i is 8 or more.
-__device__ __forceinline__ uint32_t iq4_lookup4(uint32_t s) {
-  constexpr uint32_t t0 = iq4_word(0), t1 = iq4_word(1), t2 = iq4_word(2), t3 = iq4_word(3);
-  const uint32_t s3 = s & 0x7777u;
-  const uint32_t lo = prmt(t0, t1, s3), hi = prmt(t2, t3, s3);
-  return prmt(lo, hi, 0x3210u | ((s >> 1) & 0x4444u));
-}
 
 struct Iq4xsUnits {
   static constexpr const char* kName = "iq4xs_dp4a";
@@ -76,7 +65,65 @@ struct Iq4xsUnits {
   }
 };
 
+// ---- the repacked layout (gemv.h), read by q_dp4a ---------------------------------------------
+// quants [n][k/2]: block j of a row in bytes 16 j .. 16 j + 15, byte b holding its elements 2 b
+// (low nibble) and 2 b + 1 (high): a word's eight nibbles are eight consecutive elements, so that
+// each 16 bits look up four values in x's byte order (iq4_lookup4) with no permute after;
+// headers [n][k/256][8]: d, scales_h, scales_l as in the file. The file's 136 bytes per 256.
+struct Iq4xsPlanes {
+  size_t head;
+  __host__ __device__ Iq4xsPlanes(int64_t n, int64_t k) : head(size_t(n) * size_t(k) / 2) {}
+};
+
+// One thread per super-block. GGUF: qs byte 16 j + i holds elements i (low nibble) and 16 + i
+// (high) of sub-block j.
+__global__ void repack_iq4xs_kernel(const uint8_t* __restrict__ src, int64_t n, int64_t k, uint8_t* __restrict__ dst) {
+  const Iq4xsPlanes pl(n, k);
+  const int64_t supers = n * (k / 256);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < supers; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint8_t* b = src + size_t(i) * sizeof(block_iq4_xs);
+    for (int j = 0; j < 8; ++j) dst[pl.head + size_t(i) * 8 + j] = b[j];
+    const uint8_t* qs = b + 8;
+    const auto nib = [&](int e) { return e % 32 < 16 ? qs[16 * (e / 32) + e % 32] & 15u : qs[16 * (e / 32) + e % 32 - 16] >> 4; };
+    for (int e = 0; e < 256; e += 2) dst[size_t(i) * 128 + e / 2] = uint8_t(nib(e) | nib(e + 1) << 4);
+  }
+}
+
+// out[r][c] (f16) = element c of row row0 + r, one thread per element: the CPU's formula
+// (format/quant_decode.h), d (ls - 32) in f32 times the value, rounded once.
+__global__ void dequant_iq4xs_kernel(const uint8_t* __restrict__ w, int64_t n, int64_t k, int64_t row0, int64_t rows,
+                                     __half* __restrict__ out) {
+  const Iq4xsPlanes pl(n, k);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * k; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = row0 + i / k, e = i % k;
+    const uint8_t byte = w[size_t(row) * size_t(k / 2) + size_t(e / 2)];
+    const int q = e % 2 ? byte >> 4 : byte & 15;
+    const uint8_t* h = w + pl.head + (size_t(row) * size_t(k / 256) + size_t(e / 256)) * 8;
+    const int ib = int(e % 256) / 32;
+    const int ls = ((h[4 + ib / 2] >> (4 * (ib % 2))) & 15) | ((((h[2] | h[3] << 8) >> (2 * ib)) & 3) << 4);
+    const float d = __half2float(*reinterpret_cast<const __half*>(h));
+    out[i] = __float2half_rn(__fmul_rn(__fmul_rn(d, float(ls - 32)), float(iq4_value(q))));
+  }
+}
+
 }  // namespace
+
+size_t gemv_iq4xs_repacked_bytes(int64_t n, int64_t k) { return size_t(n) * size_t(k / 256) * sizeof(block_iq4_xs); }
+
+Status gemv_iq4xs_repack(const void* src, int64_t n, int64_t k, void* out, cudaStream_t s) {
+  if (k % 256 || n <= 0) return Status::error("gemv_repack: bad iq4_xs shape");
+  const unsigned grid = unsigned(std::min<int64_t>((n * (k / 256) + 255) / 256, 4096));
+  repack_iq4xs_kernel<<<grid, 256, 0, s>>>(static_cast<const uint8_t*>(src), n, k, static_cast<uint8_t*>(out));
+  return launch_status("gemv_repack iq4_xs");
+}
+
+Status dequant_iq4xs_repacked(const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out, cudaStream_t s) {
+  if (!w || !out || k % 256 || row0 < 0 || rows <= 0 || row0 + rows > n || reinterpret_cast<uintptr_t>(out) % 2)
+    return Status::error("dequant_repacked: bad arguments");
+  const unsigned grid = unsigned(std::min<int64_t>((rows * k + 255) / 256, 8192));
+  dequant_iq4xs_kernel<<<grid, 256, 0, s>>>(static_cast<const uint8_t*>(w), n, k, row0, rows, static_cast<__half*>(out));
+  return launch_status("dequant_repacked");
+}
 
 void register_iq4xs_variants(std::vector<GemvVariant>& out) {
   register_units_rungs<Iq4xsUnits>(out, WeightLayout::Gguf,
