@@ -1,5 +1,5 @@
-// The weight step shared by the dp4a GEMVs on the repacked Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K layouts (q_dp4a,
-// q_dp4a_slots): loads of 16-byte chunks with their block scales, and their dp4a products with
+// The weight step shared by the dp4a GEMVs on the repacked Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K /
+// IQ4_XS layouts (q_dp4a, q_dp4a_slots): loads of 16-byte chunks with their block scales, and their dp4a products with
 // int8 x blocks (kernels/common/q8_blocks.h).
 #pragma once
 
@@ -43,7 +43,7 @@ struct Dp4aStep {
   static_assert((kScales == kScaleQ6) == (kBits == 6), "6-bit quants are Q6_K's");
   static_assert(!kLut || kBits == 4, "IQ4_XS's indices are 4-bit");
   static __device__ __forceinline__ int64_t loads(int64_t k) { return k / kPer; }
-  // Bytes of one row's quant plane and of its fifth-bit plane.
+  // Bytes of one row's quant plane and of its high-bit plane (5-bit: fifth bits; 6-bit: high 2 bits).
   static __host__ __device__ constexpr size_t quant_row(int64_t k) { return size_t(k) * (kBits == 8 ? 8 : 4) / 8; }
   static __host__ __device__ constexpr size_t high_row(int64_t k) {
     return kBits == 5 ? size_t(k) / 8 : kBits == 6 ? size_t(k) / 4 : 0;
@@ -70,9 +70,9 @@ struct Dp4aStep {
     High qh[kRows][kUnroll];  // (5-bit: the chunk's fifth bits; 6-bit: its high 2 bits, a word per half)
   };
 
-  // Rows row0..row0+kRows-1 of w [n][k] in the repacked layout (quant rows, then 5-bit's fifth-bit
-  // rows, then scale rows; rows past n clamped to n-1 so that loads stay in bounds), chunks l0 +
-  // u*32 + lane.
+  // Rows row0..row0+kRows-1 of w [n][k] in the repacked layout (quant rows, then the 5- and 6-bit
+  // types' high-bit rows, then scale rows: Q6_K's int8 scales followed by its d plane, IQ4_XS's
+  // 8-byte headers; rows past n clamped to n-1 so that loads stay in bounds), chunks l0 + u*32 + lane.
   static __device__ __forceinline__ void load(const uint8_t* w, int64_t row0, int64_t n, int64_t l0, int64_t k, Regs& g) {
     const size_t qrow = quant_row(k), hrow = high_row(k);
     const int lane = threadIdx.x % 32;
@@ -127,14 +127,16 @@ struct Dp4aStep {
     float d;
     int4 lo, hi;    // the 16 (Q8_0) or 32 (Q4) int8 values the chunk's weights multiply
     int sum;        // the block's sum in steps of d, times -8 for Q4_0 (its offset term; a 5-bit type
-                    // without a min, as Q5_0 would be: -16); Q6_K: -32 times the sum of elements 0..15
+                    // without a min, as Q5_0 would be: -16); Q6_K: -32 times the sum of elements 0..15;
+                    // IQ4_XS: 0 (the table's values are signed)
     int sum_hi;     // Q6_K: -32 times the sum of elements 16..31
     uint32_t sel;   // the prmt selector: the byte to the low end (Q8_0: sign-extended)
     bool upper;     // the byte is in v.z / v.w
     uint32_t mask;  // Q4: the nibble of that byte (0x0F, or 0xF0 for elements 16..31)
     int big;        // the largest element in steps of d, times 16 for a low nibble (Q4: its product
-                    // joins the high nibbles' sum, kept 16x; 5- and 6-bit: not); 0 for the Q8_0 half without it
-    int m;          // 5- and 6-bit: the largest element's index in the block (its high bits in qh)
+                    // joins the high nibbles' sum, kept 16x; 5-, 6-bit and IQ4_XS: not); 0 for the Q8_0
+                    // half without it
+    int m;          // 5-, 6-bit and IQ4_XS: the largest element's index in the block
   };
   static __device__ __forceinline__ XChunk x_chunk(const uint8_t* xb, int64_t k, int64_t l) {
     const X8Facts f = x8_facts(xb, k, l * kPer / 32);
@@ -174,7 +176,7 @@ struct Dp4aStep {
   // 5-bit: each word's nibbles with their fifth bits as two words of bytes 0..31, eight dp4a.
   static __device__ __forceinline__ float chunk_dot(const uint4 v, High qh, const XChunk& x, float dw, float mw) {
     const uint32_t pick = x.upper ? prmt(v.z, v.w, x.sel) : prmt(v.x, v.y, x.sel);
-    int sumi = 0;  // (every branch sets it; the 6-bit one returns first)
+    int sumi = 0;  // (every branch sets it; the table and 6-bit ones return first)
     if constexpr (kLut) {  // word i's nibbles are elements 8 i .. 8 i + 7: two lookups of four
       const uint32_t w[4] = {v.x, v.y, v.z, v.w};
       const int xs[8] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w, x.hi.x, x.hi.y, x.hi.z, x.hi.w};

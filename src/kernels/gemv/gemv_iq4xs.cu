@@ -118,7 +118,8 @@ Status gemv_iq4xs_repack(const void* src, int64_t n, int64_t k, void* out, cudaS
 }
 
 Status dequant_iq4xs_repacked(const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out, cudaStream_t s) {
-  if (!w || !out || k % 256 || row0 < 0 || rows <= 0 || row0 + rows > n || reinterpret_cast<uintptr_t>(out) % 2)
+  if (!w || !out || k % 256 || row0 < 0 || rows <= 0 || row0 + rows > n || reinterpret_cast<uintptr_t>(out) % 2 ||
+      reinterpret_cast<uintptr_t>(w) % 2)  // (d is read as an f16 from the header plane)
     return Status::error("dequant_repacked: bad arguments");
   const unsigned grid = unsigned(std::min<int64_t>((rows * k + 255) / 256, 8192));
   dequant_iq4xs_kernel<<<grid, 256, 0, s>>>(static_cast<const uint8_t*>(w), n, k, row0, rows, static_cast<__half*>(out));
