@@ -55,12 +55,16 @@ LAMINA_HD float decode_q5_K(const block_q5_K& b, int e) {
   const int q = ((e % 64 < 32) ? (byte & 15) : (byte >> 4)) + 16 * ((b.qh[e % 32] >> (e / 32)) & 1);
   return f16_to_f32(b.d) * float(sc) * float(q) - f16_to_f32(b.dmin) * float(m);
 }
-LAMINA_HD float decode_q6_K(const block_q6_K& b, int e) {
+// Element e's 6 bits (0..63, the value + 32): the low 4 from ql, the high 2 from qh.
+LAMINA_HD int q6k_quant(const block_q6_K& b, int e) {
   const int n = e / 128, k = (e % 128) / 32, l = e % 32;
   const uint8_t byte = b.ql[64 * n + 32 * (k & 1) + l];
   const int lo4 = k < 2 ? (byte & 15) : (byte >> 4);
   const int hi2 = (b.qh[32 * n + l] >> (2 * k)) & 3;
-  return f16_to_f32(b.d) * float(b.scales[e / 16]) * float((lo4 | hi2 << 4) - 32);
+  return lo4 | hi2 << 4;
+}
+LAMINA_HD float decode_q6_K(const block_q6_K& b, int e) {
+  return f16_to_f32(b.d) * float(b.scales[e / 16]) * float(q6k_quant(b, e) - 32);
 }
 LAMINA_HD float decode_q8_K(const block_q8_K& b, int e) { return b.d * float(b.qs[e]); }
 // The IQ4 types' 16 values (a function, so that device code reads the same table).
@@ -68,9 +72,12 @@ LAMINA_HD constexpr int iq4_value(int nibble) {
   constexpr int8_t v[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
   return v[nibble];
 }
-LAMINA_HD int iq4xs_scale(const block_iq4_xs& b, int ib) {
-  return (((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 15) | (((b.scales_h >> (2 * ib)) & 3) << 4)) - 32;
+// Sub-block ib's scale ls - 32 from the block's scale fields (also where they are kept apart from
+// the quants: the GPU's repacked headers).
+LAMINA_HD int iq4xs_scale(uint16_t scales_h, const uint8_t* scales_l, int ib) {
+  return (((scales_l[ib / 2] >> (4 * (ib % 2))) & 15) | (((scales_h >> (2 * ib)) & 3) << 4)) - 32;
 }
+LAMINA_HD int iq4xs_scale(const block_iq4_xs& b, int ib) { return iq4xs_scale(b.scales_h, b.scales_l, ib); }
 LAMINA_HD float decode_iq4_nl(const block_iq4_nl& b, int e) { return f16_to_f32(b.d) * float(iq4_value(q_nib(b.qs, e))); }
 LAMINA_HD float decode_iq4_xs(const block_iq4_xs& b, int e) {
   const int ib = e / 32;

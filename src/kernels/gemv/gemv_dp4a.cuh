@@ -5,6 +5,7 @@
 
 #include "kernels/gemv/gemv_common.cuh"
 #include "kernels/gemv/gemv_iq4.cuh"
+#include "kernels/gemv/gemv_x8.cuh"
 
 #include <cuda_fp16.h>
 #include <cstdint>
@@ -157,8 +158,7 @@ struct Dp4aStep {
       x.mask = f.m & 16 ? 0xF0u : 0x0Fu;
       x.big = kBits != 4 || kLut || f.m & 16 ? f.big : 16 * f.big;
       if constexpr (kQ6) {  // the offset - 32 q per half: the halves' sums (Q joins the one it lies in)
-        const int lo = __dp4a(0x01010101, x.lo.w, __dp4a(0x01010101, x.lo.z, __dp4a(0x01010101, x.lo.y, __dp4a(0x01010101, x.lo.x, 0)))) +
-                       (f.m & 16 ? 0 : f.big);
+        const int lo = sum16(x.lo) + (f.m & 16 ? 0 : f.big);
         x.sum = -32 * lo;
         x.sum_hi = -32 * (f.sum - lo);
       }

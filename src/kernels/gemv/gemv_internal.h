@@ -19,7 +19,7 @@ Status gemv_dp4a_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t 
 // q_dp4a's decode instances of one matrix at unroll 2 (gemv_dp4a_slots.cu), for q_dp4a's dispatch,
 // which has checked the problem: batch 1, no w_up, config rows=2, warps=16, unroll=2; (kBits,
 // kScales: gemv_dp4a.cuh's Dp4aScales) (4, 0) for q4_0, (8, 0) for q8_0, (4, 2) for q4_K, (5, 2) for
-// q5_K, the four instantiated.
+// q5_K, (6, 3) for q6_K, (4, 4) for iq4_xs, the six instantiated.
 template <int kBits, int kScales>
 Status gemv_dp4a_slots_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 void register_mma_variants(std::vector<GemvVariant>& out);     // gemv_mma.cu

@@ -84,7 +84,7 @@ __global__ void repack_iq4xs_kernel(const uint8_t* __restrict__ src, int64_t n, 
     const uint8_t* b = src + size_t(i) * sizeof(block_iq4_xs);
     for (int j = 0; j < 8; ++j) dst[pl.head + size_t(i) * 8 + j] = b[j];
     const uint8_t* qs = b + 8;
-    const auto nib = [&](int e) { return e % 32 < 16 ? qs[16 * (e / 32) + e % 32] & 15u : qs[16 * (e / 32) + e % 32 - 16] >> 4; };
+    const auto nib = [&](int e) { return q_nib(qs + 16 * (e / 32), e % 32); };  // element e's index
     for (int e = 0; e < 256; e += 2) dst[size_t(i) * 128 + e / 2] = uint8_t(nib(e) | nib(e + 1) << 4);
   }
 }
@@ -99,10 +99,9 @@ __global__ void dequant_iq4xs_kernel(const uint8_t* __restrict__ w, int64_t n, i
     const uint8_t byte = w[size_t(row) * size_t(k / 2) + size_t(e / 2)];
     const int q = e % 2 ? byte >> 4 : byte & 15;
     const uint8_t* h = w + pl.head + (size_t(row) * size_t(k / 256) + size_t(e / 256)) * 8;
-    const int ib = int(e % 256) / 32;
-    const int ls = ((h[4 + ib / 2] >> (4 * (ib % 2))) & 15) | ((((h[2] | h[3] << 8) >> (2 * ib)) & 3) << 4);
+    const int scale = iq4xs_scale(uint16_t(h[2] | h[3] << 8), h + 4, int(e % 256) / 32);  // ls - 32
     const float d = __half2float(*reinterpret_cast<const __half*>(h));
-    out[i] = __float2half_rn(__fmul_rn(__fmul_rn(d, float(ls - 32)), float(iq4_value(q))));
+    out[i] = __float2half_rn(__fmul_rn(__fmul_rn(d, float(scale)), float(iq4_value(q))));
   }
 }
 

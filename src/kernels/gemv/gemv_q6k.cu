@@ -12,6 +12,7 @@
 // Against GGUF's order (kept by the planes before: a 16-byte ql chunk held two x blocks' runs and
 // each 16-byte qh chunk was loaded by two lanes), a lane loads 8 bytes less and meets one x block;
 // q_dp4a (gemv_dp4a.cuh) reads the same planes.
+#include "format/quant_decode.h"
 #include "kernels/gemv/gemv_common.cuh"
 #include "kernels/gemv/gemv_internal.h"
 #include "kernels/gemv/gemv_slots.cuh"
@@ -174,27 +175,20 @@ Status run_q6k(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
 
 bool q6k_only(GgmlType t) { return t == GgmlType::Q6_K; }
 
-// Element e (0..255) of a GGUF Q6_K block b as its 6 bits: for h = e / 128, t = (e % 128) / 32,
-// l = e % 32, the low 4 bits from ql byte 64 h + 32 (t & 1) + l (low nibble for t < 2, high for
-// t >= 2), the high 2 from qh byte 32 h + l at bit 2 t.
-__device__ __forceinline__ unsigned gguf_q6(const uint8_t* b, int e) {
-  const int h = e / 128, t = (e % 128) / 32, l = e % 32;
-  const unsigned lo = b[64 * h + 32 * (t & 1) + l], hi = b[128 + 32 * h + l];
-  return (t < 2 ? lo & 15u : lo >> 4) | ((hi >> (2 * t)) & 3u) << 4;
-}
-
-// One thread per super-block: GGUF's order into the planes' (the header comment).
+// One thread per super-block: GGUF's order (format/quant_decode.h's q6k_quant) into the planes'
+// (the header comment).
 __global__ void repack_q6k_kernel(const uint8_t* __restrict__ src, int64_t n, int64_t k, uint8_t* __restrict__ dst) {
   const Q6Planes pl(n, k);
   const int64_t blocks = n * (k / 256);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < blocks; i += int64_t(gridDim.x) * blockDim.x) {
-    const uint8_t* b = src + size_t(i) * 210;  // ql[128] qh[64] scales[16] d[2]
+    const uint8_t* b = src + size_t(i) * sizeof(block_q6_K);  // ql[128] qh[64] scales[16] d[2]
+    const auto& blk = *reinterpret_cast<const block_q6_K*>(b);
     for (int j = 0; j < 8; ++j) {
       for (int e = 0; e < 16; ++e)
-        dst[size_t(i) * 128 + 16 * j + e] = uint8_t((gguf_q6(b, 32 * j + e) & 15u) | (gguf_q6(b, 32 * j + e + 16) & 15u) << 4);
+        dst[size_t(i) * 128 + 16 * j + e] = uint8_t((q6k_quant(blk, 32 * j + e) & 15) | (q6k_quant(blk, 32 * j + e + 16) & 15) << 4);
       for (int h = 0; h < 2; ++h) {
         uint32_t word = 0;
-        for (int e = 0; e < 16; ++e) word |= (gguf_q6(b, 32 * j + 16 * h + e) >> 4) << (8 * (e % 4) + 2 * (e / 4));
+        for (int e = 0; e < 16; ++e) word |= uint32_t(q6k_quant(blk, 32 * j + 16 * h + e) >> 4) << (8 * (e % 4) + 2 * (e / 4));
         reinterpret_cast<uint32_t*>(dst + pl.qh)[(size_t(i) * 8 + j) * 2 + h] = word;
       }
     }
