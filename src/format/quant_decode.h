@@ -30,16 +30,21 @@ LAMINA_HD float decode_q5_1(const block_q5_1& b, int e) {
 LAMINA_HD float decode_q8_0(const block_q8_0& b, int e) { return f16_to_f32(b.d) * float(b.qs[e]); }
 LAMINA_HD float decode_q8_1(const block_q8_1& b, int e) { return f16_to_f32(b.d) * float(b.qs[e]); }
 
+// Element e's 2 low bits in a Q2_K or Q3_K super-block's qs (the same order in both): bits 2 j of
+// qs[32 n + l], e = 128 n + 32 j + l.
+LAMINA_HD int k23_low2(const uint8_t* qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3; }
+// Element e's bit of a Q3_K super-block's hmask (bit 4 n + j of hmask[l]): set, q = low 2 bits;
+// clear, q = low 2 bits - 4.
+LAMINA_HD int q3k_high(const uint8_t* hmask, int e) { return (hmask[e % 32] >> (4 * (e / 128) + (e % 128) / 32)) & 1; }
+
 LAMINA_HD float decode_q2_K(const block_q2_K& b, int e) {
-  const int n = e / 128, j = (e % 128) / 32, l = e % 32;
-  const int q = (b.qs[32 * n + l] >> (2 * j)) & 3;
+  const int q = k23_low2(b.qs, e);
   const uint8_t s = b.scales[e / 16];
   return f16_to_f32(b.d) * float(s & 15) * float(q) - f16_to_f32(b.dmin) * float(s >> 4);
 }
 LAMINA_HD float decode_q3_K(const block_q3_K& b, int e) {
-  const int n = e / 128, j = (e % 128) / 32, l = e % 32, t = e / 16;
-  const int q = ((b.qs[32 * n + l] >> (2 * j)) & 3) - (((b.hmask[l] >> (4 * n + j)) & 1) ? 0 : 4);
-  return f16_to_f32(b.d) * float(q3k_scale(b.scales, t)) * float(q);
+  const int q = k23_low2(b.qs, e) - (q3k_high(b.hmask, e) ? 0 : 4);
+  return f16_to_f32(b.d) * float(q3k_scale(b.scales, e / 16)) * float(q);
 }
 LAMINA_HD float decode_q4_K(const block_q4_K& b, int e) {
   uint8_t sc, m;

@@ -279,16 +279,16 @@ TEST(DequantGpuArgs, RejectsBadShapes) {
 
 }  // namespace
 
-// The repacked q6_K, q3_K, q4_K, q5_K and iq4_xs planes (gemv_repack) back to f16 rows (dequant_repacked:
+// The repacked q6_K, q3_K, q2_K, q4_K, q5_K and iq4_xs planes (gemv_repack) back to f16 rows (dequant_repacked:
 // the batching engine's matmuls of many rows with these weights): a slice of rows in the middle of
 // the matrix, against the CPU's dequantised values rounded to f16 (within one f16 rounding: the
-// kernel scales d * (sc * q), the CPU (d * sc) * q; q4_K and q5_K subtract dmin m, where a host
+// kernel scales d * (sc * q), the CPU (d * sc) * q; q2_K, q4_K and q5_K subtract dmin m, where a host
 // compiler's contraction into an FMA may move the f32 result by an ulp of the terms), the output's
 // neighbours poisoned and left alone.
 TEST(DequantGpuRepacked, SliceOfRowsMatchesTheCpu) {
   std::mt19937 rng(17);
   std::normal_distribution<float> nd(0.f, 1.f);
-  for (GgmlType t : {GgmlType::Q6_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::IQ4_XS}) {
+  for (GgmlType t : {GgmlType::Q6_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::IQ4_XS}) {
     const int64_t n = 37, k = 768, row0 = 5, rows = 29;
     const size_t rb = row_bytes(t, k);
     std::vector<uint8_t> w(rb * size_t(n));

@@ -154,22 +154,25 @@ size_t gemv_weight_bytes(const GemvProblem& p);
 // word: its element e), Q5_0's order: 176 bytes per 256;
 // Q6_K: ql [n][k/2] in Q4_0's order (the low 4 bits) | qh [n][k/4] (the high 2 bits, two u32 per
 // block, one per half) | scales int8 [n][k/16] | d f16 [n][k/256] (gemv_q6k.cu): 210 bytes per 256;
-// Q3_K: qs [n][k/4] | hmask [n][k/8] | scales int8 [n][k/16] | d f16 [n][k/256] (gemv_q3k.cu);
+// Q3_K: low 2 bits [n][k/4] (two u32 per block, one per half) | third bits [n][k/8] (a u32 per
+// block) | scales int8 [n][k/16] | d f16 [n][k/256] (gemv_k23.cuh): 114 bytes per 256;
+// Q2_K: low 2 bits as Q3_K's | scales [n][k/16] as in the file | (d, dmin) [n][k/256]: 84 bytes per 256;
 // IQ4_XS: quants [n][k/2] (byte b of a block: its elements 2b, 2b + 1 in the low and high nibble)
 // | headers [n][k/256][8] (d, scales_h, scales_l as in the file): 136 bytes per 256 (gemv_iq4xs.cu).
 size_t gemv_repacked_bytes(GgmlType t, int64_t n, int64_t k);
 // The weight types whose matmul kernels (GEMV and GEMM) want the repacked layout.
 inline bool repacked_layout_preferred(GgmlType t) {
   return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q6_K || t == GgmlType::Q3_K ||
-         t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::IQ4_XS;
+         t == GgmlType::Q2_K || t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::IQ4_XS;
 }
 Status gemv_repack(GgmlType t, const void* gguf_rows, int64_t n, int64_t k, void* out, cudaStream_t s);
 // Whether dequant_repacked takes type t (the repacked types with no GEMM of their own, and q4_K
 // and q5_K for a problem or GPU their GEMMs do not take).
 inline bool dequant_repacked_takes(GgmlType t) {
-  return t == GgmlType::Q6_K || t == GgmlType::Q3_K || t == GgmlType::Q5_K || t == GgmlType::Q4_K || t == GgmlType::IQ4_XS;
+  return t == GgmlType::Q6_K || t == GgmlType::Q3_K || t == GgmlType::Q2_K || t == GgmlType::Q5_K || t == GgmlType::Q4_K ||
+         t == GgmlType::IQ4_XS;
 }
-// out [rows][k] f16 = rows row0 .. row0 + rows - 1 of a repacked q3_K, q4_K, q5_K, q6_K or iq4_xs matrix of
+// out [rows][k] f16 = rows row0 .. row0 + rows - 1 of a repacked q2_K, q3_K, q4_K, q5_K, q6_K or iq4_xs matrix of
 // n x k (k a multiple of 256): the B operand of an f16 GEMM for a matmul of many rows.
 Status dequant_repacked(GgmlType t, const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out,
                         cudaStream_t s);

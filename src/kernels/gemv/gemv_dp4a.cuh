@@ -1,10 +1,12 @@
 // The weight step shared by the dp4a GEMVs on the repacked Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K /
-// IQ4_XS layouts (q_dp4a, q_dp4a_slots): loads of 16-byte chunks with their block scales, and their dp4a products with
-// int8 x blocks (kernels/common/q8_blocks.h).
+// IQ4_XS / Q2_K / Q3_K layouts (q_dp4a, q_dp4a_slots): loads of a block's quants (16 bytes; 8 for the
+// 2- and 3-bit types) with their block scales, and their dp4a products with int8 x blocks
+// (kernels/common/q8_blocks.h).
 #pragma once
 
 #include "kernels/gemv/gemv_common.cuh"
 #include "kernels/gemv/gemv_iq4.cuh"
+#include "kernels/gemv/gemv_k23.cuh"
 #include "kernels/gemv/gemv_x8.cuh"
 
 #include <cuda_fp16.h>
@@ -19,56 +21,67 @@ namespace lamina::kernels::gemv_detail {
 //   kScaleDM  f16 (d, m) per block (Q4_1):                            w = d q + m
 //   kScaleK   Q4_K's 16-byte super-block header per 8 blocks (d, dmin, the 12 bytes of 6-bit scales
 //             and mins):                                              w = (d sc) q - (dmin m)
-//   kScaleQ6  Q6_K's int8 scale per 16 elements and f16 d per 256, planes of their own:
-//                                                                     w = (d sc) (q - 32)
+//   kScaleQ6  Q6_K's (and Q3_K's) int8 scale per 16 elements and f16 d per 256, planes of their own:
+//                                                                     w = (d sc) (q - 32)  (Q3_K: q - 4)
 //   kScaleXS  IQ4_XS's 8-byte super-block header per 8 blocks (d, the 6-bit scales ls), the quants
 //             indices into the IQ4 table, in consecutive order (gemv_iq4xs.cu):
 //                                                                     w = d (ls - 32) iq4[q]
-enum Dp4aScales : int { kScaleD = 0, kScaleDM = 1, kScaleK = 2, kScaleQ6 = 3, kScaleXS = 4 };
+//   kScaleQ2  Q2_K's byte per 16 elements (scale | min << 4) and f16 (d, dmin) per 256, planes of
+//             their own (gemv_k23.cuh):                               w = d sc q - dmin m
+enum Dp4aScales : int { kScaleD = 0, kScaleDM = 1, kScaleK = 2, kScaleQ6 = 3, kScaleXS = 4, kScaleQ2 = 5 };
 // kBits: 8 (Q8_0: a byte per quant), 4 (nibbles in Q4_0's order: byte e of a block holds its
 // elements e and e + 16), 5 (those nibbles, and after the quant plane a plane of one 32-bit word
 // per block whose bit e is element e's fifth bit: Q5_K, in Q5_0's order), 6 (those nibbles, and a
 // plane of two 32-bit words per block with the high 2 bits of each half's elements: Q6_K,
-// gemv_q6k.cu).
+// gemv_q6k.cu), 2 (Q2_K: two words of 2-bit quants per block, one per half, gemv_k23.cuh's low
+// plane), 3 (Q3_K: those, and a plane of one word of third bits per block).
 
 
-// One step of q_dp4a: each lane loads 16-byte weight chunks l0 + u*32 + lane of kRows rows with
-// their block scales (load), then multiplies them with int8 x blocks by dp4a (dot).
+// One step of q_dp4a: each lane loads weight chunks l0 + u*32 + lane of kRows rows (16 bytes of
+// quants; 8 for the 2- and 3-bit types) with their block scales (load), then multiplies them with
+// int8 x blocks by dp4a (dot).
 template <int kBits, int kScales, int kRows, int kUnroll>
 struct Dp4aStep {
   static constexpr bool kMin = kScales == kScaleDM || kScales == kScaleK;  // a min term: + m_w sum(x)
-  static constexpr bool kQ6 = kScales == kScaleQ6;  // two scales a block, one per half of 16
+  static constexpr bool kQ6 = kScales == kScaleQ6;  // two scales a block, one per half of 16 (Q6_K, Q3_K)
+  static constexpr bool kQ2 = kScales == kScaleQ2;  // two scales and two mins a block (Q2_K)
   static constexpr bool kLut = kScales == kScaleXS;  // the nibbles index the IQ4 table
-  static constexpr int kPer = kBits == 8 ? 16 : 32;           // weights per 16-byte chunk
+  static constexpr bool kLow = kBits < 4;            // 2- and 3-bit: 8 bytes of quants a block
+  static constexpr int kOffset = kBits == 6 ? 32 : 4;  // kQ6: q's offset (Q6_K 32, Q3_K 4)
+  static constexpr int kPer = kBits == 8 ? 16 : 32;           // weights per chunk
   static_assert(kScales != kScaleK || kBits == 4 || kBits == 5, "the K-quant header goes with 4- or 5-bit quants");
-  static_assert((kScales == kScaleQ6) == (kBits == 6), "6-bit quants are Q6_K's");
+  static_assert(kQ6 == (kBits == 6 || kBits == 3), "6- and 3-bit quants are Q6_K's and Q3_K's");
+  static_assert(kQ2 == (kBits == 2), "2-bit quants are Q2_K's");
   static_assert(!kLut || kBits == 4, "IQ4_XS's indices are 4-bit");
   static __device__ __forceinline__ int64_t loads(int64_t k) { return k / kPer; }
   // Bytes of one row's quant plane and of its high-bit plane (5-bit: fifth bits; 6-bit: high 2 bits).
-  static __host__ __device__ constexpr size_t quant_row(int64_t k) { return size_t(k) * (kBits == 8 ? 8 : 4) / 8; }
+  static __host__ __device__ constexpr size_t quant_row(int64_t k) { return size_t(k) * (kBits == 8 ? 8 : kLow ? 2 : 4) / 8; }
   static __host__ __device__ constexpr size_t high_row(int64_t k) {
-    return kBits == 5 ? size_t(k) / 8 : kBits == 6 ? size_t(k) / 4 : 0;
+    return kBits == 5 || kBits == 3 ? size_t(k) / 8 : kBits == 6 ? size_t(k) / 4 : 0;
   }
   // Bytes of one row's scale plane, and where block blk's scales sit in it.
   static __host__ __device__ constexpr size_t scale_row(int64_t k) {
     return size_t(k) / (kScales == kScaleDM ? 8 : kLut ? 32 : 16);
   }
-  // (Q6_K: the int8 scales' rows; the d plane follows them, k / 128 bytes a row.)
+  // (Q6_K, Q3_K: the int8 scales' rows; the d plane follows them, k / 128 bytes a row; Q2_K: the
+  // scale bytes' rows, then (d, dmin), k / 64 bytes a row.)
   static __device__ __forceinline__ size_t scale_at(int64_t blk) {
     if constexpr (kLut) return size_t(blk / 8) * 8;
-    return kScales == kScaleK ? size_t(blk / 8) * 16 : size_t(blk) * (kScales == kScaleDM ? 4 : 2);  // (Q6_K: 2 int8)
+    return kScales == kScaleK ? size_t(blk / 8) * 16 : size_t(blk) * (kScales == kScaleDM ? 4 : 2);  // (Q6_K, Q3_K, Q2_K: 2 bytes)
   }
 
   // A chunk's scales as loaded: (d, m) as floats, or Q4_K's header (decoded in dot, once the
   // load has landed).
-  // Q6_K: its two int8 scales (x) and d's f16 bits (y).
+  // Q6_K, Q3_K: its two int8 scales (x) and d's f16 bits (y).
+  // Q2_K: its two scale bytes (x) and (d, dmin) (y).
   // IQ4_XS: its header (d | scales_h << 16, scales_l).
-  using Aux = std::conditional_t<kScales == kScaleK, uint4, std::conditional_t<kQ6 || kLut, uint2, float2>>;
+  using Aux = std::conditional_t<kScales == kScaleK, uint4, std::conditional_t<kQ6 || kLut || kQ2, uint2, float2>>;
+  using Raw = std::conditional_t<kLow, uint2, uint4>;
   using High = std::conditional_t<kBits == 6, uint2, uint32_t>;
   struct Regs {
-    uint4 raw[kRows][kUnroll];
+    Raw raw[kRows][kUnroll];
     Aux aux[kRows][kUnroll];
-    High qh[kRows][kUnroll];  // (5-bit: the chunk's fifth bits; 6-bit: its high 2 bits, a word per half)
+    High qh[kRows][kUnroll];  // (5-bit: the chunk's fifth bits; 6-bit: its high 2 bits, a word per half; 3-bit: its third bits)
   };
 
   // Rows row0..row0+kRows-1 of w [n][k] in the repacked layout (quant rows, then the 5- and 6-bit
@@ -83,8 +96,9 @@ struct Dp4aStep {
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t l = l0 + u * 32 + lane, row = row0 + r < n ? row0 + r : n - 1;
         const bool in = l < loads(k);
-        g.raw[r][u] = in ? load_stream(w + size_t(row) * qrow + size_t(l) * 16) : make_uint4(0, 0, 0, 0);
-        if constexpr (kBits == 5)
+        if constexpr (kLow) g.raw[r][u] = in ? load_stream8(w + size_t(row) * qrow + size_t(l) * 8) : make_uint2(0, 0);
+        else g.raw[r][u] = in ? load_stream(w + size_t(row) * qrow + size_t(l) * 16) : make_uint4(0, 0, 0, 0);
+        if constexpr (kBits == 5 || kBits == 3)
           g.qh[r][u] = in ? __ldg(reinterpret_cast<const uint32_t*>(w + size_t(n) * qrow + size_t(row) * hrow + size_t(l) * 4)) : 0u;
         if constexpr (kBits == 6)
           g.qh[r][u] = in ? __ldg(reinterpret_cast<const uint2*>(w + size_t(n) * qrow + size_t(row) * hrow + size_t(l) * 8))
@@ -94,6 +108,10 @@ struct Dp4aStep {
           const uint8_t* dp = w + size_t(n) * (qrow + hrow + scale_row(k)) + (size_t(row) * size_t(k / 256) + size_t(l / 8)) * 2;
           g.aux[r][u] = in ? make_uint2(__ldg(reinterpret_cast<const unsigned short*>(sp)), __ldg(reinterpret_cast<const unsigned short*>(dp)))
                            : make_uint2(0, 0);
+        } else if constexpr (kQ2) {
+          const uint8_t* dp = w + size_t(n) * (qrow + scale_row(k)) + (size_t(row) * size_t(k / 256) + size_t(l / 8)) * 4;
+          g.aux[r][u] = in ? make_uint2(__ldg(reinterpret_cast<const unsigned short*>(sp)), __ldg(reinterpret_cast<const uint32_t*>(dp)))
+                           : make_uint2(0, 0);
         } else if constexpr (kLut) {
           g.aux[r][u] = in ? __ldg(reinterpret_cast<const uint2*>(sp)) : make_uint2(0, 0);
         } else if constexpr (kScales == kScaleK) g.aux[r][u] = in ? __ldg(reinterpret_cast<const uint4*>(sp)) : make_uint4(0, 0, 0, 0);
@@ -102,9 +120,12 @@ struct Dp4aStep {
       }
   }
 
-  // (d_w, m_w) of chunk l from its loaded scales; Q6_K: (d sc) of the block's two halves.
+  // (d_w, m_w) of chunk l from its loaded scales; Q6_K, Q3_K: (d sc) of the block's two halves;
+  // Q2_K: (d, dmin) of its super-block.
   static __device__ __forceinline__ float2 scales(const Aux& a, int64_t l) {
-    if constexpr (kLut) {
+    if constexpr (kQ2) {
+      return __half22float2(*reinterpret_cast<const __half2*>(&a.y));
+    } else if constexpr (kLut) {
       const int j = int(l % 8);
       const int ls = int((a.y >> (4 * j)) & 15u) | int(((a.x >> (16 + 2 * j)) & 3u) << 4);
       return make_float2(__half2float(__ushort_as_half((unsigned short)(a.x & 0xFFFFu))) * float(ls - 32), 0.f);
@@ -128,16 +149,16 @@ struct Dp4aStep {
     float d;
     int4 lo, hi;    // the 16 (Q8_0) or 32 (Q4) int8 values the chunk's weights multiply
     int sum;        // the block's sum in steps of d, times -8 for Q4_0 (its offset term; a 5-bit type
-                    // without a min, as Q5_0 would be: -16); Q6_K: -32 times the sum of elements 0..15;
-                    // IQ4_XS: 0 (the table's values are signed)
-    int sum_hi;     // Q6_K: -32 times the sum of elements 16..31
+                    // without a min, as Q5_0 would be: -16); Q6_K: -32 times the sum of elements 0..15
+                    // (Q3_K: -4 times; Q2_K: the sum, for its min); IQ4_XS: 0 (the table's values are signed)
+    int sum_hi;     // Q6_K: -32 times the sum of elements 16..31 (Q3_K: -4 times; Q2_K: the sum)
     uint32_t sel;   // the prmt selector: the byte to the low end (Q8_0: sign-extended)
     bool upper;     // the byte is in v.z / v.w
     uint32_t mask;  // Q4: the nibble of that byte (0x0F, or 0xF0 for elements 16..31)
     int big;        // the largest element in steps of d, times 16 for a low nibble (Q4: its product
-                    // joins the high nibbles' sum, kept 16x; 5-, 6-bit and IQ4_XS: not); 0 for the Q8_0
-                    // half without it
-    int m;          // 5-, 6-bit and IQ4_XS: the largest element's index in the block
+                    // joins the high nibbles' sum, kept 16x; 2-, 3-, 5-, 6-bit and IQ4_XS: not); 0 for the
+                    // Q8_0 half without it
+    int m;          // 2-, 3-, 5-, 6-bit and IQ4_XS: the largest element's index in the block
   };
   static __device__ __forceinline__ XChunk x_chunk(const uint8_t* xb, int64_t k, int64_t l) {
     const X8Facts f = x8_facts(xb, k, l * kPer / 32);
@@ -157,10 +178,10 @@ struct Dp4aStep {
       x.sel = b;
       x.mask = f.m & 16 ? 0xF0u : 0x0Fu;
       x.big = kBits != 4 || kLut || f.m & 16 ? f.big : 16 * f.big;
-      if constexpr (kQ6) {  // the offset - 32 q per half: the halves' sums (Q joins the one it lies in)
-        const int lo = sum16(x.lo) + (f.m & 16 ? 0 : f.big);
-        x.sum = -32 * lo;
-        x.sum_hi = -32 * (f.sum - lo);
+      if constexpr (kQ6 || kQ2) {  // the offset - 32 q (- 4 q) per half, or Q2_K's min: the halves' sums
+        const int lo = sum16(x.lo) + (f.m & 16 ? 0 : f.big);  // (Q joins the one it lies in)
+        x.sum = (kQ2 ? 1 : -kOffset) * lo;
+        x.sum_hi = (kQ2 ? 1 : -kOffset) * (f.sum - lo);
       }
     } else {
       x.sel = b | (b | 8) << 4 | (b | 8) << 8 | (b | 8) << 12;  // selector nibbles >= 8: the byte's sign
@@ -233,6 +254,36 @@ struct Dp4aStep {
     else return x.d * (dw * float(sumi));  // (no "+ 0.f": the compiler keeps an FFMA for it)
   }
 
+  // A 2- or 3-bit chunk's product with x (gemv_k23.cuh's planes): v holds the block's two half
+  // words of low bits, qh (Q3_K) its third bits; two sums, one per half of 16, as Q6_K's.
+  //   Q3_K: d_x (dw sl + mw sh), s = dp4a(q + 4, xq) - 4 sum(xq) per half, (dw, mw) its two d sc;
+  //   Q2_K: d_x (d (sc_lo sl + sc_hi sh) - dmin (m_lo sum_lo + m_hi sum_hi)), s = dp4a(q, xq), with
+  //         the scale bytes sc2 (scale | min << 4, half 0 in byte 0); dw = d, mw = dmin. (The
+  //         integer sums stay within int32: Q < 127 * 2^14, q_dp4a's x blocks.)
+  static __device__ __forceinline__ float low_dot(const uint2 v, uint32_t qh, uint32_t sc2, const XChunk& x, float dw, float mw) {
+    const bool hi_half = x.m & 16;
+    const int qm = k23_quant(v.x, v.y, qh, x.m, kBits == 3);  // the largest element's q (+ 4)
+    int sl = (kQ2 ? 0 : x.sum) + (hi_half ? 0 : qm * x.big), sh = (kQ2 ? 0 : x.sum_hi) + (hi_half ? qm * x.big : 0);
+    const int xl[4] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w}, xh[4] = {x.hi.x, x.hi.y, x.hi.z, x.hi.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (kQ2) {
+        sl = __dp4a(int(q2_bytes(v.x, i)), xl[i], sl);
+        sh = __dp4a(int(q2_bytes(v.y, i)), xh[i], sh);
+      } else {
+        sl = __dp4a(int(q3_bytes(v.x, qh, 0, i)), xl[i], sl);
+        sh = __dp4a(int(q3_bytes(v.y, qh, 1, i)), xh[i], sh);
+      }
+    }
+    if constexpr (kQ2) {
+      const int s0 = int(sc2 & 0xFFu), s1 = int((sc2 >> 8) & 0xFFu);
+      const int isc = (s0 & 15) * sl + (s1 & 15) * sh, imn = (s0 >> 4) * x.sum + (s1 >> 4) * x.sum_hi;
+      return x.d * (dw * float(isc) - mw * float(imn));
+    } else {
+      return x.d * (dw * float(sl) + mw * float(sh));
+    }
+  }
+
   // acc[mat][r][b] += the chunks in g[mat] times x (int8 blocks, x8_bytes(k) per batch row), for
   // kMats matrices that multiply the same x (the gate/up pair): each chunk's x side is read and
   // decoded once for all of them (its loads and integer work are a tenth of a chunk's product).
@@ -254,7 +305,8 @@ struct Dp4aStep {
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
             const float2 dm = scales(g[mat].aux[r][u], l);
-            acc[mat][r][b] += chunk_dot(g[mat].raw[r][u], g[mat].qh[r][u], x, dm.x, dm.y);
+            if constexpr (kLow) acc[mat][r][b] += low_dot(g[mat].raw[r][u], g[mat].qh[r][u], g[mat].aux[r][u].x, x, dm.x, dm.y);
+            else acc[mat][r][b] += chunk_dot(g[mat].raw[r][u], g[mat].qh[r][u], x, dm.x, dm.y);
           }
       }
     }
@@ -307,7 +359,7 @@ inline constexpr int kDp4aBlocksPerSm = 1;
 
 inline bool dp4a_types(GgmlType t) {
   return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
-         t == GgmlType::Q6_K || t == GgmlType::IQ4_XS;
+         t == GgmlType::Q6_K || t == GgmlType::IQ4_XS || t == GgmlType::Q2_K || t == GgmlType::Q3_K;
 }
 
 // A dp4a variant's launch for a problem and config: by weight type (gemv_dp4a.cu), then by

@@ -1,4 +1,5 @@
-// q_dp4a: Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_XS (repacked layouts, gemv.h) with int8 activations and dp4a.
+// q_dp4a: Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_XS / Q2_K / Q3_K (repacked layouts, gemv.h) with int8
+// activations and dp4a.
 //   - x is quantised once per thread block into shared memory: int8 blocks of 32 with an f32
 //     scale and the block's integer sum (llama.cpp's q8_1 idea), the scale set by the block's
 //     second-largest element and the largest kept as a wide integer (kernels/common/q8_blocks.h:
@@ -22,6 +23,10 @@
 //   - IQ4_XS (gemv_iq4xs.cu's planes: nibbles in consecutive order, the 8-byte headers apart): each
 //     16 bits of quants are four table lookups by prmt (iq4_lookup4) in x's byte order, eight
 //     dp4a a chunk: d_x * d (ls - 32) * dp4a(iq4[q], xq).
+//   - Q3_K and Q2_K (gemv_k23.cuh's planes in Q4_0's order): 8 bytes of 2-bit quants per block (a
+//     word per half of 16; Q3_K with a word of third bits), one x block, Q6_K's two sums per half:
+//     Q3_K d_x d (sc_lo (dp4a(q + 4, xq_lo) - 4 sum_lo) + sc_hi (...)); Q2_K with its mins,
+//     d_x (d (sc_lo dp4a_lo + sc_hi dp4a_hi) - dmin (m_lo sum_lo + m_hi sum_hi)).
 //   - the first step's weights are loaded before the PDL wait (weights never depend on an
 //     earlier kernel), so they overlap the kernel before and the making of x.
 //   - with GemvProblem::y8 the epilogue also writes y as int8 blocks (publish_y8): the gate/up
@@ -163,5 +168,7 @@ Status dp4a_launch_q4_k(const GemvProblem& p, const GemvConfig& c, cudaStream_t 
 Status dp4a_launch_q5_k(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 Status dp4a_launch_q6_k(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 Status dp4a_launch_iq4_xs(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
+Status dp4a_launch_q2_k(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
+Status dp4a_launch_q3_k(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 
 }  // namespace lamina::kernels::gemv_detail

@@ -19,7 +19,7 @@ Status gemv_dp4a_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t 
 // q_dp4a's decode instances of one matrix at unroll 2 (gemv_dp4a_slots.cu), for q_dp4a's dispatch,
 // which has checked the problem: batch 1, no w_up, config rows=2, warps=16, unroll=2; (kBits,
 // kScales: gemv_dp4a.cuh's Dp4aScales) (4, 0) for q4_0, (8, 0) for q8_0, (4, 2) for q4_K, (5, 2) for
-// q5_K, (6, 3) for q6_K, (4, 4) for iq4_xs, the six instantiated.
+// q5_K, (6, 3) for q6_K, (4, 4) for iq4_xs, (2, 5) for q2_K, (3, 3) for q3_K, the eight instantiated.
 template <int kBits, int kScales>
 Status gemv_dp4a_slots_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 void register_mma_variants(std::vector<GemvVariant>& out);     // gemv_mma.cu
@@ -30,9 +30,11 @@ size_t gemv_q6k_repacked_bytes(int64_t n, int64_t k);                           
 Status gemv_q6k_repack(const void* src, int64_t n, int64_t k, void* out, cudaStream_t s);  // gemv_q6k.cu
 void register_q2k_variants(std::vector<GemvVariant>& out);     // gemv_q2k.cu
 void register_q3k_variants(std::vector<GemvVariant>& out);     // gemv_q3k.cu
-size_t gemv_q3k_repacked_bytes(int64_t n, int64_t k);                                   // gemv_q3k.cu
-Status gemv_q3k_repack(const void* src, int64_t n, int64_t k, void* out, cudaStream_t s);  // gemv_q3k.cu
-Status dequant_q3k_repacked(const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out, cudaStream_t s);
+// Q2_K and Q3_K planes (gemv_k23_planes.cu): bytes, repack, and rows back to f16.
+size_t gemv_k23_planes_bytes(GgmlType t, int64_t n, int64_t k);
+Status gemv_k23_planes_repack(GgmlType t, const void* src, int64_t n, int64_t k, void* out, cudaStream_t s);
+Status dequant_k23_planes(GgmlType t, const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out,
+                          cudaStream_t s);
 // Q4_K and Q5_K planes (gemv_kquant_planes.cu): bytes, repack, and rows back to f16.
 size_t gemv_kquant_planes_bytes(GgmlType t, int64_t n, int64_t k);
 Status gemv_kquant_planes_repack(GgmlType t, const void* src, int64_t n, int64_t k, void* out, cudaStream_t s);
