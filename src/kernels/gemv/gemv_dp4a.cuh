@@ -120,12 +120,10 @@ struct Dp4aStep {
       }
   }
 
-  // (d_w, m_w) of chunk l from its loaded scales; Q6_K, Q3_K: (d sc) of the block's two halves;
-  // Q2_K: (d, dmin) of its super-block.
+  // (d_w, m_w) of chunk l from its loaded scales; Q6_K: (d sc) of the block's two halves. (The 2-
+  // and 3-bit types' scales are applied in low_dot.)
   static __device__ __forceinline__ float2 scales(const Aux& a, int64_t l) {
-    if constexpr (kQ2) {
-      return __half22float2(*reinterpret_cast<const __half2*>(&a.y));
-    } else if constexpr (kLut) {
+    if constexpr (kLut) {
       const int j = int(l % 8);
       const int ls = int((a.y >> (4 * j)) & 15u) | int(((a.x >> (16 + 2 * j)) & 3u) << 4);
       return make_float2(__half2float(__ushort_as_half((unsigned short)(a.x & 0xFFFFu))) * float(ls - 32), 0.f);
@@ -159,6 +157,10 @@ struct Dp4aStep {
                     // joins the high nibbles' sum, kept 16x; 2-, 3-, 5-, 6-bit and IQ4_XS: not); 0 for the
                     // Q8_0 half without it
     int m;          // 2-, 3-, 5-, 6-bit and IQ4_XS: the largest element's index in the block
+    // 2-, 3-bit: Q split by half (big: elements 0..15, big_hi: 16..31; the other 0), and where the
+    // largest element's quant sits in its half's low word and in the high word: shifts made once
+    // per x block for all the rows and matrices that meet it.
+    int big_hi, lsh, hsh;
   };
   static __device__ __forceinline__ XChunk x_chunk(const uint8_t* xb, int64_t k, int64_t l) {
     const X8Facts f = x8_facts(xb, k, l * kPer / 32);
@@ -178,6 +180,12 @@ struct Dp4aStep {
       x.sel = b;
       x.mask = f.m & 16 ? 0xF0u : 0x0Fu;
       x.big = kBits != 4 || kLut || f.m & 16 ? f.big : 16 * f.big;
+      if constexpr (kLow) {
+        x.big = f.m & 16 ? 0 : f.big;
+        x.big_hi = f.m & 16 ? f.big : 0;
+        x.lsh = k23_low_shift(f.m & 15);
+        x.hsh = k23_high_shift(f.m);
+      }
       if constexpr (kQ6 || kQ2) {  // the offset - 32 q (- 4 q) per half, or Q2_K's min: the halves' sums
         const int lo = sum16(x.lo) + (f.m & 16 ? 0 : f.big);  // (Q joins the one it lies in)
         x.sum = (kQ2 ? 1 : -kOffset) * lo;
@@ -255,15 +263,16 @@ struct Dp4aStep {
   }
 
   // A 2- or 3-bit chunk's product with x (gemv_k23.cuh's planes): v holds the block's two half
-  // words of low bits, qh (Q3_K) its third bits; two sums, one per half of 16, as Q6_K's.
-  //   Q3_K: d_x (dw sl + mw sh), s = dp4a(q + 4, xq) - 4 sum(xq) per half, (dw, mw) its two d sc;
-  //   Q2_K: d_x (d (sc_lo sl + sc_hi sh) - dmin (m_lo sum_lo + m_hi sum_hi)), s = dp4a(q, xq), with
-  //         the scale bytes sc2 (scale | min << 4, half 0 in byte 0); dw = d, mw = dmin. (The
-  //         integer sums stay within int32: Q < 127 * 2^14, q_dp4a's x blocks.)
-  static __device__ __forceinline__ float low_dot(const uint2 v, uint32_t qh, uint32_t sc2, const XChunk& x, float dw, float mw) {
-    const bool hi_half = x.m & 16;
-    const int qm = k23_quant(v.x, v.y, qh, x.m, kBits == 3);  // the largest element's q (+ 4)
-    int sl = (kQ2 ? 0 : x.sum) + (hi_half ? 0 : qm * x.big), sh = (kQ2 ? 0 : x.sum_hi) + (hi_half ? qm * x.big : 0);
+  // words of low bits, qh (Q3_K) its third bits, sc2 its two scale bytes (half 0 in byte 0), dbits
+  // its super-block's f16 d (Q2_K: d | dmin << 16); two integer sums, one per half of 16, as
+  // Q6_K's, scaled in integers:
+  //   Q3_K: d_x d (sc_lo s_lo + sc_hi s_hi), s = dp4a(q + 4, xq) - 4 sum(xq) per half;
+  //   Q2_K: d_x (d (sc_lo s_lo + sc_hi s_hi) - dmin (m_lo sum_lo + m_hi sum_hi)), s = dp4a(q, xq).
+  // (The integer sums stay within int32: Q < 127 * 2^14 in q_dp4a's x blocks, and lies in one half.)
+  static __device__ __forceinline__ float low_dot(const uint2 v, uint32_t qh, uint32_t sc2, uint32_t dbits, const XChunk& x) {
+    int qm = int(((x.m & 16 ? v.y : v.x) >> x.lsh) & 3u);  // the largest element's q (+ 4)
+    if constexpr (kBits == 3) qm += int((qh >> x.hsh) & 1u) * 4;
+    int sl = (kQ2 ? 0 : x.sum) + qm * x.big, sh = (kQ2 ? 0 : x.sum_hi) + qm * x.big_hi;
     const int xl[4] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w}, xh[4] = {x.hi.x, x.hi.y, x.hi.z, x.hi.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -278,9 +287,11 @@ struct Dp4aStep {
     if constexpr (kQ2) {
       const int s0 = int(sc2 & 0xFFu), s1 = int((sc2 >> 8) & 0xFFu);
       const int isc = (s0 & 15) * sl + (s1 & 15) * sh, imn = (s0 >> 4) * x.sum + (s1 >> 4) * x.sum_hi;
-      return x.d * (dw * float(isc) - mw * float(imn));
+      const float2 dm = __half22float2(*reinterpret_cast<const __half2*>(&dbits));
+      return x.d * (dm.x * float(isc) - dm.y * float(imn));
     } else {
-      return x.d * (dw * float(sl) + mw * float(sh));
+      const int isc = int(int8_t(sc2 & 0xFFu)) * sl + int(int8_t((sc2 >> 8) & 0xFFu)) * sh;
+      return x.d * (__half2float(__ushort_as_half((unsigned short)(dbits & 0xFFFFu))) * float(isc));
     }
   }
 
@@ -304,9 +315,12 @@ struct Dp4aStep {
         for (int mat = 0; mat < kMats; ++mat)
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
-            const float2 dm = scales(g[mat].aux[r][u], l);
-            if constexpr (kLow) acc[mat][r][b] += low_dot(g[mat].raw[r][u], g[mat].qh[r][u], g[mat].aux[r][u].x, x, dm.x, dm.y);
-            else acc[mat][r][b] += chunk_dot(g[mat].raw[r][u], g[mat].qh[r][u], x, dm.x, dm.y);
+            if constexpr (kLow) {
+              acc[mat][r][b] += low_dot(g[mat].raw[r][u], g[mat].qh[r][u], g[mat].aux[r][u].x, g[mat].aux[r][u].y, x);
+            } else {
+              const float2 dm = scales(g[mat].aux[r][u], l);
+              acc[mat][r][b] += chunk_dot(g[mat].raw[r][u], g[mat].qh[r][u], x, dm.x, dm.y);
+            }
           }
       }
     }
