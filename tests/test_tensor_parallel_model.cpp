@@ -110,9 +110,10 @@ TEST(TensorParallelModel, TwoAndFourRanksGiveTheWholeModelsTokens) {
 
 // The other architectures a rank runs: qwen2 (QKV biases split with their rows), qwen3 (per-head
 // q/k norms), gemma3 (one KV head on both ranks, norms after attention and FFN, tied output,
-// sliding-window layers), llama3 (rope_freqs): 2 ranks give the whole model's tokens.
+// sliding-window layers), llama3 (rope_freqs), phi3 (the fused QKV and gate/up tensors split part by part;
+// LongRoPE): 2 ranks give the whole model's tokens.
 TEST(TensorParallelModel, TwoRanksOfEveryArchitectureGiveTheWholeModelsTokens) {
-  for (const char* preset : {"tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3"}) {
+  for (const char* preset : {"tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3", "tiny-phi3", "tiny-phi3-longrope"}) {
     const TinyModel model(preset, preset, 5);
     const std::string& path = model.path;
     {

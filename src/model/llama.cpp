@@ -83,9 +83,8 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
   if (tp) {
     if (!tp->comm || tp->comm->ranks() != tp->plan.ranks || tp->comm->rank() != tp->plan.rank)
       fail("tensor parallel: the group does not match rank {} of {}", tp->plan.rank, tp->plan.ranks);
-    // (phi3's fused QKV and gate/up tensors would need their parts split one by one)
-    if (cfg_.arch != "llama" && cfg_.arch != "qwen2" && cfg_.arch != "qwen3" && cfg_.arch != "gemma3")
-      fail("{}: tensor parallel runs arch llama, qwen2, qwen3 and gemma3 (this file: {})", f.path(), cfg_.arch);
+    if (cfg_.arch != "llama" && cfg_.arch != "qwen2" && cfg_.arch != "qwen3" && cfg_.arch != "gemma3" && cfg_.arch != "phi3")
+      fail("{}: tensor parallel runs arch llama, qwen2, qwen3, gemma3 and phi3 (this file: {})", f.path(), cfg_.arch);
     tp_ = *tp;
     n_head_ = tp->plan.q_heads.count, n_head_kv_ = tp->plan.kv_heads.count, n_ff_ = tp->plan.ff.count;
     n_logits_ = tp->plan.vocab.count;
@@ -162,9 +161,10 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
     LayerWeights w;
     w.attn_norm = b.bind(p + "attn_norm.weight", {E});
     std::vector<const GgufTensor*> qkv;
-    if (fused) {  // one tensor: its Q, K and V rows as tensors of their own
+    if (fused) {  // one tensor: its Q, K and V rows as tensors of their own, each split as its own would be
       const GgufTensor* t = b.checked(p + "attn_qkv.weight", {E, QD + 2 * KVD});
-      qkv = {&rows_of(*t, 0, QD), &rows_of(*t, QD, KVD), &rows_of(*t, QD + KVD, KVD)};
+      qkv = {share(&rows_of(*t, 0, QD), p + "attn_q.weight"), share(&rows_of(*t, QD, KVD), p + "attn_k.weight"),
+             share(&rows_of(*t, QD + KVD, KVD), p + "attn_v.weight")};
     } else {
       qkv = {share(b.checked(p + "attn_q.weight", {E, QD}), p + "attn_q.weight"),
              share(b.checked(p + "attn_k.weight", {E, KVD}), p + "attn_k.weight"),
@@ -199,10 +199,10 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
         w.shared_up = matrix(p + "ffn_up_shexp.weight", {E, FS});
         w.shared_down = matrix(p + "ffn_down_shexp.weight", {FS, E});
       }
-    } else if (fused) {  // gate rows first, then up
+    } else if (fused) {  // gate rows first, then up (each split as its own tensor would be)
       const GgufTensor* t = b.checked(p + "ffn_up.weight", {E, 2 * F});
-      w.w_gate = be.load_weight(rows_of(*t, 0, F), WeightUse::Matmul);
-      w.w_up = be.load_weight(rows_of(*t, F, F), WeightUse::Matmul);
+      w.w_gate = be.load_weight(*share(&rows_of(*t, 0, F), p + "ffn_gate.weight"), WeightUse::Matmul);
+      w.w_up = be.load_weight(*share(&rows_of(*t, F, F), p + "ffn_up.weight"), WeightUse::Matmul);
     } else {
       w.w_gate = matrix(p + "ffn_gate.weight", {E, F});
       w.w_up = matrix(p + "ffn_up.weight", {E, F});
