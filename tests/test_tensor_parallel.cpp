@@ -91,6 +91,37 @@ TEST(TensorParallel, WeightsSplitByTheirRole) {
   is("blk.3.attn_v.bias", K::Cols, 2 * 128, 2 * 128);
   is("blk.3.attn_output.bias", K::Whole, 0, 0);  // added after the all-reduce
   is("blk.3.attn_q_norm.weight", K::Whole, 0, 0);
+  is("blk.3.ffn_gate_inp.weight", K::Whole, 0, 0);  // (the router: every rank routes alike)
+}
+
+// A mixture of experts with a shared expert (qwen2moe), 2 ranks: the shared expert splits by its
+// own range, the router and the shared expert's gate stay whole; what a rank holds of the tensors
+// that are several parts in one (phi3's fused QKV and gate/up, the experts' stacks).
+TEST(TensorParallel, ExpertsAndFusedTensorsSplitPartByPart) {
+  ModelConfig c = shape(32, 8, 1024, 32000);
+  c.n_ff_shared = 2048, c.n_expert = 8;
+  const TpPlan p = TpPlan::make(c, 2, 1);
+  EXPECT_EQ(p.ff_shared.first, 1024);
+  EXPECT_EQ(p.ff_shared.count, 1024);
+  EXPECT_EQ(int(tp_slice(p, c, "blk.0.ffn_gate_shexp.weight").kind), int(TpSlice::Kind::Rows));
+  EXPECT_EQ(int(tp_slice(p, c, "blk.0.ffn_down_shexp.weight").kind), int(TpSlice::Kind::Cols));
+  EXPECT_EQ(tp_slice(p, c, "blk.0.ffn_down_shexp.weight").range.count, 1024);
+  EXPECT_EQ(int(tp_slice(p, c, "blk.0.ffn_gate_inp_shexp.weight").kind), int(TpSlice::Kind::Whole));
+  const auto held = [&](const char* name, std::vector<int64_t> ne) {
+    GgufTensor t;
+    t.name = name, t.type = GgmlType::F16, t.n_dims = int(ne.size());
+    for (size_t i = 0; i < ne.size(); ++i) t.ne[i] = ne[i];
+    return tp_held_shape(p, c, t);
+  };
+  using Shape = std::pair<int64_t, int64_t>;  // (columns, rows)
+  const int64_t E = 4096, QD = 32 * 128, KVD = 8 * 128;
+  EXPECT_EQ(held("blk.0.attn_qkv.weight", {E, QD + 2 * KVD}), Shape(E, (16 + 2 * 4) * 128));
+  EXPECT_EQ(held("blk.0.ffn_up.weight", {E, 2 * 1024}), Shape(E, 2 * 512));  // phi3: gate and up
+  EXPECT_EQ(held("blk.0.ffn_up.weight", {E, 1024}), Shape(E, 512));
+  EXPECT_EQ(held("blk.0.ffn_gate_exps.weight", {E, 1024, 8}), Shape(E, 8 * 512));
+  EXPECT_EQ(held("blk.0.ffn_down_exps.weight", {1024, E, 8}), Shape(512, 8 * E));
+  EXPECT_EQ(held("blk.0.ffn_gate_inp.weight", {E, 8}), Shape(E, 8));
+  EXPECT_EQ(held("blk.0.ffn_up_shexp.weight", {E, 2048}), Shape(E, 1024));
 }
 
 // A [64][512] matrix quantised; a rank's rows and a rank's columns, dequantised, are exactly

@@ -111,9 +111,11 @@ TEST(TensorParallelModel, TwoAndFourRanksGiveTheWholeModelsTokens) {
 // The other architectures a rank runs: qwen2 (QKV biases split with their rows), qwen3 (per-head
 // q/k norms), gemma3 (one KV head on both ranks, norms after attention and FFN, tied output,
 // sliding-window layers), llama3 (rope_freqs), phi3 (the fused QKV and gate/up tensors split part by part;
-// LongRoPE): 2 ranks give the whole model's tokens.
+// LongRoPE), mixtures of experts (llama with experts, qwen3moe, qwen2moe with its shared expert: each
+// expert split as a dense FFN, its output all-reduced): 2 ranks give the whole model's tokens.
 TEST(TensorParallelModel, TwoRanksOfEveryArchitectureGiveTheWholeModelsTokens) {
-  for (const char* preset : {"tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3", "tiny-phi3", "tiny-phi3-longrope"}) {
+  for (const char* preset : {"tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-llama3", "tiny-phi3", "tiny-phi3-longrope",
+                             "tiny-moe", "tiny-qwen3moe", "tiny-qwen2moe"}) {
     const TinyModel model(preset, preset, 5);
     const std::string& path = model.path;
     {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 #include <exception>
 #include <functional>
 #include <optional>
@@ -45,11 +46,7 @@ size_t weight_bytes(const GgufFile& f, const ModelConfig& c, const TpPlan* plan)
   size_t sum = 0;  // (Q5_0 and IQ4_NL matrices are held as Q8_0)
   for (const auto& t : f.tensors()) {
     int64_t rows = t.nrows(), cols = t.ne[0];
-    if (plan) {
-      const TpSlice s = tp_slice(*plan, c, t.name);
-      if (s.kind == TpSlice::Kind::Rows) rows = s.range.count;
-      if (s.kind == TpSlice::Kind::Cols) cols = s.range.count;
-    }
+    if (plan) std::tie(cols, rows) = tp_held_shape(*plan, c, t);
     const GgmlType held = held_as_q8_0(t.type) ? GgmlType::Q8_0 : t.type;
     sum += held != t.type || plan ? row_bytes(held, cols) * size_t(rows) : t.nbytes;
   }

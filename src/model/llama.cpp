@@ -16,6 +16,8 @@
 #include <cmath>
 #include <cstring>
 #include <algorithm>
+#include <iterator>
+#include <string_view>
 #include <initializer_list>
 #include <numeric>
 #include <tuple>
@@ -83,8 +85,10 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
   if (tp) {
     if (!tp->comm || tp->comm->ranks() != tp->plan.ranks || tp->comm->rank() != tp->plan.rank)
       fail("tensor parallel: the group does not match rank {} of {}", tp->plan.rank, tp->plan.ranks);
-    if (cfg_.arch != "llama" && cfg_.arch != "qwen2" && cfg_.arch != "qwen3" && cfg_.arch != "gemma3" && cfg_.arch != "phi3")
-      fail("{}: tensor parallel runs arch llama, qwen2, qwen3, gemma3 and phi3 (this file: {})", f.path(), cfg_.arch);
+    static constexpr std::string_view kArchs[] = {"llama", "qwen2", "qwen3", "gemma3", "phi3", "qwen2moe", "qwen3moe"};
+    if (std::find(std::begin(kArchs), std::end(kArchs), cfg_.arch) == std::end(kArchs))
+      fail("{}: tensor parallel runs arch llama, qwen2, qwen3, gemma3, phi3, qwen2moe and qwen3moe (this file: {})", f.path(),
+           cfg_.arch);
     tp_ = *tp;
     n_head_ = tp->plan.q_heads.count, n_head_kv_ = tp->plan.kv_heads.count, n_ff_ = tp->plan.ff.count;
     n_logits_ = tp->plan.vocab.count;
@@ -101,7 +105,6 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
   const int64_t NE = cfg_.n_expert, FS = cfg_.n_ff_shared;
   const bool moe = NE > 0, dense = !moe;
   if (moe && !be.runs_experts()) fail("{}: the {} backend does not run mixtures of experts yet", f.path(), be.name());
-  if (moe && tp) fail("{}: tensor parallel does not split experts yet", f.path());
   b.checked("rope_factors_long.weight", {cfg_.n_rot / 2}, false);
   b.checked("rope_factors_short.weight", {cfg_.n_rot / 2}, false);
   if (bool(f.find_tensor("rope_factors_long.weight")) != bool(f.find_tensor("rope_factors_short.weight")))
@@ -186,10 +189,10 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
       const GgufTensor* g = b.checked(p + "ffn_gate_exps.weight", {E, F, NE});
       const GgufTensor* u = b.checked(p + "ffn_up_exps.weight", {E, F, NE});
       const GgufTensor* d = b.checked(p + "ffn_down_exps.weight", {F, E, NE});
-      for (int64_t e = 0; e < NE; ++e) {
-        w.exp_gate.push_back(be.load_weight(rows_of(*g, e * F, F), WeightUse::Matmul));
-        w.exp_up.push_back(be.load_weight(rows_of(*u, e * F, F), WeightUse::Matmul));
-        w.exp_down.push_back(be.load_weight(rows_of(*d, e * E, E), WeightUse::Matmul));
+      for (int64_t e = 0; e < NE; ++e) {  // (a rank's share of each as of a dense FFN's matrices)
+        w.exp_gate.push_back(be.load_weight(*share(&rows_of(*g, e * F, F), p + "ffn_gate.weight"), WeightUse::Matmul));
+        w.exp_up.push_back(be.load_weight(*share(&rows_of(*u, e * F, F), p + "ffn_up.weight"), WeightUse::Matmul));
+        w.exp_down.push_back(be.load_weight(*share(&rows_of(*d, e * E, E), p + "ffn_down.weight"), WeightUse::Matmul));
       }
       if (FS) {  // the shared expert's gate: one output row
         GgufTensor gi = *b.checked(p + "ffn_gate_inp_shexp.weight", {E});
@@ -259,6 +262,9 @@ void LlamaModel::moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight
       scale[size_t(e)].push_back(pt[e] / chosen);
     }
   }
+  // Tensor parallelism: a rank's expert FFN gives partial sums of its output (its FFN range, as a
+  // dense FFN's), all-reduced before they join x. (An all-reduce per expert a pass routes to:
+  // correct first; one over a zeroed sum of them would take fewer.)
   const int64_t E = cfg_.n_embd, F = n_ff_;
   for (int64_t e = 0; e < NE; ++e) {
     const auto& r = rows[size_t(e)];
@@ -268,10 +274,11 @@ void LlamaModel::moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight
     be.copy_rows(h, r, hs);
     be.ffn_gate_up(w.exp_gate[size_t(e)], w.exp_up[size_t(e)], hs, g, Glu::Silu);
     be.matmul(w.exp_down[size_t(e)], g, d);
+    if (tp_) be.all_reduce_sum(d, *tp_->comm);
     be.add_rows_scaled(x, d, r, scale[size_t(e)]);
   }
   if (w.shared_gate_inp) {  // every token: sigmoid(gate . h) * the shared expert's FFN of h
-    const int64_t FS = cfg_.n_ff_shared;
+    const int64_t FS = tp_ ? tp_->plan.ff_shared.count : int64_t(cfg_.n_ff_shared);
     const Tensor gl = be.alloc(T, 1), g = be.alloc(T, FS), d = be.alloc(T, E);
     be.matmul(w.shared_gate_inp, h, gl);
     std::vector<float> s(static_cast<size_t>(T));
@@ -281,6 +288,7 @@ void LlamaModel::moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight
     std::iota(all.begin(), all.end(), 0);
     be.ffn_gate_up(w.shared_gate, w.shared_up, h, g, Glu::Silu);
     be.matmul(w.shared_down, g, d);
+    if (tp_) be.all_reduce_sum(d, *tp_->comm);
     be.add_rows_scaled(x, d, all, s);
   }
   if (next) be.rmsnorm(x, *next, cfg_.rms_eps, h);

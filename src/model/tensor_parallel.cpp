@@ -25,6 +25,8 @@ TpPlan TpPlan::make(const ModelConfig& c, int ranks, int rank) {
   // With more ranks than KV heads, a rank's query heads all read one KV head (n % hkv == 0).
   p.kv_heads = n <= hkv ? TpRange{rank * hkv / n, hkv / n} : TpRange{p.q_heads.first / (hq / hkv), 1};
   p.ff = {rank * int64_t(c.n_ff) / n, int64_t(c.n_ff) / n};
+  if (c.n_ff_shared % n) fail("tensor parallel: the shared expert's {} rows do not split over {} ranks", c.n_ff_shared, n);
+  p.ff_shared = {rank * int64_t(c.n_ff_shared) / n, int64_t(c.n_ff_shared) / n};
   const int64_t per = (int64_t(c.n_vocab) + n - 1) / n;
   const int64_t v0 = std::min<int64_t>(rank * per, c.n_vocab);
   p.vocab = {v0, std::min<int64_t>(per, c.n_vocab - v0)};
@@ -47,7 +49,23 @@ TpSlice tp_slice(const TpPlan& p, const ModelConfig& c, std::string_view name) {
   if (ends(".attn_output.weight")) return {K::Cols, heads(p.q_heads)};
   if (ends(".ffn_gate.weight") || ends(".ffn_up.weight")) return {K::Rows, p.ff};
   if (ends(".ffn_down.weight")) return {K::Cols, p.ff};
-  return {};  // norms, embeddings, biases added after an all-reduce: every rank holds them
+  if (ends(".ffn_gate_shexp.weight") || ends(".ffn_up_shexp.weight")) return {K::Rows, p.ff_shared};
+  if (ends(".ffn_down_shexp.weight")) return {K::Cols, p.ff_shared};
+  return {};  // norms, embeddings, the routers, biases added after an all-reduce: every rank holds them
+}
+
+std::pair<int64_t, int64_t> tp_held_shape(const TpPlan& p, const ModelConfig& c, const GgufTensor& t) {
+  const std::string_view name = t.name;
+  const auto ends = [&](std::string_view suffix) {
+    return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
+  };
+  const int64_t cols = t.ne[0], rows = t.nrows(), hd = c.head_dim;
+  if (ends(".attn_qkv.weight")) return {cols, (p.q_heads.count + 2 * p.kv_heads.count) * hd};
+  if (ends(".ffn_up.weight") && rows == 2 * int64_t(c.n_ff)) return {cols, 2 * p.ff.count};  // phi3: gate and up
+  if (ends(".ffn_gate_exps.weight") || ends(".ffn_up_exps.weight")) return {cols, p.ff.count * (rows / int64_t(c.n_ff))};
+  if (ends(".ffn_down_exps.weight")) return {p.ff.count, rows};
+  const TpSlice s = tp_slice(p, c, name);
+  return {s.kind == TpSlice::Kind::Cols ? s.range.count : cols, s.kind == TpSlice::Kind::Rows ? s.range.count : rows};
 }
 
 std::vector<uint8_t> tp_slice_bytes(const GgufTensor& t, const TpSlice& s) {

@@ -8,6 +8,10 @@
 //   output      column-parallel over the vocabulary (each rank's logits; the argmax or the
 //               sampling then runs over the ranks' pieces);
 //   Q, K, V biases (qwen2): the entries of the rank's rows (a 1-D tensor's column range);
+//   phi3's fused QKV and gate/up tensors: each part as its own tensor would split;
+//   experts: each expert's gate/up and down as a dense FFN's (the same FFN range), the shared
+//               expert's by its own range; the router and the shared expert's gate replicated;
+//               each expert's output all-reduced before it joins the residual;
 //   norms (per-head q/k norms too), token embeddings, biases added after an all-reduce: every
 //   rank holds all of them.
 // KV heads: with N <= n_head_kv each rank holds n_head_kv / N of them; with more ranks than KV
@@ -36,7 +40,8 @@ struct TpRange {
 struct TpPlan {
   int ranks = 1, rank = 0;
   TpRange q_heads, kv_heads;  // in heads
-  TpRange ff;                 // rows of gate/up, columns of down
+  TpRange ff;                 // rows of gate/up, columns of down (an expert's too)
+  TpRange ff_shared;          // the shared expert's (qwen2moe; empty without one)
   TpRange vocab;              // rows of the output matrix (the last rank takes the remainder)
 
   // The plan of `rank` of `ranks`; throws lamina::Error saying which dimension does not split.
@@ -51,6 +56,11 @@ struct TpSlice {
 
 // The slice of the tensor `name` (a GGUF tensor name, e.g. "blk.3.attn_k.weight") a rank holds.
 TpSlice tp_slice(const TpPlan& p, const ModelConfig& c, std::string_view name);
+
+// The (columns, rows) of file tensor t a rank holds: tp_slice's share, and for the tensors that
+// are several parts in one (phi3's attn_qkv and fused ffn_up, the experts' stacks) the sum of
+// their parts' shares. (What a rank's weights take: Session's memory check.)
+std::pair<int64_t, int64_t> tp_held_shape(const TpPlan& p, const ModelConfig& c, const GgufTensor& t);
 
 // The bytes of that slice of `t` (2-D, row-major, any type with whole-block rows), in the same
 // layout: rows * row_bytes(type, cols). Throws lamina::Error when a column range is not on block
