@@ -262,10 +262,19 @@ void LlamaModel::moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight
       scale[size_t(e)].push_back(pt[e] / chosen);
     }
   }
-  // Tensor parallelism: a rank's expert FFN gives partial sums of its output (its FFN range, as a
-  // dense FFN's), all-reduced before they join x. (An all-reduce per expert a pass routes to:
-  // correct first; one over a zeroed sum of them would take fewer.)
+  // Tensor parallelism: a rank's expert FFNs give partial sums of their outputs (its FFN range, as
+  // a dense FFN's). They gather in y, zero to begin with (x less itself: exact for finite x, with
+  // the ops every backend has), which one all-reduce per layer sums over the ranks before it joins
+  // x: the ranks' collectives do not depend on how each routed.
   const int64_t E = cfg_.n_embd, F = n_ff_;
+  std::vector<int32_t> all(static_cast<size_t>(T));
+  std::iota(all.begin(), all.end(), 0);
+  Tensor y = x;
+  if (tp_) {
+    y = be.alloc(T, E);
+    be.copy_rows(x, all, y);
+    be.add_rows_scaled(y, x, all, std::vector<float>(static_cast<size_t>(T), -1.f));
+  }
   for (int64_t e = 0; e < NE; ++e) {
     const auto& r = rows[size_t(e)];
     if (r.empty()) continue;
@@ -274,8 +283,7 @@ void LlamaModel::moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight
     be.copy_rows(h, r, hs);
     be.ffn_gate_up(w.exp_gate[size_t(e)], w.exp_up[size_t(e)], hs, g, Glu::Silu);
     be.matmul(w.exp_down[size_t(e)], g, d);
-    if (tp_) be.all_reduce_sum(d, *tp_->comm);
-    be.add_rows_scaled(x, d, r, scale[size_t(e)]);
+    be.add_rows_scaled(y, d, r, scale[size_t(e)]);
   }
   if (w.shared_gate_inp) {  // every token: sigmoid(gate . h) * the shared expert's FFN of h
     const int64_t FS = tp_ ? tp_->plan.ff_shared.count : int64_t(cfg_.n_ff_shared);
@@ -284,12 +292,13 @@ void LlamaModel::moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight
     std::vector<float> s(static_cast<size_t>(T));
     be.read(gl, s.data());
     for (float& v : s) v = 1.f / (1.f + std::exp(-v));
-    std::vector<int32_t> all(static_cast<size_t>(T));
-    std::iota(all.begin(), all.end(), 0);
     be.ffn_gate_up(w.shared_gate, w.shared_up, h, g, Glu::Silu);
     be.matmul(w.shared_down, g, d);
-    if (tp_) be.all_reduce_sum(d, *tp_->comm);
-    be.add_rows_scaled(x, d, all, s);
+    be.add_rows_scaled(y, d, all, s);
+  }
+  if (tp_) {
+    be.all_reduce_sum(y, *tp_->comm);
+    be.add(x, y);
   }
   if (next) be.rmsnorm(x, *next, cfg_.rms_eps, h);
 }

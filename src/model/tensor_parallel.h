@@ -11,7 +11,7 @@
 //   phi3's fused QKV and gate/up tensors: each part as its own tensor would split;
 //   experts: each expert's gate/up and down as a dense FFN's (the same FFN range), the shared
 //               expert's by its own range; the router and the shared expert's gate replicated;
-//               each expert's output all-reduced before it joins the residual;
+//               the experts' partial outputs summed over the ranks once per layer;
 //   norms (per-head q/k norms too), token embeddings, biases added after an all-reduce: every
 //   rank holds all of them.
 // KV heads: with N <= n_head_kv each rank holds n_head_kv / N of them; with more ranks than KV

@@ -100,6 +100,7 @@ struct Dp4aStep {
         else g.raw[r][u] = in ? load_stream(w + size_t(row) * qrow + size_t(l) * 16) : make_uint4(0, 0, 0, 0);
         if constexpr (kBits == 5 || kBits == 3)
           g.qh[r][u] = in ? __ldg(reinterpret_cast<const uint32_t*>(w + size_t(n) * qrow + size_t(row) * hrow + size_t(l) * 4)) : 0u;
+        if constexpr (kBits == 2) g.qh[r][u] = 0u;  // (none: Q2_K's quants are the low bits alone)
         if constexpr (kBits == 6)
           g.qh[r][u] = in ? __ldg(reinterpret_cast<const uint2*>(w + size_t(n) * qrow + size_t(row) * hrow + size_t(l) * 8))
                           : make_uint2(0, 0);

@@ -79,6 +79,7 @@ Status gemv_k23_planes_repack(GgmlType t, const void* src, int64_t n, int64_t k,
 
 Status dequant_k23_planes(GgmlType t, const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out,
                           cudaStream_t s) {
+  if (t != GgmlType::Q2_K && t != GgmlType::Q3_K) return Status::error("dequant_repacked: q2_K and q3_K planes only");
   if (!w || !out || k % 256 || row0 < 0 || rows <= 0 || row0 + rows > n || reinterpret_cast<uintptr_t>(out) % 2 ||
       reinterpret_cast<uintptr_t>(w) % 8)
     return Status::error("dequant_repacked: bad arguments");
