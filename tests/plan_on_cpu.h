@@ -23,7 +23,12 @@ class PlanOnCpu final : public Backend {
   explicit PlanOnCpu(CpuBackend& cpu) : cpu_(cpu) {}
   std::string name() const override { return "plan on " + cpu_.name(); }
 
-  Weight load_weight(const GgufTensor& t, WeightUse use) override { return cpu_.load_weight(t, use); }
+  Weight load_weight(const GgufTensor& t, WeightUse use) override {
+    if (tally) *tally += row_bytes(t.type, t.ne[0]) * size_t(t.nrows());
+    return cpu_.load_weight(t, use);
+  }
+  // When set: the bytes of every weight a model's loader hands this backend are added to it.
+  size_t* tally = nullptr;
   size_t memory_available() const override { return cpu_.memory_available(); }
   Tensor alloc(int64_t rows, int64_t cols) override { return cpu_.alloc(rows, cols); }
   void reset_scratch() override { flush({}, true), cpu_.reset_scratch(); }

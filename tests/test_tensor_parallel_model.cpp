@@ -138,6 +138,35 @@ TEST(TensorParallelModel, TwoRanksOfEveryArchitectureGiveTheWholeModelsTokens) {
   }
 }
 
+// What each rank's loader hands its backend is what the memory check counts for that rank
+// (model_weight_bytes over tp_held_shape): phi3's fused tensors and the experts' stacks split part
+// by part, the shared expert by its own range, the tied output by the vocabulary.
+TEST(TensorParallelModel, ARanksWeightsAreWhatTheMemoryCheckCounts) {
+  // (A rank's weights through PlanOnCpu's tally: the bytes of each tensor its loader hands over.)
+  const auto loaded = [](const GgufFile& f, const LlamaModel::TpRank* rank) {
+    CpuBackend cpu(1, true);
+    PlanOnCpu be(cpu);
+    size_t bytes = 0;
+    be.tally = &bytes;
+    LlamaModel m(f, be, rank);
+    return bytes;
+  };
+  for (const char* preset : {"tiny", "tiny-phi3", "tiny-moe", "tiny-qwen2moe", "tiny-gemma3"}) {
+    const TinyModel model(preset, std::string(preset) + "-bytes", 5);
+    const GgufFile f = GgufFile::open(model.path);
+    const ModelConfig c = ModelConfig::from_gguf(f);
+    EXPECT_EQ(loaded(f, nullptr), model_weight_bytes(f, c, nullptr)) << preset;
+    std::vector<std::string> errors;
+    const std::vector<size_t> held =
+        on_thread_ranks<size_t>(c, 2, [&](const LlamaModel::TpRank& rank) { return loaded(f, &rank); }, errors);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(errors[size_t(r)], "") << preset << ", rank " << r;
+      const TpPlan plan = TpPlan::make(c, 2, r);
+      EXPECT_EQ(held[size_t(r)], model_weight_bytes(f, c, &plan)) << preset << ", rank " << r;
+    }
+  }
+}
+
 // The CUDA backend's step plan with the all-reduce as a node: its fusions around the all-reduce
 // (the add and the next norm fused, the matmul kept apart) keep every rank's tokens.
 TEST(TensorParallelModel, TheStepPlansFusionsKeepTheRanksTokens) {

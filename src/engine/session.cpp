@@ -41,8 +41,9 @@ size_t scratch_estimate(const ModelConfig& c, int n_batch) {
   return per_row * size_t(n_batch) + (size_t(256) << 20);
 }
 
-// Bytes of weights a backend holds: the whole model's (plan null) or a rank's shares.
-size_t weight_bytes(const GgufFile& f, const ModelConfig& c, const TpPlan* plan) {
+}  // namespace
+
+size_t model_weight_bytes(const GgufFile& f, const ModelConfig& c, const TpPlan* plan) {
   size_t sum = 0;  // (Q5_0 and IQ4_NL matrices are held as Q8_0)
   for (const auto& t : f.tensors()) {
     int64_t rows = t.nrows(), cols = t.ne[0];
@@ -55,8 +56,6 @@ size_t weight_bytes(const GgufFile& f, const ModelConfig& c, const TpPlan* plan)
       sum += plan ? row_bytes(e->type, e->ne[0]) * size_t(plan->vocab.count) : e->nbytes;
   return sum;
 }
-
-}  // namespace
 
 Session::Session(const SessionOptions& o) : opt_(o), file_(GgufFile::open(o.model_path)), tok_(Tokenizer::from_gguf(file_)) {
   if (o.n_ctx < 0) fail("--ctx must be positive, got {}", o.n_ctx);
@@ -96,7 +95,7 @@ int Session::make_rank(int rank, Rank& r, int n_ctx) {
   r.backend = make_backend(bo);
   Backend& be = *r.backend;
   const std::string where = n > 1 ? fmt::format("{} (rank {} of {})", be.name(), rank, n) : be.name();
-  const size_t weights = weight_bytes(file_, cfg, tp ? &tp->plan : nullptr);
+  const size_t weights = model_weight_bytes(file_, cfg, tp ? &tp->plan : nullptr);
   const size_t scratch = scratch_estimate(cfg, o.n_batch);
   const size_t avail0 = be.memory_available();
   if (weights + scratch > avail0)

@@ -135,4 +135,9 @@ BackendOptions backend_options(const SessionOptions& o);
 // Bytes of KV cache one position needs.
 size_t kv_bytes_per_position(const ModelConfig& c, GgmlType kv_type);
 
+// Bytes of weights a backend holds for file f: the whole model's (plan null) or a rank's shares
+// (tp_held_shape), Q5_0 and IQ4_NL matrices counted as the Q8_0 they are held as, tied
+// embeddings twice (lookup table and matmul). The figure the memory check compares.
+size_t model_weight_bytes(const GgufFile& f, const ModelConfig& c, const TpPlan* plan);
+
 }  // namespace lamina
