@@ -11,10 +11,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <tuple>
 #include <exception>
 #include <functional>
 #include <optional>
+#include <tuple>
 
 namespace lamina {
 

@@ -37,33 +37,27 @@ TpSlice tp_slice(const TpPlan& p, const ModelConfig& c, std::string_view name) {
   using K = TpSlice::Kind;
   const int64_t hd = c.head_dim;
   const auto heads = [&](TpRange h) { return TpRange{h.first * hd, h.count * hd}; };
-  const auto ends = [&](std::string_view suffix) {
-    return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
-  };
   if (name == "output.weight") return {K::Rows, p.vocab};
   // QKV biases (qwen2) split with their matrices' rows: a 1-D tensor's columns.
-  if (ends(".attn_q.bias")) return {K::Cols, heads(p.q_heads)};
-  if (ends(".attn_k.bias") || ends(".attn_v.bias")) return {K::Cols, heads(p.kv_heads)};
-  if (ends(".attn_q.weight")) return {K::Rows, heads(p.q_heads)};
-  if (ends(".attn_k.weight") || ends(".attn_v.weight")) return {K::Rows, heads(p.kv_heads)};
-  if (ends(".attn_output.weight")) return {K::Cols, heads(p.q_heads)};
-  if (ends(".ffn_gate.weight") || ends(".ffn_up.weight")) return {K::Rows, p.ff};
-  if (ends(".ffn_down.weight")) return {K::Cols, p.ff};
-  if (ends(".ffn_gate_shexp.weight") || ends(".ffn_up_shexp.weight")) return {K::Rows, p.ff_shared};
-  if (ends(".ffn_down_shexp.weight")) return {K::Cols, p.ff_shared};
+  if (name.ends_with(".attn_q.bias")) return {K::Cols, heads(p.q_heads)};
+  if (name.ends_with(".attn_k.bias") || name.ends_with(".attn_v.bias")) return {K::Cols, heads(p.kv_heads)};
+  if (name.ends_with(".attn_q.weight")) return {K::Rows, heads(p.q_heads)};
+  if (name.ends_with(".attn_k.weight") || name.ends_with(".attn_v.weight")) return {K::Rows, heads(p.kv_heads)};
+  if (name.ends_with(".attn_output.weight")) return {K::Cols, heads(p.q_heads)};
+  if (name.ends_with(".ffn_gate.weight") || name.ends_with(".ffn_up.weight")) return {K::Rows, p.ff};
+  if (name.ends_with(".ffn_down.weight")) return {K::Cols, p.ff};
+  if (name.ends_with(".ffn_gate_shexp.weight") || name.ends_with(".ffn_up_shexp.weight")) return {K::Rows, p.ff_shared};
+  if (name.ends_with(".ffn_down_shexp.weight")) return {K::Cols, p.ff_shared};
   return {};  // norms, embeddings, the routers, biases added after an all-reduce: every rank holds them
 }
 
 std::pair<int64_t, int64_t> tp_held_shape(const TpPlan& p, const ModelConfig& c, const GgufTensor& t) {
   const std::string_view name = t.name;
-  const auto ends = [&](std::string_view suffix) {
-    return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
-  };
   const int64_t cols = t.ne[0], rows = t.nrows(), hd = c.head_dim;
-  if (ends(".attn_qkv.weight")) return {cols, (p.q_heads.count + 2 * p.kv_heads.count) * hd};
-  if (ends(".ffn_up.weight") && rows == 2 * int64_t(c.n_ff)) return {cols, 2 * p.ff.count};  // phi3: gate and up
-  if (ends(".ffn_gate_exps.weight") || ends(".ffn_up_exps.weight")) return {cols, p.ff.count * (rows / int64_t(c.n_ff))};
-  if (ends(".ffn_down_exps.weight")) return {p.ff.count, rows};
+  if (name.ends_with(".attn_qkv.weight")) return {cols, (p.q_heads.count + 2 * p.kv_heads.count) * hd};
+  if (name.ends_with(".ffn_up.weight") && rows == 2 * int64_t(c.n_ff)) return {cols, 2 * p.ff.count};  // phi3: gate and up
+  if (name.ends_with(".ffn_gate_exps.weight") || name.ends_with(".ffn_up_exps.weight")) return {cols, p.ff.count * (rows / int64_t(c.n_ff))};
+  if (name.ends_with(".ffn_down_exps.weight")) return {p.ff.count, rows};
   const TpSlice s = tp_slice(p, c, name);
   return {s.kind == TpSlice::Kind::Cols ? s.range.count : cols, s.kind == TpSlice::Kind::Rows ? s.range.count : rows};
 }
