@@ -243,13 +243,6 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][kB],
 // never meet): four fifth bits of a 5-bit type onto four nibbles. (q51_dp4a, q_dp4a)
 __device__ __forceinline__ uint32_t fifth_bits(uint32_t b) { return ((b & 15u) * 0x00204081u & 0x01010101u) << 4; }
 
-// Q6_K's planes in Q4_0's order (gemv_q6k.cu): the four 6-bit quants of nibble word `nib` (bits
-// 0-3 of each byte: elements 4 i .. 4 i + 3 of a block's half) with their high 2 bits, field i of
-// the half's qh word `hi` (bits 2 i of each byte), as bytes 0..63. (q6k_dp4a, q_dp4a)
-__device__ __forceinline__ uint32_t q6_bytes(uint32_t nib, uint32_t hi, int i) {
-  return (nib & 0x0F0F0F0Fu) | ((hi >> (2 * i)) & 0x03030303u) << 4;
-}
-
 // Scale and min j (0..7) of a Q4_K / Q5_K super-block header held in registers (h.y, h.z, h.w:
 // the 12 scale bytes), q4k_scale_min's formula (format/) on the words, the same bits: indexing the
 // bytes of a register copy by a lane's run-time j had put every header in local memory (ld.local.u8

@@ -221,8 +221,8 @@ struct Dp4aStep {
       return x.d * (dw * float(sumi));
     } else if constexpr (kBits == 6) {  // two sums, one per half and scale: x.d (dw sl + mw sh)
       const bool hi_half = x.mask == 0xF0u;
-      const uint32_t nib = pick & x.mask, e = uint32_t(x.m) & 15u;
-      const int qm = int((hi_half ? nib >> 4 : nib) | (((hi_half ? qh.y : qh.x) >> (8 * (e & 3u) + 2 * (e >> 2))) & 3u) << 4);
+      const uint32_t nib = pick & x.mask;
+      const int qm = int((hi_half ? nib >> 4 : nib) | (((hi_half ? qh.y : qh.x) >> k23_low_shift(x.m & 15)) & 3u) << 4);
       int sl = x.sum + (hi_half ? 0 : qm * x.big), sh = x.sum_hi + (hi_half ? qm * x.big : 0);
       const uint32_t w[4] = {v.x, v.y, v.z, v.w};
       const int xl[4] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w}, xh[4] = {x.hi.x, x.hi.y, x.hi.z, x.hi.w};

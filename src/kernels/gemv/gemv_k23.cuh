@@ -12,6 +12,8 @@
 //   Q2_K: scales [n][k/16]        as in the file (scale | min << 4) | (d, dmin) f16 [n][k/256]
 //                                 (84 bytes per 256: the file's)
 // Values: Q3_K d sc (q - 4) with q = low | high << 2 (0..7); Q2_K d sc low - dmin m.
+// Q6_K's high 2 bits (gemv_q6k.cu) are words of the same order: k23_low_shift and q2_bytes read
+// them too (q6_bytes).
 // Against the planes before (Q3_K: GGUF's qs and hmask orders, a 16-byte run of qs meeting four
 // runs of 16 in two x blocks; Q2_K: in place), a lane's chunk is one x block, as in q_dp4a's frame.
 #pragma once
@@ -54,6 +56,12 @@ __host__ __device__ inline uint32_t q3k_high_word(const uint8_t* hmask, int j) {
 __device__ __forceinline__ uint32_t q2_bytes(uint32_t low, int i) { return (low >> (2 * i)) & 0x03030303u; }
 __device__ __forceinline__ uint32_t q3_bytes(uint32_t low, uint32_t high, int h, int i) {
   return q2_bytes(low, i) | ((high >> (4 * h + i)) & 0x01010101u) << 2;
+}
+// Q6_K's planes in Q4_0's order (gemv_q6k.cu): the four 6-bit quants of nibble word `nib` (bits
+// 0-3 of each byte: elements 4 i .. 4 i + 3 of a block's half) with their high 2 bits, field i of
+// the half's qh word `hi`, as bytes 0..63. (q6k_dp4a, q_dp4a)
+__device__ __forceinline__ uint32_t q6_bytes(uint32_t nib, uint32_t hi, int i) {
+  return (nib & 0x0F0F0F0Fu) | q2_bytes(hi, i) << 4;
 }
 // Element e (0..31) of a block: its 2 low bits from the halves' words (low), with Q3_K's third bit.
 __device__ __forceinline__ int k23_quant(uint32_t low_lo, uint32_t low_hi, uint32_t high, int e, bool q3) {

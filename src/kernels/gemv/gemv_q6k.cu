@@ -15,6 +15,7 @@
 #include "format/quant_decode.h"
 #include "kernels/gemv/gemv_common.cuh"
 #include "kernels/gemv/gemv_internal.h"
+#include "kernels/gemv/gemv_k23.cuh"
 #include "kernels/gemv/gemv_slots.cuh"
 #include "kernels/gemv/gemv_x8.cuh"
 
@@ -188,7 +189,7 @@ __global__ void repack_q6k_kernel(const uint8_t* __restrict__ src, int64_t n, in
         dst[size_t(i) * 128 + 16 * j + e] = uint8_t((q6k_quant(blk, 32 * j + e) & 15) | (q6k_quant(blk, 32 * j + e + 16) & 15) << 4);
       for (int h = 0; h < 2; ++h) {
         uint32_t word = 0;
-        for (int e = 0; e < 16; ++e) word |= uint32_t(q6k_quant(blk, 32 * j + 16 * h + e) >> 4) << (8 * (e % 4) + 2 * (e / 4));
+        for (int e = 0; e < 16; ++e) word |= uint32_t(q6k_quant(blk, 32 * j + 16 * h + e) >> 4) << k23_low_shift(e);
         reinterpret_cast<uint32_t*>(dst + pl.qh)[(size_t(i) * 8 + j) * 2 + h] = word;
       }
     }
@@ -225,7 +226,7 @@ __global__ void dequant_q6k_kernel(const uint8_t* __restrict__ w, int64_t n, int
       for (int u = 0; u < 2; ++u) {
         const int b = p + u, e = e0 + b;
         const uint32_t byte = ((b < 4 ? ql.x : ql.y) >> (8 * (b % 4))) & 0xFFu;
-        const int q = int((half ? byte >> 4 : byte & 15u) | ((qh >> (8 * (e % 4) + 2 * (e / 4))) & 3u) << 4) - 32;
+        const int q = int((half ? byte >> 4 : byte & 15u) | ((qh >> k23_low_shift(e)) & 3u) << 4) - 32;
         v[u] = d * float(sc * q);
       }
       const __half2 p2 = __floats2half2_rn(v[0], v[1]);
