@@ -39,6 +39,9 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
                   "CUDA: the batching engine's decode-row attention: mma (tensor cores, where the heads allow) or split "
                   "(default mma)")
       ->check(CLI::IsMember({"mma", "split"}));
+  sub->add_flag("!--no-single-pass-attention", a.opt.cuda.single_pass_attention,
+                "CUDA: decode attention at short context through the split kernels, not RoPE and attention in one "
+                "kernel per query head");
   sub->add_flag("--graph-timing", a.opt.cuda.graph_timing,
                 "CUDA: time each replayed decode step on the GPU against the host's share, printed at exit");
   sub->add_option("--gemv-max-rows", a.opt.cuda.gemv_max_rows,

@@ -83,11 +83,12 @@ TEST(BackendOps, LongContextDecode) {
 // rope_attention: the CUDA backend's fused RoPE + cache store kernel, then attention, against
 // the CPU's rope, rope, attention. Partial rotary (n_rot < head_dim) stores the unrotated tail of
 // k as it is; later passes read the cache the fused kernel wrote. Single decode rows below 256
-// positions without GQA take the one-kernel path (attention_decode_rope: head sizes 64/96/128/
-// 256, partial rotary, Llama 3 frequency factors): the row at 0 (nothing cached), at 23 and 24
-// (the warps' first round, loaded before the wait, only), at 254 and 255 (its last bucket's end,
-// a second round read after the cache store), the row at 256 the split path again; GQA cases the
-// split path throughout. With per-head q/k norms (Qwen 3, Gemma 3) the norms go into the
+// positions take the one-kernel path (attention_decode_rope: head sizes 64/96/128/256, partial
+// rotary, Llama 3 frequency factors, GQA groups of 2 to 8 query heads whose first block stores
+// the row): the row at 0 (nothing cached), at 23 and 24 (the warps' first round, loaded before
+// the wait, only), at 254 and 255 (its last bucket's end, a second round read after the cache
+// store, the new row folded from shared memory by the blocks that do not store), the row at 256
+// the split path again. With per-head q/k norms (Qwen 3, Gemma 3) the norms go into the
 // RoPE + cache store kernel (n_rot == head_dim) or run as ops of their own (partial rotary).
 TEST(BackendOps, RopeAttentionFused) {
   std::mt19937 rng(6);
@@ -128,7 +129,9 @@ TEST(BackendOps, RopeAttentionFused) {
                              std::to_string(rows) + " at " + std::to_string(past) + (c.norms ? " norms" : "");
       if (!c.norms) {  // (with norms the CPU rotates copies: only the output and the cache compare)
         EXPECT_LE(rel(b.get(b.gpu, qg), b.get(b.cpu, qc)), 2e-6) << "q " << at;
-        EXPECT_LE(rel(b.get(b.gpu, kg), b.get(b.cpu, kc)), 2e-6) << "k " << at;
+        // (the one-kernel path leaves a shared KV head's k unrotated: only the cache holds it so)
+        const bool one_kernel = rows == 1 && past < 256 && c.kv == GgmlType::F16;
+        if (c.n_head == c.n_head_kv || !one_kernel) EXPECT_LE(rel(b.get(b.gpu, kg), b.get(b.cpu, kc)), 2e-6) << "k " << at;
       }
       const bool tc = rows > 8 && c.kv == GgmlType::F16 && (c.head_dim == 64 || c.head_dim == 128);
       EXPECT_LE(rel(b.get(b.gpu, og), b.get(b.cpu, oc)), tc ? 3e-3 : 1e-4) << "out " << at;

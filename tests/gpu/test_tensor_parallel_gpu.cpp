@@ -126,56 +126,66 @@ TpRun run_session(int ranks, bool exact, const std::string& all_reduce = "peer",
   return out;
 }
 
+// One GPU's session, exact and fast, and how far the fast logits are from the exact ones.
+struct OneGpu {
+  TpRun exact, fast;
+  double fast_e = 0, fast_es = 0;  // rel. L2 of the prompt's and the decode steps' logits
+};
+OneGpu one_gpu(const std::string& preset) {
+  OneGpu o;
+  o.exact = run_session(1, true, "fused", "q8_0", preset), o.fast = run_session(1, false, "fused", "q8_0", preset);
+  o.fast_e = rel_l2(o.fast.all, o.exact.all), o.fast_es = rel_l2(o.fast.steps, o.exact.steps);
+  return o;
+}
+
+// A session of several GPUs against one GPU's. Exact mode: the same greedy tokens, the logits
+// within 1e-5. Fast mode rounds activations to int8 blocks at other points when split (the pending
+// norm, the partial sums) and a near tie in a router's top-k flips an expert: its logits are held
+// to the one-GPU exact logits no further than the one-GPU fast logits are (twice that distance,
+// plus 1e-4). The decode steps recorded as graphs where `graphs` (a mixture of experts routes on
+// the host between its matmuls: eagerly).
+void expect_like_one_gpu(const OneGpu& one, const TpRun& r, bool exact, bool graphs, const std::string& what) {
+  ASSERT_EQ(r.all.size(), one.exact.all.size()) << what;
+  const double e = rel_l2(r.all, one.exact.all), es = rel_l2(r.steps, one.exact.steps);
+  const TpRun& same_mode = exact ? one.exact : one.fast;
+  int same = 0;
+  while (same < kSteps && r.tokens[size_t(same)] == same_mode.tokens[size_t(same)]) ++same;
+  std::printf("tensor parallel %s %s: against 1 GPU exact, prompt logits rel. L2 %.2e, decode steps' %.2e (1 GPU "
+              "fast: %.2e, %.2e); %d of %d greedy tokens equal 1 GPU's, %d graphs recorded\n",
+              what.c_str(), exact ? "exact" : "fast", e, es, one.fast_e, one.fast_es, same, kSteps, r.graphs);
+  EXPECT_LE(e, exact ? 1e-5 : 2 * one.fast_e + 1e-4) << what;
+  EXPECT_LE(es, exact ? 1e-5 : 2 * one.fast_es + 1e-4) << what << ", decode steps";
+  if (exact) EXPECT_EQ(r.tokens, one.exact.tokens) << what;
+  if (graphs) EXPECT_GT(r.graphs, 0) << what << ": the decode steps ran eagerly";
+}
+
 // Decode rows all-reduce through the peer kernel (peer), the peer kernel with the add and the norm
 // (fused), or NCCL; prompts through NCCL.
 TEST(CudaTensorParallel, SessionsOfSeveralGpusGiveTheOneGpuSessionsTokens) {
   const int gpus = cuda_device_count();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs (this machine has " << gpus << ")";
-  for (bool exact : {true, false}) {
-    const TpRun one = run_session(1, exact);
+  const OneGpu one = one_gpu("tiny");
+  for (bool exact : {true, false})
     for (const char* ar : {"peer", "fused", "nccl"})
       for (int n : {2, 4}) {
         if (n > gpus) break;
-        const TpRun r = run_session(n, exact, ar);
-        ASSERT_EQ(r.all.size(), one.all.size());
-        const double e = rel_l2(r.all, one.all), es = rel_l2(r.steps, one.steps);
-        int same = 0;
-        while (same < kSteps && r.tokens[size_t(same)] == one.tokens[size_t(same)]) ++same;
-        std::printf("tensor parallel %s, %d GPUs (%s): prompt logits rel. L2 %.2e, decode steps' %.2e, %d of %d greedy "
-                    "tokens equal, %d graphs recorded\n", exact ? "exact" : "fast", n, ar, e, es, same, kSteps, r.graphs);
-        EXPECT_LE(e, exact ? 1e-5 : 1e-3) << n << " GPUs";
-        EXPECT_LE(es, exact ? 1e-5 : 1e-3) << n << " GPUs, decode steps";
-        if (exact) EXPECT_EQ(r.tokens, one.tokens) << n << " GPUs";
-        EXPECT_GT(r.graphs, 0) << n << " GPUs: the decode steps ran eagerly";
+        expect_like_one_gpu(one, run_session(n, exact, ar), exact, true, std::to_string(n) + " GPUs (" + ar + ")");
       }
-  }
 }
 
-// phi3 and the mixtures of experts on 2 (and 4) GPUs, the default all-reduce (fused), both modes:
-// the one-GPU session's greedy tokens in exact mode and its logits within rounding; phi3's decode
-// steps recorded as graphs.
+// phi3 and the mixtures of experts on 2 (and 4) GPUs, the default all-reduce (fused).
 TEST(CudaTensorParallel, OtherArchitecturesOnSeveralGpusGiveTheOneGpuTokens) {
   const int gpus = cuda_device_count();
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs (this machine has " << gpus << ")";
-  for (const char* preset : kOtherArchs)
-    for (bool exact : {true, false}) {
-      const TpRun one = run_session(1, exact, "fused", "q8_0", preset);
+  for (const std::string preset : kOtherArchs) {
+    const OneGpu one = one_gpu(preset);
+    for (bool exact : {true, false})
       for (int n : {2, 4}) {
         if (n > gpus) break;
-        const TpRun r = run_session(n, exact, "fused", "q8_0", preset);
-        ASSERT_EQ(r.all.size(), one.all.size()) << preset;
-        const double e = rel_l2(r.all, one.all), es = rel_l2(r.steps, one.steps);
-        int same = 0;
-        while (same < kSteps && r.tokens[size_t(same)] == one.tokens[size_t(same)]) ++same;
-        std::printf("tensor parallel %s %s, %d GPUs: prompt logits rel. L2 %.2e, decode steps' %.2e, %d of %d greedy "
-                    "tokens equal\n", preset, exact ? "exact" : "fast", n, e, es, same, kSteps);
-        EXPECT_LE(e, exact ? 1e-5 : 1e-3) << preset << ", " << n << " GPUs";
-        EXPECT_LE(es, exact ? 1e-5 : 1e-3) << preset << ", " << n << " GPUs, decode steps";
-        if (exact) EXPECT_EQ(r.tokens, one.tokens) << preset << ", " << n << " GPUs";
-        // (a mixture of experts routes on the host between its matmuls: its passes run eagerly)
-        if (std::string_view(preset).find("moe") == std::string_view::npos) EXPECT_GT(r.graphs, 0) << preset;
+        expect_like_one_gpu(one, run_session(n, exact, "fused", "q8_0", preset), exact,
+                            preset.find("moe") == std::string::npos, preset + ", " + std::to_string(n) + " GPUs");
       }
-    }
+  }
 }
 
 // The fast path's decode steps run the fused kernels where asked: the pending-norm kernel for

@@ -78,7 +78,6 @@ void CudaBackend::exec_rope_attention(const Node& n, Made& m) {
     });
     return attend_paged(c, n, m);
   }
-  // (Without GQA only: see attention_decode_rope.cu.)
   if (kv_bucket_ == kMinBucket && single_pass_attention_ && !qk && kn::attention_decode_rope_supported(c.a, r, q.rows)) {
     const auto [kv_read, flops] = attention_cost(n);
     m.x8 = x8_scratch(n, n.out);

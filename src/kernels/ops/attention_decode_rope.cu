@@ -4,17 +4,20 @@
 // attn_merge_kernel) takes three launches; in the decode chain each launch boundary costs
 // microseconds of drain and ramp (docs/benchmarks.md), far more than the work at short context.
 //
-// Grid: one block per head (no GQA), kW warps; no splits, so the backend takes it while the
-// context is short (a few hundred positions: each warp then folds a few rounds of P positions)
-// and the split path beyond.
+// Grid: one block per query head, kW warps; no splits, so the backend takes it while the context
+// is short (a few hundred positions: each warp then folds a few rounds of P positions) and the
+// split path beyond. With GQA the blocks of a group each read their KV head's cache rows (from L2
+// after the first) and the group's first block stores the new row: one block per KV head gave
+// Llama 3 8 blocks and measured slower than the split path; one per query head gives it 32.
 //   1. the n_rot/2 angles of the position into shared memory, and each warp's first round of
 //      cache rows below the position into registers (preload_first_round), both before the PDL
 //      wait (pos is the pass's input copy; its upload kernel completes before any later kernel
 //      starts; the preload: a small gain in tg128, docs/benchmarks.md);
 //   2. the head's q, k and v into shared memory (one round trip), q and k rotated there (pairs
 //      (2i, 2i+1), or (i, i + n_rot/2) for NEOX; rope.cuh, the same arithmetic as rope() bit for
-//      bit), written back to q and k, k and v stored in the cache row; past the first round a
-//      __syncthreads makes that row visible (the first round takes it from shared memory);
+//      bit), written back to q and k, k and v stored in the cache row (by the group's first
+//      block); past the first round a __syncthreads makes that row visible to the storing block
+//      (the first round, and any block that does not store, take it from shared memory);
 //   3. warps take positions warp*P, warp*P + kW*P, ... (attention_decode.cuh), merged through
 //      shared memory, out = O / L.
 #include "kernels/common/launch_status.h"
@@ -37,11 +40,11 @@ using namespace attn_detail;
 // the registers at 128 and spill).
 constexpr int rope_attn_warps(int hd) { return hd <= 128 ? 16 : 8; }
 
-// One query head per KV head (no GQA: with Llama-3's 8 KV heads of 4 query heads the grid had 8
-// blocks and measured slower than the split path, docs/benchmarks.md).
-// q, k: [n_head * HD] (in place), v: [n_head * HD]; kc, vc: [n_ctx][n_head * HD] f16;
-// out: [n_head * HD]; out8: x8_bytes(n_head * HD) or null. Block h: head h. Each warp's first
-// round of cache rows is loaded before the PDL wait (they were written by earlier steps).
+// q: [n_head * HD] (in place), k: [n_head_kv * HD] (in place without GQA; with it k is left as
+// it came: the group's blocks read it in no order, so none may write it), v: [n_head_kv * HD];
+// kc, vc: [n_ctx][n_head_kv * HD] f16; out: [n_head * HD]; out8: x8_bytes(n_head * HD) or null.
+// Block h: query head h of KV head h / (n_head / n_head_kv). Each warp's first round of cache
+// rows is loaded before the PDL wait (they were written by earlier steps).
 template <int HD>
 __global__ void __launch_bounds__(rope_attn_warps(HD) * 32)
     attn_rope_kernel(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v,
@@ -50,14 +53,14 @@ __global__ void __launch_bounds__(rope_attn_warps(HD) * 32)
                      uint8_t* __restrict__ out8) {
   constexpr int kW = rope_attn_warps(HD), P = 8;
   __shared__ RopeHeadSmem<kW, HD> sm;
-  const int h = blockIdx.x, position = pos[0];
+  const int h = blockIdx.x, group = a.n_head / a.n_head_kv, g = h / group, position = pos[0];
   rope_angles(sm.cs, sm.sn, position, theta_scale, r);
   KvRound<HD / 32, P> first;
-  preload_first_round<kW, HD, P>(kc, vc, a, h, position, first);
+  preload_first_round<kW, HD, P>(kc, vc, a, g, position, first);
   pdl_enter();
   const int64_t width = int64_t(a.n_head) * HD;
   rope_attend_head<kW, HD, P>(
-      sm, h, position, q, k, v, q, k, r, a, kc, vc,
+      sm, h, g, h % group == 0, position, q, k, v, q, group == 1 ? k : nullptr, r, a, kc, vc,
       [&](int d, float o) {
         const int64_t col = int64_t(h) * HD + d;
         out[col] = o;
@@ -76,15 +79,15 @@ void launch_hd(float* q, float* k, const float* v, const int32_t* pos, const Rop
 
 bool attention_decode_rope_supported(const AttentionArgs& a, const RopeArgs& r, int64_t rows) {
   const bool hd = a.head_dim == 64 || a.head_dim == 96 || a.head_dim == 128 || a.head_dim == 256;
-  return rows == 1 && hd && a.kv_type == GgmlType::F16 && a.window == 0 && a.n_head > 0 && a.n_head == a.n_head_kv && r.n_rot > 0 &&
+  return rows == 1 && hd && a.kv_type == GgmlType::F16 && a.window == 0 && a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0 && r.n_rot > 0 &&
          r.n_rot % 2 == 0 && r.n_rot <= a.head_dim;
 }
 
 Status attention_decode_rope(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, void* k_cache,
                              void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8) {
   if (!attention_decode_rope_supported(a, r, 1))
-    return Status::error("attention_decode_rope: needs an f16 cache, head_dim 64/96/128/256, one query head per KV "
-                         "head, no sliding window and 0 < n_rot <= head_dim (even)");
+    return Status::error("attention_decode_rope: needs an f16 cache, head_dim 64/96/128/256, whole groups of query "
+                         "heads per KV head, no sliding window and 0 < n_rot <= head_dim (even)");
   if (!q || !k || !v || !pos || !k_cache || !v_cache || !out) return Status::error("attention_decode_rope: null pointer");
   const float theta_scale = powf(r.base, -2.0f / float(r.n_rot));
   auto* kc = static_cast<__half*>(k_cache);

@@ -126,9 +126,10 @@ Status attention_paged(const float* q, int64_t rows, const int32_t* pos, const P
                        void* out8 = nullptr, void* out16 = nullptr, DecodeAttention variant = DecodeAttention::Mma);
 
 // A decode token's attention block in one kernel: rope_kv_store() then attention_decode() for
-// one row, without splits (one block per KV head), so meant for short contexts; same results as
-// those two up to float summation order (q and k rotated in place, the cache row written).
-// Supported: one row, an F16 cache, head_dim 64/96/128/256, no GQA (one query head per KV head),
+// one row, without splits (one block per query head), so meant for short contexts; same results
+// as those two up to float summation order (q rotated in place, k too without GQA; the cache
+// row written).
+// Supported: one row, an F16 cache, head_dim 64/96/128/256, n_head a multiple of n_head_kv (GQA),
 // no sliding window.
 bool attention_decode_rope_supported(const AttentionArgs& a, const RopeArgs& r, int64_t rows);
 Status attention_decode_rope(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, void* k_cache,
