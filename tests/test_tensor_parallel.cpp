@@ -65,6 +65,50 @@ TEST(TensorParallel, SplitsThatDoNotDivideAreRefusedWithTheReason) {
   EXPECT_NE(why(shape(32, 8, 14336, 32000), 0).find("0 ranks"), std::string::npos);
 }
 
+// The FFN's rows split on the down projection's column blocks: evenly where n_ff / N is whole
+// blocks, else whole blocks as evenly as they go, the later ranks taking one more; refused where
+// there are fewer blocks than ranks or n_ff is not whole blocks. The shared expert's alike.
+TEST(TensorParallel, TheFfnSplitsOnTheDownProjectionsBlocks) {
+  const auto ranges = [](const ModelConfig& c, int n, int64_t block, bool shared = false) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (int r = 0; r < n; ++r) {
+      const TpPlan p = TpPlan::make(c, n, r, block);
+      const TpRange f = shared ? p.ff_shared : p.ff;
+      out.emplace_back(f.first, f.count);
+    }
+    return out;
+  };
+  using R = std::vector<std::pair<int64_t, int64_t>>;
+  const ModelConfig llama2 = shape(32, 32, 11008, 32000);  // 43 blocks of 256
+  EXPECT_EQ(ranges(llama2, 2, 256), (R{{0, 5376}, {5376, 5632}}));
+  EXPECT_EQ(ranges(llama2, 2, 32), (R{{0, 5504}, {5504, 5504}}));  // (q4_0, q8_0: 5504 is 172 blocks of 32)
+  const R four = ranges(llama2, 4, 256);
+  int64_t next = 0;
+  for (const auto& [first, count] : four) {
+    EXPECT_EQ(first, next);
+    EXPECT_EQ(count % 256, 0);
+    EXPECT_GE(count, 10 * 256);
+    EXPECT_LE(count, 11 * 256);
+    next = first + count;
+  }
+  EXPECT_EQ(next, 11008);
+  EXPECT_EQ(ranges(shape(32, 8, 14336, 32000), 2, 256), (R{{0, 7168}, {7168, 7168}}));
+  const ModelConfig experts = shape(32, 4, 768, 32000);  // Qwen3-30B-A3B's experts: 3 blocks
+  EXPECT_EQ(ranges(experts, 2, 256), (R{{0, 256}, {256, 512}}));
+  try {
+    TpPlan::make(experts, 4, 0, 256);
+    ADD_FAILURE() << "3 blocks over 4 ranks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("768 rows do not split over 4 ranks on the down projection's 256-element blocks"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(TpPlan::make(shape(32, 8, 1000, 32000), 2, 0, 256), Error);  // (1000: not whole blocks of 256)
+  ModelConfig shexp = shape(32, 8, 2048, 32000);
+  shexp.n_ff_shared = 5632, shexp.n_expert = 60;  // a shared expert of 22 blocks of 256 (Qwen1.5-MoE's width)
+  EXPECT_EQ(ranges(shexp, 4, 256, true), (R{{0, 1280}, {1280, 1536}, {2816, 1280}, {4096, 1536}}));
+}
+
 TEST(TensorParallel, WeightsSplitByTheirRole) {
   const ModelConfig c = shape(32, 8, 14336, 32000);
   const TpPlan p = TpPlan::make(c, 4, 1);

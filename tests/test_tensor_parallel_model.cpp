@@ -71,18 +71,31 @@ Decoded decode(const GgufFile& f, const LlamaModel::TpRank* tp, bool planned = f
 // The ranks of a group: decode() on n threads.
 std::vector<Decoded> decode_ranks(const GgufFile& f, int n, bool planned) {
   std::vector<std::string> errors;
-  auto runs = on_thread_ranks<Decoded>(ModelConfig::from_gguf(f), n,
-                                       [&](const LlamaModel::TpRank& rank) { return decode(f, &rank, planned); }, errors);
+  auto runs = on_thread_ranks<Decoded>(
+      ModelConfig::from_gguf(f), n, [&](const LlamaModel::TpRank& rank) { return decode(f, &rank, planned); }, errors,
+      tp_ff_block(f));
   for (int r = 0; r < n; ++r) EXPECT_EQ(errors[size_t(r)], "") << n << " ranks, rank " << r;
   return runs;
 }
 
-// A generated q8_0 model in the test's temporary directory (gen_model), removed at scope exit.
+// A rank's weights through PlanOnCpu's tally: the bytes of each tensor its loader hands over (the
+// whole model's when rank is null).
+size_t loaded_bytes(const GgufFile& f, const LlamaModel::TpRank* rank) {
+  CpuBackend cpu(1, true);
+  PlanOnCpu be(cpu);
+  size_t bytes = 0;
+  be.tally = &bytes;
+  LlamaModel m(f, be, rank);
+  return bytes;
+}
+
+// A generated model (q8_0 unless told) in the test's temporary directory (gen_model), removed at
+// scope exit.
 struct TinyModel {
   std::string path;
-  TinyModel(const std::string& preset, const std::string& tag, int seed)
+  TinyModel(const std::string& preset, const std::string& tag, int seed, const std::string& type = "q8_0")
       : path(::testing::TempDir() + "/lamina-tp-" + tag + "-" + std::to_string(getpid()) + ".gguf") {
-    gen_model(preset, "q8_0", seed, path);
+    gen_model(preset, type, seed, path);
   }
   ~TinyModel() { std::filesystem::remove(path); }
   TinyModel(const TinyModel&) = delete;
@@ -138,19 +151,42 @@ TEST(TensorParallelModel, TwoRanksOfEveryArchitectureGiveTheWholeModelsTokens) {
   }
 }
 
+// A K-quant file whose FFN is three 256-element blocks: 2 ranks take one and two blocks (the down
+// projection's columns cannot split inside a block), and give the whole model's tokens; each
+// rank's weights are what the memory check counts for it.
+TEST(TensorParallelModel, AnFfnOfOddBlocksSplitsUnevenlyOverTwoRanks) {
+  const TinyModel model("tiny-ff768", "ff768-q4_K", 5, "q4_K");
+  const GgufFile f = GgufFile::open(model.path);
+  const ModelConfig c = ModelConfig::from_gguf(f);
+  ASSERT_EQ(tp_ff_block(f), 256);
+  ASSERT_EQ(c.n_ff, 768u);
+  const TpPlan p0 = TpPlan::make(c, 2, 0, 256), p1 = TpPlan::make(c, 2, 1, 256);
+  EXPECT_EQ(p0.ff.first, 0);
+  EXPECT_EQ(p0.ff.count, 256);
+  EXPECT_EQ(p1.ff.first, 256);
+  EXPECT_EQ(p1.ff.count, 512);
+  const Decoded whole = decode(f, nullptr);
+  const std::vector<Decoded> runs = decode_ranks(f, 2, false);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(runs[size_t(r)].tokens, whole.tokens) << "rank " << r;
+  EXPECT_LE(rel_l2(runs[0].first, whole.first), 1e-5);
+  const std::vector<Decoded> planned = decode_ranks(f, 2, true);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(planned[size_t(r)].tokens, whole.tokens) << "rank " << r << " (planned)";
+  std::vector<std::string> errors;
+  const std::vector<size_t> held =
+      on_thread_ranks<size_t>(c, 2, [&](const LlamaModel::TpRank& rank) { return loaded_bytes(f, &rank); }, errors, 256);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(errors[size_t(r)], "") << "rank " << r;
+    const TpPlan plan = TpPlan::make(c, 2, r, 256);
+    EXPECT_EQ(held[size_t(r)], model_weight_bytes(f, c, &plan)) << "rank " << r;
+  }
+  EXPECT_LT(held[0], held[1]);  // (rank 1 holds two of the FFN's three blocks)
+}
+
 // What each rank's loader hands its backend is what the memory check counts for that rank
 // (model_weight_bytes over tp_held_shape): phi3's fused tensors and the experts' stacks split part
 // by part, the shared expert by its own range, the tied output by the vocabulary.
 TEST(TensorParallelModel, ARanksWeightsAreWhatTheMemoryCheckCounts) {
-  // (A rank's weights through PlanOnCpu's tally: the bytes of each tensor its loader hands over.)
-  const auto loaded = [](const GgufFile& f, const LlamaModel::TpRank* rank) {
-    CpuBackend cpu(1, true);
-    PlanOnCpu be(cpu);
-    size_t bytes = 0;
-    be.tally = &bytes;
-    LlamaModel m(f, be, rank);
-    return bytes;
-  };
+  const auto loaded = loaded_bytes;
   for (const char* preset : {"tiny", "tiny-phi3", "tiny-moe", "tiny-qwen2moe", "tiny-gemma3"}) {
     const TinyModel model(preset, std::string(preset) + "-bytes", 5);
     const GgufFile f = GgufFile::open(model.path);
@@ -158,10 +194,11 @@ TEST(TensorParallelModel, ARanksWeightsAreWhatTheMemoryCheckCounts) {
     EXPECT_EQ(loaded(f, nullptr), model_weight_bytes(f, c, nullptr)) << preset;
     std::vector<std::string> errors;
     const std::vector<size_t> held =
-        on_thread_ranks<size_t>(c, 2, [&](const LlamaModel::TpRank& rank) { return loaded(f, &rank); }, errors);
+        on_thread_ranks<size_t>(c, 2, [&](const LlamaModel::TpRank& rank) { return loaded(f, &rank); }, errors,
+                                tp_ff_block(f));
     for (int r = 0; r < 2; ++r) {
       ASSERT_EQ(errors[size_t(r)], "") << preset << ", rank " << r;
-      const TpPlan plan = TpPlan::make(c, 2, r);
+      const TpPlan plan = TpPlan::make(c, 2, r, tp_ff_block(f));
       EXPECT_EQ(held[size_t(r)], model_weight_bytes(f, c, &plan)) << preset << ", rank " << r;
     }
   }

@@ -38,6 +38,10 @@ constexpr Preset kPresets[] = {
     {"tiny", 256, 2, 4, 2, 512, 512, 32000, 10000.f, false},
     {"tiny-qwen2", 256, 2, 4, 2, 512, 512, 32000, 1000000.f, true, "qwen2"},
     {"tiny-llama3", 256, 2, 4, 2, 512, 512, 32000, 500000.f, false, "llama", true},
+    // An FFN of three 256-element blocks: in a K-quant file it splits over 2 ranks only unevenly
+    // (tensor parallelism on the down projection's blocks, as Llama-2-7B's 43 blocks do); heads of
+    // 128, so that a rank's two heads are a whole block of Wo's columns.
+    {"tiny-ff768", 512, 2, 4, 2, 768, 512, 32000, 10000.f, false},
     {"tiny-qwen3", 256, 2, 4, 2, 512, 512, 32000, 1000000.f, true, "qwen3"},
     // Six layers, so that the last is gemma3's global one; a window of 4 tokens that the golden
     // prompt (11 tokens) exceeds.

@@ -64,7 +64,7 @@ Session::Session(const SessionOptions& o) : opt_(o), file_(GgufFile::open(o.mode
   if (n > 1) {
     const ModelConfig cfg = ModelConfig::from_gguf(file_);
     for (int r = 0; r < n; ++r)  // (a split that does not divide: refused first)
-      rank_vocab_.push_back(TpPlan::make(cfg, n, r).vocab);
+      rank_vocab_.push_back(TpPlan::make(cfg, n, r, tp_ff_block(file_)).vocab);
     // (the small all-reduces: up to tp_peer_rows residual rows)
     if (o.tp_peer_rows < 1 || o.tp_peer_rows > 256) fail("--tp-peer-rows {}: 1 to 256", o.tp_peer_rows);
     devices_ = make_device_group(backend_options(o), n, int64_t(cfg.n_embd) * o.tp_peer_rows);
@@ -90,7 +90,7 @@ int Session::make_rank(int rank, Rank& r, int n_ctx) {
     bo.n_threads = std::max(1, usable_threads(o.n_threads) / n);
     if (!bo.cuda.nccl) bo.cuda.graphs = false;  // (an all-reduce in host memory cannot be recorded)
     r.comm = group_->member(rank);
-    tp = LlamaModel::TpRank{TpPlan::make(cfg, n, rank), r.comm.get()};
+    tp = LlamaModel::TpRank{TpPlan::make(cfg, n, rank, tp_ff_block(file_)), r.comm.get()};
   }
   r.backend = make_backend(bo);
   Backend& be = *r.backend;

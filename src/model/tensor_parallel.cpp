@@ -3,6 +3,9 @@
 #include "core/error.h"
 #include "format/ggml_type.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -10,7 +13,33 @@
 
 namespace lamina {
 
-TpPlan TpPlan::make(const ModelConfig& c, int ranks, int rank) {
+namespace {
+
+// Rank `rank`'s share of `rows` FFN rows over n ranks (TpPlan::make: even where that falls on
+// whole blocks, else whole blocks as evenly as they go).
+TpRange ff_share(int64_t rows, int64_t n, int rank, int64_t block, const char* what) {
+  if (rows % n == 0 && (rows / n) % block == 0) return {rank * rows / n, rows / n};
+  if (block == 1 || rows % block || rows / block < n)
+    fail("tensor parallel: {} {} rows do not split over {} ranks{}", what, rows, n,
+         block == 1 ? std::string() : fmt::format(" on the down projection's {}-element blocks", block));
+  const int64_t units = rows / block, u0 = rank * units / n, u1 = (rank + 1) * units / n;
+  return {u0 * block, (u1 - u0) * block};
+}
+
+}  // namespace
+
+int64_t tp_ff_block(const GgufFile& f) {
+  int64_t block = 1;
+  for (const GgufTensor& t : f.tensors()) {
+    const std::string_view name = t.name;
+    if (name.ends_with(".ffn_down.weight") || name.ends_with(".ffn_down_exps.weight") ||
+        name.ends_with(".ffn_down_shexp.weight"))
+      block = std::max<int64_t>(block, traits(t.type).block_elems);
+  }
+  return block;
+}
+
+TpPlan TpPlan::make(const ModelConfig& c, int ranks, int rank, int64_t ff_block) {
   if (ranks < 1) fail("tensor parallel: {} ranks", ranks);
   if (rank < 0 || rank >= ranks) fail("tensor parallel: rank {} of {}", rank, ranks);
   const int64_t hq = c.n_head, hkv = c.n_head_kv, n = ranks;
@@ -18,15 +47,14 @@ TpPlan TpPlan::make(const ModelConfig& c, int ranks, int rank) {
   if (hkv < 1 || hq % hkv) fail("tensor parallel: {} query heads do not group over {} KV heads", hq, hkv);
   if (hkv % n && n % hkv)
     fail("tensor parallel: {} KV heads do not split over {} ranks, nor {} ranks over them", hkv, n, n);
-  if (c.n_ff % n) fail("tensor parallel: the FFN's {} rows do not split over {} ranks", c.n_ff, n);
+  if (ff_block < 1) fail("tensor parallel: a down projection block of {} elements", ff_block);
   TpPlan p;
   p.ranks = ranks, p.rank = rank;
   p.q_heads = {rank * hq / n, hq / n};
   // With more ranks than KV heads, a rank's query heads all read one KV head (n % hkv == 0).
   p.kv_heads = n <= hkv ? TpRange{rank * hkv / n, hkv / n} : TpRange{p.q_heads.first / (hq / hkv), 1};
-  p.ff = {rank * int64_t(c.n_ff) / n, int64_t(c.n_ff) / n};
-  if (c.n_ff_shared % n) fail("tensor parallel: the shared expert's {} rows do not split over {} ranks", c.n_ff_shared, n);
-  p.ff_shared = {rank * int64_t(c.n_ff_shared) / n, int64_t(c.n_ff_shared) / n};
+  p.ff = ff_share(c.n_ff, n, rank, ff_block, "the FFN's");
+  if (c.n_ff_shared) p.ff_shared = ff_share(c.n_ff_shared, n, rank, ff_block, "the shared expert's");
   const int64_t per = (int64_t(c.n_vocab) + n - 1) / n;
   const int64_t v0 = std::min<int64_t>(rank * per, c.n_vocab);
   p.vocab = {v0, std::min<int64_t>(per, c.n_vocab - v0)};

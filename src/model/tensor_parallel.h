@@ -16,6 +16,9 @@
 //   rank holds all of them.
 // KV heads: with N <= n_head_kv each rank holds n_head_kv / N of them; with more ranks than KV
 // heads, each rank holds the one KV head its query heads read (replicated N / n_head_kv times).
+// FFN rows: n_ff / N each where that is a whole number of the down projection's column blocks;
+// else whole blocks, as evenly as they go, the later ranks taking one more (Llama-2-7B's 11008 =
+// 43 blocks of 256 in a K-quant file: 5376 and 5632 on 2 ranks; a q4_0 file splits it evenly).
 // A GGUF matrix is [rows][cols] with cols contiguous (ne[0]); quantised rows are whole blocks,
 // so a column range must start and end on block boundaries.
 #pragma once
@@ -45,8 +48,14 @@ struct TpPlan {
   TpRange vocab;              // rows of the output matrix (the last rank takes the remainder)
 
   // The plan of `rank` of `ranks`; throws lamina::Error saying which dimension does not split.
-  static TpPlan make(const ModelConfig& c, int ranks, int rank);
+  // ff_block: the down projections' column block (tp_ff_block of the file; 1 splits rows evenly).
+  static TpPlan make(const ModelConfig& c, int ranks, int rank, int64_t ff_block = 1);
 };
+
+// The column block of a file's down projections (ffn_down, the experts' and the shared expert's):
+// the largest block among their types, 1 where none is quantised. A rank's FFN range starts and
+// ends on it.
+int64_t tp_ff_block(const GgufFile& f);
 
 // How one weight is split: all of it, a range of its rows, or a range of every row's columns.
 struct TpSlice {

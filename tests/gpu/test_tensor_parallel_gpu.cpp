@@ -77,7 +77,8 @@ TEST(CudaTensorParallel, TwoHostRanksOnOneGpuGiveTheWholeModelsTokens) {
     constexpr int n = 2;
     std::vector<std::string> errors;
     const auto runs = on_thread_ranks<std::vector<int32_t>>(
-        ModelConfig::from_gguf(f), n, [&](const LlamaModel::TpRank& rank) { return decode(f, &rank); }, errors);
+        ModelConfig::from_gguf(f), n, [&](const LlamaModel::TpRank& rank) { return decode(f, &rank); }, errors,
+        tp_ff_block(f));
     for (int r = 0; r < n; ++r) {
       ASSERT_EQ(errors[size_t(r)], "") << preset << ", rank " << r;
       EXPECT_EQ(runs[size_t(r)], whole) << preset << ", rank " << r;
