@@ -17,8 +17,9 @@
 // KV heads: with N <= n_head_kv each rank holds n_head_kv / N of them; with more ranks than KV
 // heads, each rank holds the one KV head its query heads read (replicated N / n_head_kv times).
 // FFN rows: n_ff / N each where that is a whole number of the down projection's column blocks;
-// else whole blocks, as evenly as they go, the later ranks taking one more (Llama-2-7B's 11008 =
-// 43 blocks of 256 in a K-quant file: 5376 and 5632 on 2 ranks; a q4_0 file splits it evenly).
+// else whole blocks, as evenly as they go (rank r starts at block r * blocks / N: shares differ by
+// one block at most; Llama-2-7B's 11008 = 43 blocks of 256 in a K-quant file: 5376 and 5632 on 2
+// ranks; a q4_0 file splits it evenly).
 // A GGUF matrix is [rows][cols] with cols contiguous (ne[0]); quantised rows are whole blocks,
 // so a column range must start and end on block boundaries.
 #pragma once
