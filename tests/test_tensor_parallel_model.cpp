@@ -186,15 +186,14 @@ TEST(TensorParallelModel, AnFfnOfOddBlocksSplitsUnevenlyOverTwoRanks) {
 // (model_weight_bytes over tp_held_shape): phi3's fused tensors and the experts' stacks split part
 // by part, the shared expert by its own range, the tied output by the vocabulary.
 TEST(TensorParallelModel, ARanksWeightsAreWhatTheMemoryCheckCounts) {
-  const auto loaded = loaded_bytes;
   for (const char* preset : {"tiny", "tiny-phi3", "tiny-moe", "tiny-qwen2moe", "tiny-gemma3"}) {
     const TinyModel model(preset, std::string(preset) + "-bytes", 5);
     const GgufFile f = GgufFile::open(model.path);
     const ModelConfig c = ModelConfig::from_gguf(f);
-    EXPECT_EQ(loaded(f, nullptr), model_weight_bytes(f, c, nullptr)) << preset;
+    EXPECT_EQ(loaded_bytes(f, nullptr), model_weight_bytes(f, c, nullptr)) << preset;
     std::vector<std::string> errors;
     const std::vector<size_t> held =
-        on_thread_ranks<size_t>(c, 2, [&](const LlamaModel::TpRank& rank) { return loaded(f, &rank); }, errors,
+        on_thread_ranks<size_t>(c, 2, [&](const LlamaModel::TpRank& rank) { return loaded_bytes(f, &rank); }, errors,
                                 tp_ff_block(f));
     for (int r = 0; r < 2; ++r) {
       ASSERT_EQ(errors[size_t(r)], "") << preset << ", rank " << r;

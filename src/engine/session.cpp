@@ -63,8 +63,9 @@ Session::Session(const SessionOptions& o) : opt_(o), file_(GgufFile::open(o.mode
   if (n < 1) fail("--tensor-parallel must be at least 1, got {}", n);
   if (n > 1) {
     const ModelConfig cfg = ModelConfig::from_gguf(file_);
+    const int64_t ff_block = tp_ff_block(file_);
     for (int r = 0; r < n; ++r)  // (a split that does not divide: refused first)
-      rank_vocab_.push_back(TpPlan::make(cfg, n, r, tp_ff_block(file_)).vocab);
+      rank_plans_.push_back(TpPlan::make(cfg, n, r, ff_block));
     // (the small all-reduces: up to tp_peer_rows residual rows)
     if (o.tp_peer_rows < 1 || o.tp_peer_rows > 256) fail("--tp-peer-rows {}: 1 to 256", o.tp_peer_rows);
     devices_ = make_device_group(backend_options(o), n, int64_t(cfg.n_embd) * o.tp_peer_rows);
@@ -90,7 +91,7 @@ int Session::make_rank(int rank, Rank& r, int n_ctx) {
     bo.n_threads = std::max(1, usable_threads(o.n_threads) / n);
     if (!bo.cuda.nccl) bo.cuda.graphs = false;  // (an all-reduce in host memory cannot be recorded)
     r.comm = group_->member(rank);
-    tp = LlamaModel::TpRank{TpPlan::make(cfg, n, rank, tp_ff_block(file_)), r.comm.get()};
+    tp = LlamaModel::TpRank{rank_plans_[size_t(rank)], r.comm.get()};
   }
   r.backend = make_backend(bo);
   Backend& be = *r.backend;
@@ -192,7 +193,7 @@ void Session::run_ranks(const std::function<Tensor(LlamaModel&)>& fwd, int64_t r
     const Tensor out = fwd(m);
     const auto t1 = Clock::now();
     if (rank == 0) rank_timing_.forward_us += us(t0, t1);
-    const TpRange v = rank_vocab_[size_t(rank)];
+    const TpRange v = rank_plans_[size_t(rank)].vocab;
     auto& best = rank_best_[size_t(rank)];
     best.assign(size_t(rows), {-INFINITY, -1});
     if (rows == 0 || v.count == 0) return;

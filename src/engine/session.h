@@ -95,7 +95,7 @@ class Session {
   std::vector<float> logits_, chunk_;
   // Each rank's host copy of its logits, and the greedy pick (logit, id) of its share of the
   // last row (the greedy draw without penalty merges these instead of scanning the vocabulary).
-  std::vector<TpRange> rank_vocab_;  // each rank's rows of the vocabulary (TpPlan::vocab)
+  std::vector<TpPlan> rank_plans_;  // each rank's share (made once, before any rank loads)
   std::vector<std::vector<float>> rank_logits_;
   std::vector<std::vector<TpPick>> rank_best_;  // [rank][row]
   // --graph-timing with several ranks: rank 0's host time per pass in the forward call (graph
