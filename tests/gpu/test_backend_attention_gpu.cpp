@@ -88,8 +88,9 @@ TEST(BackendOps, LongContextDecode) {
 // the row): the row at 0 (nothing cached), at 23 and 24 (the warps' first round, loaded before
 // the wait, only), at 254 and 255 (its last bucket's end, a second round read after the cache
 // store, the new row folded from shared memory by the blocks that do not store), the row at 256
-// the split path again. With per-head q/k norms (Qwen 3, Gemma 3) the norms go into the
-// RoPE + cache store kernel (n_rot == head_dim) or run as ops of their own (partial rotary).
+// the split path again. With per-head q/k norms (Qwen 3, Gemma 3) the norms go into that one
+// kernel for single rows (n_rot == head_dim), else into the RoPE + cache store kernel, or run as
+// ops of their own (partial rotary).
 TEST(BackendOps, RopeAttentionFused) {
   std::mt19937 rng(6);
   struct Case {

@@ -62,7 +62,8 @@ void CudaBackend::exec_attention(const Node& n, Made& m) {
 
 // RoPE of q (x) and k (y), with their head norms (norm, norm2) where fuse() put them in, and the
 // cache store in one kernel, then the attention kernels. One decode token at short context (the
-// smallest length bucket): RoPE, the cache store and the attention in one kernel.
+// smallest length bucket, where a sliding window of that length or more cuts nothing): the head
+// norms, RoPE, the cache store and the attention in one kernel.
 void CudaBackend::exec_rope_attention(const Node& n, Made& m) {
   const LayerCache c = layer_cache(n);
   const Tensor q = n.x, k = n.y, v = n.z;
@@ -78,11 +79,11 @@ void CudaBackend::exec_rope_attention(const Node& n, Made& m) {
     });
     return attend_paged(c, n, m);
   }
-  if (kv_bucket_ == kMinBucket && single_pass_attention_ && !qk && kn::attention_decode_rope_supported(c.a, r, q.rows)) {
+  if (kv_bucket_ == kMinBucket && single_pass_attention_ && kn::attention_decode_rope_supported(c.a, r, q.rows, kMinBucket, qk)) {
     const auto [kv_read, flops] = attention_cost(n);
     m.x8 = x8_scratch(n, n.out);
-    run_op("rope+attention (decode)", bytes + kv_read + double(n.out.cols) * 4.0, flops, [&] {
-      return kn::attention_decode_rope(q.data, k.data, v.data, dev_pos(), r, c.k, c.v, c.a, n.out.data, stream_, m.x8);
+    run_op(qk ? "qk_norm+rope+attention (decode)" : "rope+attention (decode)", bytes + kv_read + double(n.out.cols) * 4.0, flops, [&] {
+      return kn::attention_decode_rope(q.data, k.data, v.data, dev_pos(), r, c.k, c.v, c.a, n.out.data, stream_, m.x8, norms);
     });
     return;
   }

@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(rope_attn_warps(HD) * 32)
     attn_rope_kernel(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v,
                      const int32_t* __restrict__ pos, RopeArgs r, AttentionArgs a, float theta_scale,
                      __half* __restrict__ kc, __half* __restrict__ vc, float* __restrict__ out,
-                     uint8_t* __restrict__ out8) {
+                     uint8_t* __restrict__ out8, HeadNorms nrm) {
   constexpr int kW = rope_attn_warps(HD), P = 8;
   __shared__ RopeHeadSmem<kW, HD> sm;
   const int h = blockIdx.x, group = a.n_head / a.n_head_kv, g = h / group, position = pos[0];
@@ -66,38 +66,44 @@ __global__ void __launch_bounds__(rope_attn_warps(HD) * 32)
         out[col] = o;
         if (out8) quantize_block32(o, width, col / 32, out8);
       },
-      &first);
+      &first, nrm);
 }
 
 template <int HD>
 void launch_hd(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, const AttentionArgs& a,
-               float theta_scale, __half* kc, __half* vc, float* out, uint8_t* out8, cudaStream_t s) {
-  launch_pdl(attn_rope_kernel<HD>, dim3(unsigned(a.n_head)), rope_attn_warps(HD) * 32, 0, s, q, k, v, pos, r, a, theta_scale, kc, vc, out, out8);
+               float theta_scale, __half* kc, __half* vc, float* out, uint8_t* out8, const HeadNorms& nrm, cudaStream_t s) {
+  launch_pdl(attn_rope_kernel<HD>, dim3(unsigned(a.n_head)), rope_attn_warps(HD) * 32, 0, s, q, k, v, pos, r, a, theta_scale, kc, vc, out, out8,
+             nrm);
 }
 
 }  // namespace
 
-bool attention_decode_rope_supported(const AttentionArgs& a, const RopeArgs& r, int64_t rows) {
+bool attention_decode_rope_supported(const AttentionArgs& a, const RopeArgs& r, int64_t rows, int64_t positions,
+                                     bool head_norms) {
   const bool hd = a.head_dim == 64 || a.head_dim == 96 || a.head_dim == 128 || a.head_dim == 256;
-  return rows == 1 && hd && a.kv_type == GgmlType::F16 && a.window == 0 && a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0 && r.n_rot > 0 &&
-         r.n_rot % 2 == 0 && r.n_rot <= a.head_dim;
+  return rows == 1 && hd && a.kv_type == GgmlType::F16 && (a.window == 0 || a.window >= positions) && positions >= 1 &&
+         a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0 && r.n_rot > 0 && r.n_rot % 2 == 0 &&
+         r.n_rot <= a.head_dim && (!head_norms || r.n_rot == a.head_dim);
 }
 
 Status attention_decode_rope(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, void* k_cache,
-                             void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8) {
-  if (!attention_decode_rope_supported(a, r, 1))
+                             void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8,
+                             const HeadNorms& norms) {
+  if (bool(norms.q) != bool(norms.k)) return Status::error("attention_decode_rope: head norms need both q and k weights");
+  // (the window and the positions: the caller's, which attention_decode_rope_supported took; one position here)
+  if (!attention_decode_rope_supported(a, r, 1, 1, norms.q))
     return Status::error("attention_decode_rope: needs an f16 cache, head_dim 64/96/128/256, whole groups of query "
-                         "heads per KV head, no sliding window and 0 < n_rot <= head_dim (even)");
+                         "heads per KV head and 0 < n_rot <= head_dim (even; == head_dim with head norms)");
   if (!q || !k || !v || !pos || !k_cache || !v_cache || !out) return Status::error("attention_decode_rope: null pointer");
   const float theta_scale = powf(r.base, -2.0f / float(r.n_rot));
   auto* kc = static_cast<__half*>(k_cache);
   auto* vc = static_cast<__half*>(v_cache);
   auto* o8 = static_cast<uint8_t*>(out8);
   switch (a.head_dim) {
-    case 64: launch_hd<64>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, s); break;
-    case 96: launch_hd<96>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, s); break;
-    case 128: launch_hd<128>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, s); break;
-    default: launch_hd<256>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, s); break;
+    case 64: launch_hd<64>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, norms, s); break;
+    case 96: launch_hd<96>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, norms, s); break;
+    case 128: launch_hd<128>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, norms, s); break;
+    default: launch_hd<256>(q, k, v, pos, r, a, theta_scale, kc, vc, out, o8, norms, s); break;
   }
   return launch_status("attention_decode_rope");
 }

@@ -13,11 +13,13 @@
 
 namespace lamina::kernels::attn_detail {
 
-// Shared memory of rope_attend_head: the angles, the head's q and k (rotated in place), the merge.
+// Shared memory of rope_attend_head: the angles, the head's q and k (rotated in place), with head
+// norms their 1/rms, the merge.
 template <int kW, int HD>
 struct RopeHeadSmem {
   float cs[HD / 2], sn[HD / 2];
   float qk[2][HD];
+  float inv[2];
   float v[HD];
   MergeSmem<kW, 1, HD> merge;
 };
@@ -55,11 +57,14 @@ __device__ __forceinline__ void rope_angles(float* cs, float* sn, int position, 
 // and the others never read that row from global memory (no order between blocks): each folds its
 // own rotated copy of it, as the cache holds it (f16). first: the warp's first round as
 // preload_first_round loaded it before the wait, or null (then every round is loaded here).
+// nrm (qwen3, gemma3; n_rot == HD): q and k RMS-normalised per head before the rotation, as
+// rope_kv_store does it (warps 0 and 1 sum the squares in f64 in its order: the same bits).
 template <int kW, int HD, int P, class Emit>
 __device__ __forceinline__ void rope_attend_head(RopeHeadSmem<kW, HD>& s, int h, int g, bool store, int position,
                                                  const float* q, const float* k, const float* v, float* q_out,
                                                  float* k_out, const RopeArgs& r, const AttentionArgs& a, __half* kc,
-                                                 __half* vc, Emit&& emit, KvRound<HD / 32, P>* first = nullptr) {
+                                                 __half* vc, Emit&& emit, KvRound<HD / 32, P>* first = nullptr,
+                                                 const HeadNorms& nrm = {}) {
   constexpr int E = HD / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = r.n_rot / 2;
   const int64_t kvd = int64_t(a.n_head_kv) * HD, col0 = int64_t(h) * HD, kv0 = int64_t(g) * HD;
@@ -70,7 +75,22 @@ __device__ __forceinline__ void rope_attend_head(RopeHeadSmem<kW, HD>& s, int h,
     else s.v[i % HD] = x;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < 2 * half; i += blockDim.x) rope_detail::rotate(s.qk[i / half], i % half, s.cs[i % half], s.sn[i % half], r);
+  if (nrm.q) {
+    if (warp < 2) {
+      double ss = 0;
+      for (int i = lane; i < HD; i += 32) ss += double(s.qk[warp][i]) * s.qk[warp][i];
+      for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(~0u, ss, o);
+      if (lane == 0) s.inv[warp] = float(1.0 / sqrt(ss / double(HD) + double(nrm.eps)));
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 2 * half; i += blockDim.x) {
+      const int m = i / half;
+      rope_detail::rotate_normed(s.qk[m], i % half, s.cs[i % half], s.sn[i % half], r, s.inv[m], m ? nrm.k : nrm.q);
+    }
+  } else {
+    for (int i = threadIdx.x; i < 2 * half; i += blockDim.x)
+      rope_detail::rotate(s.qk[i / half], i % half, s.cs[i % half], s.sn[i % half], r);
+  }
   __syncthreads();
   __half* krow = kc + int64_t(position) * kvd + kv0;
   __half* vrow = vc + int64_t(position) * kvd + kv0;

@@ -130,10 +130,14 @@ Status attention_paged(const float* q, int64_t rows, const int32_t* pos, const P
 // as those two up to float summation order (q rotated in place, k too without GQA; the cache
 // row written).
 // Supported: one row, an F16 cache, head_dim 64/96/128/256, n_head a multiple of n_head_kv (GQA),
-// no sliding window.
-bool attention_decode_rope_supported(const AttentionArgs& a, const RopeArgs& r, int64_t rows);
+// no sliding window shorter than the `positions` the pass attends over at most (the kernel
+// attends over every position; the caller's length bucket), and with head norms (qwen3, gemma3:
+// HeadNorms, as rope_kv_store takes them) whole heads rotated (n_rot == head_dim).
+bool attention_decode_rope_supported(const AttentionArgs& a, const RopeArgs& r, int64_t rows, int64_t positions,
+                                     bool head_norms);
 Status attention_decode_rope(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, void* k_cache,
-                             void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8 = nullptr);
+                             void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8 = nullptr,
+                             const HeadNorms& norms = {});
 
 // Prompt attention on tensor cores (flash-attention: query tiles, K/V tiles streamed through
 // shared memory, online softmax, f16 mma.sync). Requires an F16 cache, head_dim 64 or 128, no
