@@ -73,6 +73,20 @@ void CudaBackend::exec_rope_attention(const Node& n, Made& m) {
   if (qk) norms = {static_cast<const float*>(n.norm.data), static_cast<const float*>(n.norm2.data), n.eps};
   const double bytes = double(q.rows * q.cols) * 8.0 + double(k.rows * k.cols) * (8.0 + 2 * kv_elem_bytes());
   if (layout_) {  // several sequences on the paged cache: each row's k and v go to its slot
+    if (paged_one_kernel(n, c, r, qk)) {  // a few decode rows at short context: one kernel
+      const PagedPass& pp = paged_pass();
+      const auto [kv_read, flops] = attention_cost(n);
+      m.x8 = x8_scratch(n, n.out);
+      const bool f16 = n.x16_out && act16_ == GgmlType::F16;  // the Wo GEMM's f16 input, where the plan marked it
+      auto* h = f16 ? scratch_bytes(size_t(q.rows * n.out.cols) * 2) : nullptr;
+      m.x16 = static_cast<uint16_t*>(h);
+      run_op(qk ? "qk_norm+rope+attention (paged decode)" : "rope+attention (paged decode)",
+             bytes + kv_read + double(q.rows * n.out.cols) * 4.0, flops, [&] {
+               return kn::attention_decode_rope_paged(q.data, k.data, v.data, q.rows, dev_pos(), pp.kv, r, c.k, c.v, c.a,
+                                                      n.out.data, stream_, m.x8, h, norms);
+             });
+      return;
+    }
     const int32_t* slots = paged_pass().slots;
     run_op(qk ? "qk_norm+rope+kv_store" : "rope+kv_store", bytes, 0, [&] {
       return kn::rope_kv_store(q.data, k.data, v.data, q.rows, dev_pos(), r, c.k, c.v, c.a, stream_, slots, norms);
@@ -90,6 +104,20 @@ void CudaBackend::exec_rope_attention(const Node& n, Made& m) {
   run_op(qk ? "qk_norm+rope+kv_store" : "rope+kv_store", bytes, 0,
          [&] { return kn::rope_kv_store(q.data, k.data, v.data, q.rows, dev_pos(), r, c.k, c.v, c.a, stream_, nullptr, norms); });
   attend(c, n, m);
+}
+
+// The paged pass's rows through attention_decode_rope_paged: at most kPagedOneKernelRows rows, each
+// its sequence's only row (decode rows, no prompt chunk), in the smallest length bucket.
+bool CudaBackend::paged_one_kernel(const Node& n, const LayerCache& c, const kn::RopeArgs& r, bool qk) const {
+  if (!single_pass_attention_ || kv_bucket_ != kMinBucket || n.x.rows > kPagedOneKernelRows || !layout_ ||
+      !kn::attention_decode_rope_paged_supported(c.a, r, kMinBucket, qk))
+    return false;
+  const std::span<const int32_t> seq = layout_->row_seq;
+  if (int64_t(seq.size()) < n.x.rows) return false;
+  for (int64_t i = 0; i < n.x.rows; ++i)
+    for (int64_t j = 0; j < i; ++j)
+      if (seq[size_t(i)] == seq[size_t(j)]) return false;
+  return true;
 }
 
 // Attention reads K and V of every position up to the last one (the host knows the positions);

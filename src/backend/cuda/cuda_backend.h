@@ -239,6 +239,10 @@ class CudaBackend final : public Backend {
   void stage_paged(std::span<const int32_t> pos);
   const PagedPass& paged_pass();  // the staged tables, uploaded
   void attend_paged(const LayerCache& c, const plan::Node& n, Made& m);
+  // The engine's decode rows through one kernel (attention_decode_rope_paged): up to this many
+  // rows (the small steps; larger batches keep the tensor-core kernel; not yet measured).
+  static constexpr int64_t kPagedOneKernelRows = 8;
+  bool paged_one_kernel(const plan::Node& n, const LayerCache& c, const kernels::RopeArgs& r, bool qk) const;
   void attend_paged_rows(const LayerCache& c, const plan::Node& n, int64_t r0, int64_t r1, void* out8, void* out16);
   void exec_copy_rows(const plan::Node& n);
   void exec_all_reduce(const plan::Node& n);

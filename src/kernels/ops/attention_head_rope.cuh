@@ -33,14 +33,15 @@ struct RopeHeadSmem {
 // rope_attend_head fills it in from shared memory. (A KvRound held through a runtime-chosen
 // pointer went to local memory: 288-byte stack frame, tg128 q4_0 -5 %; hence kPreload is a
 // template parameter of the kernel.)
-// g: the KV head.
-template <int kW, int HD, int P>
+// g: the KV head; rows: where a position's row lies (one sequence's contiguous cache, or a paged
+// cache's block table).
+template <int kW, int HD, int P, class Rows = ContiguousRows>
 __device__ __forceinline__ void preload_first_round(const __half* kc, const __half* vc, const AttentionArgs& a, int g,
-                                                    int position, KvRound<HD / 32, P>& kv) {
+                                                    int position, KvRound<HD / 32, P>& kv, Rows rows = {}) {
   if (position == 0) return;  // nothing below the position: rope_attend_head fills in every row
   constexpr int E = HD / 32;
   const int64_t kvd = int64_t(a.n_head_kv) * HD, col = int64_t(g) * HD + (threadIdx.x % 32) * E;
-  load_round<__half, E, P>(kc + col, vc + col, kvd, (threadIdx.x / 32) * P, position, ContiguousRows{}, kv);
+  load_round<__half, E, P>(kc + col, vc + col, kvd, (threadIdx.x / 32) * P, position, rows, kv);
 }
 
 // Before the PDL wait (the position is the pass's input copy): the n_rot/2 angles into s.
@@ -59,12 +60,14 @@ __device__ __forceinline__ void rope_angles(float* cs, float* sn, int position, 
 // preload_first_round loaded it before the wait, or null (then every round is loaded here).
 // nrm (qwen3, gemma3; n_rot == HD): q and k RMS-normalised per head before the rotation, as
 // rope_kv_store does it (warps 0 and 1 sum the squares in f64 in its order: the same bits).
-template <int kW, int HD, int P, class Emit>
+// rows: where a position's cache row lies (ContiguousRows: row p; PagedRows: the sequence's block
+// table, which already holds the new position's block); the new row is stored at rows(position).
+template <int kW, int HD, int P, class Emit, class Rows = ContiguousRows>
 __device__ __forceinline__ void rope_attend_head(RopeHeadSmem<kW, HD>& s, int h, int g, bool store, int position,
                                                  const float* q, const float* k, const float* v, float* q_out,
                                                  float* k_out, const RopeArgs& r, const AttentionArgs& a, __half* kc,
                                                  __half* vc, Emit&& emit, KvRound<HD / 32, P>* first = nullptr,
-                                                 const HeadNorms& nrm = {}) {
+                                                 const HeadNorms& nrm = {}, Rows rows = {}) {
   constexpr int E = HD / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, half = r.n_rot / 2;
   const int64_t kvd = int64_t(a.n_head_kv) * HD, col0 = int64_t(h) * HD, kv0 = int64_t(g) * HD;
@@ -92,8 +95,8 @@ __device__ __forceinline__ void rope_attend_head(RopeHeadSmem<kW, HD>& s, int h,
       rope_detail::rotate(s.qk[i / half], i % half, s.cs[i % half], s.sn[i % half], r);
   }
   __syncthreads();
-  __half* krow = kc + int64_t(position) * kvd + kv0;
-  __half* vrow = vc + int64_t(position) * kvd + kv0;
+  __half* krow = kc + rows(position) * kvd + kv0;
+  __half* vrow = vc + rows(position) * kvd + kv0;
   for (int i = threadIdx.x; i < HD; i += blockDim.x) {
     if (q_out) q_out[col0 + i] = s.qk[0][i];
     if (store) {
@@ -127,8 +130,8 @@ __device__ __forceinline__ void rope_attend_head(RopeHeadSmem<kW, HD>& s, int h,
     if (from <= position) fold_round<E, 1, P>(st, *first, from, position + 1, 1, a.scale);
     from += kW * P;
   }
-  attend_positions<__half, E, 1, P>(st, kc + kv0 + lane * E, vc + kv0 + lane * E, kvd, from,
-                                    store ? position + 1 : position, kW * P, 1, a.scale);
+  attend_positions<__half, E, 1, P, Rows>(st, kc + kv0 + lane * E, vc + kv0 + lane * E, kvd, from,
+                                          store ? position + 1 : position, kW * P, 1, a.scale, rows);
   if (late && !store && warp == 0) {
     KvRound<E, P> own;
 #pragma unroll

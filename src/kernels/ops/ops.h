@@ -138,6 +138,16 @@ bool attention_decode_rope_supported(const AttentionArgs& a, const RopeArgs& r, 
 Status attention_decode_rope(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, void* k_cache,
                              void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8 = nullptr,
                              const HeadNorms& norms = {});
+// The same for the batching engine's decode rows on the paged cache, each row its sequence's only
+// row in the pass: q [rows][n_head * head_dim], k, v [rows][n_head_kv * head_dim], row t at
+// position pos[t] of sequence paged.row_seq[t], stored at the slot its block table gives that
+// position; out (and out8: [rows][x8_bytes(n_head * head_dim)], out16: f16 [rows][n_head *
+// head_dim], both optional) per row. Supported as attention_decode_rope, any number of rows.
+bool attention_decode_rope_paged_supported(const AttentionArgs& a, const RopeArgs& r, int64_t positions, bool head_norms);
+Status attention_decode_rope_paged(float* q, float* k, const float* v, int64_t rows, const int32_t* pos,
+                                   const PagedKv& paged, const RopeArgs& r, void* k_cache, void* v_cache,
+                                   const AttentionArgs& a, float* out, cudaStream_t s, void* out8 = nullptr,
+                                   void* out16 = nullptr, const HeadNorms& norms = {});
 
 // Prompt attention on tensor cores (flash-attention: query tiles, K/V tiles streamed through
 // shared memory, online softmax, f16 mma.sync). Requires an F16 cache, head_dim 64 or 128, no
