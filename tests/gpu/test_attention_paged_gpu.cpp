@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -130,6 +131,118 @@ TEST(AttentionPaged, RowsOfSeveralSequencesMatchFp64AndTheirInt8Copy) {
         EXPECT_EQ(got16, want16) << what << ": f16 copy differs from out rounded";
       }
     }
+  }
+}
+
+// The engine's decode rows through one kernel (attention_decode_rope_paged: RoPE, q/k head norms,
+// the cache store at each row's slot, attention over the row's own sequence) against the two
+// kernels it replaces (rope_kv_store at the slots, then attention_paged's split rung) on the same
+// inputs: q rotated and the stored cache bit for bit (k too without GQA), the outputs within 1e-5
+// (another summation order), out8 the host's blocks of the out it wrote and out16 that out rounded.
+// Positions inside the warps' first round and past it (16 warps x 8 for head sizes up to 128, 8 x 8
+// for 256), GQA groups of 1 to 8, head sizes 64 to 256, NEOX and adjacent pairs, with and without
+// head norms; blocks no table names and the new rows' slots start as NaN.
+TEST(AttentionPaged, DecodeRowsInOneKernelGiveTheTwoKernelsResults) {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  struct Case {
+    int n_head, n_head_kv, head_dim, block_tokens;
+    std::vector<int> positions;  // one row a sequence
+    bool norms, neox;
+  };
+  const Case cases[] = {{32, 8, 128, 16, {200, 3, 0}, false, false}, {8, 8, 64, 16, {33, 5}, false, true},
+                        {4, 1, 128, 8, {70, 9, 255}, true, true},     {12, 4, 96, 32, {64, 65, 1, 31}, false, false},
+                        {2, 2, 256, 16, {40, 130}, true, true},       {9, 3, 64, 16, {129, 1}, false, false},
+                        {16, 2, 64, 16, {15, 16, 17, 250}, true, false}};
+  for (const Case& c : cases) {
+    const int hd = c.head_dim, qd = c.n_head * hd, kvd = c.n_head_kv * hd, bt = c.block_tokens;
+    const int rows = int(c.positions.size());
+    SCOPED_TRACE(testing::Message() << c.n_head << "/" << c.n_head_kv << " heads of " << hd << ", rows " << rows
+                                    << (c.norms ? ", head norms" : ""));
+    int max_blocks = 0, used = 0;
+    for (int p : c.positions) max_blocks = std::max(max_blocks, p / bt + 1), used += p / bt + 1;
+    const int n_blocks = used + 3, n_ctx = n_blocks * bt;
+    std::vector<int32_t> pool(static_cast<size_t>(n_blocks));
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng);
+    std::vector<int32_t> tables(size_t(rows) * size_t(max_blocks), 0), row_seq(static_cast<size_t>(rows)),
+        slots(static_cast<size_t>(rows));
+    std::vector<uint16_t> kc(size_t(n_ctx) * kvd, 0x7E00), vc(kc.size(), 0x7E00);  // NaN
+    size_t next = 0;
+    for (int r = 0; r < rows; ++r) {
+      const int p = c.positions[size_t(r)];
+      row_seq[size_t(r)] = r;
+      for (int b = 0; b <= p / bt; ++b) tables[size_t(r) * max_blocks + b] = pool[next++];
+      for (int j = 0; j < p; ++j) {  // (the row at p: written by the kernels)
+        const size_t slot = size_t(tables[size_t(r) * max_blocks + j / bt]) * bt + size_t(j % bt);
+        for (int i = 0; i < kvd; ++i) kc[slot * kvd + i] = f32_to_f16(nd(rng)), vc[slot * kvd + i] = f32_to_f16(nd(rng));
+      }
+      slots[size_t(r)] = tables[size_t(r) * max_blocks + p / bt] * bt + p % bt;
+    }
+    std::vector<float> q(size_t(rows) * qd), k(size_t(rows) * kvd), v(k.size()), qn(static_cast<size_t>(hd)),
+        kn(static_cast<size_t>(hd));
+    for (float& x : q) x = nd(rng);
+    for (float& x : k) x = nd(rng);
+    for (float& x : v) x = nd(rng);
+    for (float& x : qn) x = 1.f + 0.3f * nd(rng);
+    for (float& x : kn) x = 1.f + 0.3f * nd(rng);
+    DeviceBuf dq1(q), dq2(q), dk1(k), dk2(k), dv(v), dkc1(kc), dkc2(kc), dvc1(vc), dvc2(vc), dpos(c.positions),
+        dseq(row_seq), dtab(tables), dslots(slots), dqn(qn), dkn(kn), dout1(q.size() * 4), dout2(q.size() * 4),
+        dout8(size_t(rows) * x8_bytes(qd)), dout16(q.size() * 2);
+    AttentionArgs a;
+    a.n_head = c.n_head, a.n_head_kv = c.n_head_kv, a.head_dim = hd, a.scale = 1.f / std::sqrt(float(hd)), a.n_ctx = n_ctx;
+    RopeArgs r;
+    r.n_heads = c.n_head, r.head_dim = hd, r.n_rot = hd, r.neox = c.neox;
+    HeadNorms norms;
+    if (c.norms) norms = {dqn.as<float>(), dkn.as<float>(), 1e-6f};
+    PagedKv pk;
+    pk.row_seq = dseq.as<int32_t>(), pk.tables = dtab.as<int32_t>(), pk.max_blocks = max_blocks, pk.block_tokens = bt;
+    ASSERT_TRUE(attention_decode_rope_paged_supported(a, r, 256, c.norms));
+    CUDA_OK(cudaMemset(dout1.p, 0xFF, dout1.n));
+    CUDA_OK(cudaMemset(dout8.p, 0xFF, dout8.n));
+    CUDA_OK(cudaMemset(dout16.p, 0xFF, dout16.n));
+    Status st = attention_decode_rope_paged(dq1.as<float>(), dk1.as<float>(), dv.as<float>(), rows, dpos.as<int32_t>(), pk,
+                                            r, dkc1.p, dvc1.p, a, dout1.as<float>(), nullptr, dout8.p, dout16.p, norms, 256);
+    ASSERT_TRUE(st.ok) << st.message;
+    st = rope_kv_store(dq2.as<float>(), dk2.as<float>(), dv.as<float>(), rows, dpos.as<int32_t>(), r, dkc2.p, dvc2.p, a,
+                       nullptr, dslots.as<int32_t>(), norms);
+    ASSERT_TRUE(st.ok) << st.message;
+    DeviceBuf work(attention_work_floats(a, rows, 1) * 4);
+    st = attention_paged(dq2.as<float>(), rows, dpos.as<int32_t>(), pk, dkc2.p, dvc2.p, a, 1, work.as<float>(),
+                         dout2.as<float>(), nullptr, nullptr, nullptr, DecodeAttention::Split);
+    ASSERT_TRUE(st.ok) << st.message;
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto get_f = [](const DeviceBuf& d) {
+      std::vector<float> h(d.n / 4);
+      cudaMemcpy(h.data(), d.p, d.n, cudaMemcpyDeviceToHost);
+      return h;
+    };
+    const auto get_u16 = [](const DeviceBuf& d) {
+      std::vector<uint16_t> h(d.n / 2);
+      cudaMemcpy(h.data(), d.p, d.n, cudaMemcpyDeviceToHost);
+      return h;
+    };
+    EXPECT_EQ(get_u16(dkc1), get_u16(dkc2)) << "the stored k rows";
+    EXPECT_EQ(get_u16(dvc1), get_u16(dvc2)) << "the stored v rows";
+    const std::vector<float> q1 = get_f(dq1), q2 = get_f(dq2);
+    EXPECT_EQ(std::memcmp(q1.data(), q2.data(), q1.size() * 4), 0) << "q rotated";
+    if (c.n_head == c.n_head_kv) {
+      const std::vector<float> k1 = get_f(dk1), k2 = get_f(dk2);
+      EXPECT_EQ(std::memcmp(k1.data(), k2.data(), k1.size() * 4), 0) << "k rotated";
+    }
+    const std::vector<float> got = get_f(dout1), want = get_f(dout2);
+    double e = 0, n = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      e += std::isfinite(got[i]) ? double(got[i] - want[i]) * (got[i] - want[i]) : INFINITY;
+      n += double(want[i]) * want[i];
+    }
+    EXPECT_LE(std::sqrt(e / n), 1e-5);
+    std::vector<uint8_t> got8(dout8.n);
+    CUDA_OK(cudaMemcpy(got8.data(), dout8.p, dout8.n, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got8, host_x8(got, qd)) << "int8 copy";
+    std::vector<uint16_t> want16(got.size());
+    for (size_t i = 0; i < got.size(); ++i) want16[i] = f32_to_f16(got[i]);
+    EXPECT_EQ(get_u16(dout16), want16) << "f16 copy";
   }
 }
 

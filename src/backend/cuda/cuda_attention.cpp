@@ -83,7 +83,7 @@ void CudaBackend::exec_rope_attention(const Node& n, Made& m) {
       run_op(qk ? "qk_norm+rope+attention (paged decode)" : "rope+attention (paged decode)",
              bytes + kv_read + double(q.rows * n.out.cols) * 4.0, flops, [&] {
                return kn::attention_decode_rope_paged(q.data, k.data, v.data, q.rows, dev_pos(), pp.kv, r, c.k, c.v, c.a,
-                                                      n.out.data, stream_, m.x8, h, norms);
+                                                      n.out.data, stream_, m.x8, h, norms, kMinBucket);
              });
       return;
     }
@@ -97,7 +97,8 @@ void CudaBackend::exec_rope_attention(const Node& n, Made& m) {
     const auto [kv_read, flops] = attention_cost(n);
     m.x8 = x8_scratch(n, n.out);
     run_op(qk ? "qk_norm+rope+attention (decode)" : "rope+attention (decode)", bytes + kv_read + double(n.out.cols) * 4.0, flops, [&] {
-      return kn::attention_decode_rope(q.data, k.data, v.data, dev_pos(), r, c.k, c.v, c.a, n.out.data, stream_, m.x8, norms);
+      return kn::attention_decode_rope(q.data, k.data, v.data, dev_pos(), r, c.k, c.v, c.a, n.out.data, stream_, m.x8, norms,
+                                       kMinBucket);
     });
     return;
   }

@@ -122,7 +122,7 @@ void launch_paged_hd(float* q, float* k, const float* v, int64_t rows, const int
 // What both kernels take, whatever the rows.
 bool geometry_ok(const AttentionArgs& a, const RopeArgs& r, int64_t positions, bool head_norms) {
   const bool hd = a.head_dim == 64 || a.head_dim == 96 || a.head_dim == 128 || a.head_dim == 256;
-  return hd && a.kv_type == GgmlType::F16 && (a.window == 0 || a.window >= positions) && positions >= 1 &&
+  return hd && a.kv_type == GgmlType::F16 && (a.window == 0 || (positions > 0 && a.window >= positions)) &&
          a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0 && r.n_rot > 0 && r.n_rot % 2 == 0 && r.n_rot <= a.head_dim &&
          (!head_norms || r.n_rot == a.head_dim);
 }
@@ -136,11 +136,12 @@ bool attention_decode_rope_paged_supported(const AttentionArgs& a, const RopeArg
 Status attention_decode_rope_paged(float* q, float* k, const float* v, int64_t rows, const int32_t* pos,
                                    const PagedKv& paged, const RopeArgs& r, void* k_cache, void* v_cache,
                                    const AttentionArgs& a, float* out, cudaStream_t s, void* out8, void* out16,
-                                   const HeadNorms& norms) {
+                                   const HeadNorms& norms, int64_t positions) {
   if (bool(norms.q) != bool(norms.k)) return Status::error("attention_decode_rope_paged: head norms need both q and k weights");
-  if (!geometry_ok(a, r, 1, norms.q))
+  if (!geometry_ok(a, r, positions, norms.q))
     return Status::error("attention_decode_rope_paged: needs an f16 cache, head_dim 64/96/128/256, whole groups of "
-                         "query heads per KV head and 0 < n_rot <= head_dim (even; == head_dim with head norms)");
+                         "query heads per KV head, 0 < n_rot <= head_dim (even; == head_dim with head norms) and no "
+                         "sliding window shorter than the positions");
   if (!q || !k || !v || !pos || !k_cache || !v_cache || !out || !paged.row_seq || !paged.tables || paged.block_tokens < 1)
     return Status::error("attention_decode_rope_paged: null pointer or no block tables");
   if (rows < 1 || rows > 65535) return Status::error("attention_decode_rope_paged: 1 to 65535 rows");
@@ -166,12 +167,12 @@ bool attention_decode_rope_supported(const AttentionArgs& a, const RopeArgs& r, 
 
 Status attention_decode_rope(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, void* k_cache,
                              void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8,
-                             const HeadNorms& norms) {
+                             const HeadNorms& norms, int64_t positions) {
   if (bool(norms.q) != bool(norms.k)) return Status::error("attention_decode_rope: head norms need both q and k weights");
-  // (the window and the positions: the caller's, which attention_decode_rope_supported took; one position here)
-  if (!attention_decode_rope_supported(a, r, 1, 1, norms.q))
+  if (!attention_decode_rope_supported(a, r, 1, positions, norms.q))
     return Status::error("attention_decode_rope: needs an f16 cache, head_dim 64/96/128/256, whole groups of query "
-                         "heads per KV head and 0 < n_rot <= head_dim (even; == head_dim with head norms)");
+                         "heads per KV head, 0 < n_rot <= head_dim (even; == head_dim with head norms) and no sliding "
+                         "window shorter than the positions");
   if (!q || !k || !v || !pos || !k_cache || !v_cache || !out) return Status::error("attention_decode_rope: null pointer");
   const float theta_scale = powf(r.base, -2.0f / float(r.n_rot));
   auto* kc = static_cast<__half*>(k_cache);

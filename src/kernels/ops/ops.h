@@ -131,13 +131,14 @@ Status attention_paged(const float* q, int64_t rows, const int32_t* pos, const P
 // row written).
 // Supported: one row, an F16 cache, head_dim 64/96/128/256, n_head a multiple of n_head_kv (GQA),
 // no sliding window shorter than the `positions` the pass attends over at most (the kernel
-// attends over every position; the caller's length bucket), and with head norms (qwen3, gemma3:
-// HeadNorms, as rope_kv_store takes them) whole heads rotated (n_rot == head_dim).
+// attends over every position; the caller's length bucket; 0: unknown, then no window at all),
+// and with head norms (qwen3, gemma3: HeadNorms, as rope_kv_store takes them) whole heads rotated
+// (n_rot == head_dim). The launches take the same `positions` and refuse what this refuses.
 bool attention_decode_rope_supported(const AttentionArgs& a, const RopeArgs& r, int64_t rows, int64_t positions,
                                      bool head_norms);
 Status attention_decode_rope(float* q, float* k, const float* v, const int32_t* pos, const RopeArgs& r, void* k_cache,
                              void* v_cache, const AttentionArgs& a, float* out, cudaStream_t s, void* out8 = nullptr,
-                             const HeadNorms& norms = {});
+                             const HeadNorms& norms = {}, int64_t positions = 0);
 // The same for the batching engine's decode rows on the paged cache, each row its sequence's only
 // row in the pass: q [rows][n_head * head_dim], k, v [rows][n_head_kv * head_dim], row t at
 // position pos[t] of sequence paged.row_seq[t], stored at the slot its block table gives that
@@ -147,7 +148,7 @@ bool attention_decode_rope_paged_supported(const AttentionArgs& a, const RopeArg
 Status attention_decode_rope_paged(float* q, float* k, const float* v, int64_t rows, const int32_t* pos,
                                    const PagedKv& paged, const RopeArgs& r, void* k_cache, void* v_cache,
                                    const AttentionArgs& a, float* out, cudaStream_t s, void* out8 = nullptr,
-                                   void* out16 = nullptr, const HeadNorms& norms = {});
+                                   void* out16 = nullptr, const HeadNorms& norms = {}, int64_t positions = 0);
 
 // Prompt attention on tensor cores (flash-attention: query tiles, K/V tiles streamed through
 // shared memory, online softmax, f16 mma.sync). Requires an F16 cache, head_dim 64 or 128, no
