@@ -239,8 +239,9 @@ class CudaBackend final : public Backend {
   void stage_paged(std::span<const int32_t> pos);
   const PagedPass& paged_pass();  // the staged tables, uploaded
   void attend_paged(const LayerCache& c, const plan::Node& n, Made& m);
-  // The engine's decode rows through one kernel (attention_decode_rope_paged): up to this many
-  // rows (the small steps; larger batches keep the tensor-core kernel; not yet measured).
+  // The engine's decode rows through one kernel (attention_decode_rope_paged): at most this many
+  // rows, and at most one wave of blocks (rows x query heads <= the SM count; Llama-3-8B on an
+  // H200: 4 rows). Larger steps keep the two kernels (docs/benchmarks.md, forty-sixth session).
   static constexpr int64_t kPagedOneKernelRows = 8;
   bool paged_one_kernel(const plan::Node& n, const LayerCache& c, const kernels::RopeArgs& r, bool qk) const;
   void attend_paged_rows(const LayerCache& c, const plan::Node& n, int64_t r0, int64_t r1, void* out8, void* out16);
