@@ -62,6 +62,7 @@ void run_parallel_bench(Session& sess, const ParallelBenchSpec& spec) {
   EngineOptions eo;
   eo.block_tokens = spec.block_tokens;
   eo.prefix_cache = spec.prefix_cache;
+  eo.device_sampling = spec.device_sampling;
   eo.schedule.max_step_tokens = spec.max_step_tokens;
   Engine engine(sess, eo);
   std::mt19937_64 rng(11);
@@ -108,7 +109,8 @@ void run_parallel_bench(Session& sess, const ParallelBenchSpec& spec) {
       r.prompt = prefix;
       while (int(r.prompt.size()) < spec.n_prompt) r.prompt.push_back(int32_t(rng() % c.n_vocab));
       r.max_tokens = spec.n_gen;
-      r.sampling.temperature = 0;
+      r.sampling.temperature = spec.temperature;
+      r.sampling.seed = uint64_t(submitted);
       const auto now = Clock::now();
       const int64_t id = engine.submit(std::move(r), on_token);
       timing[id].submitted = now;

@@ -20,6 +20,10 @@ struct ParallelBenchSpec {
   double ramp_s = 0;
   int block_tokens = 16;      // positions per KV block
   int max_step_tokens = 0;  // tokens one engine step may take (SchedulerOptions; 0: the engine's choice)
+  // The requests' temperature (0: greedy); above 0 they sample with SamplerParams' other defaults
+  // (top-k 40, top-p 0.95, min-p 0.05), request i with seed i.
+  float temperature = 0.f;
+  bool device_sampling = true;  // EngineOptions::device_sampling
 };
 
 // The value at fraction p (0..1) of v sorted, the nearest rank (0 for an empty v): the table's

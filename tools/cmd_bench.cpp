@@ -40,6 +40,8 @@ struct BenchArgs {
   double ramp_s = 0;
   int kv_block = 16;
   int max_step_tokens = 0;  // 0: step_tokens_to_run's choice
+  float temperature = 0.f;
+  bool device_sampling = true;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -103,6 +105,7 @@ void run_parallel(const BenchArgs& a) {
   spec.prefix_cache = a.prefix_cache;
   spec.waves = a.waves;
   spec.ramp_s = a.ramp_s;
+  spec.temperature = a.temperature, spec.device_sampling = a.device_sampling;
   if (spec.n_prompt < 1 || spec.n_gen < 1) fail("--parallel wants -p and -n of at least 1");
   if (spec.prefix > spec.n_prompt) fail("--prefix {} is longer than the prompt of {} tokens (-p)", spec.prefix, spec.n_prompt);
   spec.max_step_tokens = step_tokens_to_run(a.max_step_tokens, *std::max_element(spec.parallel.begin(), spec.parallel.end()));
@@ -195,6 +198,12 @@ Run add_bench(CLI::App& app) {
       ->check(finite_in(0, 3600));
   sub->add_flag("!--no-prefix-cache", a->prefix_cache,
                 "With --parallel: compute every prompt whole (no KV blocks shared with earlier prompts)");
+  sub->add_option("--temp", a->temperature,
+                  "With --parallel: the requests' temperature (default 0: greedy; else seeded draws with top-k 40, "
+                  "top-p 0.95, min-p 0.05)")
+      ->check(finite_in(0, 100));
+  sub->add_flag("!--no-device-sampling", a->device_sampling,
+                "With --parallel: draw every sampled token on the host from its logits row read back (for A/B runs)");
   sub->add_option("--kv-block", a->kv_block, "With --parallel: positions per KV block (default 16)")->check(whole_in(1, 4096));
   add_step_tokens_option(sub, a->max_step_tokens);
   return [a] { run_bench(*a); };

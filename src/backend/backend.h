@@ -243,6 +243,21 @@ class Backend {
     fail("the {} backend does not sample in its own memory", name());
   }
 
+  // Draws on several logits rows in backend memory (the engine's sampled rows): draw i on row
+  // draws[i].row with its own parameters, distinct penalty ids and uniform u (as sample()); its id
+  // to out[i]. draws_on_device(p): whether a draw with these parameters is made there, by exactly
+  // the host Sampler's rules (same row and u, same id).
+  struct RowDraw {
+    int64_t row = 0;
+    const SamplerParams* params = nullptr;
+    std::span<const int32_t> penalty_ids;
+    double u = 0.0;
+  };
+  virtual bool draws_on_device(const SamplerParams& p) const { return false; }
+  virtual void sample_rows(Tensor logits, std::span<const RowDraw> draws, std::span<int32_t> out) {
+    fail("the {} backend does not sample rows in its own memory", name());
+  }
+
   // out[r] = the greedy id of logits row r (lowest id among equal maxima, as Sampler's greedy
   // draw): the host then reads one id per row, not a row of logits. max[r], where max is given:
   // that row's largest logit (ranks of a split vocabulary merge their picks by it).

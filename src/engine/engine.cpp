@@ -137,6 +137,13 @@ bool Engine::device_greedy(const Live& l) const {
   return l.sampler->params().plain_greedy() && l.req.logprobs < 0 && l.req.logit_bias.empty() && !l.constraint;
 }
 
+// A draw the backend makes in its own memory (no host row: no log probabilities, bias or
+// constraint), by the host Sampler's rules, with the request's own uniform.
+bool Engine::device_draw(const Live& l) const {
+  return opt_.device_sampling && l.req.logprobs < 0 && l.req.logit_bias.empty() && !l.constraint &&
+         session_.backend().draws_on_device(l.sampler->params());
+}
+
 void Engine::end(int64_t id, int32_t token, Finish f, const std::string& error, std::optional<TokenLogprobs> lp) {
   auto it = live_.find(id);
   if (it == live_.end()) return;
@@ -268,27 +275,52 @@ bool Engine::next_layout(const Step& st, std::span<const int32_t> row_seq, KvLay
 }
 
 // Plain greedy rows (temperature <= 0, no repetition penalty) take the backend's argmax, one id
-// per row; the others read their logits rows (all at once when they are most of the rows).
+// per row; the rows the backend draws (device_draw) one draw each; the others read their logits
+// rows (all at once when they are most of the rows).
 // next: the next step's layout when it may run ahead (next_layout).
 Engine::SampledRows Engine::sampled_rows(const Step& st, Tensor out, const KvLayout* next) {
   SampledRows rows;
   rows.vocab = out.cols;
   std::vector<bool> plain;
+  std::vector<const StepSeq*> seqs;  // the sequences of the rows, in order
   for (const StepSeq& s : st.seqs) {
     if (!s.logits) continue;
     plain.push_back(device_greedy(live_.at(s.id)));
+    seqs.push_back(&s);
   }
   const size_t n = plain.size(), n_plain = size_t(std::count(plain.begin(), plain.end(), true));
   rows.greedy.assign(n, -1);
   if (n_plain) session_.backend().argmax_rows(out, rows.greedy, {}, n_plain == n ? next : nullptr);
   rows.at.assign(n, -1);
   if (n_plain == n) return rows;
-  const bool all = 2 * (n - n_plain) > n;
-  rows.host.resize(size_t(all ? n : n - n_plain) * size_t(out.cols));
+  for (size_t r = 0; r < n; ++r)
+    if (!plain[r]) rows.greedy[r] = -1;  // (argmax_rows gave every row its argmax)
+  // Seeded draws in backend memory: each with its request's parameters, penalty ids and next
+  // uniform (the host draw's own, so the ids do not depend on where they are drawn).
+  std::vector<Backend::RowDraw> draws;
+  std::vector<std::vector<int32_t>> penalties;
+  std::vector<size_t> drawn;  // their rows
+  penalties.reserve(n - n_plain);
+  for (size_t r = 0; r < n; ++r) {
+    Live& l = live_.at(seqs[r]->id);
+    if (plain[r] || !device_draw(l)) continue;
+    const SamplerParams& p = l.sampler->params();
+    penalties.push_back(l.sampler->penalty_ids(sched_.tokens(seqs[r]->id)));
+    draws.push_back({int64_t(r), &p, penalties.back(), p.temperature > 0.f ? l.sampler->next_uniform() : 0.0});
+    drawn.push_back(r);
+  }
+  if (!draws.empty()) {
+    std::vector<int32_t> ids(draws.size());
+    session_.backend().sample_rows(out, draws, ids);
+    for (size_t i = 0; i < drawn.size(); ++i) rows.greedy[drawn[i]] = ids[i], plain[drawn[i]] = true;
+  }
+  const size_t n_host = size_t(std::count(plain.begin(), plain.end(), false));
+  if (n_host == 0) return rows;
+  const bool all = 2 * n_host > n;
+  rows.host.resize(size_t(all ? n : n_host) * size_t(out.cols));
   size_t k = 0;
   for (size_t r = 0; r < n; ++r) {
     if (plain[r]) continue;
-    rows.greedy[r] = -1;
     rows.at[r] = int64_t(all ? r : k++);
     if (!all) session_.backend().read(out.rows_view(int64_t(r), 1), rows.host.data() + rows.at[r] * out.cols);
   }

@@ -80,6 +80,9 @@ using TokenCallback = std::function<void(const TokenEvent&)>;
 struct EngineOptions {
   int block_tokens = 16;     // positions per KV block
   bool prefix_cache = true;  // share the blocks of prompt prefixes computed before
+  // Seeded draws in backend memory where it follows the host Sampler's rules (Backend::
+  // draws_on_device; one GPU): no logits row read. false: every sampled row read and drawn on the host.
+  bool device_sampling = true;
   SchedulerOptions schedule;
 };
 
@@ -127,7 +130,7 @@ class Engine {
   };
   // What a step's sampling rows give the host: a greedy id (>= 0) or a logits row.
   struct SampledRows {
-    std::vector<int32_t> greedy;  // per row: the backend's argmax, or -1
+    std::vector<int32_t> greedy;  // per row: the backend's argmax or draw, or -1
     std::vector<int64_t> at;      // per row: its row in host, or -1
     std::vector<float> host;
     const float* rows = nullptr;  // the rows where they are not in host (the session's, with several ranks)
@@ -143,6 +146,7 @@ class Engine {
   // Whether a sequence's draw is the backend's argmax (plain greedy, no log probabilities, logit
   // bias or constraint asked).
   bool device_greedy(const Live& l) const;
+  bool device_draw(const Live& l) const;
   int32_t constrained_draw(Live& l, std::vector<float>& row, std::span<const int32_t> history);
 
   Session& session_;

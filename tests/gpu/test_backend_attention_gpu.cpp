@@ -325,6 +325,59 @@ TEST(BackendOps, SampleMatchesHostRules) {
   }
 }
 
+// The engine's draws: one block a draw, each with its own parameters, penalty ids and u, on rows
+// in any order (two draws on one row, rows of a length that is not a multiple of 4): each id the
+// host rules' over its row.
+TEST(BackendOps, SampleRowsMatchHostRules) {
+  CudaBackend gpu(0);
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<double> ud(0, 1);
+  struct P { float temp; int k; float top_p, min_p, pen; };
+  const std::vector<P> kinds = {P{0.8f, 40, 0.95f, 0.05f, 1},  P{1.0f, 2048, 0.9f, 0, 1}, P{0.7f, 5, 1, 0, 1.3f},
+                                P{1.5f, 2048, 0.99f, 0.01f, 1.1f}, P{0.9f, 1, 1, 0, 1},     P{0, 40, 1, 0, 1.3f},
+                                P{1.2f, 300, 1, 0.02f, 1},       P{0.6f, 64, 0.5f, 0, 0.8f}, P{2.0f, 1000, 1, 0, 1}};
+  for (int V : {32000, 32001})
+    for (int trial = 0; trial < 6; ++trial) {
+      const int rows = 7;
+      std::vector<float> all;
+      for (int r = 0; r < rows; ++r) {
+        auto l = randn(size_t(V), rng, 3.f);
+        for (int i = 0; i < 50; ++i) l[size_t(rng() % V)] = l[size_t(rng() % V)];  // ties
+        all.insert(all.end(), l.begin(), l.end());
+      }
+      std::vector<SamplerParams> params(kinds.size());
+      std::vector<std::vector<int32_t>> pens(kinds.size());
+      std::vector<Backend::RowDraw> draws;
+      for (size_t i = 0; i < kinds.size(); ++i) {
+        const P& pp = kinds[i];
+        SamplerParams& p = params[i];
+        p.temperature = pp.temp, p.top_k = pp.k, p.top_p = pp.top_p, p.min_p = pp.min_p, p.repeat_penalty = pp.pen;
+        if (pp.pen != 1) {
+          for (int j = 0; j < 64; ++j) pens[i].push_back(int32_t(rng() % V));
+          std::sort(pens[i].begin(), pens[i].end());
+          pens[i].erase(std::unique(pens[i].begin(), pens[i].end()), pens[i].end());
+        }
+        ASSERT_TRUE(gpu.draws_on_device(p));
+        draws.push_back({int64_t((i * 5 + size_t(trial)) % rows), &params[i], pens[i], pp.temp > 0 ? ud(rng) : 0.0});
+      }
+      gpu.reset_scratch();
+      Tensor t = gpu.alloc(rows, V);
+      cudaMemcpy(t.data, all.data(), all.size() * 4, cudaMemcpyHostToDevice);
+      cudaDeviceSynchronize();
+      std::vector<int32_t> got(draws.size(), -7);
+      gpu.sample_rows(t, draws, got);
+      for (size_t i = 0; i < draws.size(); ++i) {
+        const std::vector<float> row(all.begin() + draws[i].row * V, all.begin() + (draws[i].row + 1) * V);
+        EXPECT_EQ(got[i], host_sample(row, params[i], pens[i], draws[i].u)) << "V " << V << " trial " << trial << " draw " << i;
+      }
+    }
+  SamplerParams off;  // (top-k off, or presence penalties: the host draws those)
+  off.top_k = 0;
+  EXPECT_FALSE(gpu.draws_on_device(off));
+  off.top_k = 40, off.presence_penalty = 0.5f;
+  EXPECT_FALSE(gpu.draws_on_device(off));
+}
+
 // Greedy without a penalty reads the logits directly: as float4s for a 16-byte aligned row of a
 // multiple of 4, else one by one. Either way the lowest id among equal maxima, wherever they lie.
 TEST(BackendOps, GreedySampleTakesTheFirstMaximum) {

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -325,6 +326,51 @@ TEST(CudaEngine, OneGreedyRequestTakesTheLogitsGemvsArgmax) {
   }
   ASSERT_EQ(runs[1].size(), 120u);
   EXPECT_EQ(runs[1], runs[0]);
+}
+
+// Seeded draws of many kinds on the CUDA engine, made on the device (one block a draw) and, with
+// EngineOptions::device_sampling off, by the host's Sampler over the rows read back: the same
+// tokens for every request. Top-k off and presence penalties are drawn on the host either way.
+TEST(CudaEngine, DeviceDrawsGiveTheHostSamplersTokens) {
+  auto s = open(tiny_path(), "cuda", true);
+  std::vector<Request> reqs = text_requests(*s, 12, 20, 0.8f);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    SamplerParams& p = reqs[i].sampling;
+    p.seed = 100 + i;
+    p.temperature = 0.6f + 0.1f * float(i % 7);
+    p.top_k = std::array{40, 1, 2048, 300, 0, 40}[i % 6];
+    p.top_p = i % 3 ? 0.95f : 1.f;
+    p.min_p = i % 4 ? 0.05f : 0.f;
+    if (i % 5 == 2) p.repeat_penalty = 1.3f;
+  }
+  reqs[9].sampling.presence_penalty = 0.5f;
+  reqs[10].sampling.temperature = 0, reqs[10].sampling.repeat_penalty = 1.2f;  // greedy with a penalty: a device draw
+  std::vector<std::vector<int32_t>> runs[2];
+  for (bool device : {false, true}) {
+    EngineOptions eo;
+    eo.schedule.max_step_tokens = 256;
+    eo.device_sampling = device;
+    Engine engine(*s, eo);
+    s->backend().set_profiling(true);
+    s->backend().profile_reset();
+    std::mutex mu;
+    std::map<int64_t, std::vector<int32_t>> tokens;
+    std::vector<int64_t> ids;
+    for (const Request& r : reqs)
+      ids.push_back(engine.submit(r, [&](const TokenEvent& e) {
+        std::lock_guard lk(mu);
+        if (e.token >= 0) tokens[e.id].push_back(e.token);
+      }));
+    engine.run_until_idle();
+    for (int64_t id : ids) runs[device].push_back(tokens[id]);
+    const std::string report = s->backend().profile_report();
+    EXPECT_EQ(report.find("sample rows") != std::string::npos, device) << report;
+    s->backend().set_profiling(false);
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_EQ(runs[1][i].size(), 20u) << "request " << i;
+    EXPECT_EQ(runs[1][i], runs[0][i]) << "request " << i;
+  }
 }
 
 // Sampled rows (the logits to the host's sampler) and greedy rows (the device's argmax).

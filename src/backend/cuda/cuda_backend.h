@@ -100,6 +100,8 @@ class CudaBackend final : public Backend {
   bool samples_on_device() const override { return true; }
   int32_t sample(Tensor logits, const SamplerParams& p, std::span<const int32_t> penalty_ids, double u,
                  bool more = false) override;
+  bool draws_on_device(const SamplerParams& p) const override;
+  void sample_rows(Tensor logits, std::span<const RowDraw> draws, std::span<int32_t> out) override;
 
   void set_profiling(bool on) override;
   std::string profile_report() override;

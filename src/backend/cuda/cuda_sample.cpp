@@ -1,5 +1,6 @@
 // Sampling on the GPU: the sampling kernel (or the id the logits GEMV left), and the next
-// step's graph launched before the host has the id (run-ahead).
+// step's graph launched before the host has the id (run-ahead); the engine's sampled rows, one
+// draw a block, each with its own parameters.
 #include "backend/cuda/cuda_backend.h"
 
 #include "backend/cuda/cuda_check.h"
@@ -9,6 +10,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
 namespace lamina {
 
@@ -54,6 +57,55 @@ int32_t CudaBackend::sample(Tensor logits, const SamplerParams& p, std::span<con
   if (graph_timing_) graph_timing_->id_arrived();
   collect_profile();
   return host_id_[slot];
+}
+
+// The draws the sampling kernel makes by the host Sampler's rules exactly: the repetition penalty
+// only (over at most kMaxPenalty ids: repeat_last_n within it), and for a seeded draw the top-k cut
+// within the kernel's candidates (with top-k off the kernel keeps at most that many).
+bool CudaBackend::draws_on_device(const SamplerParams& p) const {
+  const bool penalty = p.repeat_penalty != 1.f && p.repeat_last_n != 0;
+  if (p.additive_penalties() || (penalty && (p.repeat_last_n < 0 || p.repeat_last_n > kMaxPenalty))) return false;
+  return p.temperature <= 0.f || (p.top_k > 0 && p.top_k <= kn::kSampleMaxCandidates);
+}
+
+void CudaBackend::sample_rows(Tensor logits, std::span<const RowDraw> draws, std::span<int32_t> out) {
+  check("sample_rows", out.size() == draws.size(), "one id per draw");
+  if (draws.empty()) return;
+  flush(logits, true);
+  std::vector<kn::SampleRowArgs> args(draws.size());
+  std::vector<int32_t> ids;  // every draw's penalty ids, in turn
+  int64_t work_rows = 0;
+  for (size_t i = 0; i < draws.size(); ++i) {
+    const RowDraw& d = draws[i];
+    check("sample_rows", d.params && draws_on_device(*d.params) && d.row >= 0 && d.row < logits.rows,
+          "each draw on a row of the logits, with parameters the device follows (draws_on_device)");
+    const SamplerParams& p = *d.params;
+    kn::SampleRowArgs& a = args[i];
+    a.row = d.row, a.temperature = p.temperature, a.top_k = p.top_k, a.top_p = p.top_p, a.min_p = p.min_p;
+    a.repeat_penalty = p.repeat_penalty, a.u = d.u;
+    if (p.repeat_penalty != 1.f && !d.penalty_ids.empty()) {
+      check("sample_rows", d.penalty_ids.size() <= size_t(kMaxPenalty), "at most 4096 penalised ids a draw");
+      a.penalty_first = int(ids.size()), a.n_penalty = int(d.penalty_ids.size()), a.work = work_rows++;
+      ids.insert(ids.end(), d.penalty_ids.begin(), d.penalty_ids.end());
+    }
+  }
+  // One upload [args | ids] into this pass's scratch, then one block a draw; the ids come back.
+  const size_t arg_bytes = args.size() * sizeof(kn::SampleRowArgs);
+  std::vector<uint8_t> up(arg_bytes + ids.size() * sizeof(int32_t));
+  std::memcpy(up.data(), args.data(), arg_bytes);
+  if (!ids.empty()) std::memcpy(up.data() + arg_bytes, ids.data(), ids.size() * sizeof(int32_t));
+  auto* dev = static_cast<uint8_t*>(scratch_bytes(up.size()));
+  auto* dev_out = static_cast<int32_t*>(scratch_bytes(out.size() * sizeof(int32_t)));
+  auto* work = work_rows ? static_cast<float*>(scratch_bytes(size_t(work_rows * logits.cols) * sizeof(float))) : nullptr;
+  cuda_check(cudaMemcpyAsync(dev, up.data(), up.size(), cudaMemcpyHostToDevice, stream_), "sample_rows");
+  const auto* dev_args = reinterpret_cast<const kn::SampleRowArgs*>(dev);
+  const auto* dev_ids = reinterpret_cast<const int32_t*>(dev + arg_bytes);
+  run_op("sample rows", double(draws.size() * logits.cols) * 4.0, 0, [&] {
+    return kn::sample_rows(logits.data, int(logits.cols), dev_args, int(draws.size()), dev_ids, work, dev_out, stream_);
+  });
+  cuda_check(cudaMemcpyAsync(out.data(), dev_out, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_), "sample_rows");
+  cuda_check(cudaStreamSynchronize(stream_), "sample_rows");
+  collect_profile();
 }
 
 }  // namespace lamina

@@ -194,6 +194,23 @@ struct SampleArgs {
 };
 Status sample(const float* logits, int n_vocab, const SampleArgs& a, float* scratch, int32_t* out, cudaStream_t s);
 size_t sample_scratch_floats(int n_vocab);
+// The most candidates a draw keeps after top-k: a draw with top_k in 1..this follows the host's
+// rules exactly; with top_k off (or above it) the tokens past this many are left out of top-p.
+inline constexpr int kSampleMaxCandidates = 2048;
+// One draw of sample_rows: its row and its own parameters (SampleArgs' meanings).
+struct SampleRowArgs {
+  int64_t row = 0;  // the logits row it draws from
+  float temperature = 0.f;
+  int top_k = 0;
+  float top_p = 1.f, min_p = 0.f, repeat_penalty = 1.f;
+  int penalty_first = 0, n_penalty = 0;  // its distinct ids: penalty_ids[penalty_first .. + n_penalty)
+  int64_t work = -1;                     // its scratch row (needed where the penalty applies), or -1
+  double u = 0.0;
+};
+// Draw i (one block each) over logits[args[i].row] (rows of n_vocab f32), its id to out[i]; args,
+// penalty_ids, scratch (n_vocab floats per work row) and out on the device.
+Status sample_rows(const float* logits, int n_vocab, const SampleRowArgs* args, int draws, const int32_t* penalty_ids,
+                   float* scratch, int32_t* out, cudaStream_t s);
 // out[r] = the greedy id of logits row r (lowest id among equal maxima), for rows x cols f32
 // logits; out on the device.
 Status argmax_rows(const float* logits, int64_t rows, int64_t cols, int32_t* out, cudaStream_t s, float* max = nullptr);

@@ -1,5 +1,8 @@
-// Sampling on the GPU, one block of 1024 threads over the logits row (model/sampler.cpp's rules):
-//   1. copy the row to scratch and apply the repetition penalty to the given (distinct) ids;
+// Sampling on the GPU, one block of 1024 threads over a logits row (model/sampler.cpp's rules);
+// sample() draws from one row, sample_rows() makes one draw a block over many rows, each with its
+// own parameters (the engine's sampled rows):
+//   1. with a repetition penalty, copy the row to scratch and penalise the given (distinct) ids
+//      (without one, the steps below read the row in place);
 //   2. greedy: block argmax (lowest id among equal maxima) — done; without a penalty straight
 //      from the logits, coalesced (a fifth of the copy-first path's time in the decode graph:
 //      docs/benchmarks.md), as float4s where the row allows;
@@ -24,7 +27,7 @@
 namespace lamina::kernels {
 namespace {
 
-constexpr int kThreads = 1024, kMaxCand = 2048;  // candidates: 32 KiB of shared memory
+constexpr int kThreads = 1024, kMaxCand = kSampleMaxCandidates;  // candidates: 32 KiB of shared memory
 
 __device__ __forceinline__ uint32_t order_key(float f) {
   const uint32_t u = __float_as_uint(f);
@@ -106,9 +109,19 @@ __device__ __forceinline__ void block_argmax(float bv, int bi, float* red_v, int
   __syncthreads();
 }
 
-__global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restrict__ logits, int V, SampleArgs a,
-                                                          float* __restrict__ work, int32_t* __restrict__ out) {
-  pdl_enter();
+// One draw's parameters (SampleArgs' or a SampleRowArgs' own).
+struct Draw {
+  float temperature;
+  int top_k;
+  float top_p, min_p, repeat_penalty;
+  const int32_t* penalty_ids;
+  int n_penalty;
+  double u;
+};
+
+// The draw over logits[0..V) by the whole block (steps 1-4 above); the id in thread 0 (the greedy
+// id in every thread). work: V floats, where a penalised row is copied (else unused: null).
+__device__ int draw_row(const float* __restrict__ logits, int V, const Draw& a, float* __restrict__ work) {
   __shared__ int hist[256];
   __shared__ int scan_sh[32];
   __shared__ float red_v[32];
@@ -121,19 +134,20 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
   const int seg = (V + kThreads - 1) / kThreads, lo = min(V, tid * seg), hi = min(V, lo + seg);
 
   // Greedy without a penalty: the argmax straight from the logits (coalesced; no copy).
-  const bool direct = a.temperature <= 0.f && a.repeat_penalty == 1.f;
-  if (!direct) {  // 1. penalised copy
+  const bool penalised = a.repeat_penalty != 1.f && a.n_penalty > 0;
+  const bool direct = a.temperature <= 0.f && !penalised;
+  if (penalised) {  // 1. penalised copy
     for (int i = tid; i < V; i += kThreads) work[i] = logits[i];
     __syncthreads();
-    if (a.repeat_penalty != 1.f)
-      for (int i = tid; i < a.n_penalty; i += kThreads) {
-        const int id = a.penalty_ids[i];
-        if (id < 0 || id >= V) continue;
-        const float l = work[id];
-        work[id] = l > 0 ? l / a.repeat_penalty : l * a.repeat_penalty;
-      }
+    for (int i = tid; i < a.n_penalty; i += kThreads) {
+      const int id = a.penalty_ids[i];
+      if (id < 0 || id >= V) continue;
+      const float l = work[id];
+      work[id] = l > 0 ? l / a.repeat_penalty : l * a.repeat_penalty;
+    }
     __syncthreads();
   }
+  const float* src = penalised ? work : logits;  // (without a penalty the steps below read the row in place)
 
   // 2. argmax (first index of the maximum)
   float bv = -FLT_MAX;
@@ -142,17 +156,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     thread_argmax(logits, V, tid, kThreads, bv, bi);
   } else {  // (each thread's indices ascend, so `>` keeps its first)
     for (int i = lo; i < hi; ++i)
-      if (work[i] > bv) bv = work[i], bi = i;
+      if (src[i] > bv) bv = src[i], bi = i;
   }
   block_argmax(bv, bi, red_v, red_i);
-  if (a.temperature <= 0.f) {
-    if (tid == 0) {
-      const int id = red_i[0] == INT_MAX ? 0 : red_i[0];
-      out[a.parity ? *a.parity & 1 : 0] = id;
-      if (a.also) *a.also = id;
-    }
-    return;
-  }
+  if (a.temperature <= 0.f) return red_i[0] == INT_MAX ? 0 : red_i[0];
   const float mx = red_v[0];
 
   // 3. radix select of the n-th largest key
@@ -163,7 +170,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     for (int i = tid; i < 256; i += kThreads) hist[i] = 0;
     __syncthreads();
     for (int i = lo; i < hi; ++i) {
-      const uint32_t k = order_key(work[i]);
+      const uint32_t k = order_key(src[i]);
       if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255], 1);
     }
     __syncthreads();
@@ -185,10 +192,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
   __syncthreads();
   int ties = 0;
   for (int i = lo; i < hi; ++i) {
-    const uint32_t k = order_key(work[i]);
+    const uint32_t k = order_key(src[i]);
     if (k > tau) {
       const int slot = atomicAdd(&n_cand, 1);
-      cand_v[slot] = work[i], cand_i[slot] = i;
+      cand_v[slot] = src[i], cand_i[slot] = i;
     } else if (k == tau) {
       ++ties;
     }
@@ -197,8 +204,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
   int rank = block_exclusive_scan(ties, scan_sh, &total);
   const int n_above = n_cand;  // every thread passed the scan's barriers after the atomics
   for (int i = lo; i < hi && rank < want; ++i)
-    if (order_key(work[i]) == tau) {
-      cand_v[n_above + rank] = work[i], cand_i[n_above + rank] = i;
+    if (order_key(src[i]) == tau) {
+      cand_v[n_above + rank] = src[i], cand_i[n_above + rank] = i;
       ++rank;
     }
   __syncthreads();
@@ -258,9 +265,34 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
         break;
       }
     }
-    out[a.parity ? *a.parity & 1 : 0] = pick;
-    if (a.also) *a.also = pick;
+    return pick;
   }
+  return -1;
+}
+
+__global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restrict__ logits, int V, SampleArgs a,
+                                                          float* __restrict__ work, int32_t* __restrict__ out) {
+  pdl_enter();
+  const Draw d{a.temperature, a.top_k, a.top_p, a.min_p, a.repeat_penalty, a.penalty_ids, a.n_penalty, a.u};
+  const int id = draw_row(logits, V, d, work);
+  if (threadIdx.x == 0) {
+    out[a.parity ? *a.parity & 1 : 0] = id;
+    if (a.also) *a.also = id;
+  }
+}
+
+// grid: draws; block i makes draw i over its row with its own parameters (the engine's sampled
+// rows, each request with its own). A penalised draw copies its row to its own scratch row.
+__global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* __restrict__ logits, int V,
+                                                               const SampleRowArgs* __restrict__ args,
+                                                               const int32_t* __restrict__ penalty_ids,
+                                                               float* __restrict__ scratch, int32_t* __restrict__ out) {
+  pdl_enter();
+  const SampleRowArgs r = args[blockIdx.x];
+  const Draw d{r.temperature, r.top_k, r.top_p, r.min_p, r.repeat_penalty, penalty_ids + r.penalty_first, r.n_penalty, r.u};
+  float* work = r.work >= 0 ? scratch + r.work * int64_t(V) : nullptr;
+  const int id = draw_row(logits + r.row * int64_t(V), V, d, work);  // (the host gives every penalised draw a work row)
+  if (threadIdx.x == 0) out[blockIdx.x] = id;
 }
 
 }  // namespace
@@ -297,6 +329,13 @@ Status argmax_rows(const float* logits, int64_t rows, int64_t cols, int32_t* out
 }
 
 size_t sample_scratch_floats(int n_vocab) { return size_t(n_vocab); }
+
+Status sample_rows(const float* logits, int n_vocab, const SampleRowArgs* args, int draws, const int32_t* penalty_ids,
+                   float* scratch, int32_t* out, cudaStream_t s) {
+  if (!logits || !args || !out || n_vocab <= 0 || draws < 0) return Status::error("sample_rows: bad arguments");
+  if (draws) launch_pdl(sample_rows_kernel, dim3(unsigned(draws)), kThreads, 0, s, logits, n_vocab, args, penalty_ids, scratch, out);
+  return launch_status("sample_rows");
+}
 
 Status sample(const float* logits, int n_vocab, const SampleArgs& a, float* scratch, int32_t* out, cudaStream_t s) {
   // (scratch is not touched by greedy sampling without a penalty: it may be null there)
