@@ -106,6 +106,8 @@ if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
   [ -f "$MODELS/llama2-7b-q8_0.gguf" ] && step bench-pg-7b-q8_0 "$L" bench -m "$MODELS/llama2-7b-q8_0.gguf" -p 0 -n 0 --pg 4096,128 -r 2 -d cuda
   # The batching engine (#30): closed loop of 128-token prompts and 128 greedy tokens each.
   [ -f "$MODELS/llama3-8b-q4_0.gguf" ] && step bench-parallel "$L" bench -m "$MODELS/llama3-8b-q4_0.gguf" -d cuda -p 128 -n 128 --parallel 1,16,64,128
+  # The same with seeded draws (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, a seed per request), drawn on the GPU.
+  [ -f "$MODELS/llama3-8b-q4_0.gguf" ] && step bench-parallel-sampled "$L" bench -m "$MODELS/llama3-8b-q4_0.gguf" -d cuda -p 128 -n 128 --parallel 16,64,128 --temp 0.8
   # The engine's small steps (2-8 rows) as GEMVs or as GEMMs (--gemv-max-rows N: GEMVs up to N rows; default 2).
   small_steps() {
     local g
@@ -170,6 +172,7 @@ grep -hE "(smollm2 prompt|7B: |fast against exact logits)" "$OUT/gpu-tests.log" 
 cat "$OUT/too-big.log" 2>/dev/null; tail -4 "$OUT/info-cuda.log" 2>/dev/null
 grep -hE "^\| (llama|model)" "$OUT"/bench-*.log 2>/dev/null | sort -u -r | head -12
 grep -E "^\| +[0-9]+ \|" "$OUT/bench-parallel.log" 2>/dev/null | sed 's/^/llama3-8b q4_0 parallel: /'
+grep -E "^\| +[0-9]+ \|" "$OUT/bench-parallel-sampled.log" 2>/dev/null | sed 's/^/llama3-8b q4_0 parallel, sampled: /'
 grep -E "^\| +[0-9]+ \|" "$OUT/bench-serve.log" 2>/dev/null | sed 's/^/llama3-8b q4_0 serve (HTTP): /'
 sed 's/^/llama3-8b q4_0 parallel, /' "$OUT/bench-small-steps.log" 2>/dev/null
 grep -h "part at a near tie" "$OUT/gpu-tests.log" 2>/dev/null | sed "s/^[0-9]*: //"
