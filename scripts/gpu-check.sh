@@ -93,9 +93,10 @@ same_tokens() {  # same_tokens MODEL N NAME STRICT
 if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
   for f in "$MODELS"/llama2-7b-*.gguf "$MODELS"/llama3-8b-*.gguf; do
     n=$(basename "$f" .gguf)
-    prompts=512; [ "$n" = llama2-7b-q8_0 ] && prompts=512,4096  # the GEMM rows of pp512 and pp4096
-    [ "$n" = llama3-8b-q4_0 ] && prompts=16,32,64,128,512        # and of the engine's steps (bench-parallel)
-    step "tune-$n" "$L" tune -m "$f" --batch 1 --prompt $prompts
+    prompts=512 batches=1; [ "$n" = llama2-7b-q8_0 ] && prompts=512,4096  # the GEMM rows of pp512 and pp4096
+    # and of the engine's steps (bench-parallel): its 2-row steps are GEMVs (--gemv-max-rows 2)
+    [ "$n" = llama3-8b-q4_0 ] && prompts=16,32,64,128,512 batches=1,2,4,8
+    step "tune-$n" "$L" tune -m "$f" --batch $batches --prompt $prompts
     step "bench-$n" "$L" bench -m "$f" -p 512 -n 128 -r 3 -d cuda
   done
   # a context that cannot fit: one line naming what is needed and what is available, exit 1
