@@ -3,6 +3,8 @@
 #include "model/sampler.h"
 
 #include <gtest/gtest.h>
+#include <random>
+#include <algorithm>
 
 #include <map>
 
@@ -100,6 +102,37 @@ TEST(Sampler, PresenceAndFrequencyPenaltiesSubtractFromSeenTokens) {
   p.frequency_penalty = 0.f, p.presence_penalty = 0.75f;  // with the repetition penalty: 3 / 1.2 - 0.75 = 1.75
   p.repeat_penalty = 1.2f;
   EXPECT_EQ(Sampler(p).sample(std::vector<float>{3.f, 1.8f}, std::vector<int32_t>{0}), 1);
+}
+
+// A draw from the row's best tokens found elsewhere (a split vocabulary's ranks): the same ids,
+// draw after draw (the same use of the generator), as sample() over the whole row, for every
+// kind of draw it takes (top-k on, repetition penalty, greedy), with ties among the logits.
+TEST(Sampler, SampleSortedDrawsAsSampleDoes) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  struct P { float temp; int k; float top_p, min_p, pen; };
+  for (const P& pp : {P{0.8f, 40, 0.95f, 0.05f, 1}, P{1.3f, 1, 1, 0, 1}, P{0.7f, 300, 0.9f, 0, 1.3f}, P{0, 20, 1, 0, 1.2f},
+                      P{1.0f, 2000, 1, 0.01f, 1}}) {
+    SamplerParams p;
+    p.temperature = pp.temp, p.top_k = pp.k, p.top_p = pp.top_p, p.min_p = pp.min_p, p.repeat_penalty = pp.pen, p.seed = 77;
+    Sampler whole(p), sorted(p);
+    for (int draw = 0; draw < 30; ++draw) {
+      std::vector<float> l(1500);
+      for (auto& v : l) v = nd(rng);
+      for (int i = 0; i < 40; ++i) l[rng() % l.size()] = l[rng() % l.size()];  // ties
+      std::vector<int32_t> history;
+      for (int i = 0; i < 10; ++i) history.push_back(int32_t(rng() % l.size()));
+      // the best tokens as a rank would give them: penalised, sorted, the first top-k (one if greedy)
+      std::vector<std::pair<float, int32_t>> best;
+      std::vector<float> pen = l;
+      for (int32_t t : whole.penalty_ids(history)) pen[size_t(t)] = pen[size_t(t)] > 0 ? pen[size_t(t)] / p.repeat_penalty : pen[size_t(t)] * p.repeat_penalty;
+      for (size_t i = 0; i < pen.size(); ++i) best.emplace_back(pen[i], int32_t(i));
+      std::sort(best.begin(), best.end(), [](auto& a, auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+      best.resize(p.temperature <= 0 ? 1 : std::min(best.size(), size_t(p.top_k)));
+      EXPECT_EQ(sorted.sample_sorted(best), whole.sample(l, history)) << "temp " << pp.temp << " top_k " << pp.k << " draw " << draw;
+    }
+  }
+  EXPECT_EQ(Sampler(SamplerParams{}).sample_sorted({}), -1);
 }
 
 TEST(Chat, DetectsFamilies) {

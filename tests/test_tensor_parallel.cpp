@@ -5,6 +5,7 @@
 #include "model/tensor_parallel.h"
 
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include <random>
 #include <thread>
@@ -246,6 +247,33 @@ TEST(TensorParallel, ArgmaxOverSplitVocabularyIsTheWholeOnes) {
   auto one = single_rank();
   const float l[] = {1.f, 3.f, 3.f, -2.f};
   EXPECT_EQ(tp_argmax(*one, l, 4, 0), 1);
+}
+
+// Each rank's best tokens of its share, sorted (logit descending, id ascending), merged: the
+// first `keep` of the whole row sorted so, ties across ranks going to the lowest id; a share with
+// fewer than `keep` tokens, or none, gives what it has.
+TEST(TensorParallel, CandidatesOfTheSharesMergeIntoTheWholeRowsBest) {
+  std::mt19937 rng(12);
+  const auto before = [](const TpPick& a, const TpPick& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  for (int ranks : {1, 2, 3, 4})
+    for (size_t keep : {size_t(1), size_t(5), size_t(40), size_t(700)}) {
+      std::vector<float> row(613);
+      for (auto& v : row) v = float(int(rng() % 50)) / 4.f;  // many ties
+      std::vector<TpPick> whole;
+      for (size_t i = 0; i < row.size(); ++i) whole.emplace_back(row[i], int32_t(i));
+      std::sort(whole.begin(), whole.end(), before);
+      std::vector<std::vector<TpPick>> lists(static_cast<size_t>(ranks));
+      const size_t per = (row.size() + size_t(ranks) - 1) / size_t(ranks);
+      for (int r = 0; r < ranks; ++r) {
+        for (size_t i = size_t(r) * per; i < std::min(row.size(), size_t(r + 1) * per); ++i) lists[size_t(r)].emplace_back(row[i], int32_t(i));
+        std::sort(lists[size_t(r)].begin(), lists[size_t(r)].end(), before);
+        if (lists[size_t(r)].size() > keep) lists[size_t(r)].resize(keep);
+      }
+      const std::vector<TpPick> got = tp_merge_candidates(lists, keep);
+      ASSERT_EQ(got.size(), std::min(keep, row.size())) << ranks << " ranks, keep " << keep;
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), whole.begin())) << ranks << " ranks, keep " << keep;
+    }
+  EXPECT_TRUE(tp_merge_candidates(std::vector<std::vector<TpPick>>(2), 3).empty());
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lamina {
@@ -256,6 +257,14 @@ class Backend {
   virtual bool draws_on_device(const SamplerParams& p) const { return false; }
   virtual void sample_rows(Tensor logits, std::span<const RowDraw> draws, std::span<int32_t> out) {
     fail("the {} backend does not sample rows in its own memory", name());
+  }
+  // The first half of such draws, for a vocabulary split over ranks: out[i] = draw i's best
+  // min(top_k, logits.cols) tokens of this share (one for a greedy draw): (logit after the
+  // repetition penalty, column), sorted by logit descending then column ascending. penalty_ids
+  // are this share's columns. Sampler::sample_sorted draws from the ranks' lists merged.
+  virtual void top_candidates(Tensor logits, std::span<const RowDraw> draws,
+                              std::vector<std::vector<std::pair<float, int32_t>>>& out) {
+    fail("the {} backend does not rank candidates in its own memory", name());
   }
 
   // out[r] = the greedy id of logits row r (lowest id among equal maxima, as Sampler's greedy

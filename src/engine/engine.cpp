@@ -336,13 +336,32 @@ Engine::SampledRows Engine::ranks_rows(const Step& st, std::span<const int32_t> 
   SampledRows rows;
   rows.vocab = session_.config().n_vocab;
   std::vector<uint8_t> plain;
+  std::vector<Scheduler::SeqId> ids;  // the rows' sequences, in order
   for (const StepSeq& s : st.seqs)
-    if (s.logits) plain.push_back(device_greedy(live_.at(s.id)));
+    if (s.logits) plain.push_back(device_greedy(live_.at(s.id))), ids.push_back(s.id);
+  // Draws the ranks' devices rank: each rank's best tokens of its share, merged here, then the
+  // request's own Sampler draws from them (sample_sorted: the id and generator use of sample()).
+  std::vector<Backend::RowDraw> draws;
+  std::vector<std::vector<int32_t>> penalties;
+  std::vector<size_t> drawn;  // their rows
+  penalties.reserve(plain.size());
+  for (size_t r = 0; r < plain.size(); ++r) {
+    Live& l = live_.at(ids[r]);
+    if (plain[r] || !device_draw(l)) continue;
+    penalties.push_back(l.sampler->penalty_ids(sched_.tokens(ids[r])));
+    draws.push_back({int64_t(r), &l.sampler->params(), penalties.back(), 0.0});
+    drawn.push_back(r);
+  }
   std::vector<int32_t> greedy;
-  rows.rows = session_.forward_batch_ranks(tokens, pos, layout, pick, plain, greedy).data();
+  std::vector<std::vector<TpPick>> best;
+  rows.rows = session_.forward_batch_ranks(tokens, pos, layout, pick, plain, greedy, draws, &best).data();
   for (size_t r = 0; r < plain.size(); ++r) {
     rows.greedy.push_back(plain[r] ? greedy[r] : -1);
     rows.at.push_back(plain[r] ? -1 : int64_t(r));
+  }
+  for (size_t i = 0; i < drawn.size(); ++i) {
+    rows.greedy[drawn[i]] = live_.at(ids[drawn[i]]).sampler->sample_sorted(best[i]);
+    rows.at[drawn[i]] = -1;
   }
   return rows;
 }

@@ -81,7 +81,8 @@ struct EngineOptions {
   int block_tokens = 16;     // positions per KV block
   bool prefix_cache = true;  // share the blocks of prompt prefixes computed before
   // Seeded draws in backend memory where it follows the host Sampler's rules (Backend::
-  // draws_on_device; one GPU): no logits row read. false: every sampled row read and drawn on the host.
+  // draws_on_device): no logits row read (on several GPUs each rank ranks its share's best tokens
+  // and the host draws from them merged). false: every sampled row read and drawn on the host.
   bool device_sampling = true;
   SchedulerOptions schedule;
 };

@@ -178,12 +178,18 @@ Tensor Session::eval_device(std::span<const int32_t> tokens, bool all_logits) {
 }
 
 void Session::run_ranks(const std::function<Tensor(LlamaModel&)>& fwd, int64_t rows, int64_t base_row,
-                        std::span<const uint8_t> greedy_only) {
+                        std::span<const uint8_t> greedy_only, std::span<const Backend::RowDraw> draws) {
   const int n = opt_.tensor_parallel;
   const int64_t V = config().n_vocab;
-  rank_logits_.resize(size_t(n)), rank_best_.resize(size_t(n));
+  rank_logits_.resize(size_t(n)), rank_best_.resize(size_t(n)), rank_cands_.resize(size_t(n));
   int64_t n_greedy = 0;
   for (uint8_t g : greedy_only) n_greedy += g != 0;
+  std::vector<uint8_t> unread(static_cast<size_t>(rows), 0);  // rows whose logits no rank reads back
+  for (int64_t i = 0; i < rows && i < int64_t(greedy_only.size()); ++i) unread[size_t(i)] = greedy_only[size_t(i)];
+  for (const Backend::RowDraw& d : draws) {
+    if (d.row < 0 || d.row >= rows) fail("run_ranks: a draw on row {} of {}", d.row, rows);
+    unread[size_t(d.row)] = 1;
+  }
   using Clock = std::chrono::steady_clock;
   const auto us = [](Clock::time_point from, Clock::time_point to) {
     return std::chrono::duration<double, std::micro>(to - from).count();
@@ -196,6 +202,8 @@ void Session::run_ranks(const std::function<Tensor(LlamaModel&)>& fwd, int64_t r
     const TpRange v = rank_plans_[size_t(rank)].vocab;
     auto& best = rank_best_[size_t(rank)];
     best.assign(size_t(rows), {-INFINITY, -1});
+    auto& cands = rank_cands_[size_t(rank)];
+    cands.assign(draws.size(), {});
     if (rows == 0 || v.count == 0) return;
     const Tensor last = out.rows_view(out.rows - rows, rows);
     std::vector<float>& host = rank_logits_[size_t(rank)];
@@ -204,15 +212,30 @@ void Session::run_ranks(const std::function<Tensor(LlamaModel&)>& fwd, int64_t r
       const float* top = std::max_element(row, row + v.count);  // (the first of equal maxima: the lowest id)
       best[size_t(i)] = {*top, int32_t(v.first + (top - row))};
     };
-    if (n_greedy) {  // greedy rows: the id and the maximum made on the device, no row read
-      std::vector<int32_t> ids(static_cast<size_t>(rows));
-      std::vector<float> top(static_cast<size_t>(rows));
-      be.argmax_rows(last, ids, top);
-      for (int64_t i = 0; i < rows; ++i)
-        if (greedy_only[size_t(i)]) best[size_t(i)] = {top[size_t(i)], int32_t(v.first + ids[size_t(i)])};
+    if (!draws.empty()) {  // the draws' best tokens of this share, its penalty ids in its columns
+      std::vector<std::vector<int32_t>> local(draws.size());
+      std::vector<Backend::RowDraw> mine(draws.begin(), draws.end());
+      for (size_t i = 0; i < draws.size(); ++i) {
+        for (int32_t id : draws[i].penalty_ids)
+          if (id >= v.first && id < v.first + v.count) local[i].push_back(int32_t(id - v.first));
+        mine[i].penalty_ids = local[i];
+      }
+      be.top_candidates(last, mine, cands);
+      for (auto& list : cands)
+        for (TpPick& c : list) c.second += int32_t(v.first);
+    }
+    if (n_greedy || !draws.empty()) {  // greedy rows: the id and the maximum made on the device, no row read
+      if (n_greedy) {
+        std::vector<int32_t> ids(static_cast<size_t>(rows));
+        std::vector<float> top(static_cast<size_t>(rows));
+        be.argmax_rows(last, ids, top);
+        for (int64_t i = 0; i < rows; ++i)
+          if (i < int64_t(greedy_only.size()) && greedy_only[size_t(i)])
+            best[size_t(i)] = {top[size_t(i)], int32_t(v.first + ids[size_t(i)])};
+      }
       host.resize(size_t(v.count));
       for (int64_t i = 0; i < rows; ++i)
-        if (!greedy_only[size_t(i)]) be.read(last.rows_view(i, 1), host.data()), keep(i, host.data());
+        if (!unread[size_t(i)]) be.read(last.rows_view(i, 1), host.data()), keep(i, host.data());
     } else {
       host.resize(size_t(rows * v.count));
       be.read(last, host.data());
@@ -257,14 +280,26 @@ void Session::eval_ranks(std::span<const int32_t> tokens, bool all_logits, bool 
 
 const std::vector<float>& Session::forward_batch_ranks(std::span<const int32_t> tokens, std::span<const int32_t> pos,
                                                        const KvLayout& layout, std::span<const int32_t> pick,
-                                                       std::span<const uint8_t> greedy_only, std::vector<int32_t>& greedy) {
+                                                       std::span<const uint8_t> greedy_only, std::vector<int32_t>& greedy,
+                                                       std::span<const Backend::RowDraw> draws,
+                                                       std::vector<std::vector<TpPick>>* best) {
   if (!workers_) fail("forward_batch_ranks: the session has one rank");
   if (greedy_only.size() != pick.size()) fail("forward_batch_ranks: {} flags for {} rows", greedy_only.size(), pick.size());
+  if (!draws.empty() && !best) fail("forward_batch_ranks: draws without a place for their candidates");
   const int64_t rows = int64_t(pick.size());
   logits_.resize(size_t(rows * config().n_vocab));  // (only the rows that sample are written, and read)
-  run_ranks([&](LlamaModel& m) { return m.forward_batch(tokens, pos, layout, pick); }, rows, 0, greedy_only);
+  run_ranks([&](LlamaModel& m) { return m.forward_batch(tokens, pos, layout, pick); }, rows, 0, greedy_only, draws);
   greedy.resize(size_t(rows));
   for (int64_t r = 0; r < rows; ++r) greedy[size_t(r)] = ranks_greedy(r);
+  if (best) {  // each draw's best tokens over the ranks: top-k of them (one for a greedy draw)
+    best->assign(draws.size(), {});
+    std::vector<std::vector<TpPick>> lists(rank_cands_.size());
+    for (size_t i = 0; i < draws.size(); ++i) {
+      for (size_t r = 0; r < rank_cands_.size(); ++r) lists[r] = std::move(rank_cands_[r][i]);
+      const SamplerParams& p = *draws[i].params;
+      (*best)[i] = tp_merge_candidates(lists, p.temperature <= 0.f ? 1 : size_t(std::max(p.top_k, 1)));
+    }
+  }
   return logits_;
 }
 

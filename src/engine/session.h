@@ -72,10 +72,15 @@ class Session {
   // with its KV heads of the same paged blocks): greedy[r] = picked row r's greedy id, and the
   // logits of the picked rows not flagged greedy_only in host memory ([pick.size()][n_vocab];
   // the flagged rows' logits are not written: their ids come from each rank's device), valid until
-  // the next pass.
+  // the next pass. draws (rows of pick, not flagged; the backend draws_on_device their
+  // parameters; penalty ids of the whole vocabulary): their rows are not read either; best[i] gets
+  // draw i's best tokens over the ranks, each rank's from its device, merged
+  // (Sampler::sample_sorted's input).
   const std::vector<float>& forward_batch_ranks(std::span<const int32_t> tokens, std::span<const int32_t> pos,
                                                 const KvLayout& layout, std::span<const int32_t> pick,
-                                                std::span<const uint8_t> greedy_only, std::vector<int32_t>& greedy);
+                                                std::span<const uint8_t> greedy_only, std::vector<int32_t>& greedy,
+                                                std::span<const Backend::RowDraw> draws = {},
+                                                std::vector<std::vector<TpPick>>* best = nullptr);
   // Drops the last n tokens (e.g. to re-run a prompt); positions are simply reused.
   void rewind(int n_past) { history_.resize(size_t(n_past)); }
 
@@ -98,6 +103,7 @@ class Session {
   std::vector<TpPlan> rank_plans_;  // each rank's share (made once, before any rank loads)
   std::vector<std::vector<float>> rank_logits_;
   std::vector<std::vector<TpPick>> rank_best_;  // [rank][row]
+  std::vector<std::vector<std::vector<TpPick>>> rank_cands_;  // [rank][draw]: its share's best tokens
   // --graph-timing with several ranks: rank 0's host time per pass in the forward call (graph
   // launch or eager launches), in the read (waiting for its GPU), and waiting for the other ranks.
   struct RankTiming {
@@ -122,9 +128,10 @@ class Session {
   // the last `rows` rows of its logits, its columns of the vocabulary, into logits_ from row
   // base_row on (disjoint ranges: no two ranks write one element), and its pick of each row
   // into rank_best_[rank][row]. Rows flagged in greedy_only (one flag per row, or none) are not
-  // read: their picks come from the backend's argmax_rows.
+  // read: their picks come from the backend's argmax_rows; nor are the rows of draws: each rank
+  // puts its share's best tokens of each draw into rank_cands_[rank][draw] (global ids).
   void run_ranks(const std::function<Tensor(LlamaModel&)>& fwd, int64_t rows, int64_t base_row,
-                 std::span<const uint8_t> greedy_only = {});
+                 std::span<const uint8_t> greedy_only = {}, std::span<const Backend::RowDraw> draws = {});
   // Row r's greedy id over the ranks' picks: the largest logit, the lowest id among equal ones.
   int32_t ranks_greedy(int64_t row) const;
 };

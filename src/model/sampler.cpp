@@ -53,7 +53,6 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   if (p_.temperature <= 0.f)
     return std::min_element(cand_.begin(), cand_.end(), by_logit)->second;
-
   size_t n = cand_.size();
   if (p_.top_k > 0 && size_t(p_.top_k) < n) {
     std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
@@ -61,11 +60,19 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   } else {
     std::sort(cand_.begin(), cand_.end(), by_logit);
   }
+  return sample_sorted(std::span<const std::pair<float, int32_t>>(cand_.data(), n));
+}
+
+int32_t Sampler::sample_sorted(std::span<const std::pair<float, int32_t>> best) {
+  if (best.empty()) return -1;
+  if (p_.temperature <= 0.f) return best[0].second;
+  size_t n = best.size();
+  if (p_.top_k > 0) n = std::min(n, size_t(p_.top_k));
   // Probabilities of the survivors (softmax at temperature 1 for the top-p / min-p cuts).
   std::vector<double> prob(n);
-  const double mx = cand_[0].first;
+  const double mx = best[0].first;
   double sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += prob[i] = std::exp(double(cand_[i].first) - mx);
+  for (size_t i = 0; i < n; ++i) sum += prob[i] = std::exp(double(best[i].first) - mx);
   if (p_.top_p < 1.f) {
     double cum = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -83,14 +90,14 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   }
   // Temperature, then a draw.
   sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += prob[i] = std::exp((double(cand_[i].first) - mx) / p_.temperature);
+  for (size_t i = 0; i < n; ++i) sum += prob[i] = std::exp((double(best[i].first) - mx) / p_.temperature);
   std::uniform_real_distribution<double> u(0.0, sum);
   double r = u(rng_);
   for (size_t i = 0; i < n; ++i) {
     r -= prob[i];
-    if (r <= 0) return cand_[i].second;
+    if (r <= 0) return best[i].second;
   }
-  return cand_[n - 1].second;
+  return best[n - 1].second;
 }
 
 }  // namespace lamina

@@ -23,6 +23,11 @@ class Sampler {
   // uniform draw in [0, 1) from this sampler's seeded generator.
   std::vector<int32_t> penalty_ids(std::span<const int32_t> history) const;
   double next_uniform();
+  // The draw from the row's best tokens, found elsewhere (the ranks of a split vocabulary, each
+  // over its share on its GPU): (logit after every penalty, id) sorted by logit descending, then
+  // id ascending; at least min(top_k, vocabulary) of them (one for a greedy draw); top-k off needs
+  // the whole row. The same id, and the same use of the generator, as sample() over the row.
+  int32_t sample_sorted(std::span<const std::pair<float, int32_t>> best);
 
  private:
   // The last repeat_last_n tokens of history (all of it for -1), which every penalty looks at.

@@ -135,4 +135,18 @@ TpPick tp_merge_picks(std::span<const TpPick> picks) {
   return top;
 }
 
+std::vector<TpPick> tp_merge_candidates(std::span<const std::vector<TpPick>> lists, size_t keep) {
+  std::vector<TpPick> out;
+  std::vector<size_t> at(lists.size(), 0);
+  const auto before = [](const TpPick& a, const TpPick& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  while (out.size() < keep) {
+    size_t from = lists.size();
+    for (size_t r = 0; r < lists.size(); ++r)
+      if (at[r] < lists[r].size() && (from == lists.size() || before(lists[r][at[r]], lists[from][at[from]]))) from = r;
+    if (from == lists.size()) break;
+    out.push_back(lists[from][at[from]++]);
+  }
+  return out;
+}
+
 }  // namespace lamina

@@ -82,6 +82,10 @@ using TpPick = std::pair<float, int32_t>;
 // The pick over the ranks' picks: the largest logit, the lowest id among equal ones (Sampler's
 // greedy rule); id -1 when no rank holds rows.
 TpPick tp_merge_picks(std::span<const TpPick> picks);
+// The first `keep` of the ranks' candidate lists merged, each list sorted by logit descending,
+// then id ascending (Sampler::sample_sorted's order): the row's best `keep` tokens when each rank
+// gave its share's best `keep` (or all of its share).
+std::vector<TpPick> tp_merge_candidates(std::span<const std::vector<TpPick>> lists, size_t keep);
 
 // The greedy id over a vocabulary split by rows: each rank passes its logits[0..n) for ids
 // vocab0 .. vocab0 + n - 1. The largest logit wins, the lowest id among equal ones (Sampler's

@@ -14,6 +14,8 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -260,6 +262,60 @@ TEST(CudaTensorParallel, TheEngineOnTwoGpusGivesTheOneGpuTokens) {
     std::vector<int32_t> want{ref.eval_sample(reqs[i].prompt, smp)};
     while (int(want.size()) < reqs[i].max_tokens) want.push_back(ref.eval_sample(std::span<const int32_t>(&want.back(), 1), smp));
     EXPECT_EQ(got[ids[i]], want) << "request " << i;
+  }
+}
+
+// Seeded draws on 2 GPUs: each rank ranks its share's best tokens on its device, the host merges
+// them and the request's Sampler draws (sample_sorted); with EngineOptions::device_sampling off,
+// the rows are read back and drawn whole. The same tokens either way, for draws of every kind the
+// device takes (top-k 1 to 2048, top-p, min-p, the repetition penalty, greedy with a penalty);
+// rank 0's profile shows the candidates kernel only in the first run.
+TEST(CudaTensorParallel, TheEngineOnTwoGpusDrawsAsTheHostDoes) {
+  const int gpus = cuda_device_count();
+  if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs (this machine has " << gpus << ")";
+  SessionOptions o;
+  o.model_path = tiny_path(), o.device = "cuda", o.n_ctx = 512, o.exact_matmul = true, o.tensor_parallel = 2;
+  Session es(o);
+  std::mt19937 rng(5);
+  std::vector<Request> reqs;
+  for (int i = 0; i < 8; ++i) {
+    Request r;
+    std::uniform_int_distribution<int32_t> id(3, 31999);
+    for (int j = 0; j < 5 + 7 * i; ++j) r.prompt.push_back(id(rng));
+    r.max_tokens = 12;
+    SamplerParams& p = r.sampling;
+    p.seed = 40 + uint64_t(i), p.temperature = 0.7f + 0.1f * float(i % 4);
+    p.top_k = std::array{40, 1, 2048, 300}[size_t(i % 4)];
+    p.top_p = i % 3 ? 0.95f : 1.f, p.min_p = i % 2 ? 0.05f : 0.f;
+    if (i % 3 == 1) p.repeat_penalty = 1.3f;
+    reqs.push_back(r);
+  }
+  reqs[7].sampling.temperature = 0, reqs[7].sampling.repeat_penalty = 1.2f;
+  std::vector<std::vector<int32_t>> runs[2];
+  for (bool device : {false, true}) {
+    EngineOptions eo;
+    eo.schedule.max_step_tokens = 24;
+    eo.device_sampling = device;
+    Engine engine(es, eo);
+    es.backend().set_profiling(true);
+    es.backend().profile_reset();
+    std::mutex mu;
+    std::map<int64_t, std::vector<int32_t>> got;
+    std::vector<int64_t> ids;
+    for (const Request& r : reqs)
+      ids.push_back(engine.submit(r, [&](const TokenEvent& e) {
+        std::lock_guard lk(mu);
+        if (e.token >= 0) got[e.id].push_back(e.token);
+      }));
+    engine.run_until_idle();
+    for (int64_t id : ids) runs[device].push_back(got[id]);
+    const std::string report = es.backend().profile_report();
+    EXPECT_EQ(report.find("top candidates") != std::string::npos, device) << report;
+    es.backend().set_profiling(false);
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_EQ(runs[1][i].size(), 12u) << "request " << i;
+    EXPECT_EQ(runs[1][i], runs[0][i]) << "request " << i;
   }
 }
 

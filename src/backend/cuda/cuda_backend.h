@@ -102,6 +102,8 @@ class CudaBackend final : public Backend {
                  bool more = false) override;
   bool draws_on_device(const SamplerParams& p) const override;
   void sample_rows(Tensor logits, std::span<const RowDraw> draws, std::span<int32_t> out) override;
+  void top_candidates(Tensor logits, std::span<const RowDraw> draws,
+                      std::vector<std::vector<std::pair<float, int32_t>>>& out) override;
 
   void set_profiling(bool on) override;
   std::string profile_report() override;
@@ -355,6 +357,13 @@ class CudaBackend final : public Backend {
   std::unordered_map<const float*, float*> freq_factors_;  // host Llama 3 factors -> device copy
   // Sampling
   float* sample_scratch_ = nullptr;
+  // sample_rows' and top_candidates' draws on the device: their arguments, penalty ids and work rows.
+  struct StagedDraws {
+    const kernels::SampleRowArgs* args = nullptr;
+    const int32_t* ids = nullptr;
+    float* work = nullptr;
+  };
+  StagedDraws stage_draws(Tensor logits, std::span<const RowDraw> draws);
   int32_t* sample_ids_ = nullptr;  // device: penalty ids
   // Pinned, two words: the sampled id of a pass at position p is in host_id_[p & 1] (written by
   // the sampling kernel or the logits GEMV), so that the step that runs ahead, whose logits GEMV

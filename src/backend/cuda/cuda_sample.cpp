@@ -68,43 +68,83 @@ bool CudaBackend::draws_on_device(const SamplerParams& p) const {
   return p.temperature <= 0.f || (p.top_k > 0 && p.top_k <= kn::kSampleMaxCandidates);
 }
 
-void CudaBackend::sample_rows(Tensor logits, std::span<const RowDraw> draws, std::span<int32_t> out) {
-  check("sample_rows", out.size() == draws.size(), "one id per draw");
-  if (draws.empty()) return;
-  flush(logits, true);
+// The draws' arguments and penalty ids uploaded into this pass's scratch (one copy), with a
+// work row for each draw the repetition penalty applies to.
+CudaBackend::StagedDraws CudaBackend::stage_draws(Tensor logits, std::span<const RowDraw> draws) {
   std::vector<kn::SampleRowArgs> args(draws.size());
   std::vector<int32_t> ids;  // every draw's penalty ids, in turn
   int64_t work_rows = 0;
   for (size_t i = 0; i < draws.size(); ++i) {
     const RowDraw& d = draws[i];
-    check("sample_rows", d.params && draws_on_device(*d.params) && d.row >= 0 && d.row < logits.rows,
+    check("sampling", d.params && draws_on_device(*d.params) && d.row >= 0 && d.row < logits.rows,
           "each draw on a row of the logits, with parameters the device follows (draws_on_device)");
     const SamplerParams& p = *d.params;
     kn::SampleRowArgs& a = args[i];
     a.row = d.row, a.temperature = p.temperature, a.top_k = p.top_k, a.top_p = p.top_p, a.min_p = p.min_p;
     a.repeat_penalty = p.repeat_penalty, a.u = d.u;
     if (p.repeat_penalty != 1.f && !d.penalty_ids.empty()) {
-      check("sample_rows", d.penalty_ids.size() <= size_t(kMaxPenalty), "at most 4096 penalised ids a draw");
+      check("sampling", d.penalty_ids.size() <= size_t(kMaxPenalty), "at most 4096 penalised ids a draw");
       a.penalty_first = int(ids.size()), a.n_penalty = int(d.penalty_ids.size()), a.work = work_rows++;
       ids.insert(ids.end(), d.penalty_ids.begin(), d.penalty_ids.end());
     }
   }
-  // One upload [args | ids] into this pass's scratch, then one block a draw; the ids come back.
   const size_t arg_bytes = args.size() * sizeof(kn::SampleRowArgs);
   std::vector<uint8_t> up(arg_bytes + ids.size() * sizeof(int32_t));
   std::memcpy(up.data(), args.data(), arg_bytes);
   if (!ids.empty()) std::memcpy(up.data() + arg_bytes, ids.data(), ids.size() * sizeof(int32_t));
   auto* dev = static_cast<uint8_t*>(scratch_bytes(up.size()));
+  StagedDraws st;
+  st.args = reinterpret_cast<const kn::SampleRowArgs*>(dev);
+  st.ids = reinterpret_cast<const int32_t*>(dev + arg_bytes);
+  st.work = work_rows ? static_cast<float*>(scratch_bytes(size_t(work_rows * logits.cols) * sizeof(float))) : nullptr;
+  cuda_check(cudaMemcpyAsync(dev, up.data(), up.size(), cudaMemcpyHostToDevice, stream_), "sampling");
+  return st;
+}
+
+void CudaBackend::sample_rows(Tensor logits, std::span<const RowDraw> draws, std::span<int32_t> out) {
+  check("sample_rows", out.size() == draws.size(), "one id per draw");
+  if (draws.empty()) return;
+  flush(logits, true);
+  const StagedDraws st = stage_draws(logits, draws);
   auto* dev_out = static_cast<int32_t*>(scratch_bytes(out.size() * sizeof(int32_t)));
-  auto* work = work_rows ? static_cast<float*>(scratch_bytes(size_t(work_rows * logits.cols) * sizeof(float))) : nullptr;
-  cuda_check(cudaMemcpyAsync(dev, up.data(), up.size(), cudaMemcpyHostToDevice, stream_), "sample_rows");
-  const auto* dev_args = reinterpret_cast<const kn::SampleRowArgs*>(dev);
-  const auto* dev_ids = reinterpret_cast<const int32_t*>(dev + arg_bytes);
   run_op("sample rows", double(draws.size() * logits.cols) * 4.0, 0, [&] {
-    return kn::sample_rows(logits.data, int(logits.cols), dev_args, int(draws.size()), dev_ids, work, dev_out, stream_);
+    return kn::sample_rows(logits.data, int(logits.cols), st.args, int(draws.size()), st.ids, st.work, dev_out, stream_);
   });
   cuda_check(cudaMemcpyAsync(out.data(), dev_out, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_), "sample_rows");
   cuda_check(cudaStreamSynchronize(stream_), "sample_rows");
+  collect_profile();
+}
+
+void CudaBackend::top_candidates(Tensor logits, std::span<const RowDraw> draws,
+                                 std::vector<std::vector<std::pair<float, int32_t>>>& out) {
+  out.assign(draws.size(), {});
+  if (draws.empty()) return;
+  flush(logits, true);
+  const StagedDraws st = stage_draws(logits, draws);
+  constexpr size_t kCand = kn::kSampleMaxCandidates;
+  auto* best_v = static_cast<float*>(scratch_bytes(draws.size() * kCand * sizeof(float)));
+  auto* best_i = static_cast<int32_t*>(scratch_bytes(draws.size() * kCand * sizeof(int32_t)));
+  auto* count = static_cast<int32_t*>(scratch_bytes(draws.size() * sizeof(int32_t)));
+  run_op("top candidates", double(draws.size() * logits.cols) * 4.0, 0, [&] {
+    return kn::top_candidates(logits.data, int(logits.cols), st.args, int(draws.size()), st.ids, st.work, best_v, best_i,
+                              count, stream_);
+  });
+  // Only the columns the widest draw can fill come back (top-k 40: 40 of each row's 2048).
+  size_t widest = 1;
+  for (const RowDraw& d : draws) widest = std::max(widest, size_t(std::clamp(d.params->top_k, 1, int(kCand))));
+  widest = std::min(widest, size_t(logits.cols));
+  std::vector<float> v(draws.size() * widest);
+  std::vector<int32_t> id(draws.size() * widest), n(draws.size());
+  cuda_check(cudaMemcpy2DAsync(v.data(), widest * 4, best_v, kCand * 4, widest * 4, draws.size(), cudaMemcpyDeviceToHost, stream_),
+             "top_candidates");
+  cuda_check(cudaMemcpy2DAsync(id.data(), widest * 4, best_i, kCand * 4, widest * 4, draws.size(), cudaMemcpyDeviceToHost, stream_),
+             "top_candidates");
+  cuda_check(cudaMemcpyAsync(n.data(), count, n.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_), "top_candidates");
+  cuda_check(cudaStreamSynchronize(stream_), "top_candidates");
+  for (size_t i = 0; i < draws.size(); ++i) {
+    const size_t k = std::min(size_t(std::max(n[i], 0)), widest);
+    for (size_t j = 0; j < k; ++j) out[i].emplace_back(v[i * widest + j], id[i * widest + j]);
+  }
   collect_profile();
 }
 

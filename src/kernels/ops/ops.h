@@ -211,6 +211,12 @@ struct SampleRowArgs {
 // penalty_ids, scratch (n_vocab floats per work row) and out on the device.
 Status sample_rows(const float* logits, int n_vocab, const SampleRowArgs* args, int draws, const int32_t* penalty_ids,
                    float* scratch, int32_t* out, cudaStream_t s);
+// Steps 1-3 of each draw only (a vocabulary split over ranks: each rank's share): draw i's best
+// min(top_k, n_vocab) (one for a greedy draw) (logit after the penalty, column), sorted by logit
+// descending then column ascending, to best_v / best_i [i][kSampleMaxCandidates], the count to
+// count[i]; every pointer on the device.
+Status top_candidates(const float* logits, int n_vocab, const SampleRowArgs* args, int draws, const int32_t* penalty_ids,
+                      float* scratch, float* best_v, int32_t* best_i, int32_t* count, cudaStream_t s);
 // out[r] = the greedy id of logits row r (lowest id among equal maxima), for rows x cols f32
 // logits; out on the device.
 Status argmax_rows(const float* logits, int64_t rows, int64_t cols, int32_t* out, cudaStream_t s, float* max = nullptr);

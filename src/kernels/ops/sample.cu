@@ -121,7 +121,10 @@ struct Draw {
 
 // The draw over logits[0..V) by the whole block (steps 1-4 above); the id in thread 0 (the greedy
 // id in every thread). work: V floats, where a penalised row is copied (else unused: null).
-__device__ int draw_row(const float* __restrict__ logits, int V, const Draw& a, float* __restrict__ work) {
+// With best_v / best_i (global memory) the block stops after step 3: it writes the sorted
+// candidates there (one, the argmax, for a greedy draw) and returns their count.
+__device__ int draw_row(const float* __restrict__ logits, int V, const Draw& a, float* __restrict__ work,
+                        float* __restrict__ best_v = nullptr, int32_t* __restrict__ best_i = nullptr) {
   __shared__ int hist[256];
   __shared__ int scan_sh[32];
   __shared__ float red_v[32];
@@ -159,7 +162,12 @@ __device__ int draw_row(const float* __restrict__ logits, int V, const Draw& a, 
       if (src[i] > bv) bv = src[i], bi = i;
   }
   block_argmax(bv, bi, red_v, red_i);
-  if (a.temperature <= 0.f) return red_i[0] == INT_MAX ? 0 : red_i[0];
+  if (a.temperature <= 0.f) {
+    const int id = red_i[0] == INT_MAX ? 0 : red_i[0];
+    if (!best_v) return id;
+    if (tid == 0) best_v[0] = red_v[0], best_i[0] = id;
+    return 1;
+  }
   const float mx = red_v[0];
 
   // 3. radix select of the n-th largest key
@@ -232,6 +240,11 @@ __device__ int draw_row(const float* __restrict__ logits, int V, const Draw& a, 
       __syncthreads();
     }
 
+  if (best_v) {
+    for (int i = tid; i < n; i += kThreads) best_v[i] = cand_v[i], best_i[i] = cand_i[i];
+    return n;
+  }
+
   // 4. top-p, min-p, temperature, draw (model/sampler.cpp, in double)
   for (int i = tid; i < n; i += kThreads) prob[i] = exp(double(cand_v[i]) - double(mx));
   __syncthreads();
@@ -295,6 +308,22 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* __re
   if (threadIdx.x == 0) out[blockIdx.x] = id;
 }
 
+// grid: draws; block i writes draw i's best candidates (steps 1-3) to best_v / best_i [i][kMaxCand]
+// and their count to count[i] (the ranks of a split vocabulary merge them on the host).
+__global__ void __launch_bounds__(kThreads) top_candidates_kernel(const float* __restrict__ logits, int V,
+                                                                  const SampleRowArgs* __restrict__ args,
+                                                                  const int32_t* __restrict__ penalty_ids,
+                                                                  float* __restrict__ scratch, float* __restrict__ best_v,
+                                                                  int32_t* __restrict__ best_i, int32_t* __restrict__ count) {
+  pdl_enter();
+  const SampleRowArgs r = args[blockIdx.x];
+  const Draw d{r.temperature, r.top_k, r.top_p, r.min_p, r.repeat_penalty, penalty_ids + r.penalty_first, r.n_penalty, r.u};
+  float* work = r.work >= 0 ? scratch + r.work * int64_t(V) : nullptr;
+  const size_t at = size_t(blockIdx.x) * kMaxCand;
+  const int n = draw_row(logits + r.row * int64_t(V), V, d, work, best_v + at, best_i + at);
+  if (threadIdx.x == 0) count[blockIdx.x] = n;
+}
+
 }  // namespace
 
 namespace {
@@ -329,6 +358,15 @@ Status argmax_rows(const float* logits, int64_t rows, int64_t cols, int32_t* out
 }
 
 size_t sample_scratch_floats(int n_vocab) { return size_t(n_vocab); }
+
+Status top_candidates(const float* logits, int n_vocab, const SampleRowArgs* args, int draws, const int32_t* penalty_ids,
+                      float* scratch, float* best_v, int32_t* best_i, int32_t* count, cudaStream_t s) {
+  if (!logits || !args || !best_v || !best_i || !count || n_vocab <= 0 || draws < 0) return Status::error("top_candidates: bad arguments");
+  if (draws)
+    launch_pdl(top_candidates_kernel, dim3(unsigned(draws)), kThreads, 0, s, logits, n_vocab, args, penalty_ids, scratch, best_v,
+               best_i, count);
+  return launch_status("top_candidates");
+}
 
 Status sample_rows(const float* logits, int n_vocab, const SampleRowArgs* args, int draws, const int32_t* penalty_ids,
                    float* scratch, int32_t* out, cudaStream_t s) {
