@@ -226,13 +226,6 @@ void CudaBackend::exec_matmul_multi(const Node& n, Run& r) {
   Tensor all = alloc(x.rows, stacked.rows);
   run_matmul(stacked, ds, x, all, false, base, x16, only16(n, r.nodes));
   int64_t c0 = 0;
-  if (n.outs.size() <= size_t(kn::ColumnParts::kMax)) {  // every part in one launch
-    kn::ColumnParts parts;
-    for (const Tensor& o : n.outs) parts.dst[parts.count] = o.data, parts.col0[parts.count] = c0, parts.cols[parts.count++] = o.cols, c0 += o.cols;
-    run_op("split columns", double(x.rows * all.cols) * 8.0, 0,
-           [&] { return kn::split_columns(all.data, all.rows, all.cols, parts, stream_); });
-    return;
-  }
   for (const Tensor& o : n.outs) {
     run_op("split columns", double(o.rows * o.cols) * 8.0, 0,
            [&] { return kn::copy_columns(all.data, all.rows, all.cols, c0, o.cols, o.data, stream_); });

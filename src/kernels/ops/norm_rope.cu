@@ -172,19 +172,6 @@ __global__ void copy_columns_kernel(const T* __restrict__ src, int64_t rows, int
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) dst[r * n_cols + c] = src[r * src_cols + col0 + c];
 }
 
-// The parts of a stacked matmul's output split in one launch: blockIdx.z picks the part, a
-// thread per column of T of it, blocks over rows in y.
-template <class T>
-__global__ void split_columns_kernel(const T* __restrict__ src, int64_t rows, int64_t src_cols, ColumnParts parts, int64_t w) {
-  pdl_enter();
-  const int p = int(blockIdx.z);
-  const int64_t n = parts.cols[p] / w, c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= n) return;
-  const int64_t col0 = parts.col0[p] / w;
-  T* __restrict__ dst = static_cast<T*>(parts.dst[p]);
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) dst[r * n + c] = src[r * src_cols + col0 + c];
-}
-
 __global__ void gather_rows_kernel(const float* __restrict__ src, int64_t cols, const int32_t* __restrict__ rows, int64_t n,
                                    float* __restrict__ dst) {
   pdl_enter();
@@ -339,26 +326,6 @@ Status copy_columns(const float* src, int64_t rows, int64_t src_cols, int64_t co
   else
     launch_pdl(copy_columns_kernel<float>, grid, 256, 0, s, src, rows, src_cols, col0, n_cols, dst);
   return launch_status("copy_columns");
-}
-
-Status split_columns(const float* src, int64_t rows, int64_t src_cols, const ColumnParts& parts, cudaStream_t s) {
-  if (!src || rows < 0 || parts.count < 1 || parts.count > ColumnParts::kMax) return Status::error("split_columns: bad arguments");
-  bool vec = src_cols % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
-  int64_t widest = 0;
-  for (int i = 0; i < parts.count; ++i) {
-    if (!parts.dst[i] || parts.cols[i] <= 0 || parts.col0[i] < 0 || parts.col0[i] + parts.cols[i] > src_cols)
-      return Status::error("split_columns: bad arguments");
-    vec = vec && (parts.col0[i] | parts.cols[i]) % 4 == 0 && reinterpret_cast<uintptr_t>(parts.dst[i]) % 16 == 0;
-    widest = std::max(widest, parts.cols[i]);
-  }
-  if (!rows) return Status::success();
-  const int64_t w = vec ? 4 : 1;
-  const dim3 grid(unsigned((widest / w + 255) / 256), unsigned(std::min<int64_t>(rows, 65535)), unsigned(parts.count));
-  if (vec)
-    launch_pdl(split_columns_kernel<float4>, grid, 256, 0, s, reinterpret_cast<const float4*>(src), rows, src_cols / 4, parts, w);
-  else
-    launch_pdl(split_columns_kernel<float>, grid, 256, 0, s, src, rows, src_cols, parts, w);
-  return launch_status("split_columns");
 }
 
 Status gather_rows(const float* src, int64_t cols, const int32_t* rows, int64_t n, float* dst, cudaStream_t s) {

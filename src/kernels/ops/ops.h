@@ -41,15 +41,6 @@ Status scale(float* x, float f, int64_t n, cudaStream_t s);  // x *= f
 // dst[t][c] = src[t][col0 + c] for c < n_cols (splitting a stacked matmul's output).
 Status copy_columns(const float* src, int64_t rows, int64_t src_cols, int64_t col0, int64_t n_cols, float* dst,
                     cudaStream_t s);
-// Up to kMax parts of src's columns in one launch: parts.dst[p][t][c] = src[t][col0[p] + c] for
-// c < cols[p] (the stacked Q/K/V GEMVs of the engine's small steps: one kernel, not three).
-struct ColumnParts {
-  static constexpr int kMax = 4;
-  void* dst[kMax] = {};  // device f32 [rows][cols[p]]
-  int64_t col0[kMax] = {}, cols[kMax] = {};
-  int count = 0;
-};
-Status split_columns(const float* src, int64_t rows, int64_t src_cols, const ColumnParts& parts, cudaStream_t s);
 // dst[i] = src[rows[i]] for i < n (rows: device [n]; each row `cols` floats).
 Status gather_rows(const float* src, int64_t cols, const int32_t* rows, int64_t n, float* dst, cudaStream_t s);
 // dst[rows[i]] += scale[i] * src[i] for i < n, rows distinct (rows, scale: device [n]; each row
