@@ -371,6 +371,24 @@ TEST(BackendOps, SampleRowsMatchHostRules) {
         EXPECT_EQ(got[i], host_sample(row, params[i], pens[i], draws[i].u)) << "V " << V << " trial " << trial << " draw " << i;
       }
     }
+  {  // zeros of both signs at the top-k cut: ties, the lowest ids kept (as the host compares them)
+    std::vector<float> row(64, -1.f);
+    row[0] = 5.f, row[1] = -0.f, row[2] = 0.f, row[3] = 0.f;
+    SamplerParams p;
+    p.temperature = 1.f, p.top_k = 2, p.top_p = 1.f, p.min_p = 0.f;
+    const std::vector<int32_t> none;
+    for (double u : {0.999, 0.5, 0.0001}) {
+      gpu.reset_scratch();
+      Tensor t = gpu.alloc(1, 64);
+      cudaMemcpy(t.data, row.data(), row.size() * 4, cudaMemcpyHostToDevice);
+      cudaDeviceSynchronize();
+      const Backend::RowDraw d{0, &p, none, u};
+      std::vector<int32_t> got(1, -7);
+      gpu.sample_rows(t, std::span<const Backend::RowDraw>(&d, 1), got);
+      EXPECT_EQ(got[0], host_sample(row, p, none, u)) << "signed zeros, u " << u;
+      EXPECT_EQ(gpu.sample(t, p, none, u), host_sample(row, p, none, u)) << "signed zeros, one row, u " << u;
+    }
+  }
   SamplerParams off;  // (top-k off, or presence penalties: the host draws those)
   off.top_k = 0;
   EXPECT_FALSE(gpu.draws_on_device(off));

@@ -29,8 +29,11 @@ namespace {
 
 constexpr int kThreads = 1024, kMaxCand = kSampleMaxCandidates;  // candidates: 32 KiB of shared memory
 
+// Keys that order floats as numbers: -0 is 0 (the host's comparisons treat them as equal, so
+// zeros of both signs at the top-k cut are ties, kept in id order).
 __device__ __forceinline__ uint32_t order_key(float f) {
-  const uint32_t u = __float_as_uint(f);
+  uint32_t u = __float_as_uint(f);
+  if (u == 0x80000000u) u = 0;
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
