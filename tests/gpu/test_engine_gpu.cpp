@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "engine/engine.h"
 #include "golden_util.h"
+#include "session_util.h"
 #include "model/llama.h"
 
 #include <gtest/gtest.h>
@@ -353,16 +354,7 @@ TEST(CudaEngine, DeviceDrawsGiveTheHostSamplersTokens) {
     Engine engine(*s, eo);
     s->backend().set_profiling(true);
     s->backend().profile_reset();
-    std::mutex mu;
-    std::map<int64_t, std::vector<int32_t>> tokens;
-    std::vector<int64_t> ids;
-    for (const Request& r : reqs)
-      ids.push_back(engine.submit(r, [&](const TokenEvent& e) {
-        std::lock_guard lk(mu);
-        if (e.token >= 0) tokens[e.id].push_back(e.token);
-      }));
-    engine.run_until_idle();
-    for (int64_t id : ids) runs[device].push_back(tokens[id]);
+    runs[device] = engine_tokens(engine, reqs);
     const std::string report = s->backend().profile_report();
     EXPECT_EQ(report.find("sample rows") != std::string::npos, device) << report;
     s->backend().set_profiling(false);

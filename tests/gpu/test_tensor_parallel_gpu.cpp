@@ -247,21 +247,13 @@ TEST(CudaTensorParallel, TheEngineOnTwoGpusGivesTheOneGpuTokens) {
     r.max_tokens = 10, r.sampling.temperature = 0.f;
     reqs.push_back(r);
   }
-  std::mutex mu;
-  std::map<int64_t, std::vector<int32_t>> got;
-  std::vector<int64_t> ids;
-  for (const Request& r : reqs)
-    ids.push_back(engine.submit(r, [&](const TokenEvent& e) {
-      std::lock_guard lk(mu);
-      if (e.token >= 0) got[e.id].push_back(e.token);
-    }));
-  engine.run_until_idle();
+  const std::vector<std::vector<int32_t>> got = engine_tokens(engine, reqs);
   for (size_t i = 0; i < reqs.size(); ++i) {
     ref.reset();
     Sampler smp(reqs[i].sampling);
     std::vector<int32_t> want{ref.eval_sample(reqs[i].prompt, smp)};
     while (int(want.size()) < reqs[i].max_tokens) want.push_back(ref.eval_sample(std::span<const int32_t>(&want.back(), 1), smp));
-    EXPECT_EQ(got[ids[i]], want) << "request " << i;
+    EXPECT_EQ(got[i], want) << "request " << i;
   }
 }
 
@@ -299,16 +291,7 @@ TEST(CudaTensorParallel, TheEngineOnTwoGpusDrawsAsTheHostDoes) {
     Engine engine(es, eo);
     es.backend().set_profiling(true);
     es.backend().profile_reset();
-    std::mutex mu;
-    std::map<int64_t, std::vector<int32_t>> got;
-    std::vector<int64_t> ids;
-    for (const Request& r : reqs)
-      ids.push_back(engine.submit(r, [&](const TokenEvent& e) {
-        std::lock_guard lk(mu);
-        if (e.token >= 0) got[e.id].push_back(e.token);
-      }));
-    engine.run_until_idle();
-    for (int64_t id : ids) runs[device].push_back(got[id]);
+    runs[device] = engine_tokens(engine, reqs);
     const std::string report = es.backend().profile_report();
     EXPECT_EQ(report.find("top candidates") != std::string::npos, device) << report;
     es.backend().set_profiling(false);
