@@ -238,7 +238,7 @@ class Backend {
   // repetition penalty only: a draw with presence or frequency penalties is made on the host).
   // more: the caller will most likely decode the sampled id next, at the next position (a
   // backend may start that step before the host has the id; the logits are then overwritten).
-  virtual bool samples_on_device() const { return false; }
+  // Callers draw here what draws_on_device (below) accepts.
   virtual int32_t sample(Tensor logits, const SamplerParams& p, std::span<const int32_t> penalty_ids, double u,
                          bool more = false) {
     fail("the {} backend does not sample in its own memory", name());

@@ -324,7 +324,7 @@ int32_t Session::eval_sample(std::span<const int32_t> tokens, Sampler& sampler, 
     return sampler.sample(logits_, history_);
   }
   const Tensor out = eval_device(tokens, false);
-  if (backend_->samples_on_device() && !sampler.params().additive_penalties()) {  // (Backend::sample has the repetition penalty only)
+  if (backend_->draws_on_device(sampler.params())) {  // (the host Sampler's rules exactly: else the row is read back)
     const std::vector<int32_t> ids = sampler.penalty_ids(history_);
     const double u = sampler.params().temperature > 0.f ? sampler.next_uniform() : 0.0;
     return backend_->sample(out, sampler.params(), ids, u, more);

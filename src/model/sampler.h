@@ -19,7 +19,7 @@ class Sampler {
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
   const SamplerParams& params() const { return p_; }
   // For samplers that run elsewhere (on the GPU, which has the repetition penalty only: see
-  // Backend::samples_on_device): the distinct ids the repetition penalty applies to, and the next
+  // Backend::draws_on_device): the distinct ids the repetition penalty applies to, and the next
   // uniform draw in [0, 1) from this sampler's seeded generator.
   std::vector<int32_t> penalty_ids(std::span<const int32_t> history) const;
   double next_uniform();

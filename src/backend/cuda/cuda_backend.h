@@ -97,7 +97,6 @@ class CudaBackend final : public Backend {
   void capture_end(Tensor out) override;
   void capture_abort() override;
 
-  bool samples_on_device() const override { return true; }
   int32_t sample(Tensor logits, const SamplerParams& p, std::span<const int32_t> penalty_ids, double u,
                  bool more = false) override;
   bool draws_on_device(const SamplerParams& p) const override;

@@ -13,7 +13,7 @@
 //   4. top-p, min-p, temperature and the draw run over the sorted candidates in double, exactly
 //      as the CPU sampler does, with r = u * sum.
 // top_k = 0 (off) keeps at most kMaxCand candidates on the GPU; what lies beyond the 2048th token
-// is left out of top-p's nucleus.
+// is left out of top-p's nucleus, so callers draw those on the host (Backend::draws_on_device).
 #include "kernels/common/launch_status.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/ops/ops.h"
