@@ -144,6 +144,20 @@ bool Engine::device_draw(const Live& l) const {
          session_.backend().draws_on_device(l.sampler->params());
 }
 
+void Engine::device_draws(std::span<const Scheduler::SeqId> ids, std::span<const uint8_t> plain, bool with_uniform,
+                          DeviceDraws& out) {
+  out.penalties.reserve(ids.size());  // (no reallocation: the draws' spans stay valid)
+  for (size_t r = 0; r < ids.size(); ++r) {
+    Live& l = live_.at(ids[r]);
+    if (plain[r] || !device_draw(l)) continue;
+    const SamplerParams& p = l.sampler->params();
+    out.penalties.push_back(l.sampler->penalty_ids(sched_.tokens(ids[r])));
+    const double u = with_uniform && p.temperature > 0.f ? l.sampler->next_uniform() : 0.0;
+    out.draws.push_back({int64_t(r), &p, out.penalties.back(), u});
+    out.rows.push_back(r);
+  }
+}
+
 void Engine::end(int64_t id, int32_t token, Finish f, const std::string& error, std::optional<TokenLogprobs> lp) {
   auto it = live_.find(id);
   if (it == live_.end()) return;
@@ -281,40 +295,27 @@ bool Engine::next_layout(const Step& st, std::span<const int32_t> row_seq, KvLay
 Engine::SampledRows Engine::sampled_rows(const Step& st, Tensor out, const KvLayout* next) {
   SampledRows rows;
   rows.vocab = out.cols;
-  std::vector<bool> plain;
-  std::vector<const StepSeq*> seqs;  // the sequences of the rows, in order
-  for (const StepSeq& s : st.seqs) {
-    if (!s.logits) continue;
-    plain.push_back(device_greedy(live_.at(s.id)));
-    seqs.push_back(&s);
-  }
-  const size_t n = plain.size(), n_plain = size_t(std::count(plain.begin(), plain.end(), true));
+  std::vector<uint8_t> plain;
+  std::vector<Scheduler::SeqId> ids;  // the rows' sequences, in order
+  for (const StepSeq& s : st.seqs)
+    if (s.logits) plain.push_back(device_greedy(live_.at(s.id))), ids.push_back(s.id);
+  const size_t n = plain.size(), n_plain = size_t(std::count(plain.begin(), plain.end(), uint8_t(1)));
   rows.greedy.assign(n, -1);
   if (n_plain) session_.backend().argmax_rows(out, rows.greedy, {}, n_plain == n ? next : nullptr);
   rows.at.assign(n, -1);
   if (n_plain == n) return rows;
   for (size_t r = 0; r < n; ++r)
     if (!plain[r]) rows.greedy[r] = -1;  // (argmax_rows gave every row its argmax)
-  // Seeded draws in backend memory: each with its request's parameters, penalty ids and next
-  // uniform (the host draw's own, so the ids do not depend on where they are drawn).
-  std::vector<Backend::RowDraw> draws;
-  std::vector<std::vector<int32_t>> penalties;
-  std::vector<size_t> drawn;  // their rows
-  penalties.reserve(n - n_plain);
-  for (size_t r = 0; r < n; ++r) {
-    Live& l = live_.at(seqs[r]->id);
-    if (plain[r] || !device_draw(l)) continue;
-    const SamplerParams& p = l.sampler->params();
-    penalties.push_back(l.sampler->penalty_ids(sched_.tokens(seqs[r]->id)));
-    draws.push_back({int64_t(r), &p, penalties.back(), p.temperature > 0.f ? l.sampler->next_uniform() : 0.0});
-    drawn.push_back(r);
+  // Seeded draws in backend memory, each with its request's next uniform (the host draw's own,
+  // so the ids do not depend on where they are drawn).
+  DeviceDraws dd;
+  device_draws(ids, plain, true, dd);
+  if (!dd.draws.empty()) {
+    std::vector<int32_t> drawn(dd.draws.size());
+    session_.backend().sample_rows(out, dd.draws, drawn);
+    for (size_t i = 0; i < dd.rows.size(); ++i) rows.greedy[dd.rows[i]] = drawn[i], plain[dd.rows[i]] = 1;
   }
-  if (!draws.empty()) {
-    std::vector<int32_t> ids(draws.size());
-    session_.backend().sample_rows(out, draws, ids);
-    for (size_t i = 0; i < drawn.size(); ++i) rows.greedy[drawn[i]] = ids[i], plain[drawn[i]] = true;
-  }
-  const size_t n_host = size_t(std::count(plain.begin(), plain.end(), false));
+  const size_t n_host = size_t(std::count(plain.begin(), plain.end(), uint8_t(0)));
   if (n_host == 0) return rows;
   const bool all = 2 * n_host > n;
   rows.host.resize(size_t(all ? n : n_host) * size_t(out.cols));
@@ -341,27 +342,18 @@ Engine::SampledRows Engine::ranks_rows(const Step& st, std::span<const int32_t> 
     if (s.logits) plain.push_back(device_greedy(live_.at(s.id))), ids.push_back(s.id);
   // Draws the ranks' devices rank: each rank's best tokens of its share, merged here, then the
   // request's own Sampler draws from them (sample_sorted: the id and generator use of sample()).
-  std::vector<Backend::RowDraw> draws;
-  std::vector<std::vector<int32_t>> penalties;
-  std::vector<size_t> drawn;  // their rows
-  penalties.reserve(plain.size());
-  for (size_t r = 0; r < plain.size(); ++r) {
-    Live& l = live_.at(ids[r]);
-    if (plain[r] || !device_draw(l)) continue;
-    penalties.push_back(l.sampler->penalty_ids(sched_.tokens(ids[r])));
-    draws.push_back({int64_t(r), &l.sampler->params(), penalties.back(), 0.0});
-    drawn.push_back(r);
-  }
+  DeviceDraws dd;
+  device_draws(ids, plain, false, dd);
   std::vector<int32_t> greedy;
   std::vector<std::vector<TpPick>> best;
-  rows.rows = session_.forward_batch_ranks(tokens, pos, layout, pick, plain, greedy, draws, &best).data();
+  rows.rows = session_.forward_batch_ranks(tokens, pos, layout, pick, plain, greedy, dd.draws, &best).data();
   for (size_t r = 0; r < plain.size(); ++r) {
     rows.greedy.push_back(plain[r] ? greedy[r] : -1);
     rows.at.push_back(plain[r] ? -1 : int64_t(r));
   }
-  for (size_t i = 0; i < drawn.size(); ++i) {
-    rows.greedy[drawn[i]] = live_.at(ids[drawn[i]]).sampler->sample_sorted(best[i]);
-    rows.at[drawn[i]] = -1;
+  for (size_t i = 0; i < dd.rows.size(); ++i) {
+    rows.greedy[dd.rows[i]] = live_.at(ids[dd.rows[i]]).sampler->sample_sorted(best[i]);
+    rows.at[dd.rows[i]] = -1;
   }
   return rows;
 }

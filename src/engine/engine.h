@@ -148,6 +148,16 @@ class Engine {
   // bias or constraint asked).
   bool device_greedy(const Live& l) const;
   bool device_draw(const Live& l) const;
+  // The picked rows (their sequences: ids) that are not plain greedy and that the backend draws
+  // (device_draw): each with its request's parameters and penalty ids, and, where the backend
+  // makes the whole draw (with_uniform), the request's next uniform.
+  struct DeviceDraws {
+    std::vector<Backend::RowDraw> draws;
+    std::vector<std::vector<int32_t>> penalties;  // (the draws' penalty_ids point here)
+    std::vector<size_t> rows;                     // the draws' rows
+  };
+  void device_draws(std::span<const Scheduler::SeqId> ids, std::span<const uint8_t> plain, bool with_uniform,
+                    DeviceDraws& out);
   int32_t constrained_draw(Live& l, std::vector<float>& row, std::span<const int32_t> history);
 
   Session& session_;

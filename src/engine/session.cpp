@@ -184,12 +184,14 @@ void Session::run_ranks(const std::function<Tensor(LlamaModel&)>& fwd, int64_t r
   rank_logits_.resize(size_t(n)), rank_best_.resize(size_t(n)), rank_cands_.resize(size_t(n));
   int64_t n_greedy = 0;
   for (uint8_t g : greedy_only) n_greedy += g != 0;
-  std::vector<uint8_t> unread(static_cast<size_t>(rows), 0);  // rows whose logits no rank reads back
-  for (int64_t i = 0; i < rows && i < int64_t(greedy_only.size()); ++i) unread[size_t(i)] = greedy_only[size_t(i)];
+  if (!greedy_only.empty() && int64_t(greedy_only.size()) != rows) fail("run_ranks: {} flags for {} rows", greedy_only.size(), rows);
+  std::vector<uint8_t> unread(greedy_only.begin(), greedy_only.end());  // rows whose logits no rank reads back
+  unread.resize(size_t(rows), 0);
   for (const Backend::RowDraw& d : draws) {
     if (d.row < 0 || d.row >= rows) fail("run_ranks: a draw on row {} of {}", d.row, rows);
     unread[size_t(d.row)] = 1;
   }
+  const bool some_unread = std::any_of(unread.begin(), unread.end(), [](uint8_t u) { return u != 0; });
   using Clock = std::chrono::steady_clock;
   const auto us = [](Clock::time_point from, Clock::time_point to) {
     return std::chrono::duration<double, std::micro>(to - from).count();
@@ -224,15 +226,14 @@ void Session::run_ranks(const std::function<Tensor(LlamaModel&)>& fwd, int64_t r
       for (auto& list : cands)
         for (TpPick& c : list) c.second += int32_t(v.first);
     }
-    if (n_greedy || !draws.empty()) {  // greedy rows: the id and the maximum made on the device, no row read
-      if (n_greedy) {
-        std::vector<int32_t> ids(static_cast<size_t>(rows));
-        std::vector<float> top(static_cast<size_t>(rows));
-        be.argmax_rows(last, ids, top);
-        for (int64_t i = 0; i < rows; ++i)
-          if (i < int64_t(greedy_only.size()) && greedy_only[size_t(i)])
-            best[size_t(i)] = {top[size_t(i)], int32_t(v.first + ids[size_t(i)])};
-      }
+    if (n_greedy) {  // greedy rows: the id and the maximum made on the device, no row read
+      std::vector<int32_t> ids(static_cast<size_t>(rows));
+      std::vector<float> top(static_cast<size_t>(rows));
+      be.argmax_rows(last, ids, top);
+      for (int64_t i = 0; i < rows; ++i)
+        if (greedy_only[size_t(i)]) best[size_t(i)] = {top[size_t(i)], int32_t(v.first + ids[size_t(i)])};
+    }
+    if (some_unread) {  // the other rows one by one
       host.resize(size_t(v.count));
       for (int64_t i = 0; i < rows; ++i)
         if (!unread[size_t(i)]) be.read(last.rows_view(i, 1), host.data()), keep(i, host.data());
