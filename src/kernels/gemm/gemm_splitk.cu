@@ -26,8 +26,8 @@ __global__ void splitk_reduce_kernel(const float* __restrict__ partials, int spl
       }
     }
     const int64_t e = i * kVec, row = e / n, col = e % n;
-#pragma unroll
     const tc_gemm::OutColumn c = tc_gemm::out_column(out, col);  // (kVec columns from a multiple of 4: one part)
+#pragma unroll
     for (int j = 0; j < kVec; ++j) tc_gemm::out_store(out, tc_gemm::next_column(out, c, col, j), row, v[j]);
   }
 }
