@@ -183,6 +183,7 @@ void CudaBackend::argmax_rows(Tensor logits, std::span<int32_t> out, std::span<f
   const bool ahead = next && pinned && !vals && launch_ahead_rows(*next);
   // (sampled_ is recorded before the step ahead)
   cuda_check(ahead ? cudaEventSynchronize(sampled_) : cudaStreamSynchronize(stream_), "argmax_rows");
+  if (graph_timing_) graph_timing_->id_arrived();  // (the engine's steps, as sample() for the single stream)
   if (pinned) std::copy(host_ids_, host_ids_ + out.size(), out.begin());
   if (ahead) ahead_tokens_.assign(out.begin(), out.end());
   collect_profile();

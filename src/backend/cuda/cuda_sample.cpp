@@ -112,6 +112,7 @@ void CudaBackend::sample_rows(Tensor logits, std::span<const RowDraw> draws, std
   });
   cuda_check(cudaMemcpyAsync(out.data(), dev_out, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_), "sample_rows");
   cuda_check(cudaStreamSynchronize(stream_), "sample_rows");
+  if (graph_timing_) graph_timing_->id_arrived();
   collect_profile();
 }
 
