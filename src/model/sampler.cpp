@@ -50,15 +50,14 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
       i = j;
     }
   }
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   if (p_.temperature <= 0.f)
-    return std::min_element(cand_.begin(), cand_.end(), by_logit)->second;
+    return std::min_element(cand_.begin(), cand_.end(), before)->second;
   size_t n = cand_.size();
   if (p_.top_k > 0 && size_t(p_.top_k) < n) {
-    std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
+    std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), before);
     n = size_t(p_.top_k);
   } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
+    std::sort(cand_.begin(), cand_.end(), before);
   }
   return sample_sorted(std::span<const std::pair<float, int32_t>>(cand_.data(), n));
 }

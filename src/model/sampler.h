@@ -28,6 +28,11 @@ class Sampler {
   // id ascending; at least min(top_k, vocabulary) of them (one for a greedy draw); top-k off needs
   // the whole row. The same id, and the same use of the generator, as sample() over the row.
   int32_t sample_sorted(std::span<const std::pair<float, int32_t>> best);
+  // The draw order of (logit, id) candidates: logit descending, then id ascending (the greedy
+  // pick is the first; the ranks of a split vocabulary merge their lists in it).
+  static bool before(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  }
 
  private:
   // The last repeat_last_n tokens of history (all of it for -1), which every penalty looks at.

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "format/ggml_type.h"
+#include "model/sampler.h"
 
 #include <fmt/format.h>
 
@@ -130,7 +131,7 @@ int32_t tp_argmax(Communicator& comm, const float* logits, int64_t n, int64_t vo
 TpPick tp_merge_picks(std::span<const TpPick> picks) {
   TpPick top{-std::numeric_limits<float>::infinity(), -1};
   for (const TpPick& p : picks)
-    if (p.second >= 0 && (top.second < 0 || p.first > top.first || (p.first == top.first && p.second < top.second)))
+    if (p.second >= 0 && (top.second < 0 || Sampler::before(p, top)))
       top = p;
   return top;
 }
@@ -138,11 +139,10 @@ TpPick tp_merge_picks(std::span<const TpPick> picks) {
 std::vector<TpPick> tp_merge_candidates(std::span<const std::vector<TpPick>> lists, size_t keep) {
   std::vector<TpPick> out;
   std::vector<size_t> at(lists.size(), 0);
-  const auto before = [](const TpPick& a, const TpPick& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   while (out.size() < keep) {
     size_t from = lists.size();
     for (size_t r = 0; r < lists.size(); ++r)
-      if (at[r] < lists[r].size() && (from == lists.size() || before(lists[r][at[r]], lists[from][at[from]]))) from = r;
+      if (at[r] < lists[r].size() && (from == lists.size() || Sampler::before(lists[r][at[r]], lists[from][at[from]]))) from = r;
     if (from == lists.size()) break;
     out.push_back(lists[from][at[from]++]);
   }
