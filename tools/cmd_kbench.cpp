@@ -88,7 +88,7 @@ Times time_cublas(cublasHandle_t h, cudaDataType_t dt, size_t elt, int64_t n, in
 
 void run_kbench_gemv(KbenchArgs a) {
   if (a.shapes.empty()) a.shapes = "4096x4096,12288x4096,11008x4096,4096x11008,14336x4096,4096x14336,32000x4096,128256x4096";
-  if (a.types.empty()) a.types = "f16,bf16,f32,q8_0,q4_0,q4_1,q2_K,q3_K,q4_K,q5_K,q6_K,iq4_xs";
+  if (a.types.empty()) a.types = "f16,bf16,f32,q8_0,q4_0,q4_1,q5_0,q5_1,q2_K,q3_K,q4_K,q5_K,q6_K,iq4_nl,iq4_xs";
   if (a.gate_up && !a.x8) a.decode = true;
   if (a.decode && !a.batches.empty() && a.batches != "1") fail("--decode and --gate-up time batch 1 only (--x8: any batch)");
   if (a.batches.empty()) a.batches = a.decode ? "1" : "1,2,4,8";

@@ -44,7 +44,7 @@ size_t scratch_estimate(const ModelConfig& c, int n_batch) {
 }  // namespace
 
 size_t model_weight_bytes(const GgufFile& f, const ModelConfig& c, const TpPlan* plan) {
-  size_t sum = 0;  // (Q5_0 and IQ4_NL matrices are held as Q8_0)
+  size_t sum = 0;  // (Q5_0 and IQ4_NL matrices counted as Q8_0: at most that)
   for (const auto& t : f.tensors()) {
     int64_t rows = t.nrows(), cols = t.ne[0];
     if (plan) std::tie(cols, rows) = tp_held_shape(*plan, c, t);

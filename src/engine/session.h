@@ -143,7 +143,8 @@ BackendOptions backend_options(const SessionOptions& o);
 size_t kv_bytes_per_position(const ModelConfig& c, GgmlType kv_type);
 
 // Bytes of weights a backend holds for file f: the whole model's (plan null) or a rank's shares
-// (tp_held_shape), Q5_0 and IQ4_NL matrices counted as the Q8_0 they are held as, tied
+// (tp_held_shape), Q5_0 and IQ4_NL matrices counted as the Q8_0 the CPU and CUDA's exact mode hold
+// them as (CUDA's fast path holds their own bytes: the figure is then an upper bound), tied
 // embeddings twice (lookup table and matmul). The figure the memory check compares.
 size_t model_weight_bytes(const GgufFile& f, const ModelConfig& c, const TpPlan* plan);
 

@@ -31,8 +31,9 @@ void q5_0_to_q8_0(const void* src, void* dst, int64_t n_blocks);
 // n IQ4_NL blocks as n Q8_0 blocks holding the same values: d * value[nibble], value in int8.
 void iq4_nl_to_q8_0(const void* src, void* dst, int64_t n_blocks);
 
-// The types backends hold as Q8_0 (the same values, multiplied by the Q8_0 kernels), and the
-// conversion of n_blocks blocks of one of them.
+// The types backends may hold as Q8_0 (the same values, multiplied by the Q8_0 kernels: the CPU
+// always, CUDA in exact mode and where its GEMM cannot read their own layout), and the conversion
+// of n_blocks blocks of one of them.
 inline bool held_as_q8_0(GgmlType t) { return t == GgmlType::Q5_0 || t == GgmlType::IQ4_NL; }
 void to_q8_0(GgmlType t, const void* src, void* dst, int64_t n_blocks);
 

@@ -287,7 +287,7 @@ TEST(BackendOps, Int8CopiesMatchInKernelQuantisation) {
   std::mt19937 rng(9);
   b.gpu.init_kv_cache(1, 64, 2 * 128, GgmlType::F16);  // kv_heads * hd below
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
-                     GgmlType::Q6_K, GgmlType::IQ4_XS}) {
+                     GgmlType::Q6_K, GgmlType::IQ4_XS, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL}) {
     for (int64_t rows : {1, 3}) {
       const int64_t N = 96, K = 512, heads = 4, kv_heads = 2, hd = K / heads;
       auto [wc, wg] = b.weight(t, N, K, quantised(t, N, K, rng));

@@ -279,7 +279,7 @@ TEST(DequantGpuArgs, RejectsBadShapes) {
 
 }  // namespace
 
-// The repacked q6_K, q3_K, q2_K, q4_K, q5_K and iq4_xs planes (gemv_repack) back to f16 rows (dequant_repacked:
+// The repacked q6_K, q3_K, q2_K, q4_K, q5_K, iq4_xs, q5_0, q5_1 and iq4_nl planes (gemv_repack) back to f16 rows (dequant_repacked:
 // the batching engine's matmuls of many rows with these weights): a slice of rows in the middle of
 // the matrix, against the CPU's dequantised values rounded to f16 (within one f16 rounding: the
 // kernel scales d * (sc * q), the CPU (d * sc) * q; q2_K, q4_K and q5_K subtract dmin m, where a host
@@ -288,8 +288,9 @@ TEST(DequantGpuArgs, RejectsBadShapes) {
 TEST(DequantGpuRepacked, SliceOfRowsMatchesTheCpu) {
   std::mt19937 rng(17);
   std::normal_distribution<float> nd(0.f, 1.f);
-  for (GgmlType t : {GgmlType::Q6_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::IQ4_XS}) {
-    const int64_t n = 37, k = 768, row0 = 5, rows = 29;
+  for (GgmlType t : {GgmlType::Q6_K, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::IQ4_XS,
+                     GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL}) {
+    const int64_t n = 37, k = traits(t).block_elems == 32 ? 800 : 768, row0 = 5, rows = 29;  // (800: 25 blocks of 32)
     const size_t rb = row_bytes(t, k);
     std::vector<uint8_t> w(rb * size_t(n));
     std::vector<float> row(static_cast<size_t>(k));

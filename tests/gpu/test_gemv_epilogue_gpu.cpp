@@ -318,7 +318,7 @@ TEST(GemvArgs, RejectsBadInput) {
   p.bias = nullptr;
   p.k = 1004;
   EXPECT_FALSE(v5.launch(p, v5.configs[0], nullptr).ok);  // v5 needs 16-byte rows
-  EXPECT_FALSE(gemv_repack(GgmlType::Q5_1, w.p, 1, 256, y.p, nullptr).ok);  // no repacked layout
+  EXPECT_FALSE(gemv_repack(GgmlType::F16, w.p, 1, 256, y.p, nullptr).ok);  // no repacked layout
 }
 
 }  // namespace

@@ -20,12 +20,17 @@ namespace kn = kernels;
 
 namespace {
 
-// Q5_0 and IQ4_NL matmul weights are loaded as Q8_0 (format/quant.h: the same values), which the
-// Q8_0 GEMV and GEMM kernels multiply at their speed (alone they would have only the generic GEMV
-// and no GEMM: 2-8 % of bandwidth); 34 instead of 22 or 18 bytes per 32 weights. `store` keeps
-// the converted bytes until the upload; the tensor returned points at them.
-const GgufTensor& q8_0_held(const GgufTensor& t, std::vector<uint8_t>& store, GgufTensor& converted) {
-  if (!held_as_q8_0(t.type)) return t;
+// Q5_0 and IQ4_NL matmul weights are loaded as Q8_0 (format/quant.h: the same values; 34 instead
+// of 22 or 18 bytes per 32 weights) where their own planes (gemv_block32_planes.cu) would lose:
+//   - in exact mode, as the CPU holds them, for the exact Q8_0 kernels (alone these types would
+//     have only the generic GEMV, at 2-8 % of bandwidth);
+//   - where k is not a multiple of 256: q3_wgmma_rs cannot read their planes then (TMA's 16-byte
+//     row strides), and prompts would go through f16, where Q8_0 keeps q1_mma. These are the
+//     matrices Q4_K_M files hold in Q5_0 because no K-quant fits (Gemma 3 270M's: k = 640).
+// Elsewhere q_dp4a reads their planes (7B shapes: decode 1.17-1.25x against Q8_0, docs/benchmarks.md).
+// `store` keeps the converted bytes until the upload; the tensor returned points at them.
+const GgufTensor& q8_0_held(const GgufTensor& t, bool exact, std::vector<uint8_t>& store, GgufTensor& converted) {
+  if (!held_as_q8_0(t.type) || (!exact && t.ne[0] % 256 == 0)) return t;
   const int64_t n = t.nelements() / QK;
   store.resize(size_t(n) * sizeof(block_q8_0));
   to_q8_0(t.type, t.data, store.data(), n);
@@ -51,7 +56,7 @@ void CudaBackend::upload_matrix(const GgufTensor& t, const void* host, int64_t r
 Weight CudaBackend::load_weight(const GgufTensor& file_tensor, WeightUse use) {
   std::vector<uint8_t> store;
   GgufTensor converted;
-  const GgufTensor& t = use == WeightUse::Matmul ? q8_0_held(file_tensor, store, converted) : file_tensor;
+  const GgufTensor& t = use == WeightUse::Matmul ? q8_0_held(file_tensor, exact_, store, converted) : file_tensor;
   const bool repack = use == WeightUse::Matmul && kn::repacked_layout_preferred(t.type) && !exact_;
   const size_t bytes = repack ? kn::gemv_repacked_bytes(t.type, t.nrows(), t.ne[0]) : t.nbytes;
   void* dst = dev_alloc(bytes, t.name.c_str());
@@ -70,10 +75,16 @@ std::vector<Weight> CudaBackend::load_stacked(std::span<const GgufTensor* const>
   std::vector<std::vector<uint8_t>> stores(file_tensors.size());
   std::vector<GgufTensor> converted(file_tensors.size());
   std::vector<const GgufTensor*> ts;
-  for (size_t i = 0; i < file_tensors.size(); ++i) ts.push_back(&q8_0_held(*file_tensors[i], stores[i], converted[i]));
-  bool same = !ts.empty();
-  for (const GgufTensor* t : ts) same = same && t->type == ts[0]->type && t->ne[0] == ts[0]->ne[0];
-  if (!same) return Backend::load_stacked(file_tensors);
+  const auto hold = [&](bool as_q8_0) {
+    ts.clear();
+    for (size_t i = 0; i < file_tensors.size(); ++i) ts.push_back(&q8_0_held(*file_tensors[i], as_q8_0, stores[i], converted[i]));
+    bool same = !ts.empty();
+    for (const GgufTensor* t : ts) same = same && t->type == ts[0]->type && t->ne[0] == ts[0]->ne[0];
+    return same;
+  };
+  // Parts of Q5_0 or IQ4_NL beside Q8_0 ones (a Q4_K_M file's Q and K in q5_0, V in q8_0) stack
+  // as Q8_0, the one GEMV being worth more than their fewer bytes.
+  if (!hold(exact_) && (exact_ || !hold(true))) return Backend::load_stacked(file_tensors);
   const GgufTensor& t0 = *ts[0];
   int64_t rows = 0;
   for (const GgufTensor* t : ts) rows += t->nrows();

@@ -8,10 +8,14 @@ LAMINA_QGEMM_RS_EXTERN(kQ8_0)
 LAMINA_QGEMM_RS_EXTERN(kQ4_0)
 LAMINA_QGEMM_RS_EXTERN(kQ4_K)
 LAMINA_QGEMM_RS_EXTERN(kQ5_K)
+LAMINA_QGEMM_RS_EXTERN(kQ5_0)
+LAMINA_QGEMM_RS_EXTERN(kIQ4_NL)
 
 Status run_q8_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) { return run_kind<kQ8_0>(p, c, s); }
 Status run_q4_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) { return run_kind<kQ4_0>(p, c, s); }
 Status run_q4_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) { return run_kind<kQ4_K>(p, c, s); }
 Status run_q5_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) { return run_kind<kQ5_K>(p, c, s); }
+Status run_q5_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) { return run_kind<kQ5_0>(p, c, s); }
+Status run_iq4_nl(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) { return run_kind<kIQ4_NL>(p, c, s); }
 
 }  // namespace lamina::kernels::qgemm_rs

@@ -34,6 +34,7 @@
 #include "kernels/common/activations.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/gemm/qgemm_wgmma.cuh"
+#include "kernels/gemv/gemv_iq4.cuh"
 
 namespace lamina::kernels::qgemm_rs {
 
@@ -42,6 +43,8 @@ using qgemm_wgmma::kQ8_0;
 using qgemm_wgmma::kQ4_0;
 using qgemm_wgmma::kQ4_K;
 using qgemm_wgmma::kQ5_K;
+using qgemm_wgmma::kQ5_0;
+using qgemm_wgmma::kIQ4_NL;
 using wgmma_gemm::kBk;
 using wgmma_gemm::kWgThreads;
 
@@ -65,7 +68,7 @@ using qgemm_wgmma::q8_pair;
 // One thread's A fragments of one k-step (4 k16 steps x 4 registers) from a ring slot.
 template <QKind kKind>
 struct Frags {
-  uint4 aux[2];  // per group, rows r0 and r0 + 8: the eight f16 d (Q8_0, Q4_0) or the Q4_K header
+  uint4 aux[2];  // per group, rows r0 and r0 + 8: the eight f16 d (Q8_0, Q4_0, Q5_0) or the K header
 
   __device__ void load_aux(const uint8_t* slot, int r0) {
 #pragma unroll
@@ -81,9 +84,15 @@ struct Frags {
     return __half2half2(__ushort_as_half(uint16_t(w >> (16 * (b % 2)))));
   }
 
+  // Row r's fifth-bit word of block b (0..7) from the slot's third box (Q5_K, Q5_0).
+  __device__ static uint32_t fifth(const uint8_t* slot, int r, int b) {
+    return reinterpret_cast<const uint32_t*>(slot + size_t(128) * (4 * Raw<kKind>::kQBytes + 16) + size_t(r) * 32)[b];
+  }
+
   // f[4 kk + reg]: k16 step kk of k-step s4 (0..3) of the group.
   __device__ void convert(const uint8_t* slot, int r0, int t, int s4, uint32_t (&f)[16]) const {
-    if constexpr (kKind == kQ4_0) {
+    if constexpr (kKind == kQ4_0 || kKind == kQ5_0) {
+      // Q5_0: its fifth bits set above the nibbles (nibble_pair5, as Q5_K's below), offset -16 d
 #pragma unroll
       for (int half = 0; half < 2; ++half) {  // block b = 2 s4 + half covers k16 steps 2 half, 2 half + 1
         const int b = 2 * s4 + half;
@@ -91,11 +100,44 @@ struct Frags {
         for (int i = 0; i < 2; ++i) {
           const int r = r0 + 8 * i;
           const uint32_t x = pick4(slot + size_t(r) * 128 + 16 * (b ^ (r % 8)), t);
-          const __half2 d = d_of(i, b), off = __hneg2(__hmul2(qgemm_wgmma::h2_const(0x4800), d));
+          const __half2 d = d_of(i, b);
+          const __half2 off = __hneg2(__hmul2(qgemm_wgmma::h2_const(kKind == kQ5_0 ? 0x4C00 : 0x4800), d));  // 16 or 8: exact
+          if constexpr (kKind == kQ5_0) {
+            const uint32_t fb = fifth(slot, r, b);
 #pragma unroll
-          for (int hi = 0; hi < 2; ++hi) {  // low nibbles: k 0..15 of the block; high: 16..31
-            f[4 * (2 * half + hi) + i] = q4_pair(x, false, hi, d, off);
-            f[4 * (2 * half + hi) + 2 + i] = q4_pair(x, true, hi, d, off);
+            for (int hi = 0; hi < 2; ++hi)
+#pragma unroll
+              for (int up = 0; up < 2; ++up)
+                f[4 * (2 * half + hi) + 2 * up + i] = qgemm_wgmma::as_u32(
+                    __hfma2(qgemm_wgmma::nibble_pair5(x, up, hi, fb >> (2 * t + 8 * up + 16 * hi)), d, off));
+          } else {
+#pragma unroll
+            for (int hi = 0; hi < 2; ++hi) {  // low nibbles: k 0..15 of the block; high: 16..31
+              f[4 * (2 * half + hi) + i] = q4_pair(x, false, hi, d, off);
+              f[4 * (2 * half + hi) + 2 + i] = q4_pair(x, true, hi, d, off);
+            }
+          }
+        }
+      }
+    } else if constexpr (kKind == kIQ4_NL) {
+      // block b = 2 s4 + half; its bytes are consecutive pairs of indices (byte j: elements 2j,
+      // 2j + 1), so a fragment's k offsets 2t, 2t + 1 and 2t + 8, 2t + 9 of k16 step hi are bytes
+      // 8 hi + t and 8 hi + t + 4 of the block's chunk: four table lookups (iq4_lookup4) give
+      // their int8 values in fragment order, converted as Q8_0's (q8_pair: one rounding of v d)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int b = 2 * s4 + half;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int r = r0 + 8 * i;
+          const uint4 c = *reinterpret_cast<const uint4*>(slot + size_t(r) * 128 + 16 * (b ^ (r % 8)));
+          const __half2 d = d_of(i, b);
+          const uint32_t sel = uint32_t(t) | uint32_t(t + 4) << 4;  // byte t of the first word, byte t of the second
+#pragma unroll
+          for (int hi = 0; hi < 2; ++hi) {
+            const uint32_t v = gemv_detail::iq4_lookup4(__byte_perm(hi ? c.z : c.x, hi ? c.w : c.y, sel));
+            f[4 * (2 * half + hi) + i] = q8_pair(v, false, d);
+            f[4 * (2 * half + hi) + 2 + i] = q8_pair(v, true, d);
           }
         }
       }
@@ -131,8 +173,7 @@ struct Frags {
           qgemm_wgmma::q4k_half_scales(d * sc, dmin * mn, ds, off);
           const uint32_t x = pick4(slot + size_t(r) * 128 + 16 * (b ^ (r % 8)), t);
           if constexpr (kKind == kQ5_K) {
-            const uint32_t fb =
-                reinterpret_cast<const uint32_t*>(slot + size_t(128) * (4 * Raw<kKind>::kQBytes + 16) + size_t(r) * 32)[b];
+            const uint32_t fb = fifth(slot, r, b);
 #pragma unroll
             for (int hi = 0; hi < 2; ++hi)
 #pragma unroll
@@ -399,5 +440,7 @@ Status run_q8_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_q4_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_q4_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_q5_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
+Status run_q5_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
+Status run_iq4_nl(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 
 }  // namespace lamina::kernels::qgemm_rs

@@ -17,17 +17,21 @@ Status run_q3(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
   if (p.b_type == GgmlType::Q8_0) return qgemm_rs::run_q8_0(p, c, s);
   if (p.b_type == GgmlType::Q4_0) return qgemm_rs::run_q4_0(p, c, s);
   if (p.b_type == GgmlType::Q5_K) return qgemm_rs::run_q5_k(p, c, s);
+  if (p.b_type == GgmlType::Q5_0) return qgemm_rs::run_q5_0(p, c, s);
+  if (p.b_type == GgmlType::IQ4_NL) return qgemm_rs::run_iq4_nl(p, c, s);
   return qgemm_rs::run_q4_k(p, c, s);
 }
 
-// Both variants read the same planes of gemv_repack. TMA needs 16-byte row strides: K a multiple
-// of 256 (the d plane's rows are k/16 bytes).
-bool takes_planes(const GemmProblem& p) {
+// Both variants read the same planes of gemv_repack (q3_wgmma_rs also Q5_0's and IQ4_NL's). TMA
+// needs 16-byte row strides: K a multiple of 256 (the d plane's rows are k/16 bytes).
+bool takes_planes(const GemmProblem& p, bool rs) {
   const bool type = p.b_type == GgmlType::Q8_0 || p.b_type == GgmlType::Q4_0 || p.b_type == GgmlType::Q4_K ||
-                    p.b_type == GgmlType::Q5_K;
+                    p.b_type == GgmlType::Q5_K || (rs && (p.b_type == GgmlType::Q5_0 || p.b_type == GgmlType::IQ4_NL));
   return wgmma_gemm::hopper() && p.a_type == GgmlType::F16 && type && p.b_layout == WeightLayout::Repacked && !p.a_col_major &&
          p.b_col_major && p.k % 256 == 0;
 }
+bool q2_takes(const GemmProblem& p) { return takes_planes(p, false); }
+bool q3_takes(const GemmProblem& p) { return takes_planes(p, true); }
 
 }  // namespace
 
@@ -36,7 +40,7 @@ void register_qgemm_wgmma_variants(std::vector<GemmVariant>& out) {
   GemmConfig split2{128, 128, 64, 4}, split4{128, 128, 64, 4};
   split2.splits = 2, split4.splits = 4;
   out.push_back({"q2_wgmma", "Hopper: the h2_wgmma pipeline with producer warpgroups dequantising W into the stage",
-                 takes_planes, run_q2, {GemmConfig{128, 128, 64, 4}, split2, split4}, false});
+                 q2_takes, run_q2, {GemmConfig{128, 128, 64, 4}, split2, split4}, false});
   out.back().column_parts = true;
   // bm: activation rows per block (wgmma's N); bn: the block's weight rows (wgmma's M side,
   // 64 per consumer warpgroup and half).
@@ -59,7 +63,7 @@ void register_qgemm_wgmma_variants(std::vector<GemmVariant>& out) {
   // rows, no split-K.
   const auto gated = [](const GemmConfig& c) { return c.bn == 128 && c.splits == 1 && (c.bm == 64 || c.bm == 128); };
   out.push_back({"q3_wgmma_rs", "Hopper: W converted straight into wgmma's register operand (C^T = W X^T), no f16 stage of W",
-                 takes_planes, run_q3, rs, false, +gated});
+                 q3_takes, run_q3, rs, false, +gated});
   out.back().column_parts = true;
 }
 

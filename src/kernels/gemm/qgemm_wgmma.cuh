@@ -18,6 +18,10 @@
 //               of aux per row are its super-block's header where Q4_0 has its eight d
 //   Q5_K:       Q4_K's, and the fifth bits [n][k/32] u32 between quants and headers: a third box
 //               per slot, its bits set above each nibble in the f16 conversion
+//   Q5_0:       Q4_0's with Q5_K's fifth bits between quants and d (gemv_block32_planes.cu; read
+//               by q3_wgmma_rs only)
+//   IQ4_NL:     Q4_0's, the quants in consecutive order: indices into the IQ4 table
+//               (gemv_block32_planes.cu; q3_wgmma_rs only)
 // Slot layouts (issue_raw) keep each thread's 16-byte reads of its own row free of bank conflicts.
 // Values are rounded to f16 once after scaling, as a dequantised f16 copy would be (Q4_K: its
 // scale pair is rounded to f16 first, q4k_half_scales).
@@ -31,7 +35,7 @@ namespace lamina::kernels::qgemm_wgmma {
 using wgmma_gemm::kBk;
 using wgmma_gemm::kWgThreads;
 
-enum QKind { kQ8_0, kQ4_0, kQ4_K, kQ5_K };
+enum QKind { kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ5_0, kIQ4_NL };
 
 __device__ __forceinline__ __half2 as_h2(uint32_t u) { return *reinterpret_cast<const __half2*>(&u); }
 __device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
@@ -108,14 +112,15 @@ template <QKind kKind, int kBn>
 struct DequantB {
   static constexpr int kQBytes = kKind == kQ8_0 ? 64 : 32;  // quant bytes per row per k-step
   static constexpr bool kK = kKind == kQ4_K || kKind == kQ5_K;  // a super-block header as aux
+  static constexpr bool kFifth = kKind == kQ5_K || kKind == kQ5_0;  // a plane of fifth bits
   struct Maps {
     CUtensorMap q;    // quant bytes, box [kBn][128]
     CUtensorMap aux;  // box [kBn][16]: the d of 4 k-steps (Q8_0, Q4_0), or their super-block header (K)
   };
   struct Maps5 : Maps {
-    CUtensorMap hi;  // Q5_K: the fifth bits, box [kBn][32] (a word per block of 32)
+    CUtensorMap hi;  // Q5_K, Q5_0: the fifth bits, box [kBn][32] (a word per block of 32)
   };
-  using Args = std::conditional_t<kKind == kQ5_K, Maps5, Maps>;
+  using Args = std::conditional_t<kFifth, Maps5, Maps>;
   static constexpr uint32_t kTmaBytes = 0;
   // Two producer warpgroups; thread pt converts half of row pt % kBn (chunks 0-3 or 4-7 of the
   // k-step's eight 8-weight chunks). Only BN = 128 is built: a 4-step ring slot of BN = 256 rows
@@ -130,28 +135,28 @@ struct DequantB {
   // their own): with 32- or 64-byte box rows (one k-step) the copies were
   // limited by the rate of row requests, not by bytes (Q8_0 and Q4_0 ran equally slowly).
   static constexpr int kSlots = 2, kStepsPerSlot = 4;
-  static constexpr int kSlotRow = kKind == kQ8_0 ? 256 + 16 : kKind == kQ5_K ? 176 : 144;  // bytes per weight row per slot
+  static constexpr int kSlotRow = kKind == kQ8_0 ? 256 + 16 : kFifth ? 176 : 144;  // bytes per weight row per slot
   template <int kB>
   static constexpr size_t kSlotBytes = size_t(kB) * kSlotRow;
 
   struct Row {
     uint4 q[kQBytes / 16];
     std::conditional_t<kK, uint4, uint32_t> aux;  // the K header, or the two f16 d
-    uint2 hb;  // Q5_K: the fifth bits of the step's two blocks
+    uint2 hb;  // Q5_K, Q5_0: the fifth bits of the step's two blocks
   };
 
   // Thread 0: group g (k-steps 4g .. 4g+3) into a ring slot (rows beyond N arrive as zeros).
   //   Q8_0  [2][kBn][128] quants (128-byte swizzle), then [kBn][16] d
   //   Q4_0  [kBn][128] quants (128-byte swizzle), then [kBn][16] d
   //   Q4_K  as Q4_0, the [kBn][16] being the rows' super-block headers
-  //   Q5_K  as Q4_K, then [kBn][32] fifth bits (the slot's eight blocks' words)
+  //   Q5_K  as Q4_K, then [kBn][32] fifth bits (the slot's eight blocks' words); Q5_0 as Q4_0 so
   template <int>
   __device__ static void issue_raw(const Args& b, int64_t n0, int g, uint8_t* slot, uint64_t* bar) {
     tma::mbar_arrive_expect_tx(bar, uint32_t(kSlotBytes<kBn>));
     constexpr int kQ = 4 * kQBytes;  // quant bytes per row per slot
     for (int h = 0; h < kQ / 128; ++h) tma::load_2d(slot + h * kBn * 128, &b.q, g * kQ + h * 128, int(n0), bar);
     tma::load_2d(slot + kBn * kQ, &b.aux, g * 16, int(n0), bar);
-    if constexpr (kKind == kQ5_K) tma::load_2d(slot + kBn * (kQ + 16), &b.hi, g * 32, int(n0), bar);
+    if constexpr (kFifth) tma::load_2d(slot + kBn * (kQ + 16), &b.hi, g * 32, int(n0), bar);
   }
 
   // Row tr's bytes for k-step kt from its slot.
@@ -168,7 +173,7 @@ struct DequantB {
     const uint4 a = *reinterpret_cast<const uint4*>(slot + size_t(kBn) * 4 * kQBytes + size_t(tr) * 16);
     if constexpr (kK) x.aux = a;
     else x.aux = word(a, s4);
-    if constexpr (kKind == kQ5_K) x.hb = *reinterpret_cast<const uint2*>(slot + size_t(kBn) * (4 * kQBytes + 16) + size_t(tr) * 32 + 8 * s4);
+    if constexpr (kFifth) x.hb = *reinterpret_cast<const uint2*>(slot + size_t(kBn) * (4 * kQBytes + 16) + size_t(tr) * 32 + 8 * s4);
     return x;
   }
 
@@ -247,12 +252,12 @@ template <QKind kKind, int kBn>
 bool make_args(const GemmProblem& p, typename DequantB<kKind, kBn>::Args& a) {
   const auto* w = static_cast<const uint8_t*>(p.b);
   const uint64_t n = uint64_t(p.n), k = uint64_t(p.k);
-  // the scale planes (Q4_0's d, the K headers) are k / 16 bytes a row; Q5_K's fifth bits (k / 8
-  // a row) lie between its quants and its headers
-  const uint64_t row = kKind == kQ8_0 ? k : k / 2, hi = kKind == kQ5_K ? k / 8 : 0;
+  // the scale planes (Q4_0's and Q5_0's d, the K headers) are k / 16 bytes a row; Q5_K's and Q5_0's
+  // fifth bits (k / 8 a row) lie between the quants and the scales
+  const uint64_t row = kKind == kQ8_0 ? k : k / 2, hi = DequantB<kKind, kBn>::kFifth ? k / 8 : 0;
   bool ok = tma::encode_2d_bytes(&a.q, w, n, row, row, kBn, 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
             tma::encode_2d_bytes(&a.aux, w + n * (row + hi), n, k / 16, k / 16, kBn, 16, CU_TENSOR_MAP_SWIZZLE_NONE);
-  if constexpr (kKind == kQ5_K) ok = ok && tma::encode_2d_bytes(&a.hi, w + n * row, n, hi, hi, kBn, 32, CU_TENSOR_MAP_SWIZZLE_NONE);
+  if constexpr (DequantB<kKind, kBn>::kFifth) ok = ok && tma::encode_2d_bytes(&a.hi, w + n * row, n, hi, hi, kBn, 32, CU_TENSOR_MAP_SWIZZLE_NONE);
   return ok;
 }
 

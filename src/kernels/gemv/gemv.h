@@ -158,22 +158,26 @@ size_t gemv_weight_bytes(const GemvProblem& p);
 // block) | scales int8 [n][k/16] | d f16 [n][k/256] (gemv_k23.cuh): 114 bytes per 256;
 // Q2_K: low 2 bits as Q3_K's | scales [n][k/16] as in the file | (d, dmin) [n][k/256]: 84 bytes per 256;
 // IQ4_XS: quants [n][k/2] (byte b of a block: its elements 2b, 2b + 1 in the low and high nibble)
-// | headers [n][k/256][8] (d, scales_h, scales_l as in the file): 136 bytes per 256 (gemv_iq4xs.cu).
+// | headers [n][k/256][8] (d, scales_h, scales_l as in the file): 136 bytes per 256 (gemv_iq4xs.cu);
+// Q5_0, Q5_1: quants [n][k/2] as in the file | fifth bits [n][k/32] u32 | d [n][k/32] f16 (Q5_1: (d, m)
+// pairs); IQ4_NL: quants [n][k/2] in IQ4_XS's order | d [n][k/32] f16: the file's 22, 24 and 18 bytes
+// per 32 (gemv_block32_planes.cu).
 size_t gemv_repacked_bytes(GgmlType t, int64_t n, int64_t k);
 // The weight types whose matmul kernels (GEMV and GEMM) want the repacked layout.
 inline bool repacked_layout_preferred(GgmlType t) {
-  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q6_K || t == GgmlType::Q3_K ||
-         t == GgmlType::Q2_K || t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::IQ4_XS;
+  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 || t == GgmlType::Q8_0 ||
+         t == GgmlType::Q6_K || t == GgmlType::Q3_K || t == GgmlType::Q2_K || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
+         t == GgmlType::IQ4_NL || t == GgmlType::IQ4_XS;
 }
 Status gemv_repack(GgmlType t, const void* gguf_rows, int64_t n, int64_t k, void* out, cudaStream_t s);
 // Whether dequant_repacked takes type t (the repacked types with no GEMM of their own, and q4_K
 // and q5_K for a problem or GPU their GEMMs do not take).
 inline bool dequant_repacked_takes(GgmlType t) {
   return t == GgmlType::Q6_K || t == GgmlType::Q3_K || t == GgmlType::Q2_K || t == GgmlType::Q5_K || t == GgmlType::Q4_K ||
-         t == GgmlType::IQ4_XS;
+         t == GgmlType::IQ4_XS || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 || t == GgmlType::IQ4_NL;
 }
-// out [rows][k] f16 = rows row0 .. row0 + rows - 1 of a repacked q2_K, q3_K, q4_K, q5_K, q6_K or iq4_xs matrix of
-// n x k (k a multiple of 256): the B operand of an f16 GEMM for a matmul of many rows.
+// out [rows][k] f16 = rows row0 .. row0 + rows - 1 of a repacked q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K,
+// iq4_nl or iq4_xs matrix of n x k (k a multiple of 256; 32 for q5_0, q5_1, iq4_nl): the B operand of an f16 GEMM for a matmul of many rows.
 Status dequant_repacked(GgmlType t, const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out,
                         cudaStream_t s);
 

@@ -13,6 +13,9 @@ Status gemv_dp4a_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t 
   switch (p.wtype) {
     case GgmlType::Q4_0: return dp4a_launch_q4_0(p, c, s);
     case GgmlType::Q4_1: return dp4a_launch_q4_1(p, c, s);
+    case GgmlType::Q5_0: return dp4a_launch_q5_0(p, c, s);
+    case GgmlType::Q5_1: return dp4a_launch_q5_1(p, c, s);
+    case GgmlType::IQ4_NL: return dp4a_launch_iq4_nl(p, c, s);
     case GgmlType::Q8_0: return dp4a_launch_q8_0(p, c, s);
     case GgmlType::Q4_K: return dp4a_launch_q4_k(p, c, s);
     case GgmlType::Q5_K: return dp4a_launch_q5_k(p, c, s);
@@ -20,12 +23,12 @@ Status gemv_dp4a_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t 
     case GgmlType::IQ4_XS: return dp4a_launch_iq4_xs(p, c, s);
     case GgmlType::Q2_K: return dp4a_launch_q2_k(p, c, s);
     case GgmlType::Q3_K: return dp4a_launch_q3_k(p, c, s);
-    default: return Status::error("q_dp4a: only q4_0, q4_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K and iq4_xs");
+    default: return Status::error("q_dp4a: only q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl and iq4_xs");
   }
 }
 
 void register_dp4a_variants(std::vector<GemvVariant>& out) {
-  out.push_back({"q_dp4a", "q4_0/q4_1/q8_0/q2_K/q3_K/q4_K/q5_K/q6_K/iq4_xs repacked; x as int8 blocks in shared memory, dp4a, persistent grid",
+  out.push_back({"q_dp4a", "q4_0/q4_1/q5_0/q5_1/q8_0/q2_K/q3_K/q4_K/q5_K/q6_K/iq4_nl/iq4_xs repacked; x as int8 blocks in shared memory, dp4a, persistent grid",
                  WeightLayout::Repacked, dp4a_types, gemv_dp4a_launch,
                  {GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 8, 4}, GemvConfig{4, 8, 2},
                   GemvConfig{2, 4, 2}, GemvConfig{1, 4, 4}, GemvConfig{2, 16, 4}, GemvConfig{2, 16, 2}},

@@ -1,5 +1,5 @@
-// The weight step shared by the dp4a GEMVs on the repacked Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K /
-// IQ4_XS / Q2_K / Q3_K layouts (q_dp4a, q_dp4a_slots): loads of a block's quants (16 bytes; 8 for the
+// The weight step shared by the dp4a GEMVs on the repacked Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K /
+// Q5_K / Q6_K / IQ4_NL / IQ4_XS / Q2_K / Q3_K layouts (q_dp4a, q_dp4a_slots): loads of a block's quants (16 bytes; 8 for the
 // 2- and 3-bit types) with their block scales, and their dp4a products with int8 x blocks
 // (kernels/common/q8_blocks.h).
 #pragma once
@@ -17,8 +17,8 @@
 namespace lamina::kernels::gemv_detail {
 
 // Where a chunk's block finds its scales in the repacked layouts (gemv.h), Dp4aStep's kScales:
-//   kScaleD   f16 d per block of 32 (Q4_0, Q8_0):                     w = d q (Q4_0: d (q - 8))
-//   kScaleDM  f16 (d, m) per block (Q4_1):                            w = d q + m
+//   kScaleD   f16 d per block of 32 (Q4_0, Q5_0, Q8_0):               w = d q (Q4_0: d (q - 8), Q5_0: d (q - 16))
+//   kScaleDM  f16 (d, m) per block (Q4_1, Q5_1):                      w = d q + m
 //   kScaleK   Q4_K's 16-byte super-block header per 8 blocks (d, dmin, the 12 bytes of 6-bit scales
 //             and mins):                                              w = (d sc) q - (dmin m)
 //   kScaleQ6  Q6_K's (and Q3_K's) int8 scale per 16 elements and f16 d per 256, planes of their own:
@@ -28,10 +28,12 @@ namespace lamina::kernels::gemv_detail {
 //                                                                     w = d (ls - 32) iq4[q]
 //   kScaleQ2  Q2_K's byte per 16 elements (scale | min << 4) and f16 (d, dmin) per 256, planes of
 //             their own (gemv_k23.cuh):                               w = d sc q - dmin m
-enum Dp4aScales : int { kScaleD = 0, kScaleDM = 1, kScaleK = 2, kScaleQ6 = 3, kScaleXS = 4, kScaleQ2 = 5 };
+//   kScaleNL  IQ4_NL's f16 d per block of 32, the quants indices into the IQ4 table in IQ4_XS's
+//             consecutive order (gemv_block32_planes.cu):             w = d iq4[q]
+enum Dp4aScales : int { kScaleD = 0, kScaleDM = 1, kScaleK = 2, kScaleQ6 = 3, kScaleXS = 4, kScaleQ2 = 5, kScaleNL = 6 };
 // kBits: 8 (Q8_0: a byte per quant), 4 (nibbles in Q4_0's order: byte e of a block holds its
 // elements e and e + 16), 5 (those nibbles, and after the quant plane a plane of one 32-bit word
-// per block whose bit e is element e's fifth bit: Q5_K, in Q5_0's order), 6 (those nibbles, and a
+// per block whose bit e is element e's fifth bit: Q5_0, Q5_1, Q5_K), 6 (those nibbles, and a
 // plane of two 32-bit words per block with the high 2 bits of each half's elements: Q6_K,
 // gemv_q6k.cu), 2 (Q2_K: two words of 2-bit quants per block, one per half, gemv_k23.cuh's low
 // plane), 3 (Q3_K: those, and a plane of one word of third bits per block).
@@ -45,14 +47,16 @@ struct Dp4aStep {
   static constexpr bool kMin = kScales == kScaleDM || kScales == kScaleK;  // a min term: + m_w sum(x)
   static constexpr bool kQ6 = kScales == kScaleQ6;  // two scales a block, one per half of 16 (Q6_K, Q3_K)
   static constexpr bool kQ2 = kScales == kScaleQ2;  // two scales and two mins a block (Q2_K)
-  static constexpr bool kLut = kScales == kScaleXS;  // the nibbles index the IQ4 table
+  static constexpr bool kXs = kScales == kScaleXS;    // IQ4_XS's super-block headers
+  static constexpr bool kLut = kXs || kScales == kScaleNL;  // the nibbles index the IQ4 table
   static constexpr bool kLow = kBits < 4;            // 2- and 3-bit: 8 bytes of quants a block
   static constexpr int kOffset = kBits == 6 ? 32 : 4;  // kQ6: q's offset (Q6_K 32, Q3_K 4)
   static constexpr int kPer = kBits == 8 ? 16 : 32;           // weights per chunk
   static_assert(kScales != kScaleK || kBits == 4 || kBits == 5, "the K-quant header goes with 4- or 5-bit quants");
   static_assert(kQ6 == (kBits == 6 || kBits == 3), "6- and 3-bit quants are Q6_K's and Q3_K's");
   static_assert(kQ2 == (kBits == 2), "2-bit quants are Q2_K's");
-  static_assert(!kLut || kBits == 4, "IQ4_XS's indices are 4-bit");
+  static_assert(!kLut || kBits == 4, "IQ4_NL's and IQ4_XS's indices are 4-bit");
+  static_assert(kBits != 5 || kScales == kScaleK || kScales == kScaleD || kScales == kScaleDM, "5-bit: Q5_0, Q5_1, Q5_K");
   static __device__ __forceinline__ int64_t loads(int64_t k) { return k / kPer; }
   // Bytes of one row's quant plane and of its high-bit plane (5-bit: fifth bits; 6-bit: high 2 bits).
   static __host__ __device__ constexpr size_t quant_row(int64_t k) { return size_t(k) * (kBits == 8 ? 8 : kLow ? 2 : 4) / 8; }
@@ -61,12 +65,12 @@ struct Dp4aStep {
   }
   // Bytes of one row's scale plane, and where block blk's scales sit in it.
   static __host__ __device__ constexpr size_t scale_row(int64_t k) {
-    return size_t(k) / (kScales == kScaleDM ? 8 : kLut ? 32 : 16);
+    return size_t(k) / (kScales == kScaleDM ? 8 : kXs ? 32 : 16);
   }
   // (Q6_K, Q3_K: the int8 scales' rows; the d plane follows them, k / 128 bytes a row; Q2_K: the
   // scale bytes' rows, then (d, dmin), k / 64 bytes a row.)
   static __device__ __forceinline__ size_t scale_at(int64_t blk) {
-    if constexpr (kLut) return size_t(blk / 8) * 8;
+    if constexpr (kXs) return size_t(blk / 8) * 8;
     return kScales == kScaleK ? size_t(blk / 8) * 16 : size_t(blk) * (kScales == kScaleDM ? 4 : 2);  // (Q6_K, Q3_K, Q2_K: 2 bytes)
   }
 
@@ -75,7 +79,7 @@ struct Dp4aStep {
   // Q6_K, Q3_K: its two int8 scales (x) and d's f16 bits (y).
   // Q2_K: its two scale bytes (x) and (d, dmin) (y).
   // IQ4_XS: its header (d | scales_h << 16, scales_l).
-  using Aux = std::conditional_t<kScales == kScaleK, uint4, std::conditional_t<kQ6 || kLut || kQ2, uint2, float2>>;
+  using Aux = std::conditional_t<kScales == kScaleK, uint4, std::conditional_t<kQ6 || kXs || kQ2, uint2, float2>>;
   using Raw = std::conditional_t<kLow, uint2, uint4>;
   using High = std::conditional_t<kBits == 6, uint2, uint32_t>;
   struct Regs {
@@ -113,7 +117,7 @@ struct Dp4aStep {
           const uint8_t* dp = w + size_t(n) * (qrow + scale_row(k)) + (size_t(row) * size_t(k / 256) + size_t(l / 8)) * 4;
           g.aux[r][u] = in ? make_uint2(__ldg(reinterpret_cast<const unsigned short*>(sp)), __ldg(reinterpret_cast<const uint32_t*>(dp)))
                            : make_uint2(0, 0);
-        } else if constexpr (kLut) {
+        } else if constexpr (kXs) {
           g.aux[r][u] = in ? __ldg(reinterpret_cast<const uint2*>(sp)) : make_uint2(0, 0);
         } else if constexpr (kScales == kScaleK) g.aux[r][u] = in ? __ldg(reinterpret_cast<const uint4*>(sp)) : make_uint4(0, 0, 0, 0);
         else if constexpr (kScales == kScaleDM) g.aux[r][u] = in ? __half22float2(*reinterpret_cast<const __half2*>(sp)) : make_float2(0.f, 0.f);
@@ -124,7 +128,7 @@ struct Dp4aStep {
   // (d_w, m_w) of chunk l from its loaded scales; Q6_K: (d sc) of the block's two halves. (The 2-
   // and 3-bit types' scales are applied in low_dot.)
   static __device__ __forceinline__ float2 scales(const Aux& a, int64_t l) {
-    if constexpr (kLut) {
+    if constexpr (kXs) {
       const int j = int(l % 8);
       const int ls = int((a.y >> (4 * j)) & 15u) | int(((a.x >> (16 + 2 * j)) & 3u) << 4);
       return make_float2(__half2float(__ushort_as_half((unsigned short)(a.x & 0xFFFFu))) * float(ls - 32), 0.f);
@@ -147,17 +151,16 @@ struct Dp4aStep {
   struct XChunk {
     float d;
     int4 lo, hi;    // the 16 (Q8_0) or 32 (Q4) int8 values the chunk's weights multiply
-    int sum;        // the block's sum in steps of d, times -8 for Q4_0 (its offset term; a 5-bit type
-                    // without a min, as Q5_0 would be: -16); Q6_K: -32 times the sum of elements 0..15
-                    // (Q3_K: -4 times; Q2_K: the sum, for its min); IQ4_XS: 0 (the table's values are signed)
+    int sum;        // the block's sum in steps of d, times -8 for Q4_0 (its offset term; Q5_0: -16); Q6_K: -32 times the sum of elements 0..15
+                    // (Q3_K: -4 times; Q2_K: the sum, for its min); IQ4_NL, IQ4_XS: 0 (the table's values are signed)
     int sum_hi;     // Q6_K: -32 times the sum of elements 16..31 (Q3_K: -4 times; Q2_K: the sum)
     uint32_t sel;   // the prmt selector: the byte to the low end (Q8_0: sign-extended)
     bool upper;     // the byte is in v.z / v.w
     uint32_t mask;  // Q4: the nibble of that byte (0x0F, or 0xF0 for elements 16..31)
     int big;        // the largest element in steps of d, times 16 for a low nibble (Q4: its product
-                    // joins the high nibbles' sum, kept 16x; 2-, 3-, 5-, 6-bit and IQ4_XS: not); 0 for the
+                    // joins the high nibbles' sum, kept 16x; 2-, 3-, 5-, 6-bit and IQ4: not); 0 for the
                     // Q8_0 half without it
-    int m;          // 2-, 3-, 5-, 6-bit and IQ4_XS: the largest element's index in the block
+    int m;          // 2-, 3-, 5-, 6-bit and IQ4: the largest element's index in the block
     // 2-, 3-bit: Q split by half (big: elements 0..15, big_hi: 16..31; the other 0), and where the
     // largest element's quant sits in its half's low word and in the high word: shifts made once
     // per x block for all the rows and matrices that meet it.
@@ -373,8 +376,9 @@ struct Dp4aSlots {
 inline constexpr int kDp4aBlocksPerSm = 1;
 
 inline bool dp4a_types(GgmlType t) {
-  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q8_0 || t == GgmlType::Q4_K || t == GgmlType::Q5_K ||
-         t == GgmlType::Q6_K || t == GgmlType::IQ4_XS || t == GgmlType::Q2_K || t == GgmlType::Q3_K;
+  return t == GgmlType::Q4_0 || t == GgmlType::Q4_1 || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 || t == GgmlType::Q8_0 ||
+         t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::IQ4_NL || t == GgmlType::IQ4_XS ||
+         t == GgmlType::Q2_K || t == GgmlType::Q3_K;
 }
 
 // A dp4a variant's launch for a problem and config: by weight type (gemv_dp4a.cu), then by

@@ -1,5 +1,5 @@
-// q_dp4a: Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_XS / Q2_K / Q3_K (repacked layouts, gemv.h) with int8
-// activations and dp4a.
+// q_dp4a: Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL / IQ4_XS / Q2_K / Q3_K (repacked
+// layouts, gemv.h) with int8 activations and dp4a.
 //   - x is quantised once per thread block into shared memory: int8 blocks of 32 with an f32
 //     scale and the block's integer sum (llama.cpp's q8_1 idea), the scale set by the block's
 //     second-largest element and the largest kept as a wide integer (kernels/common/q8_blocks.h:
@@ -17,12 +17,15 @@
 //     and decode per 16 bytes and meets two x blocks with each chunk.
 //   - Q5_K as Q4_K plus a 32-bit word of fifth bits per block (a plane of its own), merged into
 //     the nibbles' bytes before eight dp4a (the 16x trick of the high nibbles does not apply).
+//   - Q5_0 and Q5_1 (gemv_block32_planes.cu: the file's quants, fifth bits and scales in planes of
+//     their own) as Q4_0 and Q4_1 with Q5_K's fifth-bit word: offset - 16 sum(xq) for Q5_0.
 //   - Q6_K (gemv_q6k.cu's planes in Q4_0's order): the nibbles with two words of high 2 bits per
 //     block merged into bytes 0..63, two sums of four dp4a, one per half of 16 and its int8
 //     scale: d_x * d * (sc_lo * (dp4a_lo - 32 sum_lo) + sc_hi * (dp4a_hi - 32 sum_hi)).
 //   - IQ4_XS (gemv_iq4xs.cu's planes: nibbles in consecutive order, the 8-byte headers apart): each
 //     16 bits of quants are four table lookups by prmt (iq4_lookup4) in x's byte order, eight
-//     dp4a a chunk: d_x * d (ls - 32) * dp4a(iq4[q], xq).
+//     dp4a a chunk: d_x * d (ls - 32) * dp4a(iq4[q], xq). IQ4_NL (gemv_block32_planes.cu) the
+//     same with an f16 d per block of 32 in a plane of its own.
 //   - Q3_K and Q2_K (gemv_k23.cuh's planes in Q4_0's order): 8 bytes of 2-bit quants per block (a
 //     word per half of 16; Q3_K with a word of third bits), one x block, Q6_K's two sums per half:
 //     Q3_K d_x d (sc_lo (dp4a(q + 4, xq_lo) - 4 sum_lo) + sc_hi (...)); Q2_K with its mins,
@@ -163,6 +166,9 @@ Status dp4a_launch_type(const GemvProblem& p, const GemvConfig& c, cudaStream_t 
 // The instances of each type (gemv_dp4a_<type>.cu).
 Status dp4a_launch_q4_0(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 Status dp4a_launch_q4_1(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
+Status dp4a_launch_q5_0(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
+Status dp4a_launch_q5_1(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
+Status dp4a_launch_iq4_nl(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 Status dp4a_launch_q8_0(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 Status dp4a_launch_q4_k(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 Status dp4a_launch_q5_k(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);

@@ -65,6 +65,8 @@ template Status gemv_dp4a_slots_launch<4, kScaleK>(const GemvProblem&, const Gem
 template Status gemv_dp4a_slots_launch<5, kScaleK>(const GemvProblem&, const GemvConfig&, cudaStream_t);
 template Status gemv_dp4a_slots_launch<6, kScaleQ6>(const GemvProblem&, const GemvConfig&, cudaStream_t);
 template Status gemv_dp4a_slots_launch<4, kScaleXS>(const GemvProblem&, const GemvConfig&, cudaStream_t);
+template Status gemv_dp4a_slots_launch<5, kScaleD>(const GemvProblem&, const GemvConfig&, cudaStream_t);
+template Status gemv_dp4a_slots_launch<4, kScaleNL>(const GemvProblem&, const GemvConfig&, cudaStream_t);
 template Status gemv_dp4a_slots_launch<2, kScaleQ2>(const GemvProblem&, const GemvConfig&, cudaStream_t);
 template Status gemv_dp4a_slots_launch<3, kScaleQ6>(const GemvProblem&, const GemvConfig&, cudaStream_t);
 

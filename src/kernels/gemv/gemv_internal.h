@@ -19,7 +19,8 @@ Status gemv_dp4a_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t 
 // q_dp4a's decode instances of one matrix at unroll 2 (gemv_dp4a_slots.cu), for q_dp4a's dispatch,
 // which has checked the problem: batch 1, no w_up, config rows=2, warps=16, unroll=2; (kBits,
 // kScales: gemv_dp4a.cuh's Dp4aScales) (4, 0) for q4_0, (8, 0) for q8_0, (4, 2) for q4_K, (5, 2) for
-// q5_K, (6, 3) for q6_K, (4, 4) for iq4_xs, (2, 5) for q2_K, (3, 3) for q3_K, the eight instantiated.
+// q5_K, (6, 3) for q6_K, (4, 4) for iq4_xs, (2, 5) for q2_K, (3, 3) for q3_K, (5, 0) for q5_0, (4, 6) for
+// iq4_nl, the ten instantiated (q4_1 and q5_1 run q_dp4a's plain instances).
 template <int kBits, int kScales>
 Status gemv_dp4a_slots_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 void register_mma_variants(std::vector<GemvVariant>& out);     // gemv_mma.cu
@@ -46,5 +47,10 @@ size_t gemv_iq4xs_repacked_bytes(int64_t n, int64_t k);                         
 Status gemv_iq4xs_repack(const void* src, int64_t n, int64_t k, void* out, cudaStream_t s);  // gemv_iq4xs.cu
 Status dequant_iq4xs_repacked(const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out, cudaStream_t s);
 void register_q51_variants(std::vector<GemvVariant>& out);     // gemv_q51.cu
+// Q5_0, Q5_1 and IQ4_NL planes (gemv_block32_planes.cu): bytes, repack, and rows back to f16.
+size_t gemv_block32_planes_bytes(GgmlType t, int64_t n, int64_t k);
+Status gemv_block32_planes_repack(GgmlType t, const void* src, int64_t n, int64_t k, void* out, cudaStream_t s);
+Status dequant_block32_planes(GgmlType t, const void* w, int64_t n, int64_t k, int64_t row0, int64_t rows, void* out,
+                              cudaStream_t s);
 
 }  // namespace lamina::kernels
