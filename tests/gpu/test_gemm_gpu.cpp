@@ -214,7 +214,7 @@ TEST(GemmGpu, HgemmHopperWgmma) {
   run_dense(r, Shape{1100, 2100, 200}, rng);
 }
 
-// W [n][k] quantised row by row: the device image (the repacked planes of Q8_0, Q4_0, Q4_K, Q5_K, Q5_0, IQ4_NL,
+// W [n][k] quantised row by row: the device image (the repacked planes of Q8_0, Q4_0, Q4_K, Q5_K, Q5_0, Q5_1, IQ4_NL,
 // made by gemv_repack) and the logical B [k][n], the dequantised values rounded to A's type (what the
 // kernels feed the tensor cores).
 struct QuantWeight {
@@ -292,11 +292,13 @@ TEST(GemmGpu, QuantisedWeightsHopperWgmma) {
   for (const char* name : {"q2_wgmma", "q3_wgmma_rs"}) {
     const GemmVariant* v = find_gemm_variant(name);
     ASSERT_NE(v, nullptr) << name;
-    // (Q5_0's and IQ4_NL's planes: q3_wgmma_rs only)
-    for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q5_0, GgmlType::IQ4_NL}) {
+    // (the planes of Q5_0, Q5_1 and IQ4_NL: q3_wgmma_rs only)
+    for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q5_0, GgmlType::Q5_1,
+                        GgmlType::IQ4_NL}) {
       GemmProblem t;
       t.a_type = GgmlType::F16, t.b_type = wt, t.b_layout = WeightLayout::Repacked, t.b_col_major = true, t.k = 256;
-      const bool takes = (wt != GgmlType::Q5_0 && wt != GgmlType::IQ4_NL) || std::string(name) == "q3_wgmma_rs";
+      const bool rs_only = wt == GgmlType::Q5_0 || wt == GgmlType::Q5_1 || wt == GgmlType::IQ4_NL;
+      const bool takes = !rs_only || std::string(name) == "q3_wgmma_rs";
       EXPECT_EQ(v->supports(t), takes) << name << " " << type_name(wt);
       if (!takes) continue;
       for (const Shape s : {Shape{77, 67, 256}, Shape{130, 300, 512}, Shape{3, 200, 768}, Shape{700, 1500, 256},
@@ -374,7 +376,8 @@ TEST(GemmGpu, GatedGemmGivesTheGluOfBothProducts) {
   const GemmVariant* v = find_gemm_variant("q3_wgmma_rs");
   ASSERT_NE(v, nullptr);
   std::mt19937 rng(9);
-  for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q5_0, GgmlType::IQ4_NL})
+  for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q5_0, GgmlType::Q5_1,
+                      GgmlType::IQ4_NL})
     for (const Shape s : {Shape{77, 300, 256}, Shape{3, 200, 768}, Shape{200, 1100, 512}})
       for (GgmlType ct : {GgmlType::F32, GgmlType::F16}) run_gated(*v, wt, ct, ct == GgmlType::F16, s, rng);
   // No variant but the gated one takes it; a gated problem with beta is refused.

@@ -45,6 +45,7 @@ using qgemm_wgmma::kQ4_K;
 using qgemm_wgmma::kQ5_K;
 using qgemm_wgmma::kQ5_0;
 using qgemm_wgmma::kIQ4_NL;
+using qgemm_wgmma::kQ5_1;
 using wgmma_gemm::kBk;
 using wgmma_gemm::kWgThreads;
 
@@ -68,31 +69,60 @@ using qgemm_wgmma::q8_pair;
 // One thread's A fragments of one k-step (4 k16 steps x 4 registers) from a ring slot.
 template <QKind kKind>
 struct Frags {
-  uint4 aux[2];  // per group, rows r0 and r0 + 8: the eight f16 d (Q8_0, Q4_0, Q5_0) or the K header
+  static constexpr int kAuxVecs = Raw<kKind>::kAux / 16;
+  // per group, rows r0 and r0 + 8: the eight f16 d (Q8_0, Q4_0, Q5_0, IQ4_NL), the K header, or
+  // Q5_1's eight (d, m)
+  uint4 aux[2][kAuxVecs];
 
   __device__ void load_aux(const uint8_t* slot, int r0) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r = r0 + 8 * i;
-      aux[i] = *reinterpret_cast<const uint4*>(slot + size_t(128) * 4 * Raw<kKind>::kQBytes + size_t(r) * 16);
+#pragma unroll
+      for (int v = 0; v < kAuxVecs; ++v)
+        aux[i][v] = *reinterpret_cast<const uint4*>(slot + size_t(128) * 4 * Raw<kKind>::kQBytes + size_t(r) * Raw<kKind>::kAux + 16 * v);
     }
   }
 
-  // The f16 d of block b (0..7) of the group, row i.
-  __device__ __half2 d_of(int i, int b) const {
-    const uint32_t w = qgemm_wgmma::word(aux[i], b / 2);
+  // The f16 d of block b (0..7) of the group, row i (Q5_1: its m in offset).
+  __device__ __half2 d_of(int i, int b, __half2* offset = nullptr) const {
+    if constexpr (kKind == kQ5_1) {
+      const uint32_t w = qgemm_wgmma::word(aux[i][b / 4], b % 4);
+      *offset = __half2half2(__ushort_as_half(uint16_t(w >> 16)));
+      return __half2half2(__ushort_as_half(uint16_t(w)));
+    }
+    const uint32_t w = qgemm_wgmma::word(aux[i][0], b / 2);
     return __half2half2(__ushort_as_half(uint16_t(w >> (16 * (b % 2)))));
   }
 
-  // Row r's fifth-bit word of block b (0..7) from the slot's third box (Q5_K, Q5_0).
+  // Row r's fifth-bit word of block b (0..7) from the slot's third box (Q5_K, Q5_0, Q5_1).
   __device__ static uint32_t fifth(const uint8_t* slot, int r, int b) {
-    return reinterpret_cast<const uint32_t*>(slot + size_t(128) * (4 * Raw<kKind>::kQBytes + 16) + size_t(r) * 32)[b];
+    return reinterpret_cast<const uint32_t*>(slot + size_t(128) * (4 * Raw<kKind>::kQBytes + Raw<kKind>::kAux) + size_t(r) * 32)[b];
+  }
+
+  // The fragments of one block (half 0 or 1 of the k-step) for row r0 + 8 i: x its bytes 2t, 2t + 1,
+  // 2t + 8, 2t + 9 (pick4), their nibbles (the low ones k 0..15 of the block, the high ones 16..31)
+  // as q d + off in f16; with a fifth-bit plane (Q5_K, Q5_0, Q5_1), fb the block's word of fifth
+  // bits, two for each pair of bytes (elements 2t + 8 upper + 16 hi, + 1).
+  __device__ static void nibble_frags(uint32_t x, uint32_t fb, int t, int half, int i, __half2 d, __half2 off,
+                                      uint32_t (&f)[16]) {
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi)
+#pragma unroll
+      for (int up = 0; up < 2; ++up) {
+        uint32_t& out = f[4 * (2 * half + hi) + 2 * up + i];
+        if constexpr (Raw<kKind>::kFifth)
+          out = qgemm_wgmma::as_u32(__hfma2(qgemm_wgmma::nibble_pair5(x, up, hi, fb >> (2 * t + 8 * up + 16 * hi)), d, off));
+        else
+          out = q4_pair(x, up, hi, d, off);
+      }
   }
 
   // f[4 kk + reg]: k16 step kk of k-step s4 (0..3) of the group.
   __device__ void convert(const uint8_t* slot, int r0, int t, int s4, uint32_t (&f)[16]) const {
-    if constexpr (kKind == kQ4_0 || kKind == kQ5_0) {
-      // Q5_0: its fifth bits set above the nibbles (nibble_pair5, as Q5_K's below), offset -16 d
+    if constexpr (kKind == kQ4_0 || kKind == kQ5_0 || kKind == kQ5_1) {
+      // Q5_0, Q5_1: the fifth bits set above the nibbles (nibble_pair5, as Q5_K's below); offset -16 d
+      // (Q5_0), -8 d (Q4_0) or m (Q5_1)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {  // block b = 2 s4 + half covers k16 steps 2 half, 2 half + 1
         const int b = 2 * s4 + half;
@@ -100,23 +130,10 @@ struct Frags {
         for (int i = 0; i < 2; ++i) {
           const int r = r0 + 8 * i;
           const uint32_t x = pick4(slot + size_t(r) * 128 + 16 * (b ^ (r % 8)), t);
-          const __half2 d = d_of(i, b);
-          const __half2 off = __hneg2(__hmul2(qgemm_wgmma::h2_const(kKind == kQ5_0 ? 0x4C00 : 0x4800), d));  // 16 or 8: exact
-          if constexpr (kKind == kQ5_0) {
-            const uint32_t fb = fifth(slot, r, b);
-#pragma unroll
-            for (int hi = 0; hi < 2; ++hi)
-#pragma unroll
-              for (int up = 0; up < 2; ++up)
-                f[4 * (2 * half + hi) + 2 * up + i] = qgemm_wgmma::as_u32(
-                    __hfma2(qgemm_wgmma::nibble_pair5(x, up, hi, fb >> (2 * t + 8 * up + 16 * hi)), d, off));
-          } else {
-#pragma unroll
-            for (int hi = 0; hi < 2; ++hi) {  // low nibbles: k 0..15 of the block; high: 16..31
-              f[4 * (2 * half + hi) + i] = q4_pair(x, false, hi, d, off);
-              f[4 * (2 * half + hi) + 2 + i] = q4_pair(x, true, hi, d, off);
-            }
-          }
+          __half2 m;
+          const __half2 d = d_of(i, b, &m);
+          const __half2 off = kKind == kQ5_1 ? m : __hneg2(__hmul2(qgemm_wgmma::h2_const(kKind == kQ5_0 ? 0x4C00 : 0x4800), d));  // 16 or 8: exact
+          nibble_frags(x, kKind == kQ4_0 ? 0u : fifth(slot, r, b), t, half, i, d, off, f);
         }
       }
     } else if constexpr (kKind == kIQ4_NL) {
@@ -157,36 +174,21 @@ struct Frags {
       }
     } else {
       // Q4_K / Q5_K in Q4_0's order: sub-block b = 2 s4 + half covers k16 steps 2 half, 2 half + 1,
-      // its scale and min from the header in aux; Q5_K's fifth bits from the slot's third box
-      // (row r's word of block b), two for each pair of bytes (elements 2t + 8 upper + 16 hi, + 1).
+      // its scale and min from the header in aux; Q5_K's fifth bits from the slot's third box.
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r = r0 + 8 * i;
-        const float d = __half2float(__ushort_as_half(uint16_t(aux[i].x)));
-        const float dmin = __half2float(__ushort_as_half(uint16_t(aux[i].x >> 16)));
+        const float d = __half2float(__ushort_as_half(uint16_t(aux[i][0].x)));
+        const float dmin = __half2float(__ushort_as_half(uint16_t(aux[i][0].x >> 16)));
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int b = 2 * s4 + half;
           float sc, mn;
-          qgemm_wgmma::q4k_scale_min_words(b, aux[i], sc, mn);
+          qgemm_wgmma::q4k_scale_min_words(b, aux[i][0], sc, mn);
           __half2 ds, off;
           qgemm_wgmma::q4k_half_scales(d * sc, dmin * mn, ds, off);
           const uint32_t x = pick4(slot + size_t(r) * 128 + 16 * (b ^ (r % 8)), t);
-          if constexpr (kKind == kQ5_K) {
-            const uint32_t fb = fifth(slot, r, b);
-#pragma unroll
-            for (int hi = 0; hi < 2; ++hi)
-#pragma unroll
-              for (int up = 0; up < 2; ++up)
-                f[4 * (2 * half + hi) + 2 * up + i] = qgemm_wgmma::as_u32(
-                    __hfma2(qgemm_wgmma::nibble_pair5(x, up, hi, fb >> (2 * t + 8 * up + 16 * hi)), ds, off));
-          } else {
-#pragma unroll
-            for (int hi = 0; hi < 2; ++hi) {  // low nibbles: k 0..15 of the block; high: 16..31
-              f[4 * (2 * half + hi) + i] = q4_pair(x, false, hi, ds, off);
-              f[4 * (2 * half + hi) + 2 + i] = q4_pair(x, true, hi, ds, off);
-            }
-          }
+          nibble_frags(x, kKind == kQ5_K ? fifth(slot, r, b) : 0u, t, half, i, ds, off, f);
         }
       }
     }
@@ -442,5 +444,6 @@ Status run_q4_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_q5_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_q5_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_iq4_nl(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
+Status run_q5_1(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 
 }  // namespace lamina::kernels::qgemm_rs

@@ -20,6 +20,7 @@
 //               per slot, its bits set above each nibble in the f16 conversion
 //   Q5_0:       Q4_0's with Q5_K's fifth bits between quants and d (gemv_block32_planes.cu; read
 //               by q3_wgmma_rs only)
+//   Q5_1:       Q5_0's with (d, m) pairs: an aux box of 32 bytes per row (q3_wgmma_rs only)
 //   IQ4_NL:     Q4_0's, the quants in consecutive order: indices into the IQ4 table
 //               (gemv_block32_planes.cu; q3_wgmma_rs only)
 // Slot layouts (issue_raw) keep each thread's 16-byte reads of its own row free of bank conflicts.
@@ -35,7 +36,7 @@ namespace lamina::kernels::qgemm_wgmma {
 using wgmma_gemm::kBk;
 using wgmma_gemm::kWgThreads;
 
-enum QKind { kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ5_0, kIQ4_NL };
+enum QKind { kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ5_0, kIQ4_NL, kQ5_1 };
 
 __device__ __forceinline__ __half2 as_h2(uint32_t u) { return *reinterpret_cast<const __half2*>(&u); }
 __device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
@@ -112,10 +113,11 @@ template <QKind kKind, int kBn>
 struct DequantB {
   static constexpr int kQBytes = kKind == kQ8_0 ? 64 : 32;  // quant bytes per row per k-step
   static constexpr bool kK = kKind == kQ4_K || kKind == kQ5_K;  // a super-block header as aux
-  static constexpr bool kFifth = kKind == kQ5_K || kKind == kQ5_0;  // a plane of fifth bits
+  static constexpr bool kFifth = kKind == kQ5_K || kKind == kQ5_0 || kKind == kQ5_1;  // a plane of fifth bits
+  static constexpr int kAux = kKind == kQ5_1 ? 32 : 16;  // aux bytes per row and slot: 8 d, a K header, or 8 (d, m)
   struct Maps {
     CUtensorMap q;    // quant bytes, box [kBn][128]
-    CUtensorMap aux;  // box [kBn][16]: the d of 4 k-steps (Q8_0, Q4_0), or their super-block header (K)
+    CUtensorMap aux;  // box [kBn][kAux]: the d of 4 k-steps (Q8_0, Q4_0), their super-block header (K), or Q5_1's (d, m)
   };
   struct Maps5 : Maps {
     CUtensorMap hi;  // Q5_K, Q5_0: the fifth bits, box [kBn][32] (a word per block of 32)
@@ -135,7 +137,7 @@ struct DequantB {
   // their own): with 32- or 64-byte box rows (one k-step) the copies were
   // limited by the rate of row requests, not by bytes (Q8_0 and Q4_0 ran equally slowly).
   static constexpr int kSlots = 2, kStepsPerSlot = 4;
-  static constexpr int kSlotRow = kKind == kQ8_0 ? 256 + 16 : kFifth ? 176 : 144;  // bytes per weight row per slot
+  static constexpr int kSlotRow = kKind == kQ8_0 ? 256 + 16 : 128 + kAux + (kFifth ? 32 : 0);  // bytes per weight row per slot
   template <int kB>
   static constexpr size_t kSlotBytes = size_t(kB) * kSlotRow;
 
@@ -155,8 +157,8 @@ struct DequantB {
     tma::mbar_arrive_expect_tx(bar, uint32_t(kSlotBytes<kBn>));
     constexpr int kQ = 4 * kQBytes;  // quant bytes per row per slot
     for (int h = 0; h < kQ / 128; ++h) tma::load_2d(slot + h * kBn * 128, &b.q, g * kQ + h * 128, int(n0), bar);
-    tma::load_2d(slot + kBn * kQ, &b.aux, g * 16, int(n0), bar);
-    if constexpr (kFifth) tma::load_2d(slot + kBn * (kQ + 16), &b.hi, g * 32, int(n0), bar);
+    tma::load_2d(slot + kBn * kQ, &b.aux, g * kAux, int(n0), bar);
+    if constexpr (kFifth) tma::load_2d(slot + kBn * (kQ + kAux), &b.hi, g * 32, int(n0), bar);
   }
 
   // Row tr's bytes for k-step kt from its slot.
@@ -170,10 +172,10 @@ struct DequantB {
     const int c0 = (kKind == kQ8_0 ? s4 % 2 : s4) * kPer;
 #pragma unroll
     for (int j = 0; j < kPer; ++j) x.q[j] = *reinterpret_cast<const uint4*>(half + 16 * ((c0 + j) ^ (tr % 8)));
-    const uint4 a = *reinterpret_cast<const uint4*>(slot + size_t(kBn) * 4 * kQBytes + size_t(tr) * 16);
+    const uint4 a = *reinterpret_cast<const uint4*>(slot + size_t(kBn) * 4 * kQBytes + size_t(tr) * kAux);
     if constexpr (kK) x.aux = a;
     else x.aux = word(a, s4);
-    if constexpr (kFifth) x.hb = *reinterpret_cast<const uint2*>(slot + size_t(kBn) * (4 * kQBytes + 16) + size_t(tr) * 32 + 8 * s4);
+    if constexpr (kFifth) x.hb = *reinterpret_cast<const uint2*>(slot + size_t(kBn) * (4 * kQBytes + kAux) + size_t(tr) * 32 + 8 * s4);
     return x;
   }
 
@@ -252,12 +254,13 @@ template <QKind kKind, int kBn>
 bool make_args(const GemmProblem& p, typename DequantB<kKind, kBn>::Args& a) {
   const auto* w = static_cast<const uint8_t*>(p.b);
   const uint64_t n = uint64_t(p.n), k = uint64_t(p.k);
-  // the scale planes (Q4_0's and Q5_0's d, the K headers) are k / 16 bytes a row; Q5_K's and Q5_0's
-  // fifth bits (k / 8 a row) lie between the quants and the scales
-  const uint64_t row = kKind == kQ8_0 ? k : k / 2, hi = DequantB<kKind, kBn>::kFifth ? k / 8 : 0;
+  // the scale planes (Q4_0's and Q5_0's d, the K headers) are k / 16 bytes a row (Q5_1's (d, m):
+  // k / 8); the fifth bits of Q5_K, Q5_0 and Q5_1 (k / 8 a row) lie between the quants and the scales
+  using B = DequantB<kKind, kBn>;
+  const uint64_t row = kKind == kQ8_0 ? k : k / 2, hi = B::kFifth ? k / 8 : 0, aux = k / 256 * B::kAux;
   bool ok = tma::encode_2d_bytes(&a.q, w, n, row, row, kBn, 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
-            tma::encode_2d_bytes(&a.aux, w + n * (row + hi), n, k / 16, k / 16, kBn, 16, CU_TENSOR_MAP_SWIZZLE_NONE);
-  if constexpr (DequantB<kKind, kBn>::kFifth) ok = ok && tma::encode_2d_bytes(&a.hi, w + n * row, n, hi, hi, kBn, 32, CU_TENSOR_MAP_SWIZZLE_NONE);
+            tma::encode_2d_bytes(&a.aux, w + n * (row + hi), n, aux, aux, kBn, B::kAux, CU_TENSOR_MAP_SWIZZLE_NONE);
+  if constexpr (B::kFifth) ok = ok && tma::encode_2d_bytes(&a.hi, w + n * row, n, hi, hi, kBn, 32, CU_TENSOR_MAP_SWIZZLE_NONE);
   return ok;
 }
 
