@@ -42,7 +42,7 @@
 //     (kMaxB = 1): the 8-row instances are 160-244 KiB of SASS, and a batch-1 warp ran one copy
 //     of each loop body and branched over seven; in the decode chain every kernel starts on
 //     cold instruction caches (ncu: stall samples "no instructions").
-//   - decode's instances keep weights in flight across the epilogue (kOverlap, q4_0 / q8_0 / q4_K / q5_K,
+//   - decode's instances keep weights in flight across the epilogue (kOverlap, every type but q4_1 and q5_1,
 //     16 warps x 2 rows): the gate and up steps are loaded together, the next pass's first step
 //     goes out before this pass's epilogue, and y8 is made by a rotating warp behind named
 //     barriers while the other warps go on; one matrix at unroll 2 runs q_dp4a_slots (two
@@ -135,7 +135,7 @@ struct Dp4aLaunch {
     if constexpr (kRows >= 2) {
       if (c.warps * kRows == 32) {  // one 32-row block of y per block and pass (kBlock32)
         if (p.batch == 1) {
-          // Decode: the overlapping instances (every type but q4_1, 16 warps); one matrix at unroll 2 goes
+          // Decode: the overlapping instances (every type but q4_1 and q5_1, 16 warps); one matrix at unroll 2 goes
           // to q_dp4a_slots (gemv_dp4a_slots.cu). The gate/up pair runs at unroll 2 for either
           // config (at 4 its two steps of registers spill): the pair's unroll-4 config had run the
           // instance without overlap, which the tuner's back-to-back graph sometimes ranked first
