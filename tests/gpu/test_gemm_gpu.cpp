@@ -5,6 +5,7 @@
 #include "gpu_test_util.h"
 #include "format/quant.h"
 #include "format/quant_blocks.h"
+#include "format/quant_decode.h"
 #include "kernels/autotune/autotune.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemv/gemv.h"
@@ -238,7 +239,16 @@ float kquant_half_scaled(const uint8_t* row, int64_t e) {
   return float(double(q) * ds - dm);
 }
 
-// half_scales: Q4_K's and Q5_K's values as q2_wgmma and q3_wgmma_rs make them (kquant_half_scaled).
+// Q6_K as q3_wgmma_rs converts it: (q - 32) * f16(d sc), rounded to f16 once (exact in double).
+float q6k_half_scaled(const uint8_t* row, int64_t e) {
+  const block_q6_K& b = reinterpret_cast<const block_q6_K*>(row)[e / 256];
+  const int i = int(e % 256);
+  const double ds = f16_to_f32(f32_to_f16(f16_to_f32(b.d) * float(b.scales[i / 16])));
+  return float(double(q6k_quant(b, i) - 32) * ds);
+}
+
+// half_scales: Q4_K's, Q5_K's and Q6_K's values as q2_wgmma and q3_wgmma_rs make them (kquant_half_scaled,
+// q6k_half_scaled).
 void quant_weight(GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng, QuantWeight& q, bool half_scales = false) {
   std::normal_distribution<float> nd(0.f, 1.f);
   const size_t rb = row_bytes(wt, s.k);
@@ -253,6 +263,8 @@ void quant_weight(GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng, Q
       for (int64_t p = 0; p < s.k; ++p) deq[size_t(p)] = kquant_half_scaled<block_q4_K>(w.data() + size_t(j) * rb, p);
     if (half_scales && wt == GgmlType::Q5_K)
       for (int64_t p = 0; p < s.k; ++p) deq[size_t(p)] = kquant_half_scaled<block_q5_K>(w.data() + size_t(j) * rb, p);
+    if (half_scales && wt == GgmlType::Q6_K)
+      for (int64_t p = 0; p < s.k; ++p) deq[size_t(p)] = q6k_half_scaled(w.data() + size_t(j) * rb, p);
     for (int64_t p = 0; p < s.k; ++p) q.values[size_t(p * s.n + j)] = round_to(at, deq[size_t(p)]);
   }
   DeviceBuf raw(w.size()), out(gemv_repacked_bytes(wt, s.n, s.k));
@@ -292,12 +304,12 @@ TEST(GemmGpu, QuantisedWeightsHopperWgmma) {
   for (const char* name : {"q2_wgmma", "q3_wgmma_rs"}) {
     const GemmVariant* v = find_gemm_variant(name);
     ASSERT_NE(v, nullptr) << name;
-    // (the planes of Q5_0, Q5_1 and IQ4_NL: q3_wgmma_rs only)
+    // (the planes of Q5_0, Q5_1, Q6_K and IQ4_NL: q3_wgmma_rs only)
     for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q5_0, GgmlType::Q5_1,
-                        GgmlType::IQ4_NL}) {
+                        GgmlType::Q6_K, GgmlType::IQ4_NL}) {
       GemmProblem t;
       t.a_type = GgmlType::F16, t.b_type = wt, t.b_layout = WeightLayout::Repacked, t.b_col_major = true, t.k = 256;
-      const bool rs_only = wt == GgmlType::Q5_0 || wt == GgmlType::Q5_1 || wt == GgmlType::IQ4_NL;
+      const bool rs_only = wt == GgmlType::Q5_0 || wt == GgmlType::Q5_1 || wt == GgmlType::Q6_K || wt == GgmlType::IQ4_NL;
       const bool takes = !rs_only || std::string(name) == "q3_wgmma_rs";
       EXPECT_EQ(v->supports(t), takes) << name << " " << type_name(wt);
       if (!takes) continue;
@@ -377,7 +389,7 @@ TEST(GemmGpu, GatedGemmGivesTheGluOfBothProducts) {
   ASSERT_NE(v, nullptr);
   std::mt19937 rng(9);
   for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q5_0, GgmlType::Q5_1,
-                      GgmlType::IQ4_NL})
+                      GgmlType::Q6_K, GgmlType::IQ4_NL})
     for (const Shape s : {Shape{77, 300, 256}, Shape{3, 200, 768}, Shape{200, 1100, 512}})
       for (GgmlType ct : {GgmlType::F32, GgmlType::F16}) run_gated(*v, wt, ct, ct == GgmlType::F16, s, rng);
   // No variant but the gated one takes it; a gated problem with beta is refused.

@@ -35,6 +35,7 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/gemm/qgemm_wgmma.cuh"
 #include "kernels/gemv/gemv_iq4.cuh"
+#include "kernels/gemv/gemv_k23.cuh"
 
 namespace lamina::kernels::qgemm_rs {
 
@@ -46,6 +47,7 @@ using qgemm_wgmma::kQ5_K;
 using qgemm_wgmma::kQ5_0;
 using qgemm_wgmma::kIQ4_NL;
 using qgemm_wgmma::kQ5_1;
+using qgemm_wgmma::kQ6_K;
 using wgmma_gemm::kBk;
 using wgmma_gemm::kWgThreads;
 
@@ -95,9 +97,24 @@ struct Frags {
     return __half2half2(__ushort_as_half(uint16_t(w >> (16 * (b % 2)))));
   }
 
-  // Row r's fifth-bit word of block b (0..7) from the slot's third box (Q5_K, Q5_0, Q5_1).
-  __device__ static uint32_t fifth(const uint8_t* slot, int r, int b) {
-    return reinterpret_cast<const uint32_t*>(slot + size_t(128) * (4 * Raw<kKind>::kQBytes + Raw<kKind>::kAux) + size_t(r) * 32)[b];
+  // Row r's word i of its third box: the fifth bits of block i (Q5_K, Q5_0, Q5_1), or Q6_K's high 2
+  // bits of half i % 2 of block i / 2.
+  __device__ static uint32_t fifth(const uint8_t* slot, int r, int i) {
+    return reinterpret_cast<const uint32_t*>(slot + size_t(128) * (4 * Raw<kKind>::kQBytes + Raw<kKind>::kAux) +
+                                             size_t(r) * Raw<kKind>::kHi)[i];
+  }
+
+  float d6[2];  // Q6_K: the super-block's d of rows r0 and r0 + 8 (the slot's 256 k)
+
+  // Q6_K: the d of the slot's super-block (group g) for rows n0 + r0 and n0 + r0 + 8, from global
+  // memory (rows past n read as row n - 1; their products are not stored).
+  template <class Args>
+  __device__ void load_d(const Args& a, int64_t n0, int g, int r0) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int64_t row = n0 + r0 + 8 * i < a.n ? n0 + r0 + 8 * i : a.n - 1;
+      d6[i] = __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(a.d) + row * a.supers + g)));
+    }
   }
 
   // The fragments of one block (half 0 or 1 of the k-step) for row r0 + 8 i: x its bytes 2t, 2t + 1,
@@ -134,6 +151,39 @@ struct Frags {
           const __half2 d = d_of(i, b, &m);
           const __half2 off = kKind == kQ5_1 ? m : __hneg2(__hmul2(qgemm_wgmma::h2_const(kKind == kQ5_0 ? 0x4C00 : 0x4800), d));  // 16 or 8: exact
           nibble_frags(x, kKind == kQ4_0 ? 0u : fifth(slot, r, b), t, half, i, d, off, f);
+        }
+      }
+    } else if constexpr (kKind == kQ6_K) {
+      // block b = 2 s4 + half: its ql nibbles as Q4_0's, the high 2 bits of element e of half hi at
+      // bits k23_low_shift(e) of its qh word, the half's int8 scale; q6 = nibble | high << 4 exact
+      // in f16 (nibble_pair's exponent trick, six bits), then (q6 - 32) ds with ds = f16(d sc),
+      // one rounding (as q4k_half_scales)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int b = 2 * s4 + half;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int r = r0 + 8 * i;
+          const uint32_t x = pick4(slot + size_t(r) * 128 + 16 * (b ^ (r % 8)), t);
+#pragma unroll
+          for (int hi = 0; hi < 2; ++hi) {
+            const uint32_t h = fifth(slot, r, 2 * b + hi);
+            const int sc = int(int8_t(qgemm_wgmma::word(aux[i][0], (2 * b + hi) / 4) >> (8 * ((2 * b + hi) % 4))));
+            const __half2 ds = __float2half2_rn(d6[i] * float(sc));
+            const __half2 off = __hmul2(ds, qgemm_wgmma::h2_const(0xD000));  // -32 ds: exact
+#pragma unroll
+            for (int up = 0; up < 2; ++up) {
+              const int e = 2 * t + 8 * up;  // elements e, e + 1 of the half
+              const int s0 = gemv_detail::k23_low_shift(e), s1 = gemv_detail::k23_low_shift(e + 1);
+              const uint32_t h2 = ((h >> s0) & 3u) | ((h >> s1) & 3u) << 16;  // the pair's high bits, one per f16
+              const uint32_t pair = __byte_perm(x, 0, up ? 0x4342 : 0x4140);
+              const __half2 q = hi ? __hfma2(qgemm_wgmma::as_h2(qgemm_wgmma::and_or(pair, 0x00F000F0u, 0x64006400u) | h2 << 8),
+                                             qgemm_wgmma::h2_const(0x2C00), qgemm_wgmma::h2_const(0xD400))  // /16 - 64
+                                   : __hsub2(qgemm_wgmma::as_h2(qgemm_wgmma::and_or(pair, 0x000F000Fu, 0x64006400u) | h2 << 4),
+                                             qgemm_wgmma::h2_const(0x6400));  // - 1024
+              f[4 * (2 * half + hi) + 2 * up + i] = qgemm_wgmma::as_u32(__hfma2(q, ds, off));
+            }
+          }
         }
       }
     } else if constexpr (kKind == kIQ4_NL) {
@@ -312,7 +362,10 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
       if (h == 0 && (s4 == 0 || kt == kt0)) {
         tma::mbar_wait(&full_w[ws], wphase);
 #pragma unroll
-        for (int hh = 0; hh < kHalves; ++hh) fr[hh].load_aux(slot + hh * kSubBytes, r0);
+        for (int hh = 0; hh < kHalves; ++hh) {
+          fr[hh].load_aux(slot + hh * kSubBytes, r0);
+          if constexpr (kKind == kQ6_K) fr[hh].load_d(kGlu && hh == 1 ? w_up : w, kGlu ? n0 : n0 + 128 * hh, kt / kGroup, r0);
+        }
       }
       fr[h].convert(slot + h * kSubBytes, r0, t, s4, f);
       if (h == kHalves - 1 && (s4 == kGroup - 1 || kt + 1 == kt1)) {  // done with this slot
@@ -445,5 +498,6 @@ Status run_q5_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_q5_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_iq4_nl(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_q5_1(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
+Status run_q6_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 
 }  // namespace lamina::kernels::qgemm_rs

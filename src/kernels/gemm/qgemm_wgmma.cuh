@@ -21,6 +21,10 @@
 //   Q5_0:       Q4_0's with Q5_K's fifth bits between quants and d (gemv_block32_planes.cu; read
 //               by q3_wgmma_rs only)
 //   Q5_1:       Q5_0's with (d, m) pairs: an aux box of 32 bytes per row (q3_wgmma_rs only)
+//   Q6_K:       gemv_q6k.cu's planes: ql as Q4_0's quants, the int8 scales as Q4_0's d (16 bytes a
+//               slot), the qh words in a third box (64 bytes a slot); d per super-block read by the
+//               consumers from global memory (its plane's rows, k / 128 bytes, are no TMA stride)
+//               (q3_wgmma_rs only)
 //   IQ4_NL:     Q4_0's, the quants in consecutive order: indices into the IQ4 table
 //               (gemv_block32_planes.cu; q3_wgmma_rs only)
 // Slot layouts (issue_raw) keep each thread's 16-byte reads of its own row free of bank conflicts.
@@ -36,7 +40,7 @@ namespace lamina::kernels::qgemm_wgmma {
 using wgmma_gemm::kBk;
 using wgmma_gemm::kWgThreads;
 
-enum QKind { kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ5_0, kIQ4_NL, kQ5_1 };
+enum QKind { kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ5_0, kIQ4_NL, kQ5_1, kQ6_K };
 
 __device__ __forceinline__ __half2 as_h2(uint32_t u) { return *reinterpret_cast<const __half2*>(&u); }
 __device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
@@ -114,15 +118,22 @@ struct DequantB {
   static constexpr int kQBytes = kKind == kQ8_0 ? 64 : 32;  // quant bytes per row per k-step
   static constexpr bool kK = kKind == kQ4_K || kKind == kQ5_K;  // a super-block header as aux
   static constexpr bool kFifth = kKind == kQ5_K || kKind == kQ5_0 || kKind == kQ5_1;  // a plane of fifth bits
-  static constexpr int kAux = kKind == kQ5_1 ? 32 : 16;  // aux bytes per row and slot: 8 d, a K header, or 8 (d, m)
+  static constexpr bool kHigh = kFifth || kKind == kQ6_K;  // a third box: fifth bits, or Q6_K's high 2 bits
+  static constexpr int kHi = kKind == kQ6_K ? 64 : 32;     // its bytes per row and slot
+  // aux bytes per row and slot: 8 d, a K header, 8 (d, m) (Q5_1) or 16 int8 scales (Q6_K)
+  static constexpr int kAux = kKind == kQ5_1 ? 32 : 16;
   struct Maps {
     CUtensorMap q;    // quant bytes, box [kBn][128]
     CUtensorMap aux;  // box [kBn][kAux]: the d of 4 k-steps (Q8_0, Q4_0), their super-block header (K), or Q5_1's (d, m)
   };
   struct Maps5 : Maps {
-    CUtensorMap hi;  // Q5_K, Q5_0: the fifth bits, box [kBn][32] (a word per block of 32)
+    CUtensorMap hi;  // Q5_K, Q5_0, Q5_1: the fifth bits, box [kBn][32] (a word per block of 32); Q6_K: qh, [kBn][64]
   };
-  using Args = std::conditional_t<kFifth, Maps5, Maps>;
+  struct Maps6 : Maps5 {
+    const uint8_t* d;  // Q6_K: the d plane [n][k/256] f16
+    int64_t n, supers;
+  };
+  using Args = std::conditional_t<kKind == kQ6_K, Maps6, std::conditional_t<kFifth, Maps5, Maps>>;
   static constexpr uint32_t kTmaBytes = 0;
   // Two producer warpgroups; thread pt converts half of row pt % kBn (chunks 0-3 or 4-7 of the
   // k-step's eight 8-weight chunks). Only BN = 128 is built: a 4-step ring slot of BN = 256 rows
@@ -137,7 +148,7 @@ struct DequantB {
   // their own): with 32- or 64-byte box rows (one k-step) the copies were
   // limited by the rate of row requests, not by bytes (Q8_0 and Q4_0 ran equally slowly).
   static constexpr int kSlots = 2, kStepsPerSlot = 4;
-  static constexpr int kSlotRow = kKind == kQ8_0 ? 256 + 16 : 128 + kAux + (kFifth ? 32 : 0);  // bytes per weight row per slot
+  static constexpr int kSlotRow = kKind == kQ8_0 ? 256 + 16 : 128 + kAux + (kHigh ? kHi : 0);  // bytes per weight row per slot
   template <int kB>
   static constexpr size_t kSlotBytes = size_t(kB) * kSlotRow;
 
@@ -158,7 +169,7 @@ struct DequantB {
     constexpr int kQ = 4 * kQBytes;  // quant bytes per row per slot
     for (int h = 0; h < kQ / 128; ++h) tma::load_2d(slot + h * kBn * 128, &b.q, g * kQ + h * 128, int(n0), bar);
     tma::load_2d(slot + kBn * kQ, &b.aux, g * kAux, int(n0), bar);
-    if constexpr (kFifth) tma::load_2d(slot + kBn * (kQ + kAux), &b.hi, g * 32, int(n0), bar);
+    if constexpr (kHigh) tma::load_2d(slot + kBn * (kQ + kAux), &b.hi, g * kHi, int(n0), bar);
   }
 
   // Row tr's bytes for k-step kt from its slot.
@@ -256,11 +267,13 @@ bool make_args(const GemmProblem& p, typename DequantB<kKind, kBn>::Args& a) {
   const uint64_t n = uint64_t(p.n), k = uint64_t(p.k);
   // the scale planes (Q4_0's and Q5_0's d, the K headers) are k / 16 bytes a row (Q5_1's (d, m):
   // k / 8); the fifth bits of Q5_K, Q5_0 and Q5_1 (k / 8 a row) lie between the quants and the scales
+  // Q6_K: ql [n][k/2] | qh [n][k/4] | scales [n][k/16] | d [n][k/256] (gemv_q6k.cu)
   using B = DequantB<kKind, kBn>;
-  const uint64_t row = kKind == kQ8_0 ? k : k / 2, hi = B::kFifth ? k / 8 : 0, aux = k / 256 * B::kAux;
+  const uint64_t row = kKind == kQ8_0 ? k : k / 2, hi = B::kHigh ? k / 256 * B::kHi : 0, aux = k / 256 * B::kAux;
   bool ok = tma::encode_2d_bytes(&a.q, w, n, row, row, kBn, 128, CU_TENSOR_MAP_SWIZZLE_128B) &&
             tma::encode_2d_bytes(&a.aux, w + n * (row + hi), n, aux, aux, kBn, B::kAux, CU_TENSOR_MAP_SWIZZLE_NONE);
-  if constexpr (B::kFifth) ok = ok && tma::encode_2d_bytes(&a.hi, w + n * row, n, hi, hi, kBn, 32, CU_TENSOR_MAP_SWIZZLE_NONE);
+  if constexpr (B::kHigh) ok = ok && tma::encode_2d_bytes(&a.hi, w + n * row, n, hi, hi, kBn, B::kHi, CU_TENSOR_MAP_SWIZZLE_NONE);
+  if constexpr (kKind == kQ6_K) a.d = w + n * (row + hi + aux), a.n = int64_t(n), a.supers = int64_t(k / 256);
   return ok;
 }
 
