@@ -90,9 +90,9 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
     if (problems_) problems_->gemm.push_back(p);
     if (try_op(op_name(accumulate ? "gemm+res" : "gemm", w), bytes, flops, [&] { return kn::gemm(p, stream_); }).ok) return;
     // No GEMM variant for this type (or none that takes this problem): many rows through f16 (below:
-    // a repacked q2_K, q3_K, q4_K, q5_K, q6_K or iq4_xs from 33 rows; a quantised matrix in the GGUF
-    // layout, such as q5_1, from 129: its way through f32 moves about 10 bytes per weight, what 16
-    // slices of a 5-bit GEMV read), else GEMVs over 8-row slices.
+    // a repacked type that dequant_repacked takes from 33 rows; a quantised matrix left in the GGUF
+    // layout from 129: its way through f32 moves about 10 bytes per weight, what 16 slices of a
+    // 5-bit GEMV read), else GEMVs over 8-row slices.
     const bool planes = d.repacked && kn::dequant_repacked_takes(w.type);
     const bool gguf = !d.repacked && w.type != GgmlType::F32 && x.rows > 16 * kn::kGemvMaxBatch;
     if (x.rows > 4 * kn::kGemvMaxBatch && (planes || gguf)) {
