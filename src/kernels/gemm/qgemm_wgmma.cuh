@@ -155,14 +155,16 @@ struct DequantB {
   struct Row {
     uint4 q[kQBytes / 16];
     std::conditional_t<kK, uint4, uint32_t> aux;  // the K header, or the two f16 d
-    uint2 hb;  // Q5_K, Q5_0: the fifth bits of the step's two blocks
+    uint2 hb;  // Q5_K, Q5_0, Q5_1: the fifth bits of the step's two blocks
   };
 
   // Thread 0: group g (k-steps 4g .. 4g+3) into a ring slot (rows beyond N arrive as zeros).
   //   Q8_0  [2][kBn][128] quants (128-byte swizzle), then [kBn][16] d
   //   Q4_0  [kBn][128] quants (128-byte swizzle), then [kBn][16] d
   //   Q4_K  as Q4_0, the [kBn][16] being the rows' super-block headers
-  //   Q5_K  as Q4_K, then [kBn][32] fifth bits (the slot's eight blocks' words); Q5_0 as Q4_0 so
+  //   Q5_K  as Q4_K, then [kBn][32] fifth bits (the slot's eight blocks' words)
+  //   Q5_0, IQ4_NL as Q4_0 (Q5_0 with Q5_K's fifth bits); Q5_1 as Q5_0 with [kBn][32] (d, m);
+  //   Q6_K  as Q4_0 with the scales for the d, then [kBn][64] qh words
   template <int>
   __device__ static void issue_raw(const Args& b, int64_t n0, int g, uint8_t* slot, uint64_t* bar) {
     tma::mbar_arrive_expect_tx(bar, uint32_t(kSlotBytes<kBn>));

@@ -214,6 +214,9 @@ __global__ void repack_kernel(const uint8_t* __restrict__ src, int64_t n, int64_
   }
 }
 
+// The types with a scale per block of 32 whose planes gemv_block32_planes.cu makes.
+bool block32_planes(GgmlType t) { return t == GgmlType::Q5_0 || t == GgmlType::Q5_1 || t == GgmlType::IQ4_NL; }
+
 }  // namespace
 
 size_t gemv_repacked_bytes(GgmlType t, int64_t n, int64_t k) {
@@ -221,7 +224,7 @@ size_t gemv_repacked_bytes(GgmlType t, int64_t n, int64_t k) {
   if (t == GgmlType::Q2_K || t == GgmlType::Q3_K) return gemv_k23_planes_bytes(t, n, k);
   if (t == GgmlType::Q4_K || t == GgmlType::Q5_K) return gemv_kquant_planes_bytes(t, n, k);
   if (t == GgmlType::IQ4_XS) return gemv_iq4xs_repacked_bytes(n, k);
-  if (t == GgmlType::Q5_0 || t == GgmlType::Q5_1 || t == GgmlType::IQ4_NL) return gemv_block32_planes_bytes(t, n, k);
+  if (block32_planes(t)) return gemv_block32_planes_bytes(t, n, k);
   const size_t bits = t == GgmlType::Q8_0 ? 8 : 4;
   const size_t header = t == GgmlType::Q4_1 ? 4 : 2;
   return size_t(n) * size_t(k) * bits / 8 + size_t(n) * size_t(k / 32) * header;
@@ -232,7 +235,7 @@ Status gemv_repack(GgmlType t, const void* src, int64_t n, int64_t k, void* out,
   if (t == GgmlType::Q2_K || t == GgmlType::Q3_K) return gemv_k23_planes_repack(t, src, n, k, out, s);
   if (t == GgmlType::Q4_K || t == GgmlType::Q5_K) return gemv_kquant_planes_repack(t, src, n, k, out, s);
   if (t == GgmlType::IQ4_XS) return gemv_iq4xs_repack(src, n, k, out, s);
-  if (t == GgmlType::Q5_0 || t == GgmlType::Q5_1 || t == GgmlType::IQ4_NL) return gemv_block32_planes_repack(t, src, n, k, out, s);
+  if (block32_planes(t)) return gemv_block32_planes_repack(t, src, n, k, out, s);
   if (t != GgmlType::Q4_0 && t != GgmlType::Q4_1 && t != GgmlType::Q8_0)
     return Status::error("gemv_repack: only q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl and iq4_xs have a repacked layout");
   if (k % 32 || n <= 0) return Status::error("gemv_repack: bad shape");
@@ -252,7 +255,7 @@ Status dequant_repacked(GgmlType t, const void* w, int64_t n, int64_t k, int64_t
   if (t == GgmlType::Q2_K || t == GgmlType::Q3_K) return dequant_k23_planes(t, w, n, k, row0, rows, out, s);
   if (t == GgmlType::Q4_K || t == GgmlType::Q5_K) return dequant_kquant_planes(t, w, n, k, row0, rows, out, s);
   if (t == GgmlType::IQ4_XS) return dequant_iq4xs_repacked(w, n, k, row0, rows, out, s);
-  if (t == GgmlType::Q5_0 || t == GgmlType::Q5_1 || t == GgmlType::IQ4_NL) return dequant_block32_planes(t, w, n, k, row0, rows, out, s);
+  if (block32_planes(t)) return dequant_block32_planes(t, w, n, k, row0, rows, out, s);
   return Status::error("dequant_repacked: only q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl and iq4_xs");
 }
 
