@@ -247,8 +247,18 @@ float q6k_half_scaled(const uint8_t* row, int64_t e) {
   return float(double(q6k_quant(b, i) - 32) * ds);
 }
 
-// half_scales: Q4_K's, Q5_K's and Q6_K's values as q2_wgmma and q3_wgmma_rs make them (kquant_half_scaled,
-// q6k_half_scaled).
+// IQ4_XS as q3_wgmma_rs converts it: v * f16(d (ls - 32)), rounded to f16 once (exact in double).
+float iq4xs_half_scaled(const uint8_t* row, int64_t e) {
+  const block_iq4_xs& b = reinterpret_cast<const block_iq4_xs*>(row)[e / 256];
+  const int i = int(e % 256), ib = i / 32, j = i % 32;
+  const uint8_t byte = b.qs[16 * ib + j % 16];  // element j: the low nibble of byte j, j - 16 the high
+  const int v = iq4_value(j < 16 ? byte & 15 : byte >> 4);
+  const double ds = f16_to_f32(f32_to_f16(f16_to_f32(b.d) * float(iq4xs_scale(b, ib))));
+  return float(double(v) * ds);
+}
+
+// half_scales: Q4_K's, Q5_K's, Q6_K's and IQ4_XS's values as q2_wgmma and q3_wgmma_rs make them
+// (kquant_half_scaled, q6k_half_scaled, iq4xs_half_scaled).
 void quant_weight(GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng, QuantWeight& q, bool half_scales = false) {
   std::normal_distribution<float> nd(0.f, 1.f);
   const size_t rb = row_bytes(wt, s.k);
@@ -265,6 +275,8 @@ void quant_weight(GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng, Q
       for (int64_t p = 0; p < s.k; ++p) deq[size_t(p)] = kquant_half_scaled<block_q5_K>(w.data() + size_t(j) * rb, p);
     if (half_scales && wt == GgmlType::Q6_K)
       for (int64_t p = 0; p < s.k; ++p) deq[size_t(p)] = q6k_half_scaled(w.data() + size_t(j) * rb, p);
+    if (half_scales && wt == GgmlType::IQ4_XS)
+      for (int64_t p = 0; p < s.k; ++p) deq[size_t(p)] = iq4xs_half_scaled(w.data() + size_t(j) * rb, p);
     for (int64_t p = 0; p < s.k; ++p) q.values[size_t(p * s.n + j)] = round_to(at, deq[size_t(p)]);
   }
   DeviceBuf raw(w.size()), out(gemv_repacked_bytes(wt, s.n, s.k));
@@ -304,12 +316,13 @@ TEST(GemmGpu, QuantisedWeightsHopperWgmma) {
   for (const char* name : {"q2_wgmma", "q3_wgmma_rs"}) {
     const GemmVariant* v = find_gemm_variant(name);
     ASSERT_NE(v, nullptr) << name;
-    // (the planes of Q5_0, Q5_1, Q6_K and IQ4_NL: q3_wgmma_rs only)
+    // (the planes of Q5_0, Q5_1, Q6_K, IQ4_NL and IQ4_XS: q3_wgmma_rs only)
     for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q5_0, GgmlType::Q5_1,
-                        GgmlType::Q6_K, GgmlType::IQ4_NL}) {
+                        GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
       GemmProblem t;
       t.a_type = GgmlType::F16, t.b_type = wt, t.b_layout = WeightLayout::Repacked, t.b_col_major = true, t.k = 256;
-      const bool rs_only = wt == GgmlType::Q5_0 || wt == GgmlType::Q5_1 || wt == GgmlType::Q6_K || wt == GgmlType::IQ4_NL;
+      const bool rs_only = wt == GgmlType::Q5_0 || wt == GgmlType::Q5_1 || wt == GgmlType::Q6_K || wt == GgmlType::IQ4_NL ||
+                           wt == GgmlType::IQ4_XS;
       const bool takes = !rs_only || std::string(name) == "q3_wgmma_rs";
       EXPECT_EQ(v->supports(t), takes) << name << " " << type_name(wt);
       if (!takes) continue;
@@ -389,7 +402,7 @@ TEST(GemmGpu, GatedGemmGivesTheGluOfBothProducts) {
   ASSERT_NE(v, nullptr);
   std::mt19937 rng(9);
   for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q5_0, GgmlType::Q5_1,
-                      GgmlType::Q6_K, GgmlType::IQ4_NL})
+                      GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS})
     for (const Shape s : {Shape{77, 300, 256}, Shape{3, 200, 768}, Shape{200, 1100, 512}})
       for (GgmlType ct : {GgmlType::F32, GgmlType::F16}) run_gated(*v, wt, ct, ct == GgmlType::F16, s, rng);
   // No variant but the gated one takes it; a gated problem with beta is refused.

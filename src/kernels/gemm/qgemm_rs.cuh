@@ -48,6 +48,7 @@ using qgemm_wgmma::kQ5_0;
 using qgemm_wgmma::kIQ4_NL;
 using qgemm_wgmma::kQ5_1;
 using qgemm_wgmma::kQ6_K;
+using qgemm_wgmma::kIQ4_XS;
 using wgmma_gemm::kBk;
 using wgmma_gemm::kWgThreads;
 
@@ -73,8 +74,8 @@ template <QKind kKind>
 struct Frags {
   static constexpr int kAuxVecs = Raw<kKind>::kAux / 16;
   // per group, rows r0 and r0 + 8: the eight f16 d (Q8_0, Q4_0, Q5_0, IQ4_NL), the K header, or
-  // Q5_1's eight (d, m)
-  uint4 aux[2][kAuxVecs];
+  // Q5_1's eight (d, m) (IQ4_XS: none)
+  uint4 aux[2][kAuxVecs > 0 ? kAuxVecs : 1];
 
   __device__ void load_aux(const uint8_t* slot, int r0) {
 #pragma unroll
@@ -104,17 +105,31 @@ struct Frags {
                                              size_t(r) * Raw<kKind>::kHi)[i];
   }
 
-  float d6[2];  // Q6_K: the super-block's d of rows r0 and r0 + 8 (the slot's 256 k)
+  // The slot's super-block (the group's 256 k) of rows r0 and r0 + 8: Q6_K's d, IQ4_XS's header
+  // (d | scales_h << 16, scales_l).
+  float d6[2];
+  uint2 xs[2];
 
-  // Q6_K: the d of the slot's super-block (group g) for rows n0 + r0 and n0 + r0 + 8, from global
-  // memory (rows past n read as row n - 1; their products are not stored).
+  // Q6_K's d or IQ4_XS's header of the slot's super-block (group g) for rows n0 + r0 and n0 + r0 +
+  // 8, from global memory (rows past n read as row n - 1; their products are not stored).
   template <class Args>
-  __device__ void load_d(const Args& a, int64_t n0, int g, int r0) {
+  __device__ void load_supers(const Args& a, int64_t n0, int g, int r0) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int64_t row = n0 + r0 + 8 * i < a.n ? n0 + r0 + 8 * i : a.n - 1;
-      d6[i] = __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(a.d) + row * a.supers + g)));
+      if constexpr (kKind == kQ6_K)
+        d6[i] = __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(a.d) + row * a.supers + g)));
+      else
+        xs[i] = __ldg(reinterpret_cast<const uint2*>(a.d) + row * a.supers + g);
     }
+  }
+
+  // IQ4_XS: block b's (0..7) scale d (ls - 32) for row r0 + 8 i, ls its 6 bits (scales_l's nibble b
+  // below scales_h's bits 2b, 2b + 1; format/quant_decode.h: iq4xs_scale), rounded to f16 once
+  // (d (ls - 32) is exact in f32).
+  __device__ __half2 xs_scale(int i, int b) const {
+    const int ls = int((xs[i].y >> (4 * b)) & 15u) | int(((xs[i].x >> (16 + 2 * b)) & 3u) << 4);
+    return __float2half2_rn(__half2float(__ushort_as_half(uint16_t(xs[i].x))) * float(ls - 32));
   }
 
   // The fragments of one block (half 0 or 1 of the k-step) for row r0 + 8 i: x its bytes 2t, 2t + 1,
@@ -186,11 +201,12 @@ struct Frags {
           }
         }
       }
-    } else if constexpr (kKind == kIQ4_NL) {
+    } else if constexpr (kKind == kIQ4_NL || kKind == kIQ4_XS) {
       // block b = 2 s4 + half; its bytes are consecutive pairs of indices (byte j: elements 2j,
       // 2j + 1), so a fragment's k offsets 2t, 2t + 1 and 2t + 8, 2t + 9 of k16 step hi are bytes
       // 8 hi + t and 8 hi + t + 4 of the block's chunk: four table lookups (iq4_lookup4) give
-      // their int8 values in fragment order, converted as Q8_0's (q8_pair: one rounding of v d)
+      // their int8 values in fragment order, converted as Q8_0's (q8_pair: one rounding of v d,
+      // d the block's f16 d, or IQ4_XS's sub-block scale in f16)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int b = 2 * s4 + half;
@@ -198,7 +214,7 @@ struct Frags {
         for (int i = 0; i < 2; ++i) {
           const int r = r0 + 8 * i;
           const uint4 c = *reinterpret_cast<const uint4*>(slot + size_t(r) * 128 + 16 * (b ^ (r % 8)));
-          const __half2 d = d_of(i, b);
+          const __half2 d = kKind == kIQ4_XS ? xs_scale(i, b) : d_of(i, b);
           const uint32_t sel = uint32_t(t) | uint32_t(t + 4) << 4;  // byte t of the first word, byte t of the second
 #pragma unroll
           for (int hi = 0; hi < 2; ++hi) {
@@ -360,12 +376,14 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
       constexpr int h = decltype(hc)::value, s4 = decltype(s4c)::value;
       uint8_t* slot = ring + ws * kSlotBytes;
       if (h == 0 && (s4 == 0 || kt == kt0)) {
+        // (the super-blocks' records first: their loads overlap the wait for the slot)
+        if constexpr (Raw<kKind>::kSupers)
+#pragma unroll
+          for (int hh = 0; hh < kHalves; ++hh)
+            fr[hh].load_supers(kGlu && hh == 1 ? w_up : w, kGlu ? n0 : n0 + 128 * hh, kt / kGroup, r0);
         tma::mbar_wait(&full_w[ws], wphase);
 #pragma unroll
-        for (int hh = 0; hh < kHalves; ++hh) {
-          fr[hh].load_aux(slot + hh * kSubBytes, r0);
-          if constexpr (kKind == kQ6_K) fr[hh].load_d(kGlu && hh == 1 ? w_up : w, kGlu ? n0 : n0 + 128 * hh, kt / kGroup, r0);
-        }
+        for (int hh = 0; hh < kHalves; ++hh) fr[hh].load_aux(slot + hh * kSubBytes, r0);
       }
       fr[h].convert(slot + h * kSubBytes, r0, t, s4, f);
       if (h == kHalves - 1 && (s4 == kGroup - 1 || kt + 1 == kt1)) {  // done with this slot
@@ -499,5 +517,6 @@ Status run_q5_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_iq4_nl(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_q5_1(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_q6_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
+Status run_iq4_xs(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 
 }  // namespace lamina::kernels::qgemm_rs
