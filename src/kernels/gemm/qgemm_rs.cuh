@@ -27,7 +27,8 @@
 // of its output for the down projection (the batching engine's steps).
 //
 // Values are the same f16 numbers q2_wgmma stages (one rounding of the dequantised weight; Q4_K:
-// and of its scale pair first, q4k_half_scales).
+// and of its scale pair first, q4k_half_scales); Q6_K and IQ4_XS round their sub-block scale d sc
+// or d (ls - 32) to f16 first too.
 // Figures: docs/benchmarks.md (lamina kbench gemm).
 #pragma once
 
