@@ -215,8 +215,8 @@ TEST(GemmGpu, HgemmHopperWgmma) {
   run_dense(r, Shape{1100, 2100, 200}, rng);
 }
 
-// W [n][k] quantised row by row: the device image (the repacked planes of Q8_0, Q4_0, Q4_K, Q5_K, Q5_0, Q5_1, IQ4_NL,
-// made by gemv_repack) and the logical B [k][n], the dequantised values rounded to A's type (what the
+// W [n][k] quantised row by row: the device image (the repacked planes of its type, made by
+// gemv_repack) and the logical B [k][n], the dequantised values rounded to A's type (what the
 // kernels feed the tensor cores).
 struct QuantWeight {
   std::vector<uint8_t> image;
@@ -257,8 +257,26 @@ float iq4xs_half_scaled(const uint8_t* row, int64_t e) {
   return float(double(v) * ds);
 }
 
-// half_scales: Q4_K's, Q5_K's, Q6_K's and IQ4_XS's values as q2_wgmma and q3_wgmma_rs make them
-// (kquant_half_scaled, q6k_half_scaled, iq4xs_half_scaled).
+// Q3_K as q3_wgmma_rs converts it: (q - 4) * f16(d sc), and Q2_K: q * f16(d sc) - f16(dmin m), each
+// rounded to f16 once (exact in double).
+float q3k_half_scaled(const uint8_t* row, int64_t e) {
+  const block_q3_K& b = reinterpret_cast<const block_q3_K*>(row)[e / 256];
+  const int i = int(e % 256), q = k23_low2(b.qs, i) | q3k_high(b.hmask, i) << 2;
+  const double ds = f16_to_f32(f32_to_f16(f16_to_f32(b.d) * float(q3k_scale(b.scales, i / 16))));
+  return float(double(q - 4) * ds);
+}
+float q2k_half_scaled(const uint8_t* row, int64_t e) {
+  const block_q2_K& b = reinterpret_cast<const block_q2_K*>(row)[e / 256];
+  const int i = int(e % 256);
+  const uint8_t s = b.scales[i / 16];
+  const double ds = f16_to_f32(f32_to_f16(f16_to_f32(b.d) * float(s & 15)));
+  const double dm = f16_to_f32(f32_to_f16(f16_to_f32(b.dmin) * float(s >> 4)));
+  return float(double(k23_low2(b.qs, i)) * ds - dm);
+}
+
+// half_scales: Q4_K's, Q5_K's, Q6_K's, IQ4_XS's, Q3_K's and Q2_K's values as q2_wgmma and
+// q3_wgmma_rs make them (kquant_half_scaled, q6k_half_scaled, iq4xs_half_scaled, q3k_half_scaled,
+// q2k_half_scaled).
 void quant_weight(GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng, QuantWeight& q, bool half_scales = false) {
   std::normal_distribution<float> nd(0.f, 1.f);
   const size_t rb = row_bytes(wt, s.k);
@@ -277,6 +295,10 @@ void quant_weight(GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng, Q
       for (int64_t p = 0; p < s.k; ++p) deq[size_t(p)] = q6k_half_scaled(w.data() + size_t(j) * rb, p);
     if (half_scales && wt == GgmlType::IQ4_XS)
       for (int64_t p = 0; p < s.k; ++p) deq[size_t(p)] = iq4xs_half_scaled(w.data() + size_t(j) * rb, p);
+    if (half_scales && wt == GgmlType::Q3_K)
+      for (int64_t p = 0; p < s.k; ++p) deq[size_t(p)] = q3k_half_scaled(w.data() + size_t(j) * rb, p);
+    if (half_scales && wt == GgmlType::Q2_K)
+      for (int64_t p = 0; p < s.k; ++p) deq[size_t(p)] = q2k_half_scaled(w.data() + size_t(j) * rb, p);
     for (int64_t p = 0; p < s.k; ++p) q.values[size_t(p * s.n + j)] = round_to(at, deq[size_t(p)]);
   }
   DeviceBuf raw(w.size()), out(gemv_repacked_bytes(wt, s.n, s.k));
@@ -316,13 +338,13 @@ TEST(GemmGpu, QuantisedWeightsHopperWgmma) {
   for (const char* name : {"q2_wgmma", "q3_wgmma_rs"}) {
     const GemmVariant* v = find_gemm_variant(name);
     ASSERT_NE(v, nullptr) << name;
-    // (the planes of Q5_0, Q5_1, Q6_K, IQ4_NL and IQ4_XS: q3_wgmma_rs only)
+    // (the planes of Q5_0, Q5_1, Q6_K, IQ4_NL, IQ4_XS, Q3_K and Q2_K: q3_wgmma_rs only)
     for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q5_0, GgmlType::Q5_1,
-                        GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
+                        GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::Q3_K, GgmlType::Q2_K}) {
       GemmProblem t;
       t.a_type = GgmlType::F16, t.b_type = wt, t.b_layout = WeightLayout::Repacked, t.b_col_major = true, t.k = 256;
       const bool rs_only = wt == GgmlType::Q5_0 || wt == GgmlType::Q5_1 || wt == GgmlType::Q6_K || wt == GgmlType::IQ4_NL ||
-                           wt == GgmlType::IQ4_XS;
+                           wt == GgmlType::IQ4_XS || wt == GgmlType::Q3_K || wt == GgmlType::Q2_K;
       const bool takes = !rs_only || std::string(name) == "q3_wgmma_rs";
       EXPECT_EQ(v->supports(t), takes) << name << " " << type_name(wt);
       if (!takes) continue;
@@ -402,7 +424,7 @@ TEST(GemmGpu, GatedGemmGivesTheGluOfBothProducts) {
   ASSERT_NE(v, nullptr);
   std::mt19937 rng(9);
   for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q5_0, GgmlType::Q5_1,
-                      GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS})
+                      GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::Q3_K, GgmlType::Q2_K})
     for (const Shape s : {Shape{77, 300, 256}, Shape{3, 200, 768}, Shape{200, 1100, 512}})
       for (GgmlType ct : {GgmlType::F32, GgmlType::F16}) run_gated(*v, wt, ct, ct == GgmlType::F16, s, rng);
   // No variant but the gated one takes it; a gated problem with beta is refused.

@@ -50,6 +50,8 @@ using qgemm_wgmma::kIQ4_NL;
 using qgemm_wgmma::kQ5_1;
 using qgemm_wgmma::kQ6_K;
 using qgemm_wgmma::kIQ4_XS;
+using qgemm_wgmma::kQ3_K;
+using qgemm_wgmma::kQ2_K;
 using wgmma_gemm::kBk;
 using wgmma_gemm::kWgThreads;
 
@@ -99,27 +101,29 @@ struct Frags {
     return __half2half2(__ushort_as_half(uint16_t(w >> (16 * (b % 2)))));
   }
 
-  // Row r's word i of its third box: the fifth bits of block i (Q5_K, Q5_0, Q5_1), or Q6_K's high 2
-  // bits of half i % 2 of block i / 2.
+  // Row r's word i of its third box: the fifth bits of block i (Q5_K, Q5_0, Q5_1), Q6_K's high 2
+  // bits of half i % 2 of block i / 2, or Q3_K's third bits of block i.
   __device__ static uint32_t fifth(const uint8_t* slot, int r, int i) {
     return reinterpret_cast<const uint32_t*>(slot + size_t(128) * (4 * Raw<kKind>::kQBytes + Raw<kKind>::kAux) +
                                              size_t(r) * Raw<kKind>::kHi)[i];
   }
 
-  // The slot's super-block (the group's 256 k) of rows r0 and r0 + 8: Q6_K's d, IQ4_XS's header
-  // (d | scales_h << 16, scales_l).
+  // The slot's super-block (the group's 256 k) of rows r0 and r0 + 8: Q6_K's and Q3_K's d, IQ4_XS's
+  // header (d | scales_h << 16, scales_l) or Q2_K's d | dmin << 16 (xs[i].x).
   float d6[2];
   uint2 xs[2];
 
-  // Q6_K's d or IQ4_XS's header of the slot's super-block (group g) for rows n0 + r0 and n0 + r0 +
-  // 8, from global memory (rows past n read as row n - 1; their products are not stored).
+  // That record of the slot's super-block (group g) for rows n0 + r0 and n0 + r0 + 8, from global
+  // memory (rows past n read as row n - 1; their products are not stored).
   template <class Args>
   __device__ void load_supers(const Args& a, int64_t n0, int g, int r0) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int64_t row = n0 + r0 + 8 * i < a.n ? n0 + r0 + 8 * i : a.n - 1;
-      if constexpr (kKind == kQ6_K)
+      if constexpr (kKind == kQ6_K || kKind == kQ3_K)
         d6[i] = __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(a.d) + row * a.supers + g)));
+      else if constexpr (kKind == kQ2_K)
+        xs[i].x = __ldg(reinterpret_cast<const uint32_t*>(a.d) + row * a.supers + g);
       else
         xs[i] = __ldg(reinterpret_cast<const uint2*>(a.d) + row * a.supers + g);
     }
@@ -131,6 +135,12 @@ struct Frags {
   __device__ __half2 xs_scale(int i, int b) const {
     const int ls = int((xs[i].y >> (4 * b)) & 15u) | int(((xs[i].x >> (16 + 2 * b)) & 3u) << 4);
     return __float2half2_rn(__half2float(__ushort_as_half(uint16_t(xs[i].x))) * float(ls - 32));
+  }
+
+  // Elements e, e + 1 (0..15) of a half's word in Q6_K's qh order (gemv_k23.cuh: k23_low_shift):
+  // their 2-bit fields at bits 0-1 and 16-17, one per f16 of a pair.
+  __device__ static uint32_t two_bit_pair(uint32_t w, int e) {
+    return ((w >> gemv_detail::k23_low_shift(e)) & 3u) | ((w >> gemv_detail::k23_low_shift(e + 1)) & 3u) << 16;
   }
 
   // The fragments of one block (half 0 or 1 of the k-step) for row r0 + 8 i: x its bytes 2t, 2t + 1,
@@ -189,9 +199,7 @@ struct Frags {
             const __half2 off = __hmul2(ds, qgemm_wgmma::h2_const(0xD000));  // -32 ds: exact
 #pragma unroll
             for (int up = 0; up < 2; ++up) {
-              const int e = 2 * t + 8 * up;  // elements e, e + 1 of the half
-              const int s0 = gemv_detail::k23_low_shift(e), s1 = gemv_detail::k23_low_shift(e + 1);
-              const uint32_t h2 = ((h >> s0) & 3u) | ((h >> s1) & 3u) << 16;  // the pair's high bits, one per f16
+              const uint32_t h2 = two_bit_pair(h, 2 * t + 8 * up);  // the high bits of elements 2t + 8 up, + 1 of the half
               const uint32_t pair = __byte_perm(x, 0, up ? 0x4342 : 0x4140);
               const __half2 q = hi ? __hfma2(qgemm_wgmma::as_h2(qgemm_wgmma::and_or(pair, 0x00F000F0u, 0x64006400u) | h2 << 8),
                                              qgemm_wgmma::h2_const(0x2C00), qgemm_wgmma::h2_const(0xD400))  // /16 - 64
@@ -222,6 +230,46 @@ struct Frags {
             const uint32_t v = gemv_detail::iq4_lookup4(__byte_perm(hi ? c.z : c.x, hi ? c.w : c.y, sel));
             f[4 * (2 * half + hi) + i] = q8_pair(v, false, d);
             f[4 * (2 * half + hi) + 2 + i] = q8_pair(v, true, d);
+          }
+        }
+      }
+    } else if constexpr (kKind == kQ3_K || kKind == kQ2_K) {
+      // block b = 2 s4 + half: half hi's 2-bit fields in the low word 2b + hi of the row's 64 bytes
+      // (two_bit_pair), Q3_K's third bits in word b of the third box (k23_high_shift); q = low |
+      // third << 2 exact in f16 under the exponent 0x64, then one rounding of q ds + off: Q3_K (q - 4)
+      // f16(d sc) (sc int8, already less 32), Q2_K q f16(d sc) - f16(dmin m) (q4k_half_scales)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int b = 2 * s4 + half;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int r = r0 + 8 * i;
+          const uint32_t* low = reinterpret_cast<const uint32_t*>(slot + size_t(r) * 64);
+          const uint32_t third = kKind == kQ3_K ? fifth(slot, r, b) : 0u;
+#pragma unroll
+          for (int hi = 0; hi < 2; ++hi) {
+            const int g16 = 2 * b + hi;  // the 16-element group: its scale byte
+            const uint32_t sb = (qgemm_wgmma::word(aux[i][0], g16 / 4) >> (8 * (g16 % 4))) & 0xFFu;
+            __half2 ds, off;
+            if constexpr (kKind == kQ3_K) {
+              ds = __float2half2_rn(d6[i] * float(int(int8_t(sb))));
+              off = __hmul2(ds, qgemm_wgmma::h2_const(0xC400));  // -4 ds: exact
+            } else {
+              const float d = __half2float(__ushort_as_half(uint16_t(xs[i].x)));
+              const float dmin = __half2float(__ushort_as_half(uint16_t(xs[i].x >> 16)));
+              qgemm_wgmma::q4k_half_scales(d * float(sb & 15u), dmin * float(sb >> 4), ds, off);
+            }
+            const uint32_t w = low[g16];
+#pragma unroll
+            for (int up = 0; up < 2; ++up) {
+              const int e = 2 * t + 8 * up;  // elements e, e + 1 of the half
+              uint32_t q = two_bit_pair(w, e);
+              if constexpr (kKind == kQ3_K)
+                q |= (((third >> gemv_detail::k23_high_shift(16 * hi + e)) & 1u) |
+                      ((third >> gemv_detail::k23_high_shift(16 * hi + e + 1)) & 1u) << 16) << 2;
+              const __half2 v = __hsub2(qgemm_wgmma::as_h2(q | 0x64006400u), qgemm_wgmma::h2_const(0x6400));  // - 1024
+              f[4 * (2 * half + hi) + 2 * up + i] = qgemm_wgmma::as_u32(__hfma2(v, ds, off));
+            }
           }
         }
       }
@@ -519,5 +567,7 @@ Status run_iq4_nl(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_q5_1(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_q6_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_iq4_xs(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
+Status run_q3_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
+Status run_q2_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 
 }  // namespace lamina::kernels::qgemm_rs

@@ -30,6 +30,10 @@
 //   IQ4_XS:     IQ4_NL's quants, no aux box: the 8-byte super-block headers (d, the 6-bit scales)
 //               read by the consumers from global memory (gemv_iq4xs.cu's planes; their rows,
 //               k / 32 bytes, are no TMA stride where k / 256 is odd) (q3_wgmma_rs only)
+//   Q3_K, Q2_K: gemv_k23.cuh's planes: the low 2 bits as the quants (64 bytes a row and slot, no
+//               swizzle), the 16 scales of the slot as Q6_K's (Q3_K int8, Q2_K scale | min << 4),
+//               Q3_K's third bits in a third box (32 bytes), the super-block's d (Q2_K: (d, dmin))
+//               from global memory as Q6_K's (q3_wgmma_rs only)
 // Slot layouts (issue_raw) keep each thread's 16-byte reads of its own row free of bank conflicts.
 // Values are rounded to f16 once after scaling, as a dequantised f16 copy would be (Q4_K: its
 // scale pair is rounded to f16 first, q4k_half_scales).
@@ -43,7 +47,7 @@ namespace lamina::kernels::qgemm_wgmma {
 using wgmma_gemm::kBk;
 using wgmma_gemm::kWgThreads;
 
-enum QKind { kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ5_0, kIQ4_NL, kQ5_1, kQ6_K, kIQ4_XS };
+enum QKind { kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ5_0, kIQ4_NL, kQ5_1, kQ6_K, kIQ4_XS, kQ3_K, kQ2_K };
 
 __device__ __forceinline__ __half2 as_h2(uint32_t u) { return *reinterpret_cast<const __half2*>(&u); }
 __device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
@@ -118,30 +122,32 @@ __device__ __forceinline__ void q4k_scale_min_words(int j, const uint4& h, float
 
 template <QKind kKind, int kBn>
 struct DequantB {
-  static constexpr int kQBytes = kKind == kQ8_0 ? 64 : 32;  // quant bytes per row per k-step
+  static constexpr bool kK23 = kKind == kQ3_K || kKind == kQ2_K;  // 2-bit planes (gemv_k23.cuh)
+  static constexpr int kQBytes = kKind == kQ8_0 ? 64 : kK23 ? 16 : 32;  // quant bytes per row per k-step
+  static constexpr int kQBox = kK23 ? 64 : 128;  // a quant box's row: 128 bytes swizzled, or Q2_K/Q3_K's 64 plain
   static constexpr bool kK = kKind == kQ4_K || kKind == kQ5_K;  // a super-block header as aux
   static constexpr bool kFifth = kKind == kQ5_K || kKind == kQ5_0 || kKind == kQ5_1;  // a plane of fifth bits
-  static constexpr bool kHigh = kFifth || kKind == kQ6_K;  // a third box: fifth bits, or Q6_K's high 2 bits
+  static constexpr bool kHigh = kFifth || kKind == kQ6_K || kKind == kQ3_K;  // a third box: fifth bits, Q6_K's high 2 bits, Q3_K's third
   static constexpr int kHi = kKind == kQ6_K ? 64 : 32;     // its bytes per row and slot
   // aux bytes per row and slot: 8 d, a K header, 8 (d, m) (Q5_1), 16 int8 scales (Q6_K), none (IQ4_XS)
   static constexpr int kAux = kKind == kQ5_1 ? 32 : kKind == kIQ4_XS ? 0 : 16;
   // a plane of one record per row and super-block that the consumers read from global memory:
-  // Q6_K's f16 d, IQ4_XS's 8-byte header
-  static constexpr bool kSupers = kKind == kQ6_K || kKind == kIQ4_XS;
+  // Q6_K's and Q3_K's f16 d, Q2_K's (d, dmin), IQ4_XS's 8-byte header
+  static constexpr bool kSupers = kKind == kQ6_K || kKind == kIQ4_XS || kK23;
   struct Maps {
     CUtensorMap q;    // quant bytes, box [kBn][128]
     CUtensorMap aux;  // box [kBn][kAux]: the d of 4 k-steps (Q8_0, Q4_0), their super-block header (K), or Q5_1's (d, m)
   };
   struct Maps5 : Maps {
-    CUtensorMap hi;  // Q5_K, Q5_0, Q5_1: the fifth bits, box [kBn][32] (a word per block of 32); Q6_K: qh, [kBn][64]
+    CUtensorMap hi;  // Q5_K, Q5_0, Q5_1: the fifth bits, box [kBn][32] (a word per block of 32); Q6_K: qh, [kBn][64]; Q3_K: [kBn][32]
   };
   template <class Maps0>
   struct WithSupers : Maps0 {
-    const uint8_t* d;  // Q6_K: the d plane [n][k/256] f16; IQ4_XS: the headers [n][k/256][8]
+    const uint8_t* d;  // Q6_K, Q3_K: the d plane [n][k/256] f16; Q2_K: (d, dmin); IQ4_XS: the headers [n][k/256][8]
     int64_t n, supers;
   };
-  using Args = std::conditional_t<kKind == kQ6_K, WithSupers<Maps5>,
-                                  std::conditional_t<kKind == kIQ4_XS, WithSupers<Maps>, std::conditional_t<kFifth, Maps5, Maps>>>;
+  using Base = std::conditional_t<kHigh, Maps5, Maps>;
+  using Args = std::conditional_t<kSupers, WithSupers<Base>, Base>;
   static constexpr uint32_t kTmaBytes = 0;
   // Two producer warpgroups; thread pt converts half of row pt % kBn (chunks 0-3 or 4-7 of the
   // k-step's eight 8-weight chunks). Only BN = 128 is built: a 4-step ring slot of BN = 256 rows
@@ -156,7 +162,7 @@ struct DequantB {
   // their own): with 32- or 64-byte box rows (one k-step) the copies were
   // limited by the rate of row requests, not by bytes (Q8_0 and Q4_0 ran equally slowly).
   static constexpr int kSlots = 2, kStepsPerSlot = 4;
-  static constexpr int kSlotRow = kKind == kQ8_0 ? 256 + 16 : 128 + kAux + (kHigh ? kHi : 0);  // bytes per weight row per slot
+  static constexpr int kSlotRow = 4 * kQBytes + kAux + (kHigh ? kHi : 0);  // bytes per weight row per slot
   template <int kB>
   static constexpr size_t kSlotBytes = size_t(kB) * kSlotRow;
 
@@ -174,11 +180,13 @@ struct DequantB {
   //   Q5_0, IQ4_NL as Q4_0 (Q5_0 with Q5_K's fifth bits); Q5_1 as Q5_0 with [kBn][32] (d, m);
   //   Q6_K  as Q4_0 with the scales for the d, then [kBn][64] qh words
   //   IQ4_XS the quants alone
+  //   Q3_K  [kBn][64] low bits (no swizzle), [kBn][16] int8 scales, [kBn][32] third bits; Q2_K
+  //         without the third bits, its scales as in the file
   template <int>
   __device__ static void issue_raw(const Args& b, int64_t n0, int g, uint8_t* slot, uint64_t* bar) {
     tma::mbar_arrive_expect_tx(bar, uint32_t(kSlotBytes<kBn>));
     constexpr int kQ = 4 * kQBytes;  // quant bytes per row per slot
-    for (int h = 0; h < kQ / 128; ++h) tma::load_2d(slot + h * kBn * 128, &b.q, g * kQ + h * 128, int(n0), bar);
+    for (int h = 0; h < kQ / kQBox; ++h) tma::load_2d(slot + h * kBn * kQBox, &b.q, g * kQ + h * kQBox, int(n0), bar);
     if constexpr (kAux > 0) tma::load_2d(slot + kBn * kQ, &b.aux, g * kAux, int(n0), bar);
     if constexpr (kHigh) tma::load_2d(slot + kBn * (kQ + kAux), &b.hi, g * kHi, int(n0), bar);
   }
@@ -280,9 +288,12 @@ bool make_args(const GemmProblem& p, typename DequantB<kKind, kBn>::Args& a) {
   // k / 8); the fifth bits of Q5_K, Q5_0 and Q5_1 (k / 8 a row) lie between the quants and the scales
   // Q6_K: ql [n][k/2] | qh [n][k/4] | scales [n][k/16] | d [n][k/256] (gemv_q6k.cu)
   // IQ4_XS: quants [n][k/2] | headers [n][k/256][8] (gemv_iq4xs.cu)
+  // Q3_K: low [n][k/4] | third bits [n][k/8] | scales [n][k/16] | d [n][k/256]; Q2_K: low | scales |
+  // (d, dmin) (gemv_k23.cuh)
   using B = DequantB<kKind, kBn>;
-  const uint64_t row = kKind == kQ8_0 ? k : k / 2, hi = B::kHigh ? k / 256 * B::kHi : 0, aux = k / 256 * B::kAux;
-  bool ok = tma::encode_2d_bytes(&a.q, w, n, row, row, kBn, 128, CU_TENSOR_MAP_SWIZZLE_128B);
+  const uint64_t row = k / 256 * 4 * B::kQBytes, hi = B::kHigh ? k / 256 * B::kHi : 0, aux = k / 256 * B::kAux;
+  bool ok = tma::encode_2d_bytes(&a.q, w, n, row, row, kBn, B::kQBox,
+                                 B::kQBox == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE);
   if constexpr (B::kAux > 0)
     ok = ok && tma::encode_2d_bytes(&a.aux, w + n * (row + hi), n, aux, aux, kBn, B::kAux, CU_TENSOR_MAP_SWIZZLE_NONE);
   if constexpr (B::kHigh) ok = ok && tma::encode_2d_bytes(&a.hi, w + n * row, n, hi, hi, kBn, B::kHi, CU_TENSOR_MAP_SWIZZLE_NONE);
