@@ -338,13 +338,13 @@ TEST(GemmGpu, QuantisedWeightsHopperWgmma) {
   for (const char* name : {"q2_wgmma", "q3_wgmma_rs"}) {
     const GemmVariant* v = find_gemm_variant(name);
     ASSERT_NE(v, nullptr) << name;
-    // (the planes of Q5_0, Q5_1, Q6_K, IQ4_NL, IQ4_XS, Q3_K and Q2_K: q3_wgmma_rs only)
+    // (the planes of Q5_0, Q5_1, Q6_K, IQ4_NL, IQ4_XS, Q3_K, Q2_K and Q4_1: q3_wgmma_rs only)
     for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q5_0, GgmlType::Q5_1,
-                        GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::Q3_K, GgmlType::Q2_K}) {
+                        GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::Q4_1}) {
       GemmProblem t;
       t.a_type = GgmlType::F16, t.b_type = wt, t.b_layout = WeightLayout::Repacked, t.b_col_major = true, t.k = 256;
       const bool rs_only = wt == GgmlType::Q5_0 || wt == GgmlType::Q5_1 || wt == GgmlType::Q6_K || wt == GgmlType::IQ4_NL ||
-                           wt == GgmlType::IQ4_XS || wt == GgmlType::Q3_K || wt == GgmlType::Q2_K;
+                           wt == GgmlType::IQ4_XS || wt == GgmlType::Q3_K || wt == GgmlType::Q2_K || wt == GgmlType::Q4_1;
       const bool takes = !rs_only || std::string(name) == "q3_wgmma_rs";
       EXPECT_EQ(v->supports(t), takes) << name << " " << type_name(wt);
       if (!takes) continue;
@@ -424,7 +424,7 @@ TEST(GemmGpu, GatedGemmGivesTheGluOfBothProducts) {
   ASSERT_NE(v, nullptr);
   std::mt19937 rng(9);
   for (GgmlType wt : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q5_0, GgmlType::Q5_1,
-                      GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::Q3_K, GgmlType::Q2_K})
+                      GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::Q3_K, GgmlType::Q2_K, GgmlType::Q4_1})
     for (const Shape s : {Shape{77, 300, 256}, Shape{3, 200, 768}, Shape{200, 1100, 512}})
       for (GgmlType ct : {GgmlType::F32, GgmlType::F16}) run_gated(*v, wt, ct, ct == GgmlType::F16, s, rng);
   // No variant but the gated one takes it; a gated problem with beta is refused.

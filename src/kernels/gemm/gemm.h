@@ -11,7 +11,7 @@
 // Types: SGEMM: A, B, C f32 in any of the four layouts. HGEMM: A row-major f16/bf16, B
 // column-major of the same type, C f32/f16/bf16. Quantised GEMM: A row-major f16/bf16, B a
 // weight matrix in Q8_0 / Q4_0 / Q4_K / Q5_K, and for q3_wgmma_rs Q5_0 / Q5_1 / Q6_K / IQ4_NL /
-// IQ4_XS / Q3_K / Q2_K (the repacked planes of gemv_repack).
+// IQ4_XS / Q3_K / Q2_K / Q4_1 (the repacked planes of gemv_repack).
 // Split-K (GemmConfig::splits > 1): each K range writes f32 partials to the workspace
 // [splits][m][n]; a second kernel sums them and applies alpha, beta and C's type.
 //

@@ -15,6 +15,7 @@ LAMINA_QGEMM_RS_EXTERN(kQ6_K)
 LAMINA_QGEMM_RS_EXTERN(kIQ4_XS)
 LAMINA_QGEMM_RS_EXTERN(kQ3_K)
 LAMINA_QGEMM_RS_EXTERN(kQ2_K)
+LAMINA_QGEMM_RS_EXTERN(kQ4_1)
 
 Status run_q8_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) { return run_kind<kQ8_0>(p, c, s); }
 Status run_q4_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) { return run_kind<kQ4_0>(p, c, s); }
@@ -27,5 +28,6 @@ Status run_q6_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) { ret
 Status run_iq4_xs(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) { return run_kind<kIQ4_XS>(p, c, s); }
 Status run_q3_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) { return run_kind<kQ3_K>(p, c, s); }
 Status run_q2_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) { return run_kind<kQ2_K>(p, c, s); }
+Status run_q4_1(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) { return run_kind<kQ4_1>(p, c, s); }
 
 }  // namespace lamina::kernels::qgemm_rs

@@ -52,6 +52,7 @@ using qgemm_wgmma::kQ6_K;
 using qgemm_wgmma::kIQ4_XS;
 using qgemm_wgmma::kQ3_K;
 using qgemm_wgmma::kQ2_K;
+using qgemm_wgmma::kQ4_1;
 using wgmma_gemm::kBk;
 using wgmma_gemm::kWgThreads;
 
@@ -77,7 +78,7 @@ template <QKind kKind>
 struct Frags {
   static constexpr int kAuxVecs = Raw<kKind>::kAux / 16;
   // per group, rows r0 and r0 + 8: the eight f16 d (Q8_0, Q4_0, Q5_0, IQ4_NL), the K header, or
-  // Q5_1's eight (d, m) (IQ4_XS: none)
+  // Q5_1's and Q4_1's eight (d, m) (IQ4_XS: none)
   uint4 aux[2][kAuxVecs > 0 ? kAuxVecs : 1];
 
   __device__ void load_aux(const uint8_t* slot, int r0) {
@@ -90,9 +91,9 @@ struct Frags {
     }
   }
 
-  // The f16 d of block b (0..7) of the group, row i (Q5_1: its m in offset).
+  // The f16 d of block b (0..7) of the group, row i (Q5_1, Q4_1: its m in offset).
   __device__ __half2 d_of(int i, int b, __half2* offset = nullptr) const {
-    if constexpr (kKind == kQ5_1) {
+    if constexpr (kKind == kQ5_1 || kKind == kQ4_1) {
       const uint32_t w = qgemm_wgmma::word(aux[i][b / 4], b % 4);
       *offset = __half2half2(__ushort_as_half(uint16_t(w >> 16)));
       return __half2half2(__ushort_as_half(uint16_t(w)));
@@ -161,118 +162,104 @@ struct Frags {
       }
   }
 
+  // f(half, b, i, r) for the two blocks b = 2 s4 + half of k-step s4 and the thread's two rows
+  // r = r0 + 8 i, unrolled: the loop the block-wise conversions below run.
+  template <class F>
+  __device__ __forceinline__ static void each_block_row(int s4, int r0, F&& f) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) f(half, 2 * s4 + half, i, r0 + 8 * i);
+  }
+
   // f[4 kk + reg]: k16 step kk of k-step s4 (0..3) of the group.
   __device__ void convert(const uint8_t* slot, int r0, int t, int s4, uint32_t (&f)[16]) const {
-    if constexpr (kKind == kQ4_0 || kKind == kQ5_0 || kKind == kQ5_1) {
+    if constexpr (kKind == kQ4_0 || kKind == kQ5_0 || kKind == kQ5_1 || kKind == kQ4_1) {
       // Q5_0, Q5_1: the fifth bits set above the nibbles (nibble_pair5, as Q5_K's below); offset -16 d
-      // (Q5_0), -8 d (Q4_0) or m (Q5_1)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {  // block b = 2 s4 + half covers k16 steps 2 half, 2 half + 1
-        const int b = 2 * s4 + half;
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int r = r0 + 8 * i;
-          const uint32_t x = pick4(slot + size_t(r) * 128 + 16 * (b ^ (r % 8)), t);
-          __half2 m;
-          const __half2 d = d_of(i, b, &m);
-          const __half2 off = kKind == kQ5_1 ? m : __hneg2(__hmul2(qgemm_wgmma::h2_const(kKind == kQ5_0 ? 0x4C00 : 0x4800), d));  // 16 or 8: exact
-          nibble_frags(x, kKind == kQ4_0 ? 0u : fifth(slot, r, b), t, half, i, d, off, f);
-        }
-      }
+      // (Q5_0), -8 d (Q4_0) or m (Q5_1, Q4_1)
+      each_block_row(s4, r0, [&](int half, int b, int i, int r) {  // block b = 2 s4 + half covers k16 steps 2 half, 2 half + 1
+        const uint32_t x = pick4(slot + size_t(r) * 128 + 16 * (b ^ (r % 8)), t);
+        __half2 m;
+        const __half2 d = d_of(i, b, &m);
+        const __half2 off = kKind == kQ5_1 || kKind == kQ4_1 ? m : __hneg2(__hmul2(qgemm_wgmma::h2_const(kKind == kQ5_0 ? 0x4C00 : 0x4800), d));  // 16 or 8: exact
+        nibble_frags(x, Raw<kKind>::kFifth ? fifth(slot, r, b) : 0u, t, half, i, d, off, f);
+      });
     } else if constexpr (kKind == kQ6_K) {
       // block b = 2 s4 + half: its ql nibbles as Q4_0's, the high 2 bits of element e of half hi at
       // bits k23_low_shift(e) of its qh word, the half's int8 scale; q6 = nibble | high << 4 exact
       // in f16 (nibble_pair's exponent trick, six bits), then (q6 - 32) ds with ds = f16(d sc),
       // one rounding (as q4k_half_scales)
+      each_block_row(s4, r0, [&](int half, int b, int i, int r) {
+        const uint32_t x = pick4(slot + size_t(r) * 128 + 16 * (b ^ (r % 8)), t);
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int b = 2 * s4 + half;
+        for (int hi = 0; hi < 2; ++hi) {
+          const uint32_t h = fifth(slot, r, 2 * b + hi);
+          const int sc = int(int8_t(qgemm_wgmma::word(aux[i][0], (2 * b + hi) / 4) >> (8 * ((2 * b + hi) % 4))));
+          const __half2 ds = __float2half2_rn(d6[i] * float(sc));
+          const __half2 off = __hmul2(ds, qgemm_wgmma::h2_const(0xD000));  // -32 ds: exact
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int r = r0 + 8 * i;
-          const uint32_t x = pick4(slot + size_t(r) * 128 + 16 * (b ^ (r % 8)), t);
-#pragma unroll
-          for (int hi = 0; hi < 2; ++hi) {
-            const uint32_t h = fifth(slot, r, 2 * b + hi);
-            const int sc = int(int8_t(qgemm_wgmma::word(aux[i][0], (2 * b + hi) / 4) >> (8 * ((2 * b + hi) % 4))));
-            const __half2 ds = __float2half2_rn(d6[i] * float(sc));
-            const __half2 off = __hmul2(ds, qgemm_wgmma::h2_const(0xD000));  // -32 ds: exact
-#pragma unroll
-            for (int up = 0; up < 2; ++up) {
-              const uint32_t h2 = two_bit_pair(h, 2 * t + 8 * up);  // the high bits of elements 2t + 8 up, + 1 of the half
-              const uint32_t pair = __byte_perm(x, 0, up ? 0x4342 : 0x4140);
-              const __half2 q = hi ? __hfma2(qgemm_wgmma::as_h2(qgemm_wgmma::and_or(pair, 0x00F000F0u, 0x64006400u) | h2 << 8),
-                                             qgemm_wgmma::h2_const(0x2C00), qgemm_wgmma::h2_const(0xD400))  // /16 - 64
-                                   : __hsub2(qgemm_wgmma::as_h2(qgemm_wgmma::and_or(pair, 0x000F000Fu, 0x64006400u) | h2 << 4),
-                                             qgemm_wgmma::h2_const(0x6400));  // - 1024
-              f[4 * (2 * half + hi) + 2 * up + i] = qgemm_wgmma::as_u32(__hfma2(q, ds, off));
-            }
+          for (int up = 0; up < 2; ++up) {
+            const uint32_t h2 = two_bit_pair(h, 2 * t + 8 * up);  // the high bits of elements 2t + 8 up, + 1 of the half
+            const uint32_t pair = __byte_perm(x, 0, up ? 0x4342 : 0x4140);
+            const __half2 q = hi ? __hfma2(qgemm_wgmma::as_h2(qgemm_wgmma::and_or(pair, 0x00F000F0u, 0x64006400u) | h2 << 8),
+                                           qgemm_wgmma::h2_const(0x2C00), qgemm_wgmma::h2_const(0xD400))  // /16 - 64
+                                 : __hsub2(qgemm_wgmma::as_h2(qgemm_wgmma::and_or(pair, 0x000F000Fu, 0x64006400u) | h2 << 4),
+                                           qgemm_wgmma::h2_const(0x6400));  // - 1024
+            f[4 * (2 * half + hi) + 2 * up + i] = qgemm_wgmma::as_u32(__hfma2(q, ds, off));
           }
         }
-      }
+      });
     } else if constexpr (kKind == kIQ4_NL || kKind == kIQ4_XS) {
       // block b = 2 s4 + half; its bytes are consecutive pairs of indices (byte j: elements 2j,
       // 2j + 1), so a fragment's k offsets 2t, 2t + 1 and 2t + 8, 2t + 9 of k16 step hi are bytes
       // 8 hi + t and 8 hi + t + 4 of the block's chunk: four table lookups (iq4_lookup4) give
       // their int8 values in fragment order, converted as Q8_0's (q8_pair: one rounding of v d,
       // d the block's f16 d, or IQ4_XS's sub-block scale in f16)
+      each_block_row(s4, r0, [&](int half, int b, int i, int r) {
+        const uint4 c = *reinterpret_cast<const uint4*>(slot + size_t(r) * 128 + 16 * (b ^ (r % 8)));
+        const __half2 d = kKind == kIQ4_XS ? xs_scale(i, b) : d_of(i, b);
+        const uint32_t sel = uint32_t(t) | uint32_t(t + 4) << 4;  // byte t of the first word, byte t of the second
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int b = 2 * s4 + half;
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int r = r0 + 8 * i;
-          const uint4 c = *reinterpret_cast<const uint4*>(slot + size_t(r) * 128 + 16 * (b ^ (r % 8)));
-          const __half2 d = kKind == kIQ4_XS ? xs_scale(i, b) : d_of(i, b);
-          const uint32_t sel = uint32_t(t) | uint32_t(t + 4) << 4;  // byte t of the first word, byte t of the second
-#pragma unroll
-          for (int hi = 0; hi < 2; ++hi) {
-            const uint32_t v = gemv_detail::iq4_lookup4(__byte_perm(hi ? c.z : c.x, hi ? c.w : c.y, sel));
-            f[4 * (2 * half + hi) + i] = q8_pair(v, false, d);
-            f[4 * (2 * half + hi) + 2 + i] = q8_pair(v, true, d);
-          }
+        for (int hi = 0; hi < 2; ++hi) {
+          const uint32_t v = gemv_detail::iq4_lookup4(__byte_perm(hi ? c.z : c.x, hi ? c.w : c.y, sel));
+          f[4 * (2 * half + hi) + i] = q8_pair(v, false, d);
+          f[4 * (2 * half + hi) + 2 + i] = q8_pair(v, true, d);
         }
-      }
+      });
     } else if constexpr (kKind == kQ3_K || kKind == kQ2_K) {
       // block b = 2 s4 + half: half hi's 2-bit fields in the low word 2b + hi of the row's 64 bytes
       // (two_bit_pair), Q3_K's third bits in word b of the third box (k23_high_shift); q = low |
       // third << 2 exact in f16 under the exponent 0x64, then one rounding of q ds + off: Q3_K (q - 4)
       // f16(d sc) (sc int8, already less 32), Q2_K q f16(d sc) - f16(dmin m) (q4k_half_scales)
+      each_block_row(s4, r0, [&](int half, int b, int i, int r) {
+        const uint32_t* low = reinterpret_cast<const uint32_t*>(slot + size_t(r) * 64);
+        const uint32_t third = kKind == kQ3_K ? fifth(slot, r, b) : 0u;
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int b = 2 * s4 + half;
+        for (int hi = 0; hi < 2; ++hi) {
+          const int g16 = 2 * b + hi;  // the 16-element group: its scale byte
+          const uint32_t sb = (qgemm_wgmma::word(aux[i][0], g16 / 4) >> (8 * (g16 % 4))) & 0xFFu;
+          __half2 ds, off;
+          if constexpr (kKind == kQ3_K) {
+            ds = __float2half2_rn(d6[i] * float(int(int8_t(sb))));
+            off = __hmul2(ds, qgemm_wgmma::h2_const(0xC400));  // -4 ds: exact
+          } else {
+            const float d = __half2float(__ushort_as_half(uint16_t(xs[i].x)));
+            const float dmin = __half2float(__ushort_as_half(uint16_t(xs[i].x >> 16)));
+            qgemm_wgmma::q4k_half_scales(d * float(sb & 15u), dmin * float(sb >> 4), ds, off);
+          }
+          const uint32_t w = low[g16];
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int r = r0 + 8 * i;
-          const uint32_t* low = reinterpret_cast<const uint32_t*>(slot + size_t(r) * 64);
-          const uint32_t third = kKind == kQ3_K ? fifth(slot, r, b) : 0u;
-#pragma unroll
-          for (int hi = 0; hi < 2; ++hi) {
-            const int g16 = 2 * b + hi;  // the 16-element group: its scale byte
-            const uint32_t sb = (qgemm_wgmma::word(aux[i][0], g16 / 4) >> (8 * (g16 % 4))) & 0xFFu;
-            __half2 ds, off;
-            if constexpr (kKind == kQ3_K) {
-              ds = __float2half2_rn(d6[i] * float(int(int8_t(sb))));
-              off = __hmul2(ds, qgemm_wgmma::h2_const(0xC400));  // -4 ds: exact
-            } else {
-              const float d = __half2float(__ushort_as_half(uint16_t(xs[i].x)));
-              const float dmin = __half2float(__ushort_as_half(uint16_t(xs[i].x >> 16)));
-              qgemm_wgmma::q4k_half_scales(d * float(sb & 15u), dmin * float(sb >> 4), ds, off);
-            }
-            const uint32_t w = low[g16];
-#pragma unroll
-            for (int up = 0; up < 2; ++up) {
-              const int e = 2 * t + 8 * up;  // elements e, e + 1 of the half
-              uint32_t q = two_bit_pair(w, e);
-              if constexpr (kKind == kQ3_K)
-                q |= (((third >> gemv_detail::k23_high_shift(16 * hi + e)) & 1u) |
-                      ((third >> gemv_detail::k23_high_shift(16 * hi + e + 1)) & 1u) << 16) << 2;
-              const __half2 v = __hsub2(qgemm_wgmma::as_h2(q | 0x64006400u), qgemm_wgmma::h2_const(0x6400));  // - 1024
-              f[4 * (2 * half + hi) + 2 * up + i] = qgemm_wgmma::as_u32(__hfma2(v, ds, off));
-            }
+          for (int up = 0; up < 2; ++up) {
+            const int e = 2 * t + 8 * up;  // elements e, e + 1 of the half
+            uint32_t q = two_bit_pair(w, e);
+            if constexpr (kKind == kQ3_K)
+              q |= (((third >> gemv_detail::k23_high_shift(16 * hi + e)) & 1u) |
+                    ((third >> gemv_detail::k23_high_shift(16 * hi + e + 1)) & 1u) << 16) << 2;
+            const __half2 v = __hsub2(qgemm_wgmma::as_h2(q | 0x64006400u), qgemm_wgmma::h2_const(0x6400));  // - 1024
+            f[4 * (2 * half + hi) + 2 * up + i] = qgemm_wgmma::as_u32(__hfma2(v, ds, off));
           }
         }
-      }
+      });
     } else if constexpr (kKind == kQ8_0) {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
@@ -569,5 +556,6 @@ Status run_q6_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_iq4_xs(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_q3_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 Status run_q2_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
+Status run_q4_1(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 
 }  // namespace lamina::kernels::qgemm_rs

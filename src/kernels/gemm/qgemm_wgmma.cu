@@ -24,16 +24,17 @@ Status run_q3(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
   if (p.b_type == GgmlType::IQ4_XS) return qgemm_rs::run_iq4_xs(p, c, s);
   if (p.b_type == GgmlType::Q3_K) return qgemm_rs::run_q3_k(p, c, s);
   if (p.b_type == GgmlType::Q2_K) return qgemm_rs::run_q2_k(p, c, s);
+  if (p.b_type == GgmlType::Q4_1) return qgemm_rs::run_q4_1(p, c, s);
   return qgemm_rs::run_q4_k(p, c, s);
 }
 
 // Both variants read the same planes of gemv_repack; q3_wgmma_rs (rs) also those of Q5_0, Q5_1, Q6_K,
-// IQ4_NL, IQ4_XS, Q3_K and Q2_K. TMA needs 16-byte row strides: K a multiple of 256 (the d plane's rows are k/16 bytes).
+// IQ4_NL, IQ4_XS, Q3_K, Q2_K and Q4_1. TMA needs 16-byte row strides: K a multiple of 256 (the d plane's rows are k/16 bytes).
 bool takes_planes(const GemmProblem& p, bool rs) {
   const GgmlType t = p.b_type;
   const bool both = t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K || t == GgmlType::Q5_K;
   const bool rs_only = t == GgmlType::Q5_0 || t == GgmlType::Q5_1 || t == GgmlType::Q6_K || t == GgmlType::IQ4_NL ||
-                       t == GgmlType::IQ4_XS || t == GgmlType::Q3_K || t == GgmlType::Q2_K;
+                       t == GgmlType::IQ4_XS || t == GgmlType::Q3_K || t == GgmlType::Q2_K || t == GgmlType::Q4_1;
   const bool type = both || (rs && rs_only);
   return wgmma_gemm::hopper() && p.a_type == GgmlType::F16 && type && p.b_layout == WeightLayout::Repacked && !p.a_col_major &&
          p.b_col_major && p.k % 256 == 0;

@@ -21,6 +21,7 @@
 //   Q5_0:       Q4_0's with Q5_K's fifth bits between quants and d (gemv_block32_planes.cu; read
 //               by q3_wgmma_rs only)
 //   Q5_1:       Q5_0's with (d, m) pairs: an aux box of 32 bytes per row (q3_wgmma_rs only)
+//   Q4_1:       Q4_0's quants with Q5_1's (d, m) aux box (q3_wgmma_rs only)
 //   Q6_K:       gemv_q6k.cu's planes: ql as Q4_0's quants, the int8 scales as Q4_0's d (16 bytes a
 //               slot), the qh words in a third box (64 bytes a slot); d per super-block read by the
 //               consumers from global memory (its plane's rows, k / 128 bytes, are no TMA stride)
@@ -47,7 +48,7 @@ namespace lamina::kernels::qgemm_wgmma {
 using wgmma_gemm::kBk;
 using wgmma_gemm::kWgThreads;
 
-enum QKind { kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ5_0, kIQ4_NL, kQ5_1, kQ6_K, kIQ4_XS, kQ3_K, kQ2_K };
+enum QKind { kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ5_0, kIQ4_NL, kQ5_1, kQ6_K, kIQ4_XS, kQ3_K, kQ2_K, kQ4_1 };
 
 __device__ __forceinline__ __half2 as_h2(uint32_t u) { return *reinterpret_cast<const __half2*>(&u); }
 __device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
@@ -129,8 +130,8 @@ struct DequantB {
   static constexpr bool kFifth = kKind == kQ5_K || kKind == kQ5_0 || kKind == kQ5_1;  // a plane of fifth bits
   static constexpr bool kHigh = kFifth || kKind == kQ6_K || kKind == kQ3_K;  // a third box: fifth bits, Q6_K's high 2 bits, Q3_K's third
   static constexpr int kHi = kKind == kQ6_K ? 64 : 32;     // its bytes per row and slot
-  // aux bytes per row and slot: 8 d, a K header, 8 (d, m) (Q5_1), 16 int8 scales (Q6_K), none (IQ4_XS)
-  static constexpr int kAux = kKind == kQ5_1 ? 32 : kKind == kIQ4_XS ? 0 : 16;
+  // aux bytes per row and slot: 8 d, a K header, 8 (d, m) (Q5_1, Q4_1), 16 int8 scales (Q6_K), none (IQ4_XS)
+  static constexpr int kAux = kKind == kQ5_1 || kKind == kQ4_1 ? 32 : kKind == kIQ4_XS ? 0 : 16;
   // a plane of one record per row and super-block that the consumers read from global memory:
   // Q6_K's and Q3_K's f16 d, Q2_K's (d, dmin), IQ4_XS's 8-byte header
   static constexpr bool kSupers = kKind == kQ6_K || kKind == kIQ4_XS || kK23;
@@ -177,7 +178,8 @@ struct DequantB {
   //   Q4_0  [kBn][128] quants (128-byte swizzle), then [kBn][16] d
   //   Q4_K  as Q4_0, the [kBn][16] being the rows' super-block headers
   //   Q5_K  as Q4_K, then [kBn][32] fifth bits (the slot's eight blocks' words)
-  //   Q5_0, IQ4_NL as Q4_0 (Q5_0 with Q5_K's fifth bits); Q5_1 as Q5_0 with [kBn][32] (d, m);
+  //   Q5_0, IQ4_NL as Q4_0 (Q5_0 with Q5_K's fifth bits); Q5_1 as Q5_0 with [kBn][32] (d, m); Q4_1
+  //         as Q4_0 with Q5_1's (d, m);
   //   Q6_K  as Q4_0 with the scales for the d, then [kBn][64] qh words
   //   IQ4_XS the quants alone
   //   Q3_K  [kBn][64] low bits (no swizzle), [kBn][16] int8 scales, [kBn][32] third bits; Q2_K
