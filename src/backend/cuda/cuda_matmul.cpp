@@ -130,7 +130,8 @@ const void* CudaBackend::convert(Tensor x, GgmlType type) {
 
 // A matmul of many rows that no GEMM variant takes (every repacked type has one on Hopper where k is
 // a multiple of 256, as the K-quants' super-blocks make it; a GPU before Hopper, or a matrix of a
-// 32-element block type of another k): 8-row GEMV slices would read the
+// 32-element block type of another k; q4_1's planes are not among dequant_repacked's and stay on
+// the GEMV slices): 8-row GEMV slices would read the
 // matrix once per 8 rows, so the matrix is dequantised to f16 in slices of its rows (8M elements:
 // 16 MiB, and 32 MiB of f32 on the way for the GGUF layout) and each slice multiplied by the f16
 // GEMM into its columns of out. Repacked planes (dequant_repacked_takes) are dequantised to f16

@@ -2,7 +2,7 @@
 // roles of the operands swap: the block computes C^T[n][m] = W[n][k] X[m][k]^T, with the 128
 // weight rows of its tile as wgmma's M side (2 consumer warpgroups x 64 rows) and up to 256
 // activation rows as its N side. The quantised bytes of W arrive by TMA into a ring of raw
-// slots (q2_wgmma's slot layouts, 4 k-steps each) and each consumer thread converts the
+// slots (q2_wgmma's slot layouts and those of the types only it reads, 4 k-steps each) and each consumer thread converts the
 // bytes of its own A fragment straight into registers: no f16 copy of W is written to shared
 // memory, there are no producer warpgroups doing the conversion, and a W tile is converted
 // once per 64 x BM x 16 tensor-core product instead of once per 128 x 128 x 16 one.
@@ -27,8 +27,8 @@
 // of its output for the down projection (the batching engine's steps).
 //
 // Values are the same f16 numbers q2_wgmma stages (one rounding of the dequantised weight; Q4_K:
-// and of its scale pair first, q4k_half_scales); Q6_K and IQ4_XS round their sub-block scale d sc
-// or d (ls - 32) to f16 first too.
+// and of its scale pair first, q4k_half_scales); Q6_K, Q3_K, Q2_K and IQ4_XS round their sub-block
+// scale (d sc, Q2_K's pair, d (ls - 32)) to f16 first too.
 // Figures: docs/benchmarks.md (lamina kbench gemm).
 #pragma once
 
@@ -77,8 +77,9 @@ using qgemm_wgmma::q8_pair;
 template <QKind kKind>
 struct Frags {
   static constexpr int kAuxVecs = Raw<kKind>::kAux / 16;
-  // per group, rows r0 and r0 + 8: the eight f16 d (Q8_0, Q4_0, Q5_0, IQ4_NL), the K header, or
-  // Q5_1's and Q4_1's eight (d, m) (IQ4_XS: none)
+  // per group, rows r0 and r0 + 8: the eight f16 d (Q8_0, Q4_0, Q5_0, IQ4_NL), the K header,
+  // Q5_1's and Q4_1's eight (d, m), or the 16 scale bytes (Q6_K, Q3_K int8; Q2_K scale | min << 4)
+  // (IQ4_XS: none)
   uint4 aux[2][kAuxVecs > 0 ? kAuxVecs : 1];
 
   __device__ void load_aux(const uint8_t* slot, int r0) {

@@ -35,9 +35,11 @@
 //               swizzle), the 16 scales of the slot as Q6_K's (Q3_K int8, Q2_K scale | min << 4),
 //               Q3_K's third bits in a third box (32 bytes), the super-block's d (Q2_K: (d, dmin))
 //               from global memory as Q6_K's (q3_wgmma_rs only)
-// Slot layouts (issue_raw) keep each thread's 16-byte reads of its own row free of bank conflicts.
-// Values are rounded to f16 once after scaling, as a dequantised f16 copy would be (Q4_K: its
-// scale pair is rounded to f16 first, q4k_half_scales).
+// Slot layouts (issue_raw) keep each thread's 16-byte reads of its own row free of bank conflicts
+// (not the 4-byte words of the third boxes and of Q2_K's / Q3_K's 64-byte quant rows: eight rows a
+// 64-byte stride apart meet in two banks).
+// Values are rounded to f16 once after scaling, as a dequantised f16 copy would be (Q4_K, Q2_K: the
+// scale pair is rounded to f16 first, q4k_half_scales; Q6_K, Q3_K, IQ4_XS: the sub-block scale).
 // Figures: docs/benchmarks.md (lamina kbench gemm).
 #pragma once
 
@@ -136,8 +138,9 @@ struct DequantB {
   // Q6_K's and Q3_K's f16 d, Q2_K's (d, dmin), IQ4_XS's 8-byte header
   static constexpr bool kSupers = kKind == kQ6_K || kKind == kIQ4_XS || kK23;
   struct Maps {
-    CUtensorMap q;    // quant bytes, box [kBn][128]
-    CUtensorMap aux;  // box [kBn][kAux]: the d of 4 k-steps (Q8_0, Q4_0), their super-block header (K), or Q5_1's (d, m)
+    CUtensorMap q;    // quant bytes, box [kBn][kQBox]
+    CUtensorMap aux;  // box [kBn][kAux]: the d of 4 k-steps (Q8_0, Q4_0, Q5_0, IQ4_NL), their super-block header (Q4_K, Q5_K),
+                      // Q5_1's and Q4_1's (d, m), the 16 scales (Q6_K, Q3_K, Q2_K); unused for IQ4_XS
   };
   struct Maps5 : Maps {
     CUtensorMap hi;  // Q5_K, Q5_0, Q5_1: the fifth bits, box [kBn][32] (a word per block of 32); Q6_K: qh, [kBn][64]; Q3_K: [kBn][32]
@@ -161,7 +164,8 @@ struct DequantB {
   // A ring slot holds 4 k-steps (256 weights per row: one K super-block), so that each TMA box row
   // of quants moves 128 bytes (then 16 of scales or header, and Q5_K's 32 of fifth bits, in boxes of
   // their own): with 32- or 64-byte box rows (one k-step) the copies were
-  // limited by the rate of row requests, not by bytes (Q8_0 and Q4_0 ran equally slowly).
+  // limited by the rate of row requests, not by bytes (Q8_0 and Q4_0 ran equally slowly). (Q2_K's
+  // and Q3_K's 2-bit quants are 64 bytes a row for the slot's 4 k-steps.)
   static constexpr int kSlots = 2, kStepsPerSlot = 4;
   static constexpr int kSlotRow = 4 * kQBytes + kAux + (kHigh ? kHi : 0);  // bytes per weight row per slot
   template <int kB>
@@ -173,7 +177,8 @@ struct DequantB {
     uint2 hb;  // Q5_K, Q5_0, Q5_1: the fifth bits of the step's two blocks
   };
 
-  // Thread 0: group g (k-steps 4g .. 4g+3) into a ring slot (rows beyond N arrive as zeros).
+  // Thread 0: group g (k-steps 4g .. 4g+3) into a ring slot (rows beyond N arrive as zero bytes;
+  // their products are never stored).
   //   Q8_0  [2][kBn][128] quants (128-byte swizzle), then [kBn][16] d
   //   Q4_0  [kBn][128] quants (128-byte swizzle), then [kBn][16] d
   //   Q4_K  as Q4_0, the [kBn][16] being the rows' super-block headers
@@ -286,8 +291,8 @@ template <QKind kKind, int kBn>
 bool make_args(const GemmProblem& p, typename DequantB<kKind, kBn>::Args& a) {
   const auto* w = static_cast<const uint8_t*>(p.b);
   const uint64_t n = uint64_t(p.n), k = uint64_t(p.k);
-  // the scale planes (Q4_0's and Q5_0's d, the K headers) are k / 16 bytes a row (Q5_1's (d, m):
-  // k / 8); the fifth bits of Q5_K, Q5_0 and Q5_1 (k / 8 a row) lie between the quants and the scales
+  // the scale planes (Q4_0's and Q5_0's d, the K headers) are k / 16 bytes a row (Q5_1's and Q4_1's
+  // (d, m): k / 8); the fifth bits of Q5_K, Q5_0 and Q5_1 (k / 8 a row) lie between the quants and the scales
   // Q6_K: ql [n][k/2] | qh [n][k/4] | scales [n][k/16] | d [n][k/256] (gemv_q6k.cu)
   // IQ4_XS: quants [n][k/2] | headers [n][k/256][8] (gemv_iq4xs.cu)
   // Q3_K: low [n][k/4] | third bits [n][k/8] | scales [n][k/16] | d [n][k/256]; Q2_K: low | scales |

@@ -170,8 +170,8 @@ inline bool repacked_layout_preferred(GgmlType t) {
          t == GgmlType::IQ4_NL || t == GgmlType::IQ4_XS;
 }
 Status gemv_repack(GgmlType t, const void* gguf_rows, int64_t n, int64_t k, void* out, cudaStream_t s);
-// Whether dequant_repacked takes type t (the repacked types with no GEMM of their own, and q4_K
-// and q5_K for a problem or GPU their GEMMs do not take).
+// Whether dequant_repacked takes type t (for a problem or GPU the repacked types' GEMMs do not
+// take: before Hopper, or k not a multiple of 256; not q4_0, q4_1 or q8_0).
 inline bool dequant_repacked_takes(GgmlType t) {
   return t == GgmlType::Q6_K || t == GgmlType::Q3_K || t == GgmlType::Q2_K || t == GgmlType::Q5_K || t == GgmlType::Q4_K ||
          t == GgmlType::IQ4_XS || t == GgmlType::Q5_0 || t == GgmlType::Q5_1 || t == GgmlType::IQ4_NL;
