@@ -546,17 +546,7 @@ Status run_kind(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
   return Status::error("q3_wgmma_rs: no instance for config " + c.str());
 }
 
-Status run_q8_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
-Status run_q4_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
-Status run_q4_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
-Status run_q5_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
-Status run_q5_0(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
-Status run_iq4_nl(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
-Status run_q5_1(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
-Status run_q6_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
-Status run_iq4_xs(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
-Status run_q3_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
-Status run_q2_k(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
-Status run_q4_1(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
+// The dispatch of p.b_type to its kind's instances (qgemm_rs.cu).
+Status run(const GemmProblem& p, const GemmConfig& c, cudaStream_t s);
 
 }  // namespace lamina::kernels::qgemm_rs

@@ -13,21 +13,6 @@ Status run_q2(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
   return qgemm_wgmma::run_q4_k(p, c, s);
 }
 
-Status run_q3(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
-  if (p.b_type == GgmlType::Q8_0) return qgemm_rs::run_q8_0(p, c, s);
-  if (p.b_type == GgmlType::Q4_0) return qgemm_rs::run_q4_0(p, c, s);
-  if (p.b_type == GgmlType::Q5_K) return qgemm_rs::run_q5_k(p, c, s);
-  if (p.b_type == GgmlType::Q5_0) return qgemm_rs::run_q5_0(p, c, s);
-  if (p.b_type == GgmlType::IQ4_NL) return qgemm_rs::run_iq4_nl(p, c, s);
-  if (p.b_type == GgmlType::Q5_1) return qgemm_rs::run_q5_1(p, c, s);
-  if (p.b_type == GgmlType::Q6_K) return qgemm_rs::run_q6_k(p, c, s);
-  if (p.b_type == GgmlType::IQ4_XS) return qgemm_rs::run_iq4_xs(p, c, s);
-  if (p.b_type == GgmlType::Q3_K) return qgemm_rs::run_q3_k(p, c, s);
-  if (p.b_type == GgmlType::Q2_K) return qgemm_rs::run_q2_k(p, c, s);
-  if (p.b_type == GgmlType::Q4_1) return qgemm_rs::run_q4_1(p, c, s);
-  return qgemm_rs::run_q4_k(p, c, s);
-}
-
 // Both variants read the same planes of gemv_repack; q3_wgmma_rs (rs) also those of Q5_0, Q5_1, Q6_K,
 // IQ4_NL, IQ4_XS, Q3_K, Q2_K and Q4_1. TMA needs 16-byte row strides: K a multiple of 256 (the d plane's rows are k/16 bytes).
 bool takes_planes(const GemmProblem& p, bool rs) {
@@ -72,7 +57,7 @@ void register_qgemm_wgmma_variants(std::vector<GemmVariant>& out) {
   // rows, no split-K.
   const auto gated = [](const GemmConfig& c) { return c.bn == 128 && c.splits == 1 && (c.bm == 64 || c.bm == 128); };
   out.push_back({"q3_wgmma_rs", "Hopper: W converted straight into wgmma's register operand (C^T = W X^T), no f16 stage of W",
-                 q3_takes, run_q3, rs, false, +gated});
+                 q3_takes, qgemm_rs::run, rs, false, +gated});
   out.back().column_parts = true;
 }
 
