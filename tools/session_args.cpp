@@ -35,6 +35,10 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
                 "CUDA: many rows of gate/up as two GEMMs and a GLU kernel (not one GEMM with the GLU in its epilogue)");
   sub->add_flag("!--no-paged-prefill", a.opt.cuda.paged_prefill,
                 "CUDA: the batching engine's prompt chunks through the flash-decoding splits row by row (not the prefill kernel)");
+  sub->add_option("--prefill-attention", a.opt.cuda.prefill_attention,
+                  "CUDA: the prompt-attention rung: v1_mma, v2_pipelined, v3_wgmma or v4_overlap (default; the last "
+                  "two on Hopper, elsewhere v2_pipelined)")
+      ->check(CLI::IsMember({"v1_mma", "v2_pipelined", "v3_wgmma", "v4_overlap"}));
   sub->add_option("--decode-attention", a.opt.cuda.decode_attention,
                   "CUDA: the batching engine's decode-row attention: mma (tensor cores, where the heads allow) or split "
                   "(default mma)")

@@ -301,7 +301,9 @@ TEST(AttentionPaged, PromptChunkOverBlocksGivesTheContiguousKernelsBits) {
     AttentionArgs ac = a;
     ac.n_ctx = len;
     CUDA_OK(cudaMemset(h2.p, 0xFF, h2.n));
-    Status st = attention_prefill(qp, c.rows, pp, dkc.p, dvc.p, ac, static_cast<float*>(d1.p), nullptr, h1.p);
+    // (the paged kernel is v2's: the contiguous v2 must give the same bits)
+    Status st = attention_prefill(qp, c.rows, pp, dkc.p, dvc.p, ac, static_cast<float*>(d1.p), nullptr, h1.p,
+                                  GgmlType::F16, PrefillAttention::V2Pipelined);
     ASSERT_TRUE(st.ok) << st.message;
     st = attention_prefill_paged(qp, c.rows, pp, static_cast<const int32_t*>(dtab.p), bt, dkp.p, dvp.p, a,
                                  static_cast<float*>(d2.p), nullptr, h2.p);

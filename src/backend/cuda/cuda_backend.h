@@ -272,7 +272,7 @@ class CudaBackend final : public Backend {
   size_t weight_bytes_ = 0;
   GgmlType act16_ = GgmlType::F16;  // the 16-bit type GEMM inputs are rounded to
   // Prompt-attention rung (CudaOptions::prefill_attention).
-  kernels::PrefillAttention prefill_attention_ = kernels::PrefillAttention::V2Pipelined;
+  kernels::PrefillAttention prefill_attention_ = kernels::PrefillAttention::V4Overlap;
   kernels::DecodeAttention decode_attention_ = kernels::DecodeAttention::Mma;
   // Decode attention at short context in one kernel, or always the split path (CudaOptions).
   bool single_pass_attention_ = true;

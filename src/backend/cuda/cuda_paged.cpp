@@ -83,7 +83,9 @@ const CudaBackend::PagedPass& CudaBackend::paged_pass() {
 // A pass's rows by kind: a run of at least kPrefillRows rows of one sequence at consecutive
 // positions (a prompt chunk) goes to the tensor-core prefill kernel over its blocks
 // (attention_prefill_paged); the rows between such runs (decode rows, short chunks) to the
-// flash-decoding splits (attend_paged_rows), a range at a time.
+// flash-decoding splits (attend_paged_rows), a range at a time. The chunks run v2_pipelined whatever
+// rung the prompt pass uses (v3_wgmma's TMA tiles need a contiguous cache); v1_mma sends every
+// row to the splits.
 void CudaBackend::attend_paged(const LayerCache& c, const Node& n, Made& m) {
   constexpr int64_t kPrefillRows = 16;
   const Tensor q = n.x;
@@ -94,7 +96,7 @@ void CudaBackend::attend_paged(const LayerCache& c, const Node& n, Made& m) {
   auto* h = f16 ? static_cast<uint16_t*>(scratch_bytes(size_t(q.rows * n.out.cols) * 2)) : nullptr;
   m.x16 = h;
   const std::span<const int32_t> seq = layout_->row_seq;
-  const bool chunks = paged_prefill_ && !m.x8 && prefill_attention_ == kn::PrefillAttention::V2Pipelined &&
+  const bool chunks = paged_prefill_ && !m.x8 && prefill_attention_ != kn::PrefillAttention::V1Mma &&
                       kn::attention_prefill_supported(c.a) && n.ids.size() == size_t(q.rows);
   const auto run_end = [&](int64_t r) {  // the end of the run of seq[r]'s consecutive positions
     int64_t e = r + 1;

@@ -1,5 +1,6 @@
 // Prompt attention on tensor cores (flash-attention 2 on mma.sync m16n8k16, f16 in, f32 out).
-// Two rungs, both kept and tested (PrefillAttention in ops.h):
+// The first two rungs of PrefillAttention (ops.h), both kept and tested; the next two, v3_wgmma
+// and v4_overlap on Hopper's warpgroup MMAs, are attention_prefill_wgmma.cu:
 //
 // v1_mma: grid (query tile of 64, head); 4 warps, each owning 16 query rows. KV tiles of 64
 //   positions are loaded synchronously into shared memory, K as [key][d] and V transposed to
@@ -27,6 +28,7 @@
 #include "kernels/common/launch_status.h"
 #include "kernels/common/mma.cuh"
 #include "kernels/ops/attention_decode.cuh"
+#include "kernels/ops/attention_prefill.cuh"
 #include "kernels/ops/ops.h"
 
 #include <cuda_bf16.h>
@@ -39,100 +41,12 @@ namespace lamina::kernels {
 namespace {
 
 using mma::mma16816;
-using mma::pack2;
+using prefill::load_q;
+using prefill::p_fragments;
+using prefill::store_rows;
 
 constexpr int kTileK = 64, kPad = 8;
 constexpr int kTileQ1 = 64, kWarps1 = 4;   // v1
-
-// Q fragments of rows r0+g and r0+g+8 for each 16-wide chunk of d, scaled and rounded to f16.
-template <int HD>
-__device__ __forceinline__ void load_q(const float* __restrict__ q, int rows, int64_t qd, int h, int r0, float qscale,
-                                       uint32_t (&qf)[HD / 16][4]) {
-  const int g = threadIdx.x % 32 / 4, t4 = threadIdx.x % 4;
-#pragma unroll
-  for (int kk = 0; kk < HD / 16; ++kk)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = r0 + g + (i % 2) * 8, d = kk * 16 + 2 * t4 + (i / 2) * 8;
-      float2 v = make_float2(0.f, 0.f);
-      if (r < rows) v = *reinterpret_cast<const float2*>(q + int64_t(r) * qd + int64_t(h) * HD + d);
-      qf[kk][i] = pack2<__half>(v.x * qscale, v.y * qscale);
-    }
-}
-
-// Causal mask of a 16 x 64 score tile whose keys start at k0 (query rows from qpos0).
-__device__ __forceinline__ void mask_tile(float (&s)[kTileK / 8][4], int k0, int qpos0) {
-  const int g = threadIdx.x % 32 / 4, t4 = threadIdx.x % 4;
-  if (k0 + kTileK - 1 <= qpos0) return;  // the whole tile is visible to every row
-#pragma unroll
-  for (int j = 0; j < kTileK / 8; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int key = k0 + j * 8 + 2 * t4 + (i % 2), qpos = qpos0 + g + (i / 2) * 8;
-      if (key > qpos) s[j][i] = -1e30f;
-    }
-}
-
-// Online softmax per row (row g: elements 0, 1; row g+8: elements 2, 3; a row spans a quad):
-// s becomes P, and the running max m, partial sum l and output o are rescaled.
-template <int HD>
-__device__ __forceinline__ void softmax_step(float (&s)[kTileK / 8][4], float (&m)[2], float (&l)[2],
-                                             float (&o)[HD / 8][4]) {
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    float mx = m[hr];
-#pragma unroll
-    for (int j = 0; j < kTileK / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * hr], s[j][2 * hr + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, 2));
-    const float corr = exp2f(m[hr] - mx);
-    m[hr] = mx;
-    float sum = 0.f;
-#pragma unroll
-    for (int j = 0; j < kTileK / 8; ++j) {
-      s[j][2 * hr] = exp2f(s[j][2 * hr] - mx);
-      s[j][2 * hr + 1] = exp2f(s[j][2 * hr + 1] - mx);
-      sum += s[j][2 * hr] + s[j][2 * hr + 1];
-    }
-    l[hr] = l[hr] * corr + sum;  // per-thread partial; the quad's partials are summed at the end
-#pragma unroll
-    for (int n = 0; n < HD / 8; ++n) o[n][2 * hr] *= corr, o[n][2 * hr + 1] *= corr;
-  }
-}
-
-// P (16 x 64, from s) as the A fragments of k-step kc.
-__device__ __forceinline__ void p_fragments(const float (&s)[kTileK / 8][4], int kc, uint32_t (&a)[4]) {
-  a[0] = pack2<__half>(s[2 * kc][0], s[2 * kc][1]);
-  a[1] = pack2<__half>(s[2 * kc][2], s[2 * kc][3]);
-  a[2] = pack2<__half>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-  a[3] = pack2<__half>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
-}
-
-// out[r] = o / l for the warp's rows r0+g and r0+g+8 (and its 16-bit copy when out16 is given).
-template <int HD>
-__device__ __forceinline__ void store_rows(float (&o)[HD / 8][4], float (&l)[2], int rows, int64_t qd, int h, int r0,
-                                           float* __restrict__ out, void* __restrict__ out16, bool bf16) {
-  const int g = threadIdx.x % 32 / 4, t4 = threadIdx.x % 4;
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    l[hr] += __shfl_xor_sync(~0u, l[hr], 1);
-    l[hr] += __shfl_xor_sync(~0u, l[hr], 2);
-    const int r = r0 + g + hr * 8;
-    if (r >= rows) continue;
-    const float inv = 1.f / l[hr];
-    const int64_t row = int64_t(r) * qd + int64_t(h) * HD;
-#pragma unroll
-    for (int n = 0; n < HD / 8; ++n) {
-      const float2 v = make_float2(o[n][2 * hr] * inv, o[n][2 * hr + 1] * inv);
-      const int64_t i = row + n * 8 + 2 * t4;
-      *reinterpret_cast<float2*>(out + i) = v;
-      if (out16) {
-        if (bf16) *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(out16) + i) = __floats2bfloat162_rn(v.x, v.y);
-        else *reinterpret_cast<__half2*>(static_cast<__half*>(out16) + i) = __floats2half2_rn(v.x, v.y);
-      }
-    }
-  }
-}
 
 template <int HD>
 __global__ void __launch_bounds__(kWarps1 * 32) flash_prefill_v1(const float* __restrict__ q, int rows,
@@ -150,7 +64,7 @@ __global__ void __launch_bounds__(kWarps1 * 32) flash_prefill_v1(const float* __
   const int64_t qd = int64_t(a.n_head) * HD, kvd = int64_t(a.n_head_kv) * HD;
   const int r0 = tile * kTileQ1 + warp * 16;  // this warp's first query row
   uint32_t qf[HD / 16][4];
-  load_q<HD>(q, rows, qd, h, r0, a.scale * 1.4426950408889634f, qf);
+  load_q<HD>(q, rows, qd, h, r0, a.scale * prefill::kLog2e, qf);
 
   float o[HD / 8][4] = {};
   float m[2] = {-1e30f, -1e30f}, l[2] = {0.f, 0.f};
@@ -188,13 +102,13 @@ __global__ void __launch_bounds__(kWarps1 * 32) flash_prefill_v1(const float* __
         mma16816<__half>(s[j], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b0, b1);
       }
     }
-    mask_tile(s, k0, p0 + r0);
-    softmax_step<HD>(s, m, l, o);
+    prefill::mask_tile<kTileK>(s, k0, p0 + r0);
+    prefill::softmax_step<kTileK, HD>(s, m, l, o);
     // O += P V: B from the transposed V tile.
 #pragma unroll
     for (int kc2 = 0; kc2 < kTileK / 16; ++kc2) {
       uint32_t pa[4];
-      p_fragments(s, kc2, pa);
+      p_fragments<kTileK>(s, kc2, pa);
 #pragma unroll
       for (int n = 0; n < HD / 8; ++n) {
         const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&vt_s[n * 8 + g][kc2 * 16 + 2 * t4]);
@@ -250,7 +164,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_prefill_v2(const float* __re
   stage(0);
 
   uint32_t qf[HD / 16][4];
-  load_q<HD>(q, rows, qd, h, r0, a.scale * 1.4426950408889634f, qf);
+  load_q<HD>(q, rows, qd, h, r0, a.scale * prefill::kLog2e, qf);
   float o[HD / 8][4] = {};
   float m[2] = {-1e30f, -1e30f}, l[2] = {0.f, 0.f};
   // ldmatrix lane roles: lane i addresses row i % 8 of matrix i / 8.
@@ -277,14 +191,14 @@ __global__ void __launch_bounds__(WARPS * 32) flash_prefill_v2(const float* __re
           mma16816<__half>(s[j], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b[0], b[1]);
           mma16816<__half>(s[j + 1], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b[2], b[3]);
         }
-      mask_tile(s, k0, p0 + r0);
-      softmax_step<HD>(s, m, l, o);
+      prefill::mask_tile<kTileK>(s, k0, p0 + r0);
+      prefill::softmax_step<kTileK, HD>(s, m, l, o);
       // O += P V. ldmatrix.trans of the [key][d] tile gives V's B fragments: matrices
       // (keys kc*16.., d n*8), (keys kc*16+8.., d n*8), (keys kc*16.., d n*8+8), (keys kc*16+8.., d n*8+8).
 #pragma unroll
       for (int kc2 = 0; kc2 < kTileK / 16; ++kc2) {
         uint32_t pa[4];
-        p_fragments(s, kc2, pa);
+        p_fragments<kTileK>(s, kc2, pa);
 #pragma unroll
         for (int n = 0; n < HD / 8; n += 2) {
           uint32_t b[4];
@@ -319,6 +233,8 @@ const char* prefill_attention_name(PrefillAttention v) {
   switch (v) {
     case PrefillAttention::V1Mma: return "v1_mma";
     case PrefillAttention::V2Pipelined: return "v2_pipelined";
+    case PrefillAttention::V3Wgmma: return "v3_wgmma";
+    case PrefillAttention::V4Overlap: return "v4_overlap";
   }
   return "?";
 }
@@ -326,6 +242,12 @@ const char* prefill_attention_name(PrefillAttention v) {
 bool attention_prefill_supported(const AttentionArgs& a) {
   return a.kv_type == GgmlType::F16 && (a.head_dim == 64 || a.head_dim == 128) && a.window == 0 && a.n_head_kv > 0 &&
          a.n_head % a.n_head_kv == 0;
+}
+
+bool prefill_attention_runs(PrefillAttention v, const AttentionArgs& a, const void* k_cache, const void* v_cache) {
+  if (!attention_prefill_supported(a)) return false;
+  const bool wgmma = v == PrefillAttention::V3Wgmma || v == PrefillAttention::V4Overlap;
+  return !wgmma || prefill::wgmma_supported(a, k_cache, v_cache);
 }
 
 Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
@@ -340,7 +262,10 @@ Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const
   const auto* vc = static_cast<const __half*>(v_cache);
   const bool bf16 = t16 == GgmlType::BF16;
   const attn_detail::ContiguousRows rows_of{};
-  if (variant == PrefillAttention::V2Pipelined)
+  const bool wgmma = variant == PrefillAttention::V3Wgmma || variant == PrefillAttention::V4Overlap;
+  if (wgmma && prefill::wgmma_supported(a, kc, vc))
+    return prefill::launch_wgmma(q, int(rows), pos, kc, vc, a, out, out16, bf16, variant == PrefillAttention::V4Overlap, s);
+  if (variant != PrefillAttention::V1Mma)  // (v3 and v4 where they cannot run: v2)
     return a.head_dim == 64 ? launch_v2<64, 8>(q, int(rows), pos, kc, vc, a, out, out16, bf16, s, rows_of)
                             : launch_v2<128, 8>(q, int(rows), pos, kc, vc, a, out, out16, bf16, s, rows_of);
   const dim3 grid(unsigned((rows + kTileQ1 - 1) / kTileQ1), unsigned(a.n_head));

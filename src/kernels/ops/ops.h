@@ -151,16 +151,20 @@ Status attention_decode_rope_paged(float* q, float* k, const float* v, int64_t r
                                    void* out16 = nullptr, const HeadNorms& norms = {}, int64_t positions = 0);
 
 // Prompt attention on tensor cores (flash-attention: query tiles, K/V tiles streamed through
-// shared memory, online softmax, f16 mma.sync). Requires an F16 cache, head_dim 64 or 128, no
+// shared memory, online softmax; f16 mma.sync, or wgmma on Hopper). Requires an F16 cache, head_dim 64 or 128, no
 // sliding window, and the rows at consecutive positions pos[0] .. pos[0] + rows - 1. out16 (optional) also receives the
 // output rounded to t16 (F16 or BF16), the A operand of the next GEMM. The variants are the
-// family's ladder (attention_prefill.cu says what each changes); the last is the default.
-enum class PrefillAttention { V1Mma, V2Pipelined };
+// family's ladder (attention_prefill.cu and attention_prefill_wgmma.cu say what each changes).
+// V3Wgmma and V4Overlap need an sm_90 device (and 16-byte aligned caches); elsewhere they run as
+// V2Pipelined.
+enum class PrefillAttention { V1Mma, V2Pipelined, V3Wgmma, V4Overlap };
 const char* prefill_attention_name(PrefillAttention v);
 bool attention_prefill_supported(const AttentionArgs& a);
+// Whether rung v runs as itself on this device and these caches (not as the rung it falls back to).
+bool prefill_attention_runs(PrefillAttention v, const AttentionArgs& a, const void* k_cache, const void* v_cache);
 Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
                          const AttentionArgs& a, float* out, cudaStream_t s, void* out16 = nullptr,
-                         GgmlType t16 = GgmlType::F16, PrefillAttention variant = PrefillAttention::V2Pipelined);
+                         GgmlType t16 = GgmlType::F16, PrefillAttention variant = PrefillAttention::V4Overlap);
 // The same (v2) over a paged cache: the rows are one sequence's consecutive positions pos[0] ..
 // pos[0] + rows - 1 (a prompt chunk of the batching engine's pass), key position j in the slot
 // table[j / block_tokens] * block_tokens + j % block_tokens (table: that sequence's block ids, device).
