@@ -105,6 +105,8 @@ if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
   [ -f "$MODELS/llama2-7b-f16.gguf" ] && step too-big too_big
   "$L" info -m "$MODELS/llama2-7b-q4_0.gguf" --no-tensors -d cuda > "$OUT/info-cuda.log" 2>&1
   [ -f "$MODELS/llama2-7b-q8_0.gguf" ] && step bench-pg-7b-q8_0 "$L" bench -m "$MODELS/llama2-7b-q8_0.gguf" -p 0 -n 0 --pg 4096,128 -r 2 -d cuda
+  # A long prompt (#33's pp8192+tg128 on the 8B shape): the prompt attention's share grows with it.
+  [ -f "$MODELS/llama3-8b-q4_0.gguf" ] && step bench-pg-8b-q4_0 "$L" bench -m "$MODELS/llama3-8b-q4_0.gguf" -p 0 -n 0 --pg 8192,128 -r 2 -d cuda
   # The batching engine (#30): closed loop of 128-token prompts and 128 greedy tokens each.
   [ -f "$MODELS/llama3-8b-q4_0.gguf" ] && step bench-parallel "$L" bench -m "$MODELS/llama3-8b-q4_0.gguf" -d cuda -p 128 -n 128 --parallel 1,16,64,128
   # The same with seeded draws (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, a seed per request), drawn on the GPU.
@@ -161,6 +163,8 @@ if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
 fi
 # Several GPUs: tensor parallelism (scripts/gpu-tp.sh: same tokens, 8B and 70B shapes on 1 and N GPUs).
 [ "${GPU_CHECK_TP:-1}" = 1 ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ] && step tensor-parallel env OUT="$OUT" MODELS="$MODELS" LAMINA_BIN="$L" scripts/gpu-tp.sh
+# The prompt-attention rungs at 1k-16k tokens against the tensor cores' peak and cuBLAS (a few s).
+step kbench-attn "$BUILD/tools/lamina" kbench attn
 if [ "${GPU_CHECK_BENCH:-1}" = 1 ]; then
   step kbench-gemv "$BUILD/tools/lamina" kbench gemv
   # The engine's small steps: x given as int8 blocks at 1-8 rows (q_dp4a against q_mma, #30).
@@ -180,6 +184,7 @@ grep -h "part at a near tie" "$OUT/gpu-tests.log" 2>/dev/null | sed "s/^[0-9]*: 
 cat "$OUT"/same-tokens-*.log 2>/dev/null
 for m in exact fast; do [ -f "$OUT/ppl-kld-$m.log" ] && echo "CUDA $m vs CPU exact (GPL-3, 4 chunks): $(grep -E '^(PPL|base PPL|mean KLD|same top)' "$OUT/ppl-kld-$m.log" | tr '\n' ';')"; done
 grep -E "^\| (graph|one persistent)" "$OUT/chain-ceiling.log" 2>/dev/null
+grep -E "^\| [0-9]+ \| v[34]_" "$OUT/kbench-attn.log" 2>/dev/null | sed 's/^/kbench attn: /'
 cat "$OUT/tp-summary.txt" 2>/dev/null
 for fam in gemv gemv-x8 gemm; do
   [ -f "$OUT/kbench-$fam.log" ] && python3 scripts/kbench_summary.py "$OUT/kbench-$fam.log" | tee "$OUT/kbench-$fam-summary.txt"

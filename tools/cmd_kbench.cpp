@@ -6,6 +6,7 @@
 // (cublasGemmEx, same dtypes; f16 for quantised types; also timed both ways).
 // A developer tool (built with -DLAMINA_KBENCH=ON: it links cuBLAS for its baseline).
 #include "cmd_kbench_allreduce.h"
+#include "cmd_kbench_attn.h"
 #include "cmd_kbench_cpu.h"
 #include "cmd_kbench_gemm.h"
 #include "cli_checks.h"
@@ -45,6 +46,7 @@ struct KbenchArgs {
   bool gate_up = false;  // gemv: each shape as the gate/up pair with its fused SwiGLU (implies decode)
   int reps = 20;
   int tp = 2;            // allreduce: GPUs 0..tp-1
+  KbenchAttnArgs attn;   // attn: the head shape (lengths and reps copied from above)
 };
 
 #if defined(LAMINA_HAVE_CUDA)
@@ -179,12 +181,17 @@ void run_kbench(const KbenchArgs& a) {
   if (a.family == "gemv") return run_kbench_gemv(a);
 #if defined(LAMINA_HAVE_CUDA)
   if (a.family == "allreduce") return run_kbench_allreduce(KbenchAllReduceArgs{a.tp, a.shapes, a.reps});
+  if (a.family == "attn") {
+    KbenchAttnArgs t = a.attn;
+    t.lengths = a.shapes, t.reps = a.reps == 20 ? 10 : a.reps;  // long prompts: fewer repetitions by default
+    return run_kbench_attn(t);
+  }
 #endif
   if (a.family == "gemm") {
     const int reps = a.reps == 20 ? 10 : a.reps;  // GEMMs are long: fewer repetitions by default
     return run_kbench_gemm(KbenchGemmArgs{a.shapes, a.types, a.best, a.all, reps});
   }
-  fail("unknown kernel family '{}' (available: gemv, gemm, allreduce, cpu)", a.family);
+  fail("unknown kernel family '{}' (available: gemv, gemm, attn, allreduce, cpu)", a.family);
 }
 
 }  // namespace
@@ -193,9 +200,10 @@ Run add_kbench(CLI::App& app) {
   auto a = std::make_shared<KbenchArgs>();
   auto* sub = app.add_subcommand("kbench", "Benchmark a kernel family against cuBLAS (GPU), or the CPU backend's "
                                            "matmuls against this machine's limits (cpu)");
-  sub->add_option("family", a->family, "Kernel family: gemv, gemm, allreduce (tensor parallelism's decode "
-                                       "all-reduce on several GPUs) or cpu")->required();
-  sub->add_option("--shapes", a->shapes, "Comma-separated shapes: NxK (gemv), MxNxK (gemm) or row widths (allreduce)");
+  sub->add_option("family", a->family, "Kernel family: gemv, gemm, attn (prompt attention), allreduce (tensor "
+                                       "parallelism's decode all-reduce on several GPUs) or cpu")->required();
+  sub->add_option("--shapes", a->shapes,
+                  "Comma-separated shapes: NxK (gemv), MxNxK (gemm), prompt lengths (attn) or row widths (allreduce)");
   sub->add_option("--batch", a->batches, "Comma-separated batch sizes (gemv, 1..8)");
   sub->add_option("--types", a->types, "Comma-separated weight types");
   sub->add_flag("--best", a->best, "Show only the best variant per shape");
@@ -207,6 +215,9 @@ Run add_kbench(CLI::App& app) {
   sub->add_flag("--gate-up", a->gate_up, "gemv: each NxK as the gate/up pair with its fused SwiGLU (implies --decode, or with --x8 any batch)");
   sub->add_option("-r,--reps", a->reps, "Timed repetitions (median)")->check(whole_in(5, 1000));
   sub->add_option("--tp", a->tp, "allreduce: GPUs 0..N-1 (default 2)")->check(whole_in(2, 8));
+  sub->add_option("--heads", a->attn.n_head, "attn: query heads (default 32)")->check(whole_in(1, 256));
+  sub->add_option("--kv-heads", a->attn.n_head_kv, "attn: KV heads (default 8)")->check(whole_in(1, 256));
+  sub->add_option("--head-dim", a->attn.head_dim, "attn: head size, 64 or 128 (default 128)")->check(whole_in(64, 128));
   add_kbench_cpu_options(sub, a->cpu);
   return [a] { run_kbench(*a); };
 }
