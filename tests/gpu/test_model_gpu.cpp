@@ -189,7 +189,12 @@ class CudaReal : public ::testing::TestWithParam<std::string> {
 // rel. L2 9.98e-3 -> 7.80e-3: docs/benchmarks.md, forty-third session). Its prompt logits
 // are bounded too, loosely: one 5- to 10-token prompt's last logits are a single sample of a
 // chaotic error (a last-bit change upstream moves int8 roundings downstream); rel. L2 measured
-// 1.71e-2, 6.58e-3 and 7.72e-3 on the three prompts (H200, docs/benchmarks.md). The tight bounds
+// 1.71e-2, 6.58e-3 and 7.72e-3 on the three prompts, then 3.36e-2, 7.98e-3 and 7.32e-3 once
+// SmolLM2's q4_1 matmuls of 3+ rows became GEMMs on f16 activations (7478db7; before, GEMV
+// slices on int8 blocks): smollm2-p0's 5 rows. Over many positions the same change was no worse:
+// the pooled rel. L2 over the 99 positions below went from 1.20e-2 to 1.15e-2, the fast path's
+// mean KLD over 2,048 tokens from 3.4e-4 to 2.2e-4 (H200, docs/benchmarks.md, fiftieth
+// session). So the line is 5e-2, twice the worst sample seen. The tight bounds
 // pool many positions (the tests below); the fast path's faithfulness over 2,000 tokens is held by
 // scripts/gpu-check.sh's perplexity/KLD step. CUDA and CPU fast are compared too (reported).
 TEST_P(CudaReal, GreedyTokens) {
@@ -205,7 +210,7 @@ TEST_P(CudaReal, GreedyTokens) {
   const std::vector<float> ref_logits = read_f32(kGolden + "/" + c["logits"].get<std::string>());
   auto fast2 = open(model, "cuda", false);
   const std::vector<float> fast_logits = fast2->eval(prompt);
-  EXPECT_LE(rel_l2(fast_logits, ref_logits), 3e-2) << "CUDA fast, prompt logits";
+  EXPECT_LE(rel_l2(fast_logits, ref_logits), 5e-2) << "CUDA fast, prompt logits";
   double max_err = 0;
   for (size_t i = 0; i < ref_logits.size() && i < fast_logits.size(); ++i)
     max_err = std::max(max_err, std::fabs(double(fast_logits[i]) - ref_logits[i]));
