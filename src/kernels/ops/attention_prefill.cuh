@@ -51,6 +51,15 @@ __device__ __forceinline__ void mask_tile(float (&s)[TK / 8][4], int k0, int qpo
     }
 }
 
+// 2^x on the SFU with subnormal results flushed to zero (ex2.approx.ftz: one instruction;
+// exp2f's ex2.approx without ftz adds a range test and two scalings around it). A flushed value
+// is below 2^-126, far under f16's smallest (P is rounded to f16).
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Online softmax per row (row g: elements 0, 1; row g+8: elements 2, 3; a row spans a quad):
 // s becomes P, the running max m and partial sum l are updated, and corr is the factor by which
 // the output so far must be rescaled (rescale_o; apart for v4_overlap, whose O is still being
@@ -66,13 +75,13 @@ __device__ __forceinline__ void softmax_scores(float (&s)[TK / 8][4], float (&m)
     for (int j = 0; j < TK / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * hr], s[j][2 * hr + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, 2));
-    corr[hr] = exp2f(m[hr] - mx);
+    corr[hr] = exp2_ftz(m[hr] - mx);
     m[hr] = mx;
     float sum = 0.f;
 #pragma unroll
     for (int j = 0; j < TK / 8; ++j) {
-      s[j][2 * hr] = exp2f(s[j][2 * hr] - mx);
-      s[j][2 * hr + 1] = exp2f(s[j][2 * hr + 1] - mx);
+      s[j][2 * hr] = exp2_ftz(s[j][2 * hr] - mx);
+      s[j][2 * hr + 1] = exp2_ftz(s[j][2 * hr + 1] - mx);
       sum += s[j][2 * hr] + s[j][2 * hr + 1];
     }
     l[hr] = l[hr] * corr[hr] + sum;  // per-thread partial; the quad's partials are summed at the end
