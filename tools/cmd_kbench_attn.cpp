@@ -4,7 +4,8 @@
 //   TFLOP/s   4 x head_dim x n_head x T (T + 1) / 2 over the median time (the causal products'
 //             FLOPs; skipped tiles count for nothing)
 //   % peak    of SMs x clock x 4096 f16 FLOP per SM and clock (sm_90's dense tensor-core rate,
-//             at the device's reported clock)
+//             at the device's reported maximum clock; on another architecture the column is
+//             only indicative)
 //   % cuBLAS  of cublasGemmEx f16 (f32 accumulation) on a 8192^3 GEMM in the same run: what the
 //             tensor cores give a plain dense product here
 // Inputs are fresh random data: q f32 normal, the caches f16 from random floats. The prompt
@@ -78,13 +79,17 @@ double cublas_tflops(int64_t n, int reps, cudaStream_t s) {
   kn::fill_random_bytes(a.p, bytes, 21, s);
   kn::fill_random_bytes(b.p, bytes, 22, s);
   const float alpha = 1.f, beta = 0.f;
+  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
   const double us = kn::median_time_us(
       [&](int) {
-        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(n), int(n), &alpha, a.p, CUDA_R_16F, int(n), b.p, CUDA_R_16F,
-                     int(n), &beta, c.p, CUDA_R_32F, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        const cublasStatus_t r = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(n), int(n), &alpha, a.p, CUDA_R_16F,
+                                              int(n), b.p, CUDA_R_16F, int(n), &beta, c.p, CUDA_R_32F, int(n),
+                                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (r != CUBLAS_STATUS_SUCCESS) st = r;
       },
       3, reps, s);
   cublasDestroy(h);
+  if (st != CUBLAS_STATUS_SUCCESS) fail("kbench attn: the cuBLAS baseline GEMM failed (status {})", int(st));
   return 2.0 * double(n) * double(n) * double(n) / (us * 1e6);
 }
 
@@ -100,6 +105,7 @@ void run_kbench_attn(const KbenchAttnArgs& args) {
   check(cudaGetDevice(&dev), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "SM count");
   check(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev), "clock");
+  if (sms <= 0 || clock_khz <= 0) fail("kbench attn: the device reports {} SMs at {} kHz", sms, clock_khz);
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, dev), "device properties");
   const double peak = double(sms) * double(clock_khz) * 1e3 * 4096.0 / 1e12;
@@ -131,6 +137,9 @@ void run_kbench_attn(const KbenchAttnArgs& args) {
     std::vector<int32_t> hpos(static_cast<size_t>(t));
     for (int64_t i = 0; i < t; ++i) hpos[size_t(i)] = int32_t(i);
     check(cudaMemcpy(pos.p, hpos.data(), hpos.size() * 4, cudaMemcpyHostToDevice), "positions");
+    // (a copy from pageable memory may return before its DMA lands, and `s` does not wait for the
+    // legacy stream: the inputs are whole before the first launch)
+    check(cudaDeviceSynchronize(), "uploads");
     kn::AttentionArgs a;
     a.n_head = args.n_head, a.n_head_kv = args.n_head_kv, a.head_dim = hd, a.n_ctx = int(t);
     a.scale = 1.f / std::sqrt(float(hd));

@@ -35,6 +35,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 namespace lamina::kernels {
@@ -262,7 +263,9 @@ Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const
   const auto* vc = static_cast<const __half*>(v_cache);
   const bool bf16 = t16 == GgmlType::BF16;
   const attn_detail::ContiguousRows rows_of{};
-  const bool wgmma = variant == PrefillAttention::V3Wgmma || variant == PrefillAttention::V4Overlap;
+  // (v3 and v4 read q as 16-byte vectors: v2 needs 8)
+  const bool wgmma = (variant == PrefillAttention::V3Wgmma || variant == PrefillAttention::V4Overlap) &&
+                     (reinterpret_cast<uintptr_t>(q) & 15u) == 0;
   if (wgmma && prefill::wgmma_supported(a, kc, vc))
     return prefill::launch_wgmma(q, int(rows), pos, kc, vc, a, out, out16, bf16, variant == PrefillAttention::V4Overlap, s);
   if (variant != PrefillAttention::V1Mma)  // (v3 and v4 where they cannot run: v2)

@@ -1,5 +1,5 @@
 // The prompt-attention rungs' shared pieces (attention_prefill.cu: v1, v2 on mma.sync;
-// attention_prefill_wgmma.cu: v3 on wgmma). Every rung keeps, per warp, 16 query rows in the
+// attention_prefill_wgmma.cu: v3, v4 on wgmma). Every rung keeps, per warp, 16 query rows in the
 // m16n8k16 fragment layout: row g = lane / 4 and g + 8, columns 2 (lane % 4) + {0, 1} of each
 // 8-wide group. A wgmma m64nN accumulator is that layout four times over (warp w of the
 // warpgroup: rows 16 w .. 16 w + 15), so the same softmax and stores serve both.

@@ -11,8 +11,9 @@
 //   Q K^T came back changed after the first tile at head_dim 128: wrong scores from the second
 //   tile on. In shared memory they also free 32 registers a thread.)
 // - K and V tiles of 128 keys arrive by TMA (a 2-D tensor map over the cache [n_ctx][kvd], one
-//   box of 128 keys x 64 d per half of the head, 128-byte swizzle), two stages deep, issued by a
-//   producer warpgroup whose registers go to the consumers (setmaxnreg 40 / 232). K is the
+//   box of 128 keys x 64 d per half of the head, 128-byte swizzle), two stages deep, issued by
+//   one thread of a producer warpgroup whose registers go to the consumers (setmaxnreg 40 /
+//   232). K is the
 //   K-major B of Q K^T; V, [key][d] with d contiguous, is the MN-major B of P V (transposed
 //   descriptor), so neither is rearranged.
 // - Two consumer warpgroups of 64 query rows share each tile: while one runs its softmax the
@@ -23,9 +24,12 @@
 // the other's products; in v3 both often reach their softmax together (the shared stages keep them
 // in step) and the tensor cores wait. It holds two stages at once, so it keeps three.
 // Unwritten cache rows: a tile may reach past the block's last key (n_keys) into positions no
-// prompt wrote. Their scores are masked (replaced), but P V multiplies their V rows by 0, and
-// 0 x NaN is NaN; so the producer warp zeroes those V rows of the last tile in shared memory
-// before it signals the tile's V to the consumers.
+// prompt wrote. Their scores are masked (replaced), but a real row's P V multiplies their V rows
+// by 0, and 0 x NaN is NaN; so the producer warp zeroes those V rows of the last tile in shared
+// memory before it signals the tile's V to the consumers. (Rows past `rows`, padding, may still
+// come out NaN: they are never stored.)
+// Needs an sm_90a build (wgmma, TMA, setmaxnreg): compiled for another architecture the kernel
+// traps rather than leave the output unwritten.
 //
 // Layouts: q [rows][n_head][HD] f32; caches [n_ctx][n_head_kv][HD] f16; out (and out16) like q.
 // Shared memory: per stage K then V, each HD / 64 boxes of [128 keys][64 d] (16 KiB); then per
@@ -329,6 +333,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = w.tiles; i < w.n_tiles; ++i) w.wait_out(i);
   }
   if (w.r0 < rows) store_rows<HD>(reinterpret_cast<float (&)[HD / 8][4]>(o_acc), l, rows, qd, h, w.r0, out, out16, bf16);
+#elif defined(__CUDA_ARCH__)
+  __trap();  // (a build without sm_90a's features: an error, not garbage)
 #endif
 }
 

@@ -155,12 +155,13 @@ Status attention_decode_rope_paged(float* q, float* k, const float* v, int64_t r
 // sliding window, and the rows at consecutive positions pos[0] .. pos[0] + rows - 1. out16 (optional) also receives the
 // output rounded to t16 (F16 or BF16), the A operand of the next GEMM. The variants are the
 // family's ladder (attention_prefill.cu and attention_prefill_wgmma.cu say what each changes).
-// V3Wgmma and V4Overlap need an sm_90 device (and 16-byte aligned caches); elsewhere they run as
-// V2Pipelined.
+// V3Wgmma and V4Overlap need an sm_90 device, an sm_90a build, 16-byte aligned caches and q;
+// elsewhere they run as V2Pipelined.
 enum class PrefillAttention { V1Mma, V2Pipelined, V3Wgmma, V4Overlap };
 const char* prefill_attention_name(PrefillAttention v);
 bool attention_prefill_supported(const AttentionArgs& a);
-// Whether rung v runs as itself on this device and these caches (not as the rung it falls back to).
+// Whether rung v runs as itself on this device and these caches, for a 16-byte aligned q (not as
+// the rung it falls back to).
 bool prefill_attention_runs(PrefillAttention v, const AttentionArgs& a, const void* k_cache, const void* v_cache);
 Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
                          const AttentionArgs& a, float* out, cudaStream_t s, void* out16 = nullptr,
