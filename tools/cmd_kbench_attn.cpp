@@ -12,6 +12,7 @@
 // starts at position 0 and fills the cache (n_ctx = T). Each rung also runs with its 16-bit copy
 // of the output (out16), as the prompt pass does.
 #include "cmd_kbench_attn.h"
+#include "tune_shapes.h"
 
 #include "core/error.h"
 
@@ -22,12 +23,10 @@
 #include "kernels/ops/ops.h"
 
 #include <cublas_v2.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <vector>
 #endif
 
@@ -52,9 +51,7 @@ struct DevBuf {
 
 std::vector<int64_t> parse_lengths(const std::string& s) {
   std::vector<int64_t> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
+  for (const std::string& item : split_list(s)) {
     size_t used = 0;
     int64_t t = 0;
     try {
@@ -124,14 +121,10 @@ void run_kbench_attn(const KbenchAttnArgs& args) {
     kn::fill_random_floats(static_cast<float*>(q.p), qn, 31 + uint64_t(t), 1.f, s);
     {  // the caches: random floats rounded to f16 (random bytes would hold NaNs and infinities)
       DevBuf tmp(kvn * 4);
-      std::vector<float> host(kvn);
-      std::vector<__half> h16(kvn);
       for (int which = 0; which < 2; ++which) {
         kn::fill_random_floats(static_cast<float*>(tmp.p), kvn, 41 + uint64_t(t) + uint64_t(which), 1.f, s);
-        check(cudaStreamSynchronize(s), "fill");
-        check(cudaMemcpy(host.data(), tmp.p, kvn * 4, cudaMemcpyDeviceToHost), "fill");
-        for (size_t i = 0; i < kvn; ++i) h16[i] = __float2half(host[i]);
-        check(cudaMemcpy(which ? vc.p : kc.p, h16.data(), kvn * 2, cudaMemcpyHostToDevice), "fill");
+        const kn::Status st = kn::convert_f32(static_cast<float*>(tmp.p), int64_t(kvn), GgmlType::F16, which ? vc.p : kc.p, s);
+        if (!st) fail("kbench attn: {}", st.message);
       }
     }
     std::vector<int32_t> hpos(static_cast<size_t>(t));
@@ -157,7 +150,7 @@ void run_kbench_attn(const KbenchAttnArgs& args) {
           2, args.reps, s);
       if (!st) fail("kbench attn: {}: {}", kn::prefill_attention_name(v), st.message);
       const double tf = flops / (us * 1e6);
-      const bool itself = kn::prefill_attention_runs(v, a, kc.p, vc.p);
+      const bool itself = kn::prefill_attention_runs(v, a, static_cast<float*>(q.p), kc.p, vc.p);
       check(cudaStreamSynchronize(s), "attention");
       check(cudaMemcpy(got.data(), out.p, qn * 4, cudaMemcpyDeviceToHost), "output");
       if (v == kn::PrefillAttention::V2Pipelined) ref = got;

@@ -98,7 +98,7 @@ TEST(AttentionPrefill, EveryVariantMatchesFp64Reference) {
                                  std::to_string(c.n_head_kv) + " hd " + std::to_string(hd) + " rows " +
                                  std::to_string(c.rows) + " from " + std::to_string(c.p0) + " " + std::string(type_name(t16));
         if ((v == PrefillAttention::V3Wgmma || v == PrefillAttention::V4Overlap) && hopper)
-          ASSERT_TRUE(prefill_attention_runs(v, a, dk.p, dv.p)) << what << ": does not run on this sm_90 device";
+          ASSERT_TRUE(prefill_attention_runs(v, a, dq.as<float>(), dk.p, dv.p)) << what << ": does not run on this sm_90 device";
         CUDA_OK(cudaMemset(dout.p, 0xFF, dout.n));  // NaN
         CUDA_OK(cudaMemset(dout16.p, 0xFF, dout16.n));
         const Status st = attention_prefill(dq.as<float>(), c.rows, dpos.as<int32_t>(), dk.p, dv.p, a, dout.as<float>(),

@@ -35,7 +35,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <cstdint>
 #include <string>
 
 namespace lamina::kernels {
@@ -245,10 +244,13 @@ bool attention_prefill_supported(const AttentionArgs& a) {
          a.n_head % a.n_head_kv == 0;
 }
 
-bool prefill_attention_runs(PrefillAttention v, const AttentionArgs& a, const void* k_cache, const void* v_cache) {
-  if (!attention_prefill_supported(a)) return false;
-  const bool wgmma = v == PrefillAttention::V3Wgmma || v == PrefillAttention::V4Overlap;
-  return !wgmma || prefill::wgmma_supported(a, k_cache, v_cache);
+namespace {
+bool wgmma_rung(PrefillAttention v) { return v == PrefillAttention::V3Wgmma || v == PrefillAttention::V4Overlap; }
+}  // namespace
+
+bool prefill_attention_runs(PrefillAttention v, const AttentionArgs& a, const float* q, const void* k_cache,
+                            const void* v_cache) {
+  return attention_prefill_supported(a) && (!wgmma_rung(v) || prefill::wgmma_supported(a, q, k_cache, v_cache));
 }
 
 Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
@@ -263,10 +265,7 @@ Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const
   const auto* vc = static_cast<const __half*>(v_cache);
   const bool bf16 = t16 == GgmlType::BF16;
   const attn_detail::ContiguousRows rows_of{};
-  // (v3 and v4 read q as 16-byte vectors: v2 needs 8)
-  const bool wgmma = (variant == PrefillAttention::V3Wgmma || variant == PrefillAttention::V4Overlap) &&
-                     (reinterpret_cast<uintptr_t>(q) & 15u) == 0;
-  if (wgmma && prefill::wgmma_supported(a, kc, vc))
+  if (wgmma_rung(variant) && prefill::wgmma_supported(a, q, kc, vc))
     return prefill::launch_wgmma(q, int(rows), pos, kc, vc, a, out, out16, bf16, variant == PrefillAttention::V4Overlap, s);
   if (variant != PrefillAttention::V1Mma)  // (v3 and v4 where they cannot run: v2)
     return a.head_dim == 64 ? launch_v2<64, 8>(q, int(rows), pos, kc, vc, a, out, out16, bf16, s, rows_of)

@@ -137,9 +137,10 @@ __device__ __forceinline__ void store_rows(float (&o)[HD / 8][4], float (&l)[2],
   }
 }
 
-// v3 and v4 (attention_prefill_wgmma.cu): whether they run here (an sm_90 device, and a cache
-// whose rows a tensor map can address), and their launch over a contiguous cache (overlap: v4).
-bool wgmma_supported(const AttentionArgs& a, const void* k_cache, const void* v_cache);
+// v3 and v4 (attention_prefill_wgmma.cu): whether they run here (an sm_90 device, a cache whose
+// rows a tensor map can address, q readable as 16-byte vectors), and their launch over a
+// contiguous cache (overlap: v4).
+bool wgmma_supported(const AttentionArgs& a, const float* q, const void* k_cache, const void* v_cache);
 Status launch_wgmma(const float* q, int rows, const int32_t* pos, const __half* kc, const __half* vc,
                     const AttentionArgs& a, float* out, void* out16, bool bf16, bool overlap, cudaStream_t s);
 

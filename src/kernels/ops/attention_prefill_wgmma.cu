@@ -359,10 +359,11 @@ Status launch(const float* q, int rows, const int32_t* pos, const __half* kc, co
 
 }  // namespace
 
-bool wgmma_supported(const AttentionArgs& a, const void* k_cache, const void* v_cache) {
-  // TMA: 16-byte aligned bases (the cache's rows are n_head_kv x 128 or 256 bytes).
+bool wgmma_supported(const AttentionArgs& a, const float* q, const void* k_cache, const void* v_cache) {
+  // TMA: 16-byte aligned bases (the cache's rows are n_head_kv x 128 or 256 bytes); write_q reads
+  // q as float4 (v2 needs 8 bytes).
   const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
-  return wgmma_gemm::hopper() && attention_prefill_supported(a) && aligned(k_cache) && aligned(v_cache);
+  return wgmma_gemm::hopper() && attention_prefill_supported(a) && aligned(q) && aligned(k_cache) && aligned(v_cache);
 }
 
 Status launch_wgmma(const float* q, int rows, const int32_t* pos, const __half* kc, const __half* vc,

@@ -160,9 +160,10 @@ Status attention_decode_rope_paged(float* q, float* k, const float* v, int64_t r
 enum class PrefillAttention { V1Mma, V2Pipelined, V3Wgmma, V4Overlap };
 const char* prefill_attention_name(PrefillAttention v);
 bool attention_prefill_supported(const AttentionArgs& a);
-// Whether rung v runs as itself on this device and these caches, for a 16-byte aligned q (not as
-// the rung it falls back to).
-bool prefill_attention_runs(PrefillAttention v, const AttentionArgs& a, const void* k_cache, const void* v_cache);
+// Whether rung v runs as itself on this device with these q and caches (not as the rung it falls
+// back to).
+bool prefill_attention_runs(PrefillAttention v, const AttentionArgs& a, const float* q, const void* k_cache,
+                            const void* v_cache);
 Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
                          const AttentionArgs& a, float* out, cudaStream_t s, void* out16 = nullptr,
                          GgmlType t16 = GgmlType::F16, PrefillAttention variant = PrefillAttention::V4Overlap);
