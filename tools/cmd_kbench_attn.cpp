@@ -138,8 +138,7 @@ void run_kbench_attn(const KbenchAttnArgs& args) {
     a.scale = 1.f / std::sqrt(float(hd));
     const double flops = 4.0 * hd * args.n_head * double(t) * double(t + 1) / 2.0;
     std::vector<float> ref, got(qn);  // v2's output, and each rung's, for the agreement column
-    for (auto v : {kn::PrefillAttention::V1Mma, kn::PrefillAttention::V2Pipelined, kn::PrefillAttention::V3Wgmma,
-                   kn::PrefillAttention::V4Overlap}) {
+    for (auto v : kn::kPrefillAttentionRungs) {
       kn::Status st = kn::Status::success();
       const double us = kn::median_time_us(
           [&](int) {

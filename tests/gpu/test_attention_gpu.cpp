@@ -91,13 +91,12 @@ TEST(AttentionPrefill, EveryVariantMatchesFp64Reference) {
     AttentionArgs a;
     a.n_head = c.n_head, a.n_head_kv = c.n_head_kv, a.head_dim = hd, a.scale = scale, a.n_ctx = n_ctx;
     double v2_err = 0;
-    for (PrefillAttention v : {PrefillAttention::V1Mma, PrefillAttention::V2Pipelined, PrefillAttention::V3Wgmma,
-                               PrefillAttention::V4Overlap})
+    for (PrefillAttention v : kPrefillAttentionRungs)
       for (GgmlType t16 : {GgmlType::F16, GgmlType::BF16}) {
         const std::string what = std::string(prefill_attention_name(v)) + " heads " + std::to_string(c.n_head) + "/" +
                                  std::to_string(c.n_head_kv) + " hd " + std::to_string(hd) + " rows " +
                                  std::to_string(c.rows) + " from " + std::to_string(c.p0) + " " + std::string(type_name(t16));
-        if ((v == PrefillAttention::V3Wgmma || v == PrefillAttention::V4Overlap) && hopper)
+        if (v >= PrefillAttention::V3Wgmma && hopper)
           ASSERT_TRUE(prefill_attention_runs(v, a, dq.as<float>(), dk.p, dv.p)) << what << ": does not run on this sm_90 device";
         CUDA_OK(cudaMemset(dout.p, 0xFF, dout.n));  // NaN
         CUDA_OK(cudaMemset(dout16.p, 0xFF, dout16.n));

@@ -256,17 +256,26 @@ int host_argmax(const float* row, int cols) {
 }
 
 // A prompt chunk over a paged cache (attention_prefill_paged: the engine's chunks of 16 rows and
-// more) gives bit for bit what the contiguous prefill kernel gives over the same values: positions
-// p0 .. p0 + rows - 1 of a sequence whose blocks come from a shuffled pool (the others NaN), the
-// output poisoned with NaN; GQA and plain heads, head_dim 128 and 64, chunks that start inside a
-// block and end inside one.
+// more) gives bit for bit what the contiguous prefill kernel of the same rung gives over the same
+// values (the rung it runs as: v1 and, where they cannot, v3 / v4 run as v2): positions p0 .. p0 +
+// rows - 1 of a sequence whose blocks come from a shuffled pool (the others NaN), the output
+// poisoned with NaN; GQA and plain heads, head_dim 128 and 64, chunks that start inside a block
+// and end inside one, several 128-key tiles and 128-row blocks, blocks of 8 to 256 positions (12:
+// no TMA box follows it, so v2). On an sm_90 device v3 and v4 must run as themselves where the
+// block size allows.
 TEST(AttentionPaged, PromptChunkOverBlocksGivesTheContiguousKernelsBits) {
   std::mt19937 rng(29);
   std::normal_distribution<float> nd(0.f, 1.f);
   struct Chunk {
     int n_head, n_head_kv, head_dim, block_tokens, p0, rows;
   };
-  for (const Chunk& c : {Chunk{32, 8, 128, 16, 60, 90}, Chunk{8, 8, 64, 8, 0, 37}, Chunk{4, 1, 128, 32, 5, 200}}) {
+  int dev = 0, major = 0, minor = 0;
+  CUDA_OK(cudaGetDevice(&dev));
+  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  const bool hopper = major == 9 && minor == 0;
+  for (const Chunk& c : {Chunk{32, 8, 128, 16, 60, 90}, Chunk{8, 8, 64, 8, 0, 37}, Chunk{4, 1, 128, 32, 5, 200},
+                         Chunk{8, 2, 128, 16, 300, 400}, Chunk{4, 2, 64, 256, 100, 300}, Chunk{4, 2, 128, 12, 20, 150}}) {
     SCOPED_TRACE(testing::Message() << c.n_head << "/" << c.n_head_kv << " heads of " << c.head_dim << ", blocks of "
                                     << c.block_tokens << ", rows " << c.p0 << ".." << c.p0 + c.rows - 1);
     const int len = c.p0 + c.rows, kvd = c.n_head_kv * c.head_dim, qd = c.n_head * c.head_dim, bt = c.block_tokens;
@@ -300,26 +309,34 @@ TEST(AttentionPaged, PromptChunkOverBlocksGivesTheContiguousKernelsBits) {
     const auto* pp = static_cast<const int32_t*>(dpos.p);
     AttentionArgs ac = a;
     ac.n_ctx = len;
-    CUDA_OK(cudaMemset(h2.p, 0xFF, h2.n));
-    // (the paged kernel is v2's: the contiguous v2 must give the same bits)
-    Status st = attention_prefill(qp, c.rows, pp, dkc.p, dvc.p, ac, static_cast<float*>(d1.p), nullptr, h1.p,
-                                  GgmlType::F16, PrefillAttention::V2Pipelined);
-    ASSERT_TRUE(st.ok) << st.message;
-    st = attention_prefill_paged(qp, c.rows, pp, static_cast<const int32_t*>(dtab.p), bt, dkp.p, dvp.p, a,
-                                 static_cast<float*>(d2.p), nullptr, h2.p);
-    ASSERT_TRUE(st.ok) << st.message;
-    CUDA_OK(cudaDeviceSynchronize());
-    std::vector<float> want(q.size()), got(q.size());
-    CUDA_OK(cudaMemcpy(want.data(), d1.p, d1.n, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(got.data(), d2.p, d2.n, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_TRUE(std::isfinite(got[i])) << "element " << i;
-      ASSERT_EQ(got[i], want[i]) << "element " << i;
+    for (PrefillAttention v : kPrefillAttentionRungs) {
+      const bool as_itself = prefill_attention_paged_runs(v, a, bt, qp, dkp.p, dvp.p);
+      const PrefillAttention ran = as_itself ? v : PrefillAttention::V2Pipelined;
+      SCOPED_TRACE(testing::Message() << prefill_attention_name(v) << " (as " << prefill_attention_name(ran) << ")");
+      if (v >= PrefillAttention::V3Wgmma && hopper && bt % 8 == 0)
+        EXPECT_TRUE(as_itself) << "does not run on this sm_90 device";
+      CUDA_OK(cudaMemset(d1.p, 0xFF, d1.n));
+      CUDA_OK(cudaMemset(d2.p, 0xFF, d2.n));
+      CUDA_OK(cudaMemset(h2.p, 0xFF, h2.n));
+      Status st = attention_prefill(qp, c.rows, pp, dkc.p, dvc.p, ac, static_cast<float*>(d1.p), nullptr, h1.p,
+                                    GgmlType::F16, ran);
+      ASSERT_TRUE(st.ok) << st.message;
+      st = attention_prefill_paged(qp, c.rows, pp, static_cast<const int32_t*>(dtab.p), bt, dkp.p, dvp.p, a,
+                                   static_cast<float*>(d2.p), nullptr, h2.p, v);
+      ASSERT_TRUE(st.ok) << st.message;
+      CUDA_OK(cudaDeviceSynchronize());
+      std::vector<float> want(q.size()), got(q.size());
+      CUDA_OK(cudaMemcpy(want.data(), d1.p, d1.n, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(got.data(), d2.p, d2.n, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(got[i])) << "element " << i;
+        ASSERT_EQ(got[i], want[i]) << "element " << i;
+      }
+      std::vector<uint16_t> want16(q.size()), got16(q.size());
+      CUDA_OK(cudaMemcpy(want16.data(), h1.p, h1.n, cudaMemcpyDeviceToHost));
+      CUDA_OK(cudaMemcpy(got16.data(), h2.p, h2.n, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(got16, want16) << "the f16 copy";
     }
-    std::vector<uint16_t> want16(q.size()), got16(q.size());
-    CUDA_OK(cudaMemcpy(want16.data(), h1.p, h1.n, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(got16.data(), h2.p, h2.n, cudaMemcpyDeviceToHost));
-    EXPECT_EQ(got16, want16) << "the f16 copy";
   }
   AttentionArgs a;
   a.n_head = a.n_head_kv = 8, a.head_dim = 128, a.kv_type = GgmlType::F16, a.n_ctx = 64;

@@ -49,8 +49,7 @@ CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
   gpu_name_ = prop.name;
   sm_count_ = prop.multiProcessorCount;
   bool known = false;
-  for (auto r : {kn::PrefillAttention::V1Mma, kn::PrefillAttention::V2Pipelined, kn::PrefillAttention::V3Wgmma,
-                 kn::PrefillAttention::V4Overlap})
+  for (auto r : kn::kPrefillAttentionRungs)
     if (o.prefill_attention == kn::prefill_attention_name(r)) prefill_attention_ = r, known = true;
   check("init", known, fmt::format("prefill attention '{}' names no prompt-attention kernel", o.prefill_attention));
   known = false;

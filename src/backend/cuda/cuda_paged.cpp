@@ -83,9 +83,9 @@ const CudaBackend::PagedPass& CudaBackend::paged_pass() {
 // A pass's rows by kind: a run of at least kPrefillRows rows of one sequence at consecutive
 // positions (a prompt chunk) goes to the tensor-core prefill kernel over its blocks
 // (attention_prefill_paged); the rows between such runs (decode rows, short chunks) to the
-// flash-decoding splits (attend_paged_rows), a range at a time. The chunks run v2_pipelined whatever
-// rung the prompt pass uses (v3_wgmma's TMA tiles need a contiguous cache); v1_mma sends every
-// row to the splits.
+// flash-decoding splits (attend_paged_rows), a range at a time. The chunks run the prompt pass's
+// rung (v3/v4 bring a tile as one TMA box per block of the table; where they cannot, v2);
+// v1_mma sends every row to the splits.
 void CudaBackend::attend_paged(const LayerCache& c, const Node& n, Made& m) {
   constexpr int64_t kPrefillRows = 16;
   const Tensor q = n.x;
@@ -112,7 +112,8 @@ void CudaBackend::attend_paged(const LayerCache& c, const Node& n, Made& m) {
       const double bytes = 2.0 * (n.ids[size_t(e - 1)] + 1) * double(kv_dim_) * double(kv_elem_bytes()) + double((e - r) * q.cols) * 8.0;
       run_op("attention (paged prefill)", bytes, flops, [&] {
         return kn::attention_prefill_paged(q.data + r * q.cols, e - r, dev_pos() + r, table, pp.kv.block_tokens, c.k, c.v,
-                                           c.a, n.out.data + r * n.out.cols, stream_, h ? h + r * n.out.cols : nullptr);
+                                           c.a, n.out.data + r * n.out.cols, stream_, h ? h + r * n.out.cols : nullptr,
+                                           prefill_attention_);
       });
       r = e;
       continue;

@@ -253,6 +253,12 @@ bool prefill_attention_runs(PrefillAttention v, const AttentionArgs& a, const fl
   return attention_prefill_supported(a) && (!wgmma_rung(v) || prefill::wgmma_supported(a, q, k_cache, v_cache));
 }
 
+bool prefill_attention_paged_runs(PrefillAttention v, const AttentionArgs& a, int block_tokens, const float* q,
+                                  const void* k_cache, const void* v_cache) {
+  if (v == PrefillAttention::V1Mma) return false;
+  return prefill_attention_runs(v, a, q, k_cache, v_cache) && (!wgmma_rung(v) || prefill::wgmma_paged_blocks(block_tokens));
+}
+
 Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
                          const AttentionArgs& a, float* out, cudaStream_t s, void* out16, GgmlType t16,
                          PrefillAttention variant) {
@@ -266,7 +272,8 @@ Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const
   const bool bf16 = t16 == GgmlType::BF16;
   const attn_detail::ContiguousRows rows_of{};
   if (wgmma_rung(variant) && prefill::wgmma_supported(a, q, kc, vc))
-    return prefill::launch_wgmma(q, int(rows), pos, kc, vc, a, out, out16, bf16, variant == PrefillAttention::V4Overlap, s);
+    return prefill::launch_wgmma(q, int(rows), pos, kc, vc, a, out, out16, bf16, variant == PrefillAttention::V4Overlap,
+                                  nullptr, 0, s);
   if (variant != PrefillAttention::V1Mma)  // (v3 and v4 where they cannot run: v2)
     return a.head_dim == 64 ? launch_v2<64, 8>(q, int(rows), pos, kc, vc, a, out, out16, bf16, s, rows_of)
                             : launch_v2<128, 8>(q, int(rows), pos, kc, vc, a, out, out16, bf16, s, rows_of);
@@ -278,7 +285,7 @@ Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const
 
 Status attention_prefill_paged(const float* q, int64_t rows, const int32_t* pos, const int32_t* table, int block_tokens,
                                const void* k_cache, const void* v_cache, const AttentionArgs& a, float* out,
-                               cudaStream_t s, void* out16) {
+                               cudaStream_t s, void* out16, PrefillAttention variant) {
   if (!attention_prefill_supported(a)) return Status::error("attention_prefill_paged: needs an f16 cache, head_dim 64 or 128 and no sliding window");
   if (!q || !pos || !table || !k_cache || !v_cache || !out) return Status::error("attention_prefill_paged: null pointer");
   if (block_tokens <= 0) return Status::error("attention_prefill_paged: bad block size");
@@ -286,7 +293,10 @@ Status attention_prefill_paged(const float* q, int64_t rows, const int32_t* pos,
   if (rows > a.n_ctx) return Status::error("attention_prefill_paged: more rows than cache positions");
   const auto* kc = static_cast<const __half*>(k_cache);
   const auto* vc = static_cast<const __half*>(v_cache);
-  const attn_detail::PagedRows rows_of{table, block_tokens};
+  if (wgmma_rung(variant) && prefill_attention_paged_runs(variant, a, block_tokens, q, kc, vc))
+    return prefill::launch_wgmma(q, int(rows), pos, kc, vc, a, out, out16, false, variant == PrefillAttention::V4Overlap,
+                                 table, block_tokens, s);
+  const attn_detail::PagedRows rows_of{table, block_tokens};  // (v1 as v2 here)
   return a.head_dim == 64 ? launch_v2<64, 8>(q, int(rows), pos, kc, vc, a, out, out16, false, s, rows_of)
                           : launch_v2<128, 8>(q, int(rows), pos, kc, vc, a, out, out16, false, s, rows_of);
 }

@@ -23,6 +23,11 @@
 // and the two warpgroups take turns to issue (named barriers), so that one's softmax runs beside
 // the other's products; in v3 both often reach their softmax together (the shared stages keep them
 // in step) and the tensor cores wait. It holds two stages at once, so it keeps three.
+// A paged cache (the batching engine's prompt chunks): position j's row is the slot
+// table[j / block_tokens] * block_tokens + j % block_tokens, so a 128-key tile arrives as 128 /
+// block_tokens boxes of block_tokens keys each (block_tokens a multiple of 8, the swizzle's
+// period, so the boxes stacked make the one box's layout), or one box inside a block of a multiple
+// of 128; boxes wholly past the last key are not loaded (a table has no entry there).
 // Unwritten cache rows: a tile may reach past the block's last key (n_keys) into positions no
 // prompt wrote. Their scores are masked (replaced), but a real row's P V multiplies their V rows
 // by 0, and 0 x NaN is NaN; so the producer warp zeroes those V rows of the last tile in shared
@@ -31,7 +36,8 @@
 // Needs an sm_90a build (wgmma, TMA, setmaxnreg): compiled for another architecture the kernel
 // traps rather than leave the output unwritten.
 //
-// Layouts: q [rows][n_head][HD] f32; caches [n_ctx][n_head_kv][HD] f16; out (and out16) like q.
+// Layouts: q [rows][n_head][HD] f32; caches [n_ctx][n_head_kv][HD] f16 (rows: positions, or a
+// paged cache's slots); out (and out16) like q.
 // Shared memory: per stage K then V, each HD / 64 boxes of [128 keys][64 d] (16 KiB); then per
 // consumer warpgroup its Q, HD / 64 boxes of [64 rows][64 d] (8 KiB); then the barriers.
 #include "kernels/common/launch_status.h"
@@ -44,6 +50,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 namespace lamina::kernels {
@@ -62,7 +69,7 @@ constexpr int kQBoxBytes = 64 * kBoxD * 2;
 // v4 holds two stages at once (tile j's K, tile j - 1's V), so 2 stages left it waiting on loads.
 constexpr int kStagesV3 = 2, kStagesV4 = 3;
 constexpr int kWg = 128, kThreads = 3 * kWg;  // producer warpgroup, then two consumers
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 x 40 + 256 x 232 <= 384 x 168
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 x 40 + 256 x 232 = 384 x 168
 constexpr int kQBarrier = 1, kTurn = 3;  // named barriers: kQBarrier + c, kTurn + c (warpgroup c's)
 
 template <int HD>
@@ -258,7 +265,8 @@ template <int HD, bool kOverlap, int kStages>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_prefill_wgmma(const __grid_constant__ CUtensorMap map_k, const __grid_constant__ CUtensorMap map_v,
                         const float* __restrict__ q, int rows, const int32_t* __restrict__ pos, AttentionArgs a,
-                        float* __restrict__ out, void* __restrict__ out16, bool bf16) {
+                        float* __restrict__ out, void* __restrict__ out16, bool bf16,
+                        const int32_t* __restrict__ table, int block_tokens) {  // table: null where contiguous
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   using W = Consumer<HD, kStages>;
@@ -284,21 +292,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   w.n_keys = w.p0 + q_hi + 1, w.n_tiles = (w.n_keys + kTileN - 1) / kTileN;
   const int wg = int(threadIdx.x) / kWg;
 
-  if (wg == 0) {  // producer: lane 0 of warp 0 issues every tile's boxes, in order
+  if (wg == 0) {  // producer: warp 0 issues every tile's boxes (a lane per box), tile by tile
     tma::setmaxnreg_dec<kProducerRegs>();
-    if (threadIdx.x >= 32) return;  // (warp 0's other lanes help zero the last tile's tail)
+    if (threadIdx.x >= 32) return;
     const int lane = int(threadIdx.x);
+    const int box_keys = table ? min(block_tokens, kTileN) : kTileN, n_sub = kTileN / box_keys;
     for (int i = 0; i < w.n_tiles; ++i) {
       const int st = W::stage(i), valid = w.n_keys - i * kTileN;
       const bool tail = valid < kTileN;  // the block's last tile reaches past n_keys
+      uint64_t* landed = tail ? tail_v : &w.full_v[st];
+      tma::mbar_wait(&w.empty[st], W::phase(i) ^ 1u);
       if (lane == 0) {
-        tma::mbar_wait(&w.empty[st], W::phase(i) ^ 1u);
-        tma::mbar_arrive_expect_tx(&w.full_k[st], uint32_t(W::kBoxes * kBoxBytes));
-        for (int b = 0; b < W::kBoxes; ++b)
-          tma::load_2d(w.k_box(st, b), &map_k, kvh * HD + b * kBoxD, i * kTileN, &w.full_k[st]);
-        uint64_t* landed = tail ? tail_v : &w.full_v[st];
-        tma::mbar_arrive_expect_tx(landed, uint32_t(W::kBoxes * kBoxBytes));
-        for (int b = 0; b < W::kBoxes; ++b) tma::load_2d(w.v_box(st, b), &map_v, kvh * HD + b * kBoxD, i * kTileN, landed);
+        const uint32_t bytes = uint32_t(W::kBoxes * min(n_sub, (valid + box_keys - 1) / box_keys) * box_keys * 128);
+        tma::mbar_arrive_expect_tx(&w.full_k[st], bytes);
+        tma::mbar_arrive_expect_tx(landed, bytes);
+      }
+      __syncwarp();  // (the byte counts are set before any box can land)
+      for (int e = lane; e < n_sub * W::kBoxes; e += 32) {  // box b of sub-tile `sub`, of K and of V; a lane each
+        const int sub = e / W::kBoxes, b = e % W::kBoxes, key = i * kTileN + sub * box_keys;
+        if (key >= w.n_keys) continue;
+        const int row = table ? table[key / block_tokens] * block_tokens + key % block_tokens : key;
+        tma::load_2d(w.k_box(st, b) + sub * box_keys * 128, &map_k, kvh * HD + b * kBoxD, row, &w.full_k[st]);
+        tma::load_2d(w.v_box(st, b) + sub * box_keys * 128, &map_v, kvh * HD + b * kBoxD, row, landed);
       }
       if (tail) {  // zero V's rows past n_keys (P is 0 there, but 0 x NaN is NaN), then release V
         tma::mbar_wait(tail_v, 0);
@@ -340,11 +355,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <int HD, bool kOverlap, int kStages>
 Status launch(const float* q, int rows, const int32_t* pos, const __half* kc, const __half* vc, const AttentionArgs& a,
-              float* out, void* out16, bool bf16, cudaStream_t s) {
+              float* out, void* out16, bool bf16, const int32_t* table, int block_tokens, cudaStream_t s) {
   const uint64_t kvd = uint64_t(a.n_head_kv) * HD;
+  const uint32_t box_keys = table ? uint32_t(std::min(block_tokens, kTileN)) : kTileN;
   CUtensorMap map_k{}, map_v{};
-  if (!tma::encode_2d_sw128(&map_k, false, kc, uint64_t(a.n_ctx), kvd, kvd, kTileN, kBoxD) ||
-      !tma::encode_2d_sw128(&map_v, false, vc, uint64_t(a.n_ctx), kvd, kvd, kTileN, kBoxD))
+  if (!tma::encode_2d_sw128(&map_k, false, kc, uint64_t(a.n_ctx), kvd, kvd, box_keys, kBoxD) ||
+      !tma::encode_2d_sw128(&map_v, false, vc, uint64_t(a.n_ctx), kvd, kvd, box_keys, kBoxD))
     return Status::error("attention_prefill (wgmma): the driver refused the cache's tensor map");
   const size_t smem = kSmemBytes<HD, kStages>;
   const auto kernel = flash_prefill_wgmma<HD, kOverlap, kStages>;
@@ -353,7 +369,7 @@ Status launch(const float* q, int rows, const int32_t* pos, const __half* kc, co
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
     return Status::error("attention_prefill (wgmma): " + std::to_string(smem) + " bytes of shared memory refused");
   const dim3 grid(unsigned(a.n_head), unsigned((rows + kTileQ - 1) / kTileQ));
-  kernel<<<grid, kThreads, smem, s>>>(map_k, map_v, q, rows, pos, a, out, out16, bf16);
+  kernel<<<grid, kThreads, smem, s>>>(map_k, map_v, q, rows, pos, a, out, out16, bf16, table, block_tokens);
   return launch_status("attention_prefill (wgmma)");
 }
 
@@ -366,13 +382,18 @@ bool wgmma_supported(const AttentionArgs& a, const float* q, const void* k_cache
   return wgmma_gemm::hopper() && attention_prefill_supported(a) && aligned(q) && aligned(k_cache) && aligned(v_cache);
 }
 
+bool wgmma_paged_blocks(int block_tokens) {
+  return block_tokens > 0 && block_tokens % 8 == 0 && (kTileN % block_tokens == 0 || block_tokens % kTileN == 0);
+}
+
 Status launch_wgmma(const float* q, int rows, const int32_t* pos, const __half* kc, const __half* vc,
-                    const AttentionArgs& a, float* out, void* out16, bool bf16, bool overlap, cudaStream_t s) {
+                    const AttentionArgs& a, float* out, void* out16, bool bf16, bool overlap, const int32_t* table,
+                    int block_tokens, cudaStream_t s) {
   if (a.head_dim == 64)
-    return overlap ? launch<64, true, kStagesV4>(q, rows, pos, kc, vc, a, out, out16, bf16, s)
-                   : launch<64, false, kStagesV3>(q, rows, pos, kc, vc, a, out, out16, bf16, s);
-  return overlap ? launch<128, true, kStagesV4>(q, rows, pos, kc, vc, a, out, out16, bf16, s)
-                 : launch<128, false, kStagesV3>(q, rows, pos, kc, vc, a, out, out16, bf16, s);
+    return overlap ? launch<64, true, kStagesV4>(q, rows, pos, kc, vc, a, out, out16, bf16, table, block_tokens, s)
+                   : launch<64, false, kStagesV3>(q, rows, pos, kc, vc, a, out, out16, bf16, table, block_tokens, s);
+  return overlap ? launch<128, true, kStagesV4>(q, rows, pos, kc, vc, a, out, out16, bf16, table, block_tokens, s)
+                 : launch<128, false, kStagesV3>(q, rows, pos, kc, vc, a, out, out16, bf16, table, block_tokens, s);
 }
 
 }  // namespace prefill

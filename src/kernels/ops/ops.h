@@ -158,6 +158,8 @@ Status attention_decode_rope_paged(float* q, float* k, const float* v, int64_t r
 // V3Wgmma and V4Overlap need an sm_90 device, an sm_90a build, 16-byte aligned caches and q;
 // elsewhere they run as V2Pipelined.
 enum class PrefillAttention { V1Mma, V2Pipelined, V3Wgmma, V4Overlap };
+inline constexpr PrefillAttention kPrefillAttentionRungs[] = {PrefillAttention::V1Mma, PrefillAttention::V2Pipelined,
+                                                              PrefillAttention::V3Wgmma, PrefillAttention::V4Overlap};
 const char* prefill_attention_name(PrefillAttention v);
 bool attention_prefill_supported(const AttentionArgs& a);
 // Whether rung v runs as itself on this device with these q and caches (not as the rung it falls
@@ -167,12 +169,18 @@ bool prefill_attention_runs(PrefillAttention v, const AttentionArgs& a, const fl
 Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
                          const AttentionArgs& a, float* out, cudaStream_t s, void* out16 = nullptr,
                          GgmlType t16 = GgmlType::F16, PrefillAttention variant = PrefillAttention::V4Overlap);
-// The same (v2) over a paged cache: the rows are one sequence's consecutive positions pos[0] ..
+// The same over a paged cache: the rows are one sequence's consecutive positions pos[0] ..
 // pos[0] + rows - 1 (a prompt chunk of the batching engine's pass), key position j in the slot
-// table[j / block_tokens] * block_tokens + j % block_tokens (table: that sequence's block ids, device).
+// table[j / block_tokens] * block_tokens + j % block_tokens (table: that sequence's block ids,
+// device). v3 and v4 need, besides what they need over a contiguous cache, block_tokens a
+// multiple of 8 that divides 128 or is a multiple of it; v1 and the rest run as v2
+// (prefill_attention_paged_runs: whether v runs as itself).
+bool prefill_attention_paged_runs(PrefillAttention v, const AttentionArgs& a, int block_tokens, const float* q,
+                                  const void* k_cache, const void* v_cache);
 Status attention_prefill_paged(const float* q, int64_t rows, const int32_t* pos, const int32_t* table, int block_tokens,
                                const void* k_cache, const void* v_cache, const AttentionArgs& a, float* out,
-                               cudaStream_t s, void* out16 = nullptr);
+                               cudaStream_t s, void* out16 = nullptr,
+                               PrefillAttention variant = PrefillAttention::V4Overlap);
 
 // A pass's token and position inputs from pinned host memory, read by the kernel over the bus
 // (no copy-engine transfer; a graph node). src: [tokens | positions | stamp], each half `half`
