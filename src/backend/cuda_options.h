@@ -14,8 +14,9 @@ struct PeerAllReduce;  // kernels/ops/peer_all_reduce.h
 namespace lamina {
 
 struct CudaOptions {
-  // Prompt attention kernel (kernels::prefill_attention_name): "v4_overlap" (default; Hopper, else
-  // it runs as v2_pipelined), "v3_wgmma", "v2_pipelined" or "v1_mma".
+  // Prompt attention kernel (kernels::prefill_attention_name), for prompts and the batching
+  // engine's prompt chunks: "v4_overlap" (default; Hopper, else it runs as v2_pipelined),
+  // "v3_wgmma", "v2_pipelined" or "v1_mma" (the chunks then go to the decode splits).
   std::string prefill_attention = "v4_overlap";
   // The batching engine's decode-row attention over the paged cache: "mma" (default; tensor cores
   // where the heads allow, else the split kernels) or "split" (kernels::decode_attention_name).

@@ -24,7 +24,8 @@
 // Layouts: q [rows][n_head][HD] f32; caches [n_ctx][n_head_kv][HD] f16; out (and out16) like q.
 // v2 also reads a paged cache (attention_prefill_paged: the batching engine's prompt chunks): key
 // position j's row is the slot its sequence's block table gives (attn_detail::PagedRows), looked
-// up per 16-byte chunk as the tile is staged; everything else is the same kernel.
+// up per 16-byte chunk as the tile is staged; everything else is the same kernel. (v3 and v4 read
+// it by a TMA box per block: attention_prefill_wgmma.cu; v1 runs there as v2.)
 #include "kernels/common/launch_status.h"
 #include "kernels/common/mma.cuh"
 #include "kernels/ops/attention_decode.cuh"
