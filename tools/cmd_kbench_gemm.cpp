@@ -43,7 +43,7 @@ std::vector<Entry> default_entries() {
   std::vector<Entry> e;
   for (int64_t s : {4096, 8192}) e.push_back({s, s, s, {"f32", "f16", "bf16"}});
   for (int64_t s : {2048, 4096, 8192}) e.push_back({s, s, 1024, {"f32"}});  // the seeds' SGEMM set
-  for (int64_t m : {128, 512, 2048})
+  for (int64_t m : {128, 512, 2048, 4096})
     for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {12288, 4096}, {11008, 4096}, {4096, 11008},
                         {14336, 4096}, {4096, 14336}})
       e.push_back({m, n, k, {"f16", "q8_0", "q4_0", "q4_K"}});
