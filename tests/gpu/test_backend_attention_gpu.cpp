@@ -25,6 +25,13 @@ struct AttnCase {
   GgmlType kv;
 };
 
+// Whether the backend's attention over `rows` prompt rows runs the tensor-core prefill kernel
+// (head_dim 64, 128 or 256, any sliding window, an f16 cache), which rounds q and the
+// probabilities to f16.
+bool tensor_core_prefill(int rows, GgmlType kv, int head_dim) {
+  return rows > 8 && kv == GgmlType::F16 && (head_dim == 64 || head_dim == 128 || head_dim == 256);
+}
+
 // With a sliding window (Gemma 3's local layers) too: a query then attends to its last 48
 // positions only, which the prompt, the decode rows and the long chunk all pass.
 TEST(BackendOps, AttentionPrefillThenDecode) {
@@ -46,8 +53,7 @@ TEST(BackendOps, AttentionPrefillThenDecode) {
       const auto [qc, qg, kc, kg, vc, vg] = b.put_qkv(rows, qd, kvd, rng);
       Tensor oc = b.cpu.alloc(rows, qd), og = b.gpu.alloc(rows, qd);
       b.cpu.attention(0, qc, kc, vc, pos, ap, oc), b.gpu.attention(0, qg, kg, vg, pos, ap, og);
-      // the tensor-core prefill rounds q and the probabilities to f16
-      const bool tc = window == 0 && rows > 8 && c.kv == GgmlType::F16 && (c.head_dim == 64 || c.head_dim == 128);
+      const bool tc = tensor_core_prefill(rows, c.kv, c.head_dim);
       EXPECT_LE(rel(b.get(b.gpu, og), b.get(b.cpu, oc)), tc ? 3e-3 : 1e-4)
           << "window " << window << " heads " << c.n_head << "/" << c.n_head_kv << " hd " << c.head_dim << " rows " << rows << " at " << past;
       past += rows;
@@ -134,7 +140,7 @@ TEST(BackendOps, RopeAttentionFused) {
         const bool one_kernel = rows == 1 && past < 256 && c.kv == GgmlType::F16;
         if (c.n_head == c.n_head_kv || !one_kernel) EXPECT_LE(rel(b.get(b.gpu, kg), b.get(b.cpu, kc)), 2e-6) << "k " << at;
       }
-      const bool tc = rows > 8 && c.kv == GgmlType::F16 && (c.head_dim == 64 || c.head_dim == 128);
+      const bool tc = tensor_core_prefill(rows, c.kv, c.head_dim);
       EXPECT_LE(rel(b.get(b.gpu, og), b.get(b.cpu, oc)), tc ? 3e-3 : 1e-4) << "out " << at;
       past += rows;
     }

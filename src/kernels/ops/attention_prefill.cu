@@ -146,6 +146,10 @@ __global__ void __launch_bounds__(WARPS * 32) flash_prefill_v2(const float* __re
   const int r0 = tile * WARPS * 16 + warp * 16;  // this warp's first query row
   const int q_hi = min(rows, (tile + 1) * WARPS * 16) - 1;
   const int n_keys = p0 + q_hi + 1, n_tiles = (n_keys + kTileK - 1) / kTileK;
+  // With a sliding window the block's first key is its first row's first (earlier tiles are
+  // skipped), and a warp multiplies a tile only if it holds a key of its rows' windows.
+  const int first_tile = a.window > 0 ? max(0, p0 + tile * WARPS * 16 - a.window + 1) / kTileK : 0;
+  const int warp_lo = a.window > 0 ? p0 + r0 - a.window + 1 : 0;  // the warp's earliest visible key
   const __half* kh = kc + int64_t(kvh) * HD;
   const __half* vh = vc + int64_t(kvh) * HD;
 
@@ -162,7 +166,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_prefill_v2(const float* __re
     }
     mma::cp_async_commit();
   };
-  stage(0);
+  stage(first_tile);
 
   uint32_t qf[HD / 16][4];
   load_q<HD>(q, rows, qd, h, r0, a.scale * prefill::kLog2e, qf);
@@ -170,7 +174,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_prefill_v2(const float* __re
   float m[2] = {-1e30f, -1e30f}, l[2] = {0.f, 0.f};
   // ldmatrix lane roles: lane i addresses row i % 8 of matrix i / 8.
   const int lm_row = lane % 8, lm_mat = lane / 8;
-  for (int i = 0; i < n_tiles; ++i) {
+  for (int i = first_tile; i < n_tiles; ++i) {
     if (i + 1 < n_tiles) {
       stage(i + 1);
       mma::cp_async_wait<1>();
@@ -179,7 +183,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_prefill_v2(const float* __re
     }
     __syncthreads();  // tile i is in stage i % 2 for every thread
     const int k0 = i * kTileK, st = i % 2;
-    if (r0 < rows && k0 <= p0 + r0 + 15) {
+    if (r0 < rows && k0 <= p0 + r0 + 15 && k0 + kTileK > warp_lo) {
       // S = Q K^T (16 x 64 per warp). One ldmatrix.x4 gives b0, b1 of key tiles j and j + 1:
       // matrices (keys j*8.., d), (keys j*8.., d+8), (keys j*8+8.., d), (keys j*8+8.., d+8).
       float s[kTileK / 8][4] = {};
@@ -192,8 +196,8 @@ __global__ void __launch_bounds__(WARPS * 32) flash_prefill_v2(const float* __re
           mma16816<__half>(s[j], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b[0], b[1]);
           mma16816<__half>(s[j + 1], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b[2], b[3]);
         }
-      prefill::mask_tile<kTileK>(s, k0, p0 + r0);
-      prefill::softmax_step<kTileK, HD>(s, m, l, o);
+      prefill::mask_tile<kTileK>(s, k0, p0 + r0, a.window);
+      prefill::softmax_step<kTileK, HD, true>(s, m, l, o);
       // O += P V. ldmatrix.trans of the [key][d] tile gives V's B fragments: matrices
       // (keys kc*16.., d n*8), (keys kc*16+8.., d n*8), (keys kc*16.., d n*8+8), (keys kc*16+8.., d n*8+8).
 #pragma unroll
@@ -228,6 +232,15 @@ Status launch_v2(const float* q, int rows, const int32_t* pos, const __half* kc,
   return launch_status("attention_prefill");
 }
 
+// v2 at the args' head_dim (64, 128 or 256).
+template <class Rows>
+Status launch_v2_any(const float* q, int rows, const int32_t* pos, const __half* kc, const __half* vc,
+                     const AttentionArgs& a, float* out, void* out16, bool bf16, cudaStream_t s, Rows rows_of) {
+  if (a.head_dim == 64) return launch_v2<64, 8>(q, rows, pos, kc, vc, a, out, out16, bf16, s, rows_of);
+  if (a.head_dim == 128) return launch_v2<128, 8>(q, rows, pos, kc, vc, a, out, out16, bf16, s, rows_of);
+  return launch_v2<256, 8>(q, rows, pos, kc, vc, a, out, out16, bf16, s, rows_of);
+}
+
 }  // namespace
 
 const char* prefill_attention_name(PrefillAttention v) {
@@ -241,8 +254,8 @@ const char* prefill_attention_name(PrefillAttention v) {
 }
 
 bool attention_prefill_supported(const AttentionArgs& a) {
-  return a.kv_type == GgmlType::F16 && (a.head_dim == 64 || a.head_dim == 128) && a.window == 0 && a.n_head_kv > 0 &&
-         a.n_head % a.n_head_kv == 0;
+  return a.kv_type == GgmlType::F16 && (a.head_dim == 64 || a.head_dim == 128 || a.head_dim == 256) && a.window >= 0 &&
+         a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0;
 }
 
 namespace {
@@ -263,7 +276,7 @@ bool prefill_attention_paged_runs(PrefillAttention v, const AttentionArgs& a, in
 Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
                          const AttentionArgs& a, float* out, cudaStream_t s, void* out16, GgmlType t16,
                          PrefillAttention variant) {
-  if (!attention_prefill_supported(a)) return Status::error("attention_prefill: needs an f16 cache, head_dim 64 or 128 and no sliding window");
+  if (!attention_prefill_supported(a)) return Status::error("attention_prefill: needs an f16 cache and head_dim 64, 128 or 256");
   if (!q || !pos || !k_cache || !v_cache || !out) return Status::error("attention_prefill: null pointer");
   if (out16 && t16 != GgmlType::F16 && t16 != GgmlType::BF16) return Status::error("attention_prefill: out16 must be f16 or bf16");
   if (rows <= 0) return Status::success();
@@ -275,9 +288,9 @@ Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const
   if (wgmma_rung(variant) && prefill::wgmma_supported(a, q, kc, vc))
     return prefill::launch_wgmma(q, int(rows), pos, kc, vc, a, out, out16, bf16, variant == PrefillAttention::V4Overlap,
                                   nullptr, 0, s);
-  if (variant != PrefillAttention::V1Mma)  // (v3 and v4 where they cannot run: v2)
-    return a.head_dim == 64 ? launch_v2<64, 8>(q, int(rows), pos, kc, vc, a, out, out16, bf16, s, rows_of)
-                            : launch_v2<128, 8>(q, int(rows), pos, kc, vc, a, out, out16, bf16, s, rows_of);
+  // (v3 and v4 where they cannot run, and v1 at head_dim 256 or with a sliding window: v2)
+  if (variant != PrefillAttention::V1Mma || a.head_dim == 256 || a.window > 0)
+    return launch_v2_any(q, int(rows), pos, kc, vc, a, out, out16, bf16, s, rows_of);
   const dim3 grid(unsigned((rows + kTileQ1 - 1) / kTileQ1), unsigned(a.n_head));
   if (a.head_dim == 64) flash_prefill_v1<64><<<grid, kWarps1 * 32, 0, s>>>(q, int(rows), pos, kc, vc, a, out, out16, bf16);
   else flash_prefill_v1<128><<<grid, kWarps1 * 32, 0, s>>>(q, int(rows), pos, kc, vc, a, out, out16, bf16);
@@ -287,7 +300,7 @@ Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const
 Status attention_prefill_paged(const float* q, int64_t rows, const int32_t* pos, const int32_t* table, int block_tokens,
                                const void* k_cache, const void* v_cache, const AttentionArgs& a, float* out,
                                cudaStream_t s, void* out16, PrefillAttention variant) {
-  if (!attention_prefill_supported(a)) return Status::error("attention_prefill_paged: needs an f16 cache, head_dim 64 or 128 and no sliding window");
+  if (!attention_prefill_supported(a)) return Status::error("attention_prefill_paged: needs an f16 cache and head_dim 64, 128 or 256");
   if (!q || !pos || !table || !k_cache || !v_cache || !out) return Status::error("attention_prefill_paged: null pointer");
   if (block_tokens <= 0) return Status::error("attention_prefill_paged: bad block size");
   if (rows <= 0) return Status::success();
@@ -298,8 +311,7 @@ Status attention_prefill_paged(const float* q, int64_t rows, const int32_t* pos,
     return prefill::launch_wgmma(q, int(rows), pos, kc, vc, a, out, out16, false, variant == PrefillAttention::V4Overlap,
                                  table, block_tokens, s);
   const attn_detail::PagedRows rows_of{table, block_tokens};  // (v1 as v2 here)
-  return a.head_dim == 64 ? launch_v2<64, 8>(q, int(rows), pos, kc, vc, a, out, out16, false, s, rows_of)
-                          : launch_v2<128, 8>(q, int(rows), pos, kc, vc, a, out, out16, false, s, rows_of);
+  return launch_v2_any(q, int(rows), pos, kc, vc, a, out, out16, false, s, rows_of);
 }
 
 }  // namespace lamina::kernels

@@ -36,18 +36,21 @@ __device__ __forceinline__ void load_q(const float* __restrict__ q, int rows, in
     }
 }
 
-// Causal mask of a 16 x TK score tile whose keys start at k0 (query rows from qpos0): a masked
-// score is replaced, so whatever the product held (even NaN from unwritten cache rows) is gone.
+// Causal mask of a 16 x TK score tile whose keys start at k0 (query rows from qpos0), and with a
+// sliding window (window > 0: position p sees keys p - window + 1 .. p) the keys before it: a
+// masked score is replaced, so whatever the product held (even NaN from unwritten cache rows) is
+// gone.
 template <int TK>
-__device__ __forceinline__ void mask_tile(float (&s)[TK / 8][4], int k0, int qpos0) {
+__device__ __forceinline__ void mask_tile(float (&s)[TK / 8][4], int k0, int qpos0, int window = 0) {
   const int g = threadIdx.x % 32 / 4, t4 = threadIdx.x % 4;
-  if (k0 + TK - 1 <= qpos0) return;  // the whole tile is visible to every row
+  // (the whole tile visible to every row: causally, and inside the last row's window)
+  if (k0 + TK - 1 <= qpos0 && (window <= 0 || k0 > qpos0 + 15 - window)) return;
 #pragma unroll
   for (int j = 0; j < TK / 8; ++j)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int key = k0 + j * 8 + 2 * t4 + (i % 2), qpos = qpos0 + g + (i / 2) * 8;
-      if (key > qpos) s[j][i] = -1e30f;
+      if (key > qpos || (window > 0 && key <= qpos - window)) s[j][i] = -1e30f;
     }
 }
 
@@ -63,10 +66,11 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 // Online softmax per row (row g: elements 0, 1; row g+8: elements 2, 3; a row spans a quad):
 // s becomes P, the running max m and partial sum l are updated, and corr is the factor by which
 // the output so far must be rescaled (rescale_o; apart for v4_overlap, whose O is still being
-// accumulated by the last tile's MMAs when the next tile's scores are ready). A row must have seen
-// a visible key before a tile that masks all of its keys (key 0 is visible to every row, and
-// tiles run from key 0 up).
-template <int TK>
+// accumulated by the last tile's MMAs when the next tile's scores are ready). Without kGuard a row
+// must have seen a visible key before a tile that masks all of its keys (causal: key 0 is visible
+// to every row, and tiles run from key 0 up); with it (sliding windows, whose first tiles may hold
+// none of a row's keys) a row with no visible key yet gets P = 0 there, not exp2(0) = 1.
+template <int TK, bool kGuard = false>
 __device__ __forceinline__ void softmax_scores(float (&s)[TK / 8][4], float (&m)[2], float (&l)[2], float (&corr)[2]) {
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
@@ -75,13 +79,15 @@ __device__ __forceinline__ void softmax_scores(float (&s)[TK / 8][4], float (&m)
     for (int j = 0; j < TK / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * hr], s[j][2 * hr + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(~0u, mx, 2));
-    corr[hr] = exp2_ftz(m[hr] - mx);
+    // (kGuard: every key so far masked; subtracting 0 makes P = exp2(-1e30) = 0)
+    const float ref = kGuard && mx == -1e30f ? 0.f : mx;
+    corr[hr] = exp2_ftz(m[hr] - ref);
     m[hr] = mx;
     float sum = 0.f;
 #pragma unroll
     for (int j = 0; j < TK / 8; ++j) {
-      s[j][2 * hr] = exp2_ftz(s[j][2 * hr] - mx);
-      s[j][2 * hr + 1] = exp2_ftz(s[j][2 * hr + 1] - mx);
+      s[j][2 * hr] = exp2_ftz(s[j][2 * hr] - ref);
+      s[j][2 * hr + 1] = exp2_ftz(s[j][2 * hr + 1] - ref);
       sum += s[j][2 * hr] + s[j][2 * hr + 1];
     }
     l[hr] = l[hr] * corr[hr] + sum;  // per-thread partial; the quad's partials are summed at the end
@@ -94,11 +100,11 @@ __device__ __forceinline__ void rescale_o(float (&o)[HD / 8][4], const float (&c
   for (int n = 0; n < HD / 8; ++n) o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
 }
 
-template <int TK, int HD>
+template <int TK, int HD, bool kGuard = false>
 __device__ __forceinline__ void softmax_step(float (&s)[TK / 8][4], float (&m)[2], float (&l)[2],
                                              float (&o)[HD / 8][4]) {
   float corr[2];
-  softmax_scores<TK>(s, m, l, corr);
+  softmax_scores<TK, kGuard>(s, m, l, corr);
   rescale_o<HD>(o, corr);
 }
 

@@ -151,12 +151,14 @@ Status attention_decode_rope_paged(float* q, float* k, const float* v, int64_t r
                                    void* out16 = nullptr, const HeadNorms& norms = {}, int64_t positions = 0);
 
 // Prompt attention on tensor cores (flash-attention: query tiles, K/V tiles streamed through
-// shared memory, online softmax; f16 mma.sync, or wgmma on Hopper). Requires an F16 cache, head_dim 64 or 128, no
-// sliding window, and the rows at consecutive positions pos[0] .. pos[0] + rows - 1. out16 (optional) also receives the
+// shared memory, online softmax; f16 mma.sync, or wgmma on Hopper). Requires an F16 cache, head_dim 64, 128 or
+// 256, and the rows at consecutive positions pos[0] .. pos[0] + rows - 1; a.window > 0 limits each row to its
+// sliding window. out16 (optional) also receives the
 // output rounded to t16 (F16 or BF16), the A operand of the next GEMM. The variants are the
 // family's ladder (attention_prefill.cu and attention_prefill_wgmma.cu say what each changes).
-// V3Wgmma and V4Overlap need an sm_90 device, an sm_90a build, 16-byte aligned caches and q;
-// elsewhere they run as V2Pipelined.
+// V3Wgmma and V4Overlap need an sm_90 device, an sm_90a build, 16-byte aligned caches and q,
+// head_dim 64 or 128 and no window; elsewhere they run as V2Pipelined (as V1Mma does at head_dim
+// 256 or with a window).
 enum class PrefillAttention { V1Mma, V2Pipelined, V3Wgmma, V4Overlap };
 inline constexpr PrefillAttention kPrefillAttentionRungs[] = {PrefillAttention::V1Mma, PrefillAttention::V2Pipelined,
                                                               PrefillAttention::V3Wgmma, PrefillAttention::V4Overlap};
