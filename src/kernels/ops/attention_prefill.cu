@@ -12,7 +12,10 @@
 //   ldmatrix.trans (V), four 8x8 matrices per instruction. A KV tile now serves 128 queries.
 //   At pp512 32 heads x 4 tiles is one wave and the causal tiles are uneven, so v2 gains most on
 //   long prompts (figures: docs/benchmarks.md). A 4-warp, 64-query version of v2 measured the
-//   same (dropped).
+//   same (dropped). v2 alone also takes head_dim 256 and sliding windows (Gemma 3): a block starts
+//   at its first row's first visible key, a warp skips tiles outside its rows' windows, and the
+//   softmax gives a row that has seen no visible key yet P = 0 (softmax_scores' kGuard); the
+//   other rungs run as v2 there.
 //
 // Common to both: Q is read once from the f32 activations into A fragments (scaled by scale *
 // log2 e, so the softmax uses exp2). Shared rows are padded by 8 halves so that the 8 rows of a
