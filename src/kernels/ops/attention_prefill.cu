@@ -256,17 +256,33 @@ const char* prefill_attention_name(PrefillAttention v) {
   return "?";
 }
 
+namespace {
+// v2's two K/V stages fit the current device's shared memory (at head_dim 256 they take 132 KiB:
+// more than an sm_86, sm_89 or sm_120 block may have, so those run the decode kernels).
+bool v2_fits(int head_dim) {
+  if (head_dim != 256) return true;
+  int dev = 0, optin = 0;
+  return cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+         size_t(optin) >= sizeof(KvStages<256>);
+}
+bool wgmma_rung(PrefillAttention v) { return v == PrefillAttention::V3Wgmma || v == PrefillAttention::V4Overlap; }
+// v1 takes head_dim 64 and 128 without a window; elsewhere it runs as v2.
+bool v1_takes(const AttentionArgs& a) { return a.head_dim <= 128 && a.window == 0; }
+// What attention_prefill_supported asks, for the error when it says no.
+constexpr const char* kNeeds =
+    "needs an f16 cache, head_dim 64, 128 or 256 (256: 132 KiB of shared memory a block), a window >= 0 and query "
+    "heads a multiple of the KV heads";
+}  // namespace
+
 bool attention_prefill_supported(const AttentionArgs& a) {
   return a.kv_type == GgmlType::F16 && (a.head_dim == 64 || a.head_dim == 128 || a.head_dim == 256) && a.window >= 0 &&
-         a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0;
+         a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0 && v2_fits(a.head_dim);
 }
-
-namespace {
-bool wgmma_rung(PrefillAttention v) { return v == PrefillAttention::V3Wgmma || v == PrefillAttention::V4Overlap; }
-}  // namespace
 
 bool prefill_attention_runs(PrefillAttention v, const AttentionArgs& a, const float* q, const void* k_cache,
                             const void* v_cache) {
+  if (v == PrefillAttention::V1Mma && !v1_takes(a)) return false;
   return attention_prefill_supported(a) && (!wgmma_rung(v) || prefill::wgmma_supported(a, q, k_cache, v_cache));
 }
 
@@ -279,7 +295,7 @@ bool prefill_attention_paged_runs(PrefillAttention v, const AttentionArgs& a, in
 Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
                          const AttentionArgs& a, float* out, cudaStream_t s, void* out16, GgmlType t16,
                          PrefillAttention variant) {
-  if (!attention_prefill_supported(a)) return Status::error("attention_prefill: needs an f16 cache and head_dim 64, 128 or 256");
+  if (!attention_prefill_supported(a)) return Status::error(std::string("attention_prefill: ") + kNeeds);
   if (!q || !pos || !k_cache || !v_cache || !out) return Status::error("attention_prefill: null pointer");
   if (out16 && t16 != GgmlType::F16 && t16 != GgmlType::BF16) return Status::error("attention_prefill: out16 must be f16 or bf16");
   if (rows <= 0) return Status::success();
@@ -292,7 +308,7 @@ Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const
     return prefill::launch_wgmma(q, int(rows), pos, kc, vc, a, out, out16, bf16, variant == PrefillAttention::V4Overlap,
                                   nullptr, 0, s);
   // (v3 and v4 where they cannot run, and v1 at head_dim 256 or with a sliding window: v2)
-  if (variant != PrefillAttention::V1Mma || a.head_dim == 256 || a.window > 0)
+  if (variant != PrefillAttention::V1Mma || !v1_takes(a))
     return launch_v2_any(q, int(rows), pos, kc, vc, a, out, out16, bf16, s, rows_of);
   const dim3 grid(unsigned((rows + kTileQ1 - 1) / kTileQ1), unsigned(a.n_head));
   if (a.head_dim == 64) flash_prefill_v1<64><<<grid, kWarps1 * 32, 0, s>>>(q, int(rows), pos, kc, vc, a, out, out16, bf16);
@@ -303,7 +319,7 @@ Status attention_prefill(const float* q, int64_t rows, const int32_t* pos, const
 Status attention_prefill_paged(const float* q, int64_t rows, const int32_t* pos, const int32_t* table, int block_tokens,
                                const void* k_cache, const void* v_cache, const AttentionArgs& a, float* out,
                                cudaStream_t s, void* out16, PrefillAttention variant) {
-  if (!attention_prefill_supported(a)) return Status::error("attention_prefill_paged: needs an f16 cache and head_dim 64, 128 or 256");
+  if (!attention_prefill_supported(a)) return Status::error(std::string("attention_prefill_paged: ") + kNeeds);
   if (!q || !pos || !table || !k_cache || !v_cache || !out) return Status::error("attention_prefill_paged: null pointer");
   if (block_tokens <= 0) return Status::error("attention_prefill_paged: bad block size");
   if (rows <= 0) return Status::success();
