@@ -241,6 +241,12 @@ Status launch_v2_any(const float* q, int rows, const int32_t* pos, const __half*
                      const AttentionArgs& a, float* out, void* out16, bool bf16, cudaStream_t s, Rows rows_of) {
   if (a.head_dim == 64) return launch_v2<64, 8>(q, rows, pos, kc, vc, a, out, out16, bf16, s, rows_of);
   if (a.head_dim == 128) return launch_v2<128, 8>(q, rows, pos, kc, vc, a, out, out16, bf16, s, rows_of);
+  // Few heads of 256 (Gemma 3 270M and 1B: 4) leave most SMs idle with blocks of 128 rows (16
+  // blocks at 512 tokens): blocks of 64 rows, 4 warps, where 128-row blocks would not fill them.
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+      int64_t(a.n_head) * ((rows + 127) / 128) < sms)
+    return launch_v2<256, 4>(q, rows, pos, kc, vc, a, out, out16, bf16, s, rows_of);
   return launch_v2<256, 8>(q, rows, pos, kc, vc, a, out, out16, bf16, s, rows_of);
 }
 
