@@ -15,7 +15,8 @@
 //   same (dropped). v2 alone also takes head_dim 256 and sliding windows (Gemma 3): a block starts
 //   at its first row's first visible key, a warp skips tiles outside its rows' windows, and the
 //   softmax gives a row that has seen no visible key yet P = 0 (softmax_scores' kGuard); the
-//   other rungs run as v2 there.
+//   other rungs run as v2 there. At head size 256 with few heads it takes 64-row blocks of 4
+//   warps where 128-row blocks would not fill the SMs (launch_v2_any).
 //
 // Common to both: Q is read once from the f32 activations into A fragments (scaled by scale *
 // log2 e, so the softmax uses exp2). Shared rows are padded by 8 halves so that the 8 rows of a
