@@ -1,4 +1,5 @@
-// Helpers shared by the GPU tests: a CUDA status assertion and an owning device buffer.
+// Helpers shared by the GPU tests: a CUDA status assertion, an owning device buffer, and whether
+// the device is sm_90 (where the Hopper kernels must run as themselves).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,3 +26,10 @@ struct DeviceBuf {
   DeviceBuf& operator=(const DeviceBuf&) = delete;
   template <class T> T* as() const { return static_cast<T*>(p); }
 };
+
+inline bool sm90_device() {
+  int dev = 0, major = 0, minor = 0;
+  return cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 && minor == 0;
+}

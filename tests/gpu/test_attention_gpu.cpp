@@ -60,11 +60,7 @@ std::vector<double> reference(const PrefillCase& c, const std::vector<float>& q,
 
 TEST(AttentionPrefill, EveryVariantMatchesFp64Reference) {
   std::mt19937 rng(11);
-  int dev = 0, major = 0, minor = 0;
-  CUDA_OK(cudaGetDevice(&dev));
-  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  const bool hopper = major == 9 && minor == 0;
+  const bool hopper = sm90_device();
   std::normal_distribution<float> nd(0.f, 1.f);
   // (v3's and v4's blocks are 128 rows and their tiles 128 keys: 700 and 389 rows span several
   // of both, with a last block of 60 and 5 rows; 9 / 3 heads of 64 and 10 rows: SmolLM2's

@@ -270,11 +270,7 @@ TEST(AttentionPaged, PromptChunkOverBlocksGivesTheContiguousKernelsBits) {
     int n_head, n_head_kv, head_dim, block_tokens, p0, rows;
     int window = 0;
   };
-  int dev = 0, major = 0, minor = 0;
-  CUDA_OK(cudaGetDevice(&dev));
-  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  const bool hopper = major == 9 && minor == 0;
+  const bool hopper = sm90_device();
   for (const Chunk& c : {Chunk{32, 8, 128, 16, 60, 90}, Chunk{8, 8, 64, 8, 0, 37}, Chunk{4, 1, 128, 32, 5, 200},
                          Chunk{8, 2, 128, 16, 300, 400}, Chunk{4, 2, 64, 256, 100, 300}, Chunk{4, 2, 128, 12, 20, 150},
                          Chunk{4, 1, 256, 16, 40, 300, 128}}) {

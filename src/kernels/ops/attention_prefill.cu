@@ -333,7 +333,8 @@ Status attention_prefill_paged(const float* q, int64_t rows, const int32_t* pos,
   if (rows > a.n_ctx) return Status::error("attention_prefill_paged: more rows than cache positions");
   const auto* kc = static_cast<const __half*>(k_cache);
   const auto* vc = static_cast<const __half*>(v_cache);
-  if (wgmma_rung(variant) && prefill_attention_paged_runs(variant, a, block_tokens, q, kc, vc))
+  if (wgmma_rung(variant) && prefill::wgmma_supported(a, q, kc, vc) &&
+      prefill::wgmma_paged_blocks(block_tokens))
     return prefill::launch_wgmma(q, int(rows), pos, kc, vc, a, out, out16, false, variant == PrefillAttention::V4Overlap,
                                  table, block_tokens, s);
   const attn_detail::PagedRows rows_of{table, block_tokens};  // (v1 as v2 here)

@@ -50,7 +50,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <string>
 
 namespace lamina::kernels {
@@ -71,6 +70,12 @@ constexpr int kStagesV3 = 2, kStagesV4 = 3;
 constexpr int kWg = 128, kThreads = 3 * kWg;  // producer warpgroup, then two consumers
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 x 40 + 256 x 232 = 384 x 168
 constexpr int kQBarrier = 1, kTurn = 3;  // named barriers: kQBarrier + c, kTurn + c (warpgroup c's)
+
+// Keys per TMA box: the whole 128-key tile from a contiguous cache; from a paged one, a block's
+// keys (or 128 of a longer block's).
+__host__ __device__ constexpr int box_keys_of(bool paged, int block_tokens) {
+  return paged && block_tokens < kTileN ? block_tokens : kTileN;
+}
 
 template <int HD>
 constexpr size_t kStageBytes = size_t(2) * (HD / kBoxD) * kBoxBytes;  // K and V
@@ -308,7 +313,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     tma::setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x >= 32) return;
     const int lane = int(threadIdx.x);
-    const int box_keys = table ? min(block_tokens, kTileN) : kTileN, n_sub = kTileN / box_keys;
+    const int box_keys = box_keys_of(table, block_tokens), n_sub = kTileN / box_keys;
     for (int i = 0; i < w.n_tiles; ++i) {
       const int st = W::stage(i), valid = w.n_keys - i * kTileN;
       const bool tail = valid < kTileN;  // the block's last tile reaches past n_keys
@@ -369,7 +374,7 @@ template <int HD, bool kOverlap, int kStages>
 Status launch(const float* q, int rows, const int32_t* pos, const __half* kc, const __half* vc, const AttentionArgs& a,
               float* out, void* out16, bool bf16, const int32_t* table, int block_tokens, cudaStream_t s) {
   const uint64_t kvd = uint64_t(a.n_head_kv) * HD;
-  const uint32_t box_keys = table ? uint32_t(std::min(block_tokens, kTileN)) : kTileN;
+  const uint32_t box_keys = uint32_t(box_keys_of(table, block_tokens));
   CUtensorMap map_k{}, map_v{};
   if (!tma::encode_2d_sw128(&map_k, false, kc, uint64_t(a.n_ctx), kvd, kvd, box_keys, kBoxD) ||
       !tma::encode_2d_sw128(&map_v, false, vc, uint64_t(a.n_ctx), kvd, kvd, box_keys, kBoxD))
