@@ -40,6 +40,7 @@ struct KbenchArgs {
   std::string batches;  // gemv default when empty: 1,2,4,8 (1 with --decode)
   std::string types;   // family default when empty
   bool best = false, all = false;
+  bool configs = false;  // gemm: every config's row
   bool decode = false;   // gemv: as the decode step runs them (batch 1, x as int8 blocks, y8 made)
   bool x8 = false;       // gemv: x as int8 blocks made by the op before, at any batch (the engine's small steps)
   KbenchCpuArgs cpu;     // cpu: its own options (shapes, types and reps copied from above)
@@ -189,7 +190,7 @@ void run_kbench(const KbenchArgs& a) {
 #endif
   if (a.family == "gemm") {
     const int reps = a.reps == 20 ? 10 : a.reps;  // GEMMs are long: fewer repetitions by default
-    return run_kbench_gemm(KbenchGemmArgs{a.shapes, a.types, a.best, a.all, reps});
+    return run_kbench_gemm(KbenchGemmArgs{a.shapes, a.types, a.best, a.all, a.configs, reps});
   }
   fail("unknown kernel family '{}' (available: gemv, gemm, attn, allreduce, cpu)", a.family);
 }
@@ -208,6 +209,7 @@ Run add_kbench(CLI::App& app) {
   sub->add_option("--types", a->types, "Comma-separated weight types");
   sub->add_flag("--best", a->best, "Show only the best variant per shape");
   sub->add_flag("--all", a->all, "gemm: time the teaching rungs on the largest shapes too");
+  sub->add_flag("--configs", a->configs, "gemm: a row for every config of each variant, not only its fastest");
   sub->add_flag("--decode", a->decode,
                 "gemv: as the decode step runs them: batch 1, x as int8 blocks, y's int8 copy made by the GEMV");
   sub->add_flag("--x8", a->x8,

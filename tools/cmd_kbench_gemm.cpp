@@ -150,6 +150,7 @@ void run_kbench_gemm(const KbenchGemmArgs& a) {
       std::vector<GemmTiming> rows;
       for (const auto& v : gemm_variants())
         if (best_per.count(v.name)) rows.push_back(best_per[v.name]);
+      if (a.configs && !a.best) rows = timings;  // (in the registry's order)
       if (a.best && !rows.empty())
         rows = {*std::min_element(rows.begin(), rows.end(), [](auto& x, auto& y) { return x.us < y.us; })};
       for (const auto& tm : rows) row(std::string(tm.variant->name) + " (" + tm.config.str() + ")", tm.us);

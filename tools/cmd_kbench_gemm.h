@@ -10,6 +10,7 @@ struct KbenchGemmArgs {
   std::string shapes;  // MxNxK list; empty: the default set
   std::string types;   // with --shapes; default f16
   bool best = false, all = false;
+  bool configs = false;  // every config's row, not only each variant's fastest
   int reps = 10;
 };
 
