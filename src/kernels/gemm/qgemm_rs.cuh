@@ -139,12 +139,6 @@ struct Frags {
     return __float2half2_rn(__half2float(__ushort_as_half(uint16_t(xs[i].x))) * float(ls - 32));
   }
 
-  // Elements e, e + 1 (0..15) of a half's word in Q6_K's qh order (gemv_k23.cuh: k23_low_shift):
-  // their 2-bit fields at bits 0-1 and 16-17, one per f16 of a pair.
-  __device__ static uint32_t two_bit_pair(uint32_t w, int e) {
-    return ((w >> gemv_detail::k23_low_shift(e)) & 3u) | ((w >> gemv_detail::k23_low_shift(e + 1)) & 3u) << 16;
-  }
-
   // The fragments of one block (half 0 or 1 of the k-step) for row r0 + 8 i: x its bytes 2t, 2t + 1,
   // 2t + 8, 2t + 9 (pick4), their nibbles (the low ones k 0..15 of the block, the high ones 16..31)
   // as q d + off in f16; with a fifth-bit plane (Q5_K, Q5_0, Q5_1), fb the block's word of fifth
@@ -187,25 +181,29 @@ struct Frags {
       });
     } else if constexpr (kKind == kQ6_K) {
       // block b = 2 s4 + half: its ql nibbles as Q4_0's, the high 2 bits of element e of half hi at
-      // bits k23_low_shift(e) of its qh word, the half's int8 scale; q6 = nibble | high << 4 exact
-      // in f16 (nibble_pair's exponent trick, six bits), then (q6 - 32) ds with ds = f16(d sc),
-      // one rounding (as q4k_half_scales)
+      // bits k23_low_shift(e) of its qh word, the half's int8 scale. A fragment pair's elements
+      // e, e + 1 (e = 2t + 8 up) keep their high bits at the same offset 2 (t / 2 + 2 up) of
+      // bytes 2 (t % 2) and 2 (t % 2) + 1 of that word: shifted down to bit 0, one byte permute
+      // puts each element's nibble (the low ones shifted up a nibble first) at bits 4-7 of its
+      // f16 and its high bits at bits 8-9, so that under the exponent 0x64 the f16 is 1024 + 16
+      // q6 (q6 = nibble | high << 4), /16 - 64 gives q6 exactly, and (q6 - 32) ds with ds =
+      // f16(d sc) is the one rounding (as q4k_half_scales).
+      const uint32_t hb = uint32_t(t & 1) * 2;  // the pair's first byte of the qh word
       each_block_row(s4, r0, [&](int half, int b, int i, int r) {
         const uint32_t x = pick4(slot + size_t(r) * 128 + 16 * (b ^ (r % 8)), t);
 #pragma unroll
         for (int hi = 0; hi < 2; ++hi) {
+          const uint32_t nib = hi ? x : x << 4;  // the half's nibbles at bits 4-7 of their bytes
           const uint32_t h = fifth(slot, r, 2 * b + hi);
           const int sc = int(int8_t(qgemm_wgmma::word(aux[i][0], (2 * b + hi) / 4) >> (8 * ((2 * b + hi) % 4))));
           const __half2 ds = __float2half2_rn(d6[i] * float(sc));
           const __half2 off = __hmul2(ds, qgemm_wgmma::h2_const(0xD000));  // -32 ds: exact
 #pragma unroll
           for (int up = 0; up < 2; ++up) {
-            const uint32_t h2 = two_bit_pair(h, 2 * t + 8 * up);  // the high bits of elements 2t + 8 up, + 1 of the half
-            const uint32_t pair = __byte_perm(x, 0, up ? 0x4342 : 0x4140);
-            const __half2 q = hi ? __hfma2(qgemm_wgmma::as_h2(qgemm_wgmma::and_or(pair, 0x00F000F0u, 0x64006400u) | h2 << 8),
-                                           qgemm_wgmma::h2_const(0x2C00), qgemm_wgmma::h2_const(0xD400))  // /16 - 64
-                                 : __hsub2(qgemm_wgmma::as_h2(qgemm_wgmma::and_or(pair, 0x000F000Fu, 0x64006400u) | h2 << 4),
-                                           qgemm_wgmma::h2_const(0x6400));  // - 1024
+            const uint32_t hv = h >> (2 * (t / 2) + 4 * up);
+            const uint32_t sel = uint32_t(2 * up) | (4 + hb) << 4 | uint32_t(2 * up + 1) << 8 | (5 + hb) << 12;
+            const uint32_t v = qgemm_wgmma::and_or(__byte_perm(nib, hv, sel), 0x03F003F0u, 0x64006400u);
+            const __half2 q = __hfma2(qgemm_wgmma::as_h2(v), qgemm_wgmma::h2_const(0x2C00), qgemm_wgmma::h2_const(0xD400));  // /16 - 64
             f[4 * (2 * half + hi) + 2 * up + i] = qgemm_wgmma::as_u32(__hfma2(q, ds, off));
           }
         }
@@ -229,9 +227,14 @@ struct Frags {
       });
     } else if constexpr (kKind == kQ3_K || kKind == kQ2_K) {
       // block b = 2 s4 + half: half hi's 2-bit fields in the low word 2b + hi of the row's 64 bytes
-      // (two_bit_pair), Q3_K's third bits in word b of the third box (k23_high_shift); q = low |
+      // (k23_low_shift), Q3_K's third bits in word b of the third box (k23_high_shift); q = low |
       // third << 2 exact in f16 under the exponent 0x64, then one rounding of q ds + off: Q3_K (q - 4)
-      // f16(d sc) (sc int8, already less 32), Q2_K q f16(d sc) - f16(dmin m) (q4k_half_scales)
+      // f16(d sc) (sc int8, already less 32), Q2_K q f16(d sc) - f16(dmin m) (q4k_half_scales).
+      // A fragment pair's elements e, e + 1 (e = 2t + 8 up) sit in bytes 2 (t % 2) and 2 (t % 2) +
+      // 1 of both words, at the same offset in each byte: the low word shifted down to bit 0 and
+      // the third bits to bit 2 make q in those bytes, and one byte permute moves them to the two
+      // f16 of the pair.
+      const uint32_t pair_sel = (t & 1) ? 0x4342u : 0x4140u;
       each_block_row(s4, r0, [&](int half, int b, int i, int r) {
         const uint32_t* low = reinterpret_cast<const uint32_t*>(slot + size_t(r) * 64);
         const uint32_t third = kKind == kQ3_K ? fifth(slot, r, b) : 0u;
@@ -251,13 +254,13 @@ struct Frags {
           const uint32_t w = low[g16];
 #pragma unroll
           for (int up = 0; up < 2; ++up) {
-            const int e = 2 * t + 8 * up;  // elements e, e + 1 of the half
-            uint32_t q = two_bit_pair(w, e);
-            if constexpr (kKind == kQ3_K)
-              q |= (((third >> gemv_detail::k23_high_shift(16 * hi + e)) & 1u) |
-                    ((third >> gemv_detail::k23_high_shift(16 * hi + e + 1)) & 1u) << 16) << 2;
-            const __half2 v = __hsub2(qgemm_wgmma::as_h2(q | 0x64006400u), qgemm_wgmma::h2_const(0x6400));  // - 1024
-            f[4 * (2 * half + hi) + 2 * up + i] = qgemm_wgmma::as_u32(__hfma2(v, ds, off));
+            uint32_t q = w >> (2 * (t / 2) + 4 * up);  // the pair's fields at bits 0-1 of their bytes
+            if constexpr (kKind == kQ3_K)  // its third bits (offset 4 hi + t / 2 + 2 up) at bit 2: the
+              // word two places up, with the two bits that leave it, shifted down
+              q = (q & 0x03030303u) | (__funnelshift_r(third << 2, third >> 30, 4 * hi + t / 2 + 2 * up) & ~0x03030303u);
+            const uint32_t v = qgemm_wgmma::and_or(__byte_perm(q, 0, pair_sel), kKind == kQ3_K ? 0x00070007u : 0x00030003u, 0x64006400u);
+            const __half2 qh = __hsub2(qgemm_wgmma::as_h2(v), qgemm_wgmma::h2_const(0x6400));  // - 1024
+            f[4 * (2 * half + hi) + 2 * up + i] = qgemm_wgmma::as_u32(__hfma2(qh, ds, off));
           }
         }
       });
