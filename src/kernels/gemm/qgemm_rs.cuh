@@ -142,18 +142,29 @@ struct Frags {
   // The fragments of one block (half 0 or 1 of the k-step) for row r0 + 8 i: x its bytes 2t, 2t + 1,
   // 2t + 8, 2t + 9 (pick4), their nibbles (the low ones k 0..15 of the block, the high ones 16..31)
   // as q d + off in f16; with a fifth-bit plane (Q5_K, Q5_0, Q5_1), fb the block's word of fifth
-  // bits, two for each pair of bytes (elements 2t + 8 upper + 16 hi, + 1).
+  // bits, two for each pair of bytes (elements 2t + 8 upper + 16 hi, + 1). A pair's two fifth bits
+  // y (0..3) go under its two nibbles by one multiply: y (2^p + 2^(p + 15)) holds y's bit 0 at p
+  // and its bit 1 at p + 16 with no carries between the two copies (p = 4 under the low nibbles,
+  // 8 under the high ones); the same bits as nibble_pair5 places one at a time.
   __device__ static void nibble_frags(uint32_t x, uint32_t fb, int t, int half, int i, __half2 d, __half2 off,
                                       uint32_t (&f)[16]) {
+    const uint32_t fbt = fb >> (2 * t);  // the thread's pairs' fifth bits at bits 0-1 of each byte
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi)
 #pragma unroll
       for (int up = 0; up < 2; ++up) {
         uint32_t& out = f[4 * (2 * half + hi) + 2 * up + i];
-        if constexpr (Raw<kKind>::kFifth)
-          out = qgemm_wgmma::as_u32(__hfma2(qgemm_wgmma::nibble_pair5(x, up, hi, fb >> (2 * t + 8 * up + 16 * hi)), d, off));
-        else
+        if constexpr (Raw<kKind>::kFifth) {
+          const uint32_t spread = ((fbt >> (8 * up + 16 * hi)) & 3u) * (hi ? 0x00800100u : 0x00080010u);
+          const uint32_t pair = __byte_perm(x, 0, up ? 0x4342 : 0x4140);
+          const uint32_t v = qgemm_wgmma::and_or(pair, hi ? 0x00F000F0u : 0x000F000Fu, 0x64006400u) |
+                             (spread & (hi ? 0x01000100u : 0x00100010u));
+          const __half2 q = hi ? __hfma2(qgemm_wgmma::as_h2(v), qgemm_wgmma::h2_const(0x2C00), qgemm_wgmma::h2_const(0xD400))  // /16 - 64
+                               : __hsub2(qgemm_wgmma::as_h2(v), qgemm_wgmma::h2_const(0x6400));                              // - 1024
+          out = qgemm_wgmma::as_u32(__hfma2(q, d, off));
+        } else {
           out = q4_pair(x, up, hi, d, off);
+        }
       }
   }
 
