@@ -101,3 +101,42 @@ TEST(CpuAttention, EveryTierMatchesFp64AndTokensAlone) {
     }
   }
 }
+
+// One sequence's window layer gives back the cache pages of the positions before its window
+// (CpuBackend::set_window_slack 0): after 2,048 positions, layer 0 (window 8) holds a few pages
+// and layer 1 (no window) all of its rows; the outputs are the bits of a backend that keeps every
+// page (slack past the context), and the rewind floor follows the last position.
+TEST(CpuAttention, WindowLayersGiveBackThePagesBeforeTheirWindow) {
+  const int hd = 64, n_head = 4, n_head_kv = 2, kv_dim = n_head_kv * hd, q_dim = n_head * hd, T = 2048, window = 8;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> q(static_cast<size_t>(q_dim)), k(static_cast<size_t>(kv_dim)), v(static_cast<size_t>(kv_dim));
+  CpuBackend keep(2), give(2);
+  for (CpuBackend* be : {&keep, &give}) be->init_kv_cache(2, T, kv_dim, GgmlType::F16);
+  keep.set_window_slack(T), give.set_window_slack(0);
+  AttentionParams p;
+  p.n_head = n_head, p.n_head_kv = n_head_kv, p.head_dim = hd, p.scale = 0.125f;
+  std::vector<float> a(static_cast<size_t>(q_dim)), b(static_cast<size_t>(q_dim));
+  for (int32_t t = 0; t < T; ++t) {
+    for (auto* x : {&q, &k, &v})
+      for (float& f : *x) f = nd(rng);
+    for (int layer = 0; layer < 2; ++layer) {
+      p.window = layer == 0 ? window : 0;
+      const std::span<const int32_t> pos(&t, 1);
+      keep.attention(layer, Tensor{q.data(), 1, q_dim}, Tensor{k.data(), 1, kv_dim}, Tensor{v.data(), 1, kv_dim}, pos, p,
+                     Tensor{a.data(), 1, q_dim});
+      give.attention(layer, Tensor{q.data(), 1, q_dim}, Tensor{k.data(), 1, kv_dim}, Tensor{v.data(), 1, kv_dim}, pos, p,
+                     Tensor{b.data(), 1, q_dim});
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "position " << t << " layer " << layer;
+    }
+  }
+  const size_t layer_bytes = size_t(T) * size_t(kv_dim) * 2;  // one layer's K (or V) rows, f16
+  EXPECT_GE(keep.kv_resident_bytes(), 4 * layer_bytes);
+  EXPECT_GE(give.kv_resident_bytes(), 2 * layer_bytes);  // layer 1's K and V
+  EXPECT_LE(give.kv_resident_bytes(), 2 * layer_bytes + 2 * size_t(window + 64 + 32) * size_t(kv_dim) * 2);
+  EXPECT_EQ(keep.kv_rewind_floor(), 0);
+  EXPECT_GE(give.kv_rewind_floor(), T - 64);
+  EXPECT_LE(give.kv_rewind_floor(), T);
+  give.kv_rewound(0);  // the sequence starts again: nothing given back counts any more
+  EXPECT_EQ(give.kv_rewind_floor(), 0);
+}

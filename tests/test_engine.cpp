@@ -3,6 +3,7 @@
 // Session gives each alone (the CPU's rows are computed independently, so equality is exact);
 // so do requests that reuse a cached prefix and requests preempted for lack of blocks. Cancels,
 // submissions from several threads and bad requests.
+#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "golden_util.h"
@@ -180,6 +181,39 @@ class EngineGemma3Test : public EngineTest {
 };
 
 TEST_F(EngineGemma3Test, ManyRequestsGiveWhatEachGivesAlone) { expect_each_as_alone({2, 9, 30, 5, 21}, 12, 3); }
+
+// One sequence on the CPU: the local layers give back the cache before their window (no slack
+// here), so cutting the conversation back below kv_rewind_floor evaluates the kept tokens again,
+// and above it goes on from the cache; either way the logits are those of a session that ran
+// the same tokens from the start.
+TEST_F(EngineGemma3Test, CuttingBackBelowTheKeptWindowEvaluatesTheTokensAgain) {
+  Session s(options(512)), ref(options(512));
+  auto* cpu = dynamic_cast<CpuBackend*>(&s.backend());
+  ASSERT_NE(cpu, nullptr);
+  cpu->set_window_slack(0);
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int32_t> id(3, 31999);
+  std::vector<int32_t> toks(420);
+  for (int32_t& t : toks) t = id(rng);
+  auto from_start = [&](std::span<const int32_t> a, std::span<const int32_t> b) {
+    std::vector<int32_t> all(a.begin(), a.end());
+    all.insert(all.end(), b.begin(), b.end());
+    ref.reset();
+    return ref.eval(all);
+  };
+  const std::span<const int32_t> t(toks);
+  s.eval(t.first(300));
+  ASSERT_GT(s.backend().kv_rewind_floor(), 200);
+  s.rewind(150);  // below the floor
+  EXPECT_EQ(s.n_past(), 150);
+  EXPECT_EQ(s.eval(t.subspan(300, 10)), from_start(t.first(150), t.subspan(300, 10)));
+  const int floor = s.backend().kv_rewind_floor();
+  ASSERT_LE(floor, 158);
+  s.rewind(158);  // at or above it: on from the cache
+  std::vector<int32_t> kept(t.begin(), t.begin() + 150);
+  kept.insert(kept.end(), t.begin() + 300, t.begin() + 308);
+  EXPECT_EQ(s.eval(t.subspan(310, 110)), from_start(kept, t.subspan(310, 110)));
+}
 
 // A mixture of experts (4 experts, 2 per token): the router groups a pass's rows by expert, so a
 // batch mixes tokens of several sequences in each expert's matmuls.

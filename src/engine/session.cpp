@@ -304,6 +304,18 @@ const std::vector<float>& Session::forward_batch_ranks(std::span<const int32_t> 
   return logits_;
 }
 
+void Session::rewind(int n_past) {
+  n_past = std::clamp(n_past, 0, int(history_.size()));
+  if (n_past > 0 && n_past < backend_->kv_rewind_floor()) {
+    const std::vector<int32_t> keep(history_.begin(), history_.begin() + n_past);
+    reset();
+    eval(keep);
+    return;
+  }
+  history_.resize(size_t(n_past));
+  backend_->kv_rewound(n_past);
+}
+
 const std::vector<float>& Session::eval(std::span<const int32_t> tokens, bool all_logits) {
   if (workers_) {
     eval_ranks(tokens, all_logits);

@@ -64,7 +64,10 @@ class Session {
   // caller will most likely pass the sampled id back next (a generation loop that goes on); the
   // backend may then start that step before the host has the id (Backend::sample).
   int32_t eval_sample(std::span<const int32_t> tokens, Sampler& sampler, bool more = false);
-  void reset() { history_.clear(); }  // forget the conversation (the cache is overwritten)
+  void reset() {  // forget the conversation (the cache is overwritten)
+    history_.clear();
+    backend_->kv_rewound(0);
+  }
   // Fails in one line when forwards of `rows` rows (more than n_batch: the batching engine's
   // steps) would not find their activations' memory free on the backend.
   void check_activation_room(int rows);
@@ -81,8 +84,10 @@ class Session {
                                                 std::span<const uint8_t> greedy_only, std::vector<int32_t>& greedy,
                                                 std::span<const Backend::RowDraw> draws = {},
                                                 std::vector<std::vector<TpPick>>* best = nullptr);
-  // Drops the last n tokens (e.g. to re-run a prompt); positions are simply reused.
-  void rewind(int n_past) { history_.resize(size_t(n_past)); }
+  // Keeps the first n_past tokens of the conversation (e.g. to re-run a prompt); positions are
+  // reused. Below the backend's kv_rewind_floor (its sliding-window layers gave those positions'
+  // cache back) the kept tokens are evaluated again from the start.
+  void rewind(int n_past);
 
  private:
   SessionOptions opt_;

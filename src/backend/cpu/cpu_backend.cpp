@@ -104,9 +104,36 @@ void CpuBackend::init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type
   const size_t bytes = size_t(n_layer) * size_t(n_ctx) * size_t(kv_dim) * (type == GgmlType::F16 ? 2 : 4);
   if (!k_cache_.reset(bytes) || !v_cache_.reset(bytes))
     fail("cannot allocate the KV cache: {:.1f} MiB for {} positions", 2.0 * double(bytes) / (1 << 20), n_ctx);
+  window_keep_.assign(size_t(n_layer), WindowKeep{});
 }
 
 size_t CpuBackend::kv_cache_bytes() const { return k_cache_.size() + v_cache_.size(); }
+
+void CpuBackend::give_back_before_window(int layer, int32_t last, int window, size_t row_bytes) {
+  WindowKeep& w = window_keep_[size_t(layer)];
+  w.window = window;
+  // The next query (position last + 1) sees the positions from last + 2 - window on.
+  const int64_t keep = int64_t(last) + 2 - window - window_slack_;
+  if (keep - w.kept_from < kGiveBackStep) return;
+  // From the layer's first row each time: a page that straddled the last boundary goes now.
+  const size_t base = size_t(layer) * size_t(kv_ctx_) * row_bytes;
+  k_cache_.discard(base, size_t(keep) * row_bytes);
+  v_cache_.discard(base, size_t(keep) * row_bytes);
+  w.kept_from = int32_t(keep);
+}
+
+// Cut back to n tokens, the next query (position n) sees the positions from n + 1 - window on.
+int CpuBackend::kv_rewind_floor() const {
+  int floor = 0;
+  for (const WindowKeep& w : window_keep_)
+    if (w.kept_from > 0) floor = std::max(floor, w.kept_from + w.window - 1);
+  return floor;
+}
+
+void CpuBackend::kv_rewound(int n_past) {
+  if (n_past == 0)
+    for (WindowKeep& w : window_keep_) w.kept_from = 0;
+}
 
 void CpuBackend::embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) {
   const size_t rb = row_bytes(table.type, table.cols);
@@ -227,6 +254,7 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
              scores.data(), out.data + t * out.cols + int64_t(h0) * hd, size_t(hd));
     }
   });
+  if (!layout_ && p.window > 0 && !pos.empty()) give_back_before_window(layer, *std::max_element(pos.begin(), pos.end()), p.window, row);
 }
 
 int64_t CpuBackend::kv_slot(int64_t t, int32_t p) const {

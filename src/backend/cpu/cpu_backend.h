@@ -29,6 +29,14 @@ class CpuBackend final : public Backend {
   void reset_scratch() override;
   void init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type) override;
   size_t kv_cache_bytes() const override;
+  // One sequence's sliding-window layers (no KvLayout) give back the cache pages of positions no
+  // later query sees: those before the window, less `positions` kept past it so that cutting the
+  // conversation back by up to that many tokens (chat's re-rendered last turn) needs no
+  // recomputation. Default 256.
+  void set_window_slack(int positions) { window_slack_ = positions; }
+  int kv_rewind_floor() const override;
+  void kv_rewound(int n_past) override;
+  size_t kv_resident_bytes() const { return k_cache_.resident() + v_cache_.resident(); }  // held in memory now
 
   void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) override;
   void rmsnorm(Tensor x, const Weight& w, float eps, Tensor out) override;
@@ -60,6 +68,9 @@ class CpuBackend final : public Backend {
 
   // The cache slot of position p for row t (KvLayout), checked against the cache's size.
   int64_t kv_slot(int64_t t, int32_t p) const;
+  // After a pass of one sequence whose last position is `last`: the pages of a window layer's
+  // rows before last + 2 - window - window_slack_ go back (in steps of kGiveBackStep positions).
+  void give_back_before_window(int layer, int32_t last, int window, size_t row_bytes);
 
   ThreadPool pool_;
   bool exact_ = false;
@@ -85,6 +96,13 @@ class CpuBackend final : public Backend {
   GgmlType kv_type_ = GgmlType::F16;
   int kv_layers_ = 0, kv_ctx_ = 0, kv_dim_ = 0;
   PageBuffer k_cache_, v_cache_;  // [layer][n_ctx][kv_dim], pages committed as positions are written
+  struct WindowKeep {
+    int window = 0;
+    int32_t kept_from = 0;  // the rows of positions before it may have been given back
+  };
+  std::vector<WindowKeep> window_keep_;  // per layer
+  int window_slack_ = 256;
+  static constexpr int kGiveBackStep = 64;
 };
 
 }  // namespace lamina

@@ -3,10 +3,13 @@
 #pragma once
 
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 namespace lamina {
 
@@ -30,12 +33,28 @@ class PageBuffer {
   uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
 
+  // Gives the whole pages inside [offset, offset + bytes) back to the system: they read as zeros
+  // and cost memory again only when written.
+  void discard(size_t offset, size_t bytes) {
+    const size_t page = page_size(), b = (offset + page - 1) / page * page;
+    const size_t e = std::min(offset + bytes, size_) / page * page;
+    if (data_ && e > b) madvise(data_ + b, e - b, MADV_DONTNEED);
+  }
+  // Bytes of the pages held in memory now (mincore).
+  size_t resident() const {
+    const size_t page = page_size(), pages = (size_ + page - 1) / page;
+    std::vector<unsigned char> in(pages);
+    if (!data_ || mincore(data_, size_, in.data()) != 0) return 0;
+    return size_t(std::count_if(in.begin(), in.end(), [](unsigned char c) { return c & 1; })) * page;
+  }
+
  private:
   void release() {
     if (data_) munmap(data_, size_);
     data_ = nullptr;
     size_ = 0;
   }
+  static size_t page_size() { return size_t(sysconf(_SC_PAGESIZE)); }
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
 };
