@@ -215,6 +215,28 @@ TEST_F(EngineGemma3Test, CuttingBackBelowTheKeptWindowEvaluatesTheTokensAgain) {
   EXPECT_EQ(s.eval(t.subspan(310, 110)), from_start(kept, t.subspan(310, 110)));
 }
 
+// The same over two thread ranks (tensor parallelism on the CPU): each rank gives its share of
+// the cache back on its own, a cut-back below the ranks' floor evaluates again on both, and the
+// logits are those of two ranks that ran the same tokens from the start.
+TEST_F(EngineGemma3Test, CuttingBackOverTwoRanksEvaluatesTheTokensAgain) {
+  SessionOptions o = options(1024);
+  o.tensor_parallel = 2;
+  Session s(o), ref(o);
+  std::mt19937 rng(10);
+  std::uniform_int_distribution<int32_t> id(3, 31999);
+  std::vector<int32_t> toks(640);
+  for (int32_t& t : toks) t = id(rng);
+  const std::span<const int32_t> t(toks);
+  s.eval(t.first(600));  // two passes: the local layers give back what is 256 positions past their window
+  ASSERT_GT(s.backend().kv_rewind_floor(), 300);
+  s.rewind(200);
+  const std::vector<float> got = s.eval(t.subspan(600, 20));
+  std::vector<int32_t> all(t.begin(), t.begin() + 200);
+  all.insert(all.end(), t.begin() + 600, t.begin() + 620);
+  ref.reset();
+  EXPECT_LE(rel_l2(got, ref.eval(all)), 1e-6);
+}
+
 // A mixture of experts (4 experts, 2 per token): the router groups a pass's rows by expert, so a
 // batch mixes tokens of several sequences in each expert's matmuls.
 class EngineMoeTest : public EngineTest {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <tuple>
 
@@ -304,16 +305,34 @@ const std::vector<float>& Session::forward_batch_ranks(std::span<const int32_t> 
   return logits_;
 }
 
+void Session::each_backend(const std::function<void(Backend&)>& f) {
+  if (workers_) workers_->post([&](int, Rank& r) { f(*r.backend); });
+  f(*backend_);
+  if (workers_) workers_->wait();
+}
+
+void Session::reset() {
+  history_.clear();
+  each_backend([](Backend& b) { b.kv_rewound(0); });
+}
+
 void Session::rewind(int n_past) {
   n_past = std::clamp(n_past, 0, int(history_.size()));
-  if (n_past > 0 && n_past < backend_->kv_rewind_floor()) {
+  std::mutex mu;
+  int floor = 0;  // the highest of the ranks' (each gives its cache back on its own)
+  each_backend([&](Backend& b) {
+    const int f = b.kv_rewind_floor();
+    const std::lock_guard<std::mutex> lock(mu);
+    floor = std::max(floor, f);
+  });
+  if (n_past > 0 && n_past < floor) {
     const std::vector<int32_t> keep(history_.begin(), history_.begin() + n_past);
     reset();
     eval(keep);
     return;
   }
   history_.resize(size_t(n_past));
-  backend_->kv_rewound(n_past);
+  each_backend([n_past](Backend& b) { b.kv_rewound(n_past); });
 }
 
 const std::vector<float>& Session::eval(std::span<const int32_t> tokens, bool all_logits) {

@@ -64,10 +64,7 @@ class Session {
   // caller will most likely pass the sampled id back next (a generation loop that goes on); the
   // backend may then start that step before the host has the id (Backend::sample).
   int32_t eval_sample(std::span<const int32_t> tokens, Sampler& sampler, bool more = false);
-  void reset() {  // forget the conversation (the cache is overwritten)
-    history_.clear();
-    backend_->kv_rewound(0);
-  }
+  void reset();  // forget the conversation (the cache is overwritten)
   // Fails in one line when forwards of `rows` rows (more than n_batch: the batching engine's
   // steps) would not find their activations' memory free on the backend.
   void check_activation_room(int rows);
@@ -139,6 +136,9 @@ class Session {
                  std::span<const uint8_t> greedy_only = {}, std::span<const Backend::RowDraw> draws = {});
   // Row r's greedy id over the ranks' picks: the largest logit, the lowest id among equal ones.
   int32_t ranks_greedy(int64_t row) const;
+  // f on every rank's backend (each holds its share of every layer's cache), rank 0's here and
+  // the others' on their threads, at once; returns when all have run it.
+  void each_backend(const std::function<void(Backend&)>& f);
 };
 
 // The backend options a session's options ask for.
