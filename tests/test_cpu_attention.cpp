@@ -134,6 +134,7 @@ TEST(CpuAttention, WindowLayersGiveBackThePagesBeforeTheirWindow) {
   EXPECT_GE(keep.kv_resident_bytes(), 4 * layer_bytes);
   EXPECT_GE(give.kv_resident_bytes(), 2 * layer_bytes);  // layer 1's K and V
   EXPECT_LE(give.kv_resident_bytes(), 2 * layer_bytes + 2 * size_t(window + 64 + 32) * size_t(kv_dim) * 2);
+  EXPECT_LE(give.memory_used() + 2 * layer_bytes - 2 * size_t(window + 64 + 32) * size_t(kv_dim) * 2, keep.memory_used());
   EXPECT_EQ(keep.kv_rewind_floor(), 0);
   EXPECT_GE(give.kv_rewind_floor(), T - 64);
   EXPECT_LE(give.kv_rewind_floor(), T);

@@ -74,6 +74,13 @@ size_t CpuBackend::memory_available() const {
   return size_t(8) << 30;
 }
 
+size_t CpuBackend::memory_used() const {
+  size_t bytes = kv_resident_bytes();
+  for (const Arena& a : arenas_) bytes += a.used;
+  for (const auto& c : scratch_) bytes += c.capacity() * sizeof(float);
+  return bytes;
+}
+
 Tensor CpuBackend::alloc(int64_t rows, int64_t cols) {
   const size_t n = (size_t(rows * cols) + 15) & ~size_t(15);  // 64-byte aligned sub-blocks
   if (scratch_.empty() || scratch_used_ + n > scratch_.back().size()) {

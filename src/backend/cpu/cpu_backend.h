@@ -25,6 +25,7 @@ class CpuBackend final : public Backend {
 
   Weight load_weight(const GgufTensor& t, WeightUse use) override;
   size_t memory_available() const override;
+  size_t memory_used() const override;  // weights, scratch and the KV cache's pages held now
   Tensor alloc(int64_t rows, int64_t cols) override;
   void reset_scratch() override;
   void init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type) override;
