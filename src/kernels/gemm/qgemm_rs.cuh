@@ -36,6 +36,7 @@
 
 namespace lamina::kernels::qgemm_rs {
 
+using wgmma_gemm::kBk;
 using wgmma_gemm::kWgThreads;
 
 inline constexpr int kThreads = 3 * kWgThreads;

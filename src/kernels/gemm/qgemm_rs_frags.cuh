@@ -30,7 +30,6 @@ using qgemm_wgmma::kIQ4_XS;
 using qgemm_wgmma::kQ3_K;
 using qgemm_wgmma::kQ2_K;
 using qgemm_wgmma::kQ4_1;
-using wgmma_gemm::kBk;
 
 template <QKind kKind>
 using Raw = qgemm_wgmma::DequantB<kKind, 128>;  // the layout of a 128-row (sub-)slot and its TMA

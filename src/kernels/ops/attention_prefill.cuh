@@ -143,11 +143,11 @@ __device__ __forceinline__ void store_rows(float (&o)[HD / 8][4], float (&l)[2],
   }
 }
 
-// v3 and v4 (attention_prefill_wgmma.cu): whether they run here (an sm_90 device, a cache whose
-// rows a tensor map can address, q readable as 16-byte vectors; over a paged cache, blocks whose
-// size TMA boxes can follow: wgmma_paged_blocks), and their launch (overlap: v4) over a contiguous
-// cache (table null) or a paged one (slot of position j: table[j / block_tokens] * block_tokens +
-// j % block_tokens).
+// v3 and v4 (attention_prefill_wgmma.cu): whether they run here, for args attention_prefill_supported
+// takes (an sm_90 device, a cache whose rows a tensor map can address, q readable as 16-byte
+// vectors; over a paged cache, blocks whose size TMA boxes can follow: wgmma_paged_blocks), and
+// their launch (overlap: v4) over a contiguous cache (table null) or a paged one (slot of
+// position j: table[j / block_tokens] * block_tokens + j % block_tokens).
 bool wgmma_supported(const AttentionArgs& a, const float* q, const void* k_cache, const void* v_cache);
 bool wgmma_paged_blocks(int block_tokens);
 Status launch_wgmma(const float* q, int rows, const int32_t* pos, const __half* kc, const __half* vc,

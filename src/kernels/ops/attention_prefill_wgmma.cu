@@ -396,9 +396,9 @@ bool wgmma_supported(const AttentionArgs& a, const float* q, const void* k_cache
   // TMA: 16-byte aligned bases (the cache's rows are n_head_kv x 128 or 256 bytes); write_q reads
   // q as float4 (v2 needs 8 bytes).
   const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
-  // (head_dim 64 and 128, no sliding window: the others run v2)
-  return wgmma_gemm::hopper() && attention_prefill_supported(a) && a.head_dim <= 128 && a.window == 0 && aligned(q) &&
-         aligned(k_cache) && aligned(v_cache);
+  // (head_dim 64 and 128, no sliding window: the others run v2; the callers have checked
+  // attention_prefill_supported)
+  return wgmma_gemm::hopper() && a.head_dim <= 128 && a.window == 0 && aligned(q) && aligned(k_cache) && aligned(v_cache);
 }
 
 bool wgmma_paged_blocks(int block_tokens) {
