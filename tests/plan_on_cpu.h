@@ -35,7 +35,7 @@ class PlanOnCpu final : public Backend {
   void init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type) override { cpu_.init_kv_cache(n_layer, n_ctx, kv_dim, type); }
   size_t kv_cache_bytes() const override { return cpu_.kv_cache_bytes(); }
   int kv_rewind_floor() const override { return cpu_.kv_rewind_floor(); }
-  void kv_rewound(int n_past) override { cpu_.kv_rewound(n_past); }
+  void kv_restart() override { cpu_.kv_restart(); }
   void begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> pos) override {
     flush({}, true);
     tokens_.assign(tokens.begin(), tokens.end()), pos_.assign(pos.begin(), pos.end());

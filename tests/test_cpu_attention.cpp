@@ -138,6 +138,6 @@ TEST(CpuAttention, WindowLayersGiveBackThePagesBeforeTheirWindow) {
   EXPECT_EQ(keep.kv_rewind_floor(), 0);
   EXPECT_GE(give.kv_rewind_floor(), T - 64);
   EXPECT_LE(give.kv_rewind_floor(), T);
-  give.kv_rewound(0);  // the sequence starts again: nothing given back counts any more
+  give.kv_restart();  // the sequence starts again: nothing given back counts any more
   EXPECT_EQ(give.kv_rewind_floor(), 0);
 }

@@ -109,10 +109,10 @@ class Backend {
   virtual size_t kv_cache_bytes() const = 0;
   // Sliding-window layers may give back the cache of positions before their windows (the CPU
   // backend, one sequence). kv_rewind_floor: the fewest tokens a conversation may be cut back to
-  // and go on from its cache (0: any); kv_rewound(n): the conversation now holds n tokens (0: it
-  // starts again, and what was given back is rewritten as it goes).
+  // and go on from its cache (0: any); kv_restart: the conversation starts again from position 0
+  // (what was given back is rewritten as it goes).
   virtual int kv_rewind_floor() const { return 0; }
-  virtual void kv_rewound(int n_past) {}
+  virtual void kv_restart() {}
 
   // Called first in every forward pass with its token ids and positions; the ops that take
   // `pos` receive the same span. A GPU backend uploads both here.

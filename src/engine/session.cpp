@@ -313,7 +313,7 @@ void Session::each_backend(const std::function<void(Backend&)>& f) {
 
 void Session::reset() {
   history_.clear();
-  each_backend([](Backend& b) { b.kv_rewound(0); });
+  each_backend([](Backend& b) { b.kv_restart(); });
 }
 
 void Session::rewind(int n_past) {
@@ -325,14 +325,13 @@ void Session::rewind(int n_past) {
     const std::lock_guard<std::mutex> lock(mu);
     floor = std::max(floor, f);
   });
-  if (n_past > 0 && n_past < floor) {
+  if (n_past == 0 || n_past < floor) {  // (from the start: the kept tokens evaluated again)
     const std::vector<int32_t> keep(history_.begin(), history_.begin() + n_past);
     reset();
-    eval(keep);
+    if (!keep.empty()) eval(keep);
     return;
   }
   history_.resize(size_t(n_past));
-  each_backend([n_past](Backend& b) { b.kv_rewound(n_past); });
 }
 
 const std::vector<float>& Session::eval(std::span<const int32_t> tokens, bool all_logits) {

@@ -137,9 +137,8 @@ int CpuBackend::kv_rewind_floor() const {
   return floor;
 }
 
-void CpuBackend::kv_rewound(int n_past) {
-  if (n_past == 0)
-    for (WindowKeep& w : window_keep_) w.kept_from = 0;
+void CpuBackend::kv_restart() {
+  for (WindowKeep& w : window_keep_) w.kept_from = 0;
 }
 
 void CpuBackend::embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) {

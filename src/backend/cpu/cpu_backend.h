@@ -36,7 +36,7 @@ class CpuBackend final : public Backend {
   // recomputation. Default 256.
   void set_window_slack(int positions) { window_slack_ = positions; }
   int kv_rewind_floor() const override;
-  void kv_rewound(int n_past) override;
+  void kv_restart() override;
   size_t kv_resident_bytes() const { return k_cache_.resident() + v_cache_.resident(); }  // held in memory now
 
   void embed(const Weight& table, std::span<const int32_t> tokens, Tensor out) override;
