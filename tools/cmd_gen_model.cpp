@@ -64,6 +64,9 @@ constexpr Preset kPresets[] = {
     {"phi3-mini", 3072, 32, 32, 32, 8192, 4096, 32064, 10000.f, false, "phi3"},
     // Gemma 3 270M's shape (the real file: scripts/fetch-model.sh gemma3).
     {"gemma3-270m", 640, 18, 4, 1, 2048, 32768, 262144, 1000000.f, true, "gemma3", false, 256, 512},
+    // Gemma 3 12B's shape: 40 local layers of 1,024 positions and 8 global ones, 128k context (the
+    // local layers' cache on rings of chunks: issue #34).
+    {"gemma3-12b", 3840, 48, 16, 8, 15360, 131072, 262144, 1000000.f, true, "gemma3", false, 256, 1024},
     // SmolLM2 itself ties output and embedding; the preset keeps output.weight separate, as the
     // llama.cpp benchmark files in ../shared/docs/anchors.md do (273 MiB in f16), to compare alike.
     {"smollm2-135m", 576, 30, 9, 3, 1536, 8192, 49152, 100000.f, false},

@@ -35,6 +35,8 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
                 "CUDA: many rows of gate/up as two GEMMs and a GLU kernel (not one GEMM with the GLU in its epilogue)");
   sub->add_flag("!--no-paged-prefill", a.opt.cuda.paged_prefill,
                 "CUDA: the batching engine's prompt chunks through the flash-decoding splits row by row (not the prefill kernel)");
+  sub->add_flag("!--no-window-ring", a.opt.cuda.window_ring,
+                "CUDA: back every row of the sliding-window layers' cache (not a ring of chunks over their window)");
   sub->add_option("--prefill-attention", a.opt.cuda.prefill_attention,
                   "CUDA: the prompt-attention rung: v1_mma, v2_pipelined, v3_wgmma or v4_overlap (default; the last "
                   "two on Hopper, elsewhere v2_pipelined)")

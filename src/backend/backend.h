@@ -104,11 +104,23 @@ class Backend {
   // Scratch activations, valid until reset_scratch().
   virtual Tensor alloc(int64_t rows, int64_t cols) = 0;
   virtual void reset_scratch() = 0;
+  // The layers' sliding windows (window[l] > 0: layer l attends to its last window[l] positions)
+  // and the most rows a pass is expected to hold, told before init_kv_cache: a backend may back
+  // a window layer with only the rows its window reads (the CUDA backend, one sequence).
+  virtual void set_kv_windows(std::span<const int> window, int pass_rows) {}
   // KV cache: n_layer x n_ctx positions x (n_head_kv * head_dim), F16 or F32.
   virtual void init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type) = 0;
+  // Device memory such a cache would hold at first, with those windows (one per layer) told
+  // first: every row of every layer, less what the backend leaves unbacked.
+  virtual size_t kv_bytes_for(int n_ctx, int kv_dim, GgmlType type, std::span<const int> window, int pass_rows) const {
+    return 2 * window.size() * size_t(n_ctx) * size_t(kv_dim) * (type == GgmlType::F16 ? 2 : 4);
+  }
+  // Every row of every layer's cache backed from now on: the batching engine shares the rows out
+  // as pages between sequences. Throws where the memory for that is not there.
+  virtual void kv_keep_every_row() {}
   virtual size_t kv_cache_bytes() const = 0;
-  // Sliding-window layers may give back the cache of positions before their windows (the CPU
-  // backend, one sequence). kv_rewind_floor: the fewest tokens a conversation may be cut back to
+  // Sliding-window layers may give back the cache of positions before their windows (one
+  // sequence: the CPU backend's pages, the CUDA backend's chunks). kv_rewind_floor: the fewest tokens a conversation may be cut back to
   // and go on from its cache (0: any); kv_restart: the conversation starts again from position 0
   // (what was given back is rewritten as it goes).
   virtual int kv_rewind_floor() const { return 0; }

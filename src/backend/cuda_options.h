@@ -50,6 +50,10 @@ struct CudaOptions {
   // against 619 with 8-row GEMVs, at 4 users 597 against 495 (docs/benchmarks.md,
   // thirty-first session).
   int gemv_max_rows = 2;
+  // One sequence's sliding-window layers (Gemma 3's local layers) backed by a ring of chunks that
+  // holds their window, at the whole cache's addresses (backend/cuda/cuda_kv_memory.h); false:
+  // every row of every layer backed (--no-window-ring, to compare).
+  bool window_ring = true;
 
   // The fused decode paths; tests turn them off to compare with the kernels they replace: the
   // greedy id from the logits GEMV (else the sampling kernel) and the one-row lookup reading the

@@ -33,6 +33,7 @@ Engine::Engine(Session& session, EngineOptions o)
       sched_(kv_, schedule_for(session, o.schedule)) {
   if (!session.backend().takes_kv_layout())
     fail("the {} backend does not run several sequences at once yet (use -d cpu)", session.backend().name());
+  session.keep_every_kv_row();
   session.check_activation_room(sched_.step_tokens());
   stats_.kv_blocks = kv_.n_blocks();
 }

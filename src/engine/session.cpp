@@ -115,11 +115,19 @@ int Session::make_rank(int rank, Rank& r, int n_ctx) {
     if (n_ctx < 16)
       fail("not enough memory on {} for a KV cache: {:.1f} MiB per 1k positions, {} available", where,
            double(per_pos) * 1024 / (1 << 20), format_bytes(avail));
-  } else if (size_t(n_ctx) * per_pos > avail) {
-    fail("a context of {} positions needs {} of KV cache on {} but only {} is available (lower --ctx)", n_ctx,
-         format_bytes(size_t(n_ctx) * per_pos), where, format_bytes(avail));
+  } else {
+    // An explicit context: what the backend would hold for it (the CUDA backend backs one
+    // sequence's sliding-window layers with their windows only; the batching engine later needs
+    // every row, and says so where that does not fit).
+    std::vector<int> window(cfg.n_layer, 0);
+    for (uint32_t l = 0; l < cfg.n_layer; ++l)
+      if (cfg.is_local(l)) window[l] = int(cfg.sliding_window);
+    const size_t need = be.kv_bytes_for(n_ctx, int(cfg.n_head_kv * cfg.head_dim), o.kv_type, window, o.n_batch);
+    if (need > avail)
+      fail("a context of {} positions needs {} of KV cache on {} but only {} is available (lower --ctx)", n_ctx,
+           format_bytes(need), where, format_bytes(avail));
   }
-  r.model->init_cache(n_ctx, o.kv_type);
+  r.model->init_cache(n_ctx, o.kv_type, o.n_batch);
   be.set_profiling(o.profile);
   return n_ctx;
 }
@@ -309,6 +317,10 @@ void Session::each_backend(const std::function<void(Backend&)>& f) {
   if (workers_) workers_->post([&](int, Rank& r) { f(*r.backend); });
   f(*backend_);
   if (workers_) workers_->wait();
+}
+
+void Session::keep_every_kv_row() {
+  each_backend([](Backend& b) { b.kv_keep_every_row(); });
 }
 
 void Session::reset() {

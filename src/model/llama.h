@@ -45,8 +45,9 @@ class LlamaModel {
   const ModelConfig& config() const { return cfg_; }
   Backend& backend() { return be_; }
 
-  // Sets up the KV cache for n_ctx positions (F16 or F32).
-  void init_cache(int n_ctx, GgmlType kv_type);
+  // Sets up the KV cache for n_ctx positions (F16 or F32), for passes of up to pass_rows rows
+  // (larger ones still run; the sliding-window layers' cache grows for them on CUDA).
+  void init_cache(int n_ctx, GgmlType kv_type, int pass_rows = 512);
   int n_ctx() const { return n_ctx_; }
 
   enum class Logits { None, Last, All };

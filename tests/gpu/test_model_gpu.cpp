@@ -343,6 +343,46 @@ TEST(CudaGemma3, PastTheSlidingWindowMatchesCpu) {
   }
 }
 
+// Gemma 3 270M with its local layers on rings of chunks (a 2 MiB chunk holds 4,096 of its
+// positions): a 4,850-token prompt and 24 greedy steps, in which the window leaves the first chunk,
+// then cut back above the kept rows (the cache read on) and below them (the kept tokens evaluated
+// again), against the same model with every row kept (--no-window-ring): the same kernels over
+// the same rows, so the greedy tokens are equal and the logits agree to rounding.
+TEST(CudaGemma3, WindowRingsMatchTheWholeCache) {
+  if (!std::getenv("LAMINA_GEMMA3")) GTEST_SKIP() << "LAMINA_GEMMA3 is not set";
+  CudaOptions whole;
+  whole.window_ring = false;
+  auto ring = open(gemma3_model(), "cuda", false, true, {}, 16384);
+  auto all = open(gemma3_model(), "cuda", false, true, whole, 16384);
+  std::vector<int32_t> prompt = {2};
+  for (int i = 1; i < 4850; ++i) prompt.push_back(1000 + (i * 7919) % 50000);  // arbitrary ordinary tokens
+  std::vector<float> a = ring->eval(prompt), b = all->eval(prompt);
+  double worst = rel_l2(a, b);
+  for (int step = 0; step < 24; ++step) {
+    const int32_t t = argmax(b);
+    EXPECT_EQ(argmax(a), t) << "step " << step;
+    a = ring->eval(std::span<const int32_t>(&t, 1)), b = all->eval(std::span<const int32_t>(&t, 1));
+    worst = std::max(worst, rel_l2(a, b));
+  }
+  const size_t ring_bytes = ring->backend().kv_cache_bytes(), all_bytes = all->backend().kv_cache_bytes();
+  EXPECT_LT(ring_bytes, all_bytes);
+  const int floor = ring->backend().kv_rewind_floor();
+  EXPECT_GT(floor, 0) << "the window never left the first chunk";
+  const int above = ring->n_past() - 5;
+  EXPECT_GE(above, floor);
+  for (const int cut : {above, 600}) {
+    ring->rewind(cut), all->rewind(cut);
+    std::vector<int32_t> more;
+    for (int i = 0; i < 8; ++i) more.push_back(2000 + 37 * i);
+    a = ring->eval(more), b = all->eval(more);
+    EXPECT_EQ(argmax(a), argmax(b)) << "cut back to " << cut;
+    worst = std::max(worst, rel_l2(a, b));
+  }
+  std::printf("gemma3 window rings against the whole cache: largest rel. L2 of logits %.2e; KV %.1f MiB against %.1f MiB\n",
+              worst, ring_bytes / 1048576.0, all_bytes / 1048576.0);
+  EXPECT_LE(worst, 1e-4);
+}
+
 // A generated 7B-shape model (scripts/gpu-check.sh sets LAMINA_7B_MODEL): 16 greedy tokens from
 // CUDA and CPU, both exact (f32 activations). Random weights give flat logits, so the check is
 // the golden tests' rule: identical up to the first step where the CPU's own top-2 margin is a

@@ -43,9 +43,8 @@ CudaBackend::LayerCache CudaBackend::layer_cache(const Node& n) const {
   LayerCache c;
   c.a.n_head = p.n_head, c.a.n_head_kv = p.n_head_kv, c.a.head_dim = p.head_dim, c.a.scale = p.scale;
   c.a.kv_type = kv_type_, c.a.n_ctx = kv_ctx_, c.a.window = p.window;
-  const size_t layer_off = size_t(n.layer) * size_t(kv_ctx_) * size_t(kv_dim_) * kv_elem_bytes();
-  c.k = static_cast<char*>(k_cache_) + layer_off;
-  c.v = static_cast<char*>(v_cache_) + layer_off;
+  c.k = kv_mem_.k(n.layer);
+  c.v = kv_mem_.v(n.layer);
   return c;
 }
 

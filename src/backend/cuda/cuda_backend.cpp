@@ -40,7 +40,8 @@ CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
       plan_parts_(o.prompt_plan_parts),
       paged_prefill_(o.paged_prefill),
       gated_gemm_(o.gated_gemm),
-      gemv_max_rows_(o.gemv_max_rows) {
+      gemv_max_rows_(o.gemv_max_rows),
+      window_ring_(o.window_ring) {
   nccl_ = o.nccl, all_reduce_ = o.all_reduce;
   peer_ = all_reduce_ == CudaOptions::AllReduce::Nccl ? nullptr : o.peer;
   cuda_check(cudaSetDevice(device), "cudaSetDevice");
@@ -174,11 +175,9 @@ void CudaBackend::reset_scratch() {
 void CudaBackend::init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type) {
   if (type != GgmlType::F16 && type != GgmlType::F32) fail("KV cache type must be f16 or f32");
   kv_type_ = type, kv_layers_ = n_layer, kv_ctx_ = n_ctx, kv_dim_ = kv_dim;
-  const size_t half = kv_cache_bytes() / 2;
-  k_cache_ = dev_alloc(half, "the K cache");
-  owned_.push_back(k_cache_);
-  v_cache_ = dev_alloc(half, "the V cache");
-  owned_.push_back(v_cache_);
+  cuda_check(cudaStreamSynchronize(stream_), "the KV cache");  // (a cache it replaces may be in use)
+  kv_mem_.init(device_, n_layer, n_ctx, size_t(kv_dim) * kv_elem_bytes(),
+               window_ring_ ? std::span<const int>(kv_windows_) : std::span<const int>(), kv_pass_rows_);
   gemm_work_bytes_ = kGemmWorkBytes;
   gemm_work_ = dev_alloc(gemm_work_bytes_, "GEMM split-K workspace");
   owned_.push_back(gemm_work_);
@@ -188,8 +187,19 @@ void CudaBackend::init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType typ
   graphs_.clear();
 }
 
-size_t CudaBackend::kv_cache_bytes() const {
-  return 2 * size_t(kv_layers_) * size_t(kv_ctx_) * size_t(kv_dim_) * (kv_type_ == GgmlType::F16 ? 2 : 4);
+void CudaBackend::set_kv_windows(std::span<const int> window, int pass_rows) {
+  kv_windows_.assign(window.begin(), window.end());
+  kv_pass_rows_ = pass_rows;
 }
+
+size_t CudaBackend::kv_bytes_for(int n_ctx, int kv_dim, GgmlType type, std::span<const int> window, int pass_rows) const {
+  const size_t row = size_t(kv_dim) * (type == GgmlType::F16 ? 2 : 4);
+  if (!window_ring_) return 2 * window.size() * size_t(n_ctx) * row;
+  return CudaKvMemory::bytes_for(device_, int(window.size()), n_ctx, row, window, pass_rows);
+}
+
+size_t CudaBackend::kv_cache_bytes() const { return kv_mem_.bytes(); }
+
+void CudaBackend::kv_keep_every_row() { kv_mem_.keep_every_row(stream_); }
 
 }  // namespace lamina

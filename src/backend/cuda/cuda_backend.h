@@ -21,6 +21,7 @@
 #include "backend/backend.h"
 #include "backend/cuda_options.h"
 #include "backend/step_plan.h"
+#include "backend/cuda/cuda_kv_memory.h"
 #include "backend/cuda/graph_timing.h"
 #include "kernels/common/status.h"
 #include "kernels/gemm/gemm.h"
@@ -61,8 +62,12 @@ class CudaBackend final : public Backend {
   size_t memory_used() const override;
   Tensor alloc(int64_t rows, int64_t cols) override;
   void reset_scratch() override;
+  void set_kv_windows(std::span<const int> window, int pass_rows) override;
   void init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type) override;
+  size_t kv_bytes_for(int n_ctx, int kv_dim, GgmlType type, std::span<const int> window, int pass_rows) const override;
   size_t kv_cache_bytes() const override;
+  void kv_keep_every_row() override;
+  int kv_rewind_floor() const override { return kv_mem_.rewind_floor(); }
 
   void begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> pos) override;
   bool takes_kv_layout() const override { return true; }
@@ -349,8 +354,10 @@ class CudaBackend final : public Backend {
   // bucket and 64 of the cache a split (decode_splits' base, attend_paged's cap).
   int64_t split_cap() const { return std::max<int64_t>(1, std::min<int64_t>(kv_ctx_ / 64, kv_bucket_ / 16)); }
   uint64_t graph_key(uint64_t key) const;
-  void* k_cache_ = nullptr;
-  void* v_cache_ = nullptr;
+  // The cache's rows (the window layers' rings, cuda_kv_memory.h) and what set_kv_windows told.
+  CudaKvMemory kv_mem_;
+  std::vector<int> kv_windows_;
+  int kv_pass_rows_ = 512;
   void* gemm_work_ = nullptr;
   size_t gemm_work_bytes_ = 0;
   std::unordered_map<const float*, float*> freq_factors_;  // host Llama 3 factors -> device copy
@@ -397,6 +404,7 @@ class CudaBackend final : public Backend {
   bool paged_prefill_ = true;  // CudaOptions::paged_prefill
   bool gated_gemm_ = true;  // CudaOptions::gated_gemm
   int gemv_max_rows_ = 2;  // CudaOptions::gemv_max_rows
+  bool window_ring_ = true;  // CudaOptions::window_ring
   std::unique_ptr<GraphTiming> graph_timing_;  // CudaOptions::graph_timing
   // Profile
   bool profiling_ = false;

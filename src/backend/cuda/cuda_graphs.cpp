@@ -22,6 +22,10 @@ namespace kn = kernels;
 
 void CudaBackend::begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> pos) {
   flush({}, true);
+  if (!layout_ && !pos.empty()) {  // one sequence: the window layers' rows this pass reads and writes
+    const auto [lo, hi] = std::minmax_element(pos.begin(), pos.end());
+    kv_mem_.prepare(*lo, *hi, stream_);
+  }
   // A new pass reuses the scratch of the last one (a replayed recording too, without a
   // reset_scratch): its 16-bit-only tensors are gone, and their address ranges must not be
   // widened over this pass's.
@@ -212,7 +216,7 @@ void CudaBackend::capture_abort() {
 // sampled id. Records sampled_ first, for the host to wait on.
 bool CudaBackend::launch_ahead() {
   if (!last_graph_ || n_in_ != 1 || int64_t(last_pos_) + 1 >= kv_ctx_ ||
-      int64_t(last_pos_) + 1 >= kv_bucket_)
+      int64_t(last_pos_) + 1 >= kv_bucket_ || !kv_mem_.covers(int64_t(last_pos_) + 1))
     return false;
   const auto it = graphs_.find(last_graph_);
   if (it == graphs_.end() || !it->second.exec || it->second.generation != generation_) return false;

@@ -21,6 +21,7 @@ using plan::Node;
 void CudaBackend::set_kv_layout(const KvLayout* layout) {
   if (layout && layout->block_tokens <= 0) fail("paged KV cache: block size {} is not positive", layout->block_tokens);
   if (layout != layout_) flush();  // the ops recorded so far run on the layout they were recorded under
+  if (layout) kv_mem_.keep_every_row(stream_);  // (the engine asks first; pages need every row)
   layout_ = layout;
   // A single-sequence step running ahead (launch_ahead) is not this pass: begin_forward must
   // not take it for one. That step simply runs first on the stream. (The engine's step running
