@@ -248,6 +248,7 @@ void CudaKvMemory::prepare(int64_t lo, int64_t hi, cudaStream_t stream) {
 
 bool CudaKvMemory::covers(int64_t p) const {
   if (p < 0 || p >= n_ctx_) return false;
+  if (rings_.empty()) return true;  // (and chunk_ is 0)
   const int64_t a = int64_t(size_t(p) * row_bytes_ / chunk_), b = int64_t((size_t(p + 1) * row_bytes_ - 1) / chunk_);
   for (const Ring& x : rings_)
     if (a < x.lo_c || b > x.hi_c) return false;
