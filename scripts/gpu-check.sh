@@ -122,7 +122,7 @@ if [ "${GPU_CHECK_MODELS:-1}" = 1 ]; then
   [ -f "$MODELS/llama3-8b-q4_0.gguf" ] && step bench-small-steps small_steps
   # The same workload through HTTP (#31): lamina serve on the GPU, scripts/bench-serve.py closed loop.
   bench_serve() {
-    "$L" serve --help 2>/dev/null | grep -q -- --port || { echo "serve is not built (no cpp-httplib)"; return 1; }
+    "$L" serve --help 2>/dev/null | grep -- --port >/dev/null || { echo "serve is not built (no cpp-httplib)"; return 1; }
     "$L" serve -m "$MODELS/llama3-8b-q4_0.gguf" -d cuda --port 0 --ctx 49152 --parallel 128 --template llama3 2>"$OUT/serve.log" &
     local pid=$! port= i r s
     for i in $(seq 1 180); do

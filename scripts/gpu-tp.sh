@@ -42,7 +42,7 @@ rc=0
 rows=()
 # The decode all-reduce alone, each way, µs per call (a developer build: lamina kbench).
 for n in $ranks; do
-  "$L" kbench --help 2>/dev/null | grep -q allreduce || break
+  "$L" kbench --help 2>/dev/null | grep allreduce >/dev/null || break
   "$L" kbench allreduce --tp $n > "$OUT/kbench-allreduce-$n.log" 2>&1 || rc=1
   rows+=("$(grep -E '^\| +(width|[0-9]+) \|' "$OUT/kbench-allreduce-$n.log" | sed "s/^/kbench allreduce, $n GPUs: /")")
 done
