@@ -135,6 +135,13 @@ TEST(CpuAttention, WindowLayersGiveBackThePagesBeforeTheirWindow) {
   EXPECT_GE(give.kv_resident_bytes(), 2 * layer_bytes);  // layer 1's K and V
   EXPECT_LE(give.kv_resident_bytes(), 2 * layer_bytes + 2 * size_t(window + 64 + 32) * size_t(kv_dim) * 2);
   EXPECT_LE(give.memory_used() + 2 * layer_bytes - 2 * size_t(window + 64 + 32) * size_t(kv_dim) * 2, keep.memory_used());
+  // What the session's --ctx check counts (Backend::kv_bytes_for, one-row passes): the window
+  // layer's rows as held (within a page of each end of K's and V's runs), every row when the
+  // slack covers the context.
+  const std::vector<int> windows{window, 0};
+  EXPECT_LE(give.kv_resident_bytes(), give.kv_bytes_for(T, kv_dim, GgmlType::F16, windows, 1) + 4 * 4096);
+  EXPECT_LT(give.kv_bytes_for(T, kv_dim, GgmlType::F16, windows, 1), 3 * layer_bytes);
+  EXPECT_EQ(keep.kv_bytes_for(T, kv_dim, GgmlType::F16, windows, 1), 4 * layer_bytes);
   EXPECT_EQ(keep.kv_rewind_floor(), 0);
   EXPECT_GE(give.kv_rewind_floor(), T - 64);
   EXPECT_LE(give.kv_rewind_floor(), T);

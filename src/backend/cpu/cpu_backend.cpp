@@ -5,6 +5,7 @@
 #include "backend/cpu/vec_math.h"
 #include "core/error.h"
 #include "core/half.h"
+#include "core/units.h"
 #include "format/gguf.h"
 #include "format/quant.h"
 #include "format/quant_blocks.h"
@@ -116,6 +117,15 @@ void CpuBackend::init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type
 
 size_t CpuBackend::kv_cache_bytes() const { return k_cache_.size() + v_cache_.size(); }
 
+size_t CpuBackend::kv_bytes_for(int n_ctx, int kv_dim, GgmlType type, std::span<const int> window, int pass_rows) const {
+  const size_t row = size_t(kv_dim) * (type == GgmlType::F16 ? 2 : 4);
+  size_t rows = 0;
+  for (const int w : window)
+    rows += w > 0 ? std::min<size_t>(size_t(n_ctx), size_t(w) + size_t(window_slack_ + kGiveBackStep + std::max(pass_rows, 1)))
+                  : size_t(n_ctx);
+  return 2 * rows * row;
+}
+
 void CpuBackend::give_back_before_window(int layer, int32_t last, int window, size_t row_bytes) {
   WindowKeep& w = window_keep_[size_t(layer)];
   w.window = window;
@@ -135,6 +145,14 @@ int CpuBackend::kv_rewind_floor() const {
   for (const WindowKeep& w : window_keep_)
     if (w.kept_from > 0) floor = std::max(floor, w.kept_from + w.window - 1);
   return floor;
+}
+
+// The engine's pages take every row as sequences fill them: they must fit beside what is held.
+void CpuBackend::kv_keep_every_row() {
+  const size_t whole = kv_cache_bytes(), held = kv_resident_bytes(), avail = memory_available();
+  if (whole > held + avail)
+    fail("several sequences at once keep every row of every layer's KV cache ({} for {} positions), more than the "
+         "{} available (lower --ctx)", format_bytes(whole), kv_ctx_, format_bytes(held + avail));
 }
 
 void CpuBackend::kv_restart() {

@@ -30,12 +30,15 @@ class CpuBackend final : public Backend {
   void reset_scratch() override;
   void init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type) override;
   size_t kv_cache_bytes() const override;
+  // With one sequence a window layer holds its window, the slack, a step and a pass at most.
+  size_t kv_bytes_for(int n_ctx, int kv_dim, GgmlType type, std::span<const int> window, int pass_rows) const override;
   // One sequence's sliding-window layers (no KvLayout) give back the cache pages of positions no
   // later query sees: those before the window, less `positions` kept past it so that cutting the
   // conversation back by up to that many tokens (chat's re-rendered last turn) needs no
   // recomputation. Default 256.
   void set_window_slack(int positions) { window_slack_ = positions; }
   int kv_rewind_floor() const override;
+  void kv_keep_every_row() override;
   void kv_restart() override;
   size_t kv_resident_bytes() const { return k_cache_.resident() + v_cache_.resident(); }  // held in memory now
 
