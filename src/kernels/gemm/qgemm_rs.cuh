@@ -99,7 +99,9 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   __syncthreads();
   const wgmma_gemm::Schedule sched(m, n, k, kBm, kTileN, splits);
   constexpr int kGroup = Raw<kKind>::kStepsPerSlot;  // k-steps per W slot
-  const int wg = int(threadIdx.x) / kWgThreads;
+  // Broadcast from lane 0, so that the compiler knows it is the same in the whole warp: what is
+  // derived from it (a consumer's A rows, its descriptors) then stays in uniform registers.
+  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / kWgThreads, 0);
   if (wg == 0) {  // producer: thread 0 issues the copies, in the order the consumers use them
     tma::setmaxnreg_dec<kProducerRegs<kBlocks>>();
     if (threadIdx.x != 0) return;

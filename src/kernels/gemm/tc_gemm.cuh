@@ -34,7 +34,17 @@ struct Out {
   void* c1 = nullptr;
   void* c2 = nullptr;
   int64_t ldc1 = 0, ldc2 = 0;
+  bool pairs = false;  // pair_stores(*this): two adjacent columns may be stored at once
 };
+
+// Whether every store of C may write a pair of adjacent columns (an even column and the next) as
+// one: no beta term, and each part's row stride even and its pointer aligned to the pair. (Parts
+// start at multiples of 8 columns, so a pair never straddles two.)
+inline bool pair_stores(const Out& o) {
+  const uintptr_t pair = o.type == 0 ? 8 : 4;
+  auto ok = [&](const void* c, int64_t ld) { return !c || (ld % 2 == 0 && reinterpret_cast<uintptr_t>(c) % pair == 0); };
+  return o.beta == 0.f && ok(o.c, o.ldc) && ok(o.c1, o.ldc1) && ok(o.c2, o.ldc2);
+}
 
 __device__ __forceinline__ float out_load(const Out& o, void* c, int64_t idx) {
   if (o.type == 0) return static_cast<const float*>(c)[idx];
@@ -69,6 +79,33 @@ __device__ __forceinline__ void out_store(const Out& o, const OutColumn& col, in
   if (o.type == 0) static_cast<float*>(col.c)[idx] = v;
   else if (o.type == 1) static_cast<__half*>(col.c)[idx] = __float2half_rn(v);
   else static_cast<__nv_bfloat16*>(col.c)[idx] = __float2bfloat16_rn(v);
+}
+
+__device__ __forceinline__ void store_pair(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
+__device__ __forceinline__ void store_pair(__half* p, float a, float b) { *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b); }
+__device__ __forceinline__ void store_pair(__nv_bfloat16* p, float a, float b) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+}
+// One warp's m64nN wgmma accumulators (register 4 q + r: row `row` + 8 (r / 2), column n0 + 8 q +
+// 2 (lane % 4) + r % 2) as pairs of columns, without bounds checks: for Out::pairs outputs whose
+// rows row .. row + 8 and columns n0 .. n0 + N - 1 the caller has checked. One branch on the type
+// for the whole tile: the per-element stores (out_store) test bounds, beta and the type at each
+// element, and their unrolled code (several times this) stalled the warps on instruction fetch.
+template <int kN, class E>
+__device__ __forceinline__ void store_pairs_as(const Out& o, int64_t n0, int64_t row, int lane, const float* acc) {
+#pragma unroll
+  for (int q = 0; q < kN / 8; ++q) {
+    const OutColumn oc = out_column(o, n0 + 8 * q + 2 * (lane % 4));
+    E* p = static_cast<E*>(oc.c) + row * oc.ld + oc.j;
+    store_pair(p, o.alpha * acc[4 * q], o.alpha * acc[4 * q + 1]);
+    store_pair(p + 8 * oc.ld, o.alpha * acc[4 * q + 2], o.alpha * acc[4 * q + 3]);
+  }
+}
+template <int kN>
+__device__ __forceinline__ void store_pairs(const Out& o, int64_t n0, int64_t row, int lane, const float* acc) {
+  if (o.type == 1) store_pairs_as<kN, __half>(o, n0, row, lane, acc);
+  else if (o.type == 0) store_pairs_as<kN, float>(o, n0, row, lane, acc);
+  else store_pairs_as<kN, __nv_bfloat16>(o, n0, row, lane, acc);
 }
 
 // Copies a [rows][32] tile of a k-contiguous 16-bit matrix X[outer][k] (row stride ld) into a
@@ -183,6 +220,7 @@ inline Out make_out(const GemmProblem& p) {
   Out o{p.c, p.ldc, p.m, p.n, type, p.alpha, p.beta};
   if (p.parts[0].c) o.col1 = p.parts[0].col0, o.c1 = p.parts[0].c, o.ldc1 = p.parts[0].ldc;
   if (p.parts[0].c && p.parts[1].c) o.col2 = p.parts[1].col0, o.c2 = p.parts[1].c, o.ldc2 = p.parts[1].ldc;
+  o.pairs = pair_stores(o);
   return o;
 }
 

@@ -109,7 +109,9 @@ __global__ void __launch_bounds__(kThreadsOf<BPolicy>, 1)
     return false;
   };
   constexpr int kProducerWgs = BPolicy::kProducerWgs, kThreads = kThreadsOf<BPolicy>;
-  const int wg = int(threadIdx.x) / kWgThreads;
+  // Broadcast from lane 0, so that the compiler knows it is the same in the whole warp: what is
+  // derived from it (a consumer's A rows, its descriptors) then stays in uniform registers.
+  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / kWgThreads, 0);
   if (wg < kProducerWgs) {  // producer
     if constexpr (BPolicy::kProducerRegs > 0) tma::setmaxnreg_dec<BPolicy::kProducerRegs>();
     const int pt = int(threadIdx.x);
@@ -207,6 +209,10 @@ __global__ void __launch_bounds__(kThreadsOf<BPolicy>, 1)
     // Accumulator layout (m64nN): register 4j + r of thread (warp, lane) holds row 16 warp +
     // lane/4 + 8 (r/2), column 8 j + 2 (lane%4) + r%2.
     const int64_t row = m0 + 64 * c + 16 * warp + lane / 4;
+    if (o.pairs && m0 + 64 * (c + 1) <= m && n0 + kBn <= n) {  // the warpgroup's rows and the tile's columns in C
+      tc_gemm::store_pairs<kBn>(o, n0, row, lane, acc);
+      continue;
+    }
 #pragma unroll
     for (int j = 0; j < kBn / 8; ++j) {
       const int64_t col = n0 + 8 * j + 2 * (lane % 4);
@@ -250,7 +256,7 @@ Status launch_persistent(Kernel kernel, int threads, size_t smem, int blocks_per
     return Status::error(who + ": " + std::to_string(smem) + " bytes of shared memory not available");
   const unsigned grid = unsigned(std::min<int64_t>(tiles * c.splits, int64_t(sms) * blocks_per_sm));
   tc_gemm::Out out = tc_gemm::make_out(p);
-  if (c.splits > 1) out = tc_gemm::Out{p.workspace, p.n, p.m, p.n, 0, 1.f, 0.f};
+  if (c.splits > 1) out = tc_gemm::Out{p.workspace, p.n, p.m, p.n, 0, 1.f, 0.f}, out.pairs = tc_gemm::pair_stores(out);
   kernel<<<grid, threads, smem, s>>>(ma, b, extra..., out, c.splits, p.m, p.n, p.k);
   if (Status st = launch_status(name); !st) return st;
   return c.splits > 1 ? splitk_reduce(p, c.splits, s) : Status::success();
