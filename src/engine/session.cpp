@@ -119,10 +119,7 @@ int Session::make_rank(int rank, Rank& r, int n_ctx) {
     // An explicit context: what the backend would hold for it (the CUDA backend backs one
     // sequence's sliding-window layers with their windows only; the batching engine later needs
     // every row, and says so where that does not fit).
-    std::vector<int> window(cfg.n_layer, 0);
-    for (uint32_t l = 0; l < cfg.n_layer; ++l)
-      if (cfg.is_local(l)) window[l] = int(cfg.sliding_window);
-    const size_t need = be.kv_bytes_for(n_ctx, int(cfg.n_head_kv * cfg.head_dim), o.kv_type, window, o.n_batch);
+    const size_t need = be.kv_bytes_for(n_ctx, int(cfg.n_head_kv * cfg.head_dim), o.kv_type, cfg.layer_windows(), o.n_batch);
     if (need > avail)
       fail("a context of {} positions needs {} of KV cache on {} but only {} is available (lower --ctx)", n_ctx,
            format_bytes(need), where, format_bytes(avail));

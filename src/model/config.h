@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace lamina {
 
@@ -58,6 +59,13 @@ struct ModelConfig {
   float rope_base_local = 10000.f;
   bool is_local(uint32_t layer) const {
     return sliding_window > 0 && swa_pattern > 0 && layer % swa_pattern != swa_pattern - 1;
+  }
+  // Each layer's window (0: a global layer), as the KV cache is told (Backend::set_kv_windows).
+  std::vector<int> layer_windows() const {
+    std::vector<int> w(n_layer, 0);
+    for (uint32_t l = 0; l < n_layer; ++l)
+      if (is_local(l)) w[l] = int(sliding_window);
+    return w;
   }
 
   // Reads and validates the config; throws lamina::Error naming the key that is missing or bad.

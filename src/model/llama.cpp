@@ -316,10 +316,7 @@ void LlamaModel::init_cache(int n_ctx, GgmlType kv_type, int pass_rows) {
   // LongRoPE: the long factors for a context past the one the short factors were trained for
   // (Each set keeps its own buffer: a backend may cache factors by their address.)
   if (!rope_long_.empty()) rope_factors_ = uint32_t(n_ctx) > cfg_.n_ctx_orig ? rope_long_.data() : rope_short_.data();
-  std::vector<int> window(cfg_.n_layer, 0);
-  for (uint32_t l = 0; l < cfg_.n_layer; ++l)
-    if (cfg_.is_local(l)) window[l] = int(cfg_.sliding_window);
-  be_.set_kv_windows(window, pass_rows);
+  be_.set_kv_windows(cfg_.layer_windows(), pass_rows);
   be_.init_kv_cache(int(cfg_.n_layer), n_ctx, int(n_head_kv_ * cfg_.head_dim), kv_type);
 }
 
