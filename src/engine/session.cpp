@@ -317,7 +317,13 @@ void Session::each_backend(const std::function<void(Backend&)>& f) {
 }
 
 void Session::keep_every_kv_row() {
+  const size_t before = backend_->memory_available();
   each_backend([](Backend& b) { b.kv_keep_every_row(); });
+  // The --ctx check counted the smaller cache: what it grew by must leave the activations room.
+  const size_t after = backend_->memory_available(), need = scratch_estimate(config(), opt_.n_batch);
+  if (after < before && after < need)
+    fail("several sequences at once keep every row of the KV cache on {}: {} is left for activations, which need "
+         "about {} (lower --ctx)", backend_name(), format_bytes(after), format_bytes(need));
 }
 
 void Session::reset() {

@@ -344,7 +344,8 @@ TEST(CudaGemma3, PastTheSlidingWindowMatchesCpu) {
 }
 
 // Gemma 3 270M with its local layers on rings of chunks (a 2 MiB chunk holds 4,096 of its
-// positions): a 4,850-token prompt and 24 greedy steps, in which the window leaves the first chunk,
+// positions): a 5,100-token prompt and 24 greedy steps, in which the run of backed chunks (the
+// window, 512 rows of slack and room to cut back, backend/kv_window_ring.h) leaves the first chunk,
 // then cut back above the kept rows (the cache read on) and below them (the kept tokens evaluated
 // again), against the same model with every row kept (--no-window-ring): the same kernels over
 // the same rows, so the greedy tokens are equal and the logits agree to rounding.
@@ -356,7 +357,7 @@ TEST(CudaGemma3, WindowRingsMatchTheWholeCache) {
   auto ring = open(gemma3_model(), "cuda", true, true, {}, 16384);
   auto all = open(gemma3_model(), "cuda", true, true, whole, 16384);
   std::vector<int32_t> prompt = {2};
-  for (int i = 1; i < 4850; ++i) prompt.push_back(1000 + (i * 7919) % 50000);  // arbitrary ordinary tokens
+  for (int i = 1; i < 5100; ++i) prompt.push_back(1000 + (i * 7919) % 50000);  // arbitrary ordinary tokens
   std::vector<float> a = ring->eval(prompt), b = all->eval(prompt);
   double worst = rel_l2(a, b);
   for (int step = 0; step < 24; ++step) {

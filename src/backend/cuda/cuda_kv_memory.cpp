@@ -2,6 +2,8 @@
 // and rings of chunks for the window layers (cuda_kv_memory.h).
 #include "backend/cuda/cuda_kv_memory.h"
 
+#include "backend/kv_window_ring.h"
+
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
 #include "core/units.h"
@@ -67,8 +69,7 @@ size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 }  // namespace
 
-// Rings where a window's rows (with a pass, the slack and the rows ahead; one more chunk for a
-// run that straddles chunks' ends) take fewer chunks than the whole layer.
+// Rings where a window's run of chunks (kv_ring::ring_chunks) is shorter than the whole layer.
 CudaKvMemory::Plan CudaKvMemory::plan(int device, int n_layer, int64_t n_ctx, size_t row_bytes, std::span<const int> window,
                                       int pass_rows) {
   Plan p;
@@ -77,11 +78,10 @@ CudaKvMemory::Plan CudaKvMemory::plan(int device, int n_layer, int64_t n_ctx, si
   if (!d.ok || d.granularity(&p.chunk, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || p.chunk == 0) return {};
   const size_t layer_bytes = size_t(n_ctx) * row_bytes;
   p.layer_span = round_up(layer_bytes, p.chunk);
-  const int64_t reach = kSlackRows + std::max(pass_rows, 1) + kAheadRows;
   for (int l = 0; l < n_layer && l < int(window.size()); ++l) {
     const int w = window[size_t(l)];
     if (w <= 0) continue;
-    const size_t n = (size_t(w + reach) * row_bytes + p.chunk - 1) / p.chunk + 1;
+    const size_t n = kv_ring::ring_chunks(w, pass_rows, row_bytes, p.chunk);
     if (n < p.layer_span / p.chunk) p.ring_layers.push_back(l), p.ring_chunks = std::max(p.ring_chunks, n);
   }
   p.full_bytes = round_up((size_t(n_layer) - p.ring_layers.size()) * layer_bytes, p.chunk);
@@ -169,8 +169,9 @@ void CudaKvMemory::init(int device, int n_layer, int64_t n_ctx, size_t row_bytes
 void CudaKvMemory::release() {
   const Vmm& d = vmm();
   for (Ring& x : rings_) {
-    for (int64_t c = x.lo_c; c <= x.hi_c; ++c)  // (no throwing here: the destructor calls it)
-      d.unmap(CUdeviceptr(k(x.layer) + size_t(c) * chunk_), chunk_), d.unmap(CUdeviceptr(v(x.layer) + size_t(c) * chunk_), chunk_);
+    for (size_t c = 0; c < x.slot_of_chunk.size(); ++c)  // (no throwing here: the destructor calls it)
+      if (x.slot_of_chunk[c] >= 0)
+        d.unmap(CUdeviceptr(k(x.layer) + c * chunk_), chunk_), d.unmap(CUdeviceptr(v(x.layer) + c * chunk_), chunk_);
     for (auto h : x.k_pool) d.release(h);
     for (auto h : x.v_pool) d.release(h);
   }
@@ -206,14 +207,21 @@ void CudaKvMemory::map_chunk(Ring& x, int64_t c) {
     x.free_slots.push_back(int(x.k_pool.size()) - 1);
   }
   const int s = x.free_slots.back();
-  x.free_slots.pop_back();
   CUmemAccessDesc a{};
   a.location.type = CU_MEM_LOCATION_TYPE_DEVICE, a.location.id = device_, a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  const size_t off = size_t(c) * chunk_;
-  for (auto [base, h] : {std::pair{k(x.layer), x.k_pool[size_t(s)]}, std::pair{v(x.layer), x.v_pool[size_t(s)]}}) {
-    drv_check(d.map(CUdeviceptr(base + off), chunk_, 0, h, 0), "cuMemMap");
-    drv_check(d.set_access(CUdeviceptr(base + off), chunk_, &a, 1), "cuMemSetAccess");
+  const CUdeviceptr kp = CUdeviceptr(k(x.layer) + size_t(c) * chunk_), vp = CUdeviceptr(v(x.layer) + size_t(c) * chunk_);
+  // Both or neither: on a failure what was mapped is unmapped again and the slot stays free.
+  auto map_one = [&](CUdeviceptr p, CUmemGenericAllocationHandle h) {
+    CUresult r = d.map(p, chunk_, 0, h, 0);
+    if (r == CUDA_SUCCESS && (r = d.set_access(p, chunk_, &a, 1)) != CUDA_SUCCESS) d.unmap(p, chunk_);
+    return r;
+  };
+  drv_check(map_one(kp, x.k_pool[size_t(s)]), "cuMemMap");
+  if (const CUresult r = map_one(vp, x.v_pool[size_t(s)]); r != CUDA_SUCCESS) {
+    d.unmap(kp, chunk_);
+    drv_check(r, "cuMemMap");
   }
+  x.free_slots.pop_back();
   x.slot_of_chunk[size_t(c)] = s;
 }
 
@@ -230,19 +238,17 @@ void CudaKvMemory::prepare(int64_t lo, int64_t hi, cudaStream_t stream) {
   if (keep_all_) return;
   bool drained = false;
   for (Ring& x : rings_) {
-    const int64_t first = std::max<int64_t>(0, lo + 1 - x.window - kSlackRows);
-    const int64_t last = std::min<int64_t>(n_ctx_ - 1, hi + kAheadRows);
-    const int64_t c0 = int64_t(size_t(first) * row_bytes_ / chunk_);
-    const int64_t c1 = int64_t((size_t(last + 1) * row_bytes_ - 1) / chunk_);
-    if (c0 == x.lo_c && c1 == x.hi_c) continue;  // (a decode step: nearly always)
-    for (int64_t c = x.lo_c; c <= x.hi_c; ++c) {
-      if (c >= c0 && c <= c1) continue;
+    const kv_ring::Run run = kv_ring::chunks(lo, hi, x.window, n_ctx_, row_bytes_, chunk_);
+    if (run.c0 == x.lo_c && run.c1 == x.hi_c) continue;  // (a decode step: nearly always)
+    x.lo_c = 0, x.hi_c = -1;  // (until the run is whole: covers() says no, and the next call looks again)
+    for (int64_t c = 0; c < int64_t(x.slot_of_chunk.size()); ++c) {
+      if (x.slot_of_chunk[size_t(c)] < 0 || (c >= run.c0 && c <= run.c1)) continue;
       if (!drained) cuda_check(cudaStreamSynchronize(stream), "the KV cache's window"), drained = true;
       unmap_chunk(x, c);
     }
-    for (int64_t c = c0; c <= c1; ++c)
+    for (int64_t c = run.c0; c <= run.c1; ++c)
       if (x.slot_of_chunk[size_t(c)] < 0) map_chunk(x, c);
-    x.lo_c = c0, x.hi_c = c1;
+    x.lo_c = run.c0, x.hi_c = run.c1;
   }
 }
 
@@ -255,26 +261,23 @@ bool CudaKvMemory::covers(int64_t p) const {
   return true;
 }
 
-// A ring's backed chunks are one run [c0, c1]; its first whole row is the first kept position. A
-// query at position n reads from n + 1 - window on, and the prompt kernel a tile below that (its
-// scores masked, but a chunk mapped anew may hold any bits, NaN among them, which the masked
-// probabilities' zeros would not cancel in P V): the floor keeps the slack too.
 int CudaKvMemory::rewind_floor() const {
   int64_t floor = 0;
   for (const Ring& x : rings_) {
-    if (x.lo_c <= 0 || x.hi_c < x.lo_c) continue;
-    const int64_t kept = int64_t((size_t(x.lo_c) * chunk_ + row_bytes_ - 1) / row_bytes_);
-    floor = std::max(floor, kept + x.window - 1 + kSlackRows);
+    if (x.hi_c < x.lo_c) continue;
+    floor = std::max(floor, kv_ring::rewind_floor(x.lo_c, x.window, row_bytes_, chunk_));
   }
   return int(floor);
 }
 
 void CudaKvMemory::keep_every_row(cudaStream_t stream) {
   if (rings_.empty() || keep_all_) return;
-  for (Ring& x : rings_) x.window = int(n_ctx_);  // (every chunk from 0 on)
+  std::vector<int> windows;
+  for (Ring& x : rings_) windows.push_back(x.window), x.window = int(n_ctx_);  // (every chunk from 0 on)
   try {
     prepare(0, n_ctx_ - 1, stream);
   } catch (const Error& e) {
+    for (size_t i = 0; i < rings_.size(); ++i) rings_[i].window = windows[i];
     fail("several sequences at once keep every row of every layer's KV cache ({} for {} positions), more than the "
          "GPU has ({}; lower --ctx)", format_bytes(2 * (full_bytes_ + rings_.size() * layer_span_)), n_ctx_, e.what());
   }

@@ -4,7 +4,8 @@
 // A sliding-window layer (Gemma 3's local layers) reads only the rows of its window. With one
 // sequence, its address range is backed by a ring of physical chunks (CUDA's virtual memory
 // management, chunks of the device's allocation granularity) that moves up behind the sequence:
-// the layer holds its window, one pass and some slack instead of n_ctx rows, at the same
+// the layer holds its window, one pass and some slack (backend/kv_window_ring.h: the arithmetic)
+// instead of n_ctx rows, at the same
 // addresses, so no kernel changes. Global layers, and every layer once the batching engine shares
 // the rows out as pages (keep_every_row), are backed whole. Without window layers the cache is
 // two plain allocations, as before.
@@ -56,20 +57,14 @@ class CudaKvMemory {
   // Whether some layer is backed by a ring.
   bool rings() const { return !rings_.empty(); }
 
-  // Rows of slack kept below a window: the prompt kernel reads whole key tiles, the first of
-  // which may start this far before the window (tiles of at most 128 rows).
-  static constexpr int64_t kSlackRows = 256;
-  // Rows past a pass's last position kept backed (a decode step launched ahead).
-  static constexpr int64_t kAheadRows = 16;
-
  private:
   struct Ring {  // a window layer's chunks: K's and V's handles in pairs
     int layer = 0;
     int window = 0;
-    std::vector<int> slot_of_chunk;  // the pool slot mapped at chunk c of the layer's range, or -1
+    std::vector<int> slot_of_chunk;  // the pool slot mapped at chunk c of the layer's range, or -1 (the truth)
     std::vector<CUmemGenericAllocationHandle> k_pool, v_pool;
     std::vector<int> free_slots;
-    int64_t lo_c = 0, hi_c = -1;  // the backed run of chunks (empty while hi_c < lo_c)
+    int64_t lo_c = 0, hi_c = -1;  // the run the last prepare backed whole (empty while hi_c < lo_c)
   };
   struct Plan {  // what init makes
     size_t chunk = 0, layer_span = 0, full_bytes = 0;
