@@ -193,9 +193,8 @@ void CudaBackend::set_kv_windows(std::span<const int> window, int pass_rows) {
 }
 
 size_t CudaBackend::kv_bytes_for(int n_ctx, int kv_dim, GgmlType type, std::span<const int> window, int pass_rows) const {
-  const size_t row = size_t(kv_dim) * (type == GgmlType::F16 ? 2 : 4);
-  if (!window_ring_) return 2 * window.size() * size_t(n_ctx) * row;
-  return CudaKvMemory::bytes_for(device_, int(window.size()), n_ctx, row, window, pass_rows);
+  return CudaKvMemory::bytes_for(device_, int(window.size()), n_ctx, size_t(kv_dim) * (type == GgmlType::F16 ? 2 : 4),
+                                 window_ring_ ? window : std::span<const int>(), pass_rows);
 }
 
 size_t CudaBackend::kv_cache_bytes() const { return kv_mem_.bytes(); }

@@ -151,18 +151,12 @@ void CudaKvMemory::init(int device, int n_layer, int64_t n_ctx, size_t row_bytes
   }
   // Each ring's chunks for a window, a pass and the slack, made now so that a sequence whose
   // passes fit them never allocates while it runs.
-  for (Ring& x : rings_) {
-    for (size_t i = 0; i < p.ring_chunks; ++i) {
-      CUmemGenericAllocationHandle hk = 0, hv = 0;
-      if (d.create(&hk, chunk_, &prop, 0) != CUDA_SUCCESS || d.create(&hv, chunk_, &prop, 0) != CUDA_SUCCESS) {
-        if (hk) d.release(hk);
+  for (Ring& x : rings_)
+    for (size_t i = 0; i < p.ring_chunks; ++i)
+      if (!add_chunk(x)) {
         release();
         fail("out of GPU memory for the KV cache's window layers ({} a chunk)", format_bytes(chunk_));
       }
-      x.k_pool.push_back(hk), x.v_pool.push_back(hv);
-      x.free_slots.push_back(int(x.k_pool.size()) - 1);
-    }
-  }
   prepare(0, 0, nullptr);
 }
 
@@ -193,19 +187,25 @@ void CudaKvMemory::release() {
   k_base_.clear(), v_base_.clear();
 }
 
+// One more K and V chunk in the ring's pool, free; false where the GPU has no memory for them.
+bool CudaKvMemory::add_chunk(Ring& x) {
+  const Vmm& d = vmm();
+  const CUmemAllocationProp prop = device_prop(device_);
+  CUmemGenericAllocationHandle hk = 0, hv = 0;
+  if (d.create(&hk, chunk_, &prop, 0) != CUDA_SUCCESS || d.create(&hv, chunk_, &prop, 0) != CUDA_SUCCESS) {
+    if (hk) d.release(hk);
+    return false;
+  }
+  x.k_pool.push_back(hk), x.v_pool.push_back(hv);
+  x.free_slots.push_back(int(x.k_pool.size()) - 1);
+  return true;
+}
+
 void CudaKvMemory::map_chunk(Ring& x, int64_t c) {
   const Vmm& d = vmm();
-  if (x.free_slots.empty()) {  // a pass longer than the ring was made for: one more chunk
-    const CUmemAllocationProp prop = device_prop(device_);
-    CUmemGenericAllocationHandle hk = 0, hv = 0;
-    if (d.create(&hk, chunk_, &prop, 0) != CUDA_SUCCESS || d.create(&hv, chunk_, &prop, 0) != CUDA_SUCCESS) {
-      if (hk) d.release(hk);
-      fail("out of GPU memory for the KV cache of layer {} ({} a chunk, {} held)", x.layer, format_bytes(chunk_),
-           format_bytes(bytes()));
-    }
-    x.k_pool.push_back(hk), x.v_pool.push_back(hv);
-    x.free_slots.push_back(int(x.k_pool.size()) - 1);
-  }
+  if (x.free_slots.empty() && !add_chunk(x))  // a pass longer than the ring was made for: one more chunk
+    fail("out of GPU memory for the KV cache of layer {} ({} a chunk, {} held)", x.layer, format_bytes(chunk_),
+         format_bytes(bytes()));
   const int s = x.free_slots.back();
   CUmemAccessDesc a{};
   a.location.type = CU_MEM_LOCATION_TYPE_DEVICE, a.location.id = device_, a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;

@@ -73,6 +73,7 @@ class CudaKvMemory {
     size_t bytes() const { return ring_layers.empty() ? 0 : 2 * (full_bytes + ring_layers.size() * ring_chunks * chunk); }
   };
   static Plan plan(int device, int n_layer, int64_t n_ctx, size_t row_bytes, std::span<const int> window, int pass_rows);
+  bool add_chunk(Ring& r);
   void map_chunk(Ring& r, int64_t c);
   void unmap_chunk(Ring& r, int64_t c);
   int64_t chunks_per_layer() const { return int64_t(layer_span_ / chunk_); }
