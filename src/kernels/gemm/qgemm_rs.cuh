@@ -213,6 +213,14 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     tc_gemm::Out o = out;  // split-K: this split's f32 plane of the workspace
     if (splits > 1) o.c = static_cast<float*>(out.c) + split * m * n;
     auto store = [&](const float (&a)[kBm / 2], int64_t col) {  // a thread's two columns, every row
+      // All of them in C: no tests per element. Not in the two-blocks-an-SM instances: their
+      // consumers have 104 registers, and there the shorter epilogue's registers made ptxas
+      // serialise the wgmmas, and split-K results came out wrong (GemmGpu, 8 splits).
+      if constexpr (kBlocks == 1)
+        if (o.beta == 0.f && m0 + kBm <= m && col + 8 < n) {
+          tc_gemm::store_columns<kBm>(o, col, m0 + 2 * t, a);
+          return;
+        }
       const tc_gemm::OutColumn c0 = tc_gemm::out_column(o, col), c8 = tc_gemm::out_column(o, col + 8);
 #pragma unroll
       for (int j = 0; j < kBm / 8; ++j) {

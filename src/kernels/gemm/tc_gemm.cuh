@@ -108,6 +108,37 @@ __device__ __forceinline__ void store_pairs(const Out& o, int64_t n0, int64_t ro
   else store_pairs_as<kN, __nv_bfloat16>(o, n0, row, lane, acc);
 }
 
+template <class E>
+__device__ __forceinline__ E from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+// q3_wgmma_rs's transposed accumulators (register 4 j + r of a thread: row row0 + 8 j + r % 2 of
+// column col + 8 (r / 2)) stored without bounds, beta or type tests per element (one branch on the
+// type for them all): for beta = 0 outputs whose rows and both columns the caller has checked.
+template <int kRows, class E>
+__device__ __forceinline__ void store_columns_as(const Out& o, int64_t col, int64_t row0, const float* a) {
+  const OutColumn c0 = out_column(o, col), c8 = out_column(o, col + 8);
+  E* p0 = static_cast<E*>(c0.c) + row0 * c0.ld + c0.j;
+  E* p8 = static_cast<E*>(c8.c) + row0 * c8.ld + c8.j;
+#pragma unroll
+  for (int j = 0; j < kRows / 8; ++j) {
+    p0[8 * j * c0.ld] = from_f32<E>(o.alpha * a[4 * j]);
+    p0[(8 * j + 1) * c0.ld] = from_f32<E>(o.alpha * a[4 * j + 1]);
+    p8[8 * j * c8.ld] = from_f32<E>(o.alpha * a[4 * j + 2]);
+    p8[(8 * j + 1) * c8.ld] = from_f32<E>(o.alpha * a[4 * j + 3]);
+  }
+}
+template <int kRows>
+__device__ __forceinline__ void store_columns(const Out& o, int64_t col, int64_t row0, const float* a) {
+  if (o.type == 1) store_columns_as<kRows, __half>(o, col, row0, a);
+  else if (o.type == 0) store_columns_as<kRows, float>(o, col, row0, a);
+  else store_columns_as<kRows, __nv_bfloat16>(o, col, row0, a);
+}
+
 // Copies a [rows][32] tile of a k-contiguous 16-bit matrix X[outer][k] (row stride ld) into a
 // swizzled shared tile: rows*4 chunks of 16 bytes spread over the block's threads.
 template <class T, int kRows>
