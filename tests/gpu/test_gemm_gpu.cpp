@@ -317,7 +317,7 @@ void run_quant(const GemmVariant* v, GgmlType wt, GgmlType at, const Shape& s, s
   QuantWeight w;
   quant_weight(wt, at, s, rng, w, std::string(v->name) != "q1_mma");
   if (testing::Test::HasFatalFailure()) return;
-  const HostMatrix a = dense(at, s.m, s.k, false, s.k, rng);
+  const HostMatrix a = dense(at, s.m, s.k, false, s.k + c.pad, rng);  // (check() reads A with lda k + pad)
   c.v = v, c.a_type = at, c.b_type = wt;  // (c_type: F32 when value-initialised)
   check(c, s, a, w.values, w.image, 0, rng);
 }

@@ -94,15 +94,15 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* __re
   }
 }
 
-// Many rows (a prompt, a batch): the same sums and values as rmsnorm_kernel, from blocks of 128
+// A prompt's rows: the same sums and values as rmsnorm_kernel, from blocks of 128
 // threads (512 rows of 1024-thread blocks took 15 µs, 800 GB/s: two blocks an SM, each a few
 // loads a thread between two barriers). rmsnorm_kernel's thread t sums the squares of columns
 // t + 1024 u, u < kNormPer, in that order; its warps' butterflies and the butterfly of their 32
 // totals follow. Here a warp takes the part of kMine of those 32 warps in turn (lane l standing
 // for thread 32 W + l), and the last butterfly is the same: the sum, and so every value, is bit
-// for bit rmsnorm_kernel's (BackendOps.RmsNorm* compares a row alone with the same row among many).
+// for bit rmsnorm_kernel's (BackendOps.RmsNorm* compares a row alone with the same row among 300).
 constexpr int kRowsThreads = 128;
-constexpr int64_t kRowsFrom = 16;  // rows from which rmsnorm() takes rmsnorm_rows_kernel
+constexpr int64_t kRowsFrom = 256;  // rows from which rmsnorm() takes rmsnorm_rows_kernel (prompts)
 
 template <class T16>
 __global__ void __launch_bounds__(kRowsThreads) rmsnorm_rows_kernel(const float* __restrict__ x, const float* __restrict__ w,
@@ -115,19 +115,22 @@ __global__ void __launch_bounds__(kRowsThreads) rmsnorm_rows_kernel(const float*
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   __shared__ double part[kWarps];
   __shared__ float scale_s;
+  // Element (m, u) of a lane: column 32 (warp kMine + m) + lane + 1024 u. All of a lane's loads
+  // are issued before any is used (one trip to memory per block, not one per virtual warp).
+  auto col = [&](int m, int u) { return int64_t(32 * (warp * kMine + m) + lane) + int64_t(u) * kNormThreads; };
   pdl_wait();
+  float xv[kMine][kNormPer];
+#pragma unroll
+  for (int m = 0; m < kMine; ++m)
+#pragma unroll
+    for (int u = 0; u < kNormPer; ++u) xv[m][u] = col(m, u) < cols ? xr[col(m, u)] : 0.f;
 #pragma unroll
   for (int m = 0; m < kMine; ++m) {
-    const int W = warp * kMine + m;
     double ss = 0;
 #pragma unroll
-    for (int u = 0; u < kNormPer; ++u) {
-      const int64_t i = 32 * W + lane + int64_t(u) * kNormThreads;
-      const float v = i < cols ? xr[i] : 0.f;
-      ss += double(v) * v;
-    }
+    for (int u = 0; u < kNormPer; ++u) ss += double(xv[m][u]) * xv[m][u];
     for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(~0u, ss, o);
-    if (lane == 0) part[W] = ss;
+    if (lane == 0) part[warp * kMine + m] = ss;
   }
   __syncthreads();
   if (warp == 0) {
@@ -138,11 +141,11 @@ __global__ void __launch_bounds__(kRowsThreads) rmsnorm_rows_kernel(const float*
   __syncthreads();
   const float scale = scale_s;
   // A warp's 32 lanes take 32 consecutive columns: one int8 block of out8 per warp and step.
+#pragma unroll
   for (int m = 0; m < kMine; ++m)
-    for (int u = 0; u < kNormPer; ++u) {
-      const int64_t i = 32 * (warp * kMine + m) + lane + int64_t(u) * kNormThreads;
-      if (i < cols) rmsnorm_store(xr[i] * scale * w[i], row, i, cols, out, out16, out8);
-    }
+#pragma unroll
+    for (int u = 0; u < kNormPer; ++u)
+      if (col(m, u) < cols) rmsnorm_store(xv[m][u] * scale * w[col(m, u)], row, col(m, u), cols, out, out16, out8);
 }
 
 // One thread per (row, head, pair).  x: [rows][n_heads * head_dim];  pos: [rows]
