@@ -113,7 +113,7 @@ class Backend {
   // Device memory such a cache would hold at first, with those windows (one per layer) told
   // first: every row of every layer, less what the backend leaves unbacked.
   virtual size_t kv_bytes_for(int n_ctx, int kv_dim, GgmlType type, std::span<const int> window, int pass_rows) const {
-    return 2 * window.size() * size_t(n_ctx) * size_t(kv_dim) * (type == GgmlType::F16 ? 2 : 4);
+    return 2 * window.size() * size_t(n_ctx) * row_bytes(type, kv_dim);
   }
   // Every row of every layer's cache backed from now on: the batching engine shares the rows out
   // as pages between sequences. Throws where the memory for that is not there.

@@ -118,7 +118,7 @@ void CpuBackend::init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type
 size_t CpuBackend::kv_cache_bytes() const { return k_cache_.size() + v_cache_.size(); }
 
 size_t CpuBackend::kv_bytes_for(int n_ctx, int kv_dim, GgmlType type, std::span<const int> window, int pass_rows) const {
-  const size_t row = size_t(kv_dim) * (type == GgmlType::F16 ? 2 : 4);
+  const size_t row = row_bytes(type, kv_dim);
   size_t rows = 0;
   for (const int w : window)
     rows += w > 0 ? std::min<size_t>(size_t(n_ctx), size_t(w) + size_t(window_slack_ + kGiveBackStep + std::max(pass_rows, 1)))

@@ -193,7 +193,7 @@ void CudaBackend::set_kv_windows(std::span<const int> window, int pass_rows) {
 }
 
 size_t CudaBackend::kv_bytes_for(int n_ctx, int kv_dim, GgmlType type, std::span<const int> window, int pass_rows) const {
-  return CudaKvMemory::bytes_for(device_, int(window.size()), n_ctx, size_t(kv_dim) * (type == GgmlType::F16 ? 2 : 4),
+  return CudaKvMemory::bytes_for(device_, int(window.size()), n_ctx, row_bytes(type, kv_dim),
                                  window_ring_ ? window : std::span<const int>(), pass_rows);
 }
 

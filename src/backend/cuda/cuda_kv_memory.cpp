@@ -61,6 +61,13 @@ CUmemAllocationProp device_prop(int device) {
   return p;
 }
 
+// Read and write access for `device` to a mapped range.
+CUmemAccessDesc read_write(int device) {
+  CUmemAccessDesc a{};
+  a.location.type = CU_MEM_LOCATION_TYPE_DEVICE, a.location.id = device, a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return a;
+}
+
 void drv_check(CUresult r, const char* what) {
   if (r != CUDA_SUCCESS) fail("CUDA driver error {} in {} (the KV cache)", int(r), what);
 }
@@ -132,8 +139,7 @@ void CudaKvMemory::init(int device, int n_layer, int64_t n_ctx, size_t row_bytes
       fail("out of GPU memory for the KV cache: {} for the global layers' {} positions", format_bytes(2 * full_bytes_),
            n_ctx);
     }
-    CUmemAccessDesc a{};
-    a.location = prop.location, a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    const CUmemAccessDesc a = read_write(device);
     for (auto [base, h] : {std::pair{k0, full_k_}, std::pair{v0, full_v_}}) {
       drv_check(d.map(CUdeviceptr(base), full_bytes_, 0, h, 0), "cuMemMap");
       drv_check(d.set_access(CUdeviceptr(base), full_bytes_, &a, 1), "cuMemSetAccess");
@@ -207,8 +213,7 @@ void CudaKvMemory::map_chunk(Ring& x, int64_t c) {
     fail("out of GPU memory for the KV cache of layer {} ({} a chunk, {} held)", x.layer, format_bytes(chunk_),
          format_bytes(bytes()));
   const int s = x.free_slots.back();
-  CUmemAccessDesc a{};
-  a.location.type = CU_MEM_LOCATION_TYPE_DEVICE, a.location.id = device_, a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  const CUmemAccessDesc a = read_write(device_);
   const CUdeviceptr kp = CUdeviceptr(k(x.layer) + size_t(c) * chunk_), vp = CUdeviceptr(v(x.layer) + size_t(c) * chunk_);
   // Both or neither: on a failure what was mapped is unmapped again and the slot stays free.
   auto map_one = [&](CUdeviceptr p, CUmemGenericAllocationHandle h) {

@@ -76,7 +76,6 @@ class CudaKvMemory {
   bool add_chunk(Ring& r);
   void map_chunk(Ring& r, int64_t c);
   void unmap_chunk(Ring& r, int64_t c);
-  int64_t chunks_per_layer() const { return int64_t(layer_span_ / chunk_); }
 
   int device_ = 0;
   int64_t n_ctx_ = 0;
