@@ -31,7 +31,7 @@ namespace {
 TEST(BackendOps, RmsNormAddBiasSwiglu) {
   Both b;
   std::mt19937 rng(1);
-  for (int64_t rows : {1, 5, 17}) {
+  for (int64_t rows : {1, 5, 17, 300}) {  // (300: rmsnorm's kernel for prompts)
     for (int64_t cols : {256, 576, 1000}) {
       const auto xh = randn(size_t(rows * cols), rng), yh = randn(size_t(rows * cols), rng), gh = randn(size_t(cols), rng);
       auto [wc, wg] = b.weight(GgmlType::F32, 1, cols, f32_bytes(gh), WeightUse::Vector);
@@ -41,6 +41,13 @@ TEST(BackendOps, RmsNormAddBiasSwiglu) {
       Tensor oc = b.cpu.alloc(rows, cols), og = b.gpu.alloc(rows, cols);
       b.cpu.rmsnorm(xc, wc, 1e-5f, oc), b.gpu.rmsnorm(xg, wg, 1e-5f, og);
       EXPECT_LE(rel(b.get(b.gpu, og), b.get(b.cpu, oc)), 1e-6) << "rmsnorm " << rows << "x" << cols;
+      if (rows == 300) {  // a prompt's rows (128-thread blocks) and one row (1024 threads): the same bits
+        const std::vector<float> x3(xh.begin() + 3 * cols, xh.begin() + 4 * cols);
+        Tensor x1 = b.put(b.gpu, x3, 1, cols), o1 = b.gpu.alloc(1, cols);
+        b.gpu.rmsnorm(x1, wg, 1e-5f, o1);
+        const std::vector<float> all = b.get(b.gpu, og), one = b.get(b.gpu, o1);
+        EXPECT_TRUE(std::equal(one.begin(), one.end(), all.begin() + 3 * cols)) << "rmsnorm row 3 alone, " << cols << " columns";
+      }
       b.cpu.add(xc, yc), b.gpu.add(xg, yg);
       EXPECT_LE(rel(b.get(b.gpu, xg), b.get(b.cpu, xc)), 1e-7) << "add";
       b.cpu.add_bias(xc, wc), b.gpu.add_bias(xg, wg);

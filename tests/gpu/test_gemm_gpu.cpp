@@ -213,6 +213,9 @@ TEST(GemmGpu, HgemmHopperWgmma) {
   // A shape with several tiles per block of the persistent grid and a K tail.
   GemmRun r{find_gemm_variant("h2_wgmma"), GgmlType::F16, GgmlType::F16, GgmlType::F32};
   run_dense(r, Shape{1100, 2100, 200}, rng);
+  // Whole tiles with beta (the residual the GEMM adds: f32 C, beta 1), which take the pair stores.
+  r.beta = 1.f;
+  run_dense(r, Shape{512, 512, 256}, rng);
 }
 
 // W [n][k] quantised row by row: the device image (the repacked planes of its type, made by
@@ -309,12 +312,14 @@ void quant_weight(GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng, Q
   CUDA_OK(cudaMemcpy(q.image.data(), out.p, q.image.size(), cudaMemcpyDeviceToHost));
 }
 
-void run_quant(const GemmVariant* v, GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng) {
+// C f32, alpha 1, beta 0 unless `c` says otherwise (its variant and A/B types are set here).
+void run_quant(const GemmVariant* v, GgmlType wt, GgmlType at, const Shape& s, std::mt19937& rng, GemmRun c = {}) {
   QuantWeight w;
   quant_weight(wt, at, s, rng, w, std::string(v->name) != "q1_mma");
   if (testing::Test::HasFatalFailure()) return;
-  const HostMatrix a = dense(at, s.m, s.k, false, s.k, rng);
-  check(GemmRun{v, at, wt, GgmlType::F32}, s, a, w.values, w.image, 0, rng);
+  const HostMatrix a = dense(at, s.m, s.k, false, s.k + c.pad, rng);  // (check() reads A with lda k + pad)
+  c.v = v, c.a_type = at, c.b_type = wt;  // (c_type: F32 when value-initialised)
+  check(c, s, a, w.values, w.image, 0, rng);
 }
 
 TEST(GemmGpu, QuantisedWeightsOnTensorCores) {
@@ -351,6 +356,12 @@ TEST(GemmGpu, QuantisedWeightsHopperWgmma) {
       for (const Shape s : {Shape{77, 67, 256}, Shape{130, 300, 512}, Shape{3, 200, 768}, Shape{700, 1500, 256},
                             Shape{300, 260, 1536}})
         run_quant(v, wt, GgmlType::F16, s, rng);
+      // With beta: the residual added by the GEMM (f32 C, beta 1), and f16 C padded with both scales.
+      GemmRun residual{}, scaled{};
+      residual.beta = 1.f;
+      scaled.c_type = GgmlType::F16, scaled.pad = 8, scaled.alpha = 0.75f, scaled.beta = -0.5f;
+      run_quant(v, wt, GgmlType::F16, Shape{300, 260, 1536}, rng, residual);
+      run_quant(v, wt, GgmlType::F16, Shape{130, 300, 512}, rng, scaled);
     }
   }
 }

@@ -212,19 +212,21 @@ void CudaBackend::exec_matmul_multi(const Node& n, Run& r) {
   for (const Weight& wi : n.ws) w.push_back(&wi);
   Weight stacked;
   DevWeight ds;
-  // Not one whole stack, or prompt rows of a plain (not repacked) stack: one matmul per part
-  // straight into its output. (Measured at pp512 on the 7B f16 model: three 4096-wide GEMMs cost
-  // less than the stacked GEMM plus the three column copies: docs/benchmarks.md.)
-  if (!whole_stack(w, stacked, ds) || (x.rows > gemv_max_rows_ && !ds.repacked)) {
+  const auto each = [&] {
     for (size_t i = 0; i < w.size(); ++i) run_matmul(*w[i], info(*w[i]), x, n.outs[i], false, base, x16, only16(n, r.nodes));
-    return;
-  }
+  };
+  if (!whole_stack(w, stacked, ds)) return each();
+  // Prompt rows: the stack as one GEMM writing each part's columns in place, where the GEMM for
+  // the shape takes parts (f16 stacks too: one 12288-wide GEMM for Q/K/V runs nearer the tensor
+  // cores' peak than three 4096-wide ones). Else, for a plain (not repacked) stack, one matmul
+  // per part straight into its output: cheaper than the stacked GEMM plus column copies.
+  if (x.rows > gemv_max_rows_ && !exact_ && gemm_into_parts(stacked, ds, x, n.outs, x16)) return;
+  if (x.rows > gemv_max_rows_ && !ds.repacked) return each();
   // The stack as one matmul: in place when the outputs lie back to back (one row: q, k, v
   // allocated one after the other), else into scratch and split by columns.
   bool adjacent = x.rows == 1;
   for (size_t i = 1; i < n.outs.size() && adjacent; ++i) adjacent = n.outs[i].data == n.outs[i - 1].data + n.outs[i - 1].cols;
   if (adjacent) return run_matmul(stacked, ds, x, Tensor{n.outs[0].data, 1, stacked.rows}, false, base, x16, only16(n, r.nodes));
-  if (x.rows > gemv_max_rows_ && !exact_ && gemm_into_parts(stacked, ds, x, n.outs, x16)) return;
   Tensor all = alloc(x.rows, stacked.rows);
   run_matmul(stacked, ds, x, all, false, base, x16, only16(n, r.nodes));
   int64_t c0 = 0;

@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
       // consumers have 104 registers, and there the shorter epilogue's registers made ptxas
       // serialise the wgmmas, and split-K results came out wrong (GemmGpu, 8 splits).
       if constexpr (kBlocks == 1)
-        if (o.beta == 0.f && m0 + kBm <= m && col + 8 < n) {
+        if (m0 + kBm <= m && col + 8 < n) {
           tc_gemm::store_columns<kBm>(o, col, m0 + 2 * t, a);
           return;
         }

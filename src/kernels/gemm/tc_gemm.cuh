@@ -12,6 +12,8 @@
 //   epilogue: alpha, beta (C not read when beta = 0), C in f32 / f16 / bf16, edges masked
 #pragma once
 
+#include <type_traits>
+
 #include "core/layout.h"
 #include "kernels/common/mma.cuh"
 #include "kernels/gemm/gemm_internal.h"
@@ -37,13 +39,13 @@ struct Out {
   bool pairs = false;  // pair_stores(*this): two adjacent columns may be stored at once
 };
 
-// Whether every store of C may write a pair of adjacent columns (an even column and the next) as
-// one: no beta term, and each part's row stride even and its pointer aligned to the pair. (Parts
-// start at multiples of 8 columns, so a pair never straddles two.)
+// Whether every store of C (and, with beta, every load of it) may take a pair of adjacent columns
+// (an even column and the next) as one: each part's row stride even and its pointer aligned to
+// the pair. (Parts start at multiples of 8 columns, so a pair never straddles two.)
 inline bool pair_stores(const Out& o) {
   const uintptr_t pair = o.type == 0 ? 8 : 4;
   auto ok = [&](const void* c, int64_t ld) { return !c || (ld % 2 == 0 && reinterpret_cast<uintptr_t>(c) % pair == 0); };
-  return o.beta == 0.f && ok(o.c, o.ldc) && ok(o.c1, o.ldc1) && ok(o.c2, o.ldc2);
+  return ok(o.c, o.ldc) && ok(o.c1, o.ldc1) && ok(o.c2, o.ldc2);
 }
 
 __device__ __forceinline__ float out_load(const Out& o, void* c, int64_t idx) {
@@ -86,26 +88,44 @@ __device__ __forceinline__ void store_pair(__half* p, float a, float b) { *reint
 __device__ __forceinline__ void store_pair(__nv_bfloat16* p, float a, float b) {
   *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
 }
+__device__ __forceinline__ float2 load_pair(const float* p) { return *reinterpret_cast<const float2*>(p); }
+__device__ __forceinline__ float2 load_pair(const __half* p) { return __half22float2(*reinterpret_cast<const __half2*>(p)); }
+__device__ __forceinline__ float2 load_pair(const __nv_bfloat16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+// alpha a + beta c, as out_store computes it (c read only with kBeta).
+template <bool kBeta>
+__device__ __forceinline__ float blend(const Out& o, float a, float c) {
+  return kBeta ? o.alpha * a + o.beta * c : o.alpha * a;
+}
 // One warp's m64nN wgmma accumulators (register 4 q + r: row `row` + 8 (r / 2), column n0 + 8 q +
 // 2 (lane % 4) + r % 2) as pairs of columns, without bounds checks: for Out::pairs outputs whose
 // rows row .. row + 8 and columns n0 .. n0 + N - 1 the caller has checked. One branch on the type
-// for the whole tile: the per-element stores (out_store) test bounds, beta and the type at each
-// element, and their unrolled code (several times this) stalled the warps on instruction fetch.
-template <int kN, class E>
+// and beta for the whole tile: the per-element stores (out_store) test bounds, beta and the type
+// at each element, and their unrolled code (several times this) stalled the warps on instruction
+// fetch. With beta (a residual added by the GEMM), C's pairs are read the same way.
+template <int kN, class E, bool kBeta>
 __device__ __forceinline__ void store_pairs_as(const Out& o, int64_t n0, int64_t row, int lane, const float* acc) {
 #pragma unroll
   for (int q = 0; q < kN / 8; ++q) {
     const OutColumn oc = out_column(o, n0 + 8 * q + 2 * (lane % 4));
     E* p = static_cast<E*>(oc.c) + row * oc.ld + oc.j;
-    store_pair(p, o.alpha * acc[4 * q], o.alpha * acc[4 * q + 1]);
-    store_pair(p + 8 * oc.ld, o.alpha * acc[4 * q + 2], o.alpha * acc[4 * q + 3]);
+    float2 c0{}, c8{};
+    if constexpr (kBeta) c0 = load_pair(p), c8 = load_pair(p + 8 * oc.ld);
+    store_pair(p, blend<kBeta>(o, acc[4 * q], c0.x), blend<kBeta>(o, acc[4 * q + 1], c0.y));
+    store_pair(p + 8 * oc.ld, blend<kBeta>(o, acc[4 * q + 2], c8.x), blend<kBeta>(o, acc[4 * q + 3], c8.y));
   }
+}
+template <int kN, bool kBeta>
+__device__ __forceinline__ void store_pairs_typed(const Out& o, int64_t n0, int64_t row, int lane, const float* acc) {
+  if (o.type == 1) store_pairs_as<kN, __half, kBeta>(o, n0, row, lane, acc);
+  else if (o.type == 0) store_pairs_as<kN, float, kBeta>(o, n0, row, lane, acc);
+  else store_pairs_as<kN, __nv_bfloat16, kBeta>(o, n0, row, lane, acc);
 }
 template <int kN>
 __device__ __forceinline__ void store_pairs(const Out& o, int64_t n0, int64_t row, int lane, const float* acc) {
-  if (o.type == 1) store_pairs_as<kN, __half>(o, n0, row, lane, acc);
-  else if (o.type == 0) store_pairs_as<kN, float>(o, n0, row, lane, acc);
-  else store_pairs_as<kN, __nv_bfloat16>(o, n0, row, lane, acc);
+  if (o.beta == 0.f) store_pairs_typed<kN, false>(o, n0, row, lane, acc);
+  else store_pairs_typed<kN, true>(o, n0, row, lane, acc);
 }
 
 template <class E>
@@ -118,25 +138,37 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 // q3_wgmma_rs's transposed accumulators (register 4 j + r of a thread: row row0 + 8 j + r % 2 of
 // column col + 8 (r / 2)) stored without bounds, beta or type tests per element (one branch on the
-// type for them all): for beta = 0 outputs whose rows and both columns the caller has checked.
-template <int kRows, class E>
+// type and beta for them all): for outputs whose rows and both columns the caller has checked.
+template <class E>
+__device__ __forceinline__ float to_f32(E v) {
+  if constexpr (std::is_same_v<E, float>) return v;
+  else if constexpr (std::is_same_v<E, __half>) return __half2float(v);
+  else return __bfloat162float(v);
+}
+template <int kRows, class E, bool kBeta>
 __device__ __forceinline__ void store_columns_as(const Out& o, int64_t col, int64_t row0, const float* a) {
   const OutColumn c0 = out_column(o, col), c8 = out_column(o, col + 8);
   E* p0 = static_cast<E*>(c0.c) + row0 * c0.ld + c0.j;
   E* p8 = static_cast<E*>(c8.c) + row0 * c8.ld + c8.j;
+  auto put = [&](E* p, float v) { *p = from_f32<E>(blend<kBeta>(o, v, kBeta ? to_f32(*p) : 0.f)); };
 #pragma unroll
   for (int j = 0; j < kRows / 8; ++j) {
-    p0[8 * j * c0.ld] = from_f32<E>(o.alpha * a[4 * j]);
-    p0[(8 * j + 1) * c0.ld] = from_f32<E>(o.alpha * a[4 * j + 1]);
-    p8[8 * j * c8.ld] = from_f32<E>(o.alpha * a[4 * j + 2]);
-    p8[(8 * j + 1) * c8.ld] = from_f32<E>(o.alpha * a[4 * j + 3]);
+    put(p0 + 8 * j * c0.ld, a[4 * j]);
+    put(p0 + (8 * j + 1) * c0.ld, a[4 * j + 1]);
+    put(p8 + 8 * j * c8.ld, a[4 * j + 2]);
+    put(p8 + (8 * j + 1) * c8.ld, a[4 * j + 3]);
   }
+}
+template <int kRows, bool kBeta>
+__device__ __forceinline__ void store_columns_typed(const Out& o, int64_t col, int64_t row0, const float* a) {
+  if (o.type == 1) store_columns_as<kRows, __half, kBeta>(o, col, row0, a);
+  else if (o.type == 0) store_columns_as<kRows, float, kBeta>(o, col, row0, a);
+  else store_columns_as<kRows, __nv_bfloat16, kBeta>(o, col, row0, a);
 }
 template <int kRows>
 __device__ __forceinline__ void store_columns(const Out& o, int64_t col, int64_t row0, const float* a) {
-  if (o.type == 1) store_columns_as<kRows, __half>(o, col, row0, a);
-  else if (o.type == 0) store_columns_as<kRows, float>(o, col, row0, a);
-  else store_columns_as<kRows, __nv_bfloat16>(o, col, row0, a);
+  if (o.beta == 0.f) store_columns_typed<kRows, false>(o, col, row0, a);
+  else store_columns_typed<kRows, true>(o, col, row0, a);
 }
 
 // Copies a [rows][32] tile of a k-contiguous 16-bit matrix X[outer][k] (row stride ld) into a

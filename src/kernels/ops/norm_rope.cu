@@ -1,4 +1,4 @@
-// RMSNorm (one block of 1024 threads per row, f64 sum of squares as ggml), the residual add with the
+// RMSNorm (one block of 1024 threads per row, or of 128 for many rows; f64 sum of squares as ggml), the residual add with the
 // norms around it (add_norm), RoPE (one thread per rotated pair) and the element-wise ops
 // (grid-stride loops over float4 where the size allows).
 #include "kernels/common/launch_status.h"
@@ -92,6 +92,60 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* __re
   } else {
     for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) rmsnorm_store(xr[i] * scale * w[i], row, i, cols, out, out16, out8);
   }
+}
+
+// A prompt's rows: the same sums and values as rmsnorm_kernel, from blocks of 128
+// threads (512 rows of 1024-thread blocks took 15 µs, 800 GB/s: two blocks an SM, each a few
+// loads a thread between two barriers). rmsnorm_kernel's thread t sums the squares of columns
+// t + 1024 u, u < kNormPer, in that order; its warps' butterflies and the butterfly of their 32
+// totals follow. Here a warp takes the part of kMine of those 32 warps in turn (lane l standing
+// for thread 32 W + l), and the last butterfly is the same: the sum, and so every value, is bit
+// for bit rmsnorm_kernel's (BackendOps.RmsNorm* compares a row alone with the same row among 300).
+constexpr int kRowsThreads = 128;
+constexpr int64_t kRowsFrom = 256;  // rows from which rmsnorm() takes rmsnorm_rows_kernel (prompts)
+
+template <class T16>
+__global__ void __launch_bounds__(kRowsThreads) rmsnorm_rows_kernel(const float* __restrict__ x, const float* __restrict__ w,
+                                                                    int64_t cols, float eps, float* __restrict__ out,
+                                                                    T16* __restrict__ out16, uint8_t* __restrict__ out8) {
+  constexpr int kWarps = kNormThreads / 32, kMine = kWarps / (kRowsThreads / 32);
+  pdl_launch_dependents();
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * cols;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __shared__ double part[kWarps];
+  __shared__ float scale_s;
+  // Element (m, u) of a lane: column 32 (warp kMine + m) + lane + 1024 u. All of a lane's loads
+  // are issued before any is used (one trip to memory per block, not one per virtual warp).
+  auto col = [&](int m, int u) { return int64_t(32 * (warp * kMine + m) + lane) + int64_t(u) * kNormThreads; };
+  pdl_wait();
+  float xv[kMine][kNormPer];
+#pragma unroll
+  for (int m = 0; m < kMine; ++m)
+#pragma unroll
+    for (int u = 0; u < kNormPer; ++u) xv[m][u] = col(m, u) < cols ? xr[col(m, u)] : 0.f;
+#pragma unroll
+  for (int m = 0; m < kMine; ++m) {
+    double ss = 0;
+#pragma unroll
+    for (int u = 0; u < kNormPer; ++u) ss += double(xv[m][u]) * xv[m][u];
+    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(~0u, ss, o);
+    if (lane == 0) part[warp * kMine + m] = ss;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    double v = part[lane];
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(~0u, v, o);
+    if (lane == 0) scale_s = float(1.0 / sqrt(v / double(cols) + double(eps)));
+  }
+  __syncthreads();
+  const float scale = scale_s;
+  // A warp's 32 lanes take 32 consecutive columns: one int8 block of out8 per warp and step.
+#pragma unroll
+  for (int m = 0; m < kMine; ++m)
+#pragma unroll
+    for (int u = 0; u < kNormPer; ++u)
+      if (col(m, u) < cols) rmsnorm_store(xv[m][u] * scale * w[col(m, u)], row, col(m, u), cols, out, out16, out8);
 }
 
 // One thread per (row, head, pair).  x: [rows][n_heads * head_dim];  pos: [rows]
@@ -253,12 +307,20 @@ Status rmsnorm(const float* x, const float* w, int64_t rows, int64_t cols, float
   if (out8 && cols % 32) return Status::error("rmsnorm: out8 needs a multiple of 32 columns");
   if (rows == 0) return Status::success();
   uint8_t* o8 = static_cast<uint8_t*>(out8);
-  if (out16 && t16 == GgmlType::BF16)
-    launch_pdl(rmsnorm_kernel<__nv_bfloat16>, unsigned(rows), kNormThreads, 0, s, x, w, cols, eps, out, static_cast<__nv_bfloat16*>(out16), o8);
-  else if (out16)
-    launch_pdl(rmsnorm_kernel<__half>, unsigned(rows), kNormThreads, 0, s, x, w, cols, eps, out, static_cast<__half*>(out16), o8);
-  else
-    launch_pdl(rmsnorm_kernel<float>, unsigned(rows), kNormThreads, 0, s, x, w, cols, eps, out, nullptr, o8);
+  const bool many = rows >= kRowsFrom && cols <= int64_t(kNormPer) * kNormThreads;
+  auto go = [&](auto kernel, auto* o16) {
+    launch_pdl(kernel, unsigned(rows), many ? kRowsThreads : kNormThreads, 0, s, x, w, cols, eps, out, o16, o8);
+  };
+  if (out16 && t16 == GgmlType::BF16) {
+    auto* o16 = static_cast<__nv_bfloat16*>(out16);
+    many ? go(rmsnorm_rows_kernel<__nv_bfloat16>, o16) : go(rmsnorm_kernel<__nv_bfloat16>, o16);
+  } else if (out16) {
+    auto* o16 = static_cast<__half*>(out16);
+    many ? go(rmsnorm_rows_kernel<__half>, o16) : go(rmsnorm_kernel<__half>, o16);
+  } else {
+    float* o16 = nullptr;
+    many ? go(rmsnorm_rows_kernel<float>, o16) : go(rmsnorm_kernel<float>, o16);
+  }
   return launch_status("rmsnorm");
 }
 
