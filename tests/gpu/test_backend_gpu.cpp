@@ -11,6 +11,8 @@
 // Attention and sampling: test_backend_attention_gpu.cpp. Helpers: backend_ops_util.h.
 #include "backend_ops_util.h"
 #include "gpu_test_util.h"
+#include "kernels/common/q8_blocks.h"
+#include "kernels/ops/ops.h"
 #include "model/sampler.h"
 
 #include <cuda_runtime.h>
@@ -27,6 +29,34 @@ using namespace lamina;
 using namespace lamina::backend_ops_test;
 
 namespace {
+
+// The prompt's RMSNorm kernel (128-thread blocks, from 256 rows) against the one-row kernel (1,024
+// threads) at the row widths of real models: the f32 values, the f16 copy and the int8 blocks of
+// a row among 300 equal, bit for bit, those of the same row normalised alone.
+TEST(BackendOps, RmsNormOfManyRowsIsTheOneRowKernelsBitForBit) {
+  std::mt19937 rng(11);
+  for (int64_t cols : {2048, 4096, 5120, 8192}) {
+    const int64_t rows = 300, pick = 123;
+    const std::vector<float> xh = randn(size_t(rows * cols), rng), wh = randn(size_t(cols), rng);
+    const size_t x8 = kernels::x8_bytes(cols);
+    DeviceBuf x(xh), w(wh), out(size_t(rows * cols) * 4), out16(size_t(rows * cols) * 2), out8(size_t(rows) * x8);
+    DeviceBuf one(size_t(cols) * 4), one16(size_t(cols) * 2), one8(x8);
+    const float* xp = static_cast<const float*>(x.p);
+    ASSERT_TRUE(kernels::rmsnorm(xp, static_cast<const float*>(w.p), rows, cols, 1e-6f, static_cast<float*>(out.p), out16.p,
+                                 GgmlType::F16, nullptr, out8.p).ok);
+    ASSERT_TRUE(kernels::rmsnorm(xp + pick * cols, static_cast<const float*>(w.p), 1, cols, 1e-6f, static_cast<float*>(one.p),
+                                 one16.p, GgmlType::F16, nullptr, one8.p).ok);
+    CUDA_OK(cudaDeviceSynchronize());
+    auto bytes = [](const DeviceBuf& b, size_t offset, size_t n) {
+      std::vector<uint8_t> h(n);
+      EXPECT_EQ(cudaMemcpy(h.data(), static_cast<const uint8_t*>(b.p) + offset, n, cudaMemcpyDeviceToHost), cudaSuccess);
+      return h;
+    };
+    EXPECT_EQ(bytes(out, size_t(pick * cols) * 4, size_t(cols) * 4), bytes(one, 0, size_t(cols) * 4)) << cols << " columns, f32";
+    EXPECT_EQ(bytes(out16, size_t(pick * cols) * 2, size_t(cols) * 2), bytes(one16, 0, size_t(cols) * 2)) << cols << " columns, f16";
+    EXPECT_EQ(bytes(out8, size_t(pick) * x8, x8), bytes(one8, 0, x8)) << cols << " columns, int8 blocks";
+  }
+}
 
 TEST(BackendOps, RmsNormAddBiasSwiglu) {
   Both b;
@@ -453,6 +483,16 @@ TEST(BackendOps, StackedMatmulMulti) {
       for (int i = 0; i < 3; ++i)
         EXPECT_LE(rel(b.get(b.gpu, og[i]), b.get(b.cpu, oc[i])), int8_x(t) ? 2e-2 : 5e-3)
             << type_name(t) << " rows " << rows << " part " << i;
+      // Fed by an RMSNorm, whose f16 copy lets prompt rows take one GEMM into the parts (f16
+      // stacks too), as a model's Q/K/V and gate/up do.
+      const auto gh = randn(size_t(K), rng);
+      auto [nc, ng] = b.weight(GgmlType::F32, 1, K, f32_bytes(gh), WeightUse::Vector);
+      Tensor hc = b.cpu.alloc(rows, K), hg = b.gpu.alloc(rows, K);
+      b.cpu.rmsnorm(xc, nc, 1e-5f, hc), b.gpu.rmsnorm(xg, ng, 1e-5f, hg);
+      b.cpu.matmul_multi(pc, hc, oc), b.gpu.matmul_multi(pg, hg, og);
+      for (int i = 0; i < 3; ++i)
+        EXPECT_LE(rel(b.get(b.gpu, og[i]), b.get(b.cpu, oc[i])), int8_x(t) ? 2e-2 : 5e-3)
+            << type_name(t) << " rows " << rows << " part " << i << ", after an RMSNorm";
     }
   }
 }

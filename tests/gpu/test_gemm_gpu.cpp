@@ -454,15 +454,19 @@ TEST(GemmGpu, GatedGemmGivesTheGluOfBothProducts) {
 // into q, k and v): every variant that takes them, every config (split-K included), gives in each
 // part, at its own row stride, the bits of the same config's whole C; the parts' padding (poisoned)
 // is never written. Part boundaries cut through tiles (n = 640: 256, 384 of 128- and 256-wide tiles).
-void run_parts(const GemmVariant& v, GgmlType wt, const Shape& s, std::mt19937& rng) {
-  SCOPED_TRACE(testing::Message() << v.name << " " << type_name(wt) << " m=" << s.m << " n=" << s.n << " k=" << s.k);
+// Odd row strides turn the epilogues' column-pair stores off (tc_gemm::pair_stores); even ones
+// (even_ld) keep them on.
+void run_parts(const GemmVariant& v, GgmlType wt, const Shape& s, std::mt19937& rng, bool even_ld = false) {
+  SCOPED_TRACE(testing::Message() << v.name << " " << type_name(wt) << " m=" << s.m << " n=" << s.n << " k=" << s.k
+                                  << (even_ld ? " even ld" : " odd ld"));
   QuantWeight w;
   if (wt != GgmlType::F16) quant_weight(wt, GgmlType::F16, s, rng, w);
   else w.image = dense(GgmlType::F16, s.k, s.n, true, s.k, rng).bytes;
   if (testing::Test::HasFatalFailure()) return;
   const HostMatrix a = dense(GgmlType::F16, s.m, s.k, false, s.k, rng);
   DeviceBuf da(a.bytes), db(w.image), whole(size_t(s.m * s.n) * 4);
-  const int64_t col[3] = {0, 256, 384}, width[3] = {256, 128, s.n - 384}, ld[3] = {256 + 5, 128, s.n - 384 + 3};
+  const int64_t pad0 = even_ld ? 8 : 5, pad2 = even_ld ? 0 : 3;
+  const int64_t col[3] = {0, 256, 384}, width[3] = {256, 128, s.n - 384}, ld[3] = {256 + pad0, 128, s.n - 384 + pad2};
   DeviceBuf p0(size_t(s.m * ld[0]) * 4), p1(size_t(s.m * ld[1]) * 4), p2(size_t(s.m * ld[2]) * 4);
   const DeviceBuf* part[3] = {&p0, &p1, &p2};
   GemmProblem p;
@@ -515,7 +519,7 @@ TEST(GemmGpu, ColumnPartsLandWhereTheyLie) {
     for (GgmlType wt : {GgmlType::F16, GgmlType::Q4_0}) {
       GemmProblem t;
       t.a_type = GgmlType::F16, t.b_type = wt, t.b_layout = wt == GgmlType::Q4_0 ? WeightLayout::Repacked : WeightLayout::Gguf;
-      if (v.supports(t)) run_parts(v, wt, Shape{77, 640, 512}, rng);
+      if (v.supports(t)) run_parts(v, wt, Shape{77, 640, 512}, rng), run_parts(v, wt, Shape{200, 640, 512}, rng, true);
     }
   }
   EXPECT_GE(variants, prop.major == 9 ? 5 : 2);
@@ -594,6 +598,24 @@ TEST(GemmGpu, UntunedRowsTakeTheNextTunedBucket) {
   // an entry naming a variant that does not take the problem (an f32 SGEMM rung for f16 A) is passed over
   TuneCache::get("gemm").put(key(128), {"s0_naive", "bm=128,bn=128,bk=8,stages=1,splits=1", 1.0});
   EXPECT_FALSE(choice(100).tuned);
+  // A larger bucket's 256-row tiles are not borrowed for half as many rows or fewer: the untuned
+  // rule picks the config then (taken for the engine's 16-128-row steps, they ran 8-17 % slower).
+  cudaDeviceProp prop{};
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9) return;  // (q3_wgmma_rs runs on Hopper only)
+  GemmProblem q = p;
+  q.b_type = GgmlType::Q4_0, q.b_layout = WeightLayout::Repacked, q.b_col_major = true;
+  q.n = q.k = 4352, q.lda = q.ldb = q.k, q.ldc = q.n, q.workspace_bytes = size_t(1) << 30;
+  TuneCache::get("gemm").put("gemm|f16r|q4_0cp|f32|256x4352x4352|" + device_key(),
+                             {"q3_wgmma_rs", "bm=256,bn=128,bk=64,stages=4,splits=4", 1.0});
+  for (int64_t m : {256, 200, 128, 100, 16}) {  // exact; borrowed at more than half; at half or less (twice); untuned
+    q.m = m;
+    const GemmChoice c = gemm_choice(q);
+    ASSERT_TRUE(c.variant) << m;
+    EXPECT_STREQ(c.variant->name, "q3_wgmma_rs") << m;
+    if (m > 128) EXPECT_EQ(c.config.bm, 256) << m;
+    else EXPECT_LE(c.config.bm, 128) << m;
+  }
 }
 
 }  // namespace

@@ -140,15 +140,19 @@ static GemmConfig untuned_config(const GemmProblem& p, const GemmVariant& v) {
   GemmConfig split = best;
   for (const GemmConfig& c : v.configs) {
     const int64_t t = tiles_of(p, c);
-    if (c.splits > split.splits && t * c.splits <= sms && p.k % (int64_t(c.splits) * c.bk) == 0 &&
+    // (bm <= 128: the 256-row split configs are for the tuner to find at 256-512 rows; taken here
+    // they put a few rows in 256-row tiles: the engine's 16-128-row steps ran 8-17 % slower.)
+    if (c.bm <= 128 && c.splits > split.splits && t * c.splits <= sms && p.k % (int64_t(c.splits) * c.bk) == 0 &&
         gemm_workspace_bytes(p, c) <= p.workspace_bytes)
       split = c;
   }
   return split;
 }
 
-static std::optional<TuneEntry> tuned_entry(const GemmProblem& p) {
+// The problem's own entry, or (borrowed set) one of the next two larger power-of-two buckets'.
+static std::optional<TuneEntry> tuned_entry(const GemmProblem& p, bool& borrowed) {
   const TuneCache& cache = TuneCache::get("gemm");
+  borrowed = false;
   if (auto e = cache.find(tune_key(p))) return e;
   if (p.m > kGemmBucketMaxM) return std::nullopt;
   GemmProblem q = p;
@@ -156,16 +160,23 @@ static std::optional<TuneEntry> tuned_entry(const GemmProblem& p) {
   while (q.m < p.m) q.m *= 2;
   for (int i = 0; i < 2; ++i, q.m *= 2)
     if (q.m != p.m)
-      if (auto e = cache.find(tune_key(q))) return e;
+      if (auto e = cache.find(tune_key(q))) {
+        borrowed = true;
+        return e;
+      }
   return std::nullopt;
 }
 
 GemmChoice gemm_choice(const GemmProblem& p) {
-  if (auto e = tuned_entry(p))
+  bool borrowed = false;
+  if (auto e = tuned_entry(p, borrowed))
     if (const GemmVariant* v = find_gemm_variant(e->variant); v && gemm_takes(*v, p)) {
       GemmConfig c = parse_config(e->config);
-      if (gemm_workspace_bytes(p, c) > p.workspace_bytes || !gemm_config_takes(*v, p, c))
-        c = untuned_config(p, *v);  // no room for split-K, or a config a gated problem cannot take
+      // No room for split-K, a config a gated problem cannot take, or a larger bucket's 256-row
+      // tiles that would be half empty or worse here.
+      if (gemm_workspace_bytes(p, c) > p.workspace_bytes || !gemm_config_takes(*v, p, c) ||
+          (borrowed && c.bm > 128 && 2 * p.m <= c.bm))
+        c = untuned_config(p, *v);
       return {v, c, true};
     }
   for (const char* name : {"q3_wgmma_rs", "q2_wgmma", "q1_mma", "h2_wgmma", "h1_mma", "s6_cp_async"}) {  // untuned: the top rung that takes it

@@ -104,16 +104,31 @@ __device__ __forceinline__ float blend(const Out& o, float a, float c) {
 // and beta for the whole tile: the per-element stores (out_store) test bounds, beta and the type
 // at each element, and their unrolled code (several times this) stalled the warps on instruction
 // fetch. With beta (a residual added by the GEMM), C's pairs are read the same way.
+// (With beta, C is read kReadAhead steps at a time before any of them is written: the loads
+// cannot pass the stores before them, which may alias, so one at a time each waited a round trip.)
+inline constexpr int kReadAhead = 4;
 template <int kN, class E, bool kBeta>
 __device__ __forceinline__ void store_pairs_as(const Out& o, int64_t n0, int64_t row, int lane, const float* acc) {
+  static_assert(kN / 8 % kReadAhead == 0);
 #pragma unroll
-  for (int q = 0; q < kN / 8; ++q) {
-    const OutColumn oc = out_column(o, n0 + 8 * q + 2 * (lane % 4));
-    E* p = static_cast<E*>(oc.c) + row * oc.ld + oc.j;
-    float2 c0{}, c8{};
-    if constexpr (kBeta) c0 = load_pair(p), c8 = load_pair(p + 8 * oc.ld);
-    store_pair(p, blend<kBeta>(o, acc[4 * q], c0.x), blend<kBeta>(o, acc[4 * q + 1], c0.y));
-    store_pair(p + 8 * oc.ld, blend<kBeta>(o, acc[4 * q + 2], c8.x), blend<kBeta>(o, acc[4 * q + 3], c8.y));
+  for (int q0 = 0; q0 < kN / 8; q0 += kReadAhead) {
+    float2 c[kReadAhead][2] = {};
+    if constexpr (kBeta) {
+#pragma unroll
+      for (int g = 0; g < kReadAhead; ++g) {
+        const OutColumn oc = out_column(o, n0 + 8 * (q0 + g) + 2 * (lane % 4));
+        const E* p = static_cast<const E*>(oc.c) + row * oc.ld + oc.j;
+        c[g][0] = load_pair(p), c[g][1] = load_pair(p + 8 * oc.ld);
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kReadAhead; ++g) {
+      const int q = q0 + g;
+      const OutColumn oc = out_column(o, n0 + 8 * q + 2 * (lane % 4));
+      E* p = static_cast<E*>(oc.c) + row * oc.ld + oc.j;
+      store_pair(p, blend<kBeta>(o, acc[4 * q], c[g][0].x), blend<kBeta>(o, acc[4 * q + 1], c[g][0].y));
+      store_pair(p + 8 * oc.ld, blend<kBeta>(o, acc[4 * q + 2], c[g][1].x), blend<kBeta>(o, acc[4 * q + 3], c[g][1].y));
+    }
   }
 }
 template <int kN, bool kBeta>
@@ -147,16 +162,25 @@ __device__ __forceinline__ float to_f32(E v) {
 }
 template <int kRows, class E, bool kBeta>
 __device__ __forceinline__ void store_columns_as(const Out& o, int64_t col, int64_t row0, const float* a) {
+  static_assert(kRows / 8 % kReadAhead == 0);
   const OutColumn c0 = out_column(o, col), c8 = out_column(o, col + 8);
   E* p0 = static_cast<E*>(c0.c) + row0 * c0.ld + c0.j;
   E* p8 = static_cast<E*>(c8.c) + row0 * c8.ld + c8.j;
-  auto put = [&](E* p, float v) { *p = from_f32<E>(blend<kBeta>(o, v, kBeta ? to_f32(*p) : 0.f)); };
+  // Register 4 j + r: row 8 j + r % 2 of column 0 (r < 2) or 8 (r >= 2).
+  auto at = [&](int j, int r) { return (r < 2 ? p0 + (8 * j + r) * c0.ld : p8 + (8 * j + r - 2) * c8.ld); };
 #pragma unroll
-  for (int j = 0; j < kRows / 8; ++j) {
-    put(p0 + 8 * j * c0.ld, a[4 * j]);
-    put(p0 + (8 * j + 1) * c0.ld, a[4 * j + 1]);
-    put(p8 + 8 * j * c8.ld, a[4 * j + 2]);
-    put(p8 + (8 * j + 1) * c8.ld, a[4 * j + 3]);
+  for (int j0 = 0; j0 < kRows / 8; j0 += kReadAhead) {
+    float c[kReadAhead][4] = {};
+    if constexpr (kBeta) {
+#pragma unroll
+      for (int g = 0; g < kReadAhead; ++g)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) c[g][r] = to_f32(*at(j0 + g, r));
+    }
+#pragma unroll
+    for (int g = 0; g < kReadAhead; ++g)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) *at(j0 + g, r) = from_f32<E>(blend<kBeta>(o, a[4 * (j0 + g) + r], c[g][r]));
   }
 }
 template <int kRows, bool kBeta>
