@@ -366,19 +366,25 @@ TEST(GemmGpu, QuantisedWeightsHopperWgmma) {
   }
 }
 
-// The gated GEMM (q3_wgmma_rs with b_up): C = act(A Wg^T) * (A Wu^T) against the fp64 GLU of
+// The gated GEMM (q3_wgmma_rs, or h2_wgmma for f16 W, with b_up): C = act(A Wg^T) * (A Wu^T) against the fp64 GLU of
 // the two fp64 products, for every gated config, SiLU and GELU, f32 and f16 C (padded, poisoned
 // with NaN and its padding checked), edge shapes as above. The tolerance carries each product's
 // error bound through the GLU (|act'| <= 1.13 for both activations).
-void run_gated(const GemmVariant& v, GgmlType wt, GgmlType ct, bool gelu, const Shape& s, std::mt19937& rng) {
+void run_gated(const GemmVariant& v, GgmlType wt, GgmlType ct, bool gelu, const Shape& s, std::mt19937& rng, int64_t pad = 3) {
   SCOPED_TRACE(testing::Message() << type_name(wt) << " C " << type_name(ct) << (gelu ? " gelu" : " silu") << " m=" << s.m
                                   << " n=" << s.n << " k=" << s.k);
   QuantWeight g, u;
-  quant_weight(wt, GgmlType::F16, s, rng, g, true);
-  quant_weight(wt, GgmlType::F16, s, rng, u, true);
+  for (QuantWeight* w : {&g, &u}) {
+    if (wt == GgmlType::F16) {  // W [n][k] as a GGUF file holds it: values [k][n]
+      HostMatrix h = dense(GgmlType::F16, s.k, s.n, true, s.k, rng);
+      w->image = std::move(h.bytes), w->values = std::move(h.value);
+    } else {
+      quant_weight(wt, GgmlType::F16, s, rng, *w, true);
+    }
+  }
   if (testing::Test::HasFatalFailure()) return;
   const HostMatrix a = dense(GgmlType::F16, s.m, s.k, false, s.k, rng);
-  const int64_t ldc = s.n + 3;
+  const int64_t ldc = s.n + pad;  // odd: element stores; even: column pairs where the tile is whole
   const size_t c_elt = ct == GgmlType::F32 ? 4 : 2, c_bytes = size_t(s.m * ldc) * c_elt;
   DeviceBuf da(a.bytes.size()), dg(g.image.size()), du(u.image.size()), dc(c_bytes);
   CUDA_OK(cudaMemcpy(da.p, a.bytes.data(), a.bytes.size(), cudaMemcpyHostToDevice));
@@ -386,9 +392,9 @@ void run_gated(const GemmVariant& v, GgmlType wt, GgmlType ct, bool gelu, const 
   CUDA_OK(cudaMemcpy(du.p, u.image.data(), u.image.size(), cudaMemcpyHostToDevice));
   GemmProblem p;
   p.a_type = GgmlType::F16, p.b_type = wt, p.c_type = ct;
-  p.b_layout = WeightLayout::Repacked;
+  p.b_layout = wt == GgmlType::F16 ? WeightLayout::Gguf : WeightLayout::Repacked;
   p.m = s.m, p.n = s.n, p.k = s.k;
-  p.a = da.p, p.lda = s.k, p.b = dg.p, p.b_up = du.p, p.gelu = gelu, p.c = dc.p, p.ldc = ldc;
+  p.a = da.p, p.lda = s.k, p.b = dg.p, p.ldb = s.k, p.b_up = du.p, p.gelu = gelu, p.c = dc.p, p.ldc = ldc;
   Status st = gemm_validate(p, v);
   ASSERT_TRUE(st.ok) << st.message;
   auto act = [&](double x) { return gelu ? 0.5 * x * (1 + std::tanh(0.7978845608028654 * x * (1 + 0.044715 * x * x)))
@@ -424,7 +430,7 @@ void run_gated(const GemmVariant& v, GgmlType wt, GgmlType ct, bool gelu, const 
         for (size_t b = 0; b < c_elt; ++b) ASSERT_EQ(got[size_t(i * ldc + j) * c_elt + b], 0xFF) << "padding written at " << j;
     }
   }
-  EXPECT_EQ(runs, 2) << "the gated configs: 64 and 128 rows";
+  EXPECT_EQ(runs, 2) << "the gated configs: q3_wgmma_rs's 64 and 128 rows, h2_wgmma's 128- and 256-row W stages";
 }
 
 TEST(GemmGpu, GatedGemmGivesTheGluOfBothProducts) {
@@ -448,6 +454,32 @@ TEST(GemmGpu, GatedGemmGivesTheGluOfBothProducts) {
   EXPECT_STREQ(gemm_choice(p).variant->name, "q3_wgmma_rs");
   p.beta = 1.f;
   EXPECT_FALSE(gemm_validate(p, *v).ok);
+}
+
+// h2_wgmma's gated instances (f16 W: gate and up halves in each W stage), the same checks; C's
+// columns end inside a tile (300, 200, 1100 against 64- and 128-column tiles) or with whole tiles
+// (512 x 256 rows, C's rows 8 apart: the pair stores); bf16 gated problems are taken by no variant.
+TEST(GemmGpu, GatedF16GemmGivesTheGluOfBothProducts) {
+  cudaDeviceProp prop{};
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9) GTEST_SKIP() << "h2_wgmma needs an sm_90 GPU (this is sm_" << prop.major << prop.minor << ")";
+  const GemmVariant* v = find_gemm_variant("h2_wgmma");
+  ASSERT_NE(v, nullptr);
+  std::mt19937 rng(10);
+  for (const Shape s : {Shape{77, 300, 256}, Shape{3, 200, 768}, Shape{200, 1100, 512}, Shape{256, 512, 320}})
+    for (GgmlType ct : {GgmlType::F32, GgmlType::F16}) {
+      const int64_t pad = s.n == 512 ? 8 : 3;
+      run_gated(*v, GgmlType::F16, ct, ct == GgmlType::F16, s, rng, pad);
+      run_gated(*v, GgmlType::F16, ct, ct != GgmlType::F16, s, rng, pad);
+    }
+  GemmProblem p;
+  p.a_type = p.b_type = GgmlType::F16, p.m = 8, p.n = 128, p.k = 256;
+  DeviceBuf a(8 * 256 * 2), b(128 * 256 * 2), c(8 * 128 * 4);
+  p.a = a.p, p.lda = 256, p.b = p.b_up = b.p, p.ldb = 256, p.c = c.p, p.ldc = 128;
+  EXPECT_TRUE(gemm_validate(p, *v).ok);
+  EXPECT_STREQ(gemm_choice(p).variant->name, "h2_wgmma");
+  p.a_type = p.b_type = GgmlType::BF16;
+  EXPECT_EQ(gemm_choice(p).variant, nullptr);
 }
 
 // C in column parts that lie apart (GemmProblem::parts, the stacked Q/K/V projection written

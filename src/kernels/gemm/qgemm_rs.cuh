@@ -57,9 +57,6 @@ __device__ __forceinline__ void unroll(F&& f) {
   }
 }
 
-// The GLU of a gated problem's epilogue (the GEMV epilogue's functions: the same numbers).
-__device__ __forceinline__ float glu(float g, float u, bool gelu) { return (gelu ? gelu_tanh(g) : silu(g)) * u; }
-
 // Registers a thread of each role gets (setmaxnreg) with kBlocks blocks resident per SM: one
 // block takes the whole register file (168 a thread at launch, 40 / 232 after), two take half
 // (80 at launch, 24 / 104 after: 128 x 24 + 256 x 104 <= 384 x 80).

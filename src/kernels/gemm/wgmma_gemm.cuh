@@ -14,6 +14,10 @@
 //          block-rows for L2 reuse, each tile cut into `splits` K ranges (split-K for skinny
 //          shapes: partials go to the f32 workspace, splitk_reduce sums them)
 //   epilogue straight from the accumulator registers: alpha, beta, f32/f16/bf16, edges masked
+//   gated (a policy with kGated, GemmProblem::b_up): a W stage holds BN/2 rows of the gate
+//          matrix over the same BN/2 rows of the up matrix, so a thread's accumulators hold
+//          gate and up of the same C elements; the epilogue writes act(gate) * up, a tile of
+//          BN/2 columns of C (the schedule runs over 2n columns of W stages)
 //
 // BPolicy provides:
 //   Args                     kernel argument (passed as __grid_constant__)
@@ -28,13 +32,23 @@
 //                            threads are done with it (named barrier)
 //   store<BN>(b, pt, n0, kt, slot, stage, full)   fills a stage (from the slot, or by TMA) and
 //                            signals the full barrier
+//   kGated (optional)        the stages hold gate and up halves; Args has `gelu`
 #pragma once
 
+#include "kernels/common/activations.cuh"
 #include "kernels/common/tma.cuh"
 #include "kernels/common/wgmma_ops.cuh"
 #include "kernels/gemm/tc_gemm.cuh"
 
 #include <algorithm>
+
+namespace lamina::kernels {
+
+// A gated unit of a gated GEMM's epilogue: act(g) * u, act SiLU or (gelu) GELU (the GEMV
+// epilogues' functions: the same numbers).
+__device__ __forceinline__ float glu(float g, float u, bool gelu) { return (gelu ? gelu_tanh(g) : silu(g)) * u; }
+
+}  // namespace lamina::kernels
 
 namespace lamina::kernels::wgmma_gemm {
 
@@ -54,6 +68,35 @@ template <class T, int kBn, int kStages, class BPolicy>
 constexpr size_t smem_bytes() {
   static_assert(2 * kStages + BPolicy::kSlots <= 64, "barrier area");
   return ring_offset<T, kBn, kStages>() + BPolicy::kSlots * BPolicy::template kSlotBytes<kBn> + 1024;
+}
+
+// Whether a policy fills its stages with gate and up halves (BPolicy::kGated; absent: no).
+template <class BPolicy>
+consteval bool gated() {
+  if constexpr (requires { BPolicy::kGated; }) return BPolicy::kGated;
+  else return false;
+}
+
+// One warp's m64nN accumulators into C: as column pairs without per-element tests where the
+// caller found the warpgroup's rows and the tile's columns inside C (whole), else element by
+// element with the edges masked. Register 4j + r holds row `row` + 8 (r/2), column n0 + 8j +
+// 2 (lane%4) + r%2.
+template <int kN>
+__device__ __forceinline__ void store_tile(const tc_gemm::Out& o, int64_t n0, int64_t row, int lane, const float* acc,
+                                           bool whole) {
+  if (whole) {
+    tc_gemm::store_pairs<kN>(o, n0, row, lane, acc);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+    const int64_t col = n0 + 8 * j + 2 * (lane % 4);
+    const tc_gemm::OutColumn c0 = tc_gemm::out_column(o, col), c1 = tc_gemm::next_column(o, c0, col, 1);
+    tc_gemm::out_store(o, c0, row, acc[4 * j]);
+    tc_gemm::out_store(o, c1, row, acc[4 * j + 1]);
+    tc_gemm::out_store(o, c0, row + 8, acc[4 * j + 2]);
+    tc_gemm::out_store(o, c1, row + 8, acc[4 * j + 3]);
+  }
 }
 
 // Work unit u -> output tile (m0, n0) of bm x bn, split index and k-step range [kt0, kt1).
@@ -99,7 +142,8 @@ __global__ void __launch_bounds__(kThreadsOf<BPolicy>, 1)
     tma::mbar_fence_init();
   }
   __syncthreads();
-  const Schedule sched(m, n, k, kBm, kBn, splits);
+  constexpr bool kGated = gated<BPolicy>();
+  const Schedule sched(m, kGated ? 2 * n : n, k, kBm, kBn, splits);  // gated: n0 / 2 is C's column
   // First unit at or after u with a non-empty k range (split-K can leave the last ones empty).
   auto seek = [&](int64_t& u, int64_t& m0, int64_t& n0, int& kt, int& kt1) {
     for (int split; u < sched.units; u += gridDim.x) {
@@ -209,18 +253,16 @@ __global__ void __launch_bounds__(kThreadsOf<BPolicy>, 1)
     // Accumulator layout (m64nN): register 4j + r of thread (warp, lane) holds row 16 warp +
     // lane/4 + 8 (r/2), column 8 j + 2 (lane%4) + r%2.
     const int64_t row = m0 + 64 * c + 16 * warp + lane / 4;
-    if (o.pairs && m0 + 64 * (c + 1) <= m && n0 + kBn <= n) {  // the warpgroup's rows and the tile's columns in C
-      tc_gemm::store_pairs<kBn>(o, n0, row, lane, acc);
-      continue;
-    }
+    const bool rows_in = o.pairs && m0 + 64 * (c + 1) <= m;  // the warpgroup's rows in C (and pair stores)
+    if constexpr (kGated) {
+      // Gate columns 0 .. BN/2 - 1 are registers [0, BN/4), up's the next BN/4: act(gate) * up
+      // in the first half, an m64n(BN/2) tile of C at column n0 / 2.
+      constexpr int kHalf = kBn / 4;
 #pragma unroll
-    for (int j = 0; j < kBn / 8; ++j) {
-      const int64_t col = n0 + 8 * j + 2 * (lane % 4);
-      const tc_gemm::OutColumn c0 = tc_gemm::out_column(o, col), c1 = tc_gemm::next_column(o, c0, col, 1);
-      tc_gemm::out_store(o, c0, row, acc[4 * j]);
-      tc_gemm::out_store(o, c1, row, acc[4 * j + 1]);
-      tc_gemm::out_store(o, c0, row + 8, acc[4 * j + 2]);
-      tc_gemm::out_store(o, c1, row + 8, acc[4 * j + 3]);
+      for (int i = 0; i < kHalf; ++i) acc[i] = glu(acc[i], acc[kHalf + i], b.gelu);
+      store_tile<kBn / 2>(o, n0 / 2, row, lane, acc, rows_in && n0 / 2 + kBn / 2 <= n);
+    } else {
+      store_tile<kBn>(o, n0, row, lane, acc, rows_in && n0 + kBn <= n);
     }
   }
 #else
@@ -266,7 +308,8 @@ Status launch_persistent(Kernel kernel, int threads, size_t smem, int blocks_per
 template <class T, int kBn, int kStages, class BPolicy>
 Status launch(const GemmProblem& p, const GemmConfig& c, const typename BPolicy::Args& b, const char* name,
               cudaStream_t s) {
-  const int64_t tiles = ((p.m + kBm - 1) / kBm) * ((p.n + kBn - 1) / kBn);
+  constexpr int kTileN = gated<BPolicy>() ? kBn / 2 : kBn;  // C's columns a tile writes
+  const int64_t tiles = ((p.m + kBm - 1) / kBm) * ((p.n + kTileN - 1) / kTileN);
   return launch_persistent(wgmma_gemm_kernel<T, kBn, kStages, BPolicy>, kThreadsOf<BPolicy>,
                            smem_bytes<T, kBn, kStages, BPolicy>(), 1, kBm, std::is_same_v<T, __nv_bfloat16>, tiles, b, p, c,
                            name, s);

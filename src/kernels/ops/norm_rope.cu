@@ -101,6 +101,10 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* __re
 // totals follow. Here a warp takes the part of kMine of those 32 warps in turn (lane l standing
 // for thread 32 W + l), and the last butterfly is the same: the sum, and so every value, is bit
 // for bit rmsnorm_kernel's (BackendOps.RmsNorm* compares a row alone with the same row among 300).
+// The values also go to shared memory, and the stores run from there in a loop of a few
+// columns a turn: unrolled over the 64 values a lane holds, rmsnorm_store's three outputs (and
+// the int8 block's warp reduction) made ~300 KB of code, far past the instruction cache (the
+// kernel ran at 337 GB/s, slower than rmsnorm_kernel's 1024-thread blocks).
 constexpr int kRowsThreads = 128;
 constexpr int64_t kRowsFrom = 256;  // rows from which rmsnorm() takes rmsnorm_rows_kernel (prompts)
 
@@ -115,6 +119,7 @@ __global__ void __launch_bounds__(kRowsThreads) rmsnorm_rows_kernel(const float*
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   __shared__ double part[kWarps];
   __shared__ float scale_s;
+  __shared__ float vals[kNormPer * kNormThreads];  // the row, for the stores
   // Element (m, u) of a lane: column 32 (warp kMine + m) + lane + 1024 u. All of a lane's loads
   // are issued before any is used (one trip to memory per block, not one per virtual warp).
   auto col = [&](int m, int u) { return int64_t(32 * (warp * kMine + m) + lane) + int64_t(u) * kNormThreads; };
@@ -128,7 +133,10 @@ __global__ void __launch_bounds__(kRowsThreads) rmsnorm_rows_kernel(const float*
   for (int m = 0; m < kMine; ++m) {
     double ss = 0;
 #pragma unroll
-    for (int u = 0; u < kNormPer; ++u) ss += double(xv[m][u]) * xv[m][u];
+    for (int u = 0; u < kNormPer; ++u) {
+      ss += double(xv[m][u]) * xv[m][u];
+      if (col(m, u) < cols) vals[col(m, u)] = xv[m][u];
+    }
     for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(~0u, ss, o);
     if (lane == 0) part[warp * kMine + m] = ss;
   }
@@ -141,11 +149,8 @@ __global__ void __launch_bounds__(kRowsThreads) rmsnorm_rows_kernel(const float*
   __syncthreads();
   const float scale = scale_s;
   // A warp's 32 lanes take 32 consecutive columns: one int8 block of out8 per warp and step.
-#pragma unroll
-  for (int m = 0; m < kMine; ++m)
-#pragma unroll
-    for (int u = 0; u < kNormPer; ++u)
-      if (col(m, u) < cols) rmsnorm_store(xv[m][u] * scale * w[col(m, u)], row, col(m, u), cols, out, out16, out8);
+#pragma unroll 2
+  for (int64_t i = threadIdx.x; i < cols; i += kRowsThreads) rmsnorm_store(vals[i] * scale * w[i], row, i, cols, out, out16, out8);
 }
 
 // One thread per (row, head, pair).  x: [rows][n_heads * head_dim];  pos: [rows]
