@@ -100,7 +100,7 @@ TEST(AttentionPaged, RowsOfSeveralSequencesMatchFp64AndTheirInt8Copy) {
     // The mma rung takes 2 to 8 query heads per KV head of 64 or 128 dims; elsewhere the split kernels run.
     EXPECT_EQ(decode_attention_supported(DecodeAttention::Mma, a), group >= 2 && group <= 8 && (hd == 64 || hd == 128));
     for (DecodeAttention variant : {DecodeAttention::Split, DecodeAttention::Mma}) {
-      for (int splits : {1, 3, 16}) {
+      for (int splits : {1, 3, 16, 300}) {  // 300: more splits than the merge's threads (and than positions)
         const std::string what = std::string(decode_attention_name(variant)) + " heads " + std::to_string(c.n_head) + "/" +
                                  std::to_string(c.n_head_kv) + " hd " + std::to_string(hd) + " block " + std::to_string(bt) +
                                  " rows " + std::to_string(rows) + " splits " + std::to_string(splits);

@@ -70,26 +70,50 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_kernel(const float* __
   });
 }
 
-// grid (head, token), 128 threads.  out: [rows][n_head * head_dim];  out16 (optional): out
-// rounded to f16 (the Wo GEMM's input);  out8 (optional):
-// [rows][x8_bytes(n_head * head_dim)], each warp quantising the 32-column blocks it wrote.
-__global__ void attn_merge_kernel(const float* __restrict__ work, int head_dim, int n_head, int splits,
-                                  float* __restrict__ out, __half* __restrict__ out16, uint8_t* __restrict__ out8) {
+// grid (head, token), kMergeThreads threads, dynamic shared memory merge_smem_bytes(splits).
+// out: [rows][n_head * head_dim];  out16 (optional): out rounded to f16 (the Wo GEMM's input);
+// out8 (optional): [rows][x8_bytes(n_head * head_dim)], each warp quantising the 32-column blocks
+// it wrote.
+// The splits' maxima, weights e^(m_s - M) and sums l_s are read by the block's threads side by
+// side (one load each) into shared memory; each column's thread then walks the splits in order
+// with one load a split. A thread walking every split with all three loads (the earlier form)
+// waited on memory every few splits: at 8k positions (128 splits) the decode attention took 52
+// µs a layer with it, 43 with this (docs/benchmarks.md). The sums add the same terms in the same
+// order as that walk: L, O and out keep its bits.
+constexpr int kMergeThreads = 128;
+constexpr int kMaxMergeSplits = 4096;  // 32 KB of shared memory
+size_t merge_smem_bytes(int splits) { return size_t(2 * splits) * sizeof(float); }
+
+__global__ void __launch_bounds__(kMergeThreads) attn_merge_kernel(const float* __restrict__ work, int head_dim,
+                                                                   int n_head, int splits, float* __restrict__ out,
+                                                                   __half* __restrict__ out16, uint8_t* __restrict__ out8) {
   pdl_enter();
-  const int h = blockIdx.x, t = blockIdx.y;
-  const float* w = work + (int64_t(t) * n_head + h) * splits * (head_dim + 2);
-  float M = kNoScore;
-  for (int s = 0; s < splits; ++s) M = fmaxf(M, w[s * (head_dim + 2)]);
+  extern __shared__ float merge_smem[];
+  float* fs = merge_smem;           // [splits] e^(m_s - M)
+  float* ls = merge_smem + splits;  // [splits] l_s
+  __shared__ float warp_max[kMergeThreads / 32];
+  const int h = blockIdx.x, t = blockIdx.y, stride = head_dim + 2;
+  const float* w = work + (int64_t(t) * n_head + h) * splits * stride;
+  float m = kNoScore;
+  for (int s = threadIdx.x; s < splits; s += kMergeThreads) m = fmaxf(m, w[s * stride]);
+  for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+  __syncthreads();
+  float M = warp_max[0];
+#pragma unroll
+  for (int i = 1; i < kMergeThreads / 32; ++i) M = fmaxf(M, warp_max[i]);
+  for (int s = threadIdx.x; s < splits; s += kMergeThreads) fs[s] = __expf(w[s * stride] - M), ls[s] = w[s * stride + 1];
+  __syncthreads();
   const int64_t width = int64_t(n_head) * head_dim;
   // warp-uniform steps over whole 32-column blocks (head_dim is a multiple of 32)
-  for (int d0 = threadIdx.x - threadIdx.x % 32; d0 < head_dim; d0 += blockDim.x) {
+  for (int d0 = threadIdx.x - threadIdx.x % 32; d0 < head_dim; d0 += kMergeThreads) {
     const int d = d0 + threadIdx.x % 32;
     float L = 0.f, O = 0.f;
+#pragma unroll 8
     for (int s = 0; s < splits; ++s) {
-      const float* ws = w + s * (head_dim + 2);
-      const float f = __expf(ws[0] - M);
-      L += ws[1] * f;
-      O += ws[2 + d] * f;
+      const float f = fs[s];
+      L += ls[s] * f;
+      O += w[s * stride + 2 + d] * f;
     }
     const float o = L > 0.f ? O / L : 0.f;
     const int64_t col = int64_t(h) * head_dim + d;
@@ -161,15 +185,15 @@ Status attend_splits(const char* what, const float* q, int64_t rows, const int32
                      void* out8, const PagedKv& paged, void* out16 = nullptr, bool mma = false) {
   if (Status st = check_args(a); !st) return st;
   if (!q || !pos || !k_cache || !v_cache || !work || !out) return Status::error(std::string(what) + ": null pointer");
-  if (splits < 1 || splits > 65535 || rows > 65535) return Status::error(std::string(what) + ": bad split count or rows");
+  if (splits < 1 || splits > kMaxMergeSplits || rows > 65535) return Status::error(std::string(what) + ": bad split count or rows");
   if (rows <= 0) return Status::success();
   bool ok = true;
   if (mma) launch_paged_mma(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged);
   else if (a.kv_type == GgmlType::F16) ok = launch_split_hd<__half, kPaged>(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged);
   else ok = launch_split_hd<float, kPaged>(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged);
   if (!ok) return Status::error(std::string(what) + ": head_dim " + std::to_string(a.head_dim) + " is not 64, 96, 128 or 256");
-  launch_pdl(attn_merge_kernel, dim3(unsigned(a.n_head), unsigned(rows)), 128, 0, s, work, a.head_dim, a.n_head, splits,
-             out, static_cast<__half*>(out16), static_cast<uint8_t*>(out8));
+  launch_pdl(attn_merge_kernel, dim3(unsigned(a.n_head), unsigned(rows)), kMergeThreads, merge_smem_bytes(splits), s, work,
+             a.head_dim, a.n_head, splits, out, static_cast<__half*>(out16), static_cast<uint8_t*>(out8));
   return launch_status(what);
 }
 

@@ -94,7 +94,7 @@ bool head_norms_supported(const AttentionArgs& a, const RopeArgs& r);
 // a.window of them when it is set; GQA: head h reads KV head h / (n_head / n_head_kv)):
 // out[t] = concat_h softmax(q_h K^T scale) V.
 //
-// Flash-decoding: each (KV head, token) has `splits` blocks, each block takes a contiguous
+// Flash-decoding: each (KV head, token) has `splits` blocks (1 to 4096), each block takes a contiguous
 // share of the positions (sized on the device from pos[t], so a captured graph stays valid as
 // the sequence grows) and writes (max, sum, unnormalised output) to `work`; a second kernel
 // merges the splits. `work` holds attention_work_floats(...) floats. out8 (optional) also
