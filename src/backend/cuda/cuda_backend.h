@@ -349,7 +349,7 @@ class CudaBackend final : public Backend {
   // smallest bucket takes the one-kernel attention (attention_decode_rope).
   static constexpr int64_t kMinBucket = 256;
   int64_t kv_bucket_ = kMinBucket;
-  int decode_splits(int n_head_kv, int64_t rows) const;
+  int decode_splits(const kernels::AttentionArgs& a, int64_t rows) const;
   // The most flash-decoding splits a row takes at the fewest blocks: 16 positions of the length
   // bucket and 64 of the cache a split (decode_splits' base, attend_paged's cap).
   int64_t split_cap() const { return std::max<int64_t>(1, std::min<int64_t>(kv_ctx_ / 64, kv_bucket_ / 16)); }

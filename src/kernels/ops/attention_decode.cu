@@ -177,6 +177,32 @@ bool launch_split_hd(const float* q, int64_t rows, const int32_t* pos, const voi
   }
 }
 
+// Blocks of the contiguous cache's split kernel (launch_split's instance for a) resident on an SM
+// at once.
+template <class KT, int HD>
+int split_blocks_per_sm(int G) {
+  int n = 0;
+  auto fit = [&](auto kernel) { cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kWarps * 32, 0); };
+  if constexpr (std::is_same_v<KT, __half>) {
+    if (G == 1) return fit(attn_split_kernel<KT, HD, 1, false>), n;
+    if (G <= 4) return fit(attn_split_kernel<KT, HD, 4, false>), n;
+  }
+  fit(attn_split_kernel<KT, HD, kMaxGroup, false>);
+  return n;
+}
+
+template <class KT>
+int split_blocks_per_sm_hd(const AttentionArgs& a) {
+  const int G = a.n_head / a.n_head_kv;
+  switch (a.head_dim) {
+    case 64: return split_blocks_per_sm<KT, 64>(G);
+    case 96: return split_blocks_per_sm<KT, 96>(G);
+    case 128: return split_blocks_per_sm<KT, 128>(G);
+    case 256: return split_blocks_per_sm<KT, 256>(G);
+    default: return 0;
+  }
+}
+
 // The split kernels over the cache (paged or not; mma: the paged mma rung instead), then their
 // merge into out (and out16, out8).
 template <bool kPaged>
@@ -233,6 +259,11 @@ Status attention_paged(const float* q, int64_t rows, const int32_t* pos, const P
                         reinterpret_cast<uintptr_t>(v_cache)) % 16 == 0;
   return attend_splits<true>("attention_paged", q, rows, pos, k_cache, v_cache, a, splits, work, out, s, out8, paged,
                              out16, variant == DecodeAttention::Mma && decode_attention_supported(variant, a) && aligned);
+}
+
+int attention_decode_blocks_per_sm(const AttentionArgs& a) {
+  if (!check_args(a)) return 0;
+  return a.kv_type == GgmlType::F16 ? split_blocks_per_sm_hd<__half>(a) : split_blocks_per_sm_hd<float>(a);
 }
 
 const char* decode_attention_name(DecodeAttention v) { return v == DecodeAttention::Mma ? "mma" : "split"; }

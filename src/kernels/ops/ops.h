@@ -103,6 +103,9 @@ size_t attention_work_floats(const AttentionArgs& a, int64_t rows, int splits);
 Status attention_decode(const float* q, int64_t rows, const int32_t* pos, const void* k_cache, const void* v_cache,
                         const AttentionArgs& a, int splits, float* work, float* out, cudaStream_t s,
                         void* out8 = nullptr);
+// Blocks of attention_decode's split kernel for a's shape that an SM holds at once (0: a shape it
+// does not take): the caller sizes `splits` to whole waves of them.
+int attention_decode_blocks_per_sm(const AttentionArgs& a);
 
 // The same attention for the rows of several sequences over a paged cache (the batching engine,
 // engine/kv_blocks.h): row t belongs to sequence row_seq[t], whose position j sits in cache row
