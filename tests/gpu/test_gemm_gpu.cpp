@@ -477,7 +477,9 @@ TEST(GemmGpu, GatedF16GemmGivesTheGluOfBothProducts) {
   DeviceBuf a(8 * 256 * 2), b(128 * 256 * 2), c(8 * 128 * 4);
   p.a = a.p, p.lda = 256, p.b = p.b_up = b.p, p.ldb = 256, p.c = c.p, p.ldc = 128;
   EXPECT_TRUE(gemm_validate(p, *v).ok);
-  EXPECT_STREQ(gemm_choice(p).variant->name, "h2_wgmma");
+  const GemmVariant* chosen = gemm_choice(p).variant;
+  ASSERT_NE(chosen, nullptr);
+  EXPECT_STREQ(chosen->name, "h2_wgmma");
   p.a_type = p.b_type = GgmlType::BF16;
   EXPECT_EQ(gemm_choice(p).variant, nullptr);
 }
