@@ -12,4 +12,7 @@ __device__ __forceinline__ float gelu_tanh(float g) {
   return 0.5f * g * (1.f + tanhf(0.79788456080286535588f * g * (1.f + 0.044715f * g * g)));
 }
 
+// A gated unit: act(g) * u, act SiLU or (gelu) GELU.
+__device__ __forceinline__ float glu(float g, float u, bool gelu) { return (gelu ? gelu_tanh(g) : silu(g)) * u; }
+
 }  // namespace lamina::kernels

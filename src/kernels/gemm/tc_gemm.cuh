@@ -131,16 +131,21 @@ __device__ __forceinline__ void store_pairs_as(const Out& o, int64_t n0, int64_t
     }
   }
 }
-template <int kN, bool kBeta>
-__device__ __forceinline__ void store_pairs_typed(const Out& o, int64_t n0, int64_t row, int lane, const float* acc) {
-  if (o.type == 1) store_pairs_as<kN, __half, kBeta>(o, n0, row, lane, acc);
-  else if (o.type == 0) store_pairs_as<kN, float, kBeta>(o, n0, row, lane, acc);
-  else store_pairs_as<kN, __nv_bfloat16, kBeta>(o, n0, row, lane, acc);
+// f(E{}, std::bool_constant<beta != 0>{}) for C's element type E: the one branch on the type and
+// beta that a whole tile's stores take (store_pairs, store_columns).
+template <class F>
+__device__ __forceinline__ void with_type_and_beta(const Out& o, F&& f) {
+  auto typed = [&](auto beta) {
+    if (o.type == 1) f(__half{}, beta);
+    else if (o.type == 0) f(float{}, beta);
+    else f(__nv_bfloat16{}, beta);
+  };
+  if (o.beta == 0.f) typed(std::false_type{});
+  else typed(std::true_type{});
 }
 template <int kN>
 __device__ __forceinline__ void store_pairs(const Out& o, int64_t n0, int64_t row, int lane, const float* acc) {
-  if (o.beta == 0.f) store_pairs_typed<kN, false>(o, n0, row, lane, acc);
-  else store_pairs_typed<kN, true>(o, n0, row, lane, acc);
+  with_type_and_beta(o, [&](auto e, auto beta) { store_pairs_as<kN, decltype(e), decltype(beta)::value>(o, n0, row, lane, acc); });
 }
 
 template <class E>
@@ -183,16 +188,9 @@ __device__ __forceinline__ void store_columns_as(const Out& o, int64_t col, int6
       for (int r = 0; r < 4; ++r) *at(j0 + g, r) = from_f32<E>(blend<kBeta>(o, a[4 * (j0 + g) + r], c[g][r]));
   }
 }
-template <int kRows, bool kBeta>
-__device__ __forceinline__ void store_columns_typed(const Out& o, int64_t col, int64_t row0, const float* a) {
-  if (o.type == 1) store_columns_as<kRows, __half, kBeta>(o, col, row0, a);
-  else if (o.type == 0) store_columns_as<kRows, float, kBeta>(o, col, row0, a);
-  else store_columns_as<kRows, __nv_bfloat16, kBeta>(o, col, row0, a);
-}
 template <int kRows>
 __device__ __forceinline__ void store_columns(const Out& o, int64_t col, int64_t row0, const float* a) {
-  if (o.beta == 0.f) store_columns_typed<kRows, false>(o, col, row0, a);
-  else store_columns_typed<kRows, true>(o, col, row0, a);
+  with_type_and_beta(o, [&](auto e, auto beta) { store_columns_as<kRows, decltype(e), decltype(beta)::value>(o, col, row0, a); });
 }
 
 // Copies a [rows][32] tile of a k-contiguous 16-bit matrix X[outer][k] (row stride ld) into a

@@ -42,14 +42,6 @@
 
 #include <algorithm>
 
-namespace lamina::kernels {
-
-// A gated unit of a gated GEMM's epilogue: act(g) * u, act SiLU or (gelu) GELU (the GEMV
-// epilogues' functions: the same numbers).
-__device__ __forceinline__ float glu(float g, float u, bool gelu) { return (gelu ? gelu_tanh(g) : silu(g)) * u; }
-
-}  // namespace lamina::kernels
-
 namespace lamina::kernels::wgmma_gemm {
 
 inline constexpr int kBm = 128, kBk = 64, kWgThreads = 128;

@@ -62,7 +62,7 @@ struct Epilogue {
   double* y8_ss;         // [batch][n / 32] or null: each block's sum of squares of y
   GemvArgmax argmax;     // GemvProblem::argmax when the variant makes it (argmax.id set), else empty
   __device__ __forceinline__ float apply(float acc, float up, int64_t row, int64_t b, int64_t n) const {
-    float v = gate_up ? (gelu ? gelu_tanh(acc) : silu(acc)) * up : acc;
+    float v = gate_up ? glu(acc, up, gelu) : acc;
     if (bias) v += bias[row];
     if (residual) v += residual[b * n + row];
     return v;

@@ -150,57 +150,51 @@ Status check_args(const AttentionArgs& a) {
   return Status::success();
 }
 
+// The split kernel's instance for a (every instance of one cache type has the same signature):
+// f32 caches (a debugging option) get the one general instance; f16 caches the one that fits G.
+// Null for a head size none is compiled for.
+template <class KT>
+using SplitKernel = void (*)(const float*, const int32_t*, const KT*, const KT*, AttentionArgs, int, float*, PagedKv);
+
 template <class KT, int HD, bool kPaged>
-void launch_split(const float* q, int64_t rows, const int32_t* pos, const void* kc, const void* vc, const AttentionArgs& a,
-                  int splits, float* work, cudaStream_t s, const PagedKv& paged) {
-  const dim3 grid(unsigned(a.n_head_kv), unsigned(splits), unsigned(rows));
-  const int G = a.n_head / a.n_head_kv;
-  const auto* k = static_cast<const KT*>(kc);
-  const auto* v = static_cast<const KT*>(vc);
-  // f32 caches (a debugging option) get the one general instance; f16 caches the one that fits G.
+SplitKernel<KT> split_instance(int G) {
   if constexpr (std::is_same_v<KT, __half>) {
-    if (G == 1) return launch_pdl(attn_split_kernel<KT, HD, 1, kPaged>, grid, kWarps * 32, 0, s, q, pos, k, v, a, splits, work, paged);
-    if (G <= 4) return launch_pdl(attn_split_kernel<KT, HD, 4, kPaged>, grid, kWarps * 32, 0, s, q, pos, k, v, a, splits, work, paged);
+    if (G == 1) return attn_split_kernel<KT, HD, 1, kPaged>;
+    if (G <= 4) return attn_split_kernel<KT, HD, 4, kPaged>;
   }
-  launch_pdl(attn_split_kernel<KT, HD, kMaxGroup, kPaged>, grid, kWarps * 32, 0, s, q, pos, k, v, a, splits, work, paged);
+  return attn_split_kernel<KT, HD, kMaxGroup, kPaged>;
 }
 
 template <class KT, bool kPaged>
-bool launch_split_hd(const float* q, int64_t rows, const int32_t* pos, const void* kc, const void* vc, const AttentionArgs& a,
-                     int splits, float* work, cudaStream_t s, const PagedKv& paged) {
-  switch (a.head_dim) {
-    case 64: launch_split<KT, 64, kPaged>(q, rows, pos, kc, vc, a, splits, work, s, paged); return true;
-    case 96: launch_split<KT, 96, kPaged>(q, rows, pos, kc, vc, a, splits, work, s, paged); return true;
-    case 128: launch_split<KT, 128, kPaged>(q, rows, pos, kc, vc, a, splits, work, s, paged); return true;
-    case 256: launch_split<KT, 256, kPaged>(q, rows, pos, kc, vc, a, splits, work, s, paged); return true;
-    default: return false;
-  }
-}
-
-// Blocks of the contiguous cache's split kernel (launch_split's instance for a) resident on an SM
-// at once.
-template <class KT, int HD>
-int split_blocks_per_sm(int G) {
-  int n = 0;
-  auto fit = [&](auto kernel) { cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kWarps * 32, 0); };
-  if constexpr (std::is_same_v<KT, __half>) {
-    if (G == 1) return fit(attn_split_kernel<KT, HD, 1, false>), n;
-    if (G <= 4) return fit(attn_split_kernel<KT, HD, 4, false>), n;
-  }
-  fit(attn_split_kernel<KT, HD, kMaxGroup, false>);
-  return n;
-}
-
-template <class KT>
-int split_blocks_per_sm_hd(const AttentionArgs& a) {
+SplitKernel<KT> split_kernel(const AttentionArgs& a) {
   const int G = a.n_head / a.n_head_kv;
   switch (a.head_dim) {
-    case 64: return split_blocks_per_sm<KT, 64>(G);
-    case 96: return split_blocks_per_sm<KT, 96>(G);
-    case 128: return split_blocks_per_sm<KT, 128>(G);
-    case 256: return split_blocks_per_sm<KT, 256>(G);
-    default: return 0;
+    case 64: return split_instance<KT, 64, kPaged>(G);
+    case 96: return split_instance<KT, 96, kPaged>(G);
+    case 128: return split_instance<KT, 128, kPaged>(G);
+    case 256: return split_instance<KT, 256, kPaged>(G);
+    default: return nullptr;
   }
+}
+
+template <class KT, bool kPaged>
+bool launch_split(const float* q, int64_t rows, const int32_t* pos, const void* kc, const void* vc, const AttentionArgs& a,
+                  int splits, float* work, cudaStream_t s, const PagedKv& paged) {
+  const SplitKernel<KT> kernel = split_kernel<KT, kPaged>(a);
+  if (!kernel) return false;
+  const dim3 grid(unsigned(a.n_head_kv), unsigned(splits), unsigned(rows));
+  launch_pdl(kernel, grid, kWarps * 32, 0, s, q, pos, static_cast<const KT*>(kc), static_cast<const KT*>(vc), a, splits,
+             work, paged);
+  return true;
+}
+
+// Blocks of the contiguous cache's split kernel for a resident on an SM at once (0: none).
+template <class KT>
+int split_blocks_per_sm(const AttentionArgs& a) {
+  int n = 0;
+  const SplitKernel<KT> kernel = split_kernel<KT, false>(a);
+  if (kernel) cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kWarps * 32, 0);
+  return n;
 }
 
 // The split kernels over the cache (paged or not; mma: the paged mma rung instead), then their
@@ -215,8 +209,8 @@ Status attend_splits(const char* what, const float* q, int64_t rows, const int32
   if (rows <= 0) return Status::success();
   bool ok = true;
   if (mma) launch_paged_mma(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged);
-  else if (a.kv_type == GgmlType::F16) ok = launch_split_hd<__half, kPaged>(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged);
-  else ok = launch_split_hd<float, kPaged>(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged);
+  else if (a.kv_type == GgmlType::F16) ok = launch_split<__half, kPaged>(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged);
+  else ok = launch_split<float, kPaged>(q, rows, pos, k_cache, v_cache, a, splits, work, s, paged);
   if (!ok) return Status::error(std::string(what) + ": head_dim " + std::to_string(a.head_dim) + " is not 64, 96, 128 or 256");
   launch_pdl(attn_merge_kernel, dim3(unsigned(a.n_head), unsigned(rows)), kMergeThreads, merge_smem_bytes(splits), s, work,
              a.head_dim, a.n_head, splits, out, static_cast<__half*>(out16), static_cast<uint8_t*>(out8));
@@ -263,7 +257,7 @@ Status attention_paged(const float* q, int64_t rows, const int32_t* pos, const P
 
 int attention_decode_blocks_per_sm(const AttentionArgs& a) {
   if (!check_args(a)) return 0;
-  return a.kv_type == GgmlType::F16 ? split_blocks_per_sm_hd<__half>(a) : split_blocks_per_sm_hd<float>(a);
+  return a.kv_type == GgmlType::F16 ? split_blocks_per_sm<__half>(a) : split_blocks_per_sm<float>(a);
 }
 
 const char* decode_attention_name(DecodeAttention v) { return v == DecodeAttention::Mma ? "mma" : "split"; }
