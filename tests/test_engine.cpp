@@ -237,6 +237,58 @@ TEST_F(EngineGemma3Test, CuttingBackOverTwoRanksEvaluatesTheTokensAgain) {
   EXPECT_LE(rel_l2(got, ref.eval(all)), 1e-6);
 }
 
+// The local layers' blocks from a pool of their own (3 running sequences: 3 x 3 + 1 + 3 = 13
+// blocks, of the cache's 32): prompts and generations past the 4-position window, more requests
+// than run at once, sampled and greedy; each gives what it gives alone, and the pool's blocks all
+// come back.
+TEST_F(EngineGemma3Test, AWindowPoolGivesWhatEachGivesAlone) {
+  Session es(options(512)), ref(options(512));
+  EngineOptions eo;
+  eo.schedule.max_step_tokens = 16;
+  eo.schedule.max_running = 3;
+  Engine engine(es, eo);
+  ASSERT_TRUE(engine.kv().windowed());
+  EXPECT_EQ(engine.kv().window_blocks(), 13);
+  std::mt19937 rng(21);
+  std::vector<Request> reqs;
+  for (int len : {40, 9, 70, 5, 33}) reqs.push_back(request(rng, len, 24, reqs.size() % 2 == 1, 40 + reqs.size()));
+  Streams st;
+  std::vector<int64_t> ids;
+  for (const Request& r : reqs) ids.push_back(engine.submit(r, st.callback()));
+  engine.run_until_idle();
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(st.tokens[ids[i]], alone(ref, reqs[i])) << "request " << i;
+  EXPECT_EQ(engine.kv().used_blocks(), 0);
+  EXPECT_EQ(engine.kv().window_used_blocks(), 0);
+}
+
+// A prefix found in the cache comes with the local layers' blocks of its last window: a prompt
+// of an earlier one's 40 tokens and 10 more reuses its first two blocks (32 tokens) and gives
+// what it gives alone. By default (256 sequences at once) the pool would not be smaller than the
+// cache: the local layers then use the main blocks.
+TEST_F(EngineGemma3Test, APrefixFromTheCacheBringsItsWindow) {
+  Session es(options(512)), ref(options(512));
+  EngineOptions eo;
+  eo.schedule.max_step_tokens = 16;
+  eo.schedule.max_running = 3;
+  Engine engine(es, eo);
+  ASSERT_TRUE(engine.kv().windowed());
+  std::mt19937 rng(22);
+  const Request first = request(rng, 40, 8, false, 0);
+  Request again = request(rng, 10, 12, false, 0);
+  again.prompt.insert(again.prompt.begin(), first.prompt.begin(), first.prompt.end());
+  Streams st;
+  const int64_t a = engine.submit(first, st.callback());
+  engine.run_until_idle();
+  EXPECT_EQ(engine.stats().cached_tokens, 0);
+  const int64_t b = engine.submit(again, st.callback());
+  engine.run_until_idle();
+  EXPECT_EQ(engine.stats().cached_tokens, 32);
+  EXPECT_EQ(st.tokens[a], alone(ref, first));
+  EXPECT_EQ(st.tokens[b], alone(ref, again));
+  Session es2(options(512));
+  EXPECT_FALSE(Engine(es2, EngineOptions{}).kv().windowed());
+}
+
 // A mixture of experts (4 experts, 2 per token): the router groups a pass's rows by expert, so a
 // batch mixes tokens of several sequences in each expert's matmuls.
 class EngineMoeTest : public EngineTest {

@@ -10,6 +10,7 @@
 #include "bench_parallel.h"
 
 #include "core/error.h"
+#include "core/units.h"
 #include "engine/engine.h"
 
 #include <fmt/format.h>
@@ -62,8 +63,11 @@ void run_parallel_bench(Session& sess, const ParallelBenchSpec& spec) {
   EngineOptions eo;
   eo.block_tokens = spec.block_tokens;
   eo.prefix_cache = spec.prefix_cache;
+  eo.window_pool = spec.window_pool;
   eo.device_sampling = spec.device_sampling;
   eo.schedule.max_step_tokens = spec.max_step_tokens;
+  // (the most sequences a row runs at once: a window pool is sized for them)
+  eo.schedule.max_running = *std::max_element(spec.parallel.begin(), spec.parallel.end());
   Engine engine(sess, eo);
   std::mt19937_64 rng(11);
   std::vector<int32_t> prefix(size_t(spec.prefix));
@@ -149,6 +153,12 @@ void run_parallel_bench(Session& sess, const ParallelBenchSpec& spec) {
   const EngineStats s = engine.stats();
   fmt::print("engine: {} steps of up to {} tokens, {} rows ({} prompt tokens found in the prefix cache), {} preemptions; {} on {}\n",
              s.steps, engine.step_tokens(), s.step_tokens, s.cached_tokens, s.preemptions, c.arch, sess.backend_name());
+  const std::string held = format_bytes(sess.backend().kv_cache_bytes());
+  if (s.kv_window_blocks > 0)
+    fmt::print("KV cache: {} held; the sliding-window layers' pool {} blocks of {} positions (the others' {})\n", held,
+               s.kv_window_blocks, engine.kv().block_tokens(), s.kv_blocks);
+  else
+    fmt::print("KV cache: {} held\n", held);
 }
 
 }  // namespace lamina::cli

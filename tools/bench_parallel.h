@@ -13,6 +13,7 @@ struct ParallelBenchSpec {
   int n_prompt = 128, n_gen = 128;
   int prefix = 0;             // leading prompt tokens every request shares
   bool prefix_cache = true;   // EngineOptions::prefix_cache
+  bool window_pool = true;    // EngineOptions::window_pool
   int waves = 2;              // requests per row: waves x its sequence count (closed loop)
   // Seconds over which a row's first requests start, evenly spaced (0: all at once). Requests that
   // start together also finish together and come back as a burst; a ramp of about one request's

@@ -36,6 +36,7 @@ struct BenchArgs {
   std::string parallel;  // "N1,N2,..."
   int prefix = 0;
   bool prefix_cache = true;
+  bool window_pool = true;
   int waves = 2;
   double ramp_s = 0;
   int kv_block = 16;
@@ -103,6 +104,7 @@ void run_parallel(const BenchArgs& a) {
   spec.parallel = parse_parallel(a.parallel);
   spec.n_prompt = a.n_prompt, spec.n_gen = a.n_gen, spec.prefix = a.prefix, spec.block_tokens = a.kv_block;
   spec.prefix_cache = a.prefix_cache;
+  spec.window_pool = a.window_pool;
   spec.waves = a.waves;
   spec.ramp_s = a.ramp_s;
   spec.temperature = a.temperature, spec.device_sampling = a.device_sampling;
@@ -198,6 +200,9 @@ Run add_bench(CLI::App& app) {
       ->check(finite_in(0, 3600));
   sub->add_flag("!--no-prefix-cache", a->prefix_cache,
                 "With --parallel: compute every prompt whole (no KV blocks shared with earlier prompts)");
+  sub->add_flag("!--no-window-pool", a->window_pool,
+                "With --parallel: the sliding-window layers keep every row, in the other layers' blocks (no pool of "
+                "their own)");
   sub->add_option("--temp", a->temperature,
                   "With --parallel: the requests' temperature (default 0: greedy; else seeded draws with top-k 40, "
                   "top-p 0.95, min-p 0.05)")

@@ -73,11 +73,18 @@ struct QkNorm {
 // belongs to sequence row_seq[t] of the pass, whose position p lives in slot
 // tables[row_seq[t]][p / block_tokens] * block_tokens + p % block_tokens; it attends to its own
 // sequence's positions <= pos[t]. Without a layout, a pass is one sequence and position p is
-// slot p.
+// slot p. window_tables (one per sequence, or none): the sliding-window layers' own blocks
+// (KvBlockManager's window pool), read in place of tables for those layers; the entries of
+// positions before a row's window are stale (no kernel reads them).
 struct KvLayout {
   int block_tokens = 0;
   std::span<const int32_t> row_seq;
   std::vector<std::span<const int32_t>> tables;
+  std::vector<std::span<const int32_t>> window_tables;
+  // The tables a layer reads: window_tables for a window layer, where there are some.
+  const std::vector<std::span<const int32_t>>& tables_for(int window) const {
+    return window > 0 && !window_tables.empty() ? window_tables : tables;
+  }
 };
 
 class Backend {
@@ -115,9 +122,11 @@ class Backend {
   virtual size_t kv_bytes_for(int n_ctx, int kv_dim, GgmlType type, std::span<const int> window, int pass_rows) const {
     return 2 * window.size() * size_t(n_ctx) * row_bytes(type, kv_dim);
   }
-  // Every row of every layer's cache backed from now on: the batching engine shares the rows out
-  // as pages between sequences. Throws where the memory for that is not there.
-  virtual void kv_keep_every_row() {}
+  // Every row of every global layer's cache backed from now on, and the first window_rows rows
+  // of each sliding-window layer's (n_ctx or more: every row): the batching engine shares the
+  // rows out as pages between sequences (its window pool's pages are those first rows). Throws
+  // where the memory for that is not there.
+  virtual void kv_keep_rows(int window_rows) {}
   virtual size_t kv_cache_bytes() const = 0;
   // Sliding-window layers may give back the cache of positions before their windows (one
   // sequence: the CPU backend's pages, the CUDA backend's chunks). kv_rewind_floor: the fewest tokens a conversation may be cut back to

@@ -26,16 +26,34 @@ SchedulerOptions schedule_for(Session& s, SchedulerOptions o) {
   return o;
 }
 
+// The window layers' pool: between steps a running sequence holds the blocks of its last window
+// (ceil((window - 1) / block) + 1) and its current block; a step's prompt chunks add their
+// positions' blocks, one more each for a chunk that starts inside a block. So many blocks always
+// let some sequence go on (Scheduler::next_step preempts otherwise). None when that is not fewer
+// than the main pool's, or the model has no window layer.
+KvWindowPool window_pool_for(Session& s, const EngineOptions& o) {
+  const std::vector<int> windows = s.config().layer_windows();
+  const int window = windows.empty() ? 0 : *std::max_element(windows.begin(), windows.end());
+  if (!o.window_pool || window <= 0) return {};
+  const int64_t bt = o.block_tokens, blocks = n_blocks_for(s, o);
+  const int64_t running = std::min<int64_t>(o.schedule.max_running, blocks);
+  const int64_t step = schedule_for(s, o.schedule).max_step_tokens;
+  const int64_t need = running * ((window - 1 + bt - 1) / bt + 2) + (step + bt - 1) / bt + running;
+  if (need >= blocks) return {};
+  return {window, int(need)};
+}
+
 }  // namespace
 
 Engine::Engine(Session& session, EngineOptions o)
-    : session_(session), opt_(o), kv_(n_blocks_for(session, o), o.block_tokens, o.prefix_cache),
+    : session_(session), opt_(o), kv_(n_blocks_for(session, o), o.block_tokens, o.prefix_cache, window_pool_for(session, o)),
       sched_(kv_, schedule_for(session, o.schedule)) {
   if (!session.backend().takes_kv_layout())
     fail("the {} backend does not run several sequences at once yet (use -d cpu)", session.backend().name());
-  session.keep_every_kv_row();
+  session.keep_kv_rows(kv_.windowed() ? kv_.window_blocks() * kv_.block_tokens() : session.n_ctx());
   session.check_activation_room(sched_.step_tokens());
   stats_.kv_blocks = kv_.n_blocks();
+  stats_.kv_window_blocks = kv_.window_blocks();
 }
 
 Engine::~Engine() { stop(); }
@@ -177,6 +195,7 @@ bool Engine::step() {
   if (st.seqs.empty()) {  // cancellations may still have freed blocks
     std::lock_guard lk(mu_);
     stats_.kv_used_blocks = kv_.used_blocks();
+    stats_.kv_window_used_blocks = kv_.window_used_blocks();
     stats_.running = int(sched_.running()), stats_.waiting = int(sched_.waiting());
     return false;
   }
@@ -194,6 +213,7 @@ bool Engine::step() {
     }
     if (s.logits) pick.push_back(int32_t(tokens.size()) - 1);
     layout.tables.push_back(kv_.block_table(s.id));
+    if (kv_.windowed()) layout.window_tables.push_back(kv_.window_table(s.id));
   }
   layout.row_seq = row_seq;
   // (no pick: keys and values only)
@@ -245,10 +265,11 @@ bool Engine::step() {
     stats_.steps += 1;
     stats_.step_tokens += int64_t(tokens.size());
     stats_.generated += int64_t(sampled.size());
-    stats_.preemptions += int64_t(preempted.size());
+    stats_.preemptions = sched_.preemptions();
     stats_.cached_tokens = kv_.reused_tokens();
     stats_.kv_used_blocks = kv_.used_blocks();
     stats_.kv_blocks = kv_.n_blocks();
+    stats_.kv_window_used_blocks = kv_.window_used_blocks();
     stats_.running = int(sched_.running()), stats_.waiting = int(sched_.waiting());
   }
   size_t e = 0;
@@ -285,7 +306,10 @@ bool Engine::next_layout(const Step& st, std::span<const int32_t> row_seq, KvLay
     if (!kv_.reserve_next(s.id)) return false;
   next.block_tokens = kv_.block_tokens();
   next.row_seq = row_seq;
-  for (const StepSeq& s : st.seqs) next.tables.push_back(kv_.block_table(s.id));
+  for (const StepSeq& s : st.seqs) {
+    next.tables.push_back(kv_.block_table(s.id));
+    if (kv_.windowed()) next.window_tables.push_back(kv_.window_table(s.id));
+  }
   return true;
 }
 

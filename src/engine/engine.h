@@ -80,6 +80,11 @@ using TokenCallback = std::function<void(const TokenEvent&)>;
 struct EngineOptions {
   int block_tokens = 16;     // positions per KV block
   bool prefix_cache = true;  // share the blocks of prompt prefixes computed before
+  // Sliding-window layers (Gemma 3's local layers) take their blocks from a pool of their own
+  // (KvWindowPool), as large as every running sequence's windows and a step's prompt chunks need:
+  // their cache holds that many rows instead of the whole context. false: they use the main
+  // blocks (every row of every layer kept).
+  bool window_pool = true;
   // Seeded draws in backend memory where it follows the host Sampler's rules (Backend::
   // draws_on_device): no logits row read (on several GPUs each rank ranks its share's best tokens
   // and the host draws from them merged). false: every sampled row read and drawn on the host.
@@ -93,6 +98,7 @@ struct EngineStats {
   int64_t cached_tokens = 0;            // of those, found in the prefix cache (not computed)
   int64_t generated = 0, preemptions = 0;
   int kv_used_blocks = 0, kv_blocks = 0;  // after the last step
+  int kv_window_used_blocks = 0, kv_window_blocks = 0;  // the window pool's (0 without one)
   int running = 0, waiting = 0;           // sequences, after the last step
 };
 

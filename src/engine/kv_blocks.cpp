@@ -6,10 +6,16 @@
 
 namespace lamina {
 
-KvBlockManager::KvBlockManager(int n_blocks, int block_tokens, bool prefix_cache)
+KvBlockManager::KvBlockManager(int n_blocks, int block_tokens, bool prefix_cache, KvWindowPool window)
     : block_tokens_(block_tokens), prefix_cache_(prefix_cache), blocks_(size_t(n_blocks)) {
   if (n_blocks <= 0 || block_tokens <= 0) fail("KV blocks: {} blocks of {} tokens", n_blocks, block_tokens);
   for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
+  if (window.n_blocks == 0) return;
+  if (window.n_blocks < 0 || window.window <= 0)
+    fail("KV blocks: a window pool of {} blocks for a window of {} positions", window.n_blocks, window.window);
+  window_ = window.window;
+  wblocks_.resize(size_t(window.n_blocks));
+  for (int32_t b = window.n_blocks - 1; b >= 0; --b) wfree_.push_back(b);
 }
 
 uint64_t KvBlockManager::key_hash(int32_t parent, std::span<const int32_t> tokens) {
@@ -31,6 +37,7 @@ int32_t KvBlockManager::find_registered(int32_t parent, std::span<const int32_t>
 }
 
 void KvBlockManager::unregister(int32_t id) {
+  detach_w(id);
   Block& b = blocks_[size_t(id)];
   const auto [lo, hi] = index_.equal_range(key_hash(b.parent, b.tokens));
   for (auto it = lo; it != hi; ++it)
@@ -77,11 +84,24 @@ std::optional<int> KvBlockManager::add_sequence(SeqId id, std::span<const int32_
     hits.push_back(b);
     parent = b;
   }
+  if (windowed()) hits.resize(size_t(window_hits(hits)));
   // Reused blocks that sit in the LRU do not count as available for the rest.
   int reused_cached = 0;
   for (int32_t b : hits) reused_cached += blocks_[size_t(b)].refs == 0;
   if (need - int(hits.size()) > available() - reused_cached) return std::nullopt;
   Seq s;
+  if (windowed()) {  // the hits' window blocks from the window of the first position to compute on
+    s.wfirst = first_window_block(int(hits.size()) * bt);
+    int reused_w = 0;
+    for (size_t j = size_t(s.wfirst); j < hits.size(); ++j) reused_w += wblocks_[size_t(blocks_[size_t(hits[j])].wblock)].refs == 0;
+    if (wavailable() - reused_w < 1) return std::nullopt;
+    s.wtable.assign(size_t(s.wfirst), 0);  // (stale: read by no kernel)
+    for (size_t j = size_t(s.wfirst); j < hits.size(); ++j) {
+      const int32_t w = blocks_[size_t(hits[j])].wblock;
+      if (wblocks_[size_t(w)].refs++ == 0) wlru_.erase(wblocks_[size_t(w)].lru);
+      s.wtable.push_back(w);
+    }
+  }
   s.tokens.assign(prompt.begin(), prompt.end());
   for (int32_t b : hits) {
     Block& blk = blocks_[size_t(b)];
@@ -98,10 +118,17 @@ bool KvBlockManager::append(SeqId id, int32_t token) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) fail("KV blocks: no sequence {}", id);
   Seq& s = it->second;
-  if (s.tokens.size() == s.table.size() * size_t(block_tokens_)) {
-    if (available() == 0) return false;
-    s.table.push_back(take_block());
+  const int p = int(s.tokens.size());  // the token's position; every one before it is computed
+  const bool block = s.tokens.size() == s.table.size() * size_t(block_tokens_);
+  if (block && available() == 0) return false;
+  if (windowed()) {
+    let_go_window(s, p);
+    if (p / block_tokens_ >= int(s.wtable.size())) {
+      if (wavailable() == 0) return false;
+      s.wtable.push_back(take_wblock());
+    }
   }
+  if (block) s.table.push_back(take_block());
   s.tokens.push_back(token);
   return true;
 }
@@ -110,9 +137,12 @@ bool KvBlockManager::reserve_next(SeqId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) fail("KV blocks: no sequence {}", id);
   Seq& s = it->second;
-  if (s.tokens.size() < s.table.size() * size_t(block_tokens_)) return true;
-  if (available() == 0) return false;
-  s.table.push_back(take_block());
+  const int p = int(s.tokens.size());
+  const bool block = s.tokens.size() == s.table.size() * size_t(block_tokens_);
+  const bool wblock = windowed() && p / block_tokens_ >= int(s.wtable.size());
+  if ((block && available() == 0) || (wblock && wavailable() == 0)) return false;
+  if (block) s.table.push_back(take_block());
+  if (wblock) s.wtable.push_back(take_wblock());
   return true;
 }
 
@@ -136,6 +166,13 @@ void KvBlockManager::commit(SeqId id, int n_computed) {
       blk.tokens.assign(toks.begin(), toks.end());
       index_.emplace(key_hash(parent, toks), b);
     }
+    // The window block the sequence holds for it goes with a block it registered (or reused
+    // without one): cached with it from now on.
+    if (windowed() && (existing < 0 || existing == b) && blk.wblock < 0 && i >= s.wfirst && i < int(s.wtable.size()) &&
+        wblocks_[size_t(s.wtable[size_t(i)])].owner < 0) {
+      blk.wblock = s.wtable[size_t(i)];
+      wblocks_[size_t(blk.wblock)].owner = b;
+    }
     parent = existing < 0 ? b : existing;
   }
 }
@@ -144,7 +181,9 @@ void KvBlockManager::free_sequence(SeqId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
   // Released from the last block back, so that a chain's later blocks are evicted before its first.
-  for (auto b = it->second.table.rbegin(); b != it->second.table.rend(); ++b) release(*b);
+  const Seq& s = it->second;
+  for (size_t j = s.wtable.size(); j-- > size_t(s.wfirst);) release_w(s.wtable[j]);
+  for (auto b = s.table.rbegin(); b != s.table.rend(); ++b) release(*b);
   seqs_.erase(it);
 }
 
@@ -153,6 +192,14 @@ const std::vector<int32_t>& KvBlockManager::block_table(SeqId id) const {
   if (it == seqs_.end()) fail("KV blocks: no sequence {}", id);
   return it->second.table;
 }
+
+const std::vector<int32_t>& KvBlockManager::window_table(SeqId id) const {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) fail("KV blocks: no sequence {}", id);
+  return it->second.wtable;
+}
+
+int KvBlockManager::window_used_blocks() const { return window_blocks() - wavailable(); }
 
 int KvBlockManager::used_blocks() const { return n_blocks() - free_blocks() - cached_blocks(); }
 int KvBlockManager::cached_blocks() const { return int(lru_.size()); }
@@ -171,6 +218,78 @@ double KvBlockManager::waste() const {
   for (size_t b = 0; b < blocks_.size(); ++b)
     if (blocks_[b].refs > 0) used += block_tokens_, held += filled[b];
   return used ? 1.0 - double(held) / double(used) : 0.0;
+}
+
+// The window pool's side.
+
+int32_t KvBlockManager::take_wblock() {
+  int32_t w;
+  if (!wfree_.empty()) {
+    w = wfree_.back();
+    wfree_.pop_back();
+  } else {
+    w = wlru_.front();  // the caller checked wavailable()
+    wlru_.pop_front();
+    blocks_[size_t(wblocks_[size_t(w)].owner)].wblock = -1;
+    wblocks_[size_t(w)].owner = -1;
+  }
+  wblocks_[size_t(w)].refs = 1;
+  return w;
+}
+
+void KvBlockManager::release_w(int32_t w) {
+  WBlock& b = wblocks_[size_t(w)];
+  if (--b.refs > 0) return;
+  if (b.owner >= 0) b.lru = wlru_.insert(wlru_.end(), w);
+  else wfree_.push_back(w);
+}
+
+void KvBlockManager::detach_w(int32_t b) {
+  const int32_t w = blocks_[size_t(b)].wblock;
+  if (w < 0) return;
+  blocks_[size_t(b)].wblock = -1;
+  WBlock& wb = wblocks_[size_t(w)];
+  wb.owner = -1;
+  if (wb.refs == 0) {
+    wlru_.erase(wb.lru);
+    wfree_.push_back(w);
+  }
+}
+
+// The window blocks no query from position `from` on reads: let go (their entries stay, stale).
+void KvBlockManager::let_go_window(Seq& s, int from) {
+  const int first = first_window_block(from);
+  for (; s.wfirst < first; ++s.wfirst) {
+    if (s.wfirst < int(s.wtable.size())) release_w(s.wtable[size_t(s.wfirst)]);
+    else s.wtable.push_back(0);  // (never held)
+  }
+}
+
+int KvBlockManager::hold_window(SeqId id, int from, int to) {
+  if (!windowed() || to <= from) return to;
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) fail("KV blocks: no sequence {}", id);
+  Seq& s = it->second;
+  let_go_window(s, from);
+  const int bt = block_tokens_;
+  while (int(s.wtable.size()) * bt < to) {
+    if (wavailable() == 0) return std::max(from, int(s.wtable.size()) * bt);
+    s.wtable.push_back(take_wblock());
+  }
+  return to;
+}
+
+// The prefix a sequence reuses must bring the window layers' blocks of its last window: of the
+// leading hits, the most whose window blocks, from the window of the first position to compute
+// on, are all attached.
+int KvBlockManager::window_hits(std::span<const int32_t> hits) const {
+  int k = int(hits.size());
+  for (; k > 0; --k) {
+    bool all = true;
+    for (int j = first_window_block(k * block_tokens_); j < k && all; ++j) all = blocks_[size_t(hits[size_t(j)])].wblock >= 0;
+    if (all) break;
+  }
+  return k;
 }
 
 }  // namespace lamina

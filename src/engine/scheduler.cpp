@@ -41,6 +41,18 @@ const std::vector<int32_t>& Scheduler::tokens(SeqId id) const {
 }
 
 Step Scheduler::next_step() {
+  for (;;) {
+    Step step = plan_step();
+    // Every running prompt waits for window blocks that only they hold (a window pool smaller
+    // than the engine sizes it): the newest gives its blocks back.
+    if (!step.seqs.empty() || running_.empty()) return step;
+    const auto newest = std::max_element(running_.begin(), running_.end(),
+                                         [](auto& a, auto& b) { return a.second.admitted < b.second.admitted; });
+    preempt(newest->first);
+  }
+}
+
+Step Scheduler::plan_step() {
   Step step;
   int budget = opt_.max_step_tokens;
   // Decode rows first: one token each for the sequences whose prompt is computed.
@@ -57,7 +69,9 @@ Step Scheduler::next_step() {
   for (const auto& [order, id] : prefill) {
     if (budget == 0) break;
     const Seq& s = running_.at(id);
-    const int n = std::min(budget, int(s.tokens.size()) - s.computed);
+    // (with a window pool, as many positions as its window blocks can be had for)
+    const int n = kv_.hold_window(id, s.computed, s.computed + std::min(budget, int(s.tokens.size()) - s.computed)) - s.computed;
+    if (n <= 0) continue;
     step.seqs.push_back({id, s.computed, n, s.computed + n == int(s.tokens.size())});
     budget -= n;
   }
@@ -72,7 +86,8 @@ Step Scheduler::next_step() {
     s.tokens = std::move(prompt);
     s.computed = *cached;
     s.admitted = next_admission_++;
-    const int n = std::min(budget, int(s.tokens.size()) - s.computed);
+    // (add_sequence left a window block for the first position at least)
+    const int n = kv_.hold_window(id, s.computed, s.computed + std::min(budget, int(s.tokens.size()) - s.computed)) - s.computed;
     step.seqs.push_back({id, s.computed, n, s.computed + n == int(s.tokens.size())});
     budget -= n;
     running_.emplace(id, std::move(s));
@@ -100,6 +115,7 @@ bool Scheduler::waits_for_prefix(std::span<const int32_t> prompt) const {
 }
 
 void Scheduler::preempt(SeqId id) {
+  ++preemptions_;
   auto it = running_.find(id);
   kv_.free_sequence(id);
   waiting_.emplace_front(id, std::move(it->second.tokens));

@@ -61,6 +61,7 @@ class Scheduler {
   size_t waiting() const { return waiting_.size(); }
   size_t running() const { return running_.size(); }
   bool is_running(SeqId id) const { return running_.count(id) != 0; }
+  int64_t preemptions() const { return preemptions_; }  // since construction
 
  private:
   struct Seq {
@@ -68,6 +69,7 @@ class Scheduler {
     int computed = 0;     // tokens whose KV is in the cache
     uint64_t admitted = 0;  // admission order (the newest is preempted first)
   };
+  Step plan_step();  // next_step's choice, once
   void preempt(SeqId id);
   // Whether `prompt` shares a full block not yet computed with a prompt still being computed:
   // admitted now it would compute that block again (its KV is registered, and found, only once
@@ -79,6 +81,7 @@ class Scheduler {
   std::deque<std::pair<SeqId, std::vector<int32_t>>> waiting_;
   std::map<SeqId, Seq> running_;
   uint64_t next_admission_ = 0;
+  int64_t preemptions_ = 0;
 };
 
 }  // namespace lamina

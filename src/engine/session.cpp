@@ -316,9 +316,9 @@ void Session::each_backend(const std::function<void(Backend&)>& f) {
   if (workers_) workers_->wait();
 }
 
-void Session::keep_every_kv_row() {
+void Session::keep_kv_rows(int window_rows) {
   const size_t before = backend_->memory_available();
-  each_backend([](Backend& b) { b.kv_keep_every_row(); });
+  each_backend([&](Backend& b) { b.kv_keep_rows(window_rows); });
   // The --ctx check counted the smaller cache: what it grew by must leave the activations room.
   const size_t after = backend_->memory_available(), need = scratch_estimate(config(), opt_.n_batch);
   if (after < before && after < need)

@@ -55,9 +55,10 @@ class Session {
   int n_ctx() const { return model_->n_ctx(); }
   int n_past() const { return int(history_.size()); }
   const std::vector<int32_t>& history() const { return history_; }
-  // Every rank's cache keeps every row of every layer from now on (the batching engine's pages,
-  // shared between sequences, in place of the sliding-window layers' give-back).
-  void keep_every_kv_row();
+  // Every rank's cache keeps every row of every global layer, and the first window_rows of every
+  // sliding-window layer, from now on (the batching engine's pages, shared between sequences, in
+  // place of the window layers' give-back; window_rows: its window pool's, or n_ctx).
+  void keep_kv_rows(int window_rows);
 
   // Appends tokens to the conversation (in batches of n_batch) and returns the logits of the
   // last one (all_logits: of every token, [n][n_vocab]). Throws if the context would overflow.

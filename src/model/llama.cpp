@@ -363,9 +363,11 @@ Tensor LlamaModel::forward_batch(std::span<const int32_t> tokens, std::span<cons
     every_row = every_row && logit_rows[i] == int32_t(i);
     one_row_each = one_row_each && layout.row_seq[i] == int32_t(i);
   }
-  // A decode step of T sequences: recorded per row count (the backend adds the length bucket). A
-  // mixture of experts routes on the host mid-pass (moe_ffn reads the router's logits): never.
-  const uint64_t key = every_row && one_row_each && cfg_.n_expert == 0 ? uint64_t(T) << 8 | 2 : 0;
+  // A decode step of T sequences: recorded per row count (the backend adds the length bucket), and
+  // apart with a window pool's tables (the staging holds them after the others). A mixture of
+  // experts routes on the host mid-pass (moe_ffn reads the router's logits): never.
+  const uint64_t windows = layout.window_tables.empty() ? 0 : 4;
+  const uint64_t key = every_row && one_row_each && cfg_.n_expert == 0 ? uint64_t(T) << 8 | 2 | windows : 0;
   be_.set_kv_layout(&layout);
   try {
     be_.begin_forward(tokens, pos);

@@ -156,9 +156,14 @@ std::vector<Request> text_requests(Session& s, int n, int max_tokens, float temp
   return out;
 }
 
-std::map<int64_t, std::vector<int32_t>> run_engine(Session& s, const std::vector<Request>& reqs, std::vector<int64_t>& ids) {
+EngineOptions step_of(int tokens) {
   EngineOptions eo;
-  eo.schedule.max_step_tokens = 256;
+  eo.schedule.max_step_tokens = tokens;
+  return eo;
+}
+
+std::map<int64_t, std::vector<int32_t>> run_engine(Session& s, const std::vector<Request>& reqs, std::vector<int64_t>& ids,
+                                                   const EngineOptions& eo = step_of(256)) {
   Engine engine(s, eo);
   std::mutex mu;
   std::map<int64_t, std::vector<int32_t>> tokens;
@@ -214,6 +219,57 @@ TEST(CudaEngine, GreedyTokensEqualTheCpuEnginesUpToNearTies) {
                                                           << w[j] << ", CUDA " << g[j];
   }
   std::printf("engine, CUDA against CPU (exact): %d of %zu requests part at a near tie\n", parted, reqs.size());
+}
+
+// The local layers' blocks from a pool of their own (EngineOptions::window_pool; 4 sequences at
+// once make it smaller than the cache) against every row kept in the main blocks: prompts past
+// the window, more requests than run at once, greedy. The kernels read the same positions in the
+// same order either way (the pool's room keeps the chunks whole), so the tokens are the same,
+// bitwise. The tiny model (a window of 4), and the real Gemma 3 270M (512) with LAMINA_GEMMA3.
+void window_pool_gives_every_rows_tokens(const std::string& model, int n_ctx, int prompt) {
+  SessionOptions o;
+  o.model_path = model;
+  o.n_ctx = n_ctx;
+  o.exact_matmul = true;
+  o.device = "cuda";
+  o.n_threads = 4;
+  Session pooled(o), whole(o);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int32_t> id(3, int32_t(pooled.config().n_vocab) - 1);
+  std::vector<Request> reqs(6);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    for (int j = 0; j < prompt + int(i) * prompt / 5; ++j) reqs[i].prompt.push_back(id(rng));
+    reqs[i].max_tokens = 24;
+  }
+  EngineOptions eo = step_of(64);
+  eo.schedule.max_running = 4;
+  std::vector<int64_t> pooled_ids, whole_ids;
+  {
+    Engine probe(pooled, eo);
+    ASSERT_TRUE(probe.kv().windowed()) << "the pool would not be smaller than the cache";
+  }
+  const auto got = run_engine(pooled, reqs, pooled_ids, eo);
+  eo.window_pool = false;
+  const auto want = run_engine(whole, reqs, whole_ids, eo);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(got.at(pooled_ids[i]).size(), 24u) << "request " << i;
+    EXPECT_EQ(got.at(pooled_ids[i]), want.at(whole_ids[i])) << "request " << i << " (" << reqs[i].prompt.size() << " prompt tokens)";
+  }
+  std::printf("window pool, %s: KV cache %.1f MiB held against %.1f with every row\n", model.c_str(),
+              pooled.backend().kv_cache_bytes() / 1048576.0, whole.backend().kv_cache_bytes() / 1048576.0);
+}
+
+TEST(CudaEngine, AWindowPoolGivesTheTokensOfEveryRowKept) {
+  const std::string path = ::testing::TempDir() + "/lamina-gpu-engine-tiny-gemma3-q8_0.gguf";
+  if (!std::filesystem::exists(path))
+    shell(std::string(LAMINA_CLI) + " gen-model --preset tiny-gemma3 --type q8_0 --vocab '" + kVocab + "' --seed 11 -o '" +
+          path + "' 2>&1");
+  window_pool_gives_every_rows_tokens(path, 512, 40);
+}
+
+TEST(CudaEngine, AWindowPoolGivesTheTokensOfEveryRowKeptOnGemma3) {
+  if (!std::getenv("LAMINA_GEMMA3")) GTEST_SKIP() << "LAMINA_GEMMA3 is not set";
+  window_pool_gives_every_rows_tokens(gemma3_model(), 8192, 600);
 }
 
 // Requests whose draw needs the logits row on the host (log probabilities, a logit bias, a

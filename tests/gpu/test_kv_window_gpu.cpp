@@ -82,7 +82,7 @@ TEST(CudaKvWindow, RingOfChunksAttendsAsTheWholeCache) {
   EXPECT_GT(b.gpu.kv_cache_bytes(), held) << "the 4,000-row pass needs more chunks than the ring had";
 
   // Every row kept from here on: the cache is the whole one (rounded up to chunks).
-  b.gpu.kv_keep_every_row();
+  b.gpu.kv_keep_rows(n_ctx);
   EXPECT_GE(b.gpu.kv_cache_bytes(), whole);
   EXPECT_EQ(b.gpu.kv_rewind_floor(), 0);
 }

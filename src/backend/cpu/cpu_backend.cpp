@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 
 namespace lamina {
 
@@ -147,12 +148,20 @@ int CpuBackend::kv_rewind_floor() const {
   return floor;
 }
 
-// The engine's pages take every row as sequences fill them: they must fit beside what is held.
-void CpuBackend::kv_keep_every_row() {
-  const size_t whole = kv_cache_bytes(), held = kv_resident_bytes(), avail = memory_available();
+// The engine's pages take every row of the global layers, and the window layers' first
+// window_rows, as sequences fill them: they must fit beside what is held. (The rows past those
+// of a window layer are never touched: their pages are never made.)
+void CpuBackend::kv_keep_rows(int window_rows) {
+  size_t rows = 0;
+  for (int l = 0; l < kv_layers_; ++l) {
+    const bool window = size_t(l) < kv_windows_.size() && kv_windows_[size_t(l)] > 0;
+    rows += size_t(window ? std::clamp(window_rows, 0, kv_ctx_) : kv_ctx_);
+  }
+  const size_t whole = 2 * rows * row_bytes(kv_type_, kv_dim_), held = kv_resident_bytes(), avail = memory_available();
   if (whole > held + avail)
-    fail("several sequences at once keep every row of every layer's KV cache ({} for {} positions), more than the "
-         "{} available (lower --ctx)", format_bytes(whole), kv_ctx_, format_bytes(held + avail));
+    fail("several sequences at once keep every row of the global layers' KV cache and {} of the window layers' ({} "
+         "for {} positions), more than the {} available (lower --ctx)", std::min(window_rows, kv_ctx_), format_bytes(whole),
+         kv_ctx_, format_bytes(held + avail));
 }
 
 void CpuBackend::kv_restart() {
@@ -226,10 +235,11 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
   const size_t layer_off = size_t(layer) * size_t(kv_ctx_) * size_t(kv_dim);
   uint8_t* kc = k_cache_.data() + layer_off * esz;
   uint8_t* vc = v_cache_.data() + layer_off * esz;
-  for (int64_t t = 0; t < k.rows; ++t) kv_slot(t, pos[size_t(t)]);  // checked here, on the caller's thread
+  const int w = p.window;  // (a window layer's rows sit in the window pool's blocks, where there is one)
+  for (int64_t t = 0; t < k.rows; ++t) kv_slot(t, pos[size_t(t)], w);  // checked here, on the caller's thread
   pool_.parallel_for(k.rows, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
-      const size_t at = size_t(kv_slot(t, pos[size_t(t)])) * size_t(kv_dim);
+      const size_t at = size_t(kv_slot(t, pos[size_t(t)], w)) * size_t(kv_dim);
       if (f16) {
         f32_to_f16_row(k.data + t * k.cols, reinterpret_cast<uint16_t*>(kc) + at, kv_dim, isa_);
         f32_to_f16_row(v.data + t * v.cols, reinterpret_cast<uint16_t*>(vc) + at, kv_dim, isa_);
@@ -239,22 +249,34 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
       }
     }
   }, 8);
-  // Paged layout: the cache slots of each sequence's positions, found here once (and checked on
-  // this thread) for all its rows and heads; one sequence's position j is slot j.
+  // positions j0 .. pos[t] of row t: every earlier one, or the last p.window of them
+  auto first_pos = [&](int64_t t) { return p.window > 0 ? std::max<int64_t>(0, pos[size_t(t)] + 1 - p.window) : 0; };
+  // Paged layout: the cache slots of each sequence's positions from its rows' first window on
+  // (seq_first), found here once (and checked on this thread) for all its rows and heads; one
+  // sequence's position j is slot j.
   std::vector<std::vector<int64_t>> seq_slots;
+  std::vector<int64_t> seq_first;
   if (layout_) {
     seq_slots.resize(layout_->tables.size());
+    seq_first.assign(layout_->tables.size(), std::numeric_limits<int64_t>::max());
     for (int64_t t = 0; t < q.rows; ++t) {  // the store above checked every row's sequence
-      std::vector<int64_t>& sl = seq_slots[size_t(layout_->row_seq[size_t(t)])];
-      for (int32_t j = int32_t(sl.size()); j <= pos[size_t(t)]; ++j) sl.push_back(kv_slot(t, j));
+      int64_t& f = seq_first[size_t(layout_->row_seq[size_t(t)])];
+      f = std::min(f, first_pos(t));
+    }
+    for (int64_t t = 0; t < q.rows; ++t) {
+      const size_t s = size_t(layout_->row_seq[size_t(t)]);
+      std::vector<int64_t>& sl = seq_slots[s];
+      for (int64_t j = seq_first[s] + int64_t(sl.size()); j <= pos[size_t(t)]; ++j) sl.push_back(kv_slot(t, int32_t(j), w));
     }
   }
   const size_t row = size_t(kv_dim) * esz, head = size_t(p.head_dim) * esz;
   const int group = p.n_head / p.n_head_kv;
   const int hd = p.head_dim;
-  // positions j0 .. pos[t] of row t: every earlier one, or the last p.window of them
-  auto first_pos = [&](int64_t t) { return p.window > 0 ? std::max<int64_t>(0, pos[size_t(t)] + 1 - p.window) : 0; };
-  auto slots_of = [&](int64_t t) { return layout_ ? seq_slots[size_t(layout_->row_seq[size_t(t)])].data() : nullptr; };
+  // Row t's sequence's slots, the first of position j0 (first_pos(t)).
+  auto slots_of = [&](int64_t t, int64_t j0) {
+    const size_t s = layout_ ? size_t(layout_->row_seq[size_t(t)]) : 0;
+    return layout_ ? seq_slots[s].data() + (j0 - seq_first[s]) : nullptr;
+  };
   const AttendFn attend = attend_for(kv_type_, isa_, hd);
   if (!attend) fail("attention: the KV cache must be f16 or f32");
   // A job is a row's query heads that share a KV head (up to kAttendMaxQueries), each K/V row
@@ -270,9 +292,9 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
       const int g = int(job / chunks % p.n_head_kv), h0 = g * group + int(job % chunks) * per;
       const int nq = std::min(per, (g + 1) * group - h0);
       const int64_t j0 = first_pos(t), n_pos = pos[size_t(t)] + 1 - j0;
-      const int64_t* sl = slots_of(t);
+      const int64_t* sl = slots_of(t, j0);
       offs.resize(size_t(n_pos));
-      for (int64_t j = 0; j < n_pos; ++j) offs[size_t(j)] = size_t(sl ? sl[j0 + j] : j0 + j) * row + size_t(g) * head;
+      for (int64_t j = 0; j < n_pos; ++j) offs[size_t(j)] = size_t(sl ? sl[j] : j0 + j) * row + size_t(g) * head;
       scores.resize(size_t(nq) * size_t(n_pos));
       attend(hd, nq, q.data + t * q.cols + int64_t(h0) * hd, size_t(hd), kc, vc, offs.data(), n_pos, p.scale,
              scores.data(), out.data + t * out.cols + int64_t(h0) * hd, size_t(hd));
@@ -281,15 +303,15 @@ void CpuBackend::attention(int layer, Tensor q, Tensor k, Tensor v, std::span<co
   if (!layout_ && p.window > 0 && !pos.empty()) give_back_before_window(layer, *std::max_element(pos.begin(), pos.end()), p.window, row);
 }
 
-int64_t CpuBackend::kv_slot(int64_t t, int32_t p) const {
+int64_t CpuBackend::kv_slot(int64_t t, int32_t p, int window) const {
   if (p < 0) fail("negative position {}", p);
   int64_t slot = p;
   if (layout_) {
     const int bt = layout_->block_tokens;
     const size_t s = size_t(layout_->row_seq[size_t(t)]);
-    if (s >= layout_->tables.size() || size_t(p / bt) >= layout_->tables[s].size())
-      fail("position {} of row {} has no KV block", p, t);
-    slot = int64_t(layout_->tables[s][size_t(p / bt)]) * bt + p % bt;
+    const auto& tables = layout_->tables_for(window);
+    if (s >= tables.size() || size_t(p / bt) >= tables[s].size()) fail("position {} of row {} has no KV block", p, t);
+    slot = int64_t(tables[s][size_t(p / bt)]) * bt + p % bt;
   }
   if (slot >= kv_ctx_) fail("position {} is outside the context of {} tokens", p, kv_ctx_);
   return slot;

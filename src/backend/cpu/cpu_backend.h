@@ -38,7 +38,8 @@ class CpuBackend final : public Backend {
   // recomputation. Default 256.
   void set_window_slack(int positions) { window_slack_ = positions; }
   int kv_rewind_floor() const override;
-  void kv_keep_every_row() override;
+  void kv_keep_rows(int window_rows) override;
+  void set_kv_windows(std::span<const int> window, int pass_rows) override { kv_windows_.assign(window.begin(), window.end()); }
   void kv_restart() override;
   size_t kv_resident_bytes() const { return k_cache_.resident() + v_cache_.resident(); }  // held in memory now
 
@@ -71,7 +72,9 @@ class CpuBackend final : public Backend {
   static void split_outliers(const float* x, int64_t n, std::vector<float>& rest, Outliers& o);
 
   // The cache slot of position p for row t (KvLayout), checked against the cache's size.
-  int64_t kv_slot(int64_t t, int32_t p) const;
+  // The cache slot of row t's position p (window: the layer's; a window layer's pages are its
+  // window pool's blocks where the layout has them).
+  int64_t kv_slot(int64_t t, int32_t p, int window = 0) const;
   // After a pass of one sequence whose last position is `last`: the pages of a window layer's
   // rows before last + 2 - window - window_slack_ go back (in steps of kGiveBackStep positions).
   void give_back_before_window(int layer, int32_t last, int window, size_t row_bytes);
@@ -105,6 +108,7 @@ class CpuBackend final : public Backend {
     int32_t kept_from = 0;  // the rows of positions before it may have been given back
   };
   std::vector<WindowKeep> window_keep_;  // per layer
+  std::vector<int> kv_windows_;          // per layer, as set_kv_windows told (0: global)
   int window_slack_ = 256;
   static constexpr int kGiveBackStep = 64;
 };

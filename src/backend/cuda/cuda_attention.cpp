@@ -52,7 +52,7 @@ CudaBackend::LayerCache CudaBackend::layer_cache(const Node& n) const {
 void CudaBackend::exec_attention(const Node& n, Made& m) {
   const LayerCache c = layer_cache(n);
   const Tensor k = n.y;
-  const int32_t* rows_at = layout_ ? paged_pass().slots : dev_pos();  // kv_store writes row t at rows_at[t]
+  const int32_t* rows_at = layout_ ? paged_pass().slots_for(c.a.window) : dev_pos();  // kv_store writes row t at rows_at[t]
   run_op("kv_store", double(k.rows * k.cols) * (8.0 + 2 * kv_elem_bytes()), 0,
          [&] { return kn::kv_store(k.data, n.z.data, k.rows, rows_at, c.k, c.v, c.a, stream_); });
   if (layout_) attend_paged(c, n, m);
@@ -81,12 +81,12 @@ void CudaBackend::exec_rope_attention(const Node& n, Made& m) {
       m.x16 = static_cast<uint16_t*>(h);
       run_op(qk ? "qk_norm+rope+attention (paged decode)" : "rope+attention (paged decode)",
              bytes + kv_read + double(q.rows * n.out.cols) * 4.0, flops, [&] {
-               return kn::attention_decode_rope_paged(q.data, k.data, v.data, q.rows, dev_pos(), pp.kv, r, c.k, c.v, c.a,
+               return kn::attention_decode_rope_paged(q.data, k.data, v.data, q.rows, dev_pos(), pp.kv_for(c.a.window), r, c.k, c.v, c.a,
                                                       n.out.data, stream_, m.x8, h, norms, kMinBucket);
              });
       return;
     }
-    const int32_t* slots = paged_pass().slots;
+    const int32_t* slots = paged_pass().slots_for(c.a.window);
     run_op(qk ? "qk_norm+rope+kv_store" : "rope+kv_store", bytes, 0, [&] {
       return kn::rope_kv_store(q.data, k.data, v.data, q.rows, dev_pos(), r, c.k, c.v, c.a, stream_, slots, norms);
     });

@@ -199,6 +199,6 @@ size_t CudaBackend::kv_bytes_for(int n_ctx, int kv_dim, GgmlType type, std::span
 
 size_t CudaBackend::kv_cache_bytes() const { return kv_mem_.bytes(); }
 
-void CudaBackend::kv_keep_every_row() { kv_mem_.keep_every_row(stream_); }
+void CudaBackend::kv_keep_rows(int window_rows) { kv_mem_.keep_rows(window_rows, stream_); }
 
 }  // namespace lamina

@@ -66,7 +66,7 @@ class CudaBackend final : public Backend {
   void init_kv_cache(int n_layer, int n_ctx, int kv_dim, GgmlType type) override;
   size_t kv_bytes_for(int n_ctx, int kv_dim, GgmlType type, std::span<const int> window, int pass_rows) const override;
   size_t kv_cache_bytes() const override;
-  void kv_keep_every_row() override;
+  void kv_keep_rows(int window_rows) override;
   int kv_rewind_floor() const override { return kv_mem_.rewind_floor(); }
 
   void begin_forward(std::span<const int32_t> tokens, std::span<const int32_t> pos) override;
@@ -232,13 +232,18 @@ class CudaBackend final : public Backend {
   void attend(const LayerCache& c, const plan::Node& n, Made& m);
   // The batching engine's paged cache (set_kv_layout, cuda_paged.cpp): the pass's layout, and
   // each row's cache slot and the sequences' block tables (kernels::PagedKv), staged with the
-  // pass's inputs in pinned memory [slots | row_seq | tables] and copied to the device by the
-  // pass's input upload (a node of a recorded graph: the tables' stride is fixed by the length
-  // bucket, so that a recorded pass always copies the same number of words).
+  // pass's inputs in pinned memory [slots | row_seq | tables], then, where the layout has a window
+  // pool's tables, [window slots | window tables], and copied to the device by the pass's input
+  // upload (a node of a recorded graph: the tables' stride is fixed by the length bucket, so that
+  // a recorded pass always copies the same number of words).
   const KvLayout* layout_ = nullptr;
   struct PagedPass {
     const int32_t* slots = nullptr;  // device [rows]
     kernels::PagedKv kv;
+    const int32_t* wslots = nullptr;  // the window layers' (the same as slots and kv without a window pool)
+    kernels::PagedKv wkv;
+    const int32_t* slots_for(int window) const { return window > 0 ? wslots : slots; }
+    const kernels::PagedKv& kv_for(int window) const { return window > 0 ? wkv : kv; }
   } paged_;
   int32_t* host_paged_ = nullptr;  // pinned staging
   int32_t* dev_paged_ = nullptr;
@@ -333,7 +338,8 @@ class CudaBackend final : public Backend {
   // The engine's run-ahead (argmax_rows with a next layout): after a recorded pass of one row per
   // sequence, the same graph for every row's next position, its tokens the ids the argmax kernel
   // left in dev_sampled_ (staged as -1 - row). ahead_tokens_, ahead_pos_rows_, ahead_row_seq_ and
-  // ahead_tables_ keep what it was staged with, which the next pass must have to take it.
+  // ahead_tables_ (the main tables, then any window pool's) keep what it was staged with, which
+  // the next pass must have to take it.
   static constexpr int64_t kSampledRows = 1024;  // dev_sampled_ and host_ids_: ids of up to this many rows
   bool ahead_rows_ = false;  // with ahead_: the step running ahead is the engine's, of n_in_ rows
   std::vector<int32_t> ahead_tokens_, ahead_pos_rows_, ahead_row_seq_;

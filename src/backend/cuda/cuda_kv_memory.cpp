@@ -275,16 +275,27 @@ int CudaKvMemory::rewind_floor() const {
   return int(floor);
 }
 
-void CudaKvMemory::keep_every_row(cudaStream_t stream) {
+void CudaKvMemory::keep_rows(int64_t window_rows, cudaStream_t stream) {
   if (rings_.empty() || keep_all_) return;
+  const int64_t rows = std::clamp<int64_t>(window_rows, 1, n_ctx_);
   std::vector<int> windows;
-  for (Ring& x : rings_) windows.push_back(x.window), x.window = int(n_ctx_);  // (every chunk from 0 on)
+  for (Ring& x : rings_) windows.push_back(x.window), x.window = int(rows);  // (every chunk from 0 on)
   try {
-    prepare(0, n_ctx_ - 1, stream);
+    prepare(0, rows - 1, stream);
   } catch (const Error& e) {
     for (size_t i = 0; i < rings_.size(); ++i) rings_[i].window = windows[i];
-    fail("several sequences at once keep every row of every layer's KV cache ({} for {} positions), more than the "
-         "GPU has ({}; lower --ctx)", format_bytes(2 * (full_bytes_ + rings_.size() * layer_span_)), n_ctx_, e.what());
+    fail("several sequences at once keep every row of the global layers' KV cache and {} of the window layers' ({} "
+         "for {} positions), more than the GPU has ({}; lower --ctx)", rows,
+         format_bytes(2 * (full_bytes_ + rings_.size() * std::min(layer_span_, size_t(rows) * row_bytes_))), n_ctx_,
+         e.what());
+  }
+  // The window layers' rows start at zero: the prompt kernel's first key tile of a row may reach
+  // before its window, into pages no sequence has written (masked, but a chunk mapped anew holds
+  // any bits, NaN among them, which P V's zeros would not cancel).
+  for (const Ring& x : rings_) {
+    const size_t bytes = size_t(x.hi_c + 1) * chunk_;
+    cuda_check(cudaMemsetAsync(k_base_[size_t(x.layer)], 0, bytes, stream), "the KV cache's window layers");
+    cuda_check(cudaMemsetAsync(v_base_[size_t(x.layer)], 0, bytes, stream), "the KV cache's window layers");
   }
   keep_all_ = true;
 }

@@ -6,9 +6,9 @@
 // management, chunks of the device's allocation granularity) that moves up behind the sequence:
 // the layer holds its window, one pass and some slack (backend/kv_window_ring.h: the arithmetic)
 // instead of n_ctx rows, at the same
-// addresses, so no kernel changes. Global layers, and every layer once the batching engine shares
-// the rows out as pages (keep_every_row), are backed whole. Without window layers the cache is
-// two plain allocations, as before.
+// addresses, so no kernel changes. Global layers are backed whole, and so is every window layer's
+// range up to the rows the batching engine shares out as pages (keep_rows: its window pool's, or
+// all). Without window layers the cache is two plain allocations, as before.
 #pragma once
 
 #include <cuda.h>
@@ -49,9 +49,9 @@ class CudaKvMemory {
   bool covers(int64_t p) const;
   // The fewest tokens a sequence may be cut back to and go on reading its cache (0: any).
   int rewind_floor() const;
-  // Every row of every layer backed from now on (the batching engine's pages); throws if the
-  // memory is not there.
-  void keep_every_row(cudaStream_t stream);
+  // Every row of every global layer and the first window_rows rows of every window layer (zeroed)
+  // backed from now on (the batching engine's pages); throws if the memory is not there.
+  void keep_rows(int64_t window_rows, cudaStream_t stream);
   // Device memory held now (both K and V).
   size_t bytes() const;
   // Whether some layer is backed by a ring.

@@ -21,7 +21,7 @@ using plan::Node;
 void CudaBackend::set_kv_layout(const KvLayout* layout) {
   if (layout && layout->block_tokens <= 0) fail("paged KV cache: block size {} is not positive", layout->block_tokens);
   if (layout != layout_) flush();  // the ops recorded so far run on the layout they were recorded under
-  if (layout) kv_mem_.keep_every_row(stream_);  // (the engine asks first; pages need every row)
+  if (layout) kv_mem_.keep_rows(kv_ctx_, stream_);  // (the engine asks first, for its pools' rows: then a no-op)
   layout_ = layout;
   // A single-sequence step running ahead (launch_ahead) is not this pass: begin_forward must
   // not take it for one. That step simply runs first on the stream. (The engine's step running
@@ -29,17 +29,39 @@ void CudaBackend::set_kv_layout(const KvLayout* layout) {
   if (layout && !ahead_rows_) ahead_ = false;
 }
 
-// [slots | row_seq | tables] built in the pinned staging (stage_inputs has waited until the last
-// upload read it), checked against the cache. Each table takes the blocks of the length bucket
-// (kv_bucket_ / block_tokens: every position of the pass lies below the bucket), so that a
-// recorded decode pass copies the same number of words on every replay.
+namespace {
+
+// Sequence s's block table into dst (stride entries, zeros past its end), checked against the
+// cache; a window pool's table may hold stale entries (any id: no kernel reads them) before the
+// window, so only the entries of the window's blocks are checked there (from first on).
+void stage_table(std::span<const int32_t> table, size_t s, size_t stride, int64_t n_blocks, size_t first, int32_t* dst) {
+  std::fill(dst, dst + stride, 0);
+  for (size_t b = 0; b < std::min(stride, table.size()); ++b) {
+    const int32_t id = table[b];
+    if (id < 0 || id >= n_blocks) {
+      if (b >= first) fail("paged KV cache: block {} of sequence {} is outside the cache's {} blocks", id, s, n_blocks);
+      continue;
+    }
+    dst[b] = id;
+  }
+}
+
+}  // namespace
+
+// [slots | row_seq | tables (| window slots | window tables)] built in the pinned staging
+// (stage_inputs has waited until the last upload read it), checked against the cache. Each table
+// takes the blocks of the length bucket (kv_bucket_ / block_tokens: every position of the pass
+// lies below the bucket), so that a recorded decode pass copies the same number of words on
+// every replay.
 void CudaBackend::stage_paged(std::span<const int32_t> pos) {
   const KvLayout& l = *layout_;
   const int64_t rows = int64_t(pos.size());
   check("paged attention", int64_t(l.row_seq.size()) == rows, "the layout's rows differ from the pass's");
+  const bool windows = !l.window_tables.empty();
+  check("paged attention", !windows || l.window_tables.size() == l.tables.size(), "a window table per sequence");
   const int64_t n_blocks = kv_ctx_ / l.block_tokens;
   const size_t stride = size_t(std::min<int64_t>((kv_bucket_ + l.block_tokens - 1) / l.block_tokens, std::max<int64_t>(1, n_blocks)));
-  const size_t words = size_t(2 * rows) + l.tables.size() * stride;
+  const size_t words = size_t(2 * rows) + l.tables.size() * stride + (windows ? size_t(rows) + l.tables.size() * stride : 0);
   if (words > paged_capacity_) {
     cuda_check(cudaStreamSynchronize(stream_), "paged KV tables");
     cudaFree(dev_paged_);
@@ -52,20 +74,30 @@ void CudaBackend::stage_paged(std::span<const int32_t> pos) {
   int32_t* slots = host_paged_;
   int32_t* row_seq = slots + rows;
   int32_t* tables = row_seq + rows;
-  std::fill(tables, tables + l.tables.size() * stride, 0);
-  for (size_t s = 0; s < l.tables.size(); ++s)
-    for (size_t b = 0; b < std::min(stride, l.tables[s].size()); ++b) {
-      const int32_t id = l.tables[s][b];
-      if (id < 0 || id >= n_blocks) fail("paged KV cache: block {} of sequence {} is outside the cache's {} blocks", id, s, n_blocks);
-      tables[s * stride + b] = id;
-    }
+  int32_t* wslots = tables + l.tables.size() * stride;  // (window pool only)
+  int32_t* wtables = wslots + rows;
+  // A window table is checked from the first block its sequence's earliest row reads.
+  std::vector<size_t> first(l.tables.size(), SIZE_MAX);
+  const int window = windows && !kv_windows_.empty() ? *std::max_element(kv_windows_.begin(), kv_windows_.end()) : 0;
   for (int64_t t = 0; t < rows; ++t) {
     const int32_t s = l.row_seq[size_t(t)], p = pos[size_t(t)];
     if (s < 0 || size_t(s) >= l.tables.size()) fail("paged KV cache: row {} names sequence {} of {}", t, s, l.tables.size());
-    if (p < 0 || size_t(p / l.block_tokens) >= l.tables[size_t(s)].size())
-      fail("paged KV cache: position {} of sequence {} has no block", p, s);
+    if (p < 0) fail("paged KV cache: position {} of sequence {}", p, s);
+    first[size_t(s)] = std::min(first[size_t(s)], size_t(std::max(0, p + 1 - window) / l.block_tokens));
+  }
+  for (size_t s = 0; s < l.tables.size(); ++s) {
+    stage_table(l.tables[s], s, stride, n_blocks, 0, tables + s * stride);
+    if (windows) stage_table(l.window_tables[s], s, stride, n_blocks, first[s], wtables + s * stride);
+  }
+  auto slot = [&](const std::span<const int32_t> table, int32_t s, int32_t p) {
+    if (size_t(p / l.block_tokens) >= table.size()) fail("paged KV cache: position {} of sequence {} has no block", p, s);
+    return table[size_t(p / l.block_tokens)] * l.block_tokens + p % l.block_tokens;
+  };
+  for (int64_t t = 0; t < rows; ++t) {
+    const int32_t s = l.row_seq[size_t(t)], p = pos[size_t(t)];
     row_seq[t] = s;
-    slots[t] = l.tables[size_t(s)][size_t(p / l.block_tokens)] * l.block_tokens + p % l.block_tokens;
+    slots[t] = slot(l.tables[size_t(s)], s, p);
+    if (windows) wslots[t] = slot(l.window_tables[size_t(s)], s, p);
   }
   paged_words_ = words;
   paged_.slots = dev_paged_;
@@ -73,6 +105,9 @@ void CudaBackend::stage_paged(std::span<const int32_t> pos) {
   paged_.kv.tables = dev_paged_ + 2 * rows;
   paged_.kv.max_blocks = int(stride);
   paged_.kv.block_tokens = l.block_tokens;
+  paged_.wslots = windows ? dev_paged_ + (wslots - host_paged_) : paged_.slots;
+  paged_.wkv = paged_.kv;
+  if (windows) paged_.wkv.tables = dev_paged_ + (wtables - host_paged_);
 }
 
 const CudaBackend::PagedPass& CudaBackend::paged_pass() {
@@ -107,12 +142,13 @@ void CudaBackend::attend_paged(const LayerCache& c, const Node& n, Made& m) {
   for (int64_t r = 0; r < q.rows;) {
     int64_t e = chunks ? run_end(r) : q.rows;
     if (chunks && e - r >= kPrefillRows) {
-      const int32_t* table = pp.kv.tables + int64_t(seq[size_t(r)]) * pp.kv.max_blocks;
+      const kn::PagedKv& kv = pp.kv_for(c.a.window);
+      const int32_t* table = kv.tables + int64_t(seq[size_t(r)]) * kv.max_blocks;
       double flops = 0;
       for (int64_t i = r; i < e; ++i) flops += 4.0 * (n.ids[size_t(i)] + 1) * double(n.attn.n_head) * n.attn.head_dim;
       const double bytes = 2.0 * (n.ids[size_t(e - 1)] + 1) * double(kv_dim_) * double(kv_elem_bytes()) + double((e - r) * q.cols) * 8.0;
       run_op("attention (paged prefill)", bytes, flops, [&] {
-        return kn::attention_prefill_paged(q.data + r * q.cols, e - r, dev_pos() + r, table, pp.kv.block_tokens, c.k, c.v,
+        return kn::attention_prefill_paged(q.data + r * q.cols, e - r, dev_pos() + r, table, kv.block_tokens, c.k, c.v,
                                            c.a, n.out.data + r * n.out.cols, stream_, h ? h + r * n.out.cols : nullptr,
                                            prefill_attention_);
       });
@@ -151,7 +187,7 @@ void CudaBackend::attend_paged_rows(const LayerCache& c, const Node& n, int64_t 
     kv_read += 2.0 * (n.ids[i] + 1) * double(kv_dim_) * double(kv_elem_bytes());
     flops += 4.0 * (n.ids[i] + 1) * double(p.n_head) * p.head_dim;
   }
-  kn::PagedKv kv = pp.kv;
+  kn::PagedKv kv = pp.kv_for(c.a.window);
   kv.row_seq += r0;
   run_op("attention (paged)", kv_read + double(rows * q.cols) * 8.0, flops, [&] {
     return kn::attention_paged(q.data + r0 * q.cols, rows, dev_pos() + r0, kv, c.k, c.v, c.a, splits, work,
@@ -207,8 +243,9 @@ bool CudaBackend::launch_ahead_rows(const KvLayout& next) {
   for (int64_t r = 0; r < rows; ++r) {
     tokens[size_t(r)] = int32_t(-1 - r);
     pos[size_t(r)] = host_in_[in_capacity_ + size_t(r)] + 1;
-    if (pos[size_t(r)] >= kv_bucket_ || pos[size_t(r)] >= kv_ctx_ ||
-        size_t(pos[size_t(r)] / next.block_tokens) >= next.tables[size_t(r)].size())
+    const size_t b = size_t(pos[size_t(r)] / next.block_tokens);
+    if (pos[size_t(r)] >= kv_bucket_ || pos[size_t(r)] >= kv_ctx_ || b >= next.tables[size_t(r)].size() ||
+        (!next.window_tables.empty() && b >= next.window_tables[size_t(r)].size()))
       return false;  // another bucket (another graph), or the caller has no block for it
   }
   cuda_check(cudaEventRecord(sampled_, stream_), "argmax_rows");
@@ -225,6 +262,7 @@ bool CudaBackend::launch_ahead_rows(const KvLayout& next) {
   ahead_row_seq_.assign(next.row_seq.begin(), next.row_seq.end());
   ahead_tables_.clear();
   for (const auto& t : next.tables) ahead_tables_.emplace_back(t.begin(), t.end());
+  for (const auto& t : next.window_tables) ahead_tables_.emplace_back(t.begin(), t.end());
   ++ahead_rows_launched_;
   return true;
 }
@@ -235,11 +273,14 @@ bool CudaBackend::ahead_rows_match(std::span<const int32_t> tokens, std::span<co
   if (!std::equal(tokens.begin(), tokens.end(), ahead_tokens_.begin()) ||
       !std::equal(pos.begin(), pos.end(), ahead_pos_rows_.begin()) ||
       !std::equal(layout_->row_seq.begin(), layout_->row_seq.end(), ahead_row_seq_.begin(), ahead_row_seq_.end()) ||
-      layout_->tables.size() != ahead_tables_.size())
+      layout_->tables.size() + layout_->window_tables.size() != ahead_tables_.size())
     return false;
-  for (size_t s = 0; s < ahead_tables_.size(); ++s)
-    if (!std::equal(layout_->tables[s].begin(), layout_->tables[s].end(), ahead_tables_[s].begin(), ahead_tables_[s].end()))
-      return false;
+  // (the main tables, then the window pool's, as launch_ahead_rows kept them)
+  const size_t n = layout_->tables.size();
+  for (size_t s = 0; s < ahead_tables_.size(); ++s) {
+    const std::span<const int32_t> t = s < n ? layout_->tables[s] : layout_->window_tables[s - n];
+    if (!std::equal(t.begin(), t.end(), ahead_tables_[s].begin(), ahead_tables_[s].end())) return false;
+  }
   return true;
 }
 
