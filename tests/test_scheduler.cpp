@@ -169,4 +169,31 @@ TEST(Scheduler, CancelAndTheCapOnRunningSequences) {
   EXPECT_EQ(kv.used_blocks(), 2);  // only 2's blocks are left
 }
 
+// A window pool (window 8, blocks of 4): each prompt chunk and decode row has the window block of
+// its positions; a chunk that ends one short of its prompt leaves the last prompt token to a
+// decode row, which takes its block too (it starts a new one here); the window blocks before
+// the window go as the sequence moves on.
+TEST(Scheduler, EveryRowHasItsWindowBlock) {
+  KvBlockManager kv(16, 4, true, {8, 6});
+  SchedulerOptions o;
+  o.max_step_tokens = 4;
+  Scheduler sched(kv, o);
+  sched.submit(1, toks(5, 10));
+  const Step s1 = sched.next_step();
+  EXPECT_EQ(plan(s1), "1:0+4");
+  EXPECT_EQ(kv.window_table(1).size(), 1u);
+  sched.step_done(s1, sample_all(s1));
+  const Step s2 = sched.next_step();
+  EXPECT_EQ(plan(s2), "1:4+1*");
+  EXPECT_EQ(kv.window_table(1).size(), 2u);  // position 4's block
+  sched.step_done(s2, sample_all(s2));
+  for (int p = 5; p < 24; ++p) {
+    const Step s = sched.next_step();
+    ASSERT_EQ(plan(s), "1:" + std::to_string(p) + "+1*");
+    ASSERT_GT(int(kv.window_table(1).size()) * 4, p);
+    sched.step_done(s, sample_all(s));
+  }
+  EXPECT_LE(kv.window_used_blocks(), 3);  // positions 17.. of the query at 24: blocks 4, 5 and 6
+}
+
 }  // namespace

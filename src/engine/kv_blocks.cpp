@@ -166,14 +166,16 @@ void KvBlockManager::commit(SeqId id, int n_computed) {
       blk.tokens.assign(toks.begin(), toks.end());
       index_.emplace(key_hash(parent, toks), b);
     }
-    // The window block the sequence holds for it goes with a block it registered (or reused
-    // without one): cached with it from now on.
-    if (windowed() && (existing < 0 || existing == b) && blk.wblock < 0 && i >= s.wfirst && i < int(s.wtable.size()) &&
+    const int32_t shared = existing < 0 ? b : existing;
+    // The window block the sequence holds for it goes with the shared copy (its own, or one
+    // registered before whose window block was evicted): cached with it from now on.
+    Block& reg = blocks_[size_t(shared)];
+    if (windowed() && reg.wblock < 0 && i >= s.wfirst && i < int(s.wtable.size()) &&
         wblocks_[size_t(s.wtable[size_t(i)])].owner < 0) {
-      blk.wblock = s.wtable[size_t(i)];
-      wblocks_[size_t(blk.wblock)].owner = b;
+      reg.wblock = s.wtable[size_t(i)];
+      wblocks_[size_t(reg.wblock)].owner = shared;
     }
-    parent = existing < 0 ? b : existing;
+    parent = shared;
   }
 }
 

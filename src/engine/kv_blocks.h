@@ -50,7 +50,7 @@ class KvBlockManager {
   std::optional<int> add_sequence(SeqId id, std::span<const int32_t> prompt);
   // One more token at the end of a sequence (a block allocated when the last one is full; with a
   // window pool, its window block too, and the window blocks before its window let go); false
-  // when no block is left (the caller preempts a sequence), and nothing else changes.
+  // when no block is left (the caller preempts a sequence), and the tables stay as they were.
   bool append(SeqId id, int32_t token);
   // The block of the sequence's next token taken ahead of the token (append then uses it): for a
   // step started before the token is known (the engine's run-ahead). True when the table already

@@ -58,6 +58,8 @@ Step Scheduler::plan_step() {
   // Decode rows first: one token each for the sequences whose prompt is computed.
   for (auto& [id, s] : running_)
     if (budget > 0 && s.computed == int(s.tokens.size()) - 1) {
+      // (a prompt's last token, left by a chunk that ended one short, has no window block yet)
+      if (kv_.hold_window(id, s.computed, s.computed + 1) <= s.computed) continue;
       step.seqs.push_back({id, s.computed, 1, true});
       --budget;
     }
