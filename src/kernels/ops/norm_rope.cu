@@ -313,27 +313,6 @@ unsigned grid_for(int64_t n, int threads) {
   return unsigned(std::clamp<int64_t>((n + threads - 1) / threads, 1, 65535));
 }
 
-// Rows of up to kNormPer * kNormThreads columns need 64 KB of shared memory in
-// rmsnorm_rows_kernel, past the 48 KB a launch gets without asking: asked once per output type.
-template <class T16>
-bool rows_kernel_fits() {
-  static const bool ok = cudaFuncSetAttribute(rmsnorm_rows_kernel<T16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              int(rows_smem_bytes(int64_t(kNormPer) * kNormThreads))) == cudaSuccess;
-  return ok;
-}
-
-// many: a prompt's rows, taken by rmsnorm_rows_kernel where its shared memory can be had (else
-// by the 1024-thread kernel, which gives the same values).
-template <class T16>
-void launch_rmsnorm(bool many, cudaStream_t s, const float* x, const float* w, int64_t rows, int64_t cols, float eps,
-                    float* out, T16* o16, uint8_t* o8) {
-  if (many && rows_kernel_fits<T16>())
-    launch_pdl(rmsnorm_rows_kernel<T16>, unsigned(rows), kRowsThreads, rows_smem_bytes(cols), s, x, w, cols, eps, out,
-               o16, o8);
-  else
-    launch_pdl(rmsnorm_kernel<T16>, unsigned(rows), kNormThreads, 0, s, x, w, cols, eps, out, o16, o8);
-}
-
 }  // namespace
 
 Status rmsnorm(const float* x, const float* w, int64_t rows, int64_t cols, float eps, float* out, void* out16,
@@ -345,12 +324,28 @@ Status rmsnorm(const float* x, const float* w, int64_t rows, int64_t cols, float
   if (rows == 0) return Status::success();
   uint8_t* o8 = static_cast<uint8_t*>(out8);
   const bool many = rows >= kRowsFrom && cols <= int64_t(kNormPer) * kNormThreads;
-  if (out16 && t16 == GgmlType::BF16)
-    launch_rmsnorm(many, s, x, w, rows, cols, eps, out, static_cast<__nv_bfloat16*>(out16), o8);
-  else if (out16)
-    launch_rmsnorm(many, s, x, w, rows, cols, eps, out, static_cast<__half*>(out16), o8);
-  else
-    launch_rmsnorm(many, s, x, w, rows, cols, eps, out, static_cast<float*>(nullptr), o8);
+  auto go = [&](auto kernel, auto* o16) {
+    size_t smem = 0;
+    if (many) {  // rows of up to 8192 columns: 64 KB, past the 48 KB a launch gets without asking
+      static const bool room = [&] {
+        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(rows_smem_bytes(int64_t(kNormPer) * kNormThreads))) == cudaSuccess;
+      }();
+      if (!room) return;
+      smem = rows_smem_bytes(cols);
+    }
+    launch_pdl(kernel, unsigned(rows), many ? kRowsThreads : kNormThreads, smem, s, x, w, cols, eps, out, o16, o8);
+  };
+  if (out16 && t16 == GgmlType::BF16) {
+    auto* o16 = static_cast<__nv_bfloat16*>(out16);
+    many ? go(rmsnorm_rows_kernel<__nv_bfloat16>, o16) : go(rmsnorm_kernel<__nv_bfloat16>, o16);
+  } else if (out16) {
+    auto* o16 = static_cast<__half*>(out16);
+    many ? go(rmsnorm_rows_kernel<__half>, o16) : go(rmsnorm_kernel<__half>, o16);
+  } else {
+    float* o16 = nullptr;
+    many ? go(rmsnorm_rows_kernel<float>, o16) : go(rmsnorm_kernel<float>, o16);
+  }
   return launch_status("rmsnorm");
 }
 
