@@ -104,13 +104,8 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* __re
 // The values also go to shared memory, and the stores run from there in a loop of a few
 // columns a turn: unrolled over the 64 values a lane holds, rmsnorm_store's three outputs (and
 // the int8 block's warp reduction) made ~300 KB of code, far past the instruction cache (the
-// kernel ran at 337 GB/s, slower than rmsnorm_kernel's 1024-thread blocks). The weights are
-// copied to shared memory before the PDL wait (they never depend on the kernel before), so the
-// store loop waits on no load (loaded there, two at a time, they cost a round trip to L2 every
-// two columns of a thread).
+// kernel ran at 337 GB/s, slower than rmsnorm_kernel's 1024-thread blocks).
 constexpr int kRowsThreads = 128;
-// Dynamic shared memory of rmsnorm_rows_kernel: the row's values and the weights.
-size_t rows_smem_bytes(int64_t cols) { return size_t(2 * cols) * sizeof(float); }
 constexpr int64_t kRowsFrom = 256;  // rows from which rmsnorm() takes rmsnorm_rows_kernel (prompts)
 
 template <class T16>
@@ -124,11 +119,7 @@ __global__ void __launch_bounds__(kRowsThreads) rmsnorm_rows_kernel(const float*
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   __shared__ double part[kWarps];
   __shared__ float scale_s;
-  extern __shared__ float rows_smem[];
-  float* vals = rows_smem;       // [cols] the row, for the stores
-  float* ws = rows_smem + cols;  // [cols] w
-#pragma unroll 4
-  for (int64_t i = threadIdx.x; i < cols; i += kRowsThreads) ws[i] = w[i];
+  __shared__ float vals[kNormPer * kNormThreads];  // the row, for the stores
   // Element (m, u) of a lane: column 32 (warp kMine + m) + lane + 1024 u. All of a lane's loads
   // are issued before any is used (one trip to memory per block, not one per virtual warp).
   auto col = [&](int m, int u) { return int64_t(32 * (warp * kMine + m) + lane) + int64_t(u) * kNormThreads; };
@@ -142,15 +133,13 @@ __global__ void __launch_bounds__(kRowsThreads) rmsnorm_rows_kernel(const float*
   for (int m = 0; m < kMine; ++m) {
     double ss = 0;
 #pragma unroll
-    for (int u = 0; u < kNormPer; ++u) ss += double(xv[m][u]) * xv[m][u];
+    for (int u = 0; u < kNormPer; ++u) {
+      ss += double(xv[m][u]) * xv[m][u];
+      if (col(m, u) < cols) vals[col(m, u)] = xv[m][u];
+    }
     for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(~0u, ss, o);
     if (lane == 0) part[warp * kMine + m] = ss;
   }
-#pragma unroll
-  for (int m = 0; m < kMine; ++m)
-#pragma unroll
-    for (int u = 0; u < kNormPer; ++u)
-      if (col(m, u) < cols) vals[col(m, u)] = xv[m][u];
   __syncthreads();
   if (warp == 0) {
     double v = part[lane];
@@ -161,7 +150,7 @@ __global__ void __launch_bounds__(kRowsThreads) rmsnorm_rows_kernel(const float*
   const float scale = scale_s;
   // A warp's 32 lanes take 32 consecutive columns: one int8 block of out8 per warp and step.
 #pragma unroll 2
-  for (int64_t i = threadIdx.x; i < cols; i += kRowsThreads) rmsnorm_store(vals[i] * scale * ws[i], row, i, cols, out, out16, out8);
+  for (int64_t i = threadIdx.x; i < cols; i += kRowsThreads) rmsnorm_store(vals[i] * scale * w[i], row, i, cols, out, out16, out8);
 }
 
 // One thread per (row, head, pair).  x: [rows][n_heads * head_dim];  pos: [rows]
@@ -325,16 +314,7 @@ Status rmsnorm(const float* x, const float* w, int64_t rows, int64_t cols, float
   uint8_t* o8 = static_cast<uint8_t*>(out8);
   const bool many = rows >= kRowsFrom && cols <= int64_t(kNormPer) * kNormThreads;
   auto go = [&](auto kernel, auto* o16) {
-    size_t smem = 0;
-    if (many) {  // rows of up to 8192 columns: 64 KB, past the 48 KB a launch gets without asking
-      static const bool room = [&] {
-        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(rows_smem_bytes(int64_t(kNormPer) * kNormThreads))) == cudaSuccess;
-      }();
-      if (!room) return;
-      smem = rows_smem_bytes(cols);
-    }
-    launch_pdl(kernel, unsigned(rows), many ? kRowsThreads : kNormThreads, smem, s, x, w, cols, eps, out, o16, o8);
+    launch_pdl(kernel, unsigned(rows), many ? kRowsThreads : kNormThreads, 0, s, x, w, cols, eps, out, o16, o8);
   };
   if (out16 && t16 == GgmlType::BF16) {
     auto* o16 = static_cast<__nv_bfloat16*>(out16);
