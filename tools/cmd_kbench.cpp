@@ -206,7 +206,9 @@ Run add_kbench(CLI::App& app) {
   sub->add_option("--shapes", a->shapes,
                   "Comma-separated shapes: NxK (gemv), MxNxK (gemm), prompt lengths (attn) or row widths (allreduce)");
   sub->add_option("--batch", a->batches, "Comma-separated batch sizes (gemv, 1..8)");
-  sub->add_option("--types", a->types, "Comma-separated weight types");
+  sub->add_option("--types", a->types,
+                  "Comma-separated weight types (gemm without --shapes: the model matrices at 128-4096 rows in these "
+                  "types only)");
   sub->add_flag("--best", a->best, "Show only the best variant per shape");
   sub->add_flag("--all", a->all, "gemm: time the teaching rungs on the largest shapes too");
   sub->add_flag("--configs", a->configs, "gemm: a row for every config of each variant, not only its fastest");

@@ -39,14 +39,20 @@ struct Entry {
   std::vector<std::string> types;
 };
 
-std::vector<Entry> default_entries() {
+// Without --shapes: square f32/f16/bf16 problems, the SGEMM set and the Llama-2-7B / Llama-3-8B
+// matrices at 128-4096 prompt rows; with --types, only those matrices, in the types asked.
+std::vector<Entry> default_entries(const std::string& types) {
   std::vector<Entry> e;
-  for (int64_t s : {4096, 8192}) e.push_back({s, s, s, {"f32", "f16", "bf16"}});
-  for (int64_t s : {2048, 4096, 8192}) e.push_back({s, s, 1024, {"f32"}});  // the seeds' SGEMM set
+  if (types.empty()) {
+    for (int64_t s : {4096, 8192}) e.push_back({s, s, s, {"f32", "f16", "bf16"}});
+    for (int64_t s : {2048, 4096, 8192}) e.push_back({s, s, 1024, {"f32"}});  // the seeds' SGEMM set
+  }
+  const std::vector<std::string> model_types = types.empty() ? std::vector<std::string>{"f16", "q8_0", "q4_0", "q4_K"}
+                                                             : split_list(types);
   for (int64_t m : {128, 512, 2048, 4096})
     for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {12288, 4096}, {11008, 4096}, {4096, 11008},
                         {14336, 4096}, {4096, 14336}})
-      e.push_back({m, n, k, {"f16", "q8_0", "q4_0", "q4_K"}});
+      e.push_back({m, n, k, model_types});
   return e;
 }
 
@@ -101,7 +107,7 @@ void run_kbench_gemm(const KbenchGemmArgs& a) {
   cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);  // no TF32 for the f32 rows
   std::vector<Entry> entries;
   if (a.shapes.empty()) {
-    entries = default_entries();
+    entries = default_entries(a.types);
   } else {
     for (const auto& sh : split_list(a.shapes)) {
       Entry e{};
