@@ -84,12 +84,17 @@ class EngineTest : public ::testing::Test {
     }
   };
 
-  // Requests of these prompt lengths (greedy and sampled in turn), `max_tokens` each, prompts in
-  // chunks of at most 16 step tokens beside decode rows: each gives what it gives alone.
-  static void expect_each_as_alone(std::initializer_list<int> lens, int max_tokens, unsigned seed) {
-    Session es(options(512)), ref(options(512));
+  static EngineOptions steps_of_16() {
     EngineOptions eo;
     eo.schedule.max_step_tokens = 16;
+    return eo;
+  }
+  // Requests of these prompt lengths (greedy and sampled in turn), `max_tokens` each, prompts in
+  // chunks of at most 16 step tokens beside decode rows: each gives what it gives alone, and
+  // every block (of a window pool too) comes back.
+  static void expect_each_as_alone(std::initializer_list<int> lens, int max_tokens, unsigned seed,
+                                   const EngineOptions& eo = steps_of_16()) {
+    Session es(options(512)), ref(options(512));
     Engine engine(es, eo);
     std::mt19937 rng(seed);
     std::vector<Request> reqs;
@@ -100,6 +105,7 @@ class EngineTest : public ::testing::Test {
     engine.run_until_idle();
     for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(st.tokens[ids[i]], alone(ref, reqs[i])) << "request " << i;
     EXPECT_EQ(engine.kv().used_blocks(), 0);
+    EXPECT_EQ(engine.kv().window_used_blocks(), 0);
   }
   static inline std::string path_;
 };
@@ -178,6 +184,13 @@ TEST_F(EngineTest, TwoRanksGiveWhatEachGivesAlone) {
 class EngineGemma3Test : public EngineTest {
  protected:
   static void SetUpTestSuite() { generate("tiny-gemma3"); }
+  // 3 running sequences, steps of 16 tokens: a window pool of 3 x 3 + 1 + 3 = 13 blocks, of the
+  // cache's 32 (the default 256 sequences would need more than the cache has: no pool).
+  static EngineOptions pooled() {
+    EngineOptions eo = steps_of_16();
+    eo.schedule.max_running = 3;
+    return eo;
+  }
 };
 
 TEST_F(EngineGemma3Test, ManyRequestsGiveWhatEachGivesAlone) { expect_each_as_alone({2, 9, 30, 5, 21}, 12, 3); }
@@ -237,41 +250,22 @@ TEST_F(EngineGemma3Test, CuttingBackOverTwoRanksEvaluatesTheTokensAgain) {
   EXPECT_LE(rel_l2(got, ref.eval(all)), 1e-6);
 }
 
-// The local layers' blocks from a pool of their own (3 running sequences: 3 x 3 + 1 + 3 = 13
-// blocks, of the cache's 32): prompts and generations past the 4-position window, more requests
-// than run at once, sampled and greedy; each gives what it gives alone, and the pool's blocks all
-// come back.
+// The local layers' blocks from a pool of their own: prompts and generations past the
+// 4-position window, more requests than run at once, sampled and greedy; each gives what it gives
+// alone, and the pool's blocks all come back.
 TEST_F(EngineGemma3Test, AWindowPoolGivesWhatEachGivesAlone) {
-  Session es(options(512)), ref(options(512));
-  EngineOptions eo;
-  eo.schedule.max_step_tokens = 16;
-  eo.schedule.max_running = 3;
-  Engine engine(es, eo);
-  ASSERT_TRUE(engine.kv().windowed());
-  EXPECT_EQ(engine.kv().window_blocks(), 13);
-  std::mt19937 rng(21);
-  std::vector<Request> reqs;
-  for (int len : {40, 9, 70, 5, 33}) reqs.push_back(request(rng, len, 24, reqs.size() % 2 == 1, 40 + reqs.size()));
-  Streams st;
-  std::vector<int64_t> ids;
-  for (const Request& r : reqs) ids.push_back(engine.submit(r, st.callback()));
-  engine.run_until_idle();
-  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(st.tokens[ids[i]], alone(ref, reqs[i])) << "request " << i;
-  EXPECT_EQ(engine.kv().used_blocks(), 0);
-  EXPECT_EQ(engine.kv().window_used_blocks(), 0);
+  expect_each_as_alone({40, 9, 70, 5, 33}, 24, 21, pooled());
 }
 
 // A prefix found in the cache comes with the local layers' blocks of its last window: a prompt
 // of an earlier one's 40 tokens and 10 more reuses its first two blocks (32 tokens) and gives
-// what it gives alone. By default (256 sequences at once) the pool would not be smaller than the
-// cache: the local layers then use the main blocks.
+// what it gives alone. With the default options there is no pool: the local layers then use the
+// main blocks.
 TEST_F(EngineGemma3Test, APrefixFromTheCacheBringsItsWindow) {
   Session es(options(512)), ref(options(512));
-  EngineOptions eo;
-  eo.schedule.max_step_tokens = 16;
-  eo.schedule.max_running = 3;
-  Engine engine(es, eo);
+  Engine engine(es, pooled());
   ASSERT_TRUE(engine.kv().windowed());
+  EXPECT_EQ(engine.kv().window_blocks(), 13);
   std::mt19937 rng(22);
   const Request first = request(rng, 40, 8, false, 0);
   Request again = request(rng, 10, 12, false, 0);
