@@ -91,10 +91,13 @@ class EngineTest : public ::testing::Test {
   }
   // Requests of these prompt lengths (greedy and sampled in turn), `max_tokens` each, prompts in
   // chunks of at most 16 step tokens beside decode rows: each gives what it gives alone, and
-  // every block (of a window pool too) comes back.
+  // every block (of a window pool too) comes back. ranks: thread ranks of the engine's session
+  // and of the one it is compared with.
   static void expect_each_as_alone(std::initializer_list<int> lens, int max_tokens, unsigned seed,
-                                   const EngineOptions& eo = steps_of_16()) {
-    Session es(options(512)), ref(options(512));
+                                   const EngineOptions& eo = steps_of_16(), int ranks = 1) {
+    SessionOptions so = options(512);
+    so.tensor_parallel = ranks;
+    Session es(so), ref(so);
     Engine engine(es, eo);
     std::mt19937 rng(seed);
     std::vector<Request> reqs;
@@ -255,6 +258,11 @@ TEST_F(EngineGemma3Test, CuttingBackOverTwoRanksEvaluatesTheTokensAgain) {
 // alone, and the pool's blocks all come back.
 TEST_F(EngineGemma3Test, AWindowPoolGivesWhatEachGivesAlone) {
   expect_each_as_alone({40, 9, 70, 5, 33}, 24, 21, pooled());
+}
+
+// The same over two thread ranks (each rank's cache takes the same window tables).
+TEST_F(EngineGemma3Test, AWindowPoolOverTwoRanksGivesWhatEachGivesAlone) {
+  expect_each_as_alone({40, 9, 70}, 16, 23, pooled(), 2);
 }
 
 // A prefix found in the cache comes with the local layers' blocks of its last window: a prompt
