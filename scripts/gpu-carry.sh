@@ -11,7 +11,10 @@
 #                                   (~15 MiB), the shared libraries the GPU machine's image lacks in
 #                                   .carry/lib and the test vocabulary in .carry/vocab, for
 #                                   scripts/gpu-ab.sh --bins (carry .carry/bin .carry/lib .carry/vocab)
-#   scripts/gpu-carry.sh prebuilt   here: this machine's build (scripts/build.sh -DLAMINA_CUDA=ON
+#   scripts/gpu-carry.sh prebuilt [--no-audit]
+#                                   here: scripts/pdl-audit.py over the build first (a kernel whose
+#                                   loads ptxas moved above its PDL wait stops it; ~3 min on 2
+#                                   cores), then this machine's build (scripts/build.sh -DLAMINA_CUDA=ON
 #                                   -DLAMINA_KBENCH=ON) as .carry/prebuilt/*.xz (~31 MiB: the CLI,
 #                                   the GPU tests, the chain ceiling) and .carry/lib, for
 #                                   GPU_CHECK_PREBUILT=1 scripts/gpu-check.sh there: no build on the
@@ -76,11 +79,16 @@ case "${1:-}" in
     for b in "${bins[@]}"; do
       [ -x build/$b ] || { echo "gpu-carry: build/$b not built (scripts/build.sh -DLAMINA_CUDA=ON -DLAMINA_KBENCH=ON)" >&2; exit 1; }
     done
+    if [ "${2:-}" != --no-audit ]; then
+      scripts/pdl-audit.py --install --jobs "$(nproc)" > build/pdl-audit.log ||
+        { cat build/pdl-audit.log >&2; echo "gpu-carry: scripts/pdl-audit.py lists kernels (above; --no-audit to carry anyway)" >&2; exit 1; }
+      echo "gpu-carry: pdl-audit: $(grep -c 'kernels that wait' build/pdl-audit.log) sources, no load moved above a PDL wait"
+    fi
     rm -rf $C/prebuilt && mkdir -p $C/prebuilt
     for b in "${bins[@]}"; do xz -9 -T0 -c build/$b > $C/prebuilt/$(basename $b).xz; done
     echo "$PWD" > $C/prebuilt/built-in  # where the binaries look for the CLI, ../shared and tests/data
     libs
     du -sh $C/prebuilt $C/lib
     ;;
-  *) echo "usage: scripts/gpu-carry.sh prepare|assemble|bin NAME|prebuilt" >&2; exit 1 ;;
+  *) echo "usage: scripts/gpu-carry.sh prepare|assemble|bin NAME|prebuilt [--no-audit]" >&2; exit 1 ;;
 esac

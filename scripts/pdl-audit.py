@@ -75,7 +75,11 @@ def tool(name):
 
 
 def install_tools():
-    """cuobjdump and nvdisasm from PyPI into TOOLS (the venv's pip where scripts/deps.sh made one)."""
+    """cuobjdump and nvdisasm from PyPI into TOOLS (the venv's pip where scripts/deps.sh made one),
+    unless both are there already."""
+    where = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/cuda/bin", TOOLS_BIN])
+    if shutil.which("cuobjdump", path=where) and shutil.which("nvdisasm", path=where):
+        return
     venv_pip = os.path.join(os.path.expanduser("~"), ".cache", "lamina", "venv", "bin", "pip")
     pip = [venv_pip] if os.path.exists(venv_pip) else [sys.executable, "-m", "pip"]
     r = subprocess.run(pip + ["install", "-q", "--disable-pip-version-check", "--target", TOOLS,
