@@ -29,40 +29,27 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOLS = os.path.join(os.path.expanduser("~"), ".cache", "lamina", "cuda-tools")
 TOOLS_BIN = os.path.join(TOOLS, "nvidia", "cu13", "bin")
-PTX_MEM = re.compile(r"^\s*(@!?%p\d+\s+)?(ld|st|atom|red)\.global\b")
-SASS_MEM = re.compile(r"\b(LDG|STG|ATOMG|REDG|RED)\b")
+# How each listing names a kernel, marks the wait, and spells a global memory operation.
+PTX = (re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+(\S+?)\("), "griddepcontrol.wait",
+       re.compile(r"^\s*(@!?%p\d+\s+)?(ld|st|atom|red)\.global\b"))
+SASS = (re.compile(r"Function : (\S+)"), "ACQBULK", re.compile(r"\b(LDG|STG|ATOMG|REDG|RED)\b"))
 
 
-def prewait_ptx(text):
-    """{kernel: global memory operations before its first griddepcontrol.wait} (kernels that wait)."""
+def prewait(text, listing):
+    """{kernel: global memory operations before its first wait} for the kernels of a PTX or SASS
+    listing that wait."""
+    entry, wait, mem = listing
     out, fn, n = {}, None, 0
     for line in text.splitlines():
-        m = re.match(r"\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+(\S+?)\(", line)
+        m = entry.search(line)
         if m:
             fn, n = m.group(1), 0
             continue
         if fn is None or fn in out:
             continue
-        if "griddepcontrol.wait" in line:
+        if wait in line:
             out[fn] = n
-        elif PTX_MEM.match(line):
-            n += 1
-    return out
-
-
-def prewait_sass(text):
-    """{kernel: global memory instructions before its first ACQBULK} (kernels that wait)."""
-    out, fn, n = {}, None, 0
-    for line in text.splitlines():
-        m = re.search(r"Function : (\S+)", line)
-        if m:
-            fn, n = m.group(1), 0
-            continue
-        if fn is None or fn in out:
-            continue
-        if "ACQBULK" in line:
-            out[fn] = n
-        elif SASS_MEM.search(line):
+        elif mem.search(line):
             n += 1
     return out
 
@@ -118,7 +105,7 @@ def audit(entry, tmp, cuobjdump):
     s = subprocess.run([cuobjdump, "-sass", object_of(entry)], capture_output=True, text=True)
     if s.returncode:
         return src, None, f"cuobjdump failed: {s.stderr[-300:]}"
-    before_ptx, before_sass = prewait_ptx(open(ptx).read()), prewait_sass(s.stdout)
+    before_ptx, before_sass = prewait(open(ptx).read(), PTX), prewait(s.stdout, SASS)
     hoisted = [(k, n, before_ptx[k]) for k, n in before_sass.items() if k in before_ptx and n > before_ptx[k]]
     unmatched = [k for k in before_sass if k not in before_ptx]
     return src, (len(before_sass), hoisted, unmatched), None

@@ -3,6 +3,7 @@
 #include "core/error.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace lamina {
 
@@ -17,6 +18,14 @@ KvBlockManager::KvBlockManager(int n_blocks, int block_tokens, bool prefix_cache
   wblocks_.resize(size_t(window.n_blocks));
   for (int32_t b = window.n_blocks - 1; b >= 0; --b) wfree_.push_back(b);
 }
+
+const KvBlockManager::Seq& KvBlockManager::live(SeqId id) const {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) fail("KV blocks: no sequence {}", id);
+  return it->second;
+}
+
+KvBlockManager::Seq& KvBlockManager::live(SeqId id) { return const_cast<Seq&>(std::as_const(*this).live(id)); }
 
 uint64_t KvBlockManager::key_hash(int32_t parent, std::span<const int32_t> tokens) {
   uint64_t h = 0x9E3779B97F4A7C15ull ^ uint64_t(uint32_t(parent));
@@ -115,9 +124,7 @@ std::optional<int> KvBlockManager::add_sequence(SeqId id, std::span<const int32_
 }
 
 bool KvBlockManager::append(SeqId id, int32_t token) {
-  auto it = seqs_.find(id);
-  if (it == seqs_.end()) fail("KV blocks: no sequence {}", id);
-  Seq& s = it->second;
+  Seq& s = live(id);
   const int p = int(s.tokens.size());  // the token's position; every one before it is computed
   const bool block = s.tokens.size() == s.table.size() * size_t(block_tokens_);
   if (block && available() == 0) return false;
@@ -134,9 +141,7 @@ bool KvBlockManager::append(SeqId id, int32_t token) {
 }
 
 bool KvBlockManager::reserve_next(SeqId id) {
-  auto it = seqs_.find(id);
-  if (it == seqs_.end()) fail("KV blocks: no sequence {}", id);
-  Seq& s = it->second;
+  Seq& s = live(id);
   const int p = int(s.tokens.size());
   const bool block = s.tokens.size() == s.table.size() * size_t(block_tokens_);
   const bool wblock = windowed() && p / block_tokens_ >= int(s.wtable.size());
@@ -147,9 +152,7 @@ bool KvBlockManager::reserve_next(SeqId id) {
 }
 
 void KvBlockManager::commit(SeqId id, int n_computed) {
-  auto it = seqs_.find(id);
-  if (it == seqs_.end()) fail("KV blocks: no sequence {}", id);
-  Seq& s = it->second;
+  Seq& s = live(id);
   const int bt = block_tokens_;
   const int full = prefix_cache_ ? std::min(n_computed, int(s.tokens.size())) / bt : 0;
   int32_t parent = -1;
@@ -190,15 +193,11 @@ void KvBlockManager::free_sequence(SeqId id) {
 }
 
 const std::vector<int32_t>& KvBlockManager::block_table(SeqId id) const {
-  auto it = seqs_.find(id);
-  if (it == seqs_.end()) fail("KV blocks: no sequence {}", id);
-  return it->second.table;
+  return live(id).table;
 }
 
 const std::vector<int32_t>& KvBlockManager::window_table(SeqId id) const {
-  auto it = seqs_.find(id);
-  if (it == seqs_.end()) fail("KV blocks: no sequence {}", id);
-  return it->second.wtable;
+  return live(id).wtable;
 }
 
 int KvBlockManager::window_used_blocks() const { return window_blocks() - wavailable(); }
@@ -269,9 +268,7 @@ void KvBlockManager::let_go_window(Seq& s, int from) {
 
 int KvBlockManager::hold_window(SeqId id, int from, int to) {
   if (!windowed() || to <= from) return to;
-  auto it = seqs_.find(id);
-  if (it == seqs_.end()) fail("KV blocks: no sequence {}", id);
-  Seq& s = it->second;
+  Seq& s = live(id);
   let_go_window(s, from);
   const int bt = block_tokens_;
   while (int(s.wtable.size()) * bt < to) {

@@ -71,7 +71,6 @@ class KvBlockManager {
   // The window layers' blocks of each position (entries before the held ones are stale).
   const std::vector<int32_t>& window_table(SeqId id) const;
   bool windowed() const { return !wblocks_.empty(); }
-  int window() const { return window_; }
   int window_blocks() const { return int(wblocks_.size()); }
   int window_used_blocks() const;  // held by a live sequence
   int block_tokens() const { return block_tokens_; }
@@ -107,6 +106,8 @@ class KvBlockManager {
     int wfirst = 0;
   };
   static uint64_t key_hash(int32_t parent, std::span<const int32_t> tokens);
+  const Seq& live(SeqId id) const;  // an admitted sequence (throws for another id)
+  Seq& live(SeqId id);
 
   int available() const { return int(free_.size() + lru_.size()); }
   int32_t take_block();  // a free block, or the least recently freed cached one (unregistered)

@@ -32,16 +32,12 @@ void CudaBackend::set_kv_layout(const KvLayout* layout) {
 namespace {
 
 // Sequence s's block table into dst (stride entries, zeros past its end), checked against the
-// cache; a window pool's table may hold stale entries (any id: no kernel reads them) before the
-// window, so only the entries of the window's blocks are checked there (from first on).
-void stage_table(std::span<const int32_t> table, size_t s, size_t stride, int64_t n_blocks, size_t first, int32_t* dst) {
+// cache. (A window pool's stale entries are ids of its blocks too, so they pass the same check.)
+void stage_table(std::span<const int32_t> table, size_t s, size_t stride, int64_t n_blocks, int32_t* dst) {
   std::fill(dst, dst + stride, 0);
   for (size_t b = 0; b < std::min(stride, table.size()); ++b) {
     const int32_t id = table[b];
-    if (id < 0 || id >= n_blocks) {
-      if (b >= first) fail("paged KV cache: block {} of sequence {} is outside the cache's {} blocks", id, s, n_blocks);
-      continue;
-    }
+    if (id < 0 || id >= n_blocks) fail("paged KV cache: block {} of sequence {} is outside the cache's {} blocks", id, s, n_blocks);
     dst[b] = id;
   }
 }
@@ -76,25 +72,17 @@ void CudaBackend::stage_paged(std::span<const int32_t> pos) {
   int32_t* tables = row_seq + rows;
   int32_t* wslots = tables + l.tables.size() * stride;  // (window pool only)
   int32_t* wtables = wslots + rows;
-  // A window table is checked from the first block its sequence's earliest row reads.
-  std::vector<size_t> first(l.tables.size(), SIZE_MAX);
-  const int window = windows && !kv_windows_.empty() ? *std::max_element(kv_windows_.begin(), kv_windows_.end()) : 0;
-  for (int64_t t = 0; t < rows; ++t) {
-    const int32_t s = l.row_seq[size_t(t)], p = pos[size_t(t)];
-    if (s < 0 || size_t(s) >= l.tables.size()) fail("paged KV cache: row {} names sequence {} of {}", t, s, l.tables.size());
-    if (p < 0) fail("paged KV cache: position {} of sequence {}", p, s);
-    first[size_t(s)] = std::min(first[size_t(s)], size_t(std::max(0, p + 1 - window) / l.block_tokens));
-  }
   for (size_t s = 0; s < l.tables.size(); ++s) {
-    stage_table(l.tables[s], s, stride, n_blocks, 0, tables + s * stride);
-    if (windows) stage_table(l.window_tables[s], s, stride, n_blocks, first[s], wtables + s * stride);
+    stage_table(l.tables[s], s, stride, n_blocks, tables + s * stride);
+    if (windows) stage_table(l.window_tables[s], s, stride, n_blocks, wtables + s * stride);
   }
   auto slot = [&](const std::span<const int32_t> table, int32_t s, int32_t p) {
-    if (size_t(p / l.block_tokens) >= table.size()) fail("paged KV cache: position {} of sequence {} has no block", p, s);
+    if (p < 0 || size_t(p / l.block_tokens) >= table.size()) fail("paged KV cache: position {} of sequence {} has no block", p, s);
     return table[size_t(p / l.block_tokens)] * l.block_tokens + p % l.block_tokens;
   };
   for (int64_t t = 0; t < rows; ++t) {
     const int32_t s = l.row_seq[size_t(t)], p = pos[size_t(t)];
+    if (s < 0 || size_t(s) >= l.tables.size()) fail("paged KV cache: row {} names sequence {} of {}", t, s, l.tables.size());
     row_seq[t] = s;
     slots[t] = slot(l.tables[size_t(s)], s, p);
     if (windows) wslots[t] = slot(l.window_tables[size_t(s)], s, p);
