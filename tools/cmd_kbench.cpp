@@ -40,7 +40,7 @@ struct KbenchArgs {
   std::string batches;  // gemv default when empty: 1,2,4,8 (1 with --decode)
   std::string types;   // family default when empty
   bool best = false, all = false;
-  bool configs = false;  // gemm: every config's row
+  bool configs = false;  // gemm, gemv: every config's row
   bool decode = false;   // gemv: as the decode step runs them (batch 1, x as int8 blocks, y8 made)
   bool x8 = false;       // gemv: x as int8 blocks made by the op before, at any batch (the engine's small steps)
   KbenchCpuArgs cpu;     // cpu: its own options (shapes, types and reps copied from above)
@@ -107,9 +107,9 @@ void run_kbench_gemv(KbenchArgs a) {
   const double copy_gbs = copy_bandwidth_gbs(size_t(1) << 30, s);
   fmt::print("device: {} ({} SMs, L2 {} MiB), copy bandwidth {:.0f} GB/s (read + write, 1 GiB D2D)\n\n", prop.name,
              prop.multiProcessorCount, l2_cache_bytes() >> 20, copy_gbs);
-  fmt::print("| {:<12} | {:>2} | {:<5} | {:<34} | {:>9} | {:>9} | {:>7} | {:>6} | {:>8} |\n", "N x K", "b", "type",
+  fmt::print("| {:<12} | {:>2} | {:<5} | {:<42} | {:>9} | {:>9} | {:>7} | {:>6} | {:>8} |\n", "N x K", "b", "type",
              "variant (config)", "µs", "graph µs", "GB/s", "% copy", "vs cuBLAS");
-  fmt::print("|{:-<14}|{:-<4}|{:-<7}|{:-<36}|{:->11}|{:->11}|{:->9}|{:->8}|{:->10}|\n", "", "", "", "", "", "", "", "", "");
+  fmt::print("|{:-<14}|{:-<4}|{:-<7}|{:-<44}|{:->11}|{:->11}|{:->9}|{:->8}|{:->10}|\n", "", "", "", "", "", "", "", "", "");
   for (const auto& shape : split_list(a.shapes)) {
     int64_t n = 0, k = 0;
     if (std::sscanf(shape.c_str(), "%ldx%ld", &n, &k) != 2 || n <= 0 || k <= 0) fail("bad shape '{}' (want NxK)", shape);
@@ -131,7 +131,7 @@ void run_kbench_gemv(KbenchArgs a) {
         const Times base = cublas_us[key];
         auto row = [&](const std::string& name, Times tm, size_t wbytes) {
           const double gbs = double(wbytes + size_t(batch) * size_t(k) * 4) / (tm.best() * 1e-6) / 1e9;
-          fmt::print("| {:<12} | {:>2} | {:<5} | {:<34.34} | {:>9.2f} | {:>9.2f} | {:>7.0f} | {:>5.1f}% | {:>8.2f}x |\n",
+          fmt::print("| {:<12} | {:>2} | {:<5} | {:<42.42} | {:>9.2f} | {:>9.2f} | {:>7.0f} | {:>5.1f}% | {:>8.2f}x |\n",
                      shape, batch, tn, name, tm.us, tm.graph_us, gbs, 100.0 * gbs / copy_gbs, base.best() / tm.best());
         };
         row("cuBLAS (" + key + " GemmEx)", base, size_t(n_blas) * size_t(k) * elt);
@@ -153,8 +153,10 @@ void run_kbench_gemv(KbenchArgs a) {
             if (it == best_per.end() || tm.best_us() < it->second.best_us()) best_per[tm.variant->name] = tm;
           }
           std::vector<GemvTiming> rows;
-          for (const auto& v : gemv_variants())
-            if (best_per.count(v.name)) rows.push_back(best_per[v.name]);
+          if (a.configs && !a.best) rows = timings;  // every config that ran (graph µs -1: its graph failed)
+          else
+            for (const auto& v : gemv_variants())
+              if (best_per.count(v.name)) rows.push_back(best_per[v.name]);
           if (a.best && !rows.empty())
             rows = {*std::min_element(rows.begin(), rows.end(), [](auto& x, auto& y) { return x.best_us() < y.best_us(); })};
           for (const auto& tm : rows)
@@ -211,7 +213,7 @@ Run add_kbench(CLI::App& app) {
                   "types only)");
   sub->add_flag("--best", a->best, "Show only the best variant per shape");
   sub->add_flag("--all", a->all, "gemm: time the teaching rungs on the largest shapes too");
-  sub->add_flag("--configs", a->configs, "gemm: a row for every config of each variant, not only its fastest");
+  sub->add_flag("--configs", a->configs, "gemm, gemv: a row for every config of each variant, not only its fastest");
   sub->add_flag("--decode", a->decode,
                 "gemv: as the decode step runs them: batch 1, x as int8 blocks, y's int8 copy made by the GEMV");
   sub->add_flag("--x8", a->x8,
