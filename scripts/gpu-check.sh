@@ -190,5 +190,8 @@ cat "$OUT/tp-summary.txt" 2>/dev/null
 for fam in gemv gemv-x8 gemm; do
   [ -f "$OUT/kbench-$fam.log" ] && python3 scripts/kbench_summary.py "$OUT/kbench-$fam.log" | tee "$OUT/kbench-$fam-summary.txt"
 done
+# The failed tests by name and where each failed, beside the table (the logs may not come back).
+grep -hE "^([0-9]+: )?\[  FAILED  \] [A-Za-z]" "$OUT/gpu-tests.log" "$OUT/cpu-tests.log" 2>/dev/null | sort -u | head -10
+grep -h -A3 -E ": Failure$" "$OUT/gpu-tests.log" "$OUT/cpu-tests.log" 2>/dev/null | cut -c1-240 | head -16
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
 ! grep -q FAIL "$OUT/summary.txt"
