@@ -137,7 +137,13 @@ TEST(GemvTune, PendingNormGateUpFindsTheTunedX8Y8Entry) {
   ASSERT_NE(fallback, nullptr);
   const std::string fallback_choice = std::string("q_dp4a(") + fallback->configs.front().str() + ")";
   ASSERT_EQ(gemv_choice(shape), fallback_choice) << "untuned: the default rung's first config";
-  const auto best = gemv_tune(shape, nullptr, fallback_choice);
+  // A stream of its own: the legacy stream cannot be captured, so the tuner's graph timing would
+  // not run on it (and its capture's error once reached the next test's first launch).
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreate(&stream));
+  const auto best = gemv_tune(shape, stream, fallback_choice);
+  CUDA_OK(cudaStreamDestroy(stream));
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess) << "gemv_tune left an error for the next launch";
   ASSERT_TRUE(best.has_value());
   const std::string tuned = std::string(best->variant->name) + "(" + best->config.str() + ")";
   ASSERT_NE(tuned, fallback_choice);

@@ -31,15 +31,22 @@ double median_time_us(const std::function<void(int)>& run, int warmup, int reps,
 double graph_time_us(const std::function<void(int)>& run, int launches, int reps, cudaStream_t s) {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) != cudaSuccess) return -1;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed) != cudaSuccess) {  // (the legacy stream cannot be captured)
+    cudaGetLastError();  // its error is not the caller's next launch's
+    return -1;
+  }
   for (int i = 0; i < launches; ++i) run(i);
   const bool captured = cudaStreamEndCapture(s, &graph) == cudaSuccess && graph;
   const bool ready = captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
   double us = -1;
-  if (ready) us = median_time_us([&](int) { cudaGraphLaunch(exec, s); }, 1, reps, s) / launches;
+  bool replayed = ready;
+  if (ready)
+    us = median_time_us([&](int) { replayed = cudaGraphLaunch(exec, s) == cudaSuccess && replayed; }, 1, reps, s) / launches;
   if (exec) cudaGraphExecDestroy(exec);
   if (graph) cudaGraphDestroy(graph);
-  if (!ready) cudaGetLastError();  // clear the capture error for the caller's next launch
+  // Clear what capture, instantiation or replay left for the caller's next launch; a replay that
+  // failed timed nothing (its events would rank it first).
+  if (cudaGetLastError() != cudaSuccess || !replayed) us = -1;
   return us;
 }
 
