@@ -59,16 +59,24 @@ void KvBlockManager::unregister(int32_t id) {
   b.tokens.clear();
 }
 
-int32_t KvBlockManager::take_block() {
-  int32_t id;
-  if (!free_.empty()) {
-    id = free_.back();
-    free_.pop_back();
-  } else {
-    id = lru_.front();  // the caller checked available()
-    lru_.pop_front();
-    unregister(id);
+namespace {
+// A pool's next block: its last free one, or (evicted) its least recently freed cached one; the
+// caller checked that the pool has one.
+std::pair<int32_t, bool> pop_block(std::vector<int32_t>& free, std::list<int32_t>& lru) {
+  if (!free.empty()) {
+    const int32_t id = free.back();
+    free.pop_back();
+    return {id, false};
   }
+  const int32_t id = lru.front();
+  lru.pop_front();
+  return {id, true};
+}
+}  // namespace
+
+int32_t KvBlockManager::take_block() {
+  const auto [id, evicted] = pop_block(free_, lru_);
+  if (evicted) unregister(id);
   blocks_[size_t(id)].refs = 1;
   return id;
 }
@@ -224,13 +232,8 @@ double KvBlockManager::waste() const {
 // The window pool's side.
 
 int32_t KvBlockManager::take_wblock() {
-  int32_t w;
-  if (!wfree_.empty()) {
-    w = wfree_.back();
-    wfree_.pop_back();
-  } else {
-    w = wlru_.front();  // the caller checked wavailable()
-    wlru_.pop_front();
+  const auto [w, evicted] = pop_block(wfree_, wlru_);
+  if (evicted) {  // detached from the registered block it was cached with
     blocks_[size_t(wblocks_[size_t(w)].owner)].wblock = -1;
     wblocks_[size_t(w)].owner = -1;
   }
