@@ -235,7 +235,6 @@ std::vector<GemvTiming> gemv_time_variants(const GemvProblem& shape, bool all_co
       if (!gemv_validate(p, v)) continue;
       const size_t n_cfg = all_configs ? v.configs.size() : 1;
       for (size_t c = 0; c < n_cfg; ++c) {
-        cudaGetLastError();  // (nothing before may fail this config's first launch)
         bool launched = true;
         const auto run = [&](int i) {
           p.w = ws[size_t(i % copies)];
@@ -250,7 +249,6 @@ std::vector<GemvTiming> gemv_time_variants(const GemvProblem& shape, bool all_co
     }
   }
   cudaStreamSynchronize(s);
-  cudaGetLastError();  // the caller's next launch_status must not see the timings' errors
   for (void* w : ws) cudaFree(w);
   for (void* u : ups) cudaFree(u);
   cudaFree(x);
