@@ -294,6 +294,7 @@ TEST_F(ServerTest, TextCompletionAndStopStrings) {
 TEST_F(ServerTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
   auto c = client();
   auto expect_error = [&](const httplib::Result& r, int status, const std::string& param) {
+    SCOPED_TRACE("status " + std::to_string(status) + " param " + param);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, status) << r->body;
     const json e = json::parse(r->body, nullptr, false);
@@ -323,6 +324,43 @@ TEST_F(ServerTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
                "logit_bias");
   expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"logit_bias", {{"99999999", 1}}}}).dump(), "application/json"), 400,
                "logit_bias");
+  // fields of the wrong type are the client's error (400 naming them), never the server's (500)
+  const json typed_part = {{"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", 5}, {"text", "x"}}})}}})},
+                           {"max_tokens", 2}};
+  expect_error(c.Post("/v1/chat/completions", typed_part.dump(), "application/json"), 400, "messages");
+  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"stream_options", {{"include_usage", "yes"}}}}).dump(), "application/json"),
+               400, "stream_options");
+  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"stream_options", 5}}).dump(), "application/json"), 400, "stream_options");
+  expect_error(c.Post("/tokenize", json{{"content", "x"}, {"add_special", "yes"}}.dump(), "application/json"), 400, "add_special");
+  expect_error(c.Post("/detokenize", json{{"tokens", {4294967297LL}}}.dump(), "application/json"), 400, "tokens");
+  // counts are whole numbers, a repetition penalty divides, token ids are digits, a null field is absent
+  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"max_tokens", 1.5}}).dump(), "application/json"), 400, "max_tokens");
+  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"top_k", 2.5}}).dump(), "application/json"), 400, "top_k");
+  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"repeat_penalty", 0}}).dump(), "application/json"), 400, "repeat_penalty");
+  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"logit_bias", {{" 5", 1}}}}).dump(), "application/json"), 400, "logit_bias");
+  expect_error(c.Post("/v1/chat/completions", chat("x", 0, {{"max_completion_tokens", nullptr}}).dump(), "application/json"), 400,
+               "max_tokens");
+  // the completion options the engine cannot give, and an empty prompt, name themselves
+  expect_error(c.Post("/v1/completions", json{{"prompt", "x"}, {"echo", true}}.dump(), "application/json"), 400, "echo");
+  expect_error(c.Post("/v1/completions", json{{"prompt", "x"}, {"best_of", 2}}.dump(), "application/json"), 400, "best_of");
+  expect_error(c.Post("/v1/completions", json{{"prompt", "x"}, {"suffix", "y"}}.dump(), "application/json"), 400, "suffix");
+  expect_error(c.Post("/v1/completions", json{{"prompt", std::string(4000, 'a')}}.dump(), "application/json"), 400, "prompt");
+  // what httplib answers by itself is an error object too: a route's other method, a form body
+  // over its 8 KiB, an unknown method
+  const auto wrong_method = c.Get("/v1/chat/completions");
+  expect_error(wrong_method, 405, "");
+  EXPECT_EQ(wrong_method->get_header_value("Allow"), "POST");
+  expect_error(c.Post("/v1/completions", std::string(10000, 'a'), "application/x-www-form-urlencoded"), 413, "");
+  httplib::Request foo;
+  foo.method = "FOO";
+  foo.path = "/v1/completions";
+  expect_error(c.send(foo), 400, "");
+  // a byte range is ignored on a completion (it would cut the JSON)
+  const auto ranged = c.Post("/v1/completions", httplib::Headers{{"Range", "bytes=0-10"}},
+                             json{{"prompt", "x"}, {"max_tokens", 2}}.dump(), "application/json");
+  ASSERT_TRUE(ranged);
+  EXPECT_EQ(ranged->status, 200);
+  EXPECT_TRUE(json::parse(ranged->body, nullptr, false).contains("choices")) << ranged->body;
   // the same parameters at their neutral values are accepted
   const json neutral = post("/v1/chat/completions", chat("x", 2, {{"n", 1}, {"logprobs", false}, {"tools", json::array()},
                                                                    {"response_format", {{"type", "text"}}}}));
@@ -351,7 +389,8 @@ TEST_F(ServerTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
   ASSERT_TRUE(m);
   EXPECT_EQ(json::parse(m->body)["data"][0]["id"], "tiny");
   post("/v1/chat/completions", chat("One more", 3));  // ctest runs each test in a process of its own
-  const auto metrics = anon.Get("/metrics");
+  expect_error(anon.Get("/metrics"), 401, "");  // (with an API key, the counters are behind it too)
+  const auto metrics = c.Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_NE(metrics->body.find("lamina_kv_blocks_total 32"), std::string::npos) << metrics->body;
   // that completion is in the latency histograms

@@ -23,6 +23,21 @@ double number(const json& body, const char* key, double lo, double hi, double fa
   return v;
 }
 
+// number() for a count: a whole number from lo to hi (a fraction is refused, not truncated).
+double whole(const json& body, const char* key, double lo, double hi, double fallback) {
+  const double v = number(body, key, lo, hi, fallback);
+  if (v != std::floor(v))
+    throw bad(std::string("'") + key + "' must be a whole number from " + json(lo).dump() + " to " + json(hi).dump(), key);
+  return v;
+}
+
+// An optional boolean (absent or null: the fallback).
+bool flag(const json& obj, const char* key, bool fallback, const std::string& param) {
+  if (!obj.contains(key) || obj[key].is_null()) return fallback;
+  if (!obj[key].is_boolean()) throw bad(std::string("'") + key + "' must be a boolean", param);
+  return obj[key].get<bool>();
+}
+
 // What the engine cannot give yet is refused with the parameter's name, not ignored: a client
 // that asks for tools or a JSON response would otherwise take a plain answer for the one it asked
 // for.
@@ -49,17 +64,16 @@ void common(const json& body, const ApiContext& ctx, ApiRequest& r) {
   SamplerParams& s = r.engine.sampling;
   s.temperature = float(number(body, "temperature", 0, 2, 0.8));
   s.top_p = float(number(body, "top_p", 0, 1, 0.95));
-  s.top_k = int(number(body, "top_k", 0, 1e6, 40));
+  s.top_k = int(whole(body, "top_k", 0, 1e6, 40));
   s.min_p = float(number(body, "min_p", 0, 1, 0.05));
-  s.seed = uint64_t(number(body, "seed", -9.2e18, 9.2e18, 0));
+  s.seed = uint64_t(int64_t(whole(body, "seed", -9.2e18, 9.2e18, 0)));
   // OpenAI's additive penalties and llama.cpp's repetition penalty (llama-server's name), over the
   // last repeat_last_n tokens (64, as llama-server; -1: all).
   s.presence_penalty = float(number(body, "presence_penalty", -2, 2, 0));
   s.frequency_penalty = float(number(body, "frequency_penalty", -2, 2, 0));
   s.repeat_penalty = float(number(body, "repeat_penalty", 0, 10, 1.0));
-  const double last_n = number(body, "repeat_last_n", -1, 1 << 20, 64);
-  if (last_n != std::floor(last_n)) throw bad("'repeat_last_n' must be a whole number", "repeat_last_n");
-  s.repeat_last_n = int(last_n);
+  if (s.repeat_penalty <= 0) throw bad("'repeat_penalty' must be greater than 0 (1: none)", "repeat_penalty");  // (it divides)
+  s.repeat_last_n = int(whole(body, "repeat_last_n", -1, 1 << 20, 64));
   refuse_unsupported(body);
   if (body.contains("response_format") && body["response_format"].is_object() &&
       body["response_format"].value("type", json("text")) == "json_object") {  // JSON mode: the answer is one JSON object
@@ -70,30 +84,27 @@ void common(const json& body, const ApiContext& ctx, ApiRequest& r) {
     const json& lb = body["logit_bias"];
     if (!lb.is_object()) throw bad("'logit_bias' must map token ids to numbers", "logit_bias");
     for (const auto& [key, v] : lb.items()) {
-      size_t used = 0;
-      long id = -1;
-      try {
-        id = std::stol(key, &used);
-      } catch (const std::exception&) {
-      }
-      if (used != key.size() || id < 0 || id > INT32_MAX || !ctx.tok->valid(int32_t(id)))
+      long long id = -1;  // decimal digits only (stoll would take " 5" or "+5")
+      if (!key.empty() && key.size() <= 10 && std::all_of(key.begin(), key.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+        id = std::stoll(key);
+      if (id < 0 || id > INT32_MAX || !ctx.tok->valid(int32_t(id)))
         throw bad("'logit_bias': '" + key + "' is not a token id of this model", "logit_bias");
       if (!v.is_number() || !(v.get<double>() >= -100 && v.get<double>() <= 100))
         throw bad("'logit_bias': the bias of " + key + " must be a number from -100 to 100", "logit_bias");
       r.engine.logit_bias.emplace_back(int32_t(id), v.get<float>());
     }
   }
-  const double n = number(body, "n", 1, 16, 1);
-  if (n != std::floor(n)) throw bad("'n' must be a whole number from 1 to 16", "n");
-  r.n = int(n);
-  const char* mt = body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  r.engine.max_tokens = int(number(body, mt, 1, 1 << 20, ctx.default_max_tokens));
+  r.n = int(whole(body, "n", 1, 16, 1));
+  const bool mct = body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null();
+  r.engine.max_tokens = int(whole(body, mct ? "max_completion_tokens" : "max_tokens", 1, 1 << 20, ctx.default_max_tokens));
   if (body.contains("stream") && !body["stream"].is_null()) {
     if (!body["stream"].is_boolean()) throw bad("'stream' must be a boolean", "stream");
     r.stream = body["stream"].get<bool>();
   }
-  if (body.contains("stream_options") && body["stream_options"].is_object())
-    r.include_usage = body["stream_options"].value("include_usage", false);
+  if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+    if (!body["stream_options"].is_object()) throw bad("'stream_options' must be an object", "stream_options");
+    r.include_usage = flag(body["stream_options"], "include_usage", false, "stream_options");
+  }
   if (body.contains("stop") && !body["stop"].is_null()) {
     const json& st = body["stop"];
     if (st.is_string()) r.stop.push_back(st.get<std::string>());
@@ -109,14 +120,14 @@ void common(const json& body, const ApiContext& ctx, ApiRequest& r) {
   }
 }
 
-void check_length(const ApiContext& ctx, ApiRequest& r) {
+void check_length(const ApiContext& ctx, ApiRequest& r, const char* param) {
   const int n = int(r.engine.prompt.size());
-  if (n == 0) throw bad("the prompt is empty", "messages");
+  if (n == 0) throw bad("the prompt is empty", param);
   if (n >= ctx.capacity_tokens)
     throw ApiError(400, "invalid_request_error",
                    "This model's context holds " + std::to_string(ctx.capacity_tokens) + " tokens; the prompt has " +
                        std::to_string(n),
-                   "messages", "context_length_exceeded");
+                   param, "context_length_exceeded");
   r.engine.max_tokens = std::min(r.engine.max_tokens, ctx.capacity_tokens - n);  // as much as still fits
 }
 
@@ -146,7 +157,7 @@ ApiRequest parse_chat(const json& body, const ApiContext& ctx) {
       content = m["content"].get<std::string>();
     } else if (m.contains("content") && m["content"].is_array()) {  // [{"type": "text", "text": ...}]
       for (const json& part : m["content"])
-        if (part.is_object() && part.value("type", "") == "text" && part.contains("text") && part["text"].is_string())
+        if (part.is_object() && part.contains("type") && part["type"] == "text" && part.contains("text") && part["text"].is_string())
           content += part["text"].get<std::string>();
         else throw bad("only text content parts are supported", "messages");
     } else if (!(m.contains("content") && m["content"].is_null())) {
@@ -160,26 +171,27 @@ ApiRequest parse_chat(const json& body, const ApiContext& ctx) {
   // logprobs: true, with top_logprobs alternatives (0..20) a token
   if (body.contains("logprobs") && !body["logprobs"].is_null() && !body["logprobs"].is_boolean())
     throw bad("'logprobs' must be a boolean", "logprobs");
-  const double top = number(body, "top_logprobs", 0, 20, 0);
-  if (top != std::floor(top)) throw bad("'top_logprobs' must be a whole number from 0 to 20", "top_logprobs");
+  const double top = whole(body, "top_logprobs", 0, 20, 0);
   if (body.value("logprobs", json(false)) == true) r.engine.logprobs = int(top);
   else if (top > 0) throw bad("'top_logprobs' needs 'logprobs': true", "top_logprobs");
   r.engine.prompt = ctx.tok->tokenize(apply_chat_template(ctx.tmpl, conv, true), true, true);
-  check_length(ctx, r);
+  check_length(ctx, r, "messages");
   return r;
 }
 
 ApiRequest parse_completion(const json& body, const ApiContext& ctx) {
   if (!body.is_object()) throw bad("the body must be a JSON object");
   if (!body.contains("prompt") || !body["prompt"].is_string()) throw bad("'prompt' must be a string", "prompt");
+  // OpenAI's completion options the engine cannot give, refused unless at their neutral values
+  if (flag(body, "echo", false, "echo")) throw bad("'echo' is not supported", "echo");
+  if (body.contains("suffix") && !body["suffix"].is_null() && body["suffix"] != "") throw bad("'suffix' is not supported", "suffix");
+  if (whole(body, "best_of", 1, 1e9, 1) != 1) throw bad("'best_of' is not supported (only 1)", "best_of");
   ApiRequest r;
   common(body, ctx, r);
   r.chat = false;
-  const double lp = number(body, "logprobs", 0, 5, -1);  // a count of alternatives (0..5), as OpenAI's
-  if (lp != std::floor(lp)) throw bad("'logprobs' must be a whole number from 0 to 5", "logprobs");
-  r.engine.logprobs = int(lp);
+  r.engine.logprobs = int(whole(body, "logprobs", 0, 5, -1));  // a count of alternatives (0..5), as OpenAI's
   r.engine.prompt = ctx.tok->tokenize(body["prompt"].get<std::string>(), true, false);
-  check_length(ctx, r);
+  check_length(ctx, r, "prompt");
   return r;
 }
 

@@ -24,6 +24,34 @@ void send_json(httplib::Response& res, int status, const json& body) {
 
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, error_body(e)); }
 
+// The routes and their one method, for 405 against 404.
+constexpr std::pair<const char*, const char*> kRoutes[] = {
+    {"/", "GET"},          {"/health", "GET"},         {"/v1/models", "GET"},    {"/metrics", "GET"},
+    {"/tokenize", "POST"}, {"/detokenize", "POST"},    {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}};
+
+// The error object for a status httplib set without a body.
+ApiError http_error(const httplib::Request& req, httplib::Response& res) {
+  const auto type = "invalid_request_error";
+  switch (res.status) {
+    case 404:
+      for (const auto& [path, method] : kRoutes)
+        if (req.path == path) {
+          res.status = 405;
+          res.set_header("Allow", method);
+          return ApiError(405, type, fmt::format("{} takes {}, not {}", req.path, method, req.method));
+        }
+      return ApiError(404, type, "Unknown route " + req.method + " " + req.path);
+    case 413:
+      if (req.get_header_value("Content-Type").starts_with("application/x-www-form-urlencoded"))
+        return ApiError(413, type, "A form-encoded body is limited to 8 KiB; send JSON with Content-Type: application/json");
+      return ApiError(413, type, "The request body is larger than 8 MiB, or its length is not valid");
+    case 414: return ApiError(414, type, "The request line is too long");
+    case 416: return ApiError(416, type, "The requested range is not satisfiable");
+    case 400: return ApiError(400, type, "Malformed HTTP request (request line, headers, encoding or body length)");
+    default: return ApiError(res.status, res.status >= 500 ? "server_error" : type, fmt::format("HTTP error {}", res.status));
+  }
+}
+
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -111,7 +139,9 @@ void HttpServer::routes() {
     const json body = json::parse(req.body, nullptr, false);
     if (!body.is_object() || !body.contains("content") || !body["content"].is_string())
       return send_error(res, ApiError(400, "invalid_request_error", "'content' must be a string", "content"));
-    const bool special = body.value("add_special", false);
+    if (body.contains("add_special") && !body["add_special"].is_null() && !body["add_special"].is_boolean())
+      return send_error(res, ApiError(400, "invalid_request_error", "'add_special' must be a boolean", "add_special"));
+    const bool special = body.contains("add_special") && body["add_special"].is_boolean() && body["add_special"].get<bool>();
     send_json(res, 200, {{"tokens", ctx_.tok->tokenize(body["content"].get<std::string>(), special, special)}});
   });
   http_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
@@ -121,14 +151,16 @@ void HttpServer::routes() {
       return send_error(res, ApiError(400, "invalid_request_error", "'tokens' must be an array of ids", "tokens"));
     std::vector<int32_t> ids;
     for (const json& t : body["tokens"]) {
-      if (!t.is_number_integer() || !ctx_.tok->valid(t.get<int32_t>()))
+      // (range first: get<int32_t> of a larger integer wraps)
+      const bool id = t.is_number_unsigned() ? t.get<uint64_t>() <= uint64_t(INT32_MAX) : t.is_number_integer();
+      if (!id || !ctx_.tok->valid(t.get<int32_t>()))
         return send_error(res, ApiError(400, "invalid_request_error", "token " + t.dump() + " is not in the vocabulary", "tokens"));
       ids.push_back(t.get<int32_t>());
     }
     send_json(res, 200, {{"content", ctx_.tok->detokenize(ids)}});
   });
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    if (!ready(res)) return;
+  http_->Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!ready(res) || !authorised(req, res)) return;
     const EngineStats s = engine_->stats();
     std::string m;
     auto put = [&](const char* name, const char* type, const char* help, double v) {
@@ -152,12 +184,18 @@ void HttpServer::routes() {
     m += metrics_.itl.text("lamina_inter_token_latency_ms", "Time between a request's consecutive tokens, milliseconds");
     res.set_content(m, "text/plain; version=0.0.4");
   });
+  // Range is defined for GET only (RFC 9110 lets a server ignore it): on a POST, httplib would cut
+  // the completion's JSON or event stream (and an error object) to the range, so it is dropped.
+  // (The Request is httplib's own non-const object for this connection; the hook sees it const.)
+  http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response&) {
+    if (req.method == "POST") const_cast<httplib::Request&>(req).ranges.clear();
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // Every error httplib answers by itself (malformed requests, unknown routes and methods, bodies
+  // over the limit) gets an OpenAI error object too.
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a route's own error
-    if (res.status == 404)
-      send_error(res, ApiError(404, "invalid_request_error", "Unknown route " + req.method + " " + req.path));
-    else if (res.status == 413)
-      send_error(res, ApiError(413, "invalid_request_error", "The request body is larger than 8 MiB"));
+    send_error(res, http_error(req, res));
   });
   http_->set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
@@ -192,6 +230,11 @@ void HttpServer::completion(const httplib::Request& req, httplib::Response& res,
     ++metrics_.errors;
     send_error(res, e);
     log(e.status, 0, 0, 0);
+    return;
+  } catch (const json::exception& e) {  // a field of a type the parser did not check for: the client's error
+    ++metrics_.errors;
+    send_error(res, ApiError(400, "invalid_request_error", std::string("A field has the wrong type: ") + e.what()));
+    log(400, 0, 0, 0);
     return;
   }
   const int n_prompt = int(r.engine.prompt.size());
