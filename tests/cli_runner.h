@@ -17,11 +17,12 @@ struct Result {
 };
 
 // `prefix` goes before the binary: a shell prefix such as "timeout 20 " or "ulimit -f 8; ".
-inline Result run(const std::string& args, const std::string& prefix = "") {
+// `input`: the file standard input reads.
+inline Result run(const std::string& args, const std::string& prefix = "", const std::string& input = "/dev/null") {
   static int counter = 0;  // ctest runs tests in parallel processes: unique file per call
   const std::string err_file = ::testing::TempDir() + "/lamina_cli_err_" + std::to_string(getpid()) + "_" +
                                std::to_string(counter++) + ".txt";
-  const std::string cmd = prefix + std::string(LAMINA_CLI) + " " + args + " 2>" + err_file + " </dev/null";
+  const std::string cmd = prefix + std::string(LAMINA_CLI) + " " + args + " 2>" + err_file + " <'" + input + "'";
   Result r{};
   FILE* p = popen(cmd.c_str(), "r");
   std::array<char, 4096> buf{};

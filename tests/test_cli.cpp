@@ -1,9 +1,14 @@
 // The lamina CLI: usage errors and bad files give one line on stderr and exit status 1.
 #include "cli_runner.h"
 
+#include "format/gguf.h"
+
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
+
+#include <unistd.h>
 
 namespace {
 
@@ -26,7 +31,9 @@ TEST(Cli, VersionAndHelp) {
 TEST(Cli, UsageErrorsAreOneLineExit1) {
   for (const char* args : {"", "nosuchcommand", "tokenize", "tokenize -m", "info --bogus",
                            "tokenize -m x.gguf -p a -f b", "detokenize -m x.gguf", "tune -m x.gguf --gemv-max-rows 9",
-                           "tune -m x.gguf --gemv-max-rows 0"}) {
+                           "tune -m x.gguf --gemv-max-rows 0", "bench -m x.gguf --pg 4294967304,2",
+                           "bench -m x.gguf --pg 8,2junk", "bench -m x.gguf --pg '8, 2'", "bench -m x.gguf --pg 8,2,3",
+                           "logits -m x.gguf -p hi --all ''"}) {
     SCOPED_TRACE(args);
     const auto r = run(args);
     EXPECT_EQ(r.status, 1);
@@ -48,6 +55,22 @@ TEST(Cli, BadFilesAreOneLineExit1) {
     EXPECT_EQ(lines(r.err), 1) << r.err;
     EXPECT_EQ(r.err.rfind("lamina: ", 0), 0u) << r.err;
   }
+}
+
+// gen-model --vocab takes only a file whose tokenizer loads (else it wrote a model no command ran).
+TEST(Cli, GenModelRefusesAVocabularyThatDoesNotLoad) {
+  lamina::GgufWriter w;
+  w.set_str("tokenizer.ggml.model", "no-such-tokenizer");
+  w.set_str_array("tokenizer.ggml.tokens", {"a", "b"});
+  const std::string vocab = ::testing::TempDir() + "/lamina_bad_vocab_" + std::to_string(getpid()) + ".gguf";
+  const std::string out = vocab + ".out.gguf";
+  w.write(vocab);
+  const auto r = run("gen-model --preset tiny --type q8_0 --vocab " + vocab + " -o " + out);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("not a usable vocabulary"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  std::filesystem::remove(vocab);
 }
 
 TEST(Cli, TokenizeDetokenize) {
@@ -81,7 +104,9 @@ TEST(Cli, KbenchCpu) {
   EXPECT_NE(r.out.find("| q8_0 | 64x64 | 1 |"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| q8_0 | 64x64 | 4 |"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| q4_K | 64x64 | | K is not a whole number of 256-element blocks"), std::string::npos) << r.out;
-  for (const char* bad : {"--shapes 64y64", "--shapes 64x33", "--types iq2_xxs", "--tokens 0", "--tokens 2x"}) {
+  // (a list naming nothing; a shape whose weights would not fit in memory, refused before allocating)
+  for (const char* bad : {"--shapes 64y64", "--shapes 64x33", "--types iq2_xxs", "--tokens 0", "--tokens 2x", "--shapes ,",
+                          "--types ,", "--shapes 1048576x1048576"}) {
     SCOPED_TRACE(bad);
     r = run(std::string("kbench cpu -r 5 ") + bad);
     EXPECT_EQ(r.status, 1);

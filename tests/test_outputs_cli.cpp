@@ -192,6 +192,18 @@ TEST_F(Outputs, InputsAndCommandsAreNamed) {
   expect_error(r, "is a FIFO; the GGUF file must be a regular file");
 }
 
+// chat past its context: the oldest messages leave the conversation (a note each time) and the
+// chat goes on; a message that alone does not fit is refused, and the exit status says so at the end.
+TEST_F(Outputs, ChatDropsTheOldestMessagesAndRefusesOneThatCannotFit) {
+  { std::ofstream(w("turns.txt")) << "hi there\nsecond one\nthird\nfourth and more\n"; }
+  Result r = run("chat -m " + w("in.gguf") + " -d cpu -c 48 -n 8 --temp 0 --template chatml", "timeout 120 ", w("turns.txt"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("outgrew the context of 48"), std::string::npos) << r.err;
+  r = run("chat -m " + w("in.gguf") + " -d cpu -c 8 -n 4 --temp 0 --template chatml", "timeout 120 ", w("turns.txt"));
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("does not fit the context of 8"), std::string::npos) << r.err;
+}
+
 TEST_F(Outputs, ThreadsBeyondTheCpusFinish) {
   const auto t0 = std::chrono::steady_clock::now();
   const Result r = run("run -m " + w("in.gguf") + " -p 'Hello there' -n 16 --temp 0 -d cpu -t 1000", "timeout 120 ");

@@ -125,12 +125,24 @@ void run_parallel(const BenchArgs& a) {
                sess.backend().profile_report());
 }
 
+// --pg P,N: two whole numbers from 1 to kPgMax, digits only (no sign, spaces or trailing text;
+// P + N cannot overflow the context's int).
+constexpr int kPgMax = 1 << 24;
+bool parse_pg(const std::string& s, int& p, int& n) {
+  const size_t comma = s.find(',');
+  auto one = [](const std::string& t, int& v) {
+    if (t.empty() || t.size() > 8 || !std::all_of(t.begin(), t.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) return false;
+    v = std::stoi(t);
+    return v >= 1 && v <= kPgMax;
+  };
+  return comma != std::string::npos && one(s.substr(0, comma), p) && one(s.substr(comma + 1), n);
+}
+
 void run_bench(const BenchArgs& a) {
   if (!a.parallel.empty()) return run_parallel(a);
   SessionOptions o = a.s.resolve();
   int pg_p = 0, pg_n = 0;
-  if (!a.pg.empty() && (std::sscanf(a.pg.c_str(), "%d,%d", &pg_p, &pg_n) != 2 || pg_p < 1 || pg_n < 1))
-    fail("--pg wants two positive numbers 'P,N', got '{}'", a.pg);
+  if (!a.pg.empty() && !parse_pg(a.pg, pg_p, pg_n)) fail("--pg wants two numbers 'P,N' from 1 to {}, got '{}'", kPgMax, a.pg);
   if (o.n_ctx == 0) o.n_ctx = std::max({a.n_prompt, a.n_gen, pg_p + pg_n}) + 16;
   o.n_batch = std::max(o.n_batch, std::max(a.n_prompt, pg_p));
   const bool profile = o.profile;

@@ -35,6 +35,7 @@ void run_chat(const ChatArgs& a) {
   Sampler sampler(a.sampling.resolve());
   std::vector<ChatMessage> msgs;
   if (!a.system.empty()) msgs.push_back({"system", a.system});
+  bool failed = false;  // a message did not fit: the exit status says so at the end
 
   struct sigaction sa {};
   sa.sa_handler = on_sigint;  // no SA_RESTART: a blocked read returns, so Ctrl-C ends the prompt
@@ -49,17 +50,27 @@ void run_chat(const ChatArgs& a) {
     if (!std::getline(std::cin, line) || g_interrupted) break;
     if (line.empty()) continue;
     msgs.push_back({"user", line});
-    const std::string text = apply_chat_template(tmpl, msgs, true);
-    const std::vector<int32_t> ids = tok.tokenize(text, true, true);
+    std::vector<int32_t> ids = tok.tokenize(apply_chat_template(tmpl, msgs, true), true, true);
+    // Past the context, the oldest messages after the system prompt go first, a note each time.
+    const size_t first = !msgs.empty() && msgs[0].role == "system" ? 1 : 0;
+    while (ids.size() >= size_t(sess.n_ctx()) && msgs.size() > first + 1) {
+      size_t drop = 1;  // a user message with its reply
+      if (msgs[first].role == "user" && msgs.size() > first + 2 && msgs[first + 1].role == "assistant") drop = 2;
+      msgs.erase(msgs.begin() + std::ptrdiff_t(first), msgs.begin() + std::ptrdiff_t(first + drop));
+      ids = tok.tokenize(apply_chat_template(tmpl, msgs, true), true, true);
+      fmt::print(stderr, "lamina: the conversation outgrew the context of {}: the oldest message{} left it\n", sess.n_ctx(),
+                 drop > 1 ? "s" : "");
+    }
     // Reuse the cached prefix; evaluate only what is new.
     size_t common = 0;
     const auto& hist = sess.history();
     while (common < hist.size() && common < ids.size() && hist[common] == ids[common]) ++common;
     if (common == ids.size()) --common;  // at least one token to produce logits
-    if (ids.size() >= size_t(sess.n_ctx())) {
-      fmt::print(stderr, "lamina: the conversation ({} tokens) no longer fits the context of {} (raise --ctx)\n",
+    if (ids.size() >= size_t(sess.n_ctx())) {  // this message alone does not fit
+      fmt::print(stderr, "lamina: the message ({} tokens with the template) does not fit the context of {} (raise --ctx)\n",
                  ids.size(), sess.n_ctx());
       msgs.pop_back();
+      failed = true;
       continue;
     }
     sess.rewind(int(common));
@@ -83,6 +94,7 @@ void run_chat(const ChatArgs& a) {
     msgs.push_back({"assistant", reply});
   }
   fmt::print(stderr, "\n");
+  if (failed) fail("chat: a message did not fit the context of {} (raise --ctx)", sess.n_ctx());
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "core/files.h"
 #include "format/gguf.h"
 #include "format/quant.h"
+#include "format/tokenizer.h"
 #include "model/model_io.h"
 
 #include <fmt/format.h>
@@ -114,6 +115,11 @@ void copy_vocab(const std::string& path, GgufWriter& w, uint32_t& n_vocab) {
   const GgufFile v = GgufFile::open(path);
   const auto* toks = v.get_string_array("tokenizer.ggml.tokens");
   if (!toks) fail("{}: no tokenizer.ggml.tokens (not a vocabulary file)", path);
+  try {  // a file whose tokenizer cannot load would make a model no command can run
+    (void)Tokenizer::from_gguf(v);
+  } catch (const Error& e) {
+    fail("{}: not a usable vocabulary: {}", path, e.what());
+  }
   for (const auto& kv : v.kvs())
     if (kv.key.starts_with("tokenizer.")) w.set(kv.key, kv.value);
   n_vocab = uint32_t(toks->size());

@@ -20,6 +20,7 @@
 #include "format/quant.h"
 #include "tune_shapes.h"
 
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -125,18 +126,29 @@ void run_kbench_cpu(const KbenchCpuArgs& a) {
   std::vector<Shape> shapes;
   for (const auto& s : split_list(a.shapes.empty() ? "1536x576,576x1536,4096x4096,11008x4096" : a.shapes))
     shapes.push_back(parse_shape(s));
+  if (shapes.empty()) fail("kbench cpu: --shapes '{}' names no shape", a.shapes);
   std::vector<GgmlType> types;
   for (const auto& s : split_list(a.types.empty() ? "f16,q8_0,q4_0,q4_1,q4_K,q6_K" : a.types)) {
     const std::optional<GgmlType> t = parse_type(s);
     if (!t || !can_quantize(*t)) fail("kbench cpu: weight type '{}' is not one the CPU backend can quantise", s);
     types.push_back(*t);
   }
+  if (types.empty()) fail("kbench cpu: --types '{}' names no type", a.types);
   std::vector<int64_t> tokens;
   for (const auto& s : split_list(a.tokens.empty() ? "1,128" : a.tokens)) {
     const long long v = std::atoll(s.c_str());
     if (v < 1 || v > 4096 || std::to_string(v) != s) fail("kbench cpu: token count '{}' is not 1..4096", s);
     tokens.push_back(v);
   }
+  if (tokens.empty()) fail("kbench cpu: --tokens '{}' names no count", a.tokens);
+  // A shape's weights are held quantised, then loaded by the backend (its own copy): refuse what
+  // would not fit in the machine's memory before allocating any of it.
+  const double phys = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  for (GgmlType t : types)
+    for (const Shape& sh : shapes)
+      if (sh.k % traits(t).block_elems == 0 && 2.0 * double(row_bytes(t, sh.k)) * double(sh.n) > 0.8 * phys)
+        fail("kbench cpu: {}x{} in {} needs {:.1f} GiB of weights twice over; this machine has {:.1f} GiB", sh.n, sh.k,
+             type_name(t), double(row_bytes(t, sh.k)) * double(sh.n) / double(1 << 30), phys / double(1 << 30));
   const int threads = usable_threads(a.threads);
   CpuBackend be(threads, false, *isa);
   ThreadPool pool(threads);

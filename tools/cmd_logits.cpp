@@ -21,12 +21,14 @@ namespace {
 struct LogitsArgs {
   SessionArgs s;
   std::string prompt, tokens, all_file;
+  bool all_given = false;  // --all was on the command line (an empty path is refused, not ignored)
   int top = 10;
 };
 
 void run_logits(const LogitsArgs& a) {
   // Checked before the model runs; the previous file stays as it was if writing fails.
   std::optional<OutputFile> all_out;
+  if (a.all_given && a.all_file.empty()) fail("--all: the output path is empty");
   if (!a.all_file.empty()) all_out.emplace(a.all_file, std::array{a.s.opt.model_path});
   Session sess(a.s.resolve());
   const Tokenizer& tok = sess.tokenizer();
@@ -66,9 +68,10 @@ Run add_logits(CLI::App& app) {
   auto* t = sub->add_option("--tokens", a->tokens, "Token ids instead of a prompt, e.g. \"1 2 3\"");
   p->excludes(t);
   sub->add_option("--top", a->top, "How many logits to print")->check(whole_in(1, 1 << 30));
-  sub->add_option("--all", a->all_file, "Write every position's logits (f32 [n_tokens][n_vocab]) to FILE");
-  sub->callback([p, t] {
+  auto* all = sub->add_option("--all", a->all_file, "Write every position's logits (f32 [n_tokens][n_vocab]) to FILE");
+  sub->callback([p, t, all, a] {
     if (p->count() == 0 && t->count() == 0) throw CLI::RequiredError("-p or --tokens");
+    a->all_given = all->count() > 0;
   });
   return [a] { run_logits(*a); };
 }

@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "lamina: %s\n", e.what());
     return 1;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "lamina: out of memory\n");
+    std::fprintf(stderr, "lamina: out of memory (an allocation failed: a smaller model, context, batch or shape needs less)\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lamina: internal error: %s\n", e.what());
