@@ -33,7 +33,6 @@ const std::vector<GemvVariant>& gemv_variants() {
     register_float_variants(out);
     register_quant_variants(out);
     register_dp4a_variants(out);
-    register_dp4a_async_variants(out);
     register_mma_variants(out);
     register_qmma_variants(out);
     register_q4k_variants(out);

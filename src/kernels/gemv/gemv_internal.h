@@ -14,7 +14,6 @@ namespace lamina::kernels {
 void register_float_variants(std::vector<GemvVariant>& out);   // gemv_float.cu
 void register_quant_variants(std::vector<GemvVariant>& out);   // gemv_quant.cu
 void register_dp4a_variants(std::vector<GemvVariant>& out);    // gemv_dp4a.cu
-void register_dp4a_async_variants(std::vector<GemvVariant>& out);  // gemv_dp4a_async.cu
 // q_dp4a's launch (gemv_dp4a.cu), for variants that hand it the problems they do not cover.
 Status gemv_dp4a_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 // q_dp4a's decode instances of one matrix at unroll 2 (gemv_dp4a_slots.cu), for q_dp4a's dispatch,
