@@ -279,8 +279,9 @@ void LlamaModel::moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight
     const auto& r = rows[size_t(e)];
     if (r.empty()) continue;
     const int64_t n = int64_t(r.size());
-    const Tensor hs = be.alloc(n, E), g = be.alloc(n, F), d = be.alloc(n, E);
-    be.copy_rows(h, r, hs);
+    const Tensor g = be.alloc(n, F), d = be.alloc(n, E);
+    Tensor hs = h;  // an expert every token chose (all of decode's) takes h as it is: rows 0..T-1 in order
+    if (n < T) hs = be.alloc(n, E), be.copy_rows(h, r, hs);
     be.ffn_gate_up(w.exp_gate[size_t(e)], w.exp_up[size_t(e)], hs, g, Glu::Silu);
     be.matmul(w.exp_down[size_t(e)], g, d);
     be.add_rows_scaled(y, d, r, scale[size_t(e)]);

@@ -209,6 +209,11 @@ void CudaBackend::add_rows_scaled(Tensor dst, Tensor src, std::span<const int32_
   flush();
   widen_only16(dst);
   widen_only16(src);
+  if (rows.size() == 1) {  // (decode: one token's expert) the row and scale as kernel arguments, no uploads
+    run_op("add_rows_scaled", double(src.cols) * 12.0, double(src.cols) * 2.0,
+           [&] { return kn::add_row_scaled(dst.data, src.data, dst.cols, rows[0], scale[0], stream_); });
+    return;
+  }
   auto* idx = static_cast<int32_t*>(scratch_bytes(rows.size() * sizeof(int32_t)));
   auto* sc = static_cast<float*>(scratch_bytes(scale.size() * sizeof(float)));
   cuda_check(cudaMemcpyAsync(idx, rows.data(), rows.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "add_rows_scaled");

@@ -247,6 +247,16 @@ __global__ void add_rows_scaled_kernel(float* __restrict__ dst, const float* __r
   }
 }
 
+// add_rows_scaled_kernel for one row, its index and scale as arguments (the same fmaf: the same bits).
+__global__ void add_row_scaled_kernel(float* __restrict__ dst, const float* __restrict__ src, int64_t cols, int32_t row,
+                                      float scale) {
+  pdl_enter();
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < cols; i += int64_t(gridDim.x) * blockDim.x) {
+    float* d = dst + int64_t(row) * cols + i;
+    *d = __fmaf_rn(scale, src[i], *d);
+  }
+}
+
 // The first kernel of a pass (no PDL wait: nothing before it in the pass; the lookup after it
 // launches at once and waits for it). One block, so that the stamp goes out after every thread's
 // reads.
@@ -406,6 +416,12 @@ Status add_rows_scaled(float* dst, const float* src, int64_t cols, const int32_t
   if (!dst || !src || !rows || !scale || cols <= 0 || n < 0) return Status::error("add_rows_scaled: bad arguments");
   if (n) launch_pdl(add_rows_scaled_kernel, grid_for(n * cols, 256), 256, 0, s, dst, src, cols, rows, scale, n);
   return launch_status("add_rows_scaled");
+}
+
+Status add_row_scaled(float* dst, const float* src, int64_t cols, int32_t row, float scale, cudaStream_t s) {
+  if (!dst || !src || cols <= 0 || row < 0) return Status::error("add_row_scaled: bad arguments");
+  launch_pdl(add_row_scaled_kernel, grid_for(cols, 256), 256, 0, s, dst, src, cols, row, scale);
+  return launch_status("add_row_scaled");
 }
 
 Status upload_inputs(const int32_t* src, int32_t* dst, int64_t n, int64_t half, const int32_t* sampled, int32_t* seen,

@@ -47,6 +47,8 @@ Status gather_rows(const float* src, int64_t cols, const int32_t* rows, int64_t 
 // `cols` floats): a mixture of experts' weighted outputs back into their tokens' rows.
 Status add_rows_scaled(float* dst, const float* src, int64_t cols, const int32_t* rows, const float* scale, int64_t n,
                        cudaStream_t s);
+// add_rows_scaled of one row (src [cols]), its index and scale given by value: no upload (decode's experts).
+Status add_row_scaled(float* dst, const float* src, int64_t cols, int32_t row, float scale, cudaStream_t s);
 // out = x rounded to F16 or BF16 (the A operand of the tensor-core GEMMs).
 Status convert_f32(const float* x, int64_t n, GgmlType to, void* out, cudaStream_t s);
 
