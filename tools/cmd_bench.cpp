@@ -142,7 +142,8 @@ void run_bench(const BenchArgs& a) {
   if (!a.parallel.empty()) return run_parallel(a);
   SessionOptions o = a.s.resolve();
   int pg_p = 0, pg_n = 0;
-  if (!a.pg.empty() && !parse_pg(a.pg, pg_p, pg_n)) fail("--pg wants two numbers 'P,N' from 1 to {}, got '{}'", kPgMax, a.pg);
+  if (!a.pg.empty() && !parse_pg(a.pg, pg_p, pg_n))
+    fail("--pg wants two positive numbers 'P,N' (digits, at most {}), got '{}'", kPgMax, a.pg);
   if (o.n_ctx == 0) o.n_ctx = std::max({a.n_prompt, a.n_gen, pg_p + pg_n}) + 16;
   o.n_batch = std::max(o.n_batch, std::max(a.n_prompt, pg_p));
   const bool profile = o.profile;
