@@ -325,26 +325,32 @@ TEST_F(ServerTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
   expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"logit_bias", {{"99999999", 1}}}}).dump(), "application/json"), 400,
                "logit_bias");
   // fields of the wrong type are the client's error (400 naming them), never the server's (500)
-  const json typed_part = {{"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", 5}, {"text", "x"}}})}}})},
-                           {"max_tokens", 2}};
+  const auto chat_error = [&](const json& extra, const std::string& param, int max_tokens = 3) {
+    expect_error(c.Post("/v1/chat/completions", chat("x", max_tokens, extra).dump(), "application/json"), 400, param);
+  };
+  const auto text_error = [&](const json& body, const std::string& param) {
+    expect_error(c.Post("/v1/completions", body.dump(), "application/json"), 400, param);
+  };
+  const json typed_part = {
+      {"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", 5}, {"text", "x"}}})}}})},
+      {"max_tokens", 2}};
   expect_error(c.Post("/v1/chat/completions", typed_part.dump(), "application/json"), 400, "messages");
-  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"stream_options", {{"include_usage", "yes"}}}}).dump(), "application/json"),
-               400, "stream_options");
-  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"stream_options", 5}}).dump(), "application/json"), 400, "stream_options");
-  expect_error(c.Post("/tokenize", json{{"content", "x"}, {"add_special", "yes"}}.dump(), "application/json"), 400, "add_special");
+  chat_error({{"stream_options", {{"include_usage", "yes"}}}}, "stream_options");
+  chat_error({{"stream_options", 5}}, "stream_options");
+  expect_error(c.Post("/tokenize", json{{"content", "x"}, {"add_special", "yes"}}.dump(), "application/json"), 400,
+               "add_special");
   expect_error(c.Post("/detokenize", json{{"tokens", {4294967297LL}}}.dump(), "application/json"), 400, "tokens");
   // counts are whole numbers, a repetition penalty divides, token ids are digits, a null field is absent
-  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"max_tokens", 1.5}}).dump(), "application/json"), 400, "max_tokens");
-  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"top_k", 2.5}}).dump(), "application/json"), 400, "top_k");
-  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"repeat_penalty", 0}}).dump(), "application/json"), 400, "repeat_penalty");
-  expect_error(c.Post("/v1/chat/completions", chat("x", 3, {{"logit_bias", {{" 5", 1}}}}).dump(), "application/json"), 400, "logit_bias");
-  expect_error(c.Post("/v1/chat/completions", chat("x", 0, {{"max_completion_tokens", nullptr}}).dump(), "application/json"), 400,
-               "max_tokens");
-  // the completion options the engine cannot give, and an empty prompt, name themselves
-  expect_error(c.Post("/v1/completions", json{{"prompt", "x"}, {"echo", true}}.dump(), "application/json"), 400, "echo");
-  expect_error(c.Post("/v1/completions", json{{"prompt", "x"}, {"best_of", 2}}.dump(), "application/json"), 400, "best_of");
-  expect_error(c.Post("/v1/completions", json{{"prompt", "x"}, {"suffix", "y"}}.dump(), "application/json"), 400, "suffix");
-  expect_error(c.Post("/v1/completions", json{{"prompt", std::string(4000, 'a')}}.dump(), "application/json"), 400, "prompt");
+  chat_error({{"max_tokens", 1.5}}, "max_tokens");
+  chat_error({{"top_k", 2.5}}, "top_k");
+  chat_error({{"repeat_penalty", 0}}, "repeat_penalty");
+  chat_error({{"logit_bias", {{" 5", 1}}}}, "logit_bias");
+  chat_error({{"max_completion_tokens", nullptr}}, "max_tokens", 0);
+  // the completion options the engine cannot give, and a prompt past the context, name themselves
+  text_error({{"prompt", "x"}, {"echo", true}}, "echo");
+  text_error({{"prompt", "x"}, {"best_of", 2}}, "best_of");
+  text_error({{"prompt", "x"}, {"suffix", "y"}}, "suffix");
+  text_error({{"prompt", std::string(4000, 'a')}}, "prompt");
   // what httplib answers by itself is an error object too: a route's other method, a form body
   // over its 8 KiB, an unknown method
   const auto wrong_method = c.Get("/v1/chat/completions");

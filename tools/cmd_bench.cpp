@@ -131,7 +131,8 @@ constexpr int kPgMax = 1 << 24;
 bool parse_pg(const std::string& s, int& p, int& n) {
   const size_t comma = s.find(',');
   auto one = [](const std::string& t, int& v) {
-    if (t.empty() || t.size() > 8 || !std::all_of(t.begin(), t.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) return false;
+    const auto digit = [](char ch) { return ch >= '0' && ch <= '9'; };
+    if (t.empty() || t.size() > 8 || !std::all_of(t.begin(), t.end(), digit)) return false;
     v = std::stoi(t);
     return v >= 1 && v <= kPgMax;
   };

@@ -157,7 +157,8 @@ ApiRequest parse_chat(const json& body, const ApiContext& ctx) {
       content = m["content"].get<std::string>();
     } else if (m.contains("content") && m["content"].is_array()) {  // [{"type": "text", "text": ...}]
       for (const json& part : m["content"])
-        if (part.is_object() && part.contains("type") && part["type"] == "text" && part.contains("text") && part["text"].is_string())
+        if (part.is_object() && part.contains("type") && part["type"] == "text" && part.contains("text") &&
+            part["text"].is_string())
           content += part["text"].get<std::string>();
         else throw bad("only text content parts are supported", "messages");
     } else if (!(m.contains("content") && m["content"].is_null())) {
@@ -184,7 +185,8 @@ ApiRequest parse_completion(const json& body, const ApiContext& ctx) {
   if (!body.contains("prompt") || !body["prompt"].is_string()) throw bad("'prompt' must be a string", "prompt");
   // OpenAI's completion options the engine cannot give, refused unless at their neutral values
   if (flag(body, "echo", false, "echo")) throw bad("'echo' is not supported", "echo");
-  if (body.contains("suffix") && !body["suffix"].is_null() && body["suffix"] != "") throw bad("'suffix' is not supported", "suffix");
+  if (body.contains("suffix") && !body["suffix"].is_null() && body["suffix"] != "")
+    throw bad("'suffix' is not supported", "suffix");
   if (whole(body, "best_of", 1, 1e9, 1) != 1) throw bad("'best_of' is not supported (only 1)", "best_of");
   ApiRequest r;
   common(body, ctx, r);
