@@ -157,14 +157,6 @@ class Backend {
   virtual void add_rows_scaled(Tensor dst, Tensor src, std::span<const int32_t> rows, std::span<const float> scale) {
     fail("the {} backend does not run mixtures of experts yet", name());
   }
-  // dst (one row) += scale[j] * srcs[j] (one row each) for j in order, each an fmaf as
-  // add_rows_scaled's: one token's expert outputs at once (the same bits as one add per expert).
-  virtual void add_scaled_rows_sum(Tensor dst, std::span<const Tensor> srcs, std::span<const float> scale) {
-    for (size_t j = 0; j < srcs.size(); ++j) {
-      const int32_t row0 = 0;
-      add_rows_scaled(dst, srcs[j], std::span<const int32_t>(&row0, 1), scale.subspan(j, 1));
-    }
-  }
   // dst[i] = src[rows[i]]: the rows whose logits a pass wants.
   virtual void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) {
     fail("the {} backend does not gather rows", name());

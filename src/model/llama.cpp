@@ -275,20 +275,9 @@ void LlamaModel::moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight
     be.copy_rows(x, all, y);
     be.add_rows_scaled(y, x, all, std::vector<float>(static_cast<size_t>(T), -1.f));
   }
-  // One token (decode): the chosen experts' outputs kept apart, then added in one op, in the
-  // order (and with the bits) of one add per expert below.
-  std::vector<Tensor> outs;
-  std::vector<float> out_scale;
   for (int64_t e = 0; e < NE; ++e) {
     const auto& r = rows[size_t(e)];
     if (r.empty()) continue;
-    if (T == 1) {
-      const Tensor g = be.alloc(1, F), d = be.alloc(1, E);
-      be.ffn_gate_up(w.exp_gate[size_t(e)], w.exp_up[size_t(e)], h, g, Glu::Silu);
-      be.matmul(w.exp_down[size_t(e)], g, d);
-      outs.push_back(d), out_scale.push_back(scale[size_t(e)][0]);
-      continue;
-    }
     const int64_t n = int64_t(r.size());
     const Tensor g = be.alloc(n, F), d = be.alloc(n, E);
     Tensor hs = h;  // an expert every token chose (all of decode's) takes h as it is: rows 0..T-1 in order
@@ -297,7 +286,6 @@ void LlamaModel::moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight
     be.matmul(w.exp_down[size_t(e)], g, d);
     be.add_rows_scaled(y, d, r, scale[size_t(e)]);
   }
-  if (!outs.empty()) be.add_scaled_rows_sum(y, outs, out_scale);
   if (w.shared_gate_inp) {  // every token: sigmoid(gate . h) * the shared expert's FFN of h
     const int64_t FS = tp_ ? tp_->plan.ff_shared.count : int64_t(cfg_.n_ff_shared);
     const Tensor gl = be.alloc(T, 1), g = be.alloc(T, FS), d = be.alloc(T, E);

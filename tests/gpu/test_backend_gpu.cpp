@@ -128,32 +128,6 @@ TEST(BackendOps, AddRowsScaledAfterTheRecordedOps) {
   EXPECT_THROW(b.gpu.add_rows_scaled(xg, sg, std::vector<int32_t>{1, 2, 9}, scale), Error);  // a row outside dst
 }
 
-// One token's expert outputs into its row at once: dst += scale[j] * srcs[j] in order j, against
-// the CPU's one add per expert; more sources than one kernel takes (16) go in turns.
-TEST(BackendOps, AddScaledRowsSumIsTheAddsInOrder) {
-  Both b;
-  std::mt19937 rng(5);
-  const int64_t cols = 2048;
-  for (int n : {1, 8, 20}) {
-    SCOPED_TRACE(n);
-    b.cpu.reset_scratch(), b.gpu.reset_scratch();
-    const auto xh = randn(size_t(cols), rng);
-    std::vector<float> scale(static_cast<size_t>(n));
-    for (float& s : scale) s = std::uniform_real_distribution<float>(0.f, 1.f)(rng);
-    Tensor xc = b.put(b.cpu, xh, 1, cols), xg = b.put(b.gpu, xh, 1, cols);
-    std::vector<Tensor> sc, sg;
-    for (int j = 0; j < n; ++j) {
-      const auto sh = randn(size_t(cols), rng);
-      sc.push_back(b.put(b.cpu, sh, 1, cols)), sg.push_back(b.put(b.gpu, sh, 1, cols));
-    }
-    b.cpu.add_scaled_rows_sum(xc, sc, scale), b.gpu.add_scaled_rows_sum(xg, sg, scale);
-    EXPECT_LE(rel(b.get(b.gpu, xg), b.get(b.cpu, xc)), 1e-7);
-  }
-  Tensor x = b.gpu.alloc(2, cols), s = b.gpu.alloc(1, cols);
-  const float one = 1.f;
-  EXPECT_THROW(b.gpu.add_scaled_rows_sum(x, std::span<const Tensor>(&s, 1), std::span<const float>(&one, 1)), Error);  // two rows
-}
-
 TEST(BackendOps, Rope) {
   Both b;
   std::mt19937 rng(2);

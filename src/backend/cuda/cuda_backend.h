@@ -76,7 +76,6 @@ class CudaBackend final : public Backend {
   void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) override;
   bool runs_experts() const override { return true; }
   void add_rows_scaled(Tensor dst, Tensor src, std::span<const int32_t> rows, std::span<const float> scale) override;
-  void add_scaled_rows_sum(Tensor dst, std::span<const Tensor> srcs, std::span<const float> scale) override;
   void argmax_rows(Tensor logits, std::span<int32_t> out, std::span<float> max = {}, const KvLayout* next = nullptr) override;
   // The ops record nodes of the pass's step plan (backend/step_plan.h); flush() fuses and runs
   // them when the pass's results are wanted (read, sample, argmax_rows, the end of a capture).

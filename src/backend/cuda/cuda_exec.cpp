@@ -223,24 +223,6 @@ void CudaBackend::add_rows_scaled(Tensor dst, Tensor src, std::span<const int32_
   });
 }
 
-// One kernel for a token's experts (up to kn::kRowSumMax; more go in turns), their scales and
-// pointers as kernel arguments.
-void CudaBackend::add_scaled_rows_sum(Tensor dst, std::span<const Tensor> srcs, std::span<const float> scale) {
-  check("add_scaled_rows_sum", dst.rows == 1 && scale.size() == srcs.size(), "one row, a scale per source");
-  for (const Tensor& s : srcs) check("add_scaled_rows_sum", s.rows == 1 && s.cols == dst.cols, "sources of one row like dst");
-  if (srcs.empty()) return;
-  flush();
-  widen_only16(dst);
-  for (const Tensor& s : srcs) widen_only16(s);
-  for (size_t j0 = 0; j0 < srcs.size(); j0 += kn::kRowSumMax) {
-    kn::RowSum rs{};
-    rs.n = int(std::min<size_t>(kn::kRowSumMax, srcs.size() - j0));
-    for (int j = 0; j < rs.n; ++j) rs.src[j] = srcs[j0 + size_t(j)].data, rs.scale[j] = scale[j0 + size_t(j)];
-    run_op("add_rows_scaled", double(dst.cols) * (4.0 * rs.n + 8.0), double(dst.cols) * 2.0 * rs.n,
-           [&] { return kn::add_scaled_rows_sum(dst.data, dst.cols, rs, stream_); });
-  }
-}
-
 void CudaBackend::read(Tensor t, float* host) {
   flush();
   widen_only16(t);

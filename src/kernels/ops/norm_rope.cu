@@ -257,15 +257,6 @@ __global__ void add_row_scaled_kernel(float* __restrict__ dst, const float* __re
   }
 }
 
-__global__ void add_scaled_rows_sum_kernel(float* __restrict__ dst, int64_t cols, const RowSum rs) {
-  pdl_enter();
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < cols; i += int64_t(gridDim.x) * blockDim.x) {
-    float v = dst[i];
-    for (int j = 0; j < rs.n; ++j) v = __fmaf_rn(rs.scale[j], rs.src[j][i], v);
-    dst[i] = v;
-  }
-}
-
 // The first kernel of a pass (no PDL wait: nothing before it in the pass; the lookup after it
 // launches at once and waits for it). One block, so that the stamp goes out after every thread's
 // reads.
@@ -425,12 +416,6 @@ Status add_rows_scaled(float* dst, const float* src, int64_t cols, const int32_t
   if (!dst || !src || !rows || !scale || cols <= 0 || n < 0) return Status::error("add_rows_scaled: bad arguments");
   if (n) launch_pdl(add_rows_scaled_kernel, grid_for(n * cols, 256), 256, 0, s, dst, src, cols, rows, scale, n);
   return launch_status("add_rows_scaled");
-}
-
-Status add_scaled_rows_sum(float* dst, int64_t cols, const RowSum& rs, cudaStream_t s) {
-  if (!dst || cols <= 0 || rs.n < 1 || rs.n > kRowSumMax) return Status::error("add_scaled_rows_sum: bad arguments");
-  launch_pdl(add_scaled_rows_sum_kernel, grid_for(cols, 256), 256, 0, s, dst, cols, rs);
-  return launch_status("add_scaled_rows_sum");
 }
 
 Status add_row_scaled(float* dst, const float* src, int64_t cols, int32_t row, float scale, cudaStream_t s) {

@@ -47,15 +47,6 @@ Status gather_rows(const float* src, int64_t cols, const int32_t* rows, int64_t 
 // `cols` floats): a mixture of experts' weighted outputs back into their tokens' rows.
 Status add_rows_scaled(float* dst, const float* src, int64_t cols, const int32_t* rows, const float* scale, int64_t n,
                        cudaStream_t s);
-// dst[c] += scale[j] * src[j][c] for j < n in order (one fmaf each, as add_rows_scaled): one token's
-// experts in one kernel, their pointers and scales by value.
-inline constexpr int kRowSumMax = 16;
-struct RowSum {
-  const float* src[kRowSumMax];
-  float scale[kRowSumMax];
-  int n;
-};
-Status add_scaled_rows_sum(float* dst, int64_t cols, const RowSum& rs, cudaStream_t s);
 // add_rows_scaled of one row (src [cols]), its index and scale given by value: no upload (decode's experts).
 Status add_row_scaled(float* dst, const float* src, int64_t cols, int32_t row, float scale, cudaStream_t s);
 // out = x rounded to F16 or BF16 (the A operand of the tensor-core GEMMs).
