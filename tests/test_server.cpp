@@ -340,6 +340,7 @@ TEST_F(ServerTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
   expect_error(c.Post("/tokenize", json{{"content", "x"}, {"add_special", "yes"}}.dump(), "application/json"), 400,
                "add_special");
   expect_error(c.Post("/detokenize", json{{"tokens", {4294967297LL}}}.dump(), "application/json"), 400, "tokens");
+  expect_error(c.Post("/detokenize", json{{"tokens", {-4294967295LL}}}.dump(), "application/json"), 400, "tokens");
   // counts are whole numbers, a repetition penalty divides, token ids are digits, a null field is absent
   chat_error({{"max_tokens", 1.5}}, "max_tokens");
   chat_error({{"top_k", 2.5}}, "top_k");

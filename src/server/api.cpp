@@ -31,13 +31,6 @@ double whole(const json& body, const char* key, double lo, double hi, double fal
   return v;
 }
 
-// An optional boolean (absent or null: the fallback).
-bool flag(const json& obj, const char* key, bool fallback, const std::string& param) {
-  if (!obj.contains(key) || obj[key].is_null()) return fallback;
-  if (!obj[key].is_boolean()) throw bad(std::string("'") + key + "' must be a boolean", param);
-  return obj[key].get<bool>();
-}
-
 // What the engine cannot give yet is refused with the parameter's name, not ignored: a client
 // that asks for tools or a JSON response would otherwise take a plain answer for the one it asked
 // for.
@@ -132,6 +125,12 @@ void check_length(const ApiContext& ctx, ApiRequest& r, const char* param) {
 }
 
 }  // namespace
+
+bool flag(const json& obj, const char* key, bool fallback, const std::string& param) {
+  if (!obj.contains(key) || obj[key].is_null()) return fallback;
+  if (!obj[key].is_boolean()) throw bad(std::string("'") + key + "' must be a boolean", param);
+  return obj[key].get<bool>();
+}
 
 json error_body(const ApiError& e) {
   return {{"error",

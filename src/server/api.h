@@ -29,6 +29,8 @@ struct ApiError : std::runtime_error {
 };
 // {"error": {"message", "type", "param", "code"}}
 json error_body(const ApiError& e);
+// obj[key] as an optional boolean (absent or null: fallback); another type throws a 400 naming param.
+bool flag(const json& obj, const char* key, bool fallback, const std::string& param);
 
 // What the server knows when it reads a request.
 struct ApiContext {

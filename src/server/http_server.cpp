@@ -139,9 +139,12 @@ void HttpServer::routes() {
     const json body = json::parse(req.body, nullptr, false);
     if (!body.is_object() || !body.contains("content") || !body["content"].is_string())
       return send_error(res, ApiError(400, "invalid_request_error", "'content' must be a string", "content"));
-    if (body.contains("add_special") && !body["add_special"].is_null() && !body["add_special"].is_boolean())
-      return send_error(res, ApiError(400, "invalid_request_error", "'add_special' must be a boolean", "add_special"));
-    const bool special = body.contains("add_special") && body["add_special"].is_boolean() && body["add_special"].get<bool>();
+    bool special = false;
+    try {
+      special = flag(body, "add_special", false, "add_special");
+    } catch (const ApiError& e) {
+      return send_error(res, e);
+    }
     send_json(res, 200, {{"tokens", ctx_.tok->tokenize(body["content"].get<std::string>(), special, special)}});
   });
   http_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
@@ -151,8 +154,8 @@ void HttpServer::routes() {
       return send_error(res, ApiError(400, "invalid_request_error", "'tokens' must be an array of ids", "tokens"));
     std::vector<int32_t> ids;
     for (const json& t : body["tokens"]) {
-      // (range first: get<int32_t> of a larger integer wraps)
-      const bool id = t.is_number_unsigned() ? t.get<uint64_t>() <= uint64_t(INT32_MAX) : t.is_number_integer();
+      // (range first: get<int32_t> of a wider integer wraps, either sign; above INT64_MAX get<int64_t> is negative)
+      const bool id = t.is_number_integer() && t.get<int64_t>() >= 0 && t.get<int64_t>() <= INT32_MAX;
       if (!id || !ctx_.tok->valid(t.get<int32_t>()))
         return send_error(res, ApiError(400, "invalid_request_error", "token " + t.dump() + " is not in the vocabulary", "tokens"));
       ids.push_back(t.get<int32_t>());
