@@ -9,6 +9,7 @@
 //               (gemma3: gelu instead of silu, and the sum RMS-normalised by post_ffw_norm)
 //   logits = Wout (rmsnorm(x) * out_norm)      (Wout = token_embd when tied)
 #include "model/llama.h"
+#include "backend/moe_route.h"
 
 #include "core/error.h"
 #include "format/gguf.h"
@@ -194,6 +195,7 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
         w.exp_up.push_back(be.load_weight(*share(&rows_of(*u, e * F, F), p + "ffn_up.weight"), WeightUse::Matmul));
         w.exp_down.push_back(be.load_weight(*share(&rows_of(*d, e * E, E), p + "ffn_down.weight"), WeightUse::Matmul));
       }
+      for (const auto* stack : {&w.exp_gate, &w.exp_up, &w.exp_down}) be.index_experts(*stack);
       if (FS) {  // the shared expert's gate: one output row
         GgufTensor gi = *b.checked(p + "ffn_gate_inp_shexp.weight", {E});
         gi.n_dims = 2, gi.ne[1] = 1;
@@ -223,6 +225,7 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
     }
     return v;
   };
+  moe_routed_ = moe && !FS && !tp_ && be.routes_experts(1);
   rope_freqs_ = factors("rope_freqs.weight");
   rope_long_ = factors("rope_factors_long.weight");
   rope_short_ = factors("rope_factors_short.weight");
@@ -238,28 +241,27 @@ void LlamaModel::moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight
   const int64_t T = h.rows, NE = cfg_.n_expert, K = cfg_.n_expert_used;
   const Tensor logits = be.alloc(T, NE);
   be.matmul(w.gate_inp, h, logits);
+  if (T == 1 && moe_routed_) {  // the route stays in backend memory: no host round trip
+    const Tensor route = be.alloc(1, 2 * K), g = be.alloc(K, n_ff_), d = be.alloc(K, cfg_.n_embd);
+    be.route_experts(logits, int(K), cfg_.moe_norm_topk, route);
+    be.experts_matmul(w.exp_gate, w.exp_up, Glu::Silu, h, route, g);
+    be.experts_matmul(w.exp_down, {}, Glu::Silu, g, route, d);
+    be.add_routed(x, d, route);
+    if (next) be.rmsnorm(x, *next, cfg_.rms_eps, h);
+    return;
+  }
   std::vector<float> p(size_t(T * NE));
   be.read(logits, p.data());
-  // Per token: softmax over the experts, the K most probable (the lower index first among equal
-  // ones), their probabilities renormalised to sum to 1; grouped by expert.
+  // Per token: its K experts (backend/moe_route.h), grouped by expert.
   std::vector<std::vector<int32_t>> rows(static_cast<size_t>(NE));
   std::vector<std::vector<float>> scale(static_cast<size_t>(NE));
-  std::vector<int32_t> order(static_cast<size_t>(NE));
+  std::vector<int32_t> ids(static_cast<size_t>(K));
+  std::vector<float> weights(static_cast<size_t>(K));
   for (int64_t t = 0; t < T; ++t) {
-    float* pt = p.data() + t * NE;
-    const float mx = *std::max_element(pt, pt + NE);
-    double sum = 0;
-    for (int64_t e = 0; e < NE; ++e) sum += pt[e] = std::exp(pt[e] - mx);
-    for (int64_t e = 0; e < NE; ++e) pt[e] = float(pt[e] / sum);
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [pt](int32_t a, int32_t b) { return pt[a] > pt[b]; });
-    float chosen = 0;
-    for (int64_t k = 0; k < K; ++k) chosen += pt[order[size_t(k)]];
-    if (!cfg_.moe_norm_topk) chosen = 1.f;
-    for (int64_t k = 0; k < K; ++k) {
-      const int32_t e = order[size_t(k)];
-      rows[size_t(e)].push_back(int32_t(t));
-      scale[size_t(e)].push_back(pt[e] / chosen);
+    route_top_k(p.data() + t * NE, NE, K, cfg_.moe_norm_topk, ids.data(), weights.data());
+    for (int64_t j = 0; j < K; ++j) {
+      rows[size_t(ids[size_t(j)])].push_back(int32_t(t));
+      scale[size_t(ids[size_t(j)])].push_back(weights[size_t(j)]);
     }
   }
   // Tensor parallelism: a rank's expert FFNs give partial sums of their outputs (its FFN range, as
@@ -366,9 +368,10 @@ Tensor LlamaModel::forward_batch(std::span<const int32_t> tokens, std::span<cons
   }
   // A decode step of T sequences: recorded per row count (the backend adds the length bucket), and
   // apart with a window pool's tables (the staging holds them after the others). A mixture of
-  // experts routes on the host mid-pass (moe_ffn reads the router's logits): never.
+  // experts of several rows routes on the host mid-pass (moe_ffn reads the router's logits): never.
   const uint64_t windows = layout.window_tables.empty() ? 0 : 4;
-  const uint64_t key = every_row && one_row_each && cfg_.n_expert == 0 ? uint64_t(T) << 8 | 2 | windows : 0;
+  const bool experts_ok = cfg_.n_expert == 0 || (T == 1 && moe_routed_);
+  const uint64_t key = every_row && one_row_each && experts_ok ? uint64_t(T) << 8 | 2 | windows : 0;
   be_.set_kv_layout(&layout);
   try {
     be_.begin_forward(tokens, pos);
@@ -391,7 +394,8 @@ Tensor LlamaModel::forward(std::span<const int32_t> tokens, std::span<const int3
 
   be_.begin_forward(tokens, pos);
   constexpr uint64_t kDecodeStep = 1;
-  return recordable_pass(T == 1 && mode == Logits::Last && cfg_.n_expert == 0 ? kDecodeStep : 0, tokens, pos, mode, {});
+  const bool experts_ok = cfg_.n_expert == 0 || moe_routed_;  // (one row: routed in backend memory)
+  return recordable_pass(T == 1 && mode == Logits::Last && experts_ok ? kDecodeStep : 0, tokens, pos, mode, {});
 }
 
 Tensor LlamaModel::run_layers(std::span<const int32_t> tokens, std::span<const int32_t> pos, Logits mode,

@@ -3,6 +3,7 @@
 #include "backend/cpu/attention_cpu.h"
 #include "backend/cpu/vec_dot.h"
 #include "backend/cpu/vec_math.h"
+#include "backend/moe_route.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/units.h"
@@ -330,6 +331,17 @@ void CpuBackend::add_rows_scaled(Tensor dst, Tensor src, std::span<const int32_t
     float* d = dst.data + int64_t(rows[i]) * dst.cols;
     const float* s = src.data + int64_t(i) * src.cols;
     for (int64_t c = 0; c < dst.cols; ++c) d[c] += scale[i] * s[c];
+  }
+}
+
+void CpuBackend::route_experts(Tensor logits, int k, bool renorm, Tensor route) {
+  if (route.rows != logits.rows || route.cols != 2 * int64_t(k) || k < 1 || k > logits.cols)
+    fail("route_experts: {} picks of {} experts into {} x {}", k, logits.cols, route.rows, route.cols);
+  std::vector<int32_t> ids(static_cast<size_t>(k));
+  for (int64_t t = 0; t < logits.rows; ++t) {
+    float* r = route.data + t * route.cols;
+    route_top_k(logits.data + t * logits.cols, logits.cols, k, renorm, ids.data(), r + k);
+    std::memcpy(r, ids.data(), ids.size() * sizeof(int32_t));
   }
 }
 

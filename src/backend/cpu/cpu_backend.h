@@ -62,6 +62,9 @@ class CpuBackend final : public Backend {
   void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) override;
   bool runs_experts() const override { return true; }
   void add_rows_scaled(Tensor dst, Tensor src, std::span<const int32_t> rows, std::span<const float> scale) override;
+  // A decode step's experts by a route (one row): the picks as the host computes them.
+  bool routes_experts(int64_t rows) const override { return rows == 1; }
+  void route_experts(Tensor logits, int k, bool renorm, Tensor route) override;
 
  private:
   struct Outliers {  // activations handled in f32 by matmul (see cpu_matmul.cpp)

@@ -76,6 +76,13 @@ class CudaBackend final : public Backend {
   void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) override;
   bool runs_experts() const override { return true; }
   void add_rows_scaled(Tensor dst, Tensor src, std::span<const int32_t> rows, std::span<const float> scale) override;
+  // One row's experts by a route in device memory (cuda_experts.cpp).
+  bool routes_experts(int64_t rows) const override;
+  void index_experts(std::span<const Weight> experts) override;
+  void route_experts(Tensor logits, int k, bool renorm, Tensor route) override;
+  void experts_matmul(std::span<const Weight> w, std::span<const Weight> w_up, Glu act, Tensor x, Tensor route,
+                      Tensor out) override;
+  void add_routed(Tensor y, Tensor d, Tensor route) override;
   void argmax_rows(Tensor logits, std::span<int32_t> out, std::span<float> max = {}, const KvLayout* next = nullptr) override;
   // The ops record nodes of the pass's step plan (backend/step_plan.h); flush() fuses and runs
   // them when the pass's results are wanted (read, sample, argmax_rows, the end of a capture).
@@ -279,6 +286,11 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   std::unordered_map<const void*, DevWeight> weights_;
   std::vector<void*> owned_;  // weight and cache allocations
+  // Each indexed expert stack's table of device pointers (index_experts), by its first expert's
+  // address; false once a stack could not be indexed (then every stack takes the host route).
+  std::unordered_map<const void*, const void* const*> expert_tables_;
+  bool experts_routable_ = true;
+  const void* const* expert_table(std::span<const Weight> experts) const;
   size_t weight_bytes_ = 0;
   GgmlType act16_ = GgmlType::F16;  // the 16-bit type GEMM inputs are rounded to
   // Prompt-attention rung (CudaOptions::prefill_attention).

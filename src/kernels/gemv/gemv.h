@@ -141,6 +141,29 @@ Status gemv_validate(const GemvProblem& p, const GemvVariant& v);
 // each without y8; the shape without x8.
 Status gemv(const GemvProblem& p, cudaStream_t s);
 
+// A mixture of experts' decode matmuls for one token, in one launch (q_dp4a_experts,
+// gemv_experts.cu): y[g] = W_e x_g for each pick g < groups, e = ids[g] read on the device (a
+// router kernel's output: kernels/ops/ops.h moe_route), so no host round trip comes between the
+// router and the experts; with w_up, y[g] = silu(W_e x_g) * (W_up_e x_g) (gelu when gelu).
+// Expert e's matrices are w[e] and w_up[e]: n x k each, wtype in its repacked layout, 16-byte
+// aligned. x_g = x + g * x_stride (0: one x for every pick; x_stride a multiple of 4). x is
+// quantised to int8 blocks as q_dp4a's (XRounding::Int8Blocks).
+struct GemvExperts {
+  GgmlType wtype = GgmlType::Q4_0;
+  const void* const* w = nullptr;     // device [n_expert] pointers
+  const void* const* w_up = nullptr;  // device [n_expert] pointers, optional (the gate/up pair)
+  bool gelu = false;
+  const int32_t* ids = nullptr;       // device [groups], each < n_expert
+  int groups = 0;
+  int64_t n = 0, k = 0;
+  const float* x = nullptr;           // device
+  int64_t x_stride = 0;
+  float* y = nullptr;                 // device [groups][n]
+};
+// Whether gemv_experts takes weights of type t with rows of k (q_dp4a's types and k).
+bool gemv_experts_supports(GgmlType t, int64_t k);
+Status gemv_experts(const GemvExperts& p, cudaStream_t s);
+
 // Bytes of W (and W_up) a GEMV reads: the figure GB/s is computed from.
 size_t gemv_weight_bytes(const GemvProblem& p);
 

@@ -49,6 +49,15 @@ Status add_rows_scaled(float* dst, const float* src, int64_t cols, const int32_t
                        cudaStream_t s);
 // add_rows_scaled of one row (src [cols]), its index and scale given by value: no upload (decode's experts).
 Status add_row_scaled(float* dst, const float* src, int64_t cols, int32_t row, float scale, cudaStream_t s);
+// A mixture of experts' router, for each row t of logits [rows][n_expert] (n_expert <= 256): the
+// softmax (float exponentials, their sum in f64), the k most probable experts (k <= 32; the lower
+// index first among equal ones) and their probabilities, divided by the picks' sum (summed in order
+// of probability) when renorm. out [rows][2k]: the k ids as int32 bits, ascending, then their
+// weights in the same order: backend/moe_route.h's route_top_k, one warp a row.
+Status moe_route(const float* logits, int64_t rows, int n_expert, int k, bool renorm, float* out, cudaStream_t s);
+// y[c] += w_j d[j][c] for j = 0..k-1 in that order, one fmaf each (add_rows_scaled's bits), the
+// weights w read from route [2k] (moe_route's row: after the ids). y [cols], d [k][cols].
+Status add_routed(float* y, const float* d, int64_t cols, const float* route, int k, cudaStream_t s);
 // out = x rounded to F16 or BF16 (the A operand of the tensor-core GEMMs).
 Status convert_f32(const float* x, int64_t n, GgmlType to, void* out, cudaStream_t s);
 

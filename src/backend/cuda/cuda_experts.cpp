@@ -1,0 +1,85 @@
+// A mixture of experts' decode step with its route in device memory: the router kernel, the
+// token's experts in one GEMV launch a matrix (q_dp4a_experts, through a table of the experts'
+// device pointers made at load), their weighted sum. Nothing is read back mid-pass, so the step
+// records as a graph. Like add_rows_scaled these are not plan ops: what was recorded runs first.
+#include "backend/cuda/cuda_backend.h"
+
+#include "backend/cuda/cuda_op.h"
+
+#include <cstring>
+
+namespace lamina {
+
+namespace kn = kernels;
+
+// A stack is indexed when q_dp4a_experts takes its matrices (repacked, one type and shape, not
+// parts of a Q/K/V-style stack); one that is not leaves every stack to the host route.
+void CudaBackend::index_experts(std::span<const Weight> experts) {
+  bool ok = !exact_ && !experts.empty() && kn::gemv_experts_supports(experts[0].type, experts[0].cols);
+  for (const Weight& w : experts) {
+    const DevWeight& d = info(w);
+    ok = ok && d.repacked && !d.stack && w.type == experts[0].type && w.rows == experts[0].rows && w.cols == experts[0].cols;
+  }
+  if (!ok) {
+    experts_routable_ = false;
+    return;
+  }
+  std::vector<const void*> ptrs;
+  for (const Weight& w : experts) ptrs.push_back(w.data);
+  void* table = dev_alloc(ptrs.size() * sizeof(void*), "an expert table");
+  owned_.push_back(table);
+  upload(table, ptrs.data(), ptrs.size() * sizeof(void*));
+  expert_tables_[experts[0].data] = static_cast<const void* const*>(table);
+}
+
+bool CudaBackend::routes_experts(int64_t rows) const { return rows == 1 && experts_routable_ && !expert_tables_.empty(); }
+
+const void* const* CudaBackend::expert_table(std::span<const Weight> experts) const {
+  check("experts", !experts.empty(), "no experts");
+  auto it = expert_tables_.find(experts[0].data);
+  check("experts", it != expert_tables_.end() && experts_routable_, "the experts were not indexed (index_experts)");
+  return it->second;
+}
+
+void CudaBackend::route_experts(Tensor logits, int k, bool renorm, Tensor route) {
+  check("route_experts", route.rows == logits.rows && route.cols == 2 * int64_t(k), "the route is not [rows][2k]");
+  flush();
+  widen_only16(logits);
+  run_op("moe route", double(logits.rows * logits.cols) * 4.0, 0, [&] {
+    return kn::moe_route(logits.data, logits.rows, int(logits.cols), k, renorm, route.data, stream_);
+  });
+}
+
+void CudaBackend::experts_matmul(std::span<const Weight> w, std::span<const Weight> w_up, Glu act, Tensor x, Tensor route,
+                                 Tensor out) {
+  const int64_t k = route.cols / 2;
+  const bool pair = !w_up.empty();
+  check("experts_matmul", route.rows == 1 && out.rows == k && out.cols == w[0].rows, "shapes differ");
+  check("experts_matmul", x.cols == w[0].cols && x.rows == (pair ? 1 : k), "x is one row (gate/up) or one a pick");
+  kn::GemvExperts p;
+  p.wtype = w[0].type;
+  p.w = expert_table(w);
+  p.w_up = pair ? expert_table(w_up) : nullptr;
+  p.gelu = act == Glu::Gelu;
+  p.ids = reinterpret_cast<const int32_t*>(route.data);
+  p.groups = int(k);
+  p.n = w[0].rows, p.k = w[0].cols;
+  p.x = x.data, p.x_stride = pair ? 0 : x.cols;
+  p.y = out.data;
+  flush();
+  widen_only16(x);
+  const double bytes = double(info(w[0]).bytes) * double(k) * (pair ? 2.0 : 1.0);
+  run_op(pair ? "experts gate/up" : "experts matmul", bytes, 2.0 * double(k * p.n * p.k) * (pair ? 2.0 : 1.0),
+         [&] { return kn::gemv_experts(p, stream_); });
+}
+
+void CudaBackend::add_routed(Tensor y, Tensor d, Tensor route) {
+  check("add_routed", y.rows == 1 && d.cols == y.cols && route.rows == 1 && route.cols == 2 * d.rows, "shapes differ");
+  flush();
+  widen_only16(y);
+  widen_only16(d);
+  run_op("add_routed", double(d.rows * d.cols + 2 * y.cols) * 4.0, double(d.rows * d.cols) * 2.0,
+         [&] { return kn::add_routed(y.data, d.data, y.cols, route.data, int(d.rows), stream_); });
+}
+
+}  // namespace lamina

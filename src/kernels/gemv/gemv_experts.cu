@@ -1,0 +1,125 @@
+// q_dp4a_experts: a mixture of experts' decode matmuls, one launch for all of a token's experts.
+// Against q_dp4a (gemv_dp4a_kernel.cuh), one launch a matrix: the grid's second dimension is the
+// token's picks; block row g reads the expert id the router left in device memory and multiplies
+// that expert's matrices (a table of pointers, one a expert). A Qwen3-30B-A3B-shape step had run
+// 8 experts x 2 GEMV launches a layer with the ids on the host (a round trip per layer, no graph);
+// now it runs 2 launches a layer and records as a graph (figures: docs/benchmarks.md, fifty-ninth
+// session).
+//   - the same weight step as q_dp4a (Dp4aStep: repacked layouts, int8 x blocks, dp4a), 8 warps x
+//     2 rows, two 16-byte steps in flight a lane, no overlap across passes (an expert's matrix is
+//     short: 768 x 2048 for Qwen3-30B-A3B's gate);
+//   - the weights are read after the PDL wait (which expert is only known then);
+//   - each block quantises its group's x into shared memory (x differs by pick for W_down).
+#include "kernels/common/launch_status.h"
+#include "kernels/common/pdl.cuh"
+#include "kernels/gemv/gemv.h"
+#include "kernels/gemv/gemv_dp4a.cuh"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+namespace lamina::kernels {
+namespace gemv_detail {
+namespace {
+
+constexpr int kExpRows = 2, kExpUnroll = 2, kExpWarps = 8;
+
+struct ExpertArgs {
+  const uint8_t* const* w;     // [n_expert]: expert e's matrix, n x k repacked
+  const uint8_t* const* w_up;  // [n_expert] or null (the gate/up pair)
+  const int32_t* ids;          // [groups]
+  const float* x;              // group g's x at x + g * x_stride
+  int64_t x_stride;
+  float* y;                    // [groups][n]
+  int64_t n, k;
+  bool gelu;
+};
+
+template <int kBits, int kScales, bool kGateUp>
+__global__ void __launch_bounds__(kExpWarps * 32) q_dp4a_experts(ExpertArgs a) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  using Step = Dp4aStep<kBits, kScales, kExpRows, kExpUnroll>;
+  constexpr int kMats = kGateUp ? 2 : 1;
+  pdl_wait();  // the ids (the router's) and x come from the kernels before
+  const int64_t g = blockIdx.y;
+  const int32_t e = a.ids[g];
+  const uint8_t* w[kMats];
+  w[0] = a.w[e];
+  if constexpr (kGateUp) w[1] = a.w_up[e];
+  const XSource xin{a.x + g * a.x_stride, nullptr, nullptr, 0.f, nullptr, nullptr, nullptr};
+  const uint8_t* xs = x8_source(xin, a.k, 1, smem);
+  const Epilogue ep{nullptr, nullptr, kGateUp, a.gelu, nullptr, nullptr, nullptr, nullptr, GemvArgmax{}};
+  float* y = a.y + g * a.n;
+  const int64_t stride = int64_t(gridDim.x) * kExpWarps * kExpRows;
+  for (int64_t row0 = (int64_t(blockIdx.x) * kExpWarps + threadIdx.x / 32) * kExpRows; row0 < a.n; row0 += stride) {
+    if (row0 + stride >= a.n) pdl_launch_dependents();  // this warp's last rows
+    float acc[kMats][kExpRows][1] = {};
+    for (int64_t l0 = 0; l0 < Step::loads(a.k); l0 += 32 * kExpUnroll) {
+      typename Step::Regs regs[kMats];
+#pragma unroll
+      for (int m = 0; m < kMats; ++m) Step::load(w[m], row0, a.n, l0, a.k, regs[m]);
+      Step::template dot_mats<1, kMats>(regs, xs, a.k, l0, 1, acc);
+    }
+    store_rows<kMats, kExpRows, 1>(acc, row0, a.n, 1, ep, y);
+  }
+}
+
+template <class Kernel>
+Status launch_experts(Kernel kernel, const GemvExperts& p, cudaStream_t s) {
+  const size_t smem = x8_bytes(p.k);
+  if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
+    return Status::error("q_dp4a_experts: x does not fit in shared memory");
+  int dev = 0, sms = 0, per_sm = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kExpWarps * 32, smem);
+  // As many blocks as fit on the device, shared among the groups, but no more than a group's rows need.
+  const int64_t needed = (p.n + kExpWarps * kExpRows - 1) / (kExpWarps * kExpRows);
+  const int64_t fit = std::max<int64_t>(1, int64_t(sms) * std::max(per_sm, 1) / p.groups);
+  const dim3 grid(unsigned(std::min(needed, fit)), unsigned(p.groups));
+  const ExpertArgs a{reinterpret_cast<const uint8_t* const*>(p.w), reinterpret_cast<const uint8_t* const*>(p.w_up),
+                     p.ids, p.x, p.x_stride, p.y, p.n, p.k, p.gelu};
+  launch_pdl(kernel, grid, dim3(kExpWarps * 32), smem, s, a);
+  return launch_status("q_dp4a_experts");
+}
+
+template <int kBits, int kScales>
+Status experts_type(const GemvExperts& p, cudaStream_t s) {
+  return p.w_up ? launch_experts(q_dp4a_experts<kBits, kScales, true>, p, s)
+                : launch_experts(q_dp4a_experts<kBits, kScales, false>, p, s);
+}
+
+}  // namespace
+}  // namespace gemv_detail
+
+bool gemv_experts_supports(GgmlType t, int64_t k) {
+  const bool k_quant = t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::IQ4_XS ||
+                       t == GgmlType::Q2_K || t == GgmlType::Q3_K;
+  return gemv_detail::dp4a_types(t) && k > 0 && k % (k_quant ? 256 : 32) == 0;
+}
+
+Status gemv_experts(const GemvExperts& p, cudaStream_t s) {
+  using namespace gemv_detail;
+  if (!gemv_experts_supports(p.wtype, p.k)) return Status::error("q_dp4a_experts: weight type or k not supported");
+  if (!p.w || !p.ids || !p.x || !p.y || p.n <= 0 || p.groups < 1 || p.groups > 65535 || p.x_stride < 0 || p.x_stride % 4)
+    return Status::error("q_dp4a_experts: bad arguments");
+  if (reinterpret_cast<uintptr_t>(p.x) % 16) return Status::error("q_dp4a_experts: x must be 16-byte aligned");
+  switch (p.wtype) {
+    case GgmlType::Q4_0: return experts_type<4, kScaleD>(p, s);
+    case GgmlType::Q4_1: return experts_type<4, kScaleDM>(p, s);
+    case GgmlType::Q5_0: return experts_type<5, kScaleD>(p, s);
+    case GgmlType::Q5_1: return experts_type<5, kScaleDM>(p, s);
+    case GgmlType::IQ4_NL: return experts_type<4, kScaleNL>(p, s);
+    case GgmlType::Q8_0: return experts_type<8, kScaleD>(p, s);
+    case GgmlType::Q4_K: return experts_type<4, kScaleK>(p, s);
+    case GgmlType::Q5_K: return experts_type<5, kScaleK>(p, s);
+    case GgmlType::Q6_K: return experts_type<6, kScaleQ6>(p, s);
+    case GgmlType::IQ4_XS: return experts_type<4, kScaleXS>(p, s);
+    case GgmlType::Q2_K: return experts_type<2, kScaleQ2>(p, s);
+    case GgmlType::Q3_K: return experts_type<3, kScaleQ6>(p, s);
+    default: return Status::error("q_dp4a_experts: weight type not supported");
+  }
+}
+
+}  // namespace lamina::kernels
