@@ -160,8 +160,9 @@ class Backend {
   }
   // A mixture of experts' step with its routing in backend memory (rows == 1 where a backend can,
   // every expert stack indexed): no host round trip between router and experts, so the step can
-  // be recorded. The model calls the three ops below only where routes_experts(rows).
-  virtual bool routes_experts(int64_t rows) const { return false; }
+  // be recorded. The model calls the three ops below only where routes_experts(rows, n_expert, k)
+  // (k picks of n_expert a row).
+  virtual bool routes_experts(int64_t rows, int64_t n_expert, int64_t k) const { return false; }
   // After an expert stack's matrices are loaded (one per expert, one type and shape): lets the
   // backend index them for experts_matmul.
   virtual void index_experts(std::span<const Weight> experts) {}

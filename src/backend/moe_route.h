@@ -23,7 +23,9 @@ inline void route_top_k(const float* logits, int64_t n_expert, int64_t k, bool r
   for (float& v : p) v = float(v / sum);
   std::vector<int32_t> order(static_cast<size_t>(n_expert));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[size_t(a)] > p[size_t(b)]; });
+  // (A NaN probability, from NaN logits, ranks below every other: the order stays strict and weak.)
+  const auto key = [&](int32_t e) { return std::isnan(p[size_t(e)]) ? -1.f : p[size_t(e)]; };
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return key(a) > key(b); });
   float chosen = 0;
   for (int64_t j = 0; j < k; ++j) chosen += p[size_t(order[size_t(j)])];
   if (!renorm) chosen = 1.f;

@@ -225,7 +225,7 @@ LlamaModel::LlamaModel(const GgufFile& f, Backend& be, const TpRank* tp) : cfg_(
     }
     return v;
   };
-  moe_routed_ = moe && !FS && !tp_ && be.routes_experts(1);
+  moe_routed_ = moe && !FS && !tp_ && be.routes_experts(1, NE, cfg_.n_expert_used);
   rope_freqs_ = factors("rope_freqs.weight");
   rope_long_ = factors("rope_factors_long.weight");
   rope_short_ = factors("rope_factors_short.weight");

@@ -59,6 +59,22 @@ TEST(MoeRoute, MatchesTheHostRoute) {
       }
       for (size_t i = size_t(rows * 2 * s.k); i < got.size(); ++i) ASSERT_TRUE(std::isnan(got[i])) << "wrote past the route";
     }
+  // NaN logits (a broken file): still k distinct experts of the row, so that no expert matmul reads
+  // outside its table.
+  for (const int n_expert : {8, 128}) {
+    const int k = 8;
+    std::vector<float> logits(static_cast<size_t>(n_expert), std::nanf(""));
+    logits[3] = 1.f;
+    DeviceBuf dl(logits), dout(size_t(2 * k) * 4);
+    ASSERT_TRUE(moe_route(dl.as<float>(), 1, n_expert, k, true, dout.as<float>(), nullptr).ok);
+    std::vector<int32_t> ids(static_cast<size_t>(2 * k));
+    CUDA_OK(cudaMemcpy(ids.data(), dout.p, dout.n, cudaMemcpyDeviceToHost));
+    for (int j = 0; j < k; ++j) {
+      EXPECT_GE(ids[size_t(j)], 0);
+      EXPECT_LT(ids[size_t(j)], n_expert);
+      if (j) EXPECT_LT(ids[size_t(j - 1)], ids[size_t(j)]) << "ascending and distinct";
+    }
+  }
   EXPECT_FALSE(moe_route(nullptr, 1, 8, 2, true, nullptr, nullptr).ok);
   DeviceBuf d(4096);
   EXPECT_FALSE(moe_route(d.as<float>(), 1, 300, 2, true, d.as<float>(), nullptr).ok) << "more than 256 experts";

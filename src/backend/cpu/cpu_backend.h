@@ -63,7 +63,7 @@ class CpuBackend final : public Backend {
   bool runs_experts() const override { return true; }
   void add_rows_scaled(Tensor dst, Tensor src, std::span<const int32_t> rows, std::span<const float> scale) override;
   // A decode step's experts by a route (one row): the picks as the host computes them.
-  bool routes_experts(int64_t rows) const override { return rows == 1; }
+  bool routes_experts(int64_t rows, int64_t, int64_t) const override { return rows == 1; }
   void route_experts(Tensor logits, int k, bool renorm, Tensor route) override;
 
  private:

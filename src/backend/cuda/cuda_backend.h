@@ -77,7 +77,7 @@ class CudaBackend final : public Backend {
   bool runs_experts() const override { return true; }
   void add_rows_scaled(Tensor dst, Tensor src, std::span<const int32_t> rows, std::span<const float> scale) override;
   // One row's experts by a route in device memory (cuda_experts.cpp).
-  bool routes_experts(int64_t rows) const override;
+  bool routes_experts(int64_t rows, int64_t n_expert, int64_t k) const override;
   void index_experts(std::span<const Weight> experts) override;
   void route_experts(Tensor logits, int k, bool renorm, Tensor route) override;
   void experts_matmul(std::span<const Weight> w, std::span<const Weight> w_up, Glu act, Tensor x, Tensor route,

@@ -32,7 +32,10 @@ void CudaBackend::index_experts(std::span<const Weight> experts) {
   expert_tables_[experts[0].data] = static_cast<const void* const*>(table);
 }
 
-bool CudaBackend::routes_experts(int64_t rows) const { return rows == 1 && experts_routable_ && !expert_tables_.empty(); }
+bool CudaBackend::routes_experts(int64_t rows, int64_t n_expert, int64_t k) const {
+  return rows == 1 && n_expert <= kn::kMoeRouteMaxExperts && k <= kn::kMoeRouteMaxPicks && experts_routable_ &&
+         !expert_tables_.empty();
+}
 
 const void* const* CudaBackend::expert_table(std::span<const Weight> experts) const {
   check("experts", !experts.empty(), "no experts");

@@ -12,8 +12,7 @@
 namespace lamina::kernels {
 namespace {
 
-constexpr int kRouteMaxExperts = 256;  // logits per row: 8 a lane
-constexpr int kRoutePer = kRouteMaxExperts / 32;
+constexpr int kRoutePer = kMoeRouteMaxExperts / 32;  // logits a lane
 
 // (value, index) order of the top-k: the larger value first, the lower index among equal ones.
 __device__ __forceinline__ bool before(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
@@ -40,18 +39,22 @@ __global__ void moe_route_kernel(const float* __restrict__ logits, int64_t rows,
   double sum = 0;
 #pragma unroll
   for (int i = 0; i < kRoutePer; ++i) {
-    v[i] = lane + 32 * i < n_expert ? expf(v[i] - mx) : -1.f;  // (-1: below every probability)
+    v[i] = lane + 32 * i < n_expert ? expf(v[i] - mx) : -3.f;  // (-3: no such expert, below all)
     if (v[i] >= 0.f) sum += v[i];
   }
   for (int o = 16; o; o /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+  // Probabilities; a NaN one (NaN logits) becomes -1: below every probability but above a taken
+  // expert (-2), so that the k picks are always k distinct experts of the row.
 #pragma unroll
-  for (int i = 0; i < kRoutePer; ++i)
+  for (int i = 0; i < kRoutePer; ++i) {
     if (v[i] >= 0.f) v[i] = float(double(v[i]) / sum);
+    if (isnan(v[i])) v[i] = -1.f;
+  }
   // k rounds of a warp argmax over the experts not yet taken; lane j keeps round j's pick.
   int my_id = n_expert;
   float my_p = 0.f, chosen = 0.f;
   for (int j = 0; j < k; ++j) {
-    float best = -2.f;
+    float best = -4.f;
     int bi = n_expert;
 #pragma unroll
     for (int i = 0; i < kRoutePer; ++i)
@@ -92,7 +95,7 @@ __global__ void add_routed_kernel(float* __restrict__ y, const float* __restrict
 }  // namespace
 
 Status moe_route(const float* logits, int64_t rows, int n_expert, int k, bool renorm, float* out, cudaStream_t s) {
-  if (!logits || !out || rows < 0 || n_expert < 1 || n_expert > kRouteMaxExperts || k < 1 || k > 32 || k > n_expert)
+  if (!logits || !out || rows < 0 || n_expert < 1 || n_expert > kMoeRouteMaxExperts || k < 1 || k > kMoeRouteMaxPicks || k > n_expert)
     return Status::error("moe_route: bad arguments (1 <= k <= 32, k <= n_expert <= 256)");
   constexpr int kWarps = 4;
   if (rows) launch_pdl(moe_route_kernel, unsigned((rows + kWarps - 1) / kWarps), kWarps * 32, 0, s, logits, rows, n_expert, k, renorm, out);

@@ -49,11 +49,13 @@ Status add_rows_scaled(float* dst, const float* src, int64_t cols, const int32_t
                        cudaStream_t s);
 // add_rows_scaled of one row (src [cols]), its index and scale given by value: no upload (decode's experts).
 Status add_row_scaled(float* dst, const float* src, int64_t cols, int32_t row, float scale, cudaStream_t s);
-// A mixture of experts' router, for each row t of logits [rows][n_expert] (n_expert <= 256): the
-// softmax (float exponentials, their sum in f64), the k most probable experts (k <= 32; the lower
-// index first among equal ones) and their probabilities, divided by the picks' sum (summed in order
-// of probability) when renorm. out [rows][2k]: the k ids as int32 bits, ascending, then their
-// weights in the same order: backend/moe_route.h's route_top_k, one warp a row.
+// A mixture of experts' router, for each row t of logits [rows][n_expert] (n_expert <=
+// kMoeRouteMaxExperts): the softmax (float exponentials, their sum in f64), the k most probable
+// experts (k <= kMoeRouteMaxPicks; the lower index first among equal ones) and their
+// probabilities, divided by the picks' sum (summed in order of probability) when renorm.
+// out [rows][2k]: the k ids as int32 bits, ascending, then their weights in the same order:
+// backend/moe_route.h's route_top_k, one warp a row.
+inline constexpr int kMoeRouteMaxExperts = 256, kMoeRouteMaxPicks = 32;  // a warp a row: 8 logits a lane, a pick a lane
 Status moe_route(const float* logits, int64_t rows, int n_expert, int k, bool renorm, float* out, cudaStream_t s);
 // y[c] += w_j d[j][c] for j = 0..k-1 in that order, one fmaf each (add_rows_scaled's bits), the
 // weights w read from route [2k] (moe_route's row: after the ids). y [cols], d [k][cols].
