@@ -21,11 +21,17 @@ inline void route_top_k(const float* logits, int64_t n_expert, int64_t k, bool r
   double sum = 0;
   for (float& v : p) sum += v = std::exp(v - mx);
   for (float& v : p) v = float(v / sum);
+  // The k first in (probability descending, index ascending), a strict order: a NaN probability
+  // (from NaN logits) ranks as -1, below every other. (A partial sort: a prompt routes each of its
+  // tokens here, and sorting all the experts had cost more than the experts' GEMMs.)
+  std::vector<float> key(p);
+  for (float& v : key)
+    if (std::isnan(v)) v = -1.f;
   std::vector<int32_t> order(static_cast<size_t>(n_expert));
   std::iota(order.begin(), order.end(), 0);
-  // (A NaN probability, from NaN logits, ranks below every other: the order stays strict and weak.)
-  const auto key = [&](int32_t e) { return std::isnan(p[size_t(e)]) ? -1.f : p[size_t(e)]; };
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return key(a) > key(b); });
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+    return key[size_t(a)] > key[size_t(b)] || (key[size_t(a)] == key[size_t(b)] && a < b);
+  });
   float chosen = 0;
   for (int64_t j = 0; j < k; ++j) chosen += p[size_t(order[size_t(j)])];
   if (!renorm) chosen = 1.f;

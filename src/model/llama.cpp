@@ -241,28 +241,42 @@ void LlamaModel::moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight
   const int64_t T = h.rows, NE = cfg_.n_expert, K = cfg_.n_expert_used;
   const Tensor logits = be.alloc(T, NE);
   be.matmul(w.gate_inp, h, logits);
-  if (T == 1 && moe_routed_) {  // the route stays in backend memory: no host round trip
-    const Tensor route = be.alloc(1, 2 * K), g = be.alloc(K, n_ff_), d = be.alloc(K, cfg_.n_embd);
+  // The route: in backend memory where the backend routes (one row stays there; several are read
+  // back, 2k values a row instead of the n_expert logits, and the device's rows run at once), else
+  // made here from the logits (backend/moe_route.h).
+  std::vector<int32_t> ids(size_t(T * K));
+  std::vector<float> weights(size_t(T * K));
+  if (moe_routed_) {
+    const Tensor route = be.alloc(T, 2 * K);
     be.route_experts(logits, int(K), cfg_.moe_norm_topk, route);
-    be.experts_matmul(w.exp_gate, w.exp_up, Glu::Silu, h, route, g);
-    be.experts_matmul(w.exp_down, {}, Glu::Silu, g, route, d);
-    be.add_routed(x, d, route);
-    if (next) be.rmsnorm(x, *next, cfg_.rms_eps, h);
-    return;
+    if (T == 1) {  // no host round trip
+      const Tensor g = be.alloc(K, n_ff_), d = be.alloc(K, cfg_.n_embd);
+      be.experts_matmul(w.exp_gate, w.exp_up, Glu::Silu, h, route, g);
+      be.experts_matmul(w.exp_down, {}, Glu::Silu, g, route, d);
+      be.add_routed(x, d, route);
+      if (next) be.rmsnorm(x, *next, cfg_.rms_eps, h);
+      return;
+    }
+    std::vector<float> r(size_t(T * 2 * K));
+    be.read(route, r.data());
+    for (int64_t t = 0; t < T; ++t) {
+      std::memcpy(&ids[size_t(t * K)], &r[size_t(t * 2 * K)], size_t(K) * sizeof(int32_t));
+      std::copy_n(&r[size_t(t * 2 * K + K)], K, &weights[size_t(t * K)]);
+    }
+  } else {
+    std::vector<float> p(size_t(T * NE));
+    be.read(logits, p.data());
+    for (int64_t t = 0; t < T; ++t)
+      route_top_k(p.data() + t * NE, NE, K, cfg_.moe_norm_topk, &ids[size_t(t * K)], &weights[size_t(t * K)]);
   }
-  std::vector<float> p(size_t(T * NE));
-  be.read(logits, p.data());
-  // Per token: its K experts (backend/moe_route.h), grouped by expert.
+  // Grouped by expert, in token order.
   std::vector<std::vector<int32_t>> rows(static_cast<size_t>(NE));
   std::vector<std::vector<float>> scale(static_cast<size_t>(NE));
-  std::vector<int32_t> ids(static_cast<size_t>(K));
-  std::vector<float> weights(static_cast<size_t>(K));
-  for (int64_t t = 0; t < T; ++t) {
-    route_top_k(p.data() + t * NE, NE, K, cfg_.moe_norm_topk, ids.data(), weights.data());
-    for (int64_t j = 0; j < K; ++j) {
-      rows[size_t(ids[size_t(j)])].push_back(int32_t(t));
-      scale[size_t(ids[size_t(j)])].push_back(weights[size_t(j)]);
-    }
+  for (int64_t i = 0; i < T * K; ++i) {
+    const int32_t e = ids[size_t(i)];
+    if (e < 0 || e >= NE) fail("moe: the route picked expert {} of {}", e, NE);
+    rows[size_t(e)].push_back(int32_t(i / K));
+    scale[size_t(e)].push_back(weights[size_t(i)]);
   }
   // Tensor parallelism: a rank's expert FFNs give partial sums of their outputs (its FFN range, as
   // a dense FFN's). They gather in y, zero to begin with (x less itself: exact for finite x, with

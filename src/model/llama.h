@@ -84,12 +84,12 @@ class LlamaModel {
   };
   std::vector<std::unique_ptr<Slice>> slices_;  // (stable addresses: backends may keep pointers)
   // x += the token's experts' FFNs of h, weighted (ModelConfig::n_expert), then h = rmsnorm(x) *
-  // next when next is given. One row where the backend routes on the device (moe_routed_): the
-  // route stays there; otherwise the router's logits are read to the host, which groups the
-  // tokens by expert.
+  // next when next is given. Where the backend routes (moe_routed_) one row's route stays in its
+  // memory; several rows read their route back; otherwise the router's logits are read and
+  // routed here. The host groups several rows by expert.
   void moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight* next);
-  // Whether a one-row pass's experts go by a route in backend memory (the backend routes experts,
-  // no shared expert, no tensor parallelism): such a decode step can be recorded.
+  // Whether the backend routes (route_experts), and a one-row pass's experts go by the route in
+  // its memory (no shared expert, no tensor parallelism): such a decode step can be recorded.
   bool moe_routed_ = false;
   // Rows r0 .. r0 + n of a file tensor as a tensor of its own (a fused tensor's parts, an
   // expert's matrix of a stacked [.., .., n_expert] tensor; no copy).
