@@ -93,10 +93,9 @@ Status experts_type(const GemvExperts& p, cudaStream_t s) {
 }  // namespace
 }  // namespace gemv_detail
 
+// (q_dp4a's k: whole blocks of its type, 32 or 256 elements; x's int8 blocks are 32.)
 bool gemv_experts_supports(GgmlType t, int64_t k) {
-  const bool k_quant = t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K || t == GgmlType::IQ4_XS ||
-                       t == GgmlType::Q2_K || t == GgmlType::Q3_K;
-  return gemv_detail::dp4a_types(t) && k > 0 && k % (k_quant ? 256 : 32) == 0;
+  return gemv_detail::dp4a_types(t) && k > 0 && k % traits(t).block_elems == 0;
 }
 
 Status gemv_experts(const GemvExperts& p, cudaStream_t s) {
