@@ -158,10 +158,11 @@ class Backend {
   virtual void add_rows_scaled(Tensor dst, Tensor src, std::span<const int32_t> rows, std::span<const float> scale) {
     fail("the {} backend does not run mixtures of experts yet", name());
   }
-  // A mixture of experts' step with its routing in backend memory (rows == 1 where a backend can,
-  // every expert stack indexed): no host round trip between router and experts, so the step can
-  // be recorded. The model calls the three ops below only where routes_experts(rows, n_expert, k)
-  // (k picks of n_expert a row).
+  // A mixture of experts' step with its routing in backend memory (a decode step of one or a few
+  // rows where a backend can, every expert stack indexed): no host round trip between router and
+  // experts, so the step can be recorded. The model calls experts_matmul and add_routed only where
+  // routes_experts(rows, n_expert, k) (k picks of n_expert a row); route_experts where
+  // routes_experts(1, n_expert, k) (several rows then read their route back).
   virtual bool routes_experts(int64_t rows, int64_t n_expert, int64_t k) const { return false; }
   // After an expert stack's matrices are loaded (one per expert, one type and shape): lets the
   // backend index them for experts_matmul.
@@ -171,25 +172,29 @@ class Backend {
   virtual void route_experts(Tensor logits, int k, bool renorm, Tensor route) {
     fail("the {} backend does not route experts on the device", name());
   }
-  // out [k][w.rows]: row j = expert e_j's matrix times x (x one row; with w_up, glu(W_e x, W_up_e x)),
-  // or times x's row j (x [k][w.cols], no w_up); e_j = route's pick j (one row of route).
-  // (Here: the route read back, one matmul a pick.)
+  // out [rows k][w.rows], pair g = t k + j: expert e_tj's matrix times x's row t (with w_up,
+  // glu(W_e x_t, W_up_e x_t); x [rows][w.cols]) or times x's row g (no w_up; x [rows k][w.cols]);
+  // e_tj = route row t's pick j. (Here: the route read back, one matmul a pair.)
   virtual void experts_matmul(std::span<const Weight> w, std::span<const Weight> w_up, Glu act, Tensor x, Tensor route,
                               Tensor out) {
-    const std::vector<float> r = read_route(route, out.rows);
-    for (int64_t j = 0; j < out.rows; ++j) {
-      const size_t e = expert_of(r, j, w.size());
-      if (!w_up.empty()) ffn_gate_up(w[e], w_up[e], x, out.rows_view(j, 1), act);
-      else matmul(w[e], x.rows_view(j, 1), out.rows_view(j, 1));
+    const int64_t k = route.cols / 2;
+    const std::vector<float> r = read_route(route, out.rows / std::max<int64_t>(k, 1), k);
+    for (int64_t g = 0; g < out.rows; ++g) {
+      const size_t e = expert_of(r, g / k * 2 * k + g % k, w.size());
+      if (!w_up.empty()) ffn_gate_up(w[e], w_up[e], x.rows_view(g / k, 1), out.rows_view(g, 1), act);
+      else matmul(w[e], x.rows_view(g, 1), out.rows_view(g, 1));
     }
   }
-  // y (one row) += weight_j d[j] for j = 0..k-1 in order (the picks' ascending ids: the order
+  // y[t] += weight_tj d[t k + j] for j = 0..k-1 in order (the picks' ascending ids: the order
   // add_rows_scaled adds them in when the model loops over the experts). (Here: one
-  // add_rows_scaled a pick, the same bits.)
+  // add_rows_scaled a pair, the same bits.)
   virtual void add_routed(Tensor y, Tensor d, Tensor route) {
-    const std::vector<float> r = read_route(route, d.rows);
-    const int32_t row0[] = {0};
-    for (int64_t j = 0; j < d.rows; ++j) add_rows_scaled(y, d.rows_view(j, 1), row0, std::span<const float>(&r[size_t(d.rows + j)], 1));
+    const int64_t k = route.cols / 2;
+    const std::vector<float> r = read_route(route, y.rows, k);
+    for (int64_t g = 0; g < d.rows; ++g) {
+      const int32_t row[] = {int32_t(g / k)};
+      add_rows_scaled(y, d.rows_view(g, 1), row, std::span<const float>(&r[size_t(g / k * 2 * k + k + g % k)], 1));
+    }
   }
   // dst[i] = src[rows[i]]: the rows whose logits a pass wants.
   virtual void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) {
@@ -352,16 +357,18 @@ class Backend {
   virtual void profile_reset() {}
 
  protected:
-  // One row of a route (route_experts) on the host, checked: k ids, then k weights.
-  std::vector<float> read_route(Tensor route, int64_t k) {
-    if (route.rows != 1 || route.cols != 2 * k) fail("route: one row of {} picks expected, got {} x {}", k, route.rows, route.cols);
-    std::vector<float> r(size_t(2 * k));
+  // A route (route_experts) on the host, checked: rows of k ids, then k weights.
+  std::vector<float> read_route(Tensor route, int64_t rows, int64_t k) {
+    if (k < 1 || route.rows != rows || route.cols != 2 * k)
+      fail("route: {} rows of {} picks expected, got {} x {}", rows, k, route.rows, route.cols);
+    std::vector<float> r(size_t(2 * k * rows));
     read(route, r.data());
     return r;
   }
-  static size_t expert_of(const std::vector<float>& r, int64_t j, size_t n_expert) {
+  // The expert id at index i of a route read back.
+  static size_t expert_of(const std::vector<float>& r, int64_t i, size_t n_expert) {
     int32_t e = 0;
-    std::memcpy(&e, &r[size_t(j)], sizeof e);
+    std::memcpy(&e, &r[size_t(i)], sizeof e);
     if (e < 0 || size_t(e) >= n_expert) fail("route: expert {} of {}", e, n_expert);
     return size_t(e);
   }

@@ -241,16 +241,16 @@ void LlamaModel::moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight
   const int64_t T = h.rows, NE = cfg_.n_expert, K = cfg_.n_expert_used;
   const Tensor logits = be.alloc(T, NE);
   be.matmul(w.gate_inp, h, logits);
-  // The route: in backend memory where the backend routes (one row stays there; several are read
-  // back, 2k values a row instead of the n_expert logits, and the device's rows run at once), else
-  // made here from the logits (backend/moe_route.h).
+  // The route: in backend memory where the backend routes (one row, or as many as the backend
+  // takes, stays there; more are read back, 2k values a row instead of the n_expert logits, and the
+  // device's rows run at once), else made here from the logits (backend/moe_route.h).
   std::vector<int32_t> ids(size_t(T * K));
   std::vector<float> weights(size_t(T * K));
   if (moe_routed_) {
     const Tensor route = be.alloc(T, 2 * K);
     be.route_experts(logits, int(K), cfg_.moe_norm_topk, route);
-    if (T == 1) {  // no host round trip
-      const Tensor g = be.alloc(K, n_ff_), d = be.alloc(K, cfg_.n_embd);
+    if (be.routes_experts(T, NE, K)) {  // one row or a few: no host round trip
+      const Tensor g = be.alloc(T * K, n_ff_), d = be.alloc(T * K, cfg_.n_embd);
       be.experts_matmul(w.exp_gate, w.exp_up, Glu::Silu, h, route, g);
       be.experts_matmul(w.exp_down, {}, Glu::Silu, g, route, d);
       be.add_routed(x, d, route);
@@ -382,9 +382,9 @@ Tensor LlamaModel::forward_batch(std::span<const int32_t> tokens, std::span<cons
   }
   // A decode step of T sequences: recorded per row count (the backend adds the length bucket), and
   // apart with a window pool's tables (the staging holds them after the others). A mixture of
-  // experts of several rows routes on the host mid-pass (moe_ffn reads the router's logits): never.
+  // experts whose rows the backend does not route (moe_ffn reads the route back mid-pass): never.
   const uint64_t windows = layout.window_tables.empty() ? 0 : 4;
-  const bool experts_ok = cfg_.n_expert == 0 || (T == 1 && moe_routed_);
+  const bool experts_ok = cfg_.n_expert == 0 || (moe_routed_ && be_.routes_experts(int64_t(T), cfg_.n_expert, cfg_.n_expert_used));
   const uint64_t key = every_row && one_row_each && experts_ok ? uint64_t(T) << 8 | 2 | windows : 0;
   be_.set_kv_layout(&layout);
   try {

@@ -82,19 +82,27 @@ TEST(MoeRoute, MatchesTheHostRoute) {
 }
 
 // y[g] = W_{ids[g]} x_g (or the gate/up pair's silu(W x) * (W_up x)) for picks in any order, an
-// expert picked twice, n not a multiple of a block's 16 rows: the fp64 reference of the same
-// int8-rounded x, within q_dp4a's bound.
+// expert picked twice, n not a multiple of a block's 16 rows, ids in route rows of 2 picks (2
+// tokens x 2 picks) and one token of 4: the fp64 reference of the same int8-rounded x, within
+// q_dp4a's bound.
 TEST(GemvExperts, MatchesFp64Reference) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 1.f);
   const int n_expert = 5;
-  const std::vector<int32_t> ids{4, 0, 2, 4};
-  const int groups = int(ids.size());
+  struct Layout {
+    int tokens, picks;
+    std::vector<int32_t> route;  // tokens rows of [picks ids | picks slots the kernel does not read]
+  };
+  const Layout layouts[] = {{1, 4, {4, 0, 2, 4, -1, -1, -1, -1}}, {2, 2, {3, 1, -1, -1, 4, 3, -1, -1}}};
+  for (const Layout& lay : layouts)
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::IQ4_NL,
                      GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS})
     for (bool gate_up : {true, false}) {
       const int64_t n = 72, k = 512;
-      SCOPED_TRACE(testing::Message() << type_name(t) << (gate_up ? " gate/up" : " one matrix"));
+      const int groups = lay.tokens * lay.picks;
+      const auto id_of = [&](int g) { return lay.route[size_t(g / lay.picks * 2 * lay.picks + g % lay.picks)]; };
+      SCOPED_TRACE(testing::Message() << type_name(t) << (gate_up ? " gate/up" : " one matrix") << ", " << lay.tokens
+                                      << " tokens x " << lay.picks << " picks");
       ASSERT_TRUE(gemv_experts_supports(t, k));
       // Each expert's matrices, repacked on the device; the tables of their addresses.
       std::vector<std::vector<uint8_t>> w, wu;
@@ -111,22 +119,22 @@ TEST(GemvExperts, MatchesFp64Reference) {
         }
       }
       CUDA_OK(cudaDeviceSynchronize());
-      // x: one row for the pair, one a pick otherwise; outliers as models have them.
-      const int xrows = gate_up ? 1 : groups;
+      // x: a row a token for the pair, one a (token, pick) otherwise; outliers as models have them.
+      const int xrows = gate_up ? lay.tokens : groups;
       std::vector<float> x(size_t(xrows * k));
       for (size_t i = 0; i < x.size(); ++i) x[i] = nd(rng) * (i % 37 == 5 ? 30.f : 1.f);
       std::vector<float> xr = x;  // (host_x8 writes the rounded values in place)
       host_x8(x, k, &xr);
-      DeviceBuf dx(x), dids(ids), dtw(tw), dtwu(twu), dy(size_t(groups * n + 32) * 4);
+      DeviceBuf dx(x), dids(lay.route), dtw(tw), dtwu(twu), dy(size_t(groups * n + 32) * 4);
       CUDA_OK(cudaMemset(dy.p, 0xFF, dy.n));
       GemvExperts p;
       p.wtype = t;
       p.w = dtw.as<const void*>();
       p.w_up = gate_up ? dtwu.as<const void*>() : nullptr;
       p.ids = dids.as<int32_t>();
-      p.groups = groups;
+      p.groups = groups, p.picks = lay.picks, p.ids_stride = 2 * lay.picks;
       p.n = n, p.k = k;
-      p.x = dx.as<float>(), p.x_stride = gate_up ? 0 : k;
+      p.x = dx.as<float>(), p.x_share = gate_up ? lay.picks : 1, p.x_stride = k;
       p.y = dy.as<float>();
       const Status st = gemv_experts(p, nullptr);
       ASSERT_TRUE(st.ok) << st.message;
@@ -135,10 +143,10 @@ TEST(GemvExperts, MatchesFp64Reference) {
       CUDA_OK(cudaMemcpy(got.data(), dy.p, dy.n, cudaMemcpyDeviceToHost));
       const size_t rb = row_bytes(t, k);
       for (int g = 0; g < groups; ++g) {
-        const float* xg = &xr[size_t(gate_up ? 0 : g * k)];
+        const float* xg = &xr[size_t((gate_up ? g / lay.picks : g) * k)];
         for (int64_t r = 0; r < n; ++r) {
-          dequantize_row(t, w[size_t(ids[size_t(g)])].data() + size_t(r) * rb, wd.data(), k);
-          dequantize_row(t, wu[size_t(ids[size_t(g)])].data() + size_t(r) * rb, wud.data(), k);
+          dequantize_row(t, w[size_t(id_of(g))].data() + size_t(r) * rb, wd.data(), k);
+          dequantize_row(t, wu[size_t(id_of(g))].data() + size_t(r) * rb, wud.data(), k);
           double a = 0, u = 0, m = 0;
           for (int64_t i = 0; i < k; ++i) {
             a += double(wd[size_t(i)]) * xg[i], u += double(wud[size_t(i)]) * xg[i];
@@ -157,27 +165,29 @@ TEST(GemvExperts, MatchesFp64Reference) {
   EXPECT_FALSE(gemv_experts_supports(GgmlType::Q4_K, 128)) << "K-quants need k a multiple of 256";
 }
 
-// y += w_j d[j] in pick order, one fmaf each: the host's chain, bit for bit.
+// y[t] += w_tj d[t k + j] in pick order, one fmaf each: the host's chain, bit for bit, for 3 rows.
 TEST(AddRouted, IsTheFmafChainInOrder) {
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0.f, 1.f);
   const int k = 8;
-  const int64_t cols = 2049;
-  std::vector<float> y(static_cast<size_t>(cols)), d(static_cast<size_t>(k * cols)), route(static_cast<size_t>(2 * k));
+  const int64_t rows = 3, cols = 2049;
+  std::vector<float> y(static_cast<size_t>(rows * cols)), d(static_cast<size_t>(rows * k * cols)),
+      route(static_cast<size_t>(rows * 2 * k));
   for (auto& v : y) v = nd(rng);
   for (auto& v : d) v = nd(rng);
-  for (int j = 0; j < k; ++j) route[size_t(k + j)] = std::fabs(nd(rng));  // (the ids are not read)
+  for (auto& v : route) v = std::fabs(nd(rng));  // (the ids are not read)
   DeviceBuf dy(y), dd(d), dr(route);
-  const Status st = add_routed(dy.as<float>(), dd.as<float>(), cols, dr.as<float>(), k, nullptr);
+  const Status st = add_routed(dy.as<float>(), dd.as<float>(), rows, cols, dr.as<float>(), k, nullptr);
   ASSERT_TRUE(st.ok) << st.message;
   std::vector<float> got(y.size());
   CUDA_OK(cudaMemcpy(got.data(), dy.p, dy.n, cudaMemcpyDeviceToHost));
-  for (int64_t c = 0; c < cols; ++c) {
-    float v = y[size_t(c)];
-    for (int j = 0; j < k; ++j) v = std::fmaf(route[size_t(k + j)], d[size_t(j * cols + c)], v);
-    ASSERT_EQ(got[size_t(c)], v) << "column " << c;
-  }
-  EXPECT_FALSE(add_routed(nullptr, dd.as<float>(), cols, dr.as<float>(), k, nullptr).ok);
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t c = 0; c < cols; ++c) {
+      float v = y[size_t(t * cols + c)];
+      for (int j = 0; j < k; ++j) v = std::fmaf(route[size_t(t * 2 * k + k + j)], d[size_t((t * k + j) * cols + c)], v);
+      ASSERT_EQ(got[size_t(t * cols + c)], v) << "row " << t << " column " << c;
+    }
+  EXPECT_FALSE(add_routed(nullptr, dd.as<float>(), rows, cols, dr.as<float>(), k, nullptr).ok);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // A mixture of experts' decode step with its route in device memory: the router kernel, the
-// token's experts in one GEMV launch a matrix (q_dp4a_experts, through a table of the experts'
+// (token, pick) pairs in one GEMV launch a matrix (q_dp4a_experts, through a table of the experts'
 // device pointers made at load), their weighted sum. Nothing is read back mid-pass, so the step
 // records as a graph. Like add_rows_scaled these are not plan ops: what was recorded runs first.
 #include "backend/cuda/cuda_backend.h"
@@ -32,9 +32,14 @@ void CudaBackend::index_experts(std::span<const Weight> experts) {
   expert_tables_[experts[0].data] = static_cast<const void* const*>(table);
 }
 
+// Pairs (rows x picks) one launch takes: each pair reads its expert's whole matrix, which pays
+// against the host's grouping by expert (a sync a layer, a launch and uploads an expert) for a few
+// rows only. (A first line, to be measured: Qwen3-30B-A3B's 8 picks up to 8 users.)
+constexpr int64_t kMaxRoutedPairs = 64;
+
 bool CudaBackend::routes_experts(int64_t rows, int64_t n_expert, int64_t k) const {
-  return rows == 1 && n_expert <= kn::kMoeRouteMaxExperts && k <= kn::kMoeRouteMaxPicks && experts_routable_ &&
-         !expert_tables_.empty();
+  return rows >= 1 && rows * k <= kMaxRoutedPairs && n_expert <= kn::kMoeRouteMaxExperts && k <= kn::kMoeRouteMaxPicks &&
+         experts_routable_ && !expert_tables_.empty();
 }
 
 const void* const* CudaBackend::expert_table(std::span<const Weight> experts) const {
@@ -55,34 +60,35 @@ void CudaBackend::route_experts(Tensor logits, int k, bool renorm, Tensor route)
 
 void CudaBackend::experts_matmul(std::span<const Weight> w, std::span<const Weight> w_up, Glu act, Tensor x, Tensor route,
                                  Tensor out) {
-  const int64_t k = route.cols / 2;
+  const int64_t rows = route.rows, k = route.cols / 2;
   const bool pair = !w_up.empty();
-  check("experts_matmul", route.rows == 1 && out.rows == k && out.cols == w[0].rows, "shapes differ");
-  check("experts_matmul", x.cols == w[0].cols && x.rows == (pair ? 1 : k), "x is one row (gate/up) or one a pick");
+  check("experts_matmul", k >= 1 && route.cols == 2 * k && out.rows == rows * k && out.cols == w[0].rows, "shapes differ");
+  check("experts_matmul", x.cols == w[0].cols && x.rows == (pair ? rows : rows * k), "x is a row a token (gate/up) or a pair");
   kn::GemvExperts p;
   p.wtype = w[0].type;
   p.w = expert_table(w);
   p.w_up = pair ? expert_table(w_up) : nullptr;
   p.gelu = act == Glu::Gelu;
   p.ids = reinterpret_cast<const int32_t*>(route.data);
-  p.groups = int(k);
+  p.groups = int(rows * k), p.picks = int(k), p.ids_stride = 2 * k;
   p.n = w[0].rows, p.k = w[0].cols;
-  p.x = x.data, p.x_stride = pair ? 0 : x.cols;
+  p.x = x.data, p.x_share = pair ? int(k) : 1, p.x_stride = x.cols;
   p.y = out.data;
   flush();
   widen_only16(x);
-  const double bytes = double(info(w[0]).bytes) * double(k) * (pair ? 2.0 : 1.0);
-  run_op(pair ? "experts gate/up" : "experts matmul", bytes, 2.0 * double(k * p.n * p.k) * (pair ? 2.0 : 1.0),
+  const double pairs = double(rows * k), bytes = double(info(w[0]).bytes) * pairs * (pair ? 2.0 : 1.0);
+  run_op(pair ? "experts gate/up" : "experts matmul", bytes, 2.0 * pairs * double(p.n * p.k) * (pair ? 2.0 : 1.0),
          [&] { return kn::gemv_experts(p, stream_); });
 }
 
 void CudaBackend::add_routed(Tensor y, Tensor d, Tensor route) {
-  check("add_routed", y.rows == 1 && d.cols == y.cols && route.rows == 1 && route.cols == 2 * d.rows, "shapes differ");
+  const int64_t k = route.cols / 2;
+  check("add_routed", k >= 1 && route.rows == y.rows && d.rows == y.rows * k && d.cols == y.cols, "shapes differ");
   flush();
   widen_only16(y);
   widen_only16(d);
-  run_op("add_routed", double(d.rows * d.cols + 2 * y.cols) * 4.0, double(d.rows * d.cols) * 2.0,
-         [&] { return kn::add_routed(y.data, d.data, y.cols, route.data, int(d.rows), stream_); });
+  run_op("add_routed", double(d.rows * d.cols + 2 * y.rows * y.cols) * 4.0, double(d.rows * d.cols) * 2.0,
+         [&] { return kn::add_routed(y.data, d.data, y.rows, y.cols, route.data, int(k), stream_); });
 }
 
 }  // namespace lamina

@@ -141,22 +141,28 @@ Status gemv_validate(const GemvProblem& p, const GemvVariant& v);
 // each without y8; the shape without x8.
 Status gemv(const GemvProblem& p, cudaStream_t s);
 
-// A mixture of experts' decode matmuls for one token, in one launch (q_dp4a_experts,
-// gemv_experts.cu): y[g] = W_e x_g for each pick g < groups, e = ids[g] read on the device (a
-// router kernel's output: kernels/ops/ops.h moe_route), so no host round trip comes between the
-// router and the experts; with w_up, y[g] = silu(W_e x_g) * (W_up_e x_g) (gelu when gelu).
-// Expert e's matrices are w[e] and w_up[e]: n x k each, wtype in its repacked layout, 16-byte
-// aligned. x_g = x + g * x_stride (0: one x for every pick; x_stride a multiple of 4). x is
-// quantised to int8 blocks as q_dp4a's (XRounding::Int8Blocks).
+// A mixture of experts' matmuls for a few tokens' picks, in one launch (q_dp4a_experts,
+// gemv_experts.cu): y[g] = W_e x_g for each (token, pick) pair g < groups, g = t * picks + j,
+// e = ids[t * ids_stride + j] read on the device (a router kernel's output, kernels/ops/ops.h
+// moe_route: ids_stride = 2 picks there), so no host round trip comes between the router and the
+// experts; with w_up, y[g] = silu(W_e x_g) * (W_up_e x_g) (gelu when gelu). Expert e's matrices
+// are w[e] and w_up[e]: n x k each, wtype in its repacked layout, 16-byte aligned.
+// x_g = x + (g / x_share) * x_stride: the gate/up pair's x_share = picks (a token's row for each of
+// its picks), the down matmul's 1 (x_stride a multiple of 4). x is quantised to int8 blocks as
+// q_dp4a's (XRounding::Int8Blocks). Each pair reads its expert's whole matrix: for a few tokens,
+// not for a prompt (which groups its rows by expert for the GEMMs).
 struct GemvExperts {
   GgmlType wtype = GgmlType::Q4_0;
   const void* const* w = nullptr;     // device [n_expert] pointers
   const void* const* w_up = nullptr;  // device [n_expert] pointers, optional (the gate/up pair)
   bool gelu = false;
-  const int32_t* ids = nullptr;       // device [groups], each < n_expert
-  int groups = 0;
+  const int32_t* ids = nullptr;       // device, each < n_expert
+  int groups = 0;                     // tokens x picks
+  int picks = 1;                      // picks a token
+  int64_t ids_stride = 1;             // int32s from one token's ids to the next's
   int64_t n = 0, k = 0;
   const float* x = nullptr;           // device
+  int x_share = 1;                    // consecutive pairs that multiply one x row
   int64_t x_stride = 0;
   float* y = nullptr;                 // device [groups][n]
 };

@@ -1,4 +1,4 @@
-// q_dp4a_experts: a mixture of experts' decode matmuls, one launch for all of a token's experts.
+// q_dp4a_experts: a mixture of experts' decode matmuls, one launch for all of a few tokens' experts.
 // Against q_dp4a (gemv_dp4a_kernel.cuh), one launch a matrix: the grid's second dimension is the
 // token's picks; block row g reads the expert id the router left in device memory and multiplies
 // that expert's matrices (a table of pointers, one a expert). A Qwen3-30B-A3B-shape step had run
@@ -28,8 +28,11 @@ constexpr int kExpRows = 2, kExpUnroll = 2, kExpWarps = 8;
 struct ExpertArgs {
   const uint8_t* const* w;     // [n_expert]: expert e's matrix, n x k repacked
   const uint8_t* const* w_up;  // [n_expert] or null (the gate/up pair)
-  const int32_t* ids;          // [groups]
-  const float* x;              // group g's x at x + g * x_stride
+  const int32_t* ids;          // pair g = t * picks + j: ids[t * ids_stride + j]
+  int picks;
+  int64_t ids_stride;
+  const float* x;              // pair g's x at x + (g / x_share) * x_stride
+  int x_share;
   int64_t x_stride;
   float* y;                    // [groups][n]
   int64_t n, k;
@@ -43,11 +46,11 @@ __global__ void __launch_bounds__(kExpWarps * 32) q_dp4a_experts(ExpertArgs a) {
   constexpr int kMats = kGateUp ? 2 : 1;
   pdl_wait();  // the ids (the router's) and x come from the kernels before
   const int64_t g = blockIdx.y;
-  const int32_t e = a.ids[g];
+  const int32_t e = a.ids[g / a.picks * a.ids_stride + g % a.picks];
   const uint8_t* w[kMats];
   w[0] = a.w[e];
   if constexpr (kGateUp) w[1] = a.w_up[e];
-  const XSource xin{a.x + g * a.x_stride, nullptr, nullptr, 0.f, nullptr, nullptr, nullptr};
+  const XSource xin{a.x + g / a.x_share * a.x_stride, nullptr, nullptr, 0.f, nullptr, nullptr, nullptr};
   const uint8_t* xs = x8_source(xin, a.k, 1, smem);
   const Epilogue ep{nullptr, nullptr, kGateUp, a.gelu, nullptr, nullptr, nullptr, nullptr, GemvArgmax{}};
   float* y = a.y + g * a.n;
@@ -79,7 +82,7 @@ Status launch_experts(Kernel kernel, const GemvExperts& p, cudaStream_t s) {
   const int64_t fit = std::max<int64_t>(1, int64_t(sms) * std::max(per_sm, 1) / p.groups);
   const dim3 grid(unsigned(std::min(needed, fit)), unsigned(p.groups));
   const ExpertArgs a{reinterpret_cast<const uint8_t* const*>(p.w), reinterpret_cast<const uint8_t* const*>(p.w_up),
-                     p.ids, p.x, p.x_stride, p.y, p.n, p.k, p.gelu};
+                     p.ids, p.picks, p.ids_stride, p.x, p.x_share, p.x_stride, p.y, p.n, p.k, p.gelu};
   launch_pdl(kernel, grid, dim3(kExpWarps * 32), smem, s, a);
   return launch_status("q_dp4a_experts");
 }
@@ -101,7 +104,8 @@ bool gemv_experts_supports(GgmlType t, int64_t k) {
 Status gemv_experts(const GemvExperts& p, cudaStream_t s) {
   using namespace gemv_detail;
   if (!gemv_experts_supports(p.wtype, p.k)) return Status::error("q_dp4a_experts: weight type or k not supported");
-  if (!p.w || !p.ids || !p.x || !p.y || p.n <= 0 || p.groups < 1 || p.groups > 65535 || p.x_stride < 0 || p.x_stride % 4)
+  if (!p.w || !p.ids || !p.x || !p.y || p.n <= 0 || p.groups < 1 || p.groups > 65535 || p.picks < 1 || p.ids_stride < p.picks ||
+      p.x_share < 1 || p.x_stride < 0 || p.x_stride % 4)
     return Status::error("q_dp4a_experts: bad arguments");
   if (reinterpret_cast<uintptr_t>(p.x) % 16) return Status::error("q_dp4a_experts: x must be 16-byte aligned");
   switch (p.wtype) {

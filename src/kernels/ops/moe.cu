@@ -81,14 +81,19 @@ __global__ void moe_route_kernel(const float* __restrict__ logits, int64_t rows,
   }
 }
 
-// y[c] += w_j d[j][c] for j = 0..k-1 in order, each an fmaf (add_rows_scaled's bits, one pick at a time).
+// y[t][c] += w_tj d[t k + j][c] for j = 0..k-1 in order, each an fmaf (add_rows_scaled's bits, one
+// pick at a time); blockIdx.y the row t.
 __global__ void add_routed_kernel(float* __restrict__ y, const float* __restrict__ d, int64_t cols,
                                   const float* __restrict__ route, int k) {
   pdl_enter();
+  const int64_t t = blockIdx.y;
+  const float* w = route + t * 2 * k + k;
+  float* yt = y + t * cols;
+  const float* dt = d + t * k * cols;
   for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < cols; c += int64_t(gridDim.x) * blockDim.x) {
-    float v = y[c];
-    for (int j = 0; j < k; ++j) v = __fmaf_rn(route[k + j], d[int64_t(j) * cols + c], v);
-    y[c] = v;
+    float v = yt[c];
+    for (int j = 0; j < k; ++j) v = __fmaf_rn(w[j], dt[int64_t(j) * cols + c], v);
+    yt[c] = v;
   }
 }
 
@@ -102,10 +107,11 @@ Status moe_route(const float* logits, int64_t rows, int n_expert, int k, bool re
   return launch_status("moe_route");
 }
 
-Status add_routed(float* y, const float* d, int64_t cols, const float* route, int k, cudaStream_t s) {
-  if (!y || !d || !route || cols <= 0 || k < 1) return Status::error("add_routed: bad arguments");
+Status add_routed(float* y, const float* d, int64_t rows, int64_t cols, const float* route, int k, cudaStream_t s) {
+  if (!y || !d || !route || rows < 1 || rows > 65535 || cols <= 0 || k < 1) return Status::error("add_routed: bad arguments");
   constexpr int kThreads = 256;
-  launch_pdl(add_routed_kernel, unsigned((cols + kThreads - 1) / kThreads), kThreads, 0, s, y, d, cols, route, k);
+  launch_pdl(add_routed_kernel, dim3(unsigned((cols + kThreads - 1) / kThreads), unsigned(rows)), dim3(kThreads), 0, s, y, d, cols,
+             route, k);
   return launch_status("add_routed");
 }
 

@@ -57,9 +57,10 @@ Status add_row_scaled(float* dst, const float* src, int64_t cols, int32_t row, f
 // backend/moe_route.h's route_top_k, one warp a row.
 inline constexpr int kMoeRouteMaxExperts = 256, kMoeRouteMaxPicks = 32;  // a warp a row: 8 logits a lane, a pick a lane
 Status moe_route(const float* logits, int64_t rows, int n_expert, int k, bool renorm, float* out, cudaStream_t s);
-// y[c] += w_j d[j][c] for j = 0..k-1 in that order, one fmaf each (add_rows_scaled's bits), the
-// weights w read from route [2k] (moe_route's row: after the ids). y [cols], d [k][cols].
-Status add_routed(float* y, const float* d, int64_t cols, const float* route, int k, cudaStream_t s);
+// y[t][c] += w_tj d[t k + j][c] for j = 0..k-1 in that order, one fmaf each (add_rows_scaled's
+// bits), the weights w_t read from route [rows][2k] (moe_route's rows: after the ids).
+// y [rows][cols], d [rows * k][cols].
+Status add_routed(float* y, const float* d, int64_t rows, int64_t cols, const float* route, int k, cudaStream_t s);
 // out = x rounded to F16 or BF16 (the A operand of the tensor-core GEMMs).
 Status convert_f32(const float* x, int64_t n, GgmlType to, void* out, cudaStream_t s);
 
