@@ -33,6 +33,10 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
                 "CUDA: launch a prompt pass's step plan whole at its end (not a layer at a time)");
   sub->add_flag("!--no-gated-gemm", a.opt.cuda.gated_gemm,
                 "CUDA: many rows of gate/up as two GEMMs and a GLU kernel (not one GEMM with the GLU in its epilogue)");
+  sub->add_option("--moe-pairs-per-expert", a.opt.cuda.moe_pairs_per_expert,
+                  "CUDA: a mixture of experts' passes of several rows route on the device while their (token, pick) "
+                  "pairs average at most this many an expert (default 16; 0: one-row passes only)")
+      ->check(CLI::Range(0, 4096));
   sub->add_flag("!--no-paged-prefill", a.opt.cuda.paged_prefill,
                 "CUDA: the batching engine's prompt chunks through the flash-decoding splits row by row (not the prefill kernel)");
   sub->add_flag("!--no-window-ring", a.opt.cuda.window_ring,

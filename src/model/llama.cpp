@@ -249,7 +249,7 @@ void LlamaModel::moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight
   if (moe_routed_) {
     const Tensor route = be.alloc(T, 2 * K);
     be.route_experts(logits, int(K), cfg_.moe_norm_topk, route);
-    if (be.routes_experts(T, NE, K)) {  // one row or a few: no host round trip
+    if (be.routes_experts(T, NE, K)) {  // the rows the backend takes: no host round trip
       const Tensor g = be.alloc(T * K, n_ff_), d = be.alloc(T * K, cfg_.n_embd);
       be.experts_matmul(w.exp_gate, w.exp_up, Glu::Silu, h, route, g);
       be.experts_matmul(w.exp_down, {}, Glu::Silu, g, route, d);

@@ -7,12 +7,14 @@
 #include "format/quant.h"
 #include "kernels/common/q8_blocks.h"
 #include "kernels/gemv/gemv.h"
+#include "kernels/gemv/gemv_experts_grouped.h"
 #include "kernels/ops/ops.h"
 #include "x8_host.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -82,10 +84,12 @@ TEST(MoeRoute, MatchesTheHostRoute) {
 }
 
 // y[g] = W_{ids[g]} x_g (or the gate/up pair's silu(W x) * (W_up x)) for picks in any order, an
-// expert picked twice, n not a multiple of a block's 16 rows, ids in route rows of 2 picks (2
-// tokens x 2 picks) and one token of 4: the fp64 reference of the same int8-rounded x, within
-// q_dp4a's bound.
-TEST(GemvExperts, MatchesFp64Reference) {
+// expert picked twice by one token, n not a multiple of a block's 16 rows, ids in route rows of
+// 2 picks (2 tokens x 2 picks), one token of 4, and 7 tokens x 3 picks that all pick expert 2
+// (more pairs than the grouped kernel multiplies at once): the fp64 reference of the same
+// int8-rounded x, within q_dp4a's bound, from both launches (gemv_experts, a block row a pair;
+// gemv_experts_grouped, a block row an expert), whose outputs are also the same bits.
+TEST(GemvExperts, MatchesFp64ReferenceOnePerPairAndGrouped) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 1.f);
   const int n_expert = 5;
@@ -93,7 +97,10 @@ TEST(GemvExperts, MatchesFp64Reference) {
     int tokens, picks;
     std::vector<int32_t> route;  // tokens rows of [picks ids | picks slots the kernel does not read]
   };
-  const Layout layouts[] = {{1, 4, {4, 0, 2, 4, -1, -1, -1, -1}}, {2, 2, {3, 1, -1, -1, 4, 3, -1, -1}}};
+  const Layout layouts[] = {{1, 4, {4, 0, 2, 4, -1, -1, -1, -1}},
+                            {2, 2, {3, 1, -1, -1, 4, 3, -1, -1}},
+                            {7, 3, {2, 0, 1, -1, -1, -1, 4, 2, 3, -1, -1, -1, 2, 1, 0, -1, -1, -1, 3, 4, 2, -1, -1, -1,
+                                    0, 2, 4, -1, -1, -1, 2, 3, 1, -1, -1, -1, 1, 0, 2, -1, -1, -1}}};
   for (const Layout& lay : layouts)
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::IQ4_NL,
                      GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS})
@@ -125,8 +132,7 @@ TEST(GemvExperts, MatchesFp64Reference) {
       for (size_t i = 0; i < x.size(); ++i) x[i] = nd(rng) * (i % 37 == 5 ? 30.f : 1.f);
       std::vector<float> xr = x;  // (host_x8 writes the rounded values in place)
       host_x8(x, k, &xr);
-      DeviceBuf dx(x), dids(lay.route), dtw(tw), dtwu(twu), dy(size_t(groups * n + 32) * 4);
-      CUDA_OK(cudaMemset(dy.p, 0xFF, dy.n));
+      DeviceBuf dx(x), dids(lay.route), dtw(tw), dtwu(twu);
       GemvExperts p;
       p.wtype = t;
       p.w = dtw.as<const void*>();
@@ -135,34 +141,109 @@ TEST(GemvExperts, MatchesFp64Reference) {
       p.groups = groups, p.picks = lay.picks, p.ids_stride = 2 * lay.picks;
       p.n = n, p.k = k;
       p.x = dx.as<float>(), p.x_share = gate_up ? lay.picks : 1, p.x_stride = k;
-      p.y = dy.as<float>();
-      const Status st = gemv_experts(p, nullptr);
-      ASSERT_TRUE(st.ok) << st.message;
-      CUDA_OK(cudaDeviceSynchronize());
-      std::vector<float> got(dy.n / 4), wd(static_cast<size_t>(k)), wud(static_cast<size_t>(k));
-      CUDA_OK(cudaMemcpy(got.data(), dy.p, dy.n, cudaMemcpyDeviceToHost));
-      const size_t rb = row_bytes(t, k);
-      for (int g = 0; g < groups; ++g) {
-        const float* xg = &xr[size_t((gate_up ? g / lay.picks : g) * k)];
-        for (int64_t r = 0; r < n; ++r) {
-          dequantize_row(t, w[size_t(id_of(g))].data() + size_t(r) * rb, wd.data(), k);
-          dequantize_row(t, wu[size_t(id_of(g))].data() + size_t(r) * rb, wud.data(), k);
-          double a = 0, u = 0, m = 0;
-          for (int64_t i = 0; i < k; ++i) {
-            a += double(wd[size_t(i)]) * xg[i], u += double(wud[size_t(i)]) * xg[i];
-            m += std::fabs(double(wd[size_t(i)]) * xg[i]) + std::fabs(double(wud[size_t(i)]) * xg[i]);
+      std::vector<float> outs[2];
+      for (int grouped = 0; grouped < 2; ++grouped) {
+        SCOPED_TRACE(grouped ? "grouped" : "a block row a pair");
+        DeviceBuf dy(size_t(groups * n + 32) * 4);
+        CUDA_OK(cudaMemset(dy.p, 0xFF, dy.n));
+        p.y = dy.as<float>();
+        const Status st = grouped ? gemv_experts_grouped(p, n_expert, nullptr) : gemv_experts(p, nullptr);
+        ASSERT_TRUE(st.ok) << st.message;
+        CUDA_OK(cudaDeviceSynchronize());
+        std::vector<float>& got = outs[grouped];
+        got.resize(dy.n / 4);
+        CUDA_OK(cudaMemcpy(got.data(), dy.p, dy.n, cudaMemcpyDeviceToHost));
+        std::vector<float> wd(static_cast<size_t>(k)), wud(static_cast<size_t>(k));
+        const size_t rb = row_bytes(t, k);
+        for (int g = 0; g < groups; ++g) {
+          const float* xg = &xr[size_t((gate_up ? g / lay.picks : g) * k)];
+          for (int64_t r = 0; r < n; ++r) {
+            dequantize_row(t, w[size_t(id_of(g))].data() + size_t(r) * rb, wd.data(), k);
+            dequantize_row(t, wu[size_t(id_of(g))].data() + size_t(r) * rb, wud.data(), k);
+            double a = 0, u = 0, m = 0;
+            for (int64_t i = 0; i < k; ++i) {
+              a += double(wd[size_t(i)]) * xg[i], u += double(wud[size_t(i)]) * xg[i];
+              m += std::fabs(double(wd[size_t(i)]) * xg[i]) + std::fabs(double(wud[size_t(i)]) * xg[i]);
+            }
+            const double want = gate_up ? a / (1.0 + std::exp(-a)) * u : a;
+            const double mag = gate_up ? m * (1.0 + std::fabs(u)) : m;
+            ASSERT_NEAR(got[size_t(g * n + r)], want, 2e-5 * mag + 1e-5) << "pick " << g << " row " << r;
           }
-          const double want = gate_up ? a / (1.0 + std::exp(-a)) * u : a;
-          const double mag = gate_up ? m * (1.0 + std::fabs(u)) : m;
-          ASSERT_NEAR(got[size_t(g * n + r)], want, 2e-5 * mag + 1e-5) << "pick " << g << " row " << r;
         }
+        for (size_t i = size_t(groups * n); i < got.size(); ++i) ASSERT_TRUE(std::isnan(got[i])) << "wrote past y";
       }
-      for (size_t i = size_t(groups * n); i < got.size(); ++i) ASSERT_TRUE(std::isnan(got[i])) << "wrote past y";
+      for (size_t i = 0; i < size_t(groups * n); ++i)
+        ASSERT_EQ(std::memcmp(&outs[0][i], &outs[1][i], 4), 0) << "pair " << i / size_t(n) << " row " << i % size_t(n)
+                                                               << ": " << outs[0][i] << " one a pair, " << outs[1][i]
+                                                               << " grouped";
     }
   GemvExperts bad;
   EXPECT_FALSE(gemv_experts(bad, nullptr).ok);
+  EXPECT_FALSE(gemv_experts_grouped(bad, 8, nullptr).ok);
   EXPECT_FALSE(gemv_experts_supports(GgmlType::F16, 512));
   EXPECT_FALSE(gemv_experts_supports(GgmlType::Q4_K, 128)) << "K-quants need k a multiple of 256";
+}
+
+// Many tokens over many experts (Qwen3-30B-A3B's 128 experts, 8 picks; 48 tokens, each picking
+// expert 0 and 7 of experts 1..39: those picked several times, 40..127 by none, expert 0 by every
+// token): the grouped launch writes every output and gives the one-a-pair launch's bits, q4_0 and
+// q4_K, gate/up and one matrix.
+TEST(GemvExperts, GroupedGivesTheOnePerPairBitsAtScale) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int n_expert = 128, picked = 40, picks = 8, tokens = 48, groups = tokens * picks;
+  const int64_t n = 96, k = 768;
+  std::vector<int32_t> route(size_t(tokens * 2 * picks), -1);
+  std::vector<int32_t> others(static_cast<size_t>(picked - 1));
+  for (int e = 1; e < picked; ++e) others[size_t(e - 1)] = e;
+  for (int t = 0; t < tokens; ++t) {
+    std::shuffle(others.begin(), others.end(), rng);
+    int32_t* ids = &route[size_t(t * 2 * picks)];
+    ids[0] = 0;
+    std::copy_n(others.begin(), picks - 1, ids + 1);
+    std::sort(ids, ids + picks);
+  }
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_K})
+    for (bool gate_up : {true, false}) {
+      SCOPED_TRACE(testing::Message() << type_name(t) << (gate_up ? " gate/up" : " one matrix"));
+      std::vector<std::unique_ptr<DeviceBuf>> mats;
+      std::vector<const void*> tw, twu;
+      for (int e = 0; e < 2 * picked; ++e) {
+        DeviceBuf raw(random_matrix(t, n, k, rng));
+        mats.push_back(std::make_unique<DeviceBuf>(gemv_repacked_bytes(t, n, k)));
+        ASSERT_TRUE(gemv_repack(t, raw.p, n, k, mats.back()->p, nullptr).ok);
+        CUDA_OK(cudaDeviceSynchronize());
+      }
+      for (int e = 0; e < n_expert; ++e) {  // (experts past `picked` are never read)
+        tw.push_back(mats[size_t(e % picked)]->p);
+        twu.push_back(mats[size_t(picked + e % picked)]->p);
+      }
+      std::vector<float> x(size_t((gate_up ? tokens : groups) * k));
+      for (auto& v : x) v = nd(rng);
+      DeviceBuf dx(x), dids(route), dtw(tw), dtwu(twu);
+      GemvExperts p;
+      p.wtype = t;
+      p.w = dtw.as<const void*>();
+      p.w_up = gate_up ? dtwu.as<const void*>() : nullptr;
+      p.ids = dids.as<int32_t>();
+      p.groups = groups, p.picks = picks, p.ids_stride = 2 * picks;
+      p.n = n, p.k = k;
+      p.x = dx.as<float>(), p.x_share = gate_up ? picks : 1, p.x_stride = k;
+      std::vector<float> outs[2];
+      for (int grouped = 0; grouped < 2; ++grouped) {
+        DeviceBuf dy(size_t(groups * n) * 4);
+        CUDA_OK(cudaMemset(dy.p, 0xFF, dy.n));
+        p.y = dy.as<float>();
+        const Status st = grouped ? gemv_experts_grouped(p, n_expert, nullptr) : gemv_experts(p, nullptr);
+        ASSERT_TRUE(st.ok) << st.message;
+        outs[grouped].resize(dy.n / 4);
+        CUDA_OK(cudaMemcpy(outs[grouped].data(), dy.p, dy.n, cudaMemcpyDeviceToHost));
+      }
+      for (size_t i = 0; i < outs[0].size(); ++i) {
+        ASSERT_FALSE(std::isnan(outs[1][i])) << "pair " << i / size_t(n) << " row " << i % size_t(n) << " not written";
+        ASSERT_EQ(std::memcmp(&outs[0][i], &outs[1][i], 4), 0) << "pair " << i / size_t(n) << " row " << i % size_t(n);
+      }
+    }
 }
 
 // y[t] += w_tj d[t k + j] in pick order, one fmaf each: the host's chain, bit for bit, for 3 rows.

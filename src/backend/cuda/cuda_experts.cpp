@@ -1,11 +1,14 @@
-// A mixture of experts' decode step with its route in device memory: the router kernel, the
-// (token, pick) pairs in one GEMV launch a matrix (q_dp4a_experts, through a table of the experts'
-// device pointers made at load), their weighted sum. Nothing is read back mid-pass, so the step
-// records as a graph. Like add_rows_scaled these are not plan ops: what was recorded runs first.
+// A mixture of experts' pass with its route in device memory: the router kernel, the (token, pick)
+// pairs in one GEMV launch a matrix (q_dp4a_experts, or q_dp4a_experts_grouped when experts are
+// picked by several tokens; through a table of the experts' device pointers made at load), their
+// weighted sum. Nothing is read back mid-pass, so the step records as a graph. Like add_rows_scaled these are not plan ops: what was
+// recorded runs first.
 #include "backend/cuda/cuda_backend.h"
 
 #include "backend/cuda/cuda_op.h"
+#include "kernels/gemv/gemv_experts_grouped.h"
 
+#include <cmath>
 #include <cstring>
 
 namespace lamina {
@@ -32,14 +35,14 @@ void CudaBackend::index_experts(std::span<const Weight> experts) {
   expert_tables_[experts[0].data] = static_cast<const void* const*>(table);
 }
 
-// Pairs (rows x picks) one launch takes: each pair reads its expert's whole matrix, which pays
-// against the host's grouping by expert (a sync a layer, a launch and uploads an expert) for a few
-// rows only. (A first line, to be measured: Qwen3-30B-A3B's 8 picks up to 8 users.)
-constexpr int64_t kMaxRoutedPairs = 64;
-
+// One row always routes on the device; several while their pairs average at most
+// moe_pairs_per_expert_ an expert (the grouped GEMVs' dp4a work grows with the pairs, a GEMM's
+// tensor cores do not: a prompt's rows go to the host's grouping and the GEMMs).
 bool CudaBackend::routes_experts(int64_t rows, int64_t n_expert, int64_t k) const {
-  return rows >= 1 && rows * k <= kMaxRoutedPairs && n_expert <= kn::kMoeRouteMaxExperts && k <= kn::kMoeRouteMaxPicks &&
-         experts_routable_ && !expert_tables_.empty();
+  const int64_t pairs = rows * k;
+  const bool few = rows == 1 || (pairs <= kn::kGemvExpertsGroupedMaxPairs && pairs <= moe_pairs_per_expert_ * n_expert);
+  return rows >= 1 && few && n_expert <= kn::kMoeRouteMaxExperts && k <= kn::kMoeRouteMaxPicks && experts_routable_ &&
+         !expert_tables_.empty();
 }
 
 const void* const* CudaBackend::expert_table(std::span<const Weight> experts) const {
@@ -76,9 +79,16 @@ void CudaBackend::experts_matmul(std::span<const Weight> w, std::span<const Weig
   p.y = out.data;
   flush();
   widen_only16(x);
-  const double pairs = double(rows * k), bytes = double(info(w[0]).bytes) * pairs * (pair ? 2.0 : 1.0);
-  run_op(pair ? "experts gate/up" : "experts matmul", bytes, 2.0 * pairs * double(p.n * p.k) * (pair ? 2.0 : 1.0),
-         [&] { return kn::gemv_experts(p, stream_); });
+  // Pairs up to a quarter of the experts: mostly distinct experts, one block row a pair; more:
+  // grouped by expert, each expert's matrix read once.
+  const int64_t n_expert = int64_t(w.size());
+  const bool grouped = rows * k > n_expert / 4;
+  const double pairs = double(rows * k), mats = pair ? 2.0 : 1.0;
+  const double read = grouped ? n_expert * (1.0 - std::pow(1.0 - 1.0 / double(n_expert), pairs)) : pairs;
+  run_op(pair ? "experts gate/up" : "experts matmul", double(info(w[0]).bytes) * read * mats,
+         2.0 * pairs * double(p.n * p.k) * mats, [&] {
+           return grouped ? kn::gemv_experts_grouped(p, int(n_expert), stream_) : kn::gemv_experts(p, stream_);
+         });
 }
 
 void CudaBackend::add_routed(Tensor y, Tensor d, Tensor route) {

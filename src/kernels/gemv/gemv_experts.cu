@@ -12,8 +12,7 @@
 //   - each block quantises its group's x into shared memory (x differs by pick for W_down).
 #include "kernels/common/launch_status.h"
 #include "kernels/common/pdl.cuh"
-#include "kernels/gemv/gemv.h"
-#include "kernels/gemv/gemv_dp4a.cuh"
+#include "kernels/gemv/gemv_experts.cuh"
 
 #include <cuda_runtime.h>
 
@@ -22,22 +21,6 @@
 namespace lamina::kernels {
 namespace gemv_detail {
 namespace {
-
-constexpr int kExpRows = 2, kExpUnroll = 2, kExpWarps = 8;
-
-struct ExpertArgs {
-  const uint8_t* const* w;     // [n_expert]: expert e's matrix, n x k repacked
-  const uint8_t* const* w_up;  // [n_expert] or null (the gate/up pair)
-  const int32_t* ids;          // pair g = t * picks + j: ids[t * ids_stride + j]
-  int picks;
-  int64_t ids_stride;
-  const float* x;              // pair g's x at x + (g / x_share) * x_stride
-  int x_share;
-  int64_t x_stride;
-  float* y;                    // [groups][n]
-  int64_t n, k;
-  bool gelu;
-};
 
 template <int kBits, int kScales, bool kGateUp>
 __global__ void __launch_bounds__(kExpWarps * 32) q_dp4a_experts(ExpertArgs a) {
@@ -81,16 +64,8 @@ Status launch_experts(Kernel kernel, const GemvExperts& p, cudaStream_t s) {
   const int64_t needed = (p.n + kExpWarps * kExpRows - 1) / (kExpWarps * kExpRows);
   const int64_t fit = std::max<int64_t>(1, int64_t(sms) * std::max(per_sm, 1) / p.groups);
   const dim3 grid(unsigned(std::min(needed, fit)), unsigned(p.groups));
-  const ExpertArgs a{reinterpret_cast<const uint8_t* const*>(p.w), reinterpret_cast<const uint8_t* const*>(p.w_up),
-                     p.ids, p.picks, p.ids_stride, p.x, p.x_share, p.x_stride, p.y, p.n, p.k, p.gelu};
-  launch_pdl(kernel, grid, dim3(kExpWarps * 32), smem, s, a);
+  launch_pdl(kernel, grid, dim3(kExpWarps * 32), smem, s, expert_args(p));
   return launch_status("q_dp4a_experts");
-}
-
-template <int kBits, int kScales>
-Status experts_type(const GemvExperts& p, cudaStream_t s) {
-  return p.w_up ? launch_experts(q_dp4a_experts<kBits, kScales, true>, p, s)
-                : launch_experts(q_dp4a_experts<kBits, kScales, false>, p, s);
 }
 
 }  // namespace
@@ -103,26 +78,11 @@ bool gemv_experts_supports(GgmlType t, int64_t k) {
 
 Status gemv_experts(const GemvExperts& p, cudaStream_t s) {
   using namespace gemv_detail;
-  if (!gemv_experts_supports(p.wtype, p.k)) return Status::error("q_dp4a_experts: weight type or k not supported");
-  if (!p.w || !p.ids || !p.x || !p.y || p.n <= 0 || p.groups < 1 || p.groups > 65535 || p.picks < 1 || p.ids_stride < p.picks ||
-      p.x_share < 1 || p.x_stride < 0 || p.x_stride % 4)
-    return Status::error("q_dp4a_experts: bad arguments");
-  if (reinterpret_cast<uintptr_t>(p.x) % 16) return Status::error("q_dp4a_experts: x must be 16-byte aligned");
-  switch (p.wtype) {
-    case GgmlType::Q4_0: return experts_type<4, kScaleD>(p, s);
-    case GgmlType::Q4_1: return experts_type<4, kScaleDM>(p, s);
-    case GgmlType::Q5_0: return experts_type<5, kScaleD>(p, s);
-    case GgmlType::Q5_1: return experts_type<5, kScaleDM>(p, s);
-    case GgmlType::IQ4_NL: return experts_type<4, kScaleNL>(p, s);
-    case GgmlType::Q8_0: return experts_type<8, kScaleD>(p, s);
-    case GgmlType::Q4_K: return experts_type<4, kScaleK>(p, s);
-    case GgmlType::Q5_K: return experts_type<5, kScaleK>(p, s);
-    case GgmlType::Q6_K: return experts_type<6, kScaleQ6>(p, s);
-    case GgmlType::IQ4_XS: return experts_type<4, kScaleXS>(p, s);
-    case GgmlType::Q2_K: return experts_type<2, kScaleQ2>(p, s);
-    case GgmlType::Q3_K: return experts_type<3, kScaleQ6>(p, s);
-    default: return Status::error("q_dp4a_experts: weight type not supported");
-  }
+  if (Status v = validate_experts(p, "q_dp4a_experts"); !v) return v;
+  return by_dp4a_type(p.wtype, [&]<int kBits, int kScales>() {
+    return p.w_up ? launch_experts(q_dp4a_experts<kBits, kScales, true>, p, s)
+                  : launch_experts(q_dp4a_experts<kBits, kScales, false>, p, s);
+  });
 }
 
 }  // namespace lamina::kernels

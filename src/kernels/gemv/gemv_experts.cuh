@@ -1,0 +1,65 @@
+// What the two expert GEMVs share (gemv_experts.cu: a launch over (token, pick) pairs;
+// gemv_experts_grouped.cu: a launch over experts, each with the pairs routed to it): the kernel
+// arguments, the block shape and the dispatch over q_dp4a's weight types.
+#pragma once
+
+#include "kernels/gemv/gemv.h"
+#include "kernels/gemv/gemv_dp4a.cuh"
+
+#include <cstdint>
+
+namespace lamina::kernels::gemv_detail {
+
+// 8 warps x 2 rows a block, two 16-byte steps in flight a lane (Dp4aStep's shape).
+inline constexpr int kExpRows = 2, kExpUnroll = 2, kExpWarps = 8;
+
+struct ExpertArgs {
+  const uint8_t* const* w;     // [n_expert]: expert e's matrix, n x k repacked
+  const uint8_t* const* w_up;  // [n_expert] or null (the gate/up pair)
+  const int32_t* ids;          // pair g = t * picks + j: ids[t * ids_stride + j]
+  int picks;
+  int64_t ids_stride;
+  const float* x;              // pair g's x at x + (g / x_share) * x_stride
+  int x_share;
+  int64_t x_stride;
+  float* y;                    // [groups][n]
+  int64_t n, k;
+  bool gelu;
+};
+
+inline ExpertArgs expert_args(const GemvExperts& p) {
+  return {reinterpret_cast<const uint8_t* const*>(p.w), reinterpret_cast<const uint8_t* const*>(p.w_up),
+          p.ids, p.picks, p.ids_stride, p.x, p.x_share, p.x_stride, p.y, p.n, p.k, p.gelu};
+}
+
+// The checks both launches make: the type and k, pointers, counts and strides, x's alignment.
+inline Status validate_experts(const GemvExperts& p, const char* name) {
+  if (!gemv_experts_supports(p.wtype, p.k)) return Status::error(std::string(name) + ": weight type or k not supported");
+  if (!p.w || !p.ids || !p.x || !p.y || p.n <= 0 || p.groups < 1 || p.groups > 65535 || p.picks < 1 || p.ids_stride < p.picks ||
+      p.x_share < 1 || p.x_stride < 0 || p.x_stride % 4)
+    return Status::error(std::string(name) + ": bad arguments");
+  if (reinterpret_cast<uintptr_t>(p.x) % 16) return Status::error(std::string(name) + ": x must be 16-byte aligned");
+  return Status::success();
+}
+
+// f.template operator()<kBits, kScales>() for q_dp4a's twelve types (gemv_dp4a.cuh's Dp4aScales).
+template <class F>
+Status by_dp4a_type(GgmlType t, F&& f) {
+  switch (t) {
+    case GgmlType::Q4_0: return f.template operator()<4, kScaleD>();
+    case GgmlType::Q4_1: return f.template operator()<4, kScaleDM>();
+    case GgmlType::Q5_0: return f.template operator()<5, kScaleD>();
+    case GgmlType::Q5_1: return f.template operator()<5, kScaleDM>();
+    case GgmlType::IQ4_NL: return f.template operator()<4, kScaleNL>();
+    case GgmlType::Q8_0: return f.template operator()<8, kScaleD>();
+    case GgmlType::Q4_K: return f.template operator()<4, kScaleK>();
+    case GgmlType::Q5_K: return f.template operator()<5, kScaleK>();
+    case GgmlType::Q6_K: return f.template operator()<6, kScaleQ6>();
+    case GgmlType::IQ4_XS: return f.template operator()<4, kScaleXS>();
+    case GgmlType::Q2_K: return f.template operator()<2, kScaleQ2>();
+    case GgmlType::Q3_K: return f.template operator()<3, kScaleQ6>();
+    default: return Status::error("expert GEMV: weight type not supported");
+  }
+}
+
+}  // namespace lamina::kernels::gemv_detail
