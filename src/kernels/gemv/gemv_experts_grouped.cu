@@ -107,9 +107,8 @@ __global__ void __launch_bounds__(kExpWarps * 32) q_dp4a_experts_grouped(ExpertA
 
 template <class Kernel>
 Status launch_grouped(Kernel kernel, const GemvExperts& p, int n_expert, cudaStream_t s) {
-  int dev = 0, sms = 0, per_sm = 0, smem_max = 0;
+  int dev = 0, smem_max = 0;
   cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   // Experts expected to have pairs, were the pairs routed evenly: n_expert (1 - (1 - 1/n_expert)^pairs);
   // x rows for 1.5x an expert's expected share (whole kGroupB), within a quarter of a block's
@@ -123,11 +122,13 @@ Status launch_grouped(Kernel kernel, const GemvExperts& p, int n_expert, cudaStr
   if (smem > size_t(smem_max)) return Status::error("q_dp4a_experts_grouped: x rows and pairs do not fit in shared memory");
   if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
     return Status::error("q_dp4a_experts_grouped: cannot raise the shared memory limit");
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kExpWarps * 32, smem);
-  // Blocks that fit on the device, shared among the active experts, but no more than an expert's rows need.
+  // A block a 16-row pass for an expert's few pairs (a grid sized by the blocks that fit on the
+  // device ran each expert's passes back to back, a DRAM round trip each: 8x slower at 16 decode
+  // rows, docs/benchmarks.md, sixtieth session). With more pairs an expert, a block runs a pass
+  // for every 4 of them, so that its x rows (made once a block) serve more weight rows.
   const int64_t needed = (p.n + kExpWarps * kExpRows - 1) / (kExpWarps * kExpRows);
-  const int64_t fit = std::max<int64_t>(1, int64_t(double(sms) * std::max(per_sm, 1) / active));
-  const dim3 grid(unsigned(std::min(needed, fit)), unsigned(n_expert));
+  const int64_t passes = std::clamp<int64_t>((int64_t(std::ceil(p.groups / active)) + 3) / 4, 1, needed);
+  const dim3 grid(unsigned((needed + passes - 1) / passes), unsigned(n_expert));
   launch_pdl(kernel, grid, dim3(kExpWarps * 32), smem, s, expert_args(p), p.groups, cap);
   return launch_status("q_dp4a_experts_grouped");
 }
