@@ -36,7 +36,9 @@ constexpr int kGroupB = 4;  // pairs multiplied together: the batch rows dot_mat
 inline size_t grouped_smem(int64_t k, int groups, int cap) { return size_t(cap) * x8_bytes(k) + 4 * size_t(groups); }
 
 template <int kBits, int kScales, bool kGateUp>
-__global__ void __launch_bounds__(kExpWarps * 32) q_dp4a_experts_grouped(ExpertArgs a, int groups, int cap) {
+// (Two blocks an SM at least: its blocks are short — a scan, x rows, a pass — and at 118-165
+// registers, one block an SM left the SM idle through each block's chain of latencies.)
+__global__ void __launch_bounds__(kExpWarps * 32, 2) q_dp4a_experts_grouped(ExpertArgs a, int groups, int cap) {
   extern __shared__ __align__(16) uint8_t smem[];
   using Step = Dp4aStep<kBits, kScales, kExpRows, kExpUnroll>;
   constexpr int kMats = kGateUp ? 2 : 1;
