@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_op.h"
 #include "kernels/gemv/gemv_experts_grouped.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -36,11 +37,15 @@ void CudaBackend::index_experts(std::span<const Weight> experts) {
 }
 
 // One row always routes on the device; several while their pairs average at most
-// moe_pairs_per_expert_ an expert (the grouped GEMVs' dp4a work grows with the pairs, a GEMM's
-// tensor cores do not: a prompt's rows go to the host's grouping and the GEMMs).
+// moe_pairs_per_expert_ an expert, and no more than n_expert / 8 (the grouped GEMVs' dp4a work
+// grows with the pairs, a GEMM's tensor cores do not: a prompt's rows go to the host's grouping
+// and the GEMMs; and that grouping costs a sync and three launches an expert a layer, cheap with
+// few experts: Mixtral's 8 at 8 and 32 users ran faster on the host, Qwen3-30B-A3B's 128 at 4 to
+// 64 users on the device; docs/benchmarks.md, sixtieth session).
 bool CudaBackend::routes_experts(int64_t rows, int64_t n_expert, int64_t k) const {
   const int64_t pairs = rows * k;
-  const bool few = rows == 1 || (pairs <= kn::kGemvExpertsGroupedMaxPairs && pairs <= moe_pairs_per_expert_ * n_expert);
+  const int64_t per_expert = std::min<int64_t>(moe_pairs_per_expert_, std::max<int64_t>(1, n_expert / 8));
+  const bool few = rows == 1 || (pairs <= kn::kGemvExpertsGroupedMaxPairs && pairs <= per_expert * n_expert);
   return rows >= 1 && few && n_expert <= kn::kMoeRouteMaxExperts && k <= kn::kMoeRouteMaxPicks && experts_routable_ &&
          !expert_tables_.empty();
 }
