@@ -124,13 +124,17 @@ Status launch_grouped(Kernel kernel, const GemvExperts& p, int n_expert, cudaStr
   if (smem > size_t(smem_max)) return Status::error("q_dp4a_experts_grouped: x rows and pairs do not fit in shared memory");
   if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
     return Status::error("q_dp4a_experts_grouped: cannot raise the shared memory limit");
-  // A block a 16-row pass for an expert's few pairs (a grid sized by the blocks that fit on the
-  // device ran each expert's passes back to back, a DRAM round trip each: 8x slower at 16 decode
-  // rows, docs/benchmarks.md, sixtieth session). With more pairs an expert, a block runs a pass
-  // for every 4 of them, so that its x rows (made once a block) serve more weight rows.
+  // Blocks that fit on the device (two an SM at least: the launch bounds), shared among the
+  // experts expected to have pairs, each looping over its passes; no more than an expert's rows
+  // need. (One block an SM, at 158-165 registers, had left the SMs idle through each pass's load
+  // latency; a block a pass had spent the step in short blocks' prologues: docs/benchmarks.md,
+  // sixtieth session.)
+  int sms = 0, per_sm = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kExpWarps * 32, smem);
   const int64_t needed = (p.n + kExpWarps * kExpRows - 1) / (kExpWarps * kExpRows);
-  const int64_t passes = std::clamp<int64_t>((int64_t(std::ceil(p.groups / active)) + 3) / 4, 1, needed);
-  const dim3 grid(unsigned((needed + passes - 1) / passes), unsigned(n_expert));
+  const int64_t fit = std::max<int64_t>(1, int64_t(double(sms) * std::max(per_sm, 1) / active));  // one wave
+  const dim3 grid(unsigned(std::min(needed, fit)), unsigned(n_expert));
   launch_pdl(kernel, grid, dim3(kExpWarps * 32), smem, s, expert_args(p), p.groups, cap);
   return launch_status("q_dp4a_experts_grouped");
 }
