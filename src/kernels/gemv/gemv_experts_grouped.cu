@@ -11,6 +11,8 @@
 //     to get) are quantised into shared memory (q_dp4a's int8 blocks); then for each of the
 //     block's row passes, kGroupB pairs at a time multiply the same weight rows (Dp4aStep::dot_mats
 //     over kGroupB batch rows): the first group reads them from memory, the others from L1/L2;
+//   - a persistent grid: the blocks that fit on the device (two an SM at least, the launch
+//     bounds), shared among the experts expected to have pairs, each looping over its rows;
 //   - each pair's sums, warp reduction and epilogue are q_dp4a_experts' (its batch row b of the
 //     same steps), so a token's output does not depend on which launch ran it, nor on the
 //     tokens beside it.
