@@ -37,11 +37,13 @@ void CudaBackend::index_experts(std::span<const Weight> experts) {
 }
 
 // One row always routes on the device; several while their pairs average at most
-// moe_pairs_per_expert_ an expert, and no more than n_expert / 8 (the grouped GEMVs' dp4a work
-// grows with the pairs, a GEMM's tensor cores do not: a prompt's rows go to the host's grouping
-// and the GEMMs; and that grouping costs a sync and three launches an expert a layer, cheap with
-// few experts: Mixtral's 8 at 8 and 32 users ran faster on the host, Qwen3-30B-A3B's 128 at 4 to
-// 64 users on the device; docs/benchmarks.md, sixtieth session).
+// moe_pairs_per_expert_ an expert and at most max(1, n_expert / 8). The grouped GEMVs' dp4a work
+// grows with the pairs, a GEMM's tensor cores do not: longer prompts (Qwen3-30B-A3B: past 256
+// rows, its pp512 at 32 pairs an expert) go to the host's grouping and the GEMMs. That grouping
+// costs a sync and three launches an expert a layer, cheap with few experts: Mixtral's 8 at 8 and
+// 32 users ran faster on the host, Qwen3-30B-A3B's 128 at 4 to 64 users on the device
+// (docs/benchmarks.md, sixtieth session). Prompts of 9 to 256 rows on the device are not yet
+// measured against the host.
 bool CudaBackend::routes_experts(int64_t rows, int64_t n_expert, int64_t k) const {
   const int64_t pairs = rows * k;
   const int64_t per_expert = std::min<int64_t>(moe_pairs_per_expert_, std::max<int64_t>(1, n_expert / 8));

@@ -74,11 +74,13 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
   const double flops = 2.0 * double(x.rows) * double(w.rows) * double(w.cols);
   kn::GemvProblem base = base_in;
   base.wtype = w.type, base.layout = layout, base.w = w.data, base.n = w.rows, base.k = w.cols;
-  // f32 weights (a mixture of experts' router, n_expert x n_embd) under kF32GemvMaxRows rows: 8-row
-  // GEMV slices, not the SGEMM rungs, whose tiles leave most SMs idle over so few columns (a
-  // Qwen3-30B-A3B engine step spent half its GPU time there: docs/benchmarks.md, sixtieth session).
+  // A small f32 matrix (a mixture of experts' router: n_expert <= kMoeRouteMaxExperts rows of
+  // n_embd) times up to kF32GemvMaxRows rows of x: 8-row GEMV slices, not the SGEMM rungs, whose
+  // tiles leave most SMs idle over so few columns (a Qwen3-30B-A3B engine step spent half its GPU
+  // time there: docs/benchmarks.md, sixtieth session). (A large f32 matrix stays on the GEMM: the
+  // slices read it once each.)
   constexpr int64_t kF32GemvMaxRows = 8 * kn::kGemvMaxBatch;
-  const bool f32_slices = w.type == GgmlType::F32 && x.rows <= kF32GemvMaxRows;
+  const bool f32_slices = w.type == GgmlType::F32 && w.rows <= kn::kMoeRouteMaxExperts && x.rows <= kF32GemvMaxRows;
   if (x.rows > gemv_max_rows_ && !exact_ && !f32_slices) {
     const auto a16 = [&](GgmlType t) {
       if (x16 && t == act16_) return x16;

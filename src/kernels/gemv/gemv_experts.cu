@@ -1,7 +1,7 @@
 // q_dp4a_experts: a mixture of experts' decode matmuls, one launch for all of a few tokens' experts.
 // Against q_dp4a (gemv_dp4a_kernel.cuh), one launch a matrix: the grid's second dimension is the
-// token's picks; block row g reads the expert id the router left in device memory and multiplies
-// that expert's matrices (a table of pointers, one a expert). A Qwen3-30B-A3B-shape step had run
+// (token, pick) pairs; block row g reads its pair's expert id, which the router left in device
+// memory, and multiplies that expert's matrices (a table of pointers, one a expert). A Qwen3-30B-A3B-shape step had run
 // 8 experts x 2 GEMV launches a layer with the ids on the host (a round trip per layer, no graph);
 // now it runs 2 launches a layer and records as a graph (figures: docs/benchmarks.md, fifty-ninth
 // session).

@@ -123,7 +123,7 @@ Status launch_grouped(Kernel kernel, const GemvExperts& p, int n_expert, cudaStr
   const int fits = budget > 4 * size_t(p.groups) ? int((budget - 4 * size_t(p.groups)) / xb) : 0;
   const int cap = std::max(kGroupB, std::min((share + kGroupB - 1) / kGroupB * kGroupB, fits / kGroupB * kGroupB));
   const size_t smem = grouped_smem(p.k, p.groups, cap);
-  if (smem > size_t(smem_max)) return Status::error("q_dp4a_experts_grouped: x rows and pairs do not fit in shared memory");
+  if (smem + sizeof(int) * kExpWarps > size_t(smem_max)) return Status::error("q_dp4a_experts_grouped: x rows and pairs do not fit in shared memory");
   if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
     return Status::error("q_dp4a_experts_grouped: cannot raise the shared memory limit");
   // Blocks that fit on the device (two an SM at least: the launch bounds), shared among the
@@ -135,7 +135,7 @@ Status launch_grouped(Kernel kernel, const GemvExperts& p, int n_expert, cudaStr
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kExpWarps * 32, smem);
   const int64_t needed = (p.n + kExpWarps * kExpRows - 1) / (kExpWarps * kExpRows);
-  const int64_t fit = std::max<int64_t>(1, int64_t(double(sms) * std::max(per_sm, 1) / active));  // one wave
+  const int64_t fit = std::max<int64_t>(1, int64_t(double(sms) * std::max(per_sm, 1) / active));  // one wave of the busy experts' blocks
   const dim3 grid(unsigned(std::min(needed, fit)), unsigned(n_expert));
   launch_pdl(kernel, grid, dim3(kExpWarps * 32), smem, s, expert_args(p), p.groups, cap);
   return launch_status("q_dp4a_experts_grouped");

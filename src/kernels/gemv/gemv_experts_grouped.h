@@ -10,8 +10,9 @@ namespace lamina::kernels {
 // memory (4 bytes a pair).
 inline constexpr int kGemvExpertsGroupedMaxPairs = 4096;
 
-// y[g] = W_{ids[g]} x_g for every pair g < p.groups, as gemv_experts computes it, bit for bit
-// (the same steps, sums and epilogue for each pair); ids each < n_expert (<= 65535). A block row
+// y[g] = W_e x_g, e = ids[g / picks * ids_stride + g % picks], for every pair g < p.groups, as
+// gemv_experts computes it, bit for bit (the same steps, sums and epilogue for each pair). The ids
+// must be < n_expert (<= 65535), as moe_route makes them: a pair with another id is left unwritten. A block row
 // per expert scans the ids for its pairs, then multiplies them in chunks of a few, so an expert
 // picked by many tokens is read from memory once (then from L2).
 Status gemv_experts_grouped(const GemvExperts& p, int n_expert, cudaStream_t s);
