@@ -35,8 +35,9 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
                 "CUDA: many rows of gate/up as two GEMMs and a GLU kernel (not one GEMM with the GLU in its epilogue)");
   sub->add_option("--moe-pairs-per-expert", a.opt.cuda.moe_pairs_per_expert,
                   "CUDA: a mixture of experts' passes of several rows route on the device while their (token, pick) "
-                  "pairs average at most this many an expert, and n_expert / 8 (default 16; 0: one-row passes only)")
-      ->check(CLI::Range(0, 4096));
+                  "pairs average at most this many an expert (default -1: min(16, n_expert / 8, at least 1); 0: one-row "
+                  "passes only)")
+      ->check(CLI::Range(-1, 4096));
   sub->add_flag("!--no-paged-prefill", a.opt.cuda.paged_prefill,
                 "CUDA: the batching engine's prompt chunks through the flash-decoding splits row by row (not the prefill kernel)");
   sub->add_flag("!--no-window-ring", a.opt.cuda.window_ring,

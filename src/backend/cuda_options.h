@@ -52,10 +52,10 @@ struct CudaOptions {
   int gemv_max_rows = 2;
   // A mixture of experts' pass of several rows routes on the device (no read back, the pairs'
   // GEMVs grouped by expert, recordable as a graph) while its (token, pick) pairs average at most
-  // this many an expert (and n_expert / 8: few experts group cheaply on the host); more rows (a
-  // prompt) go to the host's grouping and the GEMMs (--moe-pairs-per-expert; 0: only one-row
-  // passes on the device).
-  int moe_pairs_per_expert = 16;
+  // this many an expert; more rows (a prompt) go to the host's grouping and the GEMMs
+  // (--moe-pairs-per-expert; 0: only one-row passes on the device; -1, the default: min(16,
+  // max(1, n_expert / 8)), as few experts group cheaply on the host).
+  int moe_pairs_per_expert = -1;
   // One sequence's sliding-window layers (Gemma 3's local layers) backed by a ring of chunks that
   // holds their window, at the whole cache's addresses (backend/cuda/cuda_kv_memory.h); false:
   // every row of every layer backed (--no-window-ring, to compare).

@@ -86,6 +86,47 @@ TEST_P(CudaTiny, LogitsMatchReferenceAndCpu) {
   for (size_t i = 0; i < lg.size(); ++i) EXPECT_LE(rel_l2(lf[i], lg[i]), 1e-6) << "graph vs eager, step " << i;
 }
 
+// A mixture of experts' rows routed on the device, as the engine's steps of several users are
+// (moe_route over every row, the (token, pick) pairs' GEMVs grouped by expert, add_routed over
+// the rows): CudaOptions::moe_pairs_per_expert 16 takes the tiny files' 11-token prompt (2 picks
+// of 4 or 8 experts), which the default rule leaves to the host's grouping. The prompt's logits
+// and the decode steps' after it against that grouping (0) and the CPU, within the fast path's
+// bound; recorded graphs against eager passes.
+TEST(CudaTinyMoe, RowsRoutedOnTheDeviceMatchTheHostGroupingAndCpu) {
+  struct Case {
+    const char* name;
+    int64_t n_expert, k;
+  };
+  for (const Case m : {Case{"tiny-moe-q8_0", 4, 2}, Case{"tiny-qwen3moe-q8_0", 8, 2}}) {
+    SCOPED_TRACE(m.name);
+    const json c = golden_case(m.name);
+    ASSERT_FALSE(c.is_null());
+    const std::string path = gen_tiny(c);
+    const std::vector<int32_t> prompt = c["tokens"].get<std::vector<int32_t>>();
+    CudaOptions on_device, on_host;
+    on_device.moe_pairs_per_expert = 16, on_host.moe_pairs_per_expert = 0;
+    auto dev = open(path, "cuda", false, true, on_device), host = open(path, "cuda", false, true, on_host),
+         eager = open(path, "cuda", false, false, on_device), cpu = open(path, "cpu", false);
+    const auto* cd = dynamic_cast<const CudaBackend*>(&dev->backend());
+    const auto* ch = dynamic_cast<const CudaBackend*>(&host->backend());
+    ASSERT_TRUE(cd && ch);
+    const int64_t rows = int64_t(prompt.size());
+    ASSERT_TRUE(cd->routes_experts(rows, m.n_expert, m.k)) << "the prompt's rows on the device";
+    ASSERT_FALSE(ch->routes_experts(rows, m.n_expert, m.k)) << "the prompt's rows on the host";
+    std::vector<int32_t> follow = {argmax(cpu->eval(prompt)), 1, 2, 3, 100, 200};
+    cpu->reset();
+    const auto ld = run(*dev, prompt, follow), lh = run(*host, prompt, follow), lc = run(*cpu, prompt, follow),
+               le = run(*eager, prompt, follow);
+    for (size_t i = 0; i < ld.size(); ++i) {
+      EXPECT_LE(rel_l2(ld[i], lh[i]), 4e-2) << "step " << i << ": device route against the host's";
+      EXPECT_LE(rel_l2(ld[i], lc[i]), 4e-2) << "step " << i << ": device route against the CPU";
+      EXPECT_LE(rel_l2(ld[i], le[i]), 1e-6) << "step " << i << ": graph against eager";
+    }
+    std::printf("%s: prompt of %lld rows routed on the device, rel. L2 %.2e to the host's grouping, %.2e to the CPU\n",
+                m.name, static_cast<long long>(rows), rel_l2(ld[0], lh[0]), rel_l2(ld[0], lc[0]));
+  }
+}
+
 // Run-ahead (CudaBackend): eval_sample with `more` enqueues the next decode step before the host
 // has the sampled id. The ids it gives are those of eager passes (graphs off: no run-ahead); a
 // caller that then feeds another token instead, or rewinds and feeds new tokens, gets the logits

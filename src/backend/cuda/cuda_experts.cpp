@@ -37,7 +37,7 @@ void CudaBackend::index_experts(std::span<const Weight> experts) {
 }
 
 // One row always routes on the device; several while their pairs average at most
-// moe_pairs_per_expert_ an expert and at most max(1, n_expert / 8). The grouped GEMVs' dp4a work
+// moe_pairs_per_expert_ an expert (by default min(16, max(1, n_expert / 8))). The grouped GEMVs' dp4a work
 // grows with the pairs, a GEMM's tensor cores do not: longer prompts (Qwen3-30B-A3B: past 256
 // rows, its pp512 at 32 pairs an expert) go to the host's grouping and the GEMMs. That grouping
 // costs a sync and three launches an expert a layer, cheap with few experts: Mixtral's 8 at 8 and
@@ -46,7 +46,8 @@ void CudaBackend::index_experts(std::span<const Weight> experts) {
 // measured against the host.
 bool CudaBackend::routes_experts(int64_t rows, int64_t n_expert, int64_t k) const {
   const int64_t pairs = rows * k;
-  const int64_t per_expert = std::min<int64_t>(moe_pairs_per_expert_, std::max<int64_t>(1, n_expert / 8));
+  const int64_t per_expert =
+      moe_pairs_per_expert_ >= 0 ? moe_pairs_per_expert_ : std::min<int64_t>(16, std::max<int64_t>(1, n_expert / 8));
   const bool few = rows == 1 || (pairs <= kn::kGemvExpertsGroupedMaxPairs && pairs <= per_expert * n_expert);
   return rows >= 1 && few && n_expert <= kn::kMoeRouteMaxExperts && k <= kn::kMoeRouteMaxPicks && experts_routable_ &&
          !expert_tables_.empty();
