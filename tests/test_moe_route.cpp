@@ -1,5 +1,7 @@
 // backend/moe_route.h: a mixture of experts' routing of one token, against probabilities worked
-// out here in f64, ties, the weights not renormalised, and NaN logits.
+// out here in f64, ties, the weights not renormalised, and NaN logits. backend/moe_policy.h: which
+// passes the CUDA backend routes on the device, and which run grouped by expert.
+#include "backend/moe_policy.h"
 #include "backend/moe_route.h"
 
 #include <gtest/gtest.h>
@@ -46,6 +48,51 @@ TEST(MoeRoute, NanLogitsStillGiveDistinctExperts) {
   for (size_t j = 0; j < ids.size(); ++j) {
     EXPECT_GE(ids[j], 0);
     EXPECT_LT(ids[j], 16);
-    if (j) EXPECT_LT(ids[j - 1], ids[j]);
+    if (j) {
+      EXPECT_LT(ids[j - 1], ids[j]);
+    }
   }
+}
+
+// Qwen3-30B-A3B's 128 experts and 8 picks: by default (-1) 16 pairs an expert, so up to 256 rows
+// (2,048 pairs) route on the device and a 512-token prompt does not; Mixtral's 8 experts and 2
+// picks: 1 pair an expert, up to 4 rows. An explicit option is taken as given; 0 leaves only one
+// row; no pass past one launch's pairs.
+TEST(MoePolicy, RowsOnTheDevice) {
+  const int64_t max_pairs = 4096;
+  EXPECT_EQ(moe_pairs_per_expert(-1, 128), 16);
+  EXPECT_EQ(moe_pairs_per_expert(-1, 8), 1);
+  EXPECT_EQ(moe_pairs_per_expert(-1, 4), 1) << "at least 1";
+  EXPECT_EQ(moe_pairs_per_expert(-1, 60), 7);
+  EXPECT_EQ(moe_pairs_per_expert(5, 128), 5);
+  for (int64_t rows : {1, 2, 16, 64, 256}) {
+    EXPECT_TRUE(moe_rows_on_device(rows, 128, 8, -1, max_pairs)) << rows;
+  }
+  for (int64_t rows : {257, 512}) {
+    EXPECT_FALSE(moe_rows_on_device(rows, 128, 8, -1, max_pairs)) << rows;
+  }
+  for (int64_t rows : {1, 2, 4}) {
+    EXPECT_TRUE(moe_rows_on_device(rows, 8, 2, -1, max_pairs)) << rows;
+  }
+  for (int64_t rows : {5, 8, 32}) {
+    EXPECT_FALSE(moe_rows_on_device(rows, 8, 2, -1, max_pairs)) << rows;
+  }
+  EXPECT_TRUE(moe_rows_on_device(64, 8, 2, 16, max_pairs)) << "an explicit 16 on Mixtral";
+  EXPECT_FALSE(moe_rows_on_device(65, 8, 2, 16, max_pairs));
+  EXPECT_TRUE(moe_rows_on_device(1, 128, 8, 0, max_pairs)) << "0: one row still";
+  EXPECT_FALSE(moe_rows_on_device(2, 128, 8, 0, max_pairs));
+  EXPECT_TRUE(moe_rows_on_device(512, 128, 8, 4096, max_pairs)) << "4,096 pairs: one launch";
+  EXPECT_FALSE(moe_rows_on_device(513, 128, 8, 4096, max_pairs)) << "past one launch's pairs";
+  EXPECT_FALSE(moe_rows_on_device(0, 128, 8, -1, max_pairs));
+  EXPECT_FALSE(moe_rows_on_device(1, 0, 8, -1, max_pairs));
+}
+
+// Grouped by expert once the pairs pass a quarter of the experts: Qwen3-30B-A3B's 4 tokens (32
+// pairs of 128 experts) a block row a pair, 5 grouped; Mixtral's one token (2 of 8) a pair, 2 grouped.
+TEST(MoePolicy, GroupedLaunch) {
+  EXPECT_FALSE(moe_grouped_launch(8, 128));
+  EXPECT_FALSE(moe_grouped_launch(32, 128));
+  EXPECT_TRUE(moe_grouped_launch(40, 128));
+  EXPECT_FALSE(moe_grouped_launch(2, 8));
+  EXPECT_TRUE(moe_grouped_launch(4, 8));
 }

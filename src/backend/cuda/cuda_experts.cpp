@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include "backend/cuda/cuda_op.h"
+#include "backend/moe_policy.h"
 #include "kernels/gemv/gemv_experts_grouped.h"
 
 #include <algorithm>
@@ -36,20 +37,12 @@ void CudaBackend::index_experts(std::span<const Weight> experts) {
   expert_tables_[experts[0].data] = static_cast<const void* const*>(table);
 }
 
-// One row always routes on the device; several while their pairs average at most
-// moe_pairs_per_expert_ an expert (by default min(16, max(1, n_expert / 8))). The grouped GEMVs' dp4a work
-// grows with the pairs, a GEMM's tensor cores do not: longer prompts (Qwen3-30B-A3B: past 256
-// rows, its pp512 at 32 pairs an expert) go to the host's grouping and the GEMMs. That grouping
-// costs a sync and three launches an expert a layer, cheap with few experts: Mixtral's 8 at 8 and
-// 32 users ran faster on the host, Qwen3-30B-A3B's 128 at 4 to 64 users on the device
-// (docs/benchmarks.md, sixtieth session). Prompts of 9 to 256 rows on the device are not yet
-// measured against the host.
+// The rule (backend/moe_policy.h): one row always; several while their pairs average at most
+// --moe-pairs-per-expert an expert. Prompts of 9 to 256 rows of Qwen3-30B-A3B's shape on the
+// device are not yet measured against the host's grouping.
 bool CudaBackend::routes_experts(int64_t rows, int64_t n_expert, int64_t k) const {
-  const int64_t pairs = rows * k;
-  const int64_t per_expert =
-      moe_pairs_per_expert_ >= 0 ? moe_pairs_per_expert_ : std::min<int64_t>(16, std::max<int64_t>(1, n_expert / 8));
-  const bool few = rows == 1 || (pairs <= kn::kGemvExpertsGroupedMaxPairs && pairs <= per_expert * n_expert);
-  return rows >= 1 && few && n_expert <= kn::kMoeRouteMaxExperts && k <= kn::kMoeRouteMaxPicks && experts_routable_ &&
+  return moe_rows_on_device(rows, n_expert, k, moe_pairs_per_expert_, kn::kGemvExpertsGroupedMaxPairs) &&
+         n_expert <= kn::kMoeRouteMaxExperts && k <= kn::kMoeRouteMaxPicks && experts_routable_ &&
          !expert_tables_.empty();
 }
 
@@ -90,7 +83,7 @@ void CudaBackend::experts_matmul(std::span<const Weight> w, std::span<const Weig
   // Pairs up to a quarter of the experts: mostly distinct experts, one block row a pair; more:
   // grouped by expert, each expert's matrix read once.
   const int64_t n_expert = int64_t(w.size());
-  const bool grouped = rows * k > n_expert / 4;
+  const bool grouped = moe_grouped_launch(rows * k, n_expert);
   const double pairs = double(rows * k), mats = pair ? 2.0 : 1.0;
   const double read = grouped ? n_expert * (1.0 - std::pow(1.0 - 1.0 / double(n_expert), pairs)) : pairs;
   run_op(pair ? "experts gate/up" : "experts matmul", double(info(w[0]).bytes) * read * mats,
