@@ -76,7 +76,8 @@ class CudaBackend final : public Backend {
   void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) override;
   bool runs_experts() const override { return true; }
   void add_rows_scaled(Tensor dst, Tensor src, std::span<const int32_t> rows, std::span<const float> scale) override;
-  // One row's experts by a route in device memory (cuda_experts.cpp).
+  // A mixture of experts' rows by a route in device memory (cuda_experts.cpp; which passes:
+  // backend/moe_policy.h).
   bool routes_experts(int64_t rows, int64_t n_expert, int64_t k) const override;
   void index_experts(std::span<const Weight> experts) override;
   void route_experts(Tensor logits, int k, bool renorm, Tensor route) override;

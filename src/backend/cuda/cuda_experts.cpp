@@ -10,7 +10,6 @@
 #include "kernels/gemv/gemv_experts_grouped.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 namespace lamina {
@@ -85,7 +84,7 @@ void CudaBackend::experts_matmul(std::span<const Weight> w, std::span<const Weig
   const int64_t n_expert = int64_t(w.size());
   const bool grouped = moe_grouped_launch(rows * k, n_expert);
   const double pairs = double(rows * k), mats = pair ? 2.0 : 1.0;
-  const double read = grouped ? n_expert * (1.0 - std::pow(1.0 - 1.0 / double(n_expert), pairs)) : pairs;
+  const double read = grouped ? kn::experts_expected(rows * k, n_expert) : pairs;
   run_op(pair ? "experts gate/up" : "experts matmul", double(info(w[0]).bytes) * read * mats,
          2.0 * pairs * double(p.n * p.k) * mats, [&] {
            return grouped ? kn::gemv_experts_grouped(p, int(n_expert), stream_) : kn::gemv_experts(p, stream_);

@@ -114,10 +114,10 @@ Status launch_grouped(Kernel kernel, const GemvExperts& p, int n_expert, cudaStr
   int dev = 0, smem_max = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  // Experts expected to have pairs, were the pairs routed evenly: n_expert (1 - (1 - 1/n_expert)^pairs);
-  // x rows for 1.5x an expert's expected share (whole kGroupB), within a quarter of a block's
-  // shared memory limit (so that several blocks share an SM), at least kGroupB.
-  const double active = std::max(1.0, n_expert * (1.0 - std::pow(1.0 - 1.0 / n_expert, double(p.groups))));
+  // Experts expected to have pairs (experts_expected); x rows for 1.5x an expert's expected share
+  // (whole kGroupB), within a quarter of a block's shared memory limit (so that several blocks
+  // share an SM), at least kGroupB.
+  const double active = std::max(1.0, experts_expected(p.groups, n_expert));
   const int share = int(std::ceil(1.5 * p.groups / active));
   const size_t xb = x8_bytes(p.k), budget = size_t(smem_max) / 4;
   const int fits = budget > 4 * size_t(p.groups) ? int((budget - 4 * size_t(p.groups)) / xb) : 0;

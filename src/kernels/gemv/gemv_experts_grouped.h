@@ -4,11 +4,21 @@
 
 #include "kernels/gemv/gemv.h"
 
+#include <cmath>
+#include <cstdint>
+
 namespace lamina::kernels {
 
 // Pairs (tokens x picks) one launch takes: each block keeps its expert's list of pairs in shared
 // memory (4 bytes a pair).
 inline constexpr int kGemvExpertsGroupedMaxPairs = 4096;
+
+// The distinct experts `pairs` picks are expected to reach, were they routed evenly:
+// n_expert (1 - (1 - 1/n_expert)^pairs). (The grouped launch sizes its grid by it; the backend
+// counts the bytes the launch reads by it.)
+inline double experts_expected(int64_t pairs, int64_t n_expert) {
+  return double(n_expert) * (1.0 - std::pow(1.0 - 1.0 / double(n_expert), double(pairs)));
+}
 
 // y[g] = W_e x_g, e = ids[g / picks * ids_stride + g % picks], for every pair g < p.groups, as
 // gemv_experts computes it, bit for bit (the same steps, sums and epilogue for each pair). The ids
