@@ -7,7 +7,10 @@
 //   v3_warp_reduce  + K-slices are warp lanes, combined with shuffles instead of atomics
 //   v4_tuned        v3's kernel with (rows, slices) chosen per shape by the autotuner
 //   v5_stream       warp owns `rows` rows; `unroll` independent 16-byte streaming loads per lane
-//                   in flight (L1 bypass, L2 evict-first); batch and epilogues fused
+//                   in flight (L1 bypass, L2 evict-first); batch and epilogues fused; at unroll 16
+//                   a warp holds a whole 2048-wide f32 row (a mixture of experts' router,
+//                   n_expert x n_embd), loaded before the PDL wait: one load round instead of a
+//                   chain of four for a matrix too short to fill the SMs otherwise
 #include "kernels/gemv/gemv_common.cuh"
 #include "kernels/gemv/gemv_internal.h"
 
@@ -205,6 +208,7 @@ Status launch_v5(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
   if (c.rows == 2 && c.unroll == 2) return launch_v5_impl<T, 2, 2>(p, c, s);
   if (c.rows == 2 && c.unroll == 4) return launch_v5_impl<T, 2, 4>(p, c, s);
   if (c.rows == 4 && c.unroll == 2) return launch_v5_impl<T, 4, 2>(p, c, s);
+  if (c.rows == 1 && c.unroll == 16) return launch_v5_impl<T, 1, 16>(p, c, s);
   return Status::error("v5_stream: no instance for config " + c.str());
 }
 
@@ -260,7 +264,8 @@ void register_float_variants(std::vector<GemvVariant>& out) {
   out.push_back({"v5_stream", "rows per warp, unrolled streaming 16-byte loads, fused batch and epilogues",
                  WeightLayout::Gguf, float_types, run_v5,
                  {GemvConfig{2, 4, 4}, GemvConfig{1, 4, 4}, GemvConfig{2, 4, 2}, GemvConfig{4, 4, 2},
-                  GemvConfig{2, 8, 4}, GemvConfig{1, 8, 4}, GemvConfig{2, 2, 4}},
+                  GemvConfig{2, 8, 4}, GemvConfig{1, 8, 4}, GemvConfig{2, 2, 4}, GemvConfig{1, 4, 16},
+                  GemvConfig{1, 1, 16}},
                  XRounding::None, /*writes_y8=*/true});
 }
 
