@@ -84,7 +84,8 @@ TEST(MoeRoute, MatchesTheHostRoute) {
 }
 
 // y[g] = W_{ids[g]} x_g (or the gate/up pair's silu(W x) * (W_up x)) for picks in any order, an
-// expert picked twice by one token, n not a multiple of a block's 16 rows, ids in route rows of
+// expert picked twice by one token, n not a multiple of a block's 16 or 32 rows, k = 512 and 1536
+// (one matrix: the short rows' shape and the long), ids in route rows of
 // 2 picks (2 tokens x 2 picks), one token of 4, and 7 tokens x 3 picks that all pick expert 2
 // (more pairs than the grouped kernel multiplies at once): the fp64 reference of the same
 // int8-rounded x, within q_dp4a's bound, from both launches (gemv_experts, a block row a pair;
@@ -104,11 +105,12 @@ TEST(GemvExperts, MatchesFp64ReferenceOnePerPairAndGrouped) {
   for (const Layout& lay : layouts)
   for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::IQ4_NL,
                      GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS})
-    for (bool gate_up : {true, false}) {
-      const int64_t n = 72, k = 512;
+    for (bool gate_up : {true, false})
+    for (int64_t k : {int64_t(512), int64_t(1536)}) {  // (one matrix: rows of <= 32 chunks take 4 rows a warp)
+      const int64_t n = 72;
       const int groups = lay.tokens * lay.picks;
       const auto id_of = [&](int g) { return lay.route[size_t(g / lay.picks * 2 * lay.picks + g % lay.picks)]; };
-      SCOPED_TRACE(testing::Message() << type_name(t) << (gate_up ? " gate/up" : " one matrix") << ", " << lay.tokens
+      SCOPED_TRACE(testing::Message() << type_name(t) << (gate_up ? " gate/up" : " one matrix") << ", k " << k << ", " << lay.tokens
                                       << " tokens x " << lay.picks << " picks");
       ASSERT_TRUE(gemv_experts_supports(t, k));
       // Each expert's matrices, repacked on the device; the tables of their addresses.

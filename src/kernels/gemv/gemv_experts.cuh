@@ -10,8 +10,18 @@
 
 namespace lamina::kernels::gemv_detail {
 
-// 8 warps x 2 rows a block, two 16-byte steps in flight a lane (Dp4aStep's shape).
-inline constexpr int kExpRows = 2, kExpUnroll = 2, kExpWarps = 8;
+// 8 warps a block. Each warp: 2 rows, two 16-byte steps in flight a lane (Dp4aStep's shape), or
+// for short rows (one matrix of at most 32 chunks a row: a Qwen3-30B-A3B down matrix, k = 768,
+// has 24) 4 rows and one step: the second step of 2 x 2 found no chunk there, and a lane had 2
+// loads in flight instead of 4. A lane meets the same chunks in the same order either way
+// (l = lane, lane + 32, ...), so the shape does not change a bit of the result.
+inline constexpr int kExpWarps = 8;
+inline constexpr int kExpRows = 2, kExpUnroll = 2;            // the gate/up pair and long rows
+inline constexpr int kExpShortRows = 4, kExpShortUnroll = 1;  // one matrix of short rows
+
+// Whether one matrix of type (kBits) with rows of k runs the short shape: at most 32 chunks a row
+// (Dp4aStep's kPer: 16 weights a chunk for 8-bit, 32 otherwise).
+inline bool experts_short_rows(int bits, int64_t k) { return k / (bits == 8 ? 16 : 32) <= 32; }
 
 struct ExpertArgs {
   const uint8_t* const* w;     // [n_expert]: expert e's matrix, n x k repacked

@@ -37,12 +37,12 @@ constexpr int kGroupB = 4;  // pairs multiplied together: the batch rows dot_mat
 // Shared memory: [cap][x8_bytes(k)] int8 x rows | [groups] int32 the expert's pairs.
 inline size_t grouped_smem(int64_t k, int groups, int cap) { return size_t(cap) * x8_bytes(k) + 4 * size_t(groups); }
 
-template <int kBits, int kScales, bool kGateUp>
+template <int kBits, int kScales, bool kGateUp, int kRows, int kUnroll>
 // (Two blocks an SM at least: its blocks are short — a scan, x rows, a pass — and at 118-165
 // registers, one block an SM left the SM idle through each block's chain of latencies.)
 __global__ void __launch_bounds__(kExpWarps * 32, 2) q_dp4a_experts_grouped(ExpertArgs a, int groups, int cap) {
   extern __shared__ __align__(16) uint8_t smem[];
-  using Step = Dp4aStep<kBits, kScales, kExpRows, kExpUnroll>;
+  using Step = Dp4aStep<kBits, kScales, kRows, kUnroll>;
   constexpr int kMats = kGateUp ? 2 : 1;
   __shared__ int warp_hits[kExpWarps];
   const size_t xb = x8_bytes(a.k);
@@ -72,8 +72,8 @@ __global__ void __launch_bounds__(kExpWarps * 32, 2) q_dp4a_experts_grouped(Expe
   w[0] = a.w[e];
   if constexpr (kGateUp) w[1] = a.w_up[e];
   const Epilogue ep{nullptr, nullptr, kGateUp, a.gelu, nullptr, nullptr, nullptr, nullptr, GemvArgmax{}};
-  const int64_t stride = int64_t(gridDim.x) * kExpWarps * kExpRows;
-  const int64_t first = (int64_t(blockIdx.x) * kExpWarps + warp) * kExpRows;
+  const int64_t stride = int64_t(gridDim.x) * kExpWarps * kRows;
+  const int64_t first = (int64_t(blockIdx.x) * kExpWarps + warp) * kRows;
   for (int c0 = 0; c0 < count; c0 += cap) {  // (more pairs than x rows fit: the weights again, from L2)
     const int nc = min(cap, count - c0);
     if (c0 > 0) __syncthreads();  // the x rows before are no longer read
@@ -87,15 +87,15 @@ __global__ void __launch_bounds__(kExpWarps * 32, 2) q_dp4a_experts_grouped(Expe
       // memory, the others find them in L1 / L2.
       for (int s0 = 0; s0 < nc; s0 += kGroupB) {
         const int nb = min(kGroupB, nc - s0);
-        float acc[kMats][kExpRows][kGroupB] = {};
-        for (int64_t l0 = 0; l0 < Step::loads(a.k); l0 += 32 * kExpUnroll) {
+        float acc[kMats][kRows][kGroupB] = {};
+        for (int64_t l0 = 0; l0 < Step::loads(a.k); l0 += 32 * kUnroll) {
           typename Step::Regs regs[kMats];
 #pragma unroll
           for (int m = 0; m < kMats; ++m) Step::load(w[m], row0, a.n, l0, a.k, regs[m]);
           Step::template dot_mats<kGroupB, kMats>(regs, smem + size_t(s0) * xb, a.k, l0, nb, acc);
         }
 #pragma unroll
-        for (int r = 0; r < kExpRows; ++r)
+        for (int r = 0; r < kRows; ++r)
 #pragma unroll
           for (int b = 0; b < kGroupB; ++b) {
             if (b >= nb) break;
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kExpWarps * 32, 2) q_dp4a_experts_grouped(Expe
 }
 
 template <class Kernel>
-Status launch_grouped(Kernel kernel, const GemvExperts& p, int n_expert, cudaStream_t s) {
+Status launch_grouped(Kernel kernel, int rows, const GemvExperts& p, int n_expert, cudaStream_t s) {
   int dev = 0, smem_max = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
@@ -134,7 +134,7 @@ Status launch_grouped(Kernel kernel, const GemvExperts& p, int n_expert, cudaStr
   int sms = 0, per_sm = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kExpWarps * 32, smem);
-  const int64_t needed = (p.n + kExpWarps * kExpRows - 1) / (kExpWarps * kExpRows);
+  const int64_t needed = (p.n + kExpWarps * rows - 1) / (kExpWarps * rows);
   const int64_t fit = std::max<int64_t>(1, int64_t(double(sms) * std::max(per_sm, 1) / active));  // one wave of the busy experts' blocks
   const dim3 grid(unsigned(std::min(needed, fit)), unsigned(n_expert));
   launch_pdl(kernel, grid, dim3(kExpWarps * 32), smem, s, expert_args(p), p.groups, cap);
@@ -150,8 +150,12 @@ Status gemv_experts_grouped(const GemvExperts& p, int n_expert, cudaStream_t s) 
   if (p.groups > kGemvExpertsGroupedMaxPairs || n_expert < 1 || n_expert > 65535)
     return Status::error("q_dp4a_experts_grouped: more than 4096 pairs, or no experts");
   return by_dp4a_type(p.wtype, [&]<int kBits, int kScales>() {
-    return p.w_up ? launch_grouped(q_dp4a_experts_grouped<kBits, kScales, true>, p, n_expert, s)
-                  : launch_grouped(q_dp4a_experts_grouped<kBits, kScales, false>, p, n_expert, s);
+    if (p.w_up)
+      return launch_grouped(q_dp4a_experts_grouped<kBits, kScales, true, kExpRows, kExpUnroll>, kExpRows, p, n_expert, s);
+    if (experts_short_rows(kBits, p.k))
+      return launch_grouped(q_dp4a_experts_grouped<kBits, kScales, false, kExpShortRows, kExpShortUnroll>, kExpShortRows, p,
+                            n_expert, s);
+    return launch_grouped(q_dp4a_experts_grouped<kBits, kScales, false, kExpRows, kExpUnroll>, kExpRows, p, n_expert, s);
   });
 }
 
