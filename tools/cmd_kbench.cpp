@@ -8,6 +8,7 @@
 #include "cmd_kbench_allreduce.h"
 #include "cmd_kbench_attn.h"
 #include "cmd_kbench_cpu.h"
+#include "cmd_kbench_experts.h"
 #include "cmd_kbench_gemm.h"
 #include "cli_checks.h"
 #include "commands.h"
@@ -184,6 +185,7 @@ void run_kbench(const KbenchArgs& a) {
   if (a.family == "gemv") return run_kbench_gemv(a);
 #if defined(LAMINA_HAVE_CUDA)
   if (a.family == "allreduce") return run_kbench_allreduce(KbenchAllReduceArgs{a.tp, a.shapes, a.reps});
+  if (a.family == "experts") return run_kbench_experts(KbenchExpertsArgs{a.shapes, a.batches, a.types, a.reps});
   if (a.family == "attn") {
     KbenchAttnArgs t = a.attn;
     t.lengths = a.shapes, t.reps = a.reps == 20 ? 10 : a.reps;  // long prompts: fewer repetitions by default
@@ -194,7 +196,7 @@ void run_kbench(const KbenchArgs& a) {
     const int reps = a.reps == 20 ? 10 : a.reps;  // GEMMs are long: fewer repetitions by default
     return run_kbench_gemm(KbenchGemmArgs{a.shapes, a.types, a.best, a.all, a.configs, reps});
   }
-  fail("unknown kernel family '{}' (available: gemv, gemm, attn, allreduce, cpu)", a.family);
+  fail("unknown kernel family '{}' (available: gemv, gemm, attn, experts, allreduce, cpu)", a.family);
 }
 
 }  // namespace
@@ -203,7 +205,8 @@ Run add_kbench(CLI::App& app) {
   auto a = std::make_shared<KbenchArgs>();
   auto* sub = app.add_subcommand("kbench", "Benchmark a kernel family against cuBLAS (GPU), or the CPU backend's "
                                            "matmuls against this machine's limits (cpu)");
-  sub->add_option("family", a->family, "Kernel family: gemv, gemm, attn (prompt attention), allreduce (tensor "
+  sub->add_option("family", a->family, "Kernel family: gemv, gemm, attn (prompt attention), experts (a mixture of experts' "
+                                       "routed GEMVs), allreduce (tensor "
                                        "parallelism's decode all-reduce on several GPUs) or cpu")->required();
   sub->add_option("--shapes", a->shapes,
                   "Comma-separated shapes: NxK (gemv), MxNxK (gemm), prompt lengths (attn) or row widths (allreduce)");

@@ -1,0 +1,189 @@
+// lamina kbench experts: a mixture of experts' GEMVs for a step of T tokens, each picking k
+// experts at random (distinct in a token, fresh routes rotated across launches), both launches
+// side by side: gemv_experts (a block row a (token, pick) pair, each reading its expert's matrix)
+// and gemv_experts_grouped (a block row an expert, reading it once for all its pairs). Each
+// matrix of a model's shape: the gate/up pair (x a row a token) and the down matrix (x a row a
+// pair). Columns: µs a launch inside a CUDA graph of back-to-back launches (as a decode step runs
+// them), the experts' bytes the step must read (the distinct experts picked, averaged over the
+// routes) over that time in GB/s, and its % of the device-to-device copy bandwidth measured at
+// start. (No cuBLAS row: it has no routed GEMV; the copy is the ceiling.)
+#include "cmd_kbench_experts.h"
+#include "tune_shapes.h"
+
+#include "core/error.h"
+
+#include <fmt/format.h>
+
+#if defined(LAMINA_HAVE_CUDA)
+#include "format/ggml_type.h"
+#include "kernels/common/timing.h"
+#include "kernels/gemv/gemv.h"
+#include "kernels/gemv/gemv_experts_grouped.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <set>
+#include <vector>
+#endif
+
+namespace lamina::cli {
+
+#if defined(LAMINA_HAVE_CUDA)
+namespace {
+
+namespace kn = lamina::kernels;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("kbench experts: {}: {}", what, cudaGetErrorString(e));
+}
+
+struct DevBuf {
+  void* p = nullptr;
+  explicit DevBuf(size_t n) { check(cudaMalloc(&p, n), "allocation"); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+};
+
+struct MoeShape {
+  const char* name;
+  int n_expert, k;        // experts, picks a token
+  int64_t n_embd, n_ff;   // gate/up: n_ff x n_embd each; down: n_embd x n_ff
+};
+constexpr MoeShape kShapes[] = {{"qwen3-30b-a3b", 128, 8, 2048, 768}, {"mixtral-8x7b", 8, 2, 4096, 14336}};
+constexpr int kRoutes = 16;  // routes rotated across the launches
+
+// One stack of experts' matrices (n x k each, repacked layout, random bytes) and its pointer table.
+struct Stack {
+  std::vector<std::unique_ptr<DevBuf>> mats;
+  std::unique_ptr<DevBuf> table;
+  size_t bytes = 0;  // one matrix
+  Stack(GgmlType t, int n_expert, int64_t n, int64_t k, uint64_t seed) {
+    bytes = kn::gemv_repacked_bytes(t, n, k);
+    std::vector<const void*> ptrs;
+    for (int e = 0; e < n_expert; ++e) {
+      mats.push_back(std::make_unique<DevBuf>(bytes));
+      kn::fill_random_bytes(mats.back()->p, bytes, seed + uint64_t(e), nullptr);
+      ptrs.push_back(mats.back()->p);
+    }
+    table = std::make_unique<DevBuf>(ptrs.size() * sizeof(void*));
+    check(cudaMemcpy(table->p, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice), "table upload");
+  }
+};
+
+std::vector<int> parse_tokens(const std::string& s) {
+  std::vector<int> v;
+  for (const std::string& item : split_list(s)) {
+    size_t used = 0;
+    int t = 0;
+    try {
+      t = std::stoi(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != item.size() || t < 1 || t > 512) fail("kbench experts: --batch {}: tokens from 1 to 512", item);
+    v.push_back(t);
+  }
+  return v;
+}
+
+}  // namespace
+
+void run_kbench_experts(const KbenchExpertsArgs& a) {
+  const std::vector<int> tokens = parse_tokens(a.tokens.empty() ? "1,4,8,16,32,64" : a.tokens);
+  std::vector<GgmlType> types;
+  for (const std::string& name : split_list(a.types.empty() ? "q4_0" : a.types)) {
+    const auto t = parse_type(name);
+    if (!t || !kn::gemv_experts_supports(*t, 4096)) fail("kbench experts: --types {}: not a type the expert GEMVs take", name);
+    types.push_back(*t);
+  }
+  std::vector<const MoeShape*> shapes;
+  for (const std::string& name : split_list(a.models.empty() ? "qwen3-30b-a3b,mixtral-8x7b" : a.models)) {
+    const MoeShape* m = nullptr;
+    for (const MoeShape& s : kShapes)
+      if (name == s.name) m = &s;
+    if (!m) fail("kbench experts: --shapes {}: qwen3-30b-a3b or mixtral-8x7b", name);
+    shapes.push_back(m);
+  }
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreate(&s), "stream");
+  const double copy_gbs = kn::copy_bandwidth_gbs(size_t(1) << 30, s);
+  fmt::print("device-to-device copy: {:.0f} GB/s\n\n", copy_gbs);
+  fmt::print("| shape | type | matrix | tokens | pairs | experts read | one a pair µs | GB/s | grouped µs | GB/s | best % copy |\n");
+  fmt::print("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::mt19937 rng(7);
+  for (const MoeShape* m : shapes)
+    for (GgmlType t : types) {
+      const Stack gate(t, m->n_expert, m->n_ff, m->n_embd, 100), up(t, m->n_expert, m->n_ff, m->n_embd, 300),
+          down(t, m->n_expert, m->n_embd, m->n_ff, 500);
+      for (int T : tokens) {
+        const int pairs = T * m->k;
+        // Routes: [T][2k] rows of k distinct ids ascending (then k slots the GEMVs do not read).
+        std::vector<int32_t> routes(size_t(kRoutes) * size_t(T) * size_t(2 * m->k), 0);
+        double distinct = 0;
+        std::vector<int> all(static_cast<size_t>(m->n_expert));
+        for (int r = 0; r < kRoutes; ++r) {
+          std::set<int> used;
+          for (int tok = 0; tok < T; ++tok) {
+            for (int e = 0; e < m->n_expert; ++e) all[size_t(e)] = e;
+            std::shuffle(all.begin(), all.end(), rng);
+            std::sort(all.begin(), all.begin() + m->k);
+            int32_t* row = &routes[(size_t(r) * size_t(T) + size_t(tok)) * size_t(2 * m->k)];
+            for (int j = 0; j < m->k; ++j) row[j] = all[size_t(j)], used.insert(all[size_t(j)]);
+          }
+          distinct += double(used.size()) / kRoutes;
+        }
+        DevBuf dr(routes.size() * 4), dx(size_t(pairs) * size_t(std::max(m->n_embd, m->n_ff)) * 4),
+            dy(size_t(pairs) * size_t(std::max(m->n_embd, m->n_ff)) * 4);
+        check(cudaMemcpy(dr.p, routes.data(), routes.size() * 4, cudaMemcpyHostToDevice), "route upload");
+        kn::fill_random_floats(static_cast<float*>(dx.p), size_t(pairs) * size_t(std::max(m->n_embd, m->n_ff)), 11, 1.f, s);
+        for (bool pair : {true, false}) {
+          kn::GemvExperts p;
+          p.wtype = t;
+          p.w = static_cast<const void* const*>(pair ? gate.table->p : down.table->p);
+          p.w_up = pair ? static_cast<const void* const*>(up.table->p) : nullptr;
+          p.groups = pairs, p.picks = m->k, p.ids_stride = 2 * m->k;
+          p.n = pair ? m->n_ff : m->n_embd, p.k = pair ? m->n_embd : m->n_ff;
+          p.x = static_cast<const float*>(dx.p), p.x_share = pair ? m->k : 1, p.x_stride = p.k;
+          p.y = static_cast<float*>(dy.p);
+          const auto at = [&](int i) {
+            kn::GemvExperts q = p;
+            q.ids = static_cast<const int32_t*>(dr.p) + size_t(i % kRoutes) * size_t(T) * size_t(2 * m->k);
+            return q;
+          };
+          double us[2] = {-1, -1};
+          for (int grouped = 0; grouped < 2; ++grouped) {
+            if (grouped && pairs > kn::kGemvExpertsGroupedMaxPairs) continue;
+            kn::Status st;
+            const auto run = [&](int i) {
+              const kn::GemvExperts q = at(i);
+              const kn::Status r = grouped ? kn::gemv_experts_grouped(q, m->n_expert, s) : kn::gemv_experts(q, s);
+              if (!r) st = r;
+            };
+            run(0);
+            check(cudaStreamSynchronize(s), "first launch");
+            if (!st) fail("kbench experts: {}", st.message);
+            us[grouped] = kn::graph_time_us(run, kRoutes, a.reps, s);
+            if (us[grouped] < 0) us[grouped] = kn::median_time_us(run, 3, a.reps, s);
+          }
+          const double bytes = distinct * double((pair ? 2 : 1) * (pair ? gate.bytes : down.bytes));
+          const auto gbs = [&](double t_us) { return t_us > 0 ? bytes / (t_us * 1e3) : 0.0; };
+          const double best = std::max(gbs(us[0]), gbs(us[1]));
+          fmt::print("| {} | {} | {} | {} | {} | {:.1f} | {:.2f} | {:.0f} | {} | {} | {:.1f} % |\n", m->name, type_name(t),
+                     pair ? "gate/up" : "down", T, pairs, distinct, us[0], gbs(us[0]),
+                     us[1] > 0 ? fmt::format("{:.2f}", us[1]) : "-", us[1] > 0 ? fmt::format("{:.0f}", gbs(us[1])) : "-",
+                     100.0 * best / copy_gbs);
+        }
+      }
+    }
+  cudaStreamDestroy(s);
+}
+
+#else
+void run_kbench_experts(const KbenchExpertsArgs&) { fail("this lamina was built without CUDA: kbench needs an NVIDIA GPU build"); }
+#endif
+
+}  // namespace lamina::cli
