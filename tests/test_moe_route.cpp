@@ -87,12 +87,13 @@ TEST(MoePolicy, RowsOnTheDevice) {
   EXPECT_FALSE(moe_rows_on_device(1, 0, 8, -1, max_pairs));
 }
 
-// Grouped by expert once the pairs pass a quarter of the experts: Qwen3-30B-A3B's 4 tokens (32
-// pairs of 128 experts) a block row a pair, 5 grouped; Mixtral's one token (2 of 8) a pair, 2 grouped.
+// Grouped by expert: only the gate/up pair, from 4 pairs an expert (Qwen3-30B-A3B's 64 tokens of
+// 8 picks among 128 experts, Mixtral's 16 of 2 among 8); a down matrix always a block row a pair.
 TEST(MoePolicy, GroupedLaunch) {
-  EXPECT_FALSE(moe_grouped_launch(8, 128));
-  EXPECT_FALSE(moe_grouped_launch(32, 128));
-  EXPECT_TRUE(moe_grouped_launch(40, 128));
-  EXPECT_FALSE(moe_grouped_launch(2, 8));
-  EXPECT_TRUE(moe_grouped_launch(4, 8));
+  EXPECT_FALSE(moe_grouped_launch(8, 128, true));
+  EXPECT_FALSE(moe_grouped_launch(511, 128, true));
+  EXPECT_TRUE(moe_grouped_launch(512, 128, true));
+  EXPECT_FALSE(moe_grouped_launch(4096, 128, false));  // a down matrix: one a pair
+  EXPECT_FALSE(moe_grouped_launch(31, 8, true));
+  EXPECT_TRUE(moe_grouped_launch(32, 8, true));
 }

@@ -29,8 +29,11 @@ inline bool moe_rows_on_device(int64_t rows, int64_t n_expert, int64_t k, int op
 }
 
 // Whether the pairs run grouped by expert (each expert's matrix read once for all its pairs)
-// rather than a block row a pair: once they pass a quarter of the experts, below which they are
-// mostly distinct experts anyway.
-inline bool moe_grouped_launch(int64_t pairs, int64_t n_expert) { return pairs > n_expert / 4; }
+// rather than a block row a pair: only the gate/up pair, once the pairs average 4 an expert. In
+// `lamina kbench experts` (docs/benchmarks.md, sixty-first session) the one-a-pair launch was the
+// faster one for every down matrix, and for Qwen3-30B-A3B's gate/up up to 32 tokens (2 pairs an
+// expert; even at 4); Mixtral's gate/up (an expert's pair of matrices larger than L2) gained from
+// grouping from 2 pairs an expert.
+inline bool moe_grouped_launch(int64_t pairs, int64_t n_expert, bool gate_up) { return gate_up && pairs >= 4 * n_expert; }
 
 }  // namespace lamina

@@ -79,10 +79,10 @@ void CudaBackend::experts_matmul(std::span<const Weight> w, std::span<const Weig
   p.y = out.data;
   flush();
   widen_only16(x);
-  // Pairs up to a quarter of the experts: mostly distinct experts, one block row a pair; more:
-  // grouped by expert, each expert's matrix read once.
+  // One block row a pair, or (the gate/up pair at 4 pairs an expert and more) grouped by expert,
+  // each expert's matrices read once (backend/moe_policy.h).
   const int64_t n_expert = int64_t(w.size());
-  const bool grouped = moe_grouped_launch(rows * k, n_expert);
+  const bool grouped = moe_grouped_launch(rows * k, n_expert, pair);
   const double pairs = double(rows * k), mats = pair ? 2.0 : 1.0;
   const double read = grouped ? kn::experts_expected(rows * k, n_expert) : pairs;
   run_op(pair ? "experts gate/up" : "experts matmul", double(info(w[0]).bytes) * read * mats,

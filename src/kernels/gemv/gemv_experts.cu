@@ -81,7 +81,7 @@ Status gemv_experts(const GemvExperts& p, cudaStream_t s) {
   if (Status v = validate_experts(p, "q_dp4a_experts"); !v) return v;
   return by_dp4a_type(p.wtype, [&]<int kBits, int kScales>() {
     if (p.w_up) return launch_experts(q_dp4a_experts<kBits, kScales, true, kExpRows, kExpUnroll>, kExpRows, p, s);
-    if (experts_short_rows(kBits, p.k))
+    if (experts_short_rows(kBits, p.k) && p.groups >= kExpShortMinPairs)
       return launch_experts(q_dp4a_experts<kBits, kScales, false, kExpShortRows, kExpShortUnroll>, kExpShortRows, p, s);
     return launch_experts(q_dp4a_experts<kBits, kScales, false, kExpRows, kExpUnroll>, kExpRows, p, s);
   });

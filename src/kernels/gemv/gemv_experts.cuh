@@ -18,6 +18,10 @@ namespace lamina::kernels::gemv_detail {
 inline constexpr int kExpWarps = 8;
 inline constexpr int kExpRows = 2, kExpUnroll = 2;            // the gate/up pair and long rows
 inline constexpr int kExpShortRows = 4, kExpShortUnroll = 1;  // one matrix of short rows
+// The one-a-pair launch takes the short shape from this many pairs: a decode step's 8 pairs ran
+// slower at 4 rows a warp (half the blocks a pair; Qwen3-30B-A3B tg128 446 -> 431 tokens/s), the
+// grouped launch's pairs and many-token steps faster (docs/benchmarks.md, sixty-first session).
+inline constexpr int kExpShortMinPairs = 64;
 
 // Whether one matrix of type (kBits) with rows of k runs the short shape: at most 32 chunks a row
 // (Dp4aStep's kPer: 16 weights a chunk for 8-bit, 32 otherwise).
