@@ -5,9 +5,12 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/ops/ops.h"
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cfloat>
+#include <cstdint>
 
 namespace lamina::kernels {
 namespace {
@@ -97,6 +100,91 @@ __global__ void add_routed_kernel(float* __restrict__ y, const float* __restrict
   }
 }
 
+// A mixture of experts' pairs (token t, pick j: pair t k + j) sorted by expert for the grouped
+// GEMM (gemm_experts): slot_pair[s] is the pair in slot s, the slots expert 0's pairs first, then
+// expert 1's, each expert's in pair order (a stable counting sort: the order does not depend on
+// timing); tiles [count][4] = {expert, first slot, end slot, 0}, each expert's slots cut every
+// tile_rows. One block of kSortThreads: a count an expert (shared atomics), their exclusive sums
+// (one thread: n_expert <= 256), then the pairs kSortThreads at a time, each warp's equal ids
+// found by __match_any_sync and the warps before it counted per expert in shared memory.
+constexpr int kSortThreads = 1024, kSortWarps = kSortThreads / 32;
+__global__ void __launch_bounds__(kSortThreads) moe_sort_kernel(const float* __restrict__ route, int64_t pairs, int k,
+                                                               int n_expert, int tile_rows, int32_t* __restrict__ slot_pair,
+                                                               int32_t* __restrict__ tiles, int32_t* __restrict__ count) {
+  pdl_enter();
+  __shared__ int cnt[kMoeRouteMaxExperts], base[kMoeRouteMaxExperts], first_tile[kMoeRouteMaxExperts];
+  __shared__ int warp_cnt[kSortWarps][kMoeRouteMaxExperts];
+  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  auto id_of = [&](int64_t p) {  // the pair's expert (the route's ids are int32 bits), -1 for none
+    const int e = __float_as_int(route[(p / k) * 2 * k + p % k]);
+    return e >= 0 && e < n_expert ? e : -1;
+  };
+  for (int e = tid; e < n_expert; e += kSortThreads) cnt[e] = 0;
+  __syncthreads();
+  for (int64_t p = tid; p < pairs; p += kSortThreads)
+    if (const int e = id_of(p); e >= 0) atomicAdd(&cnt[e], 1);
+  __syncthreads();
+  if (tid == 0) {
+    int slots = 0, t = 0;
+    for (int e = 0; e < n_expert; ++e) {
+      base[e] = slots, first_tile[e] = t;
+      slots += cnt[e], t += (cnt[e] + tile_rows - 1) / tile_rows;
+    }
+    *count = t;
+  }
+  __syncthreads();
+  for (int e = tid; e < n_expert; e += kSortThreads)
+    for (int i = 0; i * tile_rows < cnt[e]; ++i) {
+      int32_t* tile = tiles + 4 * (first_tile[e] + i);
+      tile[0] = e, tile[1] = base[e] + i * tile_rows, tile[2] = base[e] + min(cnt[e], (i + 1) * tile_rows), tile[3] = 0;
+    }
+  for (int64_t p0 = 0; p0 < pairs; p0 += kSortThreads) {
+    const int64_t p = p0 + tid;
+    const int e = p < pairs ? id_of(p) : -1;
+    for (int i = lane; i < n_expert; i += 32) warp_cnt[warp][i] = 0;
+    __syncwarp();
+    const unsigned same = __match_any_sync(0xFFFFFFFFu, e);
+    const int rank = __popc(same & ((1u << lane) - 1));
+    if (e >= 0 && rank == 0) warp_cnt[warp][e] = __popc(same);
+    __syncthreads();
+    if (e >= 0) {
+      int before = 0;
+      for (int w = 0; w < warp; ++w) before += warp_cnt[w][e];
+      slot_pair[base[e] + before + rank] = int32_t(p);
+    }
+    __syncthreads();
+    for (int i = tid; i < n_expert; i += kSortThreads) {
+      int add = 0;
+      for (int w = 0; w < kSortWarps; ++w) add += warp_cnt[w][i];
+      base[i] += add;
+    }
+    __syncthreads();
+  }
+}
+
+// out[s][c] = x[slot_pair[s] / share][c] as f16 (the grouped GEMM's A rows); blockIdx.y strides
+// the slots.
+__global__ void gather_rows_f16_kernel(const float* __restrict__ x, int64_t share, const int32_t* __restrict__ slot_pair,
+                                       int64_t slots, int64_t cols, __half* __restrict__ out) {
+  pdl_enter();
+  for (int64_t s = blockIdx.y; s < slots; s += gridDim.y) {
+    const float* xr = x + int64_t(slot_pair[s]) / share * cols;
+    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < cols; c += int64_t(gridDim.x) * blockDim.x)
+      out[s * cols + c] = __float2half_rn(xr[c]);
+  }
+}
+
+// dst[slot_pair[s]][c] = src[s][c]: the grouped GEMM's rows back in pair order.
+__global__ void scatter_rows_kernel(const float* __restrict__ src, const int32_t* __restrict__ slot_pair, int64_t slots,
+                                    int64_t cols, float* __restrict__ dst) {
+  pdl_enter();
+  for (int64_t s = blockIdx.y; s < slots; s += gridDim.y) {
+    float* dr = dst + int64_t(slot_pair[s]) * cols;
+    for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < cols; c += int64_t(gridDim.x) * blockDim.x)
+      dr[c] = src[s * cols + c];
+  }
+}
+
 }  // namespace
 
 Status moe_route(const float* logits, int64_t rows, int n_expert, int k, bool renorm, float* out, cudaStream_t s) {
@@ -113,6 +201,34 @@ Status add_routed(float* y, const float* d, int64_t rows, int64_t cols, const fl
   launch_pdl(add_routed_kernel, dim3(unsigned((cols + kThreads - 1) / kThreads), unsigned(rows)), dim3(kThreads), 0, s, y, d, cols,
              route, k);
   return launch_status("add_routed");
+}
+
+Status moe_sort(const float* route, int64_t rows, int k, int n_expert, int tile_rows, int32_t* slot_pair, int32_t* tiles,
+                int32_t* count, cudaStream_t s) {
+  if (!route || !slot_pair || !tiles || !count || rows < 1 || k < 1 || n_expert < 1 || n_expert > kMoeRouteMaxExperts ||
+      tile_rows < 1 || rows * k > INT32_MAX)
+    return Status::error("moe_sort: bad arguments");
+  launch_pdl(moe_sort_kernel, dim3(1), dim3(kSortThreads), 0, s, route, rows * k, k, n_expert, tile_rows, slot_pair, tiles, count);
+  return launch_status("moe_sort");
+}
+
+// A grid of up to 65535 slot rows a launch (each block row strides over the rest) and 256-column blocks.
+static dim3 rows_grid(int64_t slots, int64_t cols) {
+  return dim3(unsigned(std::min<int64_t>((cols + 255) / 256, 8)), unsigned(std::min<int64_t>(slots, 65535)));
+}
+
+Status gather_rows_f16(const float* x, int64_t share, const int32_t* slot_pair, int64_t slots, int64_t cols, void* out,
+                       cudaStream_t s) {
+  if (!x || !slot_pair || !out || share < 1 || slots < 1 || cols < 1) return Status::error("gather_rows_f16: bad arguments");
+  launch_pdl(gather_rows_f16_kernel, rows_grid(slots, cols), dim3(256), 0, s, x, share, slot_pair, slots, cols,
+             static_cast<__half*>(out));
+  return launch_status("gather_rows_f16");
+}
+
+Status scatter_rows(const float* src, const int32_t* slot_pair, int64_t slots, int64_t cols, float* dst, cudaStream_t s) {
+  if (!src || !slot_pair || !dst || slots < 1 || cols < 1) return Status::error("scatter_rows: bad arguments");
+  launch_pdl(scatter_rows_kernel, rows_grid(slots, cols), dim3(256), 0, s, src, slot_pair, slots, cols, dst);
+  return launch_status("scatter_rows");
 }
 
 }  // namespace lamina::kernels

@@ -61,6 +61,19 @@ Status moe_route(const float* logits, int64_t rows, int n_expert, int k, bool re
 // bits), the weights w_t read from route [rows][2k] (moe_route's rows: after the ids).
 // y [rows][cols], d [rows * k][cols].
 Status add_routed(float* y, const float* d, int64_t rows, int64_t cols, const float* route, int k, cudaStream_t s);
+// A route's pairs (token t, pick j: pair t k + j; route [rows][2k] as moe_route makes it) sorted
+// by expert for the grouped GEMM (gemm_experts): slot_pair [rows k] the pair in each slot,
+// expert 0's first, each expert's in pair order; tiles [count][4] {expert, first slot, end slot,
+// 0}, each expert's slots cut every tile_rows (room for rows k / tile_rows + n_expert tiles);
+// count [1]. One block.
+Status moe_sort(const float* route, int64_t rows, int k, int n_expert, int tile_rows, int32_t* slot_pair, int32_t* tiles,
+                int32_t* count, cudaStream_t s);
+// out [slots][cols] f16: row s = x [.][cols] row slot_pair[s] / share, rounded (share k: a row a token
+// for the pairs of its k picks; 1: a row a pair).
+Status gather_rows_f16(const float* x, int64_t share, const int32_t* slot_pair, int64_t slots, int64_t cols, void* out,
+                       cudaStream_t s);
+// dst [.][cols] row slot_pair[s] = src [slots][cols] row s.
+Status scatter_rows(const float* src, const int32_t* slot_pair, int64_t slots, int64_t cols, float* dst, cudaStream_t s);
 // out = x rounded to F16 or BF16 (the A operand of the tensor-core GEMMs).
 Status convert_f32(const float* x, int64_t n, GgmlType to, void* out, cudaStream_t s);
 
