@@ -65,6 +65,7 @@ bool gemm_config_takes(const GemmVariant& v, const GemmProblem& p, const GemmCon
 
 Status gemm_validate(const GemmProblem& p, const GemmVariant& v) {
   const std::string name = v.name;
+  if (p.groups) return Status::error(name + ": a problem grouped by expert goes to gemm_experts");
   if (p.b_up && !v.gated_config) return Status::error(name + ": takes no gated problem");
   if (p.b_up && (p.alpha != 1.f || p.beta != 0.f)) return Status::error(name + ": a gated problem has alpha 1 and beta 0");
   if (!v.supports(p))

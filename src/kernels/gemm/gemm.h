@@ -29,6 +29,16 @@
 
 namespace lamina::kernels {
 
+// A mixture of experts' matmul grouped by expert (gemm_experts): A's rows sorted by expert
+// (kernels/ops moe_sort's slots) and cut into tiles of at most kGemmExpertsTileRows rows of one
+// expert each; W is each tile's expert's matrix.
+inline constexpr int kGemmExpertsTileRows = 64;
+struct GemmGroups {
+  const int32_t* tiles = nullptr;  // device [*count][4]: {expert, first row, end row, 0}
+  const int32_t* count = nullptr;  // device: the tiles in use
+  int64_t max_tiles = 0;           // a bound on *count (sizes the grid)
+};
+
 struct GemmProblem {
   GgmlType a_type = GgmlType::F32, b_type = GgmlType::F32, c_type = GgmlType::F32;
   WeightLayout b_layout = WeightLayout::Gguf;  // Repacked: the planes of gemv_repack
@@ -61,6 +71,9 @@ struct GemmProblem {
   };
   ColumnPart parts[2];
   bool has_parts() const { return parts[0].c != nullptr; }
+  // Grouped by expert (only gemm_experts sets it; gemm() refuses it): b and b_up are then
+  // gemm_experts_args's tables of the experts' matrices in device memory.
+  const GemmGroups* groups = nullptr;
 };
 
 struct GemmConfig {
@@ -107,6 +120,19 @@ struct GemmChoice {
   bool tuned = false;
 };
 GemmChoice gemm_choice(const GemmProblem& p);
+
+// A mixture of experts' matmul grouped by expert, in one launch of q3_wgmma_rs (Hopper): C [m][n]
+// (f32, row stride n) = A [m][k] (f16, row stride k) times W_e^T for the rows of each tile of
+// p.groups, e its expert; gated (p.b_up): act(A W_e^T) * (A U_e^T), SiLU or GELU (p.gelu). p.b and
+// p.b_up: tables from gemm_experts_args in device memory. Rows that no tile holds are not written.
+Status gemm_experts(const GemmProblem& p, cudaStream_t s);
+// Whether gemm_experts takes experts of type t, n x k (Hopper; the repacked types of q3_wgmma_rs;
+// k a multiple of 256).
+bool gemm_experts_supports(GgmlType t, int64_t n, int64_t k);
+// The bytes of a table of the experts' W for gemm_experts (to be copied to device memory, 64-byte
+// aligned): mats[e] expert e's repacked n x k matrix in device memory. Empty when the driver
+// refuses a tensor map.
+std::vector<uint8_t> gemm_experts_args(GgmlType t, const std::vector<const void*>& mats, int64_t n, int64_t k);
 
 // Scratch a config needs for this problem (0 without split-K).
 size_t gemm_workspace_bytes(const GemmProblem& p, const GemmConfig& c);

@@ -26,6 +26,12 @@
 // with tanh) in C's type: one kernel in place of two GEMMs, the GLU and the 16-bit conversion
 // of its output for the down projection (the batching engine's steps).
 //
+// Grouped by expert (GemmProblem::groups, gemm_experts: a mixture of experts' rows): A's rows are
+// sorted by expert (moe_sort's slots), the units are (tile of one expert's rows, 128 columns of C)
+// read from the tile list in device memory, and each tile's W is its expert's, through that
+// expert's tensor maps in a table in global memory (gemm_experts_args); rows past the tile's end
+// (the next expert's) are multiplied but not stored. No split-K.
+//
 // The fragments' conversions and their values: qgemm_rs_frags.cuh.
 // Figures: docs/benchmarks.md (lamina kbench gemm).
 #pragma once
@@ -33,6 +39,9 @@
 #include "kernels/common/activations.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/gemm/qgemm_rs_frags.cuh"
+
+#include <cstring>
+#include <vector>
 
 namespace lamina::kernels::qgemm_rs {
 
@@ -65,11 +74,57 @@ inline constexpr int kProducerRegs = kBlocks == 1 ? 40 : 24;
 template <int kBlocks>
 inline constexpr int kConsumerRegs = kBlocks == 1 ? 232 : 104;
 
+// The grouped launch's tiles and W tables (GemmGroups, typed); tiles null: one W (w, w_up).
+template <QKind kKind>
+struct Grouped {
+  const int4* tiles = nullptr;  // [*count] {expert, first row, end row, 0}
+  const int* count = nullptr;
+  const typename Raw<kKind>::Args* w = nullptr;     // [n_expert]
+  const typename Raw<kKind>::Args* w_up = nullptr;  // gated: the up matrices'
+};
+
+// A unit of the persistent grid: its rows of A (m0 .., stored below m_end), its columns of C, its
+// K range, and the W it reads (the kernel's, or its tile's expert's from the table).
+template <QKind kKind>
+struct Unit {
+  int64_t m0, n0, m_end;
+  int split, kt0, kt1;
+  const typename Raw<kKind>::Args* w;
+  const typename Raw<kKind>::Args* w_up;
+};
+template <QKind kKind>
+__device__ __forceinline__ Unit<kKind> unit_at(const wgmma_gemm::Schedule& sched, const Grouped<kKind>& grp, int64_t u, int tile_n,
+                                               int64_t m, const typename Raw<kKind>::Args& w,
+                                               const typename Raw<kKind>::Args& w_up) {
+  Unit<kKind> r;
+  if (!grp.tiles) {
+    sched.unit(u, tile_n, r.m0, r.n0, r.split, r.kt0, r.kt1);
+    r.m_end = m, r.w = &w, r.w_up = &w_up;
+    return r;
+  }
+  const int4 t = grp.tiles[u / sched.grid_n];  // the tile's units one after another: its expert's W shared in L2
+  r.m0 = t.y, r.m_end = t.z, r.n0 = (u % sched.grid_n) * tile_n;
+  r.split = 0, r.kt0 = 0, r.kt1 = sched.ktiles;
+  r.w = grp.w + t.x, r.w_up = grp.w_up ? grp.w_up + t.x : nullptr;
+  return r;
+}
+
+// Orders the TMA unit's reads of a table's tensor maps in global memory after their writes
+// through the generic proxy (a copy from the host, which no kernel fenced): fence.proxy.tensormap
+// on each 128-byte CUtensorMap at the start of Args (the rest, the super-blocks' plane, is shorter).
+// (Maps passed as kernel parameters need nothing.)
+template <class Args>
+__device__ __forceinline__ void acquire_maps(const Args* a) {
+#pragma unroll
+  for (int i = 0; i < int(sizeof(Args) / 128); ++i)
+    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(reinterpret_cast<uint64_t>(a) + 128 * i) : "memory");
+}
+
 template <QKind kKind, int kBm, int kBw, int kStages, bool kGlu, int kBlocks>
 __global__ void __launch_bounds__(kThreads, kBlocks)
     qgemm_rs_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ typename Raw<kKind>::Args w,
-                    const __grid_constant__ typename Raw<kKind>::Args w_up, bool gelu, tc_gemm::Out out, int splits,
-                    int64_t m, int64_t n, int64_t k) {
+                    const __grid_constant__ typename Raw<kKind>::Args w_up, bool gelu, const __grid_constant__ Grouped<kKind> grp,
+                    tc_gemm::Out out, int splits, int64_t m, int64_t n, int64_t k) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   // kBw = 256: each consumer warpgroup owns two 64-row halves (sub-slot h holds weight rows
   // 128 h .. 128 h + 127; gated, sub-slot 1 holds the up matrix's rows of sub-slot 0's gate
@@ -95,6 +150,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   }
   __syncthreads();
   const wgmma_gemm::Schedule sched(m, n, k, kBm, kTileN, splits);
+  const int64_t units = grp.tiles ? int64_t(*grp.count) * sched.grid_n : sched.units;
   constexpr int kGroup = Raw<kKind>::kStepsPerSlot;  // k-steps per W slot
   // Broadcast from lane 0, so that the compiler knows it is the same in the whole warp: what is
   // derived from it (a consumer's A rows, its descriptors) then stays in uniform registers.
@@ -104,15 +160,19 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     if (threadIdx.x != 0) return;
     int s = 0, ws = 0;
     uint32_t phase = 0, wphase = 0;
-    for (int64_t u = blockIdx.x; u < sched.units; u += gridDim.x) {
-      int64_t m0, n0;
-      int split, kt0, kt1;
-      sched.unit(u, kTileN, m0, n0, split, kt0, kt1);
+    for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+      const Unit<kKind> un = unit_at(sched, grp, u, kTileN, m, w, w_up);
+      const int64_t m0 = un.m0, n0 = un.n0;
+      const int kt0 = un.kt0, kt1 = un.kt1;
+      if (grp.tiles) {  // (the experts' tensor maps are in global memory, written by a copy from the host)
+        acquire_maps(un.w);
+        if constexpr (kGlu) acquire_maps(un.w_up);
+      }
       for (int kt = kt0; kt < kt1; ++kt) {
         if (kt == kt0 || kt % kGroup == 0) {
           tma::mbar_wait(&empty_w[ws], wphase ^ 1);
           for (int h = 0; h < kHalves; ++h)  // one arrival (with its bytes) per sub-slot
-            Raw<kKind>::template issue_raw<128>(kGlu && h == 1 ? w_up : w, kGlu ? n0 : n0 + 128 * h, kt / kGroup,
+            Raw<kKind>::template issue_raw<128>(kGlu && h == 1 ? *un.w_up : *un.w, kGlu ? n0 : n0 + 128 * h, kt / kGroup,
                                                 ring + ws * kSlotBytes + h * kSubBytes, &full_w[ws]);
           if (++ws == 2) ws = 0, wphase ^= 1;
         }
@@ -132,10 +192,10 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   Frags<kKind> fr[kHalves];
   using I0 = std::integral_constant<int, 0>;
   using I1 = std::integral_constant<int, kHalves - 1>;
-  for (int64_t u = blockIdx.x; u < sched.units; u += gridDim.x) {
-    int64_t m0, n0;
-    int split, kt0, kt1;
-    sched.unit(u, kTileN, m0, n0, split, kt0, kt1);
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const Unit<kKind> un = unit_at(sched, grp, u, kTileN, m, w, w_up);
+    const int64_t m0 = un.m0, n0 = un.n0;
+    const int split = un.split, kt0 = un.kt0, kt1 = un.kt1;
     // (Split-K can leave the last units empty: the producer skips them, the k-step loop below
     // runs no step of theirs, and their partials are stored as zeros: splitk_reduce sums every plane.)
     // One accumulator array per half, not a 2-D array: ptxas kept the 2-D one on the stack
@@ -159,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
         if constexpr (Raw<kKind>::kSupers)
 #pragma unroll
           for (int hh = 0; hh < kHalves; ++hh)
-            fr[hh].load_supers(kGlu && hh == 1 ? w_up : w, kGlu ? n0 : n0 + 128 * hh, kt / kGroup, r0);
+            fr[hh].load_supers(kGlu && hh == 1 ? *un.w_up : *un.w, kGlu ? n0 : n0 + 128 * hh, kt / kGroup, r0);
         tma::mbar_wait(&full_w[ws], wphase);
 #pragma unroll
         for (int hh = 0; hh < kHalves; ++hh) fr[hh].load_aux(slot + hh * kSubBytes, r0);
@@ -206,15 +266,16 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
     if (lane == 0 && prev >= 0) tma::mbar_arrive(&empty_x[prev]);
     // After the block's last mainloop: the kernel after this one (splitk_reduce, launched with
     // PDL) may be scheduled while the epilogues store.
-    if (u + gridDim.x >= sched.units) pdl_launch_dependents();
+    if (u + gridDim.x >= units) pdl_launch_dependents();
     tc_gemm::Out o = out;  // split-K: this split's f32 plane of the workspace
     if (splits > 1) o.c = static_cast<float*>(out.c) + split * m * n;
+    o.m = un.m_end;  // (grouped: the tile's rows only)
     auto store = [&](const float (&a)[kBm / 2], int64_t col) {  // a thread's two columns, every row
       // All of them in C: no tests per element. Not in the two-blocks-an-SM instances: their
       // consumers have 104 registers, and there the shorter epilogue's registers made ptxas
       // serialise the wgmmas, and split-K results came out wrong (GemmGpu, 8 splits).
       if constexpr (kBlocks == 1)
-        if (m0 + kBm <= m && col + 8 < n) {
+        if (m0 + kBm <= un.m_end && col + 8 < n) {
           tc_gemm::store_columns<kBm>(o, col, m0 + 2 * t, a);
           return;
         }
@@ -246,19 +307,46 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
 // A gated problem (p.b_up) takes the kGlu instances, without split-K (the GLU is not linear).
 // kBlocks: blocks per SM the instance is compiled for (2: half the registers each, so that small
 // tiles in many K splits keep twice the warps in flight; the grid fills what fits).
+// Grouped (p.groups): the experts' tables stand for W (p.b, p.b_up), the tiles for A's row blocks.
 template <QKind kKind, int kBm, int kBw, int kStages, bool kGlu = false, int kBlocks = 1>
 Status launch(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
   if (kGlu != (p.b_up != nullptr) || (kGlu && c.splits != 1)) return Status::error("q3_wgmma_rs: gated problem and instance differ");
   typename Raw<kKind>::Args w{}, w_up{};
-  GemmProblem up = p;
-  up.b = p.b_up;
-  if (!qgemm_wgmma::make_args<kKind, 128>(p, w) || (kGlu && !qgemm_wgmma::make_args<kKind, 128>(up, w_up)))
-    return Status::error("q3_wgmma_rs: the driver refused the TMA descriptors of W");
+  Grouped<kKind> grp;
   constexpr int kTileN = kGlu ? 128 : kBw;
-  const int64_t tiles = ((p.m + kBm - 1) / kBm) * ((p.n + kTileN - 1) / kTileN);
+  int64_t row_blocks = (p.m + kBm - 1) / kBm;
+  if (p.groups) {
+    if (c.splits != 1 || kBm != kGemmExpertsTileRows) return Status::error("q3_wgmma_rs: a grouped problem takes 64-row tiles, no split-K");
+    grp.tiles = reinterpret_cast<const int4*>(p.groups->tiles), grp.count = p.groups->count;
+    grp.w = static_cast<const typename Raw<kKind>::Args*>(p.b);
+    grp.w_up = static_cast<const typename Raw<kKind>::Args*>(p.b_up);
+    row_blocks = p.groups->max_tiles;
+  } else {
+    GemmProblem up = p;
+    up.b = p.b_up;
+    if (!qgemm_wgmma::make_args<kKind, 128>(p, w) || (kGlu && !qgemm_wgmma::make_args<kKind, 128>(up, w_up)))
+      return Status::error("q3_wgmma_rs: the driver refused the TMA descriptors of W");
+  }
+  const int64_t tiles = row_blocks * ((p.n + kTileN - 1) / kTileN);
   return wgmma_gemm::launch_persistent(qgemm_rs_kernel<kKind, kBm, kBw, kStages, kGlu, kBlocks>, kThreads,
                                        smem_bytes<kKind, kBm, kBw, kStages>(), kBlocks, kBm, false, tiles, w, p, c, "q3_wgmma_rs", s,
-                                       w_up, p.gelu);
+                                       w_up, p.gelu, grp);
+}
+
+// The bytes of a table of the experts' W tensor maps for a grouped launch (empty when the driver
+// refuses one): Raw<kKind>::Args a matrix, mats[e] the repacked n x k matrix of expert e.
+template <QKind kKind>
+std::vector<uint8_t> experts_args(const std::vector<const void*>& mats, int64_t n, int64_t k) {
+  using Args = typename Raw<kKind>::Args;
+  std::vector<uint8_t> bytes(mats.size() * sizeof(Args));
+  for (size_t e = 0; e < mats.size(); ++e) {
+    GemmProblem p;
+    p.b = mats[e], p.n = n, p.k = k;
+    Args a{};
+    if (!qgemm_wgmma::make_args<kKind, 128>(p, a)) return {};
+    std::memcpy(bytes.data() + e * sizeof(Args), &a, sizeof(Args));
+  }
+  return bytes;
 }
 
 // The instances: each launch<kind, bm, bw, 4> of run_kind below is compiled in a translation unit
