@@ -66,25 +66,44 @@ TEST(MoePolicy, RowsOnTheDevice) {
   EXPECT_EQ(moe_pairs_per_expert(-1, 60), 7);
   EXPECT_EQ(moe_pairs_per_expert(5, 128), 5);
   for (int64_t rows : {1, 2, 16, 64, 256}) {
-    EXPECT_TRUE(moe_rows_on_device(rows, 128, 8, -1, max_pairs)) << rows;
+    EXPECT_TRUE(moe_rows_on_device(rows, 128, 8, -1, max_pairs, false)) << rows;
   }
   for (int64_t rows : {257, 512}) {
-    EXPECT_FALSE(moe_rows_on_device(rows, 128, 8, -1, max_pairs)) << rows;
+    EXPECT_FALSE(moe_rows_on_device(rows, 128, 8, -1, max_pairs, false)) << rows;
   }
   for (int64_t rows : {1, 2, 4}) {
-    EXPECT_TRUE(moe_rows_on_device(rows, 8, 2, -1, max_pairs)) << rows;
+    EXPECT_TRUE(moe_rows_on_device(rows, 8, 2, -1, max_pairs, false)) << rows;
   }
   for (int64_t rows : {5, 8, 32}) {
-    EXPECT_FALSE(moe_rows_on_device(rows, 8, 2, -1, max_pairs)) << rows;
+    EXPECT_FALSE(moe_rows_on_device(rows, 8, 2, -1, max_pairs, false)) << rows;
   }
-  EXPECT_TRUE(moe_rows_on_device(64, 8, 2, 16, max_pairs)) << "an explicit 16 on Mixtral";
-  EXPECT_FALSE(moe_rows_on_device(65, 8, 2, 16, max_pairs));
-  EXPECT_TRUE(moe_rows_on_device(1, 128, 8, 0, max_pairs)) << "0: one row still";
-  EXPECT_FALSE(moe_rows_on_device(2, 128, 8, 0, max_pairs));
-  EXPECT_TRUE(moe_rows_on_device(512, 128, 8, 4096, max_pairs)) << "4,096 pairs: one launch";
-  EXPECT_FALSE(moe_rows_on_device(513, 128, 8, 4096, max_pairs)) << "past one launch's pairs";
-  EXPECT_FALSE(moe_rows_on_device(0, 128, 8, -1, max_pairs));
-  EXPECT_FALSE(moe_rows_on_device(1, 0, 8, -1, max_pairs));
+  EXPECT_TRUE(moe_rows_on_device(64, 8, 2, 16, max_pairs, false)) << "an explicit 16 on Mixtral";
+  EXPECT_FALSE(moe_rows_on_device(65, 8, 2, 16, max_pairs, false));
+  EXPECT_TRUE(moe_rows_on_device(1, 128, 8, 0, max_pairs, false)) << "0: one row still";
+  EXPECT_FALSE(moe_rows_on_device(2, 128, 8, 0, max_pairs, false));
+  EXPECT_TRUE(moe_rows_on_device(512, 128, 8, 4096, max_pairs, false)) << "4,096 pairs: one launch";
+  EXPECT_FALSE(moe_rows_on_device(513, 128, 8, 4096, max_pairs, false)) << "past one launch's pairs";
+  EXPECT_FALSE(moe_rows_on_device(0, 128, 8, -1, max_pairs, false));
+  EXPECT_FALSE(moe_rows_on_device(1, 0, 8, -1, max_pairs, false));
+}
+
+// With a grouped GEMM every pass routes on the device, and passes of several rows whose pairs
+// average more than 2 an expert (by default) take it: Qwen3-30B-A3B's 33 tokens and more (8 picks
+// of 128), Mixtral's 9 (2 of 8); never one row.
+TEST(MoePolicy, RowsOnTheDeviceWithTheGroupedGemm) {
+  for (int64_t rows : {1, 2, 256, 257, 512, 8192}) EXPECT_TRUE(moe_rows_on_device(rows, 128, 8, -1, 4096, true)) << rows;
+  EXPECT_FALSE(moe_rows_on_device(0, 128, 8, -1, 4096, true));
+  EXPECT_EQ(moe_pairs_per_expert(-1, 128, true), 2);
+  EXPECT_EQ(moe_pairs_per_expert(-1, 8, true), 2);
+  EXPECT_EQ(moe_pairs_per_expert(7, 8, true), 7) << "an explicit option as given";
+  EXPECT_FALSE(moe_gemm_launch(32, 8, 128, -1));
+  EXPECT_TRUE(moe_gemm_launch(33, 8, 128, -1));
+  EXPECT_TRUE(moe_gemm_launch(512, 8, 128, -1));
+  EXPECT_FALSE(moe_gemm_launch(8, 2, 8, -1)) << "Mixtral's 8 tokens";
+  EXPECT_TRUE(moe_gemm_launch(9, 2, 8, -1));
+  EXPECT_TRUE(moe_gemm_launch(2, 8, 128, 0)) << "0: every pass of several rows";
+  EXPECT_FALSE(moe_gemm_launch(1, 8, 128, 0)) << "one row: the GEMVs";
+  EXPECT_FALSE(moe_gemm_launch(256, 8, 128, 16)) << "an explicit 16: GEMVs up to 2,048 pairs";
 }
 
 // Grouped by expert: only the gate/up pair, from 4 pairs an expert (Qwen3-30B-A3B's 64 tokens of

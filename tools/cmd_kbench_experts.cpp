@@ -1,7 +1,9 @@
 // lamina kbench experts: a mixture of experts' GEMVs for a step of T tokens, each picking k
 // experts at random (distinct in a token, fresh routes rotated across launches), both launches
 // side by side: gemv_experts (a block row a (token, pick) pair, each reading its expert's matrix)
-// and gemv_experts_grouped (a block row an expert, reading it once for all its pairs). Each
+// and gemv_experts_grouped (a block row an expert, reading it once for all its pairs), and the
+// grouped GEMM (Hopper) as the CUDA backend runs it for many pairs: moe_sort, gather_rows_f16,
+// gemm_experts and scatter_rows, timed together. Each
 // matrix of a model's shape: the gate/up pair (x a row a token) and the down matrix (x a row a
 // pair). Columns: µs a launch inside a CUDA graph of back-to-back launches (as a decode step runs
 // them), the experts' bytes the step must read (the distinct experts picked, averaged over the
@@ -18,7 +20,9 @@
 #include "format/ggml_type.h"
 #include "kernels/common/timing.h"
 #include "kernels/gemv/gemv.h"
+#include "kernels/gemm/gemm.h"
 #include "kernels/gemv/gemv_experts_grouped.h"
+#include "kernels/ops/ops.h"
 
 #include <cuda_runtime.h>
 
@@ -56,10 +60,11 @@ struct MoeShape {
 constexpr MoeShape kShapes[] = {{"qwen3-30b-a3b", 128, 8, 2048, 768}, {"mixtral-8x7b", 8, 2, 4096, 14336}};
 constexpr int kRoutes = 16;  // routes rotated across the launches
 
-// One stack of experts' matrices (n x k each, repacked layout, random bytes) and its pointer table.
+// One stack of experts' matrices (n x k each, repacked layout, random bytes), its pointer table
+// and its grouped GEMM's table of tensor maps (null where gemm_experts does not take them).
 struct Stack {
   std::vector<std::unique_ptr<DevBuf>> mats;
-  std::unique_ptr<DevBuf> table;
+  std::unique_ptr<DevBuf> table, maps;
   size_t bytes = 0;  // one matrix
   Stack(GgmlType t, int n_expert, int64_t n, int64_t k, uint64_t seed) {
     bytes = kn::gemv_repacked_bytes(t, n, k);
@@ -71,6 +76,11 @@ struct Stack {
     }
     table = std::make_unique<DevBuf>(ptrs.size() * sizeof(void*));
     check(cudaMemcpy(table->p, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice), "table upload");
+    if (!kn::gemm_experts_supports(t, n, k)) return;
+    const std::vector<uint8_t> m = kn::gemm_experts_args(t, ptrs, n, k);
+    if (m.empty()) return;
+    maps = std::make_unique<DevBuf>(m.size());
+    check(cudaMemcpy(maps->p, m.data(), m.size(), cudaMemcpyHostToDevice), "maps upload");
   }
 };
 
@@ -84,16 +94,45 @@ std::vector<int> parse_tokens(const std::string& s) {
     } catch (...) {
       used = 0;
     }
-    if (used != item.size() || t < 1 || t > 512) fail("kbench experts: --batch {}: tokens from 1 to 512", item);
+    if (used != item.size() || t < 1 || t > 4096) fail("kbench experts: --batch {}: tokens from 1 to 4096", item);
     v.push_back(t);
   }
   return v;
 }
 
+// The grouped GEMM's pipeline for one step (T tokens of routes [kRoutes][T][2k] rotated across the
+// launches), as CudaBackend::experts_gemm runs it: µs a step in a graph.
+double time_gemm(const void* maps, const void* maps_up, GgmlType t, const MoeShape& m, int T, bool pair, const int32_t* routes,
+                 const float* x, float* y, int reps, cudaStream_t s) {
+  const int64_t pairs = int64_t(T) * m.k, n = pair ? m.n_ff : m.n_embd, k = pair ? m.n_embd : m.n_ff;
+  const int64_t max_tiles = pairs / kn::kGemmExpertsTileRows + m.n_expert;
+  DevBuf slot_pair(size_t(pairs) * 4), tiles(size_t(max_tiles) * 16), count(4), xs(size_t(pairs * k) * 2), ys(size_t(pairs * n) * 4);
+  kn::GemmGroups groups;
+  groups.tiles = static_cast<const int32_t*>(tiles.p), groups.count = static_cast<const int32_t*>(count.p), groups.max_tiles = max_tiles;
+  kn::GemmProblem p;
+  p.a_type = GgmlType::F16, p.b_type = t, p.c_type = GgmlType::F32, p.b_layout = kn::WeightLayout::Repacked;
+  p.m = pairs, p.n = n, p.k = k, p.a = xs.p, p.lda = k, p.c = ys.p, p.ldc = n, p.b = maps, p.b_up = maps_up, p.groups = &groups;
+  kn::Status st;
+  const auto run = [&](int i) {
+    const float* route = reinterpret_cast<const float*>(routes + size_t(i % kRoutes) * size_t(T) * size_t(2 * m.k));
+    auto* sp = static_cast<int32_t*>(slot_pair.p);
+    for (const kn::Status r : {kn::moe_sort(route, T, m.k, m.n_expert, kn::kGemmExpertsTileRows, sp, static_cast<int32_t*>(tiles.p),
+                                            static_cast<int32_t*>(count.p), s),
+                               kn::gather_rows_f16(x, pair ? m.k : 1, sp, pairs, k, xs.p, s), kn::gemm_experts(p, s),
+                               kn::scatter_rows(static_cast<const float*>(ys.p), sp, pairs, n, y, s)})
+      if (!r) st = r;
+  };
+  run(0);
+  check(cudaStreamSynchronize(s), "first grouped GEMM");
+  if (!st) fail("kbench experts: {}", st.message);
+  const double us = kn::graph_time_us(run, kRoutes, reps, s);
+  return us > 0 ? us : kn::median_time_us(run, 3, reps, s);
+}
+
 }  // namespace
 
 void run_kbench_experts(const KbenchExpertsArgs& a) {
-  const std::vector<int> tokens = parse_tokens(a.tokens.empty() ? "1,4,8,16,32,64" : a.tokens);
+  const std::vector<int> tokens = parse_tokens(a.tokens.empty() ? "1,4,8,16,32,64,128,256,512" : a.tokens);
   std::vector<GgmlType> types;
   for (const std::string& name : split_list(a.types.empty() ? "q4_0" : a.types)) {
     const auto t = parse_type(name);
@@ -112,8 +151,9 @@ void run_kbench_experts(const KbenchExpertsArgs& a) {
   check(cudaStreamCreate(&s), "stream");
   const double copy_gbs = kn::copy_bandwidth_gbs(size_t(1) << 30, s);
   fmt::print("device-to-device copy: {:.0f} GB/s\n\n", copy_gbs);
-  fmt::print("| shape | type | matrix | tokens | pairs | experts read | one a pair µs | GB/s | grouped µs | GB/s | best % copy |\n");
-  fmt::print("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  fmt::print("| shape | type | matrix | tokens | pairs | experts read | one a pair µs | GB/s | grouped µs | GB/s | grouped GEMM µs | GB/s | "
+             "best % copy |\n");
+  fmt::print("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::mt19937 rng(7);
   for (const MoeShape* m : shapes)
     for (GgmlType t : types) {
@@ -154,9 +194,9 @@ void run_kbench_experts(const KbenchExpertsArgs& a) {
             q.ids = static_cast<const int32_t*>(dr.p) + size_t(i % kRoutes) * size_t(T) * size_t(2 * m->k);
             return q;
           };
-          double us[2] = {-1, -1};
+          double us[3] = {-1, -1, -1};
           for (int grouped = 0; grouped < 2; ++grouped) {
-            if (grouped && pairs > kn::kGemvExpertsGroupedMaxPairs) continue;
+            if (pairs > kn::kGemvExpertsGroupedMaxPairs) continue;
             kn::Status st;
             const auto run = [&](int i) {
               const kn::GemvExperts q = at(i);
@@ -169,12 +209,17 @@ void run_kbench_experts(const KbenchExpertsArgs& a) {
             us[grouped] = kn::graph_time_us(run, kRoutes, a.reps, s);
             if (us[grouped] < 0) us[grouped] = kn::median_time_us(run, 3, a.reps, s);
           }
+          const Stack& w0 = pair ? gate : down;
+          if (w0.maps) us[2] = time_gemm(w0.maps->p, pair ? up.maps->p : nullptr, t, *m, T, pair,
+                                         static_cast<const int32_t*>(dr.p), static_cast<const float*>(dx.p),
+                                         static_cast<float*>(dy.p), a.reps, s);
           const double bytes = distinct * double((pair ? 2 : 1) * (pair ? gate.bytes : down.bytes));
           const auto gbs = [&](double t_us) { return t_us > 0 ? bytes / (t_us * 1e3) : 0.0; };
-          const double best = std::max(gbs(us[0]), gbs(us[1]));
-          fmt::print("| {} | {} | {} | {} | {} | {:.1f} | {:.2f} | {:.0f} | {} | {} | {:.1f} % |\n", m->name, type_name(t),
-                     pair ? "gate/up" : "down", T, pairs, distinct, us[0], gbs(us[0]),
-                     us[1] > 0 ? fmt::format("{:.2f}", us[1]) : "-", us[1] > 0 ? fmt::format("{:.0f}", gbs(us[1])) : "-",
+          const double best = std::max({gbs(us[0]), gbs(us[1]), gbs(us[2])});
+          const auto cell = [](double v, const char* f) { return v > 0 ? fmt::format(fmt::runtime(f), v) : std::string("-"); };
+          fmt::print("| {} | {} | {} | {} | {} | {:.1f} | {} | {} | {} | {} | {} | {} | {:.1f} % |\n", m->name, type_name(t),
+                     pair ? "gate/up" : "down", T, pairs, distinct, cell(us[0], "{:.2f}"), cell(gbs(us[0]), "{:.0f}"),
+                     cell(us[1], "{:.2f}"), cell(gbs(us[1]), "{:.0f}"), cell(us[2], "{:.2f}"), cell(gbs(us[2]), "{:.0f}"),
                      100.0 * best / copy_gbs);
         }
       }

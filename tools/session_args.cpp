@@ -34,9 +34,10 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
   sub->add_flag("!--no-gated-gemm", a.opt.cuda.gated_gemm,
                 "CUDA: many rows of gate/up as two GEMMs and a GLU kernel (not one GEMM with the GLU in its epilogue)");
   sub->add_option("--moe-pairs-per-expert", a.opt.cuda.moe_pairs_per_expert,
-                  "CUDA: a mixture of experts' passes of several rows route on the device while their (token, pick) "
-                  "pairs average at most this many an expert (default -1: min(16, n_expert / 8, at least 1); 0: one-row "
-                  "passes only)")
+                  "CUDA: a mixture of experts' passes of several rows run the experts' GEMVs while their (token, pick) "
+                  "pairs average at most this many an expert, and more the grouped GEMM (Hopper) or else the host's "
+                  "grouping (default -1: 2 with the grouped GEMM, else min(16, n_expert / 8, at least 1); 0: GEMVs for "
+                  "one-row passes only)")
       ->check(CLI::Range(-1, 4096));
   sub->add_flag("!--no-paged-prefill", a.opt.cuda.paged_prefill,
                 "CUDA: the batching engine's prompt chunks through the flash-decoding splits row by row (not the prefill kernel)");

@@ -50,11 +50,12 @@ struct CudaOptions {
   // against 619 with 8-row GEMVs, at 4 users 597 against 495 (docs/benchmarks.md,
   // thirty-first session).
   int gemv_max_rows = 2;
-  // A mixture of experts' pass of several rows routes on the device (no read back, the pairs'
-  // GEMVs grouped by expert, recordable as a graph) while its (token, pick) pairs average at most
-  // this many an expert; more rows (a prompt) go to the host's grouping and the GEMMs
-  // (--moe-pairs-per-expert; 0: only one-row passes on the device; -1, the default: min(16,
-  // max(1, n_expert / 8)), as few experts group cheaply on the host).
+  // A mixture of experts' pass of several rows runs its experts' GEMVs on the device (no read
+  // back, recordable as a graph) while its (token, pick) pairs average at most this many an
+  // expert; more rows (a prompt) go to the grouped GEMM on the device where the experts have one
+  // (Hopper, q3_wgmma_rs's types: moe_sort, gemm_experts), else to the host's grouping and a GEMM
+  // an expert (--moe-pairs-per-expert; 0: GEMVs for one-row passes only; -1, the default: 2 with
+  // the grouped GEMM, else min(16, max(1, n_expert / 8)): backend/moe_policy.h).
   int moe_pairs_per_expert = -1;
   // One sequence's sliding-window layers (Gemma 3's local layers) backed by a ring of chunks that
   // holds their window, at the whole cache's addresses (backend/cuda/cuda_kv_memory.h); false:

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 
 namespace lamina {
@@ -10,22 +11,36 @@ namespace lamina {
 // The pairs an expert may average for a pass of several rows to route on the device: the
 // option's value (CudaOptions::moe_pairs_per_expert, --moe-pairs-per-expert) when >= 0; by
 // default (-1) min(16, max(1, n_expert / 8)). The grouped GEMVs' dp4a work grows with the pairs
-// where a GEMM's tensor cores do not, so long prompts go to the host's grouping and the GEMMs;
-// that grouping costs a sync and a few launches an expert a layer, cheap with few experts
-// (Mixtral's 8 ran faster on the host at 8 and 32 users, Qwen3-30B-A3B's 128 on the device at 4
-// to 64: docs/benchmarks.md, sixtieth session).
-inline int64_t moe_pairs_per_expert(int option, int64_t n_expert) {
-  return option >= 0 ? option : std::min<int64_t>(16, std::max<int64_t>(1, n_expert / 8));
+// where a GEMM's tensor cores do not, so more pairs go to the grouped GEMM on the device where
+// the backend has one, else to the host's grouping and a GEMM an expert (a sync and a few launches
+// an expert a layer: Mixtral's 8 ran faster on the host at 8 and 32 users, Qwen3-30B-A3B's 128 on
+// the device at 4 to 64: docs/benchmarks.md, sixtieth session).
+// With the grouped GEMM (gemm), the default is 2: in `lamina kbench experts` (docs/benchmarks.md,
+// sixty-first session) the GEMM pipeline beat the GEMVs from 2-4 pairs an expert on (Qwen3-30B-A3B's
+// 32 tokens, Mixtral's 16), and lost at fewer (Mixtral's 8 tokens, 2 an expert: 496 against 326 µs).
+inline int64_t moe_pairs_per_expert(int option, int64_t n_expert, bool gemm = false) {
+  if (option >= 0) return option;
+  return gemm ? 2 : std::min<int64_t>(16, std::max<int64_t>(1, n_expert / 8));
 }
 
 // Whether a pass of `rows` tokens, k picks each of n_expert, routes on the device: one row always,
 // several while their rows x k pairs are at most max_pairs (what one grouped launch takes) and
 // average at most moe_pairs_per_expert(option, n_expert) an expert.
-inline bool moe_rows_on_device(int64_t rows, int64_t n_expert, int64_t k, int option, int64_t max_pairs) {
+// With a grouped GEMM for the experts (gemm: the CUDA backend's gemm_experts takes them), every
+// pass routes on the device: the pairs past that average run through it (moe_gemm_launch).
+inline bool moe_rows_on_device(int64_t rows, int64_t n_expert, int64_t k, int option, int64_t max_pairs, bool gemm) {
   if (rows < 1 || n_expert < 1 || k < 1) return false;
   if (rows == 1) return true;
   const int64_t pairs = rows * k;
+  if (gemm) return pairs <= INT32_MAX;
   return pairs <= max_pairs && pairs <= moe_pairs_per_expert(option, n_expert) * n_expert;
+}
+
+// Whether a pass of `rows` tokens (k picks each) runs its experts through the grouped GEMM rather
+// than the GEMVs: several rows whose pairs average more than moe_pairs_per_expert(option,
+// n_expert, true) an expert.
+inline bool moe_gemm_launch(int64_t rows, int64_t k, int64_t n_expert, int option) {
+  return rows > 1 && rows * k > moe_pairs_per_expert(option, n_expert, true) * n_expert;
 }
 
 // Whether the pairs run grouped by expert (each expert's matrix read once for all its pairs)

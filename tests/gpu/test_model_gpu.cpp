@@ -3,6 +3,7 @@
 // replays included), graphs against eager passes, and SmolLM2's greedy continuations.
 #include "backend/cuda/cuda_backend.h"
 #include "golden_util.h"
+#include "gpu_test_util.h"
 #include "model/sampler.h"
 #include "engine/session.h"
 
@@ -86,44 +87,51 @@ TEST_P(CudaTiny, LogitsMatchReferenceAndCpu) {
   for (size_t i = 0; i < lg.size(); ++i) EXPECT_LE(rel_l2(lf[i], lg[i]), 1e-6) << "graph vs eager, step " << i;
 }
 
-// A mixture of experts' rows routed on the device, as the engine's steps of several users are
-// (moe_route over every row, the (token, pick) pairs' GEMVs grouped by expert, add_routed over
-// the rows): CudaOptions::moe_pairs_per_expert 16 takes the tiny files' 11-token prompt (2 picks
-// of 4 or 8 experts), which the default rule leaves to the host's grouping. The prompt's logits
-// and the decode steps' after it against that grouping (0) and the CPU, within the fast path's
-// bound; recorded graphs against eager passes.
+// A mixture of experts' prompt routed on the device (moe_route over every row, then the (token,
+// pick) pairs' GEMVs grouped by expert, add_routed over the rows): CudaOptions::moe_pairs_per_expert
+// 16 takes the tiny files' 11-token prompt (2 picks of 4 or 8 experts) through the GEMVs; 0 through
+// the grouped GEMM where the experts have one (tiny-moe on Hopper: moe_sort, gemm_experts; its
+// matrices' k are 256 and 512), else the host's grouping (tiny-qwen3moe: its down matrices' k =
+// 128 is no multiple of 256). The prompt's logits and the decode steps' after it against each other
+// and the CPU, within the fast path's bound; recorded graphs against eager passes.
 TEST(CudaTinyMoe, RowsRoutedOnTheDeviceMatchTheHostGroupingAndCpu) {
   struct Case {
     const char* name;
     int64_t n_expert, k;
+    bool gemm;  // option 0 takes the grouped GEMM (else the host's grouping)
   };
-  for (const Case m : {Case{"tiny-moe-q8_0", 4, 2}, Case{"tiny-qwen3moe-q8_0", 8, 2}}) {
+  for (const Case m : {Case{"tiny-moe-q8_0", 4, 2, sm90_device()}, Case{"tiny-qwen3moe-q8_0", 8, 2, false}}) {
     SCOPED_TRACE(m.name);
     const json c = golden_case(m.name);
     ASSERT_FALSE(c.is_null());
     const std::string path = gen_tiny(c);
     const std::vector<int32_t> prompt = c["tokens"].get<std::vector<int32_t>>();
-    CudaOptions on_device, on_host;
-    on_device.moe_pairs_per_expert = 16, on_host.moe_pairs_per_expert = 0;
-    auto dev = open(path, "cuda", false, true, on_device), host = open(path, "cuda", false, true, on_host),
-         eager = open(path, "cuda", false, false, on_device), cpu = open(path, "cpu", false);
+    CudaOptions gemvs, other;
+    gemvs.moe_pairs_per_expert = 16, other.moe_pairs_per_expert = 0;
+    auto dev = open(path, "cuda", false, true, gemvs), alt = open(path, "cuda", false, true, other),
+         eager = open(path, "cuda", false, false, gemvs), alt_eager = open(path, "cuda", false, false, other),
+         cpu = open(path, "cpu", false);
     const auto* cd = dynamic_cast<const CudaBackend*>(&dev->backend());
-    const auto* ch = dynamic_cast<const CudaBackend*>(&host->backend());
-    ASSERT_TRUE(cd && ch);
+    const auto* ca = dynamic_cast<const CudaBackend*>(&alt->backend());
+    ASSERT_TRUE(cd && ca);
     const int64_t rows = int64_t(prompt.size());
-    ASSERT_TRUE(cd->routes_experts(rows, m.n_expert, m.k)) << "the prompt's rows on the device";
-    ASSERT_FALSE(ch->routes_experts(rows, m.n_expert, m.k)) << "the prompt's rows on the host";
+    ASSERT_TRUE(cd->routes_experts(rows, m.n_expert, m.k)) << "the prompt's rows on the device (GEMVs)";
+    ASSERT_EQ(ca->routes_experts(rows, m.n_expert, m.k), m.gemm) << "option 0: the grouped GEMM, or the host";
     std::vector<int32_t> follow = {argmax(cpu->eval(prompt)), 1, 2, 3, 100, 200};
     cpu->reset();
-    const auto ld = run(*dev, prompt, follow), lh = run(*host, prompt, follow), lc = run(*cpu, prompt, follow),
-               le = run(*eager, prompt, follow);
+    const auto ld = run(*dev, prompt, follow), la = run(*alt, prompt, follow), lc = run(*cpu, prompt, follow),
+               le = run(*eager, prompt, follow), lae = run(*alt_eager, prompt, follow);
+    const char* other_path = m.gemm ? "grouped GEMM" : "host's grouping";
     for (size_t i = 0; i < ld.size(); ++i) {
-      EXPECT_LE(rel_l2(ld[i], lh[i]), 4e-2) << "step " << i << ": device route against the host's";
-      EXPECT_LE(rel_l2(ld[i], lc[i]), 4e-2) << "step " << i << ": device route against the CPU";
+      EXPECT_LE(rel_l2(ld[i], la[i]), 4e-2) << "step " << i << ": GEMVs against the " << other_path;
+      EXPECT_LE(rel_l2(ld[i], lc[i]), 4e-2) << "step " << i << ": GEMVs against the CPU";
+      EXPECT_LE(rel_l2(la[i], lc[i]), 4e-2) << "step " << i << ": " << other_path << " against the CPU";
       EXPECT_LE(rel_l2(ld[i], le[i]), 1e-6) << "step " << i << ": graph against eager";
+      EXPECT_LE(rel_l2(la[i], lae[i]), 1e-6) << "step " << i << ": graph against eager (option 0)";
     }
-    std::printf("%s: prompt of %lld rows routed on the device, rel. L2 %.2e to the host's grouping, %.2e to the CPU\n",
-                m.name, static_cast<long long>(rows), rel_l2(ld[0], lh[0]), rel_l2(ld[0], lc[0]));
+    std::printf("%s: prompt of %lld rows; device GEMVs rel. L2 %.2e to the %s, %.2e to the CPU; the %s %.2e to the CPU\n",
+                m.name, static_cast<long long>(rows), rel_l2(ld[0], la[0]), other_path, rel_l2(ld[0], lc[0]), other_path,
+                rel_l2(la[0], lc[0]));
   }
 }
 

@@ -292,6 +292,11 @@ class CudaBackend final : public Backend {
   std::unordered_map<const void*, const void* const*> expert_tables_;
   bool experts_routable_ = true;
   const void* const* expert_table(std::span<const Weight> experts) const;
+  // Each indexed stack's table of tensor maps for the grouped GEMM (kernels gemm_experts_args), by
+  // its first expert's address; false once a stack has none (then many rows leave the device).
+  std::unordered_map<const void*, const void*> expert_gemm_tables_;
+  bool experts_gemm_ = true;
+  void experts_gemm(std::span<const Weight> w, std::span<const Weight> w_up, Glu act, Tensor x, Tensor route, Tensor out);
   size_t weight_bytes_ = 0;
   GgmlType act16_ = GgmlType::F16;  // the 16-bit type GEMM inputs are rounded to
   // Prompt-attention rung (CudaOptions::prefill_attention).

@@ -7,7 +7,9 @@
 
 #include "backend/cuda/cuda_op.h"
 #include "backend/moe_policy.h"
+#include "kernels/gemm/gemm.h"
 #include "kernels/gemv/gemv_experts_grouped.h"
+#include "kernels/ops/ops.h"
 
 #include <algorithm>
 #include <cstring>
@@ -34,13 +36,26 @@ void CudaBackend::index_experts(std::span<const Weight> experts) {
   owned_.push_back(table);
   upload(table, ptrs.data(), ptrs.size() * sizeof(void*));
   expert_tables_[experts[0].data] = static_cast<const void* const*>(table);
+  // The grouped GEMM's tensor maps of the same matrices (Hopper and q3_wgmma_rs's types).
+  const Weight& w0 = experts[0];
+  std::vector<uint8_t> maps;
+  if (kn::gemm_experts_supports(w0.type, w0.rows, w0.cols)) maps = kn::gemm_experts_args(w0.type, ptrs, w0.rows, w0.cols);
+  if (maps.empty()) {
+    experts_gemm_ = false;
+    return;
+  }
+  void* gemm_table = dev_alloc(maps.size(), "an expert GEMM table");
+  owned_.push_back(gemm_table);
+  upload(gemm_table, maps.data(), maps.size());
+  expert_gemm_tables_[w0.data] = gemm_table;
 }
 
 // The rule (backend/moe_policy.h): one row always; several while their pairs average at most
 // --moe-pairs-per-expert an expert. Prompts of 9 to 256 rows of Qwen3-30B-A3B's shape on the
 // device are not yet measured against the host's grouping.
 bool CudaBackend::routes_experts(int64_t rows, int64_t n_expert, int64_t k) const {
-  return moe_rows_on_device(rows, n_expert, k, moe_pairs_per_expert_, kn::kGemvExpertsGroupedMaxPairs) &&
+  const bool gemm = experts_gemm_ && !expert_gemm_tables_.empty();
+  return moe_rows_on_device(rows, n_expert, k, moe_pairs_per_expert_, kn::kGemvExpertsGroupedMaxPairs, gemm) &&
          n_expert <= kn::kMoeRouteMaxExperts && k <= kn::kMoeRouteMaxPicks && experts_routable_ &&
          !expert_tables_.empty();
 }
@@ -67,6 +82,9 @@ void CudaBackend::experts_matmul(std::span<const Weight> w, std::span<const Weig
   const bool pair = !w_up.empty();
   check("experts_matmul", k >= 1 && route.cols == 2 * k && out.rows == rows * k && out.cols == w[0].rows, "shapes differ");
   check("experts_matmul", x.cols == w[0].cols && x.rows == (pair ? rows : rows * k), "x is a row a token (gate/up) or a pair");
+  const int64_t n_expert = int64_t(w.size());
+  if (experts_gemm_ && !expert_gemm_tables_.empty() && moe_gemm_launch(rows, k, n_expert, moe_pairs_per_expert_))
+    return experts_gemm(w, w_up, act, x, route, out);
   kn::GemvExperts p;
   p.wtype = w[0].type;
   p.w = expert_table(w);
@@ -81,7 +99,6 @@ void CudaBackend::experts_matmul(std::span<const Weight> w, std::span<const Weig
   widen_only16(x);
   // One block row a pair, or (the gate/up pair at 4 pairs an expert and more) grouped by expert,
   // each expert's matrices read once (backend/moe_policy.h).
-  const int64_t n_expert = int64_t(w.size());
   const bool grouped = moe_grouped_launch(rows * k, n_expert, pair);
   const double pairs = double(rows * k), mats = pair ? 2.0 : 1.0;
   const double read = grouped ? kn::experts_expected(rows * k, n_expert) : pairs;
@@ -89,6 +106,40 @@ void CudaBackend::experts_matmul(std::span<const Weight> w, std::span<const Weig
          2.0 * pairs * double(p.n * p.k) * mats, [&] {
            return grouped ? kn::gemv_experts_grouped(p, int(n_expert), stream_) : kn::gemv_experts(p, stream_);
          });
+}
+
+// Many pairs: sorted by expert on the device (moe_sort), their x rows gathered as f16, one grouped
+// tensor-core GEMM over every expert's tiles (gemm_experts), the rows scattered back in pair order.
+void CudaBackend::experts_gemm(std::span<const Weight> w, std::span<const Weight> w_up, Glu act, Tensor x, Tensor route,
+                               Tensor out) {
+  const int64_t rows = route.rows, k = route.cols / 2, pairs = rows * k, n = w[0].rows, kk = w[0].cols;
+  const int64_t n_expert = int64_t(w.size()), max_tiles = pairs / kn::kGemmExpertsTileRows + n_expert;
+  const bool pair = !w_up.empty();
+  auto table = [&](std::span<const Weight> s) {
+    auto it = expert_gemm_tables_.find(s[0].data);
+    check("experts_matmul", it != expert_gemm_tables_.end(), "the experts have no GEMM table (index_experts)");
+    return it->second;
+  };
+  auto* slot_pair = static_cast<int32_t*>(scratch_bytes(size_t(pairs) * 4));
+  auto* tiles = static_cast<int32_t*>(scratch_bytes(size_t(max_tiles) * 16));
+  auto* count = static_cast<int32_t*>(scratch_bytes(4));
+  void* xs = scratch_bytes(size_t(pairs * kk) * 2);
+  const Tensor ys = alloc(pairs, n);
+  run_op("moe sort", double(pairs) * 12.0, 0, [&] {
+    return kn::moe_sort(route.data, rows, int(k), int(n_expert), kn::kGemmExpertsTileRows, slot_pair, tiles, count, stream_);
+  });
+  run_op("experts gather", double(pairs * kk) * 6.0, 0,
+         [&] { return kn::gather_rows_f16(x.data, pair ? k : 1, slot_pair, pairs, kk, xs, stream_); });
+  kn::GemmGroups groups;
+  groups.tiles = tiles, groups.count = count, groups.max_tiles = max_tiles;
+  kn::GemmProblem p;
+  p.a_type = GgmlType::F16, p.b_type = w[0].type, p.c_type = GgmlType::F32, p.b_layout = kn::WeightLayout::Repacked;
+  p.m = pairs, p.n = n, p.k = kk, p.a = xs, p.lda = kk, p.c = ys.data, p.ldc = n;
+  p.b = table(w), p.b_up = pair ? table(w_up) : nullptr, p.gelu = act == Glu::Gelu, p.groups = &groups;
+  const double mats = pair ? 2.0 : 1.0;
+  run_op(pair ? "experts gate/up gemm" : "experts gemm", double(info(w[0]).bytes) * double(n_expert) * mats,
+         2.0 * double(pairs * n * kk) * mats, [&] { return kn::gemm_experts(p, stream_); });
+  run_op("experts scatter", double(pairs * n) * 8.0, 0, [&] { return kn::scatter_rows(ys.data, slot_pair, pairs, n, out.data, stream_); });
 }
 
 void CudaBackend::add_routed(Tensor y, Tensor d, Tensor route) {
