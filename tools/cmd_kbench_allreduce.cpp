@@ -23,6 +23,8 @@
 
 #include <fmt/format.h>
 
+#include "kbench_cuda.h"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -44,9 +46,7 @@ const char* const kMethods[] = {"boundary", "peer-ar", "nccl-ar", "peer", "fused
 constexpr int kMethodCount = 7;
 constexpr int64_t kMaxRow = 16384;  // wider vectors are batches of rows: the transports only
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("kbench allreduce: {}: {}", what, cudaGetErrorString(e));
-}
+void check(cudaError_t e, const char* what) { kbench_check(e, "allreduce", what); }
 void check(const kn::Status& st) {
   if (!st) fail("kbench allreduce: {}", st.message);
 }

@@ -23,6 +23,8 @@
 #include "kernels/ops/ops.h"
 
 #include <cublas_v2.h>
+#include "kbench_cuda.h"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -37,16 +39,10 @@ namespace {
 
 namespace kn = lamina::kernels;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("kbench attn: {}: {}", what, cudaGetErrorString(e));
-}
+void check(cudaError_t e, const char* what) { kbench_check(e, "attn", what); }
 
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t n) { check(cudaMalloc(&p, n), "allocation"); }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
+struct DevBuf : KbenchBuf {
+  explicit DevBuf(size_t n) : KbenchBuf(n, "attn") {}
 };
 
 std::vector<int64_t> parse_lengths(const std::string& s) {

@@ -24,6 +24,8 @@
 #include "kernels/gemv/gemv_experts_grouped.h"
 #include "kernels/ops/ops.h"
 
+#include "kbench_cuda.h"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -40,16 +42,10 @@ namespace {
 
 namespace kn = lamina::kernels;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("kbench experts: {}: {}", what, cudaGetErrorString(e));
-}
+void check(cudaError_t e, const char* what) { kbench_check(e, "experts", what); }
 
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t n) { check(cudaMalloc(&p, n), "allocation"); }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
+struct DevBuf : KbenchBuf {
+  explicit DevBuf(size_t n) : KbenchBuf(n, "experts") {}
 };
 
 struct MoeShape {
@@ -116,7 +112,7 @@ double time_gemm(const void* maps, const void* maps_up, GgmlType t, const MoeSha
   const auto run = [&](int i) {
     const float* route = reinterpret_cast<const float*>(routes + size_t(i % kRoutes) * size_t(T) * size_t(2 * m.k));
     auto* sp = static_cast<int32_t*>(slot_pair.p);
-    for (const kn::Status r : {kn::moe_sort(route, T, m.k, m.n_expert, kn::kGemmExpertsTileRows, sp, static_cast<int32_t*>(tiles.p),
+    for (const kn::Status& r : {kn::moe_sort(route, T, m.k, m.n_expert, kn::kGemmExpertsTileRows, sp, static_cast<int32_t*>(tiles.p),
                                             static_cast<int32_t*>(count.p), s),
                                kn::gather_rows_f16(x, pair ? m.k : 1, sp, pairs, k, xs.p, s), kn::gemm_experts(p, s),
                                kn::scatter_rows(static_cast<const float*>(ys.p), sp, pairs, n, y, s)})
