@@ -1,5 +1,6 @@
-// A mixture of experts' prompt kernels: the route's pairs sorted by expert (moe_sort) against a
-// host sort, and the grouped GEMM over every expert's rows (gemm_experts, with gather_rows_f16
+// A mixture of experts' prompt kernels: the router's matmul over many rows (router_matmul)
+// against an fp64 reference, the route's pairs sorted by expert (moe_sort) against a host sort,
+// and the grouped GEMM over every expert's rows (gemm_experts, with gather_rows_f16
 // and scatter_rows around it) against a CPU fp64 reference, outputs poisoned.
 #include "gemv_test_util.h"
 #include "gpu_test_util.h"
@@ -7,6 +8,7 @@
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemv/gemv.h"
 #include "kernels/ops/ops.h"
+#include "kernels/ops/moe_router.h"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -68,6 +70,55 @@ Sorted sort_on_device(const std::vector<float>& route, int tokens, int picks, in
   cudaMemcpy(s.tiles.data(), dt.p, dt.n, cudaMemcpyDeviceToHost);
   cudaMemcpy(&s.count, dc.p, 4, cudaMemcpyDeviceToHost);
   return s;
+}
+
+// out = x W^T in f32 for row counts of a decode step to a long prompt, expert counts up to 256 and
+// k not a multiple of the kernel's K chunk: the fp64 reference within f32 rounding, with one K
+// split and with router_matmul_splits' count, the same bits run twice, nothing written past out.
+TEST(RouterMatmul, MatchesFp64Reference) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  int dev = 0, sms = 0;
+  CUDA_OK(cudaGetDevice(&dev));
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  struct Shape { int64_t rows; int n; int64_t k; };
+  for (const Shape sh : {Shape{2, 8, 256}, Shape{5, 128, 2048}, Shape{33, 200, 1000}, Shape{64, 128, 2048},
+                         Shape{512, 128, 2048}, Shape{700, 256, 4096}, Shape{3, 60, 100}}) {
+    SCOPED_TRACE(testing::Message() << sh.rows << " x " << sh.n << " x " << sh.k);
+    std::vector<float> x(size_t(sh.rows * sh.k)), w(size_t(int64_t(sh.n) * sh.k));
+    for (auto& v : x) v = nd(rng);
+    for (auto& v : w) v = nd(rng) * 0.05f;
+    std::vector<double> want(size_t(sh.rows * sh.n)), mag(want.size());
+    for (int64_t r = 0; r < sh.rows; ++r)
+      for (int c = 0; c < sh.n; ++c) {
+        double a = 0, m = 0;
+        for (int64_t i = 0; i < sh.k; ++i) {
+          const double t = double(x[size_t(r * sh.k + i)]) * w[size_t(c * sh.k + i)];
+          a += t, m += std::fabs(t);
+        }
+        want[size_t(r * sh.n + c)] = a, mag[size_t(r * sh.n + c)] = m;
+      }
+    const int most = router_matmul_splits(sh.rows, sh.n, sh.k, sms);
+    ASSERT_GE(most, 1);
+    DeviceBuf dx(x), dw(w), dout(size_t(sh.rows * sh.n + 16) * 4), dparts(size_t(most * sh.rows * sh.n) * 4);
+    std::vector<float> first;
+    for (int splits : {1, most, most}) {
+      CUDA_OK(cudaMemset(dout.p, 0xFF, dout.n));
+      const Status st = router_matmul(dx.as<float>(), sh.rows, sh.k, dw.as<float>(), sh.n, dout.as<float>(), dparts.as<float>(),
+                                      splits, nullptr);
+      ASSERT_TRUE(st.ok) << st.message;
+      std::vector<float> got(dout.n / 4);
+      CUDA_OK(cudaMemcpy(got.data(), dout.p, dout.n, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << splits << " splits, row " << i / size_t(sh.n) << " col " << i % size_t(sh.n);
+      for (size_t i = want.size(); i < got.size(); ++i) ASSERT_TRUE(std::isnan(got[i])) << "wrote past out";
+      if (splits == most && !first.empty()) ASSERT_EQ(std::memcmp(first.data(), got.data(), want.size() * 4), 0) << "the same bits";
+      if (splits == most) first = got;
+    }
+  }
+  DeviceBuf d(4096);
+  EXPECT_FALSE(router_matmul(d.as<float>(), 2, 102, d.as<float>(), 8, d.as<float>(), nullptr, 1, nullptr).ok) << "k % 4";
+  EXPECT_FALSE(router_matmul(d.as<float>(), 2, 256, d.as<float>(), 300, d.as<float>(), nullptr, 1, nullptr).ok) << "n > 256";
 }
 
 // The pairs in expert order, each expert's in pair order (a stable sort on the host), and its tiles

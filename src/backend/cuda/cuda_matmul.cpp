@@ -9,6 +9,7 @@
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemv/gemv.h"
 #include "kernels/ops/ops.h"
+#include "kernels/ops/moe_router.h"
 
 #include <cuda_runtime.h>
 
@@ -75,13 +76,22 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
   kn::GemvProblem base = base_in;
   base.wtype = w.type, base.layout = layout, base.w = w.data, base.n = w.rows, base.k = w.cols;
   // A small f32 matrix (a mixture of experts' router: n_expert <= kMoeRouteMaxExperts rows of
-  // n_embd) times up to kF32GemvMaxRows rows of x: 8-row GEMV slices, not the SGEMM rungs, whose
-  // tiles leave most SMs idle over so few columns (a Qwen3-30B-A3B engine step spent half its GPU
-  // time there: docs/benchmarks.md, sixtieth session). (A large f32 matrix stays on the GEMM: the
-  // slices read it once each.)
-  constexpr int64_t kF32GemvMaxRows = 8 * kn::kGemvMaxBatch;
-  const bool f32_slices = w.type == GgmlType::F32 && w.rows <= kn::kMoeRouteMaxExperts && x.rows <= kF32GemvMaxRows;
-  if (x.rows > gemv_max_rows_ && !exact_ && !f32_slices) {
+  // n_embd) times several rows of x: router_matmul, not the SGEMM rungs, whose 128 x 128 tiles
+  // leave most SMs idle over so few columns (251 µs a layer of a 512-token prompt of
+  // Qwen3-30B-A3B's shape), nor 8-row GEMV slices, a warp a column (208 µs a 64-row step):
+  // docs/benchmarks.md, sixty-first session. (A large f32 matrix stays on the GEMM.)
+  if (w.type == GgmlType::F32 && w.rows <= kn::kMoeRouteMaxExperts && w.cols % 4 == 0 && x.rows > 1 && !accumulate &&
+      !base.norm_w && !base.y8 && !base.bias && !exact_) {
+    f32_x();
+    const int splits = kn::router_matmul_splits(x.rows, int(w.rows), w.cols, sm_count_);
+    float* parts = splits > 1 ? alloc(int64_t(splits) * x.rows, w.rows).data : nullptr;
+    run_op(op_name("router", w), double(d.bytes) + double(x.rows * (x.cols + out.cols)) * 4.0, flops, [&] {
+      return kn::router_matmul(x.data, x.rows, x.cols, static_cast<const float*>(w.data), int(w.rows), out.data, parts, splits,
+                               stream_);
+    });
+    return;
+  }
+  if (x.rows > gemv_max_rows_ && !exact_) {
     const auto a16 = [&](GgmlType t) {
       if (x16 && t == act16_) return x16;
       f32_x();

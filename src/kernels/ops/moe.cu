@@ -4,6 +4,7 @@
 #include "kernels/common/launch_status.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/ops/ops.h"
+#include "kernels/ops/moe_router.h"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -185,6 +186,70 @@ __global__ void scatter_rows_kernel(const float* __restrict__ src, const int32_t
   }
 }
 
+// A mixture of experts' router for many rows: out [rows][n] = x [rows][k] W [n][k]^T in f32, n
+// <= 256 (the experts). The SGEMM rungs' 128 x 128 tiles made 4 blocks of a 512-row prompt's 128
+// columns (251 µs of Qwen3-30B-A3B's shape a layer), the GEMVs a warp a column. Here: tiles of
+// kRtM rows x kRtN columns, 256 threads of 2 rows x 4 columns each, K in chunks of kRtK through
+// shared memory ([kk][row] and [kk][col], a warp storing 32 consecutive words), and K split over
+// blockIdx.z into f32 planes [split][rows][n] that router_sum adds in split order (the same bits
+// whatever the timing).
+constexpr int kRtM = 32, kRtN = 64, kRtK = 32, kRtThreads = 256;
+__global__ void __launch_bounds__(kRtThreads) router_matmul_kernel(const float* __restrict__ x, const float* __restrict__ w,
+                                                                   int64_t rows, int n, int64_t k, int64_t k_per,
+                                                                   float* __restrict__ out) {
+  pdl_enter();
+  __shared__ __align__(16) float xs[kRtK][kRtM];
+  __shared__ __align__(16) float ws[kRtK][kRtN];
+  const int tid = int(threadIdx.x);
+  const int64_t m0 = int64_t(blockIdx.x) * kRtM, k0 = int64_t(blockIdx.z) * k_per, k1 = min(k, k0 + k_per);
+  const int n0 = int(blockIdx.y) * kRtN;
+  const int tr = (tid / 16) * 2, tc = (tid % 16) * 4;  // this thread's rows tr, tr + 1 and columns tc .. tc + 3
+  float acc[2][4] = {};
+  for (int64_t kb = k0; kb < k1; kb += kRtK) {
+    {  // x: row xr, k offsets xk .. xk + 3 (a warp: 32 rows at one offset)
+      const int xr = tid % kRtM, xk = (tid / kRtM) * 4;
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (m0 + xr < rows && kb + xk < k1) v = *reinterpret_cast<const float4*>(x + (m0 + xr) * k + kb + xk);
+      xs[xk][xr] = v.x, xs[xk + 1][xr] = v.y, xs[xk + 2][xr] = v.z, xs[xk + 3][xr] = v.w;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // W: column wc, k offsets wk .. wk + 3 (a warp: 32 columns at one offset)
+      const int wc = tid % kRtN, wk = (tid / kRtN) * 4 + 16 * h;
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (n0 + wc < n && kb + wk < k1) v = *reinterpret_cast<const float4*>(w + int64_t(n0 + wc) * k + kb + wk);
+      ws[wk][wc] = v.x, ws[wk + 1][wc] = v.y, ws[wk + 2][wc] = v.z, ws[wk + 3][wc] = v.w;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kRtK; ++kk) {
+      const float2 a = *reinterpret_cast<const float2*>(&xs[kk][tr]);
+      const float4 b = *reinterpret_cast<const float4*>(&ws[kk][tc]);
+      const float av[2] = {a.x, a.y}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+  float* o = out + int64_t(blockIdx.z) * rows * n;
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (m0 + tr + i < rows && n0 + tc + j < n) o[(m0 + tr + i) * n + n0 + tc + j] = acc[i][j];
+}
+
+// out[i] = sum over s of parts[s][i], s = 0 .. splits - 1 in order.
+__global__ void router_sum_kernel(const float* __restrict__ parts, int64_t count, int splits, float* __restrict__ out) {
+  pdl_enter();
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    float v = parts[i];
+    for (int s = 1; s < splits; ++s) v += parts[int64_t(s) * count + i];
+    out[i] = v;
+  }
+}
+
 }  // namespace
 
 Status moe_route(const float* logits, int64_t rows, int n_expert, int k, bool renorm, float* out, cudaStream_t s) {
@@ -229,6 +294,29 @@ Status scatter_rows(const float* src, const int32_t* slot_pair, int64_t slots, i
   if (!src || !slot_pair || !dst || slots < 1 || cols < 1) return Status::error("scatter_rows: bad arguments");
   launch_pdl(scatter_rows_kernel, rows_grid(slots, cols), dim3(256), 0, s, src, slot_pair, slots, cols, dst);
   return launch_status("scatter_rows");
+}
+
+int router_matmul_splits(int64_t rows, int n, int64_t k, int sms) {
+  const int64_t tiles = ((rows + kRtM - 1) / kRtM) * ((n + kRtN - 1) / kRtN);
+  const int64_t want = (2 * int64_t(sms) + tiles - 1) / tiles, most = std::max<int64_t>(1, k / 256);
+  return int(std::clamp<int64_t>(want, 1, most));
+}
+
+Status router_matmul(const float* x, int64_t rows, int64_t k, const float* w, int n, float* out, float* parts, int splits,
+                     cudaStream_t s) {
+  if (!x || !w || !out || rows < 1 || k < 4 || k % 4 || n < 1 || n > kMoeRouteMaxExperts || splits < 1 || (splits > 1 && !parts) ||
+      reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(w) % 16)
+    return Status::error("router_matmul: bad arguments (k a multiple of 4, n <= 256, 16-byte aligned rows)");
+  // Whole chunks a split, so that no chunk straddles two.
+  const int64_t k_per = ((k + splits - 1) / splits + kRtK - 1) / kRtK * kRtK;
+  const int used = int((k + k_per - 1) / k_per);
+  const dim3 grid(unsigned((rows + kRtM - 1) / kRtM), unsigned((n + kRtN - 1) / kRtN), unsigned(used));
+  launch_pdl(router_matmul_kernel, grid, dim3(kRtThreads), 0, s, x, w, rows, n, k, k_per, used > 1 ? parts : out);
+  if (Status st = launch_status("router_matmul"); !st || used == 1) return st;
+  const int64_t count = rows * int64_t(n);
+  launch_pdl(router_sum_kernel, dim3(unsigned(std::min<int64_t>((count + 255) / 256, 1024))), dim3(256), 0, s,
+             static_cast<const float*>(parts), count, used, out);
+  return launch_status("router_sum");
 }
 
 }  // namespace lamina::kernels
