@@ -50,9 +50,9 @@ void CudaBackend::index_experts(std::span<const Weight> experts) {
   expert_gemm_tables_[w0.data] = gemm_table;
 }
 
-// The rule (backend/moe_policy.h): one row always; several while their pairs average at most
-// --moe-pairs-per-expert an expert. Prompts of 9 to 256 rows of Qwen3-30B-A3B's shape on the
-// device are not yet measured against the host's grouping.
+// The rule (backend/moe_policy.h): every pass where the experts have the grouped GEMM (past
+// --moe-pairs-per-expert pairs an expert, 2 by default, experts_matmul takes it); elsewhere one
+// row always and several while their pairs average at most --moe-pairs-per-expert an expert.
 bool CudaBackend::routes_experts(int64_t rows, int64_t n_expert, int64_t k) const {
   const bool gemm = experts_gemm_ && !expert_gemm_tables_.empty();
   return moe_rows_on_device(rows, n_expert, k, moe_pairs_per_expert_, kn::kGemvExpertsGroupedMaxPairs, gemm) &&
@@ -120,6 +120,8 @@ void CudaBackend::experts_gemm(std::span<const Weight> w, std::span<const Weight
     check("experts_matmul", it != expert_gemm_tables_.end(), "the experts have no GEMM table (index_experts)");
     return it->second;
   };
+  flush();  // (what was recorded runs first; x's f32 rows, if a plan left them in 16 bits only)
+  widen_only16(x);
   auto* slot_pair = static_cast<int32_t*>(scratch_bytes(size_t(pairs) * 4));
   auto* tiles = static_cast<int32_t*>(scratch_bytes(size_t(max_tiles) * 16));
   auto* count = static_cast<int32_t*>(scratch_bytes(4));
