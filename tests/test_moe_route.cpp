@@ -96,14 +96,16 @@ TEST(MoePolicy, RowsOnTheDeviceWithTheGroupedGemm) {
   EXPECT_EQ(moe_pairs_per_expert(-1, 128, true), 2);
   EXPECT_EQ(moe_pairs_per_expert(-1, 8, true), 2);
   EXPECT_EQ(moe_pairs_per_expert(7, 8, true), 7) << "an explicit option as given";
-  EXPECT_FALSE(moe_gemm_launch(32, 8, 128, -1));
-  EXPECT_TRUE(moe_gemm_launch(33, 8, 128, -1));
-  EXPECT_TRUE(moe_gemm_launch(512, 8, 128, -1));
-  EXPECT_FALSE(moe_gemm_launch(8, 2, 8, -1)) << "Mixtral's 8 tokens";
-  EXPECT_TRUE(moe_gemm_launch(9, 2, 8, -1));
-  EXPECT_TRUE(moe_gemm_launch(2, 8, 128, 0)) << "0: every pass of several rows";
-  EXPECT_FALSE(moe_gemm_launch(1, 8, 128, 0)) << "one row: the GEMVs";
-  EXPECT_FALSE(moe_gemm_launch(256, 8, 128, 16)) << "an explicit 16: GEMVs up to 2,048 pairs";
+  EXPECT_FALSE(moe_gemm_launch(32, 8, 128, -1, 4096));
+  EXPECT_TRUE(moe_gemm_launch(33, 8, 128, -1, 4096));
+  EXPECT_TRUE(moe_gemm_launch(512, 8, 128, -1, 4096));
+  EXPECT_FALSE(moe_gemm_launch(8, 2, 8, -1, 4096)) << "Mixtral's 8 tokens";
+  EXPECT_TRUE(moe_gemm_launch(9, 2, 8, -1, 4096));
+  EXPECT_TRUE(moe_gemm_launch(2, 8, 128, 0, 4096)) << "0: every pass of several rows";
+  EXPECT_FALSE(moe_gemm_launch(1, 8, 128, 0, 4096)) << "one row: the GEMVs";
+  EXPECT_FALSE(moe_gemm_launch(256, 8, 128, 16, 4096)) << "an explicit 16: GEMVs up to 2,048 pairs";
+  EXPECT_TRUE(moe_gemm_launch(600, 8, 128, 64, 4096)) << "an explicit 64: past the GEMVs' 4,096 pairs all the same";
+  EXPECT_FALSE(moe_gemm_launch(512, 8, 128, 64, 4096));
 }
 
 // Grouped by expert: only the gate/up pair, from 4 pairs an expert (Qwen3-30B-A3B's 64 tokens of

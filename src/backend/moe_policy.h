@@ -38,9 +38,11 @@ inline bool moe_rows_on_device(int64_t rows, int64_t n_expert, int64_t k, int op
 
 // Whether a pass of `rows` tokens (k picks each) runs its experts through the grouped GEMM rather
 // than the GEMVs: several rows whose pairs average more than moe_pairs_per_expert(option,
-// n_expert, true) an expert.
-inline bool moe_gemm_launch(int64_t rows, int64_t k, int64_t n_expert, int option) {
-  return rows > 1 && rows * k > moe_pairs_per_expert(option, n_expert, true) * n_expert;
+// n_expert, true) an expert, or more than the GEMVs' max_pairs (an explicit option may allow an
+// average the GEMVs cannot take).
+inline bool moe_gemm_launch(int64_t rows, int64_t k, int64_t n_expert, int option, int64_t max_pairs) {
+  const int64_t pairs = rows * k;
+  return rows > 1 && (pairs > moe_pairs_per_expert(option, n_expert, true) * n_expert || pairs > max_pairs);
 }
 
 // Whether the pairs run grouped by expert (each expert's matrix read once for all its pairs)

@@ -83,7 +83,11 @@ void CudaBackend::experts_matmul(std::span<const Weight> w, std::span<const Weig
   check("experts_matmul", k >= 1 && route.cols == 2 * k && out.rows == rows * k && out.cols == w[0].rows, "shapes differ");
   check("experts_matmul", x.cols == w[0].cols && x.rows == (pair ? rows : rows * k), "x is a row a token (gate/up) or a pair");
   const int64_t n_expert = int64_t(w.size());
-  if (experts_gemm_ && !expert_gemm_tables_.empty() && moe_gemm_launch(rows, k, n_expert, moe_pairs_per_expert_))
+  check("experts_matmul", w_up.empty() || (w_up.size() == w.size() && w_up[0].type == w[0].type && w_up[0].rows == w[0].rows &&
+                                             w_up[0].cols == w[0].cols),
+        "the gate and up experts differ in type or shape");
+  if (experts_gemm_ && !expert_gemm_tables_.empty() &&
+      moe_gemm_launch(rows, k, n_expert, moe_pairs_per_expert_, kn::kGemvExpertsGroupedMaxPairs))
     return experts_gemm(w, w_up, act, x, route, out);
   kn::GemvExperts p;
   p.wtype = w[0].type;

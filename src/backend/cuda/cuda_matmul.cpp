@@ -80,8 +80,9 @@ void CudaBackend::run_matmul(const Weight& w, const DevWeight& d, Tensor x, Tens
   // leave most SMs idle over so few columns (251 µs a layer of a 512-token prompt of
   // Qwen3-30B-A3B's shape), nor 8-row GEMV slices, a warp a column (208 µs a 64-row step):
   // docs/benchmarks.md, sixty-first session. (A large f32 matrix stays on the GEMM.)
+  const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (w.type == GgmlType::F32 && w.rows <= kn::kMoeRouteMaxExperts && w.cols % 4 == 0 && x.rows > 1 && !accumulate &&
-      !base.norm_w && !base.y8 && !base.bias && !exact_) {
+      !base.norm_w && !base.y8 && !base.bias && !exact_ && aligned16(w.data) && (x16_only || aligned16(x.data))) {
     f32_x();
     const int splits = kn::router_matmul_splits(x.rows, int(w.rows), w.cols, sm_count_);
     float* parts = splits > 1 ? alloc(int64_t(splits) * x.rows, w.rows).data : nullptr;
