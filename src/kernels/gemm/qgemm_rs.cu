@@ -1,5 +1,6 @@
 // q3_wgmma_rs: the dispatch of each weight type to its instances (see qgemm_rs.cuh; the instances
-// are compiled apart, in the units src/CMakeLists.txt writes).
+// are compiled apart, in the units src/CMakeLists.txt writes), and the grouped launch's tables of
+// the experts' tensor maps (gemm_experts_args) through the same dispatch.
 #include "kernels/gemm/qgemm_rs.cuh"
 
 namespace lamina::kernels::qgemm_rs {
@@ -17,22 +18,46 @@ LAMINA_QGEMM_RS_EXTERN(kQ3_K)
 LAMINA_QGEMM_RS_EXTERN(kQ2_K)
 LAMINA_QGEMM_RS_EXTERN(kQ4_1)
 
-Status run(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
-  switch (p.b_type) {
-    case GgmlType::Q8_0: return run_kind<kQ8_0>(p, c, s);
-    case GgmlType::Q4_0: return run_kind<kQ4_0>(p, c, s);
-    case GgmlType::Q4_1: return run_kind<kQ4_1>(p, c, s);
-    case GgmlType::Q4_K: return run_kind<kQ4_K>(p, c, s);
-    case GgmlType::Q5_K: return run_kind<kQ5_K>(p, c, s);
-    case GgmlType::Q5_0: return run_kind<kQ5_0>(p, c, s);
-    case GgmlType::Q5_1: return run_kind<kQ5_1>(p, c, s);
-    case GgmlType::Q6_K: return run_kind<kQ6_K>(p, c, s);
-    case GgmlType::Q3_K: return run_kind<kQ3_K>(p, c, s);
-    case GgmlType::Q2_K: return run_kind<kQ2_K>(p, c, s);
-    case GgmlType::IQ4_NL: return run_kind<kIQ4_NL>(p, c, s);
-    case GgmlType::IQ4_XS: return run_kind<kIQ4_XS>(p, c, s);
-    default: return Status::error("q3_wgmma_rs: no instances for weight type " + std::string(type_name(p.b_type)));
+namespace {
+
+// f(integral_constant<QKind, kind>) for the kind of weight type t; false for a type without one.
+template <class F>
+bool by_kind(GgmlType t, F&& f) {
+  auto go = [&](auto kind) { return f(kind), true; };
+  switch (t) {
+    case GgmlType::Q8_0: return go(std::integral_constant<QKind, kQ8_0>{});
+    case GgmlType::Q4_0: return go(std::integral_constant<QKind, kQ4_0>{});
+    case GgmlType::Q4_1: return go(std::integral_constant<QKind, kQ4_1>{});
+    case GgmlType::Q4_K: return go(std::integral_constant<QKind, kQ4_K>{});
+    case GgmlType::Q5_K: return go(std::integral_constant<QKind, kQ5_K>{});
+    case GgmlType::Q5_0: return go(std::integral_constant<QKind, kQ5_0>{});
+    case GgmlType::Q5_1: return go(std::integral_constant<QKind, kQ5_1>{});
+    case GgmlType::Q6_K: return go(std::integral_constant<QKind, kQ6_K>{});
+    case GgmlType::Q3_K: return go(std::integral_constant<QKind, kQ3_K>{});
+    case GgmlType::Q2_K: return go(std::integral_constant<QKind, kQ2_K>{});
+    case GgmlType::IQ4_NL: return go(std::integral_constant<QKind, kIQ4_NL>{});
+    case GgmlType::IQ4_XS: return go(std::integral_constant<QKind, kIQ4_XS>{});
+    default: return false;
   }
 }
 
+}  // namespace
+
+Status run(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
+  Status st;
+  if (!by_kind(p.b_type, [&](auto kind) { st = run_kind<decltype(kind)::value>(p, c, s); }))
+    return Status::error("q3_wgmma_rs: no instances for weight type " + std::string(type_name(p.b_type)));
+  return st;
+}
+
 }  // namespace lamina::kernels::qgemm_rs
+
+namespace lamina::kernels {
+
+std::vector<uint8_t> gemm_experts_args(GgmlType t, const std::vector<const void*>& mats, int64_t n, int64_t k) {
+  std::vector<uint8_t> bytes;
+  qgemm_rs::by_kind(t, [&](auto kind) { bytes = qgemm_rs::experts_args<decltype(kind)::value>(mats, n, k); });
+  return bytes;
+}
+
+}  // namespace lamina::kernels

@@ -27,28 +27,6 @@ bool takes_planes(const GemmProblem& p, bool rs) {
 bool q2_takes(const GemmProblem& p) { return takes_planes(p, false); }
 bool q3_takes(const GemmProblem& p) { return takes_planes(p, true); }
 
-// f(integral_constant<QKind, kind>) for the q3_wgmma_rs kind of t; false where none.
-template <class F>
-bool with_rs_kind(GgmlType t, F&& f) {
-  using qgemm_wgmma::QKind;
-  auto go = [&](auto kind) { return f(kind), true; };
-  switch (t) {
-    case GgmlType::Q8_0: return go(std::integral_constant<QKind, qgemm_wgmma::kQ8_0>{});
-    case GgmlType::Q4_0: return go(std::integral_constant<QKind, qgemm_wgmma::kQ4_0>{});
-    case GgmlType::Q4_1: return go(std::integral_constant<QKind, qgemm_wgmma::kQ4_1>{});
-    case GgmlType::Q4_K: return go(std::integral_constant<QKind, qgemm_wgmma::kQ4_K>{});
-    case GgmlType::Q5_K: return go(std::integral_constant<QKind, qgemm_wgmma::kQ5_K>{});
-    case GgmlType::Q5_0: return go(std::integral_constant<QKind, qgemm_wgmma::kQ5_0>{});
-    case GgmlType::Q5_1: return go(std::integral_constant<QKind, qgemm_wgmma::kQ5_1>{});
-    case GgmlType::Q6_K: return go(std::integral_constant<QKind, qgemm_wgmma::kQ6_K>{});
-    case GgmlType::Q3_K: return go(std::integral_constant<QKind, qgemm_wgmma::kQ3_K>{});
-    case GgmlType::Q2_K: return go(std::integral_constant<QKind, qgemm_wgmma::kQ2_K>{});
-    case GgmlType::IQ4_NL: return go(std::integral_constant<QKind, qgemm_wgmma::kIQ4_NL>{});
-    case GgmlType::IQ4_XS: return go(std::integral_constant<QKind, qgemm_wgmma::kIQ4_XS>{});
-    default: return false;
-  }
-}
-
 }  // namespace
 
 bool gemm_experts_supports(GgmlType t, int64_t n, int64_t k) {
@@ -57,11 +35,7 @@ bool gemm_experts_supports(GgmlType t, int64_t n, int64_t k) {
   return n > 0 && k > 0 && q3_takes(p);
 }
 
-std::vector<uint8_t> gemm_experts_args(GgmlType t, const std::vector<const void*>& mats, int64_t n, int64_t k) {
-  std::vector<uint8_t> bytes;
-  with_rs_kind(t, [&](auto kind) { bytes = qgemm_rs::experts_args<decltype(kind)::value>(mats, n, k); });
-  return bytes;
-}
+// (gemm_experts_args: qgemm_rs.cu, beside the dispatch of each type to its kind.)
 
 Status gemm_experts(const GemmProblem& p, cudaStream_t s) {
   if (!p.groups || !p.groups->tiles || !p.groups->count || p.groups->max_tiles < 1 || !p.a || !p.b || !p.c || p.m < 1 ||
