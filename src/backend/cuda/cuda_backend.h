@@ -296,6 +296,7 @@ class CudaBackend final : public Backend {
   // its first expert's address; false once a stack has none (then many rows leave the device).
   std::unordered_map<const void*, const void*> expert_gemm_tables_;
   bool experts_gemm_ = true;
+  bool has_experts_gemm() const { return experts_gemm_ && !expert_gemm_tables_.empty(); }
   void experts_gemm(std::span<const Weight> w, std::span<const Weight> w_up, Glu act, Tensor x, Tensor route, Tensor out);
   size_t weight_bytes_ = 0;
   GgmlType act16_ = GgmlType::F16;  // the 16-bit type GEMM inputs are rounded to

@@ -1,8 +1,10 @@
 // A mixture of experts' pass with its route in device memory: the router kernel, the (token, pick)
 // pairs in one GEMV launch a matrix (q_dp4a_experts, or q_dp4a_experts_grouped when experts are
-// picked by several tokens; through a table of the experts' device pointers made at load), their
-// weighted sum. Nothing is read back mid-pass, so the step records as a graph. Like add_rows_scaled these are not plan ops: what was
-// recorded runs first.
+// picked by several tokens; through a table of the experts' device pointers made at load) or, for
+// many pairs, one grouped tensor-core GEMM (the pairs sorted by expert on the device; a table of
+// the experts' tensor maps made at load), their weighted sum. Nothing is read back mid-pass, so
+// the step records as a graph. Like add_rows_scaled these are not plan ops: what was recorded runs
+// first.
 #include "backend/cuda/cuda_backend.h"
 
 #include "backend/cuda/cuda_op.h"
@@ -54,8 +56,7 @@ void CudaBackend::index_experts(std::span<const Weight> experts) {
 // --moe-pairs-per-expert pairs an expert, 2 by default, experts_matmul takes it); elsewhere one
 // row always and several while their pairs average at most --moe-pairs-per-expert an expert.
 bool CudaBackend::routes_experts(int64_t rows, int64_t n_expert, int64_t k) const {
-  const bool gemm = experts_gemm_ && !expert_gemm_tables_.empty();
-  return moe_rows_on_device(rows, n_expert, k, moe_pairs_per_expert_, kn::kGemvExpertsGroupedMaxPairs, gemm) &&
+  return moe_rows_on_device(rows, n_expert, k, moe_pairs_per_expert_, kn::kGemvExpertsGroupedMaxPairs, has_experts_gemm()) &&
          n_expert <= kn::kMoeRouteMaxExperts && k <= kn::kMoeRouteMaxPicks && experts_routable_ &&
          !expert_tables_.empty();
 }
@@ -86,8 +87,9 @@ void CudaBackend::experts_matmul(std::span<const Weight> w, std::span<const Weig
   check("experts_matmul", w_up.empty() || (w_up.size() == w.size() && w_up[0].type == w[0].type && w_up[0].rows == w[0].rows &&
                                              w_up[0].cols == w[0].cols),
         "the gate and up experts differ in type or shape");
-  if (experts_gemm_ && !expert_gemm_tables_.empty() &&
-      moe_gemm_launch(rows, k, n_expert, moe_pairs_per_expert_, kn::kGemvExpertsGroupedMaxPairs))
+  flush();
+  widen_only16(x);
+  if (has_experts_gemm() && moe_gemm_launch(rows, k, n_expert, moe_pairs_per_expert_, kn::kGemvExpertsGroupedMaxPairs))
     return experts_gemm(w, w_up, act, x, route, out);
   kn::GemvExperts p;
   p.wtype = w[0].type;
@@ -99,8 +101,6 @@ void CudaBackend::experts_matmul(std::span<const Weight> w, std::span<const Weig
   p.n = w[0].rows, p.k = w[0].cols;
   p.x = x.data, p.x_share = pair ? int(k) : 1, p.x_stride = x.cols;
   p.y = out.data;
-  flush();
-  widen_only16(x);
   // One block row a pair, or (the gate/up pair at 4 pairs an expert and more) grouped by expert,
   // each expert's matrices read once (backend/moe_policy.h).
   const bool grouped = moe_grouped_launch(rows * k, n_expert, pair);
@@ -114,6 +114,7 @@ void CudaBackend::experts_matmul(std::span<const Weight> w, std::span<const Weig
 
 // Many pairs: sorted by expert on the device (moe_sort), their x rows gathered as f16, one grouped
 // tensor-core GEMM over every expert's tiles (gemm_experts), the rows scattered back in pair order.
+// (experts_matmul has flushed and widened x.)
 void CudaBackend::experts_gemm(std::span<const Weight> w, std::span<const Weight> w_up, Glu act, Tensor x, Tensor route,
                                Tensor out) {
   const int64_t rows = route.rows, k = route.cols / 2, pairs = rows * k, n = w[0].rows, kk = w[0].cols;
@@ -124,8 +125,6 @@ void CudaBackend::experts_gemm(std::span<const Weight> w, std::span<const Weight
     check("experts_matmul", it != expert_gemm_tables_.end(), "the experts have no GEMM table (index_experts)");
     return it->second;
   };
-  flush();  // (what was recorded runs first; x's f32 rows, if a plan left them in 16 bits only)
-  widen_only16(x);
   auto* slot_pair = static_cast<int32_t*>(scratch_bytes(size_t(pairs) * 4));
   auto* tiles = static_cast<int32_t*>(scratch_bytes(size_t(max_tiles) * 16));
   auto* count = static_cast<int32_t*>(scratch_bytes(4));
