@@ -196,6 +196,17 @@ class Backend {
       add_rows_scaled(y, d.rows_view(g, 1), row, std::span<const float>(&r[size_t(g / k * 2 * k + k + g % k)], 1));
     }
   }
+  // A routed expert FFN added into x: x[t] += sum over j of weight_tj down_e(glu(gate_e h_t, up_e
+  // h_t)), e = e_tj, as experts_matmul (the gate/up pair), experts_matmul (down) and add_routed
+  // give it (here: those three). h [rows][n_embd], x [rows][n_embd], route [rows][2k].
+  virtual void experts_ffn(std::span<const Weight> gate, std::span<const Weight> up, std::span<const Weight> down, Glu act,
+                           Tensor h, Tensor route, Tensor x) {
+    const int64_t k = route.cols / 2;
+    const Tensor g = alloc(h.rows * k, gate[0].rows), d = alloc(h.rows * k, down[0].rows);
+    experts_matmul(gate, up, act, h, route, g);
+    experts_matmul(down, {}, act, g, route, d);
+    add_routed(x, d, route);
+  }
   // dst[i] = src[rows[i]]: the rows whose logits a pass wants.
   virtual void copy_rows(Tensor src, std::span<const int32_t> rows, Tensor dst) {
     fail("the {} backend does not gather rows", name());

@@ -250,10 +250,7 @@ void LlamaModel::moe_ffn(const LayerWeights& w, Tensor h, Tensor x, const Weight
     const Tensor route = be.alloc(T, 2 * K);
     be.route_experts(logits, int(K), cfg_.moe_norm_topk, route);
     if (be.routes_experts(T, NE, K)) {  // the rows the backend takes: no host round trip
-      const Tensor g = be.alloc(T * K, n_ff_), d = be.alloc(T * K, cfg_.n_embd);
-      be.experts_matmul(w.exp_gate, w.exp_up, Glu::Silu, h, route, g);
-      be.experts_matmul(w.exp_down, {}, Glu::Silu, g, route, d);
-      be.add_routed(x, d, route);
+      be.experts_ffn(w.exp_gate, w.exp_up, w.exp_down, Glu::Silu, h, route, x);
       if (next) be.rmsnorm(x, *next, cfg_.rms_eps, h);
       return;
     }

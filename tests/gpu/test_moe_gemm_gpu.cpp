@@ -9,6 +9,7 @@
 #include "kernels/gemv/gemv.h"
 #include "kernels/ops/ops.h"
 #include "kernels/ops/moe_router.h"
+#include "kernels/ops/moe_slots.h"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -19,6 +20,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <tuple>
 
 using namespace lamina;
 using namespace lamina::kernels;
@@ -233,6 +235,77 @@ TEST(GemmExperts, MatchesFp64ReferenceThroughTheSortedPairs) {
   EXPECT_FALSE(gemm_experts(bad, nullptr).ok);
   EXPECT_FALSE(gemm_experts_supports(GgmlType::F16, 256, 512));
   EXPECT_FALSE(gemm_experts_supports(GgmlType::Q4_0, 256, 320)) << "k a multiple of 256";
+}
+
+// The routed FFN with its rows in slot order from the sort to the add (CudaBackend::experts_ffn:
+// the gate/up GEMM writing f16 rows that the down GEMM reads, add_routed_slots) against the path
+// through pair order (each GEMM's f32 rows scattered back, the down GEMM's x gathered and rounded
+// again, add_routed): the same bits of x, q4_0 and q4_K.
+TEST(GemmExperts, FfnInSlotOrderGivesThePairOrderBits) {
+  if (!sm90_device()) GTEST_SKIP() << "gemm_experts runs on Hopper (sm_90) only";
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int n_expert = 6, tokens = 90, picks = 3;
+  const int64_t e = 256, f = 512, pairs = int64_t(tokens) * picks, max_tiles = pairs / kGemmExpertsTileRows + n_expert;
+  std::vector<int32_t> ids = random_ids(tokens, picks, n_expert, true, rng);
+  std::vector<float> route = route_rows(ids, picks);
+  for (int t = 0; t < tokens; ++t)
+    for (int j = 0; j < picks; ++j) route[size_t(t * 2 * picks + picks + j)] = 0.1f + 0.3f * float(j) + 0.001f * float(t);
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_K}) {
+    SCOPED_TRACE(type_name(t));
+    std::vector<std::unique_ptr<DeviceBuf>> dev;
+    std::vector<const void*> pg, pu, pd;
+    for (int x = 0; x < n_expert; ++x)
+      for (auto [ptrs, n, k] : {std::tuple{&pg, f, e}, std::tuple{&pu, f, e}, std::tuple{&pd, e, f}}) {
+        DeviceBuf raw(random_matrix(t, n, k, rng));
+        dev.push_back(std::make_unique<DeviceBuf>(gemv_repacked_bytes(t, n, k)));
+        ASSERT_TRUE(gemv_repack(t, raw.p, n, k, dev.back()->p, nullptr).ok);
+        ptrs->push_back(dev.back()->p);
+      }
+    DeviceBuf mg(gemm_experts_args(t, pg, f, e)), mu(gemm_experts_args(t, pu, f, e)), md(gemm_experts_args(t, pd, e, f));
+    ASSERT_TRUE(mg.p && mu.p && md.p);
+    std::vector<float> h(size_t(tokens * e)), x0(size_t(tokens * e));
+    for (auto& v : h) v = nd(rng);
+    for (auto& v : x0) v = nd(rng);
+    DeviceBuf dr(route), dh(h), dx1(x0), dx2(x0), dsp(size_t(pairs) * 4), dps(size_t(pairs) * 4), dt(size_t(max_tiles) * 16), dc(4),
+        dhs(size_t(pairs * e) * 2), dys(size_t(pairs * f) * 4), dg(size_t(pairs * f) * 4), dgs(size_t(pairs * f) * 2),
+        dds(size_t(pairs * e) * 4), dd(size_t(pairs * e) * 4);
+    GemmGroups groups;
+    groups.tiles = dt.as<int32_t>(), groups.count = dc.as<int32_t>(), groups.max_tiles = max_tiles;
+    auto gemm = [&](const DeviceBuf& maps, const DeviceBuf* maps_up, int64_t n, int64_t k, const void* a, void* c, GgmlType ct) {
+      GemmProblem p;
+      p.a_type = GgmlType::F16, p.b_type = t, p.c_type = ct, p.b_layout = WeightLayout::Repacked;
+      p.m = pairs, p.n = n, p.k = k, p.a = a, p.lda = k, p.c = c, p.ldc = n;
+      p.b = maps.p, p.b_up = maps_up ? maps_up->p : nullptr, p.groups = &groups;
+      const Status st = gemm_experts(p, nullptr);
+      EXPECT_TRUE(st.ok) << st.message;
+    };
+    ASSERT_TRUE(moe_sort(dr.as<float>(), tokens, picks, n_expert, kGemmExpertsTileRows, dsp.as<int32_t>(), dt.as<int32_t>(),
+                         dc.as<int32_t>(), nullptr).ok);
+    ASSERT_TRUE(gather_rows_f16(dh.as<float>(), picks, dsp.as<int32_t>(), pairs, e, dhs.p, nullptr).ok);
+    // Pair order: f32 rows scattered, gathered again as f16, the down rows scattered, add_routed.
+    gemm(mg, &mu, f, e, dhs.p, dys.p, GgmlType::F32);
+    ASSERT_TRUE(scatter_rows(dys.as<float>(), dsp.as<int32_t>(), pairs, f, dg.as<float>(), nullptr).ok);
+    ASSERT_TRUE(gather_rows_f16(dg.as<float>(), 1, dsp.as<int32_t>(), pairs, f, dgs.p, nullptr).ok);
+    gemm(md, nullptr, e, f, dgs.p, dds.p, GgmlType::F32);
+    ASSERT_TRUE(scatter_rows(dds.as<float>(), dsp.as<int32_t>(), pairs, e, dd.as<float>(), nullptr).ok);
+    ASSERT_TRUE(add_routed(dx1.as<float>(), dd.as<float>(), tokens, e, dr.as<float>(), picks, nullptr).ok);
+    // Slot order: the gate/up GEMM's f16 rows straight into the down GEMM, added through the slots.
+    gemm(mg, &mu, f, e, dhs.p, dgs.p, GgmlType::F16);
+    gemm(md, nullptr, e, f, dgs.p, dds.p, GgmlType::F32);
+    ASSERT_TRUE(moe_pair_slots(dsp.as<int32_t>(), pairs, dps.as<int32_t>(), nullptr).ok);
+    ASSERT_TRUE(add_routed_slots(dx2.as<float>(), dds.as<float>(), tokens, e, dr.as<float>(), picks, dps.as<int32_t>(), nullptr).ok);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<float> x1(x0.size()), x2(x0.size());
+    CUDA_OK(cudaMemcpy(x1.data(), dx1.p, dx1.n, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(x2.data(), dx2.p, dx2.n, cudaMemcpyDeviceToHost));
+    size_t moved = 0;
+    for (size_t i = 0; i < x0.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&x1[i], &x2[i], 4), 0) << "token " << i / size_t(e) << " col " << i % size_t(e);
+      moved += x1[i] != x0[i];
+    }
+    EXPECT_GT(moved, x0.size() / 2) << "the FFN added something";
+  }
 }
 
 }  // namespace

@@ -84,6 +84,8 @@ class CudaBackend final : public Backend {
   void experts_matmul(std::span<const Weight> w, std::span<const Weight> w_up, Glu act, Tensor x, Tensor route,
                       Tensor out) override;
   void add_routed(Tensor y, Tensor d, Tensor route) override;
+  void experts_ffn(std::span<const Weight> gate, std::span<const Weight> up, std::span<const Weight> down, Glu act, Tensor h,
+                   Tensor route, Tensor x) override;
   void argmax_rows(Tensor logits, std::span<int32_t> out, std::span<float> max = {}, const KvLayout* next = nullptr) override;
   // The ops record nodes of the pass's step plan (backend/step_plan.h); flush() fuses and runs
   // them when the pass's results are wanted (read, sample, argmax_rows, the end of a capture).
@@ -297,6 +299,17 @@ class CudaBackend final : public Backend {
   std::unordered_map<const void*, const void*> expert_gemm_tables_;
   bool experts_gemm_ = true;
   bool has_experts_gemm() const { return experts_gemm_ && !expert_gemm_tables_.empty(); }
+  // The grouped GEMM's path (cuda_experts.cpp): a route's pairs sorted by expert, and the GEMMs over them.
+  struct SortedPairs {
+    int64_t rows = 0, k = 0, pairs = 0, max_tiles = 0;
+    int32_t* slot_pair = nullptr;  // [pairs]
+    int32_t* tiles = nullptr;      // [max_tiles][4]
+    int32_t* count = nullptr;      // [1]
+  };
+  SortedPairs sort_pairs(Tensor route, int64_t n_expert);
+  void grouped_gemm(std::span<const Weight> w, std::span<const Weight> w_up, Glu act, const SortedPairs& sp, const void* a16, void* c,
+                    GgmlType c_type);
+  bool experts_gemm_takes(int64_t rows, int64_t k, int64_t n_expert) const;
   void experts_gemm(std::span<const Weight> w, std::span<const Weight> w_up, Glu act, Tensor x, Tensor route, Tensor out);
   size_t weight_bytes_ = 0;
   GgmlType act16_ = GgmlType::F16;  // the 16-bit type GEMM inputs are rounded to

@@ -12,6 +12,7 @@
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemv/gemv_experts_grouped.h"
 #include "kernels/ops/ops.h"
+#include "kernels/ops/moe_slots.h"
 
 #include <algorithm>
 #include <cstring>
@@ -89,8 +90,7 @@ void CudaBackend::experts_matmul(std::span<const Weight> w, std::span<const Weig
         "the gate and up experts differ in type or shape");
   flush();
   widen_only16(x);
-  if (has_experts_gemm() && moe_gemm_launch(rows, k, n_expert, moe_pairs_per_expert_, kn::kGemvExpertsGroupedMaxPairs))
-    return experts_gemm(w, w_up, act, x, route, out);
+  if (experts_gemm_takes(rows, k, n_expert)) return experts_gemm(w, w_up, act, x, route, out);
   kn::GemvExperts p;
   p.wtype = w[0].type;
   p.w = expert_table(w);
@@ -112,39 +112,90 @@ void CudaBackend::experts_matmul(std::span<const Weight> w, std::span<const Weig
          });
 }
 
-// Many pairs: sorted by expert on the device (moe_sort), their x rows gathered as f16, one grouped
-// tensor-core GEMM over every expert's tiles (gemm_experts), the rows scattered back in pair order.
-// (experts_matmul has flushed and widened x.)
-void CudaBackend::experts_gemm(std::span<const Weight> w, std::span<const Weight> w_up, Glu act, Tensor x, Tensor route,
-                               Tensor out) {
-  const int64_t rows = route.rows, k = route.cols / 2, pairs = rows * k, n = w[0].rows, kk = w[0].cols;
-  const int64_t n_expert = int64_t(w.size()), max_tiles = pairs / kn::kGemmExpertsTileRows + n_expert;
-  const bool pair = !w_up.empty();
+// Many pairs sorted by expert on the device (moe_sort): slot_pair and the tiles of one expert's slots.
+CudaBackend::SortedPairs CudaBackend::sort_pairs(Tensor route, int64_t n_expert) {
+  SortedPairs sp;
+  sp.rows = route.rows, sp.k = route.cols / 2, sp.pairs = sp.rows * sp.k;
+  sp.max_tiles = sp.pairs / kn::kGemmExpertsTileRows + n_expert;
+  sp.slot_pair = static_cast<int32_t*>(scratch_bytes(size_t(sp.pairs) * 4));
+  sp.tiles = static_cast<int32_t*>(scratch_bytes(size_t(sp.max_tiles) * 16));
+  sp.count = static_cast<int32_t*>(scratch_bytes(4));
+  run_op("moe sort", double(sp.pairs) * 12.0, 0, [&] {
+    return kn::moe_sort(route.data, sp.rows, int(sp.k), int(n_expert), kn::kGemmExpertsTileRows, sp.slot_pair, sp.tiles, sp.count,
+                        stream_);
+  });
+  return sp;
+}
+
+// One grouped GEMM (gemm_experts) over the sorted pairs: c [pairs][w.rows] in slot order (f32 or
+// f16) from a16 [pairs][w.cols] f16 in slot order; the gate/up pair with w_up.
+void CudaBackend::grouped_gemm(std::span<const Weight> w, std::span<const Weight> w_up, Glu act, const SortedPairs& sp,
+                               const void* a16, void* c, GgmlType c_type) {
   auto table = [&](std::span<const Weight> s) {
     auto it = expert_gemm_tables_.find(s[0].data);
-    check("experts_matmul", it != expert_gemm_tables_.end(), "the experts have no GEMM table (index_experts)");
+    check("experts", it != expert_gemm_tables_.end(), "the experts have no GEMM table (index_experts)");
     return it->second;
   };
-  auto* slot_pair = static_cast<int32_t*>(scratch_bytes(size_t(pairs) * 4));
-  auto* tiles = static_cast<int32_t*>(scratch_bytes(size_t(max_tiles) * 16));
-  auto* count = static_cast<int32_t*>(scratch_bytes(4));
-  void* xs = scratch_bytes(size_t(pairs * kk) * 2);
-  const Tensor ys = alloc(pairs, n);
-  run_op("moe sort", double(pairs) * 12.0, 0, [&] {
-    return kn::moe_sort(route.data, rows, int(k), int(n_expert), kn::kGemmExpertsTileRows, slot_pair, tiles, count, stream_);
-  });
-  run_op("experts gather", double(pairs * kk) * 6.0, 0,
-         [&] { return kn::gather_rows_f16(x.data, pair ? k : 1, slot_pair, pairs, kk, xs, stream_); });
+  const bool pair = !w_up.empty();
+  const int64_t n = w[0].rows, kk = w[0].cols;
   kn::GemmGroups groups;
-  groups.tiles = tiles, groups.count = count, groups.max_tiles = max_tiles;
+  groups.tiles = sp.tiles, groups.count = sp.count, groups.max_tiles = sp.max_tiles;
   kn::GemmProblem p;
-  p.a_type = GgmlType::F16, p.b_type = w[0].type, p.c_type = GgmlType::F32, p.b_layout = kn::WeightLayout::Repacked;
-  p.m = pairs, p.n = n, p.k = kk, p.a = xs, p.lda = kk, p.c = ys.data, p.ldc = n;
+  p.a_type = GgmlType::F16, p.b_type = w[0].type, p.c_type = c_type, p.b_layout = kn::WeightLayout::Repacked;
+  p.m = sp.pairs, p.n = n, p.k = kk, p.a = a16, p.lda = kk, p.c = c, p.ldc = n;
   p.b = table(w), p.b_up = pair ? table(w_up) : nullptr, p.gelu = act == Glu::Gelu, p.groups = &groups;
   const double mats = pair ? 2.0 : 1.0;
-  run_op(pair ? "experts gate/up gemm" : "experts gemm", double(info(w[0]).bytes) * double(n_expert) * mats,
-         2.0 * double(pairs * n * kk) * mats, [&] { return kn::gemm_experts(p, stream_); });
-  run_op("experts scatter", double(pairs * n) * 8.0, 0, [&] { return kn::scatter_rows(ys.data, slot_pair, pairs, n, out.data, stream_); });
+  run_op(pair ? "experts gate/up gemm" : "experts gemm", double(info(w[0]).bytes) * double(w.size()) * mats,
+         2.0 * double(sp.pairs * n * kk) * mats, [&] { return kn::gemm_experts(p, stream_); });
+}
+
+bool CudaBackend::experts_gemm_takes(int64_t rows, int64_t k, int64_t n_expert) const {
+  return has_experts_gemm() && moe_gemm_launch(rows, k, n_expert, moe_pairs_per_expert_, kn::kGemvExpertsGroupedMaxPairs);
+}
+
+// One matrix (or the gate/up pair) of many pairs through the grouped GEMM: x's rows gathered in
+// slot order as f16, the GEMM, its rows scattered back in pair order (experts_matmul has flushed
+// and widened x).
+void CudaBackend::experts_gemm(std::span<const Weight> w, std::span<const Weight> w_up, Glu act, Tensor x, Tensor route,
+                               Tensor out) {
+  const SortedPairs sp = sort_pairs(route, int64_t(w.size()));
+  const int64_t n = w[0].rows, kk = w[0].cols;
+  void* xs = scratch_bytes(size_t(sp.pairs * kk) * 2);
+  const Tensor ys = alloc(sp.pairs, n);
+  run_op("experts gather", double(sp.pairs * kk) * 6.0, 0,
+         [&] { return kn::gather_rows_f16(x.data, w_up.empty() ? 1 : sp.k, sp.slot_pair, sp.pairs, kk, xs, stream_); });
+  grouped_gemm(w, w_up, act, sp, xs, ys.data, GgmlType::F32);
+  run_op("experts scatter", double(sp.pairs * n) * 8.0, 0,
+         [&] { return kn::scatter_rows(ys.data, sp.slot_pair, sp.pairs, n, out.data, stream_); });
+}
+
+// The whole routed FFN through the grouped GEMMs, its rows in slot order from the sort to the add:
+// h gathered once as f16, the gate/up GEMM writing f16 rows (the down GEMM's A, as the gather of
+// its f32 rows would round them), the down GEMM's f32 rows added to x through the pairs' slots
+// (add_routed's bits). Fewer pairs: Backend's three ops.
+void CudaBackend::experts_ffn(std::span<const Weight> gate, std::span<const Weight> up, std::span<const Weight> down, Glu act,
+                              Tensor h, Tensor route, Tensor x) {
+  const int64_t rows = route.rows, k = route.cols / 2;
+  if (!experts_gemm_takes(rows, k, int64_t(gate.size()))) return Backend::experts_ffn(gate, up, down, act, h, route, x);
+  check("experts_ffn", h.rows == rows && x.rows == rows && h.cols == gate[0].cols && x.cols == down[0].rows &&
+                           down[0].cols == gate[0].rows, "shapes differ");
+  flush();
+  widen_only16(h);
+  widen_only16(x);
+  const SortedPairs sp = sort_pairs(route, int64_t(gate.size()));
+  const int64_t e = h.cols, f = gate[0].rows;
+  void* hs = scratch_bytes(size_t(sp.pairs * e) * 2);
+  void* g16 = scratch_bytes(size_t(sp.pairs * f) * 2);
+  const Tensor d = alloc(sp.pairs, x.cols);
+  auto* pair_slot = static_cast<int32_t*>(scratch_bytes(size_t(sp.pairs) * 4));
+  run_op("experts gather", double(sp.pairs * e) * 6.0, 0,
+         [&] { return kn::gather_rows_f16(h.data, k, sp.slot_pair, sp.pairs, e, hs, stream_); });
+  grouped_gemm(gate, up, act, sp, hs, g16, GgmlType::F16);
+  grouped_gemm(down, {}, act, sp, g16, d.data, GgmlType::F32);
+  run_op("add_routed", double(d.rows * d.cols + 2 * x.rows * x.cols) * 4.0, double(d.rows * d.cols) * 2.0, [&] {
+    const kn::Status st = kn::moe_pair_slots(sp.slot_pair, sp.pairs, pair_slot, stream_);
+    return st ? kn::add_routed_slots(x.data, d.data, rows, x.cols, route.data, int(k), pair_slot, stream_) : st;
+  });
 }
 
 void CudaBackend::add_routed(Tensor y, Tensor d, Tensor route) {

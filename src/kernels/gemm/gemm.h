@@ -122,7 +122,7 @@ struct GemmChoice {
 GemmChoice gemm_choice(const GemmProblem& p);
 
 // A mixture of experts' matmul grouped by expert, in one launch of q3_wgmma_rs (Hopper): C [m][n]
-// (f32, row stride n) = A [m][k] (f16, row stride k) times W_e^T for the rows of each tile of
+// (f32 or f16, row stride n) = A [m][k] (f16, row stride k) times W_e^T for the rows of each tile of
 // p.groups, e its expert; gated (p.b_up): act(A W_e^T) * (A U_e^T), SiLU or GELU (p.gelu). p.b and
 // p.b_up: tables from gemm_experts_args in device memory. Rows that no tile holds are not written.
 Status gemm_experts(const GemmProblem& p, cudaStream_t s);

@@ -39,8 +39,9 @@ bool gemm_experts_supports(GgmlType t, int64_t n, int64_t k) {
 
 Status gemm_experts(const GemmProblem& p, cudaStream_t s) {
   if (!p.groups || !p.groups->tiles || !p.groups->count || p.groups->max_tiles < 1 || !p.a || !p.b || !p.c || p.m < 1 ||
-      p.lda != p.k || p.ldc != p.n || p.c_type != GgmlType::F32 || !gemm_experts_supports(p.b_type, p.n, p.k))
-    return Status::error("gemm_experts: bad problem (Hopper, a repacked q3_wgmma_rs type, f16 A and f32 C packed, tiles)");
+      p.lda != p.k || p.ldc != p.n || (p.c_type != GgmlType::F32 && p.c_type != GgmlType::F16) ||
+      !gemm_experts_supports(p.b_type, p.n, p.k))
+    return Status::error("gemm_experts: bad problem (Hopper, a repacked q3_wgmma_rs type, f16 A and f32 or f16 C packed, tiles)");
   // 64 activation rows a tile; 128 columns of C a block (gated: 128 gate and 128 up rows).
   const GemmConfig c{kGemmExpertsTileRows, 128, 64, 4};
   return qgemm_rs::run(p, c, s);

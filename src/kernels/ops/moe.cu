@@ -5,6 +5,7 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/ops/ops.h"
 #include "kernels/ops/moe_router.h"
+#include "kernels/ops/moe_slots.h"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -85,20 +86,30 @@ __global__ void moe_route_kernel(const float* __restrict__ logits, int64_t rows,
   }
 }
 
-// y[t][c] += w_tj d[t k + j][c] for j = 0..k-1 in order, each an fmaf (add_rows_scaled's bits, one
-// pick at a time); blockIdx.y the row t.
+// y[t][c] += w_tj d[row of pair t k + j][c] for j = 0..k-1 in order, each an fmaf
+// (add_rows_scaled's bits, one pick at a time); the pair's row is the pair itself, or
+// pair_slot[pair] (d's rows in moe_sort's slot order); blockIdx.y the row t.
 __global__ void add_routed_kernel(float* __restrict__ y, const float* __restrict__ d, int64_t cols,
-                                  const float* __restrict__ route, int k) {
+                                  const float* __restrict__ route, int k, const int32_t* __restrict__ pair_slot) {
   pdl_enter();
   const int64_t t = blockIdx.y;
   const float* w = route + t * 2 * k + k;
   float* yt = y + t * cols;
-  const float* dt = d + t * k * cols;
   for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < cols; c += int64_t(gridDim.x) * blockDim.x) {
     float v = yt[c];
-    for (int j = 0; j < k; ++j) v = __fmaf_rn(w[j], dt[int64_t(j) * cols + c], v);
+    for (int j = 0; j < k; ++j) {
+      const int64_t pair = t * k + j, row = pair_slot ? pair_slot[pair] : pair;
+      v = __fmaf_rn(w[j], d[row * cols + c], v);
+    }
     yt[c] = v;
   }
+}
+
+// pair_slot[slot_pair[s]] = s: where each pair's row lies in moe_sort's order.
+__global__ void pair_slots_kernel(const int32_t* __restrict__ slot_pair, int64_t pairs, int32_t* __restrict__ pair_slot) {
+  pdl_enter();
+  for (int64_t s = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; s < pairs; s += int64_t(gridDim.x) * blockDim.x)
+    pair_slot[slot_pair[s]] = int32_t(s);
 }
 
 // A mixture of experts' pairs (token t, pick j: pair t k + j) sorted by expert for the grouped
@@ -264,8 +275,25 @@ Status add_routed(float* y, const float* d, int64_t rows, int64_t cols, const fl
   if (!y || !d || !route || rows < 1 || rows > 65535 || cols <= 0 || k < 1) return Status::error("add_routed: bad arguments");
   constexpr int kThreads = 256;
   launch_pdl(add_routed_kernel, dim3(unsigned((cols + kThreads - 1) / kThreads), unsigned(rows)), dim3(kThreads), 0, s, y, d, cols,
-             route, k);
+             route, k, static_cast<const int32_t*>(nullptr));
   return launch_status("add_routed");
+}
+
+Status moe_pair_slots(const int32_t* slot_pair, int64_t pairs, int32_t* pair_slot, cudaStream_t s) {
+  if (!slot_pair || !pair_slot || pairs < 1) return Status::error("moe_pair_slots: bad arguments");
+  launch_pdl(pair_slots_kernel, dim3(unsigned(std::min<int64_t>((pairs + 255) / 256, 1024))), dim3(256), 0, s, slot_pair, pairs,
+             pair_slot);
+  return launch_status("moe_pair_slots");
+}
+
+Status add_routed_slots(float* y, const float* d, int64_t rows, int64_t cols, const float* route, int k, const int32_t* pair_slot,
+                        cudaStream_t s) {
+  if (!y || !d || !route || !pair_slot || rows < 1 || rows > 65535 || cols <= 0 || k < 1)
+    return Status::error("add_routed_slots: bad arguments");
+  constexpr int kThreads = 256;
+  launch_pdl(add_routed_kernel, dim3(unsigned((cols + kThreads - 1) / kThreads), unsigned(rows)), dim3(kThreads), 0, s, y, d, cols,
+             route, k, pair_slot);
+  return launch_status("add_routed_slots");
 }
 
 Status moe_sort(const float* route, int64_t rows, int k, int n_expert, int tile_rows, int32_t* slot_pair, int32_t* tiles,
