@@ -3,7 +3,8 @@
 // side by side: gemv_experts (a block row a (token, pick) pair, each reading its expert's matrix)
 // and gemv_experts_grouped (a block row an expert, reading it once for all its pairs), and the
 // grouped GEMM (Hopper) as the CUDA backend runs it for many pairs: moe_sort, gather_rows_f16,
-// gemm_experts and scatter_rows, timed together. Each
+// gemm_experts and scatter_rows, timed together, and the GEMM alone in each of its launch shapes
+// (gemm_experts.h; where the backend takes the GEMM, more than 2 pairs an expert). Each
 // matrix of a model's shape: the gate/up pair (x a row a token) and the down matrix (x a row a
 // pair). Columns: µs a launch inside a CUDA graph of back-to-back launches (as a decode step runs
 // them), the experts' bytes the step must read (the distinct experts picked, averaged over the
@@ -15,12 +16,14 @@
 #include "core/error.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #if defined(LAMINA_HAVE_CUDA)
 #include "format/ggml_type.h"
 #include "kernels/common/timing.h"
 #include "kernels/gemv/gemv.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_experts.h"
 #include "kernels/gemv/gemv_experts_grouped.h"
 #include "kernels/ops/ops.h"
 
@@ -125,6 +128,41 @@ double time_gemm(const void* maps, const void* maps_up, GgmlType t, const MoeSha
   return us > 0 ? us : kn::median_time_us(run, 3, reps, s);
 }
 
+// The grouped GEMM alone in launch shape l (gemm_experts.h): each route sorted once beforehand,
+// the launches rotating over the routes' tiles; µs a launch in a graph, -1 where l does not take
+// the problem.
+double time_gemm_alone(kn::ExpertsLaunch l, const void* maps, const void* maps_up, GgmlType t, const MoeShape& m, int T, bool pair,
+                       const int32_t* routes, const float* x, int reps, cudaStream_t s) {
+  if (!kn::experts_launch_takes(l, pair)) return -1;
+  const int64_t pairs = int64_t(T) * m.k, n = pair ? m.n_ff : m.n_embd, k = pair ? m.n_embd : m.n_ff;
+  const int64_t max_tiles = pairs / kn::kGemmExpertsTileRows + m.n_expert;
+  DevBuf slot_pair(size_t(pairs) * 4), tiles(size_t(kRoutes * max_tiles) * 16), count(size_t(kRoutes) * 4),
+      xs(size_t(pairs * k) * 2), ys(size_t(pairs * n) * 4);
+  auto* sp = static_cast<int32_t*>(slot_pair.p);
+  for (int r = 0; r < kRoutes; ++r) {
+    const float* route = reinterpret_cast<const float*>(routes + size_t(r) * size_t(T) * size_t(2 * m.k));
+    const kn::Status st = kn::moe_sort(route, T, m.k, m.n_expert, kn::kGemmExpertsTileRows, sp,
+                                       static_cast<int32_t*>(tiles.p) + size_t(r * max_tiles) * 4, static_cast<int32_t*>(count.p) + r, s);
+    if (!st) fail("kbench experts: {}", st.message);
+  }
+  if (const kn::Status st = kn::gather_rows_f16(x, pair ? m.k : 1, sp, pairs, k, xs.p, s); !st) fail("kbench experts: {}", st.message);
+  kn::Status st;
+  const auto run = [&](int i) {
+    kn::GemmGroups groups;
+    groups.tiles = static_cast<const int32_t*>(tiles.p) + size_t((i % kRoutes) * max_tiles) * 4;
+    groups.count = static_cast<const int32_t*>(count.p) + i % kRoutes, groups.max_tiles = max_tiles;
+    kn::GemmProblem p;
+    p.a_type = GgmlType::F16, p.b_type = t, p.c_type = GgmlType::F32, p.b_layout = kn::WeightLayout::Repacked;
+    p.m = pairs, p.n = n, p.k = k, p.a = xs.p, p.lda = k, p.c = ys.p, p.ldc = n, p.b = maps, p.b_up = maps_up, p.groups = &groups;
+    if (const kn::Status r = kn::gemm_experts(p, l, s); !r) st = r;
+  };
+  run(0);
+  check(cudaStreamSynchronize(s), "first grouped GEMM alone");
+  if (!st) fail("kbench experts: {}", st.message);
+  const double us = kn::graph_time_us(run, kRoutes, reps, s);
+  return us > 0 ? us : kn::median_time_us(run, 3, reps, s);
+}
+
 }  // namespace
 
 void run_kbench_experts(const KbenchExpertsArgs& a) {
@@ -148,8 +186,11 @@ void run_kbench_experts(const KbenchExpertsArgs& a) {
   const double copy_gbs = kn::copy_bandwidth_gbs(size_t(1) << 30, s);
   fmt::print("device-to-device copy: {:.0f} GB/s\n\n", copy_gbs);
   fmt::print("| shape | type | matrix | tokens | pairs | experts read | one a pair µs | GB/s | grouped µs | GB/s | grouped GEMM µs | GB/s | "
-             "best % copy |\n");
-  fmt::print("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+             "best % copy | GEMM alone µs: {} | best GEMM alone % copy |\n",
+             fmt::join(std::vector<std::string>{kn::experts_launch_name(kn::kExpertsLaunches[0]), kn::experts_launch_name(kn::kExpertsLaunches[1]),
+                                                kn::experts_launch_name(kn::kExpertsLaunches[2])},
+                       " / "));
+  fmt::print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::mt19937 rng(7);
   for (const MoeShape* m : shapes)
     for (GgmlType t : types) {
@@ -209,14 +250,26 @@ void run_kbench_experts(const KbenchExpertsArgs& a) {
           if (w0.maps) us[2] = time_gemm(w0.maps->p, pair ? up.maps->p : nullptr, t, *m, T, pair,
                                          static_cast<const int32_t*>(dr.p), static_cast<const float*>(dx.p),
                                          static_cast<float*>(dy.p), a.reps, s);
+          std::string alone = "-";
+          double alone_best = -1;
+          if (w0.maps && T * m->k > 2 * m->n_expert) {  // (where the backend takes the GEMM at its default)
+            std::vector<std::string> cells;
+            for (kn::ExpertsLaunch l : kn::kExpertsLaunches) {
+              const double t_us = time_gemm_alone(l, w0.maps->p, pair ? up.maps->p : nullptr, t, *m, T, pair,
+                                                  static_cast<const int32_t*>(dr.p), static_cast<const float*>(dx.p), a.reps, s);
+              cells.push_back(t_us > 0 ? fmt::format("{:.2f}", t_us) : "-");
+              if (t_us > 0 && (alone_best < 0 || t_us < alone_best)) alone_best = t_us;
+            }
+            alone = fmt::format("{}", fmt::join(cells, " / "));
+          }
           const double bytes = distinct * double((pair ? 2 : 1) * (pair ? gate.bytes : down.bytes));
           const auto gbs = [&](double t_us) { return t_us > 0 ? bytes / (t_us * 1e3) : 0.0; };
           const double best = std::max({gbs(us[0]), gbs(us[1]), gbs(us[2])});
           const auto cell = [](double v, const char* f) { return v > 0 ? fmt::format(fmt::runtime(f), v) : std::string("-"); };
-          fmt::print("| {} | {} | {} | {} | {} | {:.1f} | {} | {} | {} | {} | {} | {} | {:.1f} % |\n", m->name, type_name(t),
+          fmt::print("| {} | {} | {} | {} | {} | {:.1f} | {} | {} | {} | {} | {} | {} | {:.1f} % | {} | {} |\n", m->name, type_name(t),
                      pair ? "gate/up" : "down", T, pairs, distinct, cell(us[0], "{:.2f}"), cell(gbs(us[0]), "{:.0f}"),
                      cell(us[1], "{:.2f}"), cell(gbs(us[1]), "{:.0f}"), cell(us[2], "{:.2f}"), cell(gbs(us[2]), "{:.0f}"),
-                     100.0 * best / copy_gbs);
+                     100.0 * best / copy_gbs, alone, alone_best > 0 ? fmt::format("{:.1f} %", 100.0 * gbs(alone_best) / copy_gbs) : "-");
         }
       }
     }

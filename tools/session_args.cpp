@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <random>
 #include <sstream>
 
@@ -39,6 +40,12 @@ void add_session_options(CLI::App* sub, SessionArgs& a) {
                   "grouping (default -1: 2 with the grouped GEMM, else min(16, n_expert / 8, at least 1); 0: GEMVs for "
                   "one-row passes only)")
       ->check(CLI::Range(-1, 4096));
+  using Down = CudaOptions::MoeDownLaunch;
+  sub->add_option("--moe-down-launch", a.opt.cuda.moe_down_launch,
+                  "CUDA: the grouped GEMM's blocks over a mixture of experts' down matrices: rows128, rows256 (weight "
+                  "rows a block; the default) or two-blocks (two 128-row blocks an SM)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, Down>{{"rows128", Down::Rows128}, {"rows256", Down::Rows256}, {"two-blocks", Down::TwoBlocks}}));
   sub->add_flag("!--no-paged-prefill", a.opt.cuda.paged_prefill,
                 "CUDA: the batching engine's prompt chunks through the flash-decoding splits row by row (not the prefill kernel)");
   sub->add_flag("!--no-window-ring", a.opt.cuda.window_ring,

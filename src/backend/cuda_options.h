@@ -57,6 +57,12 @@ struct CudaOptions {
   // an expert (--moe-pairs-per-expert; 0: GEMVs for one-row passes only; -1, the default: 2 with
   // the grouped GEMM, else min(16, max(1, n_expert / 8)): backend/moe_policy.h).
   int moe_pairs_per_expert = -1;
+  // The grouped GEMM's launch shape for the experts' down matrix (kernels/gemm/gemm_experts.h:
+  // 128 or 256 weight rows a block, or two 128-row blocks an SM; --moe-down-launch). 256 rows
+  // read each tile's activations half as often; kbench experts (q4_0, 64-2,048 tokens) had it the
+  // fastest on Qwen3-30B-A3B's and Mixtral-8x7B's down matrices, by 11-16 % (docs/benchmarks.md,
+  // sixty-second session). The gate/up pair's gated launch has one shape.
+  enum class MoeDownLaunch { Rows128, Rows256, TwoBlocks } moe_down_launch = MoeDownLaunch::Rows256;
   // One sequence's sliding-window layers (Gemma 3's local layers) backed by a ring of chunks that
   // holds their window, at the whole cache's addresses (backend/cuda/cuda_kv_memory.h); false:
   // every row of every layer backed (--no-window-ring, to compare).

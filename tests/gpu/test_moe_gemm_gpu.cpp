@@ -6,6 +6,7 @@
 #include "gpu_test_util.h"
 #include "format/quant.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_experts.h"
 #include "kernels/gemv/gemv.h"
 #include "kernels/ops/ops.h"
 #include "kernels/ops/moe_router.h"
@@ -154,6 +155,43 @@ TEST(MoeSort, MatchesAStableSortOnTheHost) {
       << "more than 256 experts";
 }
 
+// gather_rows_f16 and scatter_rows against the host: rows in slot order and back, f16 rounding
+// (__float2half_rn) the gather's only change; widths of whole 8-column runs (a thread's vector of
+// 8) and odd widths (one element a thread), more slots than the grid's rows, outputs poisoned.
+TEST(MoeRows, GatherAndScatterMoveTheSlotsRows) {
+  std::mt19937 rng(5);
+  for (const auto [rows, share, cols] : {std::tuple{300, 8, 2048}, std::tuple{2500, 1, 16}, std::tuple{37, 3, 13},
+                                         std::tuple{5, 2, 2056}, std::tuple{700, 4, 4100}}) {
+    SCOPED_TRACE(testing::Message() << rows << " x rows, share " << share << ", " << cols << " columns");
+    const int slots = rows * share;
+    std::vector<int32_t> slot_pair(size_t(slots), 0);
+    for (int i = 0; i < slots; ++i) slot_pair[size_t(i)] = i;
+    std::shuffle(slot_pair.begin(), slot_pair.end(), rng);
+    std::vector<float> x(size_t(rows) * size_t(cols)), src(size_t(slots) * size_t(cols));
+    std::normal_distribution<float> nd(0.f, 3.f);
+    for (float& v : x) v = nd(rng);
+    for (float& v : src) v = nd(rng);
+    DeviceBuf dx(x), dsrc(src), dsp(slot_pair), dout(size_t(slots) * size_t(cols) * 2), ddst(size_t(slots) * size_t(cols) * 4);
+    CUDA_OK(cudaMemset(dout.p, 0xFF, dout.n));
+    CUDA_OK(cudaMemset(ddst.p, 0xFF, ddst.n));
+    ASSERT_TRUE(gather_rows_f16(dx.as<float>(), share, dsp.as<int32_t>(), slots, cols, dout.p, nullptr).ok);
+    ASSERT_TRUE(scatter_rows(dsrc.as<float>(), dsp.as<int32_t>(), slots, cols, ddst.as<float>(), nullptr).ok);
+    std::vector<__half> out(size_t(slots) * size_t(cols));
+    std::vector<float> dst(size_t(slots) * size_t(cols));
+    CUDA_OK(cudaMemcpy(out.data(), dout.p, dout.n, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(dst.data(), ddst.p, ddst.n, cudaMemcpyDeviceToHost));
+    for (int sl = 0; sl < slots; ++sl) {
+      const size_t pr = size_t(slot_pair[size_t(sl)]);
+      for (int c = 0; c < cols; ++c) {
+        const size_t o = size_t(sl) * size_t(cols) + size_t(c);
+        const float want = __half2float(__float2half_rn(x[pr / size_t(share) * size_t(cols) + size_t(c)]));
+        ASSERT_EQ(__half2float(out[o]), want) << "gather slot " << sl << " column " << c;
+        ASSERT_EQ(dst[pr * size_t(cols) + size_t(c)], src[o]) << "scatter slot " << sl << " column " << c;
+      }
+    }
+  }
+}
+
 // y[pair] = W_e x_t (or SiLU(W_e x_t) * (U_e x_t)) for each pair (t, e) of a route, through
 // moe_sort, gather_rows_f16, gemm_experts and scatter_rows: an fp64 reference of the same
 // f16-rounded x within the f16 rounding of W's values; experts with no pair, one expert with more
@@ -192,44 +230,51 @@ TEST(GemmExperts, MatchesFp64ReferenceThroughTheSortedPairs) {
       const int64_t max_tiles = pairs / kGemmExpertsTileRows + n_expert;
       DeviceBuf dr(route), dx(x), dmaps(maps), dmaps_up(maps_up), dsp(size_t(pairs) * 4), dt(size_t(max_tiles) * 16), dc(4),
           dxs(size_t(pairs * k) * 2), dys(size_t(pairs * n) * 4), dy(size_t(pairs * n + 16) * 4);
-      CUDA_OK(cudaMemset(dys.p, 0xFF, dys.n));
-      CUDA_OK(cudaMemset(dy.p, 0xFF, dy.n));
       ASSERT_TRUE(moe_sort(dr.as<float>(), tokens, picks, n_expert, kGemmExpertsTileRows, dsp.as<int32_t>(), dt.as<int32_t>(),
                            dc.as<int32_t>(), nullptr).ok);
       ASSERT_TRUE(gather_rows_f16(dx.as<float>(), share, dsp.as<int32_t>(), pairs, k, dxs.p, nullptr).ok);
-      GemmGroups groups;
-      groups.tiles = dt.as<int32_t>(), groups.count = dc.as<int32_t>(), groups.max_tiles = max_tiles;
-      GemmProblem p;
-      p.a_type = GgmlType::F16, p.b_type = t, p.c_type = GgmlType::F32, p.b_layout = WeightLayout::Repacked;
-      p.m = pairs, p.n = n, p.k = k, p.a = dxs.p, p.lda = k, p.c = dys.p, p.ldc = n;
-      p.b = dmaps.p, p.b_up = gated ? dmaps_up.p : nullptr, p.groups = &groups;
-      const Status st = gemm_experts(p, nullptr);
-      ASSERT_TRUE(st.ok) << st.message;
-      ASSERT_TRUE(scatter_rows(dys.as<float>(), dsp.as<int32_t>(), pairs, n, dy.as<float>(), nullptr).ok);
-      CUDA_OK(cudaDeviceSynchronize());
-      std::vector<float> got(dy.n / 4);
-      CUDA_OK(cudaMemcpy(got.data(), dy.p, dy.n, cudaMemcpyDeviceToHost));
-      const size_t rb = row_bytes(t, k);
-      std::vector<float> wd(static_cast<size_t>(k)), wud(static_cast<size_t>(k)), xh(static_cast<size_t>(k));
-      for (int64_t pr = 0; pr < pairs; ++pr) {
-        const int e = ids[size_t(pr)];
-        const float* xr = &x[size_t(pr / share * k)];
-        for (int64_t i = 0; i < k; ++i) xh[size_t(i)] = __half2float(__float2half_rn(xr[i]));
-        for (int64_t r = 0; r < n; ++r) {
-          dequantize_row(t, w[size_t(e)].data() + size_t(r) * rb, wd.data(), k);
-          dequantize_row(t, wu[size_t(e)].data() + size_t(r) * rb, wud.data(), k);
-          double a = 0, u = 0, ma = 0, mu = 0;
-          for (int64_t i = 0; i < k; ++i) {
-            a += double(wd[size_t(i)]) * xh[size_t(i)], u += double(wud[size_t(i)]) * xh[size_t(i)];
-            ma += std::fabs(double(wd[size_t(i)]) * xh[size_t(i)]), mu += std::fabs(double(wud[size_t(i)]) * xh[size_t(i)]);
-          }
-          // W's values as f16 (2^-11 relative each), then f32 sums; through the GLU |silu'| <= 1.1.
-          const double want = gated ? a / (1.0 + std::exp(-a)) * u : a;
-          const double bound = gated ? 1e-3 * (1.1 * ma * std::fabs(u) + std::fabs(a) * mu + 1e-3 * ma * mu) : 1e-3 * ma;
-          ASSERT_NEAR(got[size_t(pr * n + r)], want, bound + 1e-5) << "pair " << pr << " (expert " << e << ") row " << r;
+      for (ExpertsLaunch l : kExpertsLaunches) {
+        if (!experts_launch_takes(l, gated)) {
+          EXPECT_FALSE(experts_launch_takes(l, true)) << experts_launch_name(l);
+          continue;
         }
+        SCOPED_TRACE(experts_launch_name(l));
+        CUDA_OK(cudaMemset(dys.p, 0xFF, dys.n));
+        CUDA_OK(cudaMemset(dy.p, 0xFF, dy.n));
+        GemmGroups groups;
+        groups.tiles = dt.as<int32_t>(), groups.count = dc.as<int32_t>(), groups.max_tiles = max_tiles;
+        GemmProblem p;
+        p.a_type = GgmlType::F16, p.b_type = t, p.c_type = GgmlType::F32, p.b_layout = WeightLayout::Repacked;
+        p.m = pairs, p.n = n, p.k = k, p.a = dxs.p, p.lda = k, p.c = dys.p, p.ldc = n;
+        p.b = dmaps.p, p.b_up = gated ? dmaps_up.p : nullptr, p.groups = &groups;
+        const Status st = gemm_experts(p, l, nullptr);
+        ASSERT_TRUE(st.ok) << st.message;
+        ASSERT_TRUE(scatter_rows(dys.as<float>(), dsp.as<int32_t>(), pairs, n, dy.as<float>(), nullptr).ok);
+        CUDA_OK(cudaDeviceSynchronize());
+        std::vector<float> got(dy.n / 4);
+        CUDA_OK(cudaMemcpy(got.data(), dy.p, dy.n, cudaMemcpyDeviceToHost));
+        const size_t rb = row_bytes(t, k);
+        std::vector<float> wd(static_cast<size_t>(k)), wud(static_cast<size_t>(k)), xh(static_cast<size_t>(k));
+        for (int64_t pr = 0; pr < pairs; ++pr) {
+          const int e = ids[size_t(pr)];
+          const float* xr = &x[size_t(pr / share * k)];
+          for (int64_t i = 0; i < k; ++i) xh[size_t(i)] = __half2float(__float2half_rn(xr[i]));
+          for (int64_t r = 0; r < n; ++r) {
+            dequantize_row(t, w[size_t(e)].data() + size_t(r) * rb, wd.data(), k);
+            dequantize_row(t, wu[size_t(e)].data() + size_t(r) * rb, wud.data(), k);
+            double a = 0, u = 0, ma = 0, mu = 0;
+            for (int64_t i = 0; i < k; ++i) {
+              a += double(wd[size_t(i)]) * xh[size_t(i)], u += double(wud[size_t(i)]) * xh[size_t(i)];
+              ma += std::fabs(double(wd[size_t(i)]) * xh[size_t(i)]), mu += std::fabs(double(wud[size_t(i)]) * xh[size_t(i)]);
+            }
+            // W's values as f16 (2^-11 relative each), then f32 sums; through the GLU |silu'| <= 1.1.
+            const double want = gated ? a / (1.0 + std::exp(-a)) * u : a;
+            const double bound = gated ? 1e-3 * (1.1 * ma * std::fabs(u) + std::fabs(a) * mu + 1e-3 * ma * mu) : 1e-3 * ma;
+            ASSERT_NEAR(got[size_t(pr * n + r)], want, bound + 1e-5) << "pair " << pr << " (expert " << e << ") row " << r;
+          }
+        }
+        for (size_t i = size_t(pairs * n); i < got.size(); ++i) ASSERT_TRUE(std::isnan(got[i])) << "wrote past y";
       }
-      for (size_t i = size_t(pairs * n); i < got.size(); ++i) ASSERT_TRUE(std::isnan(got[i])) << "wrote past y";
     }
   GemmProblem bad;
   EXPECT_FALSE(gemm_experts(bad, nullptr).ok);

@@ -41,6 +41,7 @@ CudaBackend::CudaBackend(int device, bool exact, const CudaOptions& o)
       paged_prefill_(o.paged_prefill),
       gated_gemm_(o.gated_gemm),
       moe_pairs_per_expert_(o.moe_pairs_per_expert),
+      moe_down_launch_(o.moe_down_launch),
       gemv_max_rows_(o.gemv_max_rows),
       window_ring_(o.window_ring) {
   nccl_ = o.nccl, all_reduce_ = o.all_reduce;

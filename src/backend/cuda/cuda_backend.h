@@ -442,6 +442,7 @@ class CudaBackend final : public Backend {
   bool paged_prefill_ = true;  // CudaOptions::paged_prefill
   bool gated_gemm_ = true;  // CudaOptions::gated_gemm
   int moe_pairs_per_expert_ = -1;  // CudaOptions::moe_pairs_per_expert
+  CudaOptions::MoeDownLaunch moe_down_launch_ = CudaOptions::MoeDownLaunch::Rows256;
   int gemv_max_rows_ = 2;  // CudaOptions::gemv_max_rows
   bool window_ring_ = true;  // CudaOptions::window_ring
   std::unique_ptr<GraphTiming> graph_timing_;  // CudaOptions::graph_timing

@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_op.h"
 #include "backend/moe_policy.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_experts.h"
 #include "kernels/gemv/gemv_experts_grouped.h"
 #include "kernels/ops/ops.h"
 #include "kernels/ops/moe_slots.h"
@@ -146,7 +147,13 @@ void CudaBackend::grouped_gemm(std::span<const Weight> w, std::span<const Weight
   p.b = table(w), p.b_up = pair ? table(w_up) : nullptr, p.gelu = act == Glu::Gelu, p.groups = &groups;
   const double mats = pair ? 2.0 : 1.0;
   run_op(pair ? "experts gate/up gemm" : "experts gemm", double(info(w[0]).bytes) * double(w.size()) * mats,
-         2.0 * double(sp.pairs * n * kk) * mats, [&] { return kn::gemm_experts(p, stream_); });
+         2.0 * double(sp.pairs * n * kk) * mats, [&] {
+           using D = CudaOptions::MoeDownLaunch;
+           const kn::ExpertsLaunch l = pair || moe_down_launch_ == D::Rows128 ? kn::ExpertsLaunch::Rows128
+                                       : moe_down_launch_ == D::Rows256       ? kn::ExpertsLaunch::Rows256
+                                                                              : kn::ExpertsLaunch::TwoBlocks;
+           return kn::gemm_experts(p, l, stream_);
+         });
 }
 
 bool CudaBackend::experts_gemm_takes(int64_t rows, int64_t k, int64_t n_expert) const {

@@ -2,6 +2,7 @@
 // are compiled apart, in the units src/CMakeLists.txt writes), and the grouped launch's tables of
 // the experts' tensor maps (gemm_experts_args) through the same dispatch.
 #include "kernels/gemm/qgemm_rs.cuh"
+#include "kernels/gemm/gemm_experts.h"
 
 namespace lamina::kernels::qgemm_rs {
 
@@ -48,6 +49,27 @@ Status run(const GemmProblem& p, const GemmConfig& c, cudaStream_t s) {
   if (!by_kind(p.b_type, [&](auto kind) { st = run_kind<decltype(kind)::value>(p, c, s); }))
     return Status::error("q3_wgmma_rs: no instances for weight type " + std::string(type_name(p.b_type)));
   return st;
+}
+
+// The grouped launch's instances: 64-row tiles (kGemmExpertsTileRows), no split-K; gated, 128
+// gate and 128 up rows a block.
+Status run_experts(const GemmProblem& p, ExpertsLaunch l, cudaStream_t s) {
+  static_assert(kGemmExpertsTileRows == 64, "the grouped instances are compiled for 64-row tiles");
+  constexpr int kRows = kGemmExpertsTileRows;
+  Status st;
+  const bool typed = by_kind(p.b_type, [&](auto kind) {
+    constexpr QKind K = decltype(kind)::value;
+    if (p.b_up) {
+      st = launch<K, kRows, 256, 4, true>(p, GemmConfig{kRows, 128, 64, 4}, s);
+      return;
+    }
+    switch (l) {
+      case ExpertsLaunch::Rows128: st = launch<K, kRows, 128, 4>(p, GemmConfig{kRows, 128, 64, 4}, s); break;
+      case ExpertsLaunch::Rows256: st = launch<K, kRows, 256, 4>(p, GemmConfig{kRows, 256, 64, 4}, s); break;
+      case ExpertsLaunch::TwoBlocks: st = launch<K, kRows, 128, 4, false, 2>(p, GemmConfig{kRows, 128, 64, 4}, s); break;
+    }
+  });
+  return typed ? st : Status::error("gemm_experts: no instances for weight type " + std::string(type_name(p.b_type)));
 }
 
 }  // namespace lamina::kernels::qgemm_rs

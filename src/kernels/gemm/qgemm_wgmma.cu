@@ -1,6 +1,7 @@
 // q2_wgmma and q3_wgmma_rs registration and dispatch; the kernels are in qgemm_wgmma.cuh and
 // qgemm_rs.cuh, instantiated per weight type in qgemm_wgmma_<type>.cu and per (type, tile) in
 // units src/CMakeLists.txt writes (the translation units compile in parallel).
+#include "kernels/gemm/gemm_experts.h"
 #include "kernels/gemm/qgemm_rs.cuh"
 
 namespace lamina::kernels {
@@ -37,15 +38,29 @@ bool gemm_experts_supports(GgmlType t, int64_t n, int64_t k) {
 
 // (gemm_experts_args: qgemm_rs.cu, beside the dispatch of each type to its kind.)
 
-Status gemm_experts(const GemmProblem& p, cudaStream_t s) {
+Status gemm_experts(const GemmProblem& p, cudaStream_t s) { return gemm_experts(p, ExpertsLaunch::Rows128, s); }
+
+Status gemm_experts(const GemmProblem& p, ExpertsLaunch l, cudaStream_t s) {
   if (!p.groups || !p.groups->tiles || !p.groups->count || p.groups->max_tiles < 1 || !p.a || !p.b || !p.c || p.m < 1 ||
       p.lda != p.k || p.ldc != p.n || (p.c_type != GgmlType::F32 && p.c_type != GgmlType::F16) ||
       !gemm_experts_supports(p.b_type, p.n, p.k))
     return Status::error("gemm_experts: bad problem (Hopper, a repacked q3_wgmma_rs type, f16 A and f32 or f16 C packed, tiles)");
-  // 64 activation rows a tile; 128 columns of C a block (gated: 128 gate and 128 up rows).
-  const GemmConfig c{kGemmExpertsTileRows, 128, 64, 4};
-  return qgemm_rs::run(p, c, s);
+  if (!experts_launch_takes(l, p.b_up != nullptr))
+    return Status::error(std::string("gemm_experts: launch ") + experts_launch_name(l) + " does not take " +
+                         (p.b_up ? "a gated problem" : "an ungated problem"));
+  return qgemm_rs::run_experts(p, l, s);
 }
+
+const char* experts_launch_name(ExpertsLaunch l) {
+  switch (l) {
+    case ExpertsLaunch::Rows128: return "rows128";
+    case ExpertsLaunch::Rows256: return "rows256";
+    case ExpertsLaunch::TwoBlocks: return "two-blocks";
+  }
+  return "?";
+}
+
+bool experts_launch_takes(ExpertsLaunch l, bool gated) { return l == ExpertsLaunch::Rows128 || !gated; }
 
 void register_qgemm_wgmma_variants(std::vector<GemmVariant>& out) {
   // Stages: what the shared memory holds next to the ring of raw weight bytes (2 x 4 k-steps).
