@@ -232,6 +232,28 @@ __global__ void scatter_rows_kernel(const float* __restrict__ src, const int32_t
 // blockIdx.z into f32 planes [split][rows][n] that router_sum adds in split order (the same bits
 // whatever the timing).
 constexpr int kRtM = 32, kRtN = 64, kRtK = 32, kRtThreads = 256;
+// A thread's share of a chunk's global loads: x row tid % 32 at k offsets 4 (tid / 32) ..; W column
+// tid % 64 at k offsets 4 (tid / 64) + 16 h .. (a warp: 32 rows or columns at one offset).
+struct RouterChunk {
+  float4 x, w[2];
+};
+__device__ __forceinline__ RouterChunk router_load(const float* __restrict__ x, const float* __restrict__ w, int64_t rows, int n,
+                                                   int64_t k, int64_t m0, int n0, int64_t kb, int64_t k1, int tid) {
+  RouterChunk c;
+  const int xr = tid % kRtM, xk = (tid / kRtM) * 4;
+  c.x = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (m0 + xr < rows && kb + xk < k1) c.x = *reinterpret_cast<const float4*>(x + (m0 + xr) * k + kb + xk);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int wc = tid % kRtN, wk = (tid / kRtN) * 4 + 16 * h;
+    c.w[h] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (n0 + wc < n && kb + wk < k1) c.w[h] = *reinterpret_cast<const float4*>(w + int64_t(n0 + wc) * k + kb + wk);
+  }
+  return c;
+}
+
+// Each chunk's loads are issued into registers before the chunk before it is multiplied (the
+// loads' latency under the FMAs; without, every chunk waited a full global round trip).
 __global__ void __launch_bounds__(kRtThreads) router_matmul_kernel(const float* __restrict__ x, const float* __restrict__ w,
                                                                    int64_t rows, int n, int64_t k, int64_t k_per,
                                                                    float* __restrict__ out) {
@@ -243,21 +265,19 @@ __global__ void __launch_bounds__(kRtThreads) router_matmul_kernel(const float* 
   const int n0 = int(blockIdx.y) * kRtN;
   const int tr = (tid / 16) * 2, tc = (tid % 16) * 4;  // this thread's rows tr, tr + 1 and columns tc .. tc + 3
   float acc[2][4] = {};
+  RouterChunk next = router_load(x, w, rows, n, k, m0, n0, k0, k1, tid);
   for (int64_t kb = k0; kb < k1; kb += kRtK) {
-    {  // x: row xr, k offsets xk .. xk + 3 (a warp: 32 rows at one offset)
+    {
       const int xr = tid % kRtM, xk = (tid / kRtM) * 4;
-      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (m0 + xr < rows && kb + xk < k1) v = *reinterpret_cast<const float4*>(x + (m0 + xr) * k + kb + xk);
-      xs[xk][xr] = v.x, xs[xk + 1][xr] = v.y, xs[xk + 2][xr] = v.z, xs[xk + 3][xr] = v.w;
-    }
+      xs[xk][xr] = next.x.x, xs[xk + 1][xr] = next.x.y, xs[xk + 2][xr] = next.x.z, xs[xk + 3][xr] = next.x.w;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {  // W: column wc, k offsets wk .. wk + 3 (a warp: 32 columns at one offset)
-      const int wc = tid % kRtN, wk = (tid / kRtN) * 4 + 16 * h;
-      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (n0 + wc < n && kb + wk < k1) v = *reinterpret_cast<const float4*>(w + int64_t(n0 + wc) * k + kb + wk);
-      ws[wk][wc] = v.x, ws[wk + 1][wc] = v.y, ws[wk + 2][wc] = v.z, ws[wk + 3][wc] = v.w;
+      for (int h = 0; h < 2; ++h) {
+        const int wc = tid % kRtN, wk = (tid / kRtN) * 4 + 16 * h;
+        ws[wk][wc] = next.w[h].x, ws[wk + 1][wc] = next.w[h].y, ws[wk + 2][wc] = next.w[h].z, ws[wk + 3][wc] = next.w[h].w;
+      }
     }
     __syncthreads();
+    if (kb + kRtK < k1) next = router_load(x, w, rows, n, k, m0, n0, kb + kRtK, k1, tid);
 #pragma unroll
     for (int kk = 0; kk < kRtK; ++kk) {
       const float2 a = *reinterpret_cast<const float2*>(&xs[kk][tr]);
@@ -362,7 +382,9 @@ Status scatter_rows(const float* src, const int32_t* slot_pair, int64_t slots, i
 
 int router_matmul_splits(int64_t rows, int n, int64_t k, int sms) {
   const int64_t tiles = ((rows + kRtM - 1) / kRtM) * ((n + kRtN - 1) / kRtN);
-  const int64_t want = (2 * int64_t(sms) + tiles - 1) / tiles, most = std::max<int64_t>(1, k / 256);
+  // Blocks for 4x the SMs, at least 2 chunks each (a 64-row step of Qwen3-30B-A3B's router: 4
+  // tiles, 32 splits of 64; a 512-token prompt: 32 tiles, 16 splits of 128).
+  const int64_t want = (4 * int64_t(sms) + tiles - 1) / tiles, most = std::max<int64_t>(1, k / (2 * kRtK));
   return int(std::clamp<int64_t>(want, 1, most));
 }
 

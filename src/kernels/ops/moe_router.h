@@ -1,6 +1,6 @@
 // A mixture of experts' router over many rows (kernels/ops/moe.cu): out [rows][n] = x [rows][k]
 // W [n][k]^T, f32, n <= kMoeRouteMaxExperts (ops.h), k a multiple of 4, x and W 16-byte aligned.
-// K is split `splits` ways (router_matmul_splits: enough blocks for twice the SMs) into parts
+// K is split `splits` ways (router_matmul_splits: enough blocks for 4x the SMs) into parts
 // [splits][rows][n] (scratch, unused with 1), summed in split order: the same bits at every run.
 #pragma once
 
