@@ -252,8 +252,10 @@ __device__ __forceinline__ RouterChunk router_load(const float* __restrict__ x, 
   return c;
 }
 
-// Each chunk's loads are issued into registers before the chunk before it is multiplied (the
-// loads' latency under the FMAs; without, every chunk waited a full global round trip).
+// Each chunk's loads are issued into registers before the chunk before it is multiplied. (That
+// measured the same as loading after the barrier: the shared memory's pipe bounds this kernel,
+// and 4 x 8 outputs a thread with a quarter of the warps was slower: dev/ops, docs/benchmarks.md,
+// sixty-second session.)
 __global__ void __launch_bounds__(kRtThreads) router_matmul_kernel(const float* __restrict__ x, const float* __restrict__ w,
                                                                    int64_t rows, int n, int64_t k, int64_t k_per,
                                                                    float* __restrict__ out) {
