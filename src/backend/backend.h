@@ -160,8 +160,9 @@ class Backend {
   }
   // A mixture of experts' step with its routing in backend memory (the passes a backend takes,
   // every expert stack indexed: CUDA's decode steps, and its prompts where it has a grouped GEMM
-  // for the experts): no host round trip between router and experts, so the step can be recorded. The model calls experts_matmul and add_routed only where
-  // routes_experts(rows, n_expert, k) (k picks of n_expert a row); route_experts where
+  // for the experts): no host round trip between router and experts, so the step can be recorded.
+  // The model calls experts_ffn only where routes_experts(rows, n_expert, k) (k picks of n_expert
+  // a row); route_experts where
   // routes_experts(1, n_expert, k) (several rows then read their route back).
   virtual bool routes_experts(int64_t rows, int64_t n_expert, int64_t k) const { return false; }
   // After an expert stack's matrices are loaded (one per expert, one type and shape): lets the

@@ -310,7 +310,6 @@ class CudaBackend final : public Backend {
   void grouped_gemm(std::span<const Weight> w, std::span<const Weight> w_up, Glu act, const SortedPairs& sp, const void* a16, void* c,
                     GgmlType c_type);
   bool experts_gemm_takes(int64_t rows, int64_t k, int64_t n_expert) const;
-  void experts_gemm(std::span<const Weight> w, std::span<const Weight> w_up, Glu act, Tensor x, Tensor route, Tensor out);
   size_t weight_bytes_ = 0;
   GgmlType act16_ = GgmlType::F16;  // the 16-bit type GEMM inputs are rounded to
   // Prompt-attention rung (CudaOptions::prefill_attention).

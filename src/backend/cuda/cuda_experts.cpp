@@ -1,8 +1,9 @@
 // A mixture of experts' pass with its route in device memory: the router kernel, the (token, pick)
 // pairs in one GEMV launch a matrix (q_dp4a_experts, or q_dp4a_experts_grouped when experts are
-// picked by several tokens; through a table of the experts' device pointers made at load) or, for
-// many pairs, one grouped tensor-core GEMM (the pairs sorted by expert on the device; a table of
-// the experts' tensor maps made at load), their weighted sum. Nothing is read back mid-pass, so
+// picked by several tokens; through a table of the experts' device pointers made at load) and
+// their weighted sum, or, for many pairs, the whole routed FFN through grouped tensor-core GEMMs
+// (experts_ffn: the pairs sorted by expert on the device; a table of the experts' tensor maps made
+// at load). Nothing is read back mid-pass, so
 // the step records as a graph. Like add_rows_scaled these are not plan ops: what was recorded runs
 // first.
 #include "backend/cuda/cuda_backend.h"
@@ -55,7 +56,7 @@ void CudaBackend::index_experts(std::span<const Weight> experts) {
 }
 
 // The rule (backend/moe_policy.h): every pass where the experts have the grouped GEMM (past
-// --moe-pairs-per-expert pairs an expert, 2 by default, experts_matmul takes it); elsewhere one
+// --moe-pairs-per-expert pairs an expert, 2 by default, experts_ffn takes it); elsewhere one
 // row always and several while their pairs average at most --moe-pairs-per-expert an expert.
 bool CudaBackend::routes_experts(int64_t rows, int64_t n_expert, int64_t k) const {
   return moe_rows_on_device(rows, n_expert, k, moe_pairs_per_expert_, kn::kGemvExpertsGroupedMaxPairs, has_experts_gemm()) &&
@@ -91,7 +92,6 @@ void CudaBackend::experts_matmul(std::span<const Weight> w, std::span<const Weig
         "the gate and up experts differ in type or shape");
   flush();
   widen_only16(x);
-  if (experts_gemm_takes(rows, k, n_expert)) return experts_gemm(w, w_up, act, x, route, out);
   kn::GemvExperts p;
   p.wtype = w[0].type;
   p.w = expert_table(w);
@@ -158,22 +158,6 @@ void CudaBackend::grouped_gemm(std::span<const Weight> w, std::span<const Weight
 
 bool CudaBackend::experts_gemm_takes(int64_t rows, int64_t k, int64_t n_expert) const {
   return has_experts_gemm() && moe_gemm_launch(rows, k, n_expert, moe_pairs_per_expert_, kn::kGemvExpertsGroupedMaxPairs);
-}
-
-// One matrix (or the gate/up pair) of many pairs through the grouped GEMM: x's rows gathered in
-// slot order as f16, the GEMM, its rows scattered back in pair order (experts_matmul has flushed
-// and widened x).
-void CudaBackend::experts_gemm(std::span<const Weight> w, std::span<const Weight> w_up, Glu act, Tensor x, Tensor route,
-                               Tensor out) {
-  const SortedPairs sp = sort_pairs(route, int64_t(w.size()));
-  const int64_t n = w[0].rows, kk = w[0].cols;
-  void* xs = scratch_bytes(size_t(sp.pairs * kk) * 2);
-  const Tensor ys = alloc(sp.pairs, n);
-  run_op("experts gather", double(sp.pairs * kk) * 6.0, 0,
-         [&] { return kn::gather_rows_f16(x.data, w_up.empty() ? 1 : sp.k, sp.slot_pair, sp.pairs, kk, xs, stream_); });
-  grouped_gemm(w, w_up, act, sp, xs, ys.data, GgmlType::F32);
-  run_op("experts scatter", double(sp.pairs * n) * 8.0, 0,
-         [&] { return kn::scatter_rows(ys.data, sp.slot_pair, sp.pairs, n, out.data, stream_); });
 }
 
 // The whole routed FFN through the grouped GEMMs, its rows in slot order from the sort to the add:
