@@ -46,18 +46,7 @@ struct DevBuf : KbenchBuf {
 };
 
 std::vector<int64_t> parse_lengths(const std::string& s) {
-  std::vector<int64_t> v;
-  for (const std::string& item : split_list(s)) {
-    size_t used = 0;
-    int64_t t = 0;
-    try {
-      t = std::stoll(item, &used);
-    } catch (...) {
-      used = 0;
-    }
-    if (used != item.size() || t < 1 || t > (int64_t(1) << 20)) fail("kbench attn: bad prompt length '{}' (1 to 1048576)", item);
-    v.push_back(t);
-  }
+  std::vector<int64_t> v = parse_whole_list(s, 1, int64_t(1) << 20, "kbench attn: prompt length");
   if (v.empty()) fail("kbench attn: no prompt lengths");
   return v;
 }

@@ -83,24 +83,19 @@ struct Stack {
   }
 };
 
-std::vector<int> parse_tokens(const std::string& s) {
-  std::vector<int> v;
-  for (const std::string& item : split_list(s)) {
-    size_t used = 0;
-    int t = 0;
-    try {
-      t = std::stoi(item, &used);
-    } catch (...) {
-      used = 0;
-    }
-    if (used != item.size() || t < 1 || t > 4096) fail("kbench experts: --batch {}: tokens from 1 to 4096", item);
-    v.push_back(t);
-  }
-  return v;
+// The grouped GEMM's problem: C [pairs][n] (f32) = A [pairs][k] (f16) times the experts' W over the tiles in `groups`.
+kn::GemmProblem experts_problem(const void* maps, const void* maps_up, GgmlType t, int64_t pairs, int64_t n, int64_t k, const void* a,
+                                void* c, const kn::GemmGroups* groups) {
+  kn::GemmProblem p;
+  p.a_type = GgmlType::F16, p.b_type = t, p.c_type = GgmlType::F32, p.b_layout = kn::WeightLayout::Repacked;
+  p.m = pairs, p.n = n, p.k = k, p.a = a, p.lda = k, p.c = c, p.ldc = n, p.b = maps, p.b_up = maps_up, p.groups = groups;
+  return p;
 }
 
-// The grouped GEMM's pipeline for one step (T tokens of routes [kRoutes][T][2k] rotated across the
-// launches), as CudaBackend::experts_gemm runs it: µs a step in a graph.
+// The grouped GEMM's pipeline for one matrix of one step (T tokens of routes [kRoutes][T][2k]
+// rotated across the launches): sort, gather, GEMM, scatter back to pair order (the backend's
+// routed FFN shares one sort and gather between its two matrices and adds through the slots):
+// µs a step in a graph.
 double time_gemm(const void* maps, const void* maps_up, GgmlType t, const MoeShape& m, int T, bool pair, const int32_t* routes,
                  const float* x, float* y, int reps, cudaStream_t s) {
   const int64_t pairs = int64_t(T) * m.k, n = pair ? m.n_ff : m.n_embd, k = pair ? m.n_embd : m.n_ff;
@@ -108,9 +103,7 @@ double time_gemm(const void* maps, const void* maps_up, GgmlType t, const MoeSha
   DevBuf slot_pair(size_t(pairs) * 4), tiles(size_t(max_tiles) * 16), count(4), xs(size_t(pairs * k) * 2), ys(size_t(pairs * n) * 4);
   kn::GemmGroups groups;
   groups.tiles = static_cast<const int32_t*>(tiles.p), groups.count = static_cast<const int32_t*>(count.p), groups.max_tiles = max_tiles;
-  kn::GemmProblem p;
-  p.a_type = GgmlType::F16, p.b_type = t, p.c_type = GgmlType::F32, p.b_layout = kn::WeightLayout::Repacked;
-  p.m = pairs, p.n = n, p.k = k, p.a = xs.p, p.lda = k, p.c = ys.p, p.ldc = n, p.b = maps, p.b_up = maps_up, p.groups = &groups;
+  const kn::GemmProblem p = experts_problem(maps, maps_up, t, pairs, n, k, xs.p, ys.p, &groups);
   kn::Status st;
   const auto run = [&](int i) {
     const float* route = reinterpret_cast<const float*>(routes + size_t(i % kRoutes) * size_t(T) * size_t(2 * m.k));
@@ -151,10 +144,7 @@ double time_gemm_alone(kn::ExpertsLaunch l, const void* maps, const void* maps_u
     kn::GemmGroups groups;
     groups.tiles = static_cast<const int32_t*>(tiles.p) + size_t((i % kRoutes) * max_tiles) * 4;
     groups.count = static_cast<const int32_t*>(count.p) + i % kRoutes, groups.max_tiles = max_tiles;
-    kn::GemmProblem p;
-    p.a_type = GgmlType::F16, p.b_type = t, p.c_type = GgmlType::F32, p.b_layout = kn::WeightLayout::Repacked;
-    p.m = pairs, p.n = n, p.k = k, p.a = xs.p, p.lda = k, p.c = ys.p, p.ldc = n, p.b = maps, p.b_up = maps_up, p.groups = &groups;
-    if (const kn::Status r = kn::gemm_experts(p, l, s); !r) st = r;
+    if (const kn::Status r = kn::gemm_experts(experts_problem(maps, maps_up, t, pairs, n, k, xs.p, ys.p, &groups), l, s); !r) st = r;
   };
   run(0);
   check(cudaStreamSynchronize(s), "first grouped GEMM alone");
@@ -166,7 +156,8 @@ double time_gemm_alone(kn::ExpertsLaunch l, const void* maps, const void* maps_u
 }  // namespace
 
 void run_kbench_experts(const KbenchExpertsArgs& a) {
-  const std::vector<int> tokens = parse_tokens(a.tokens.empty() ? "1,4,8,16,32,64,128,256,512" : a.tokens);
+  const std::vector<int64_t> tokens = parse_whole_list(a.tokens.empty() ? "1,4,8,16,32,64,128,256,512" : a.tokens, 1, 4096,
+                                                     "kbench experts: --batch");
   std::vector<GgmlType> types;
   for (const std::string& name : split_list(a.types.empty() ? "q4_0" : a.types)) {
     const auto t = parse_type(name);
@@ -196,7 +187,8 @@ void run_kbench_experts(const KbenchExpertsArgs& a) {
     for (GgmlType t : types) {
       const Stack gate(t, m->n_expert, m->n_ff, m->n_embd, 100), up(t, m->n_expert, m->n_ff, m->n_embd, 300),
           down(t, m->n_expert, m->n_embd, m->n_ff, 500);
-      for (int T : tokens) {
+      for (const int64_t tokens_t : tokens) {
+        const int T = int(tokens_t);
         const int pairs = T * m->k;
         // Routes: [T][2k] rows of k distinct ids ascending (then k slots the GEMVs do not read).
         std::vector<int32_t> routes(size_t(kRoutes) * size_t(T) * size_t(2 * m->k), 0);

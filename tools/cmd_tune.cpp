@@ -37,6 +37,22 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
+std::vector<int64_t> parse_whole_list(const std::string& s, int64_t lo, int64_t hi, const std::string& what) {
+  std::vector<int64_t> v;
+  for (const std::string& item : split_list(s)) {
+    size_t used = 0;
+    int64_t x = 0;
+    try {
+      x = std::stoll(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != item.size() || x < lo || x > hi) fail("{} '{}': a whole number from {} to {}", what, item, lo, hi);
+    v.push_back(x);
+  }
+  return v;
+}
+
 #if defined(LAMINA_HAVE_CUDA)
 // Placeholder addresses that ask gemv_time_variants (which allocates the real buffers) for the
 // shape as the CUDA backend runs it: the gate/up pair, x given as int8 blocks (after an RMSNorm

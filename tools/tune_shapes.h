@@ -2,6 +2,7 @@
 // as the CUDA backend runs them.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,9 @@ namespace lamina::cli {
 
 // "a,b,,c" -> {"a", "b", "c"} (the list options of kbench and tune).
 std::vector<std::string> split_list(const std::string& s);
+// split_list's items as whole numbers in [lo, hi]; anything else fails with
+// "<what> '<item>': a whole number from lo to hi".
+std::vector<int64_t> parse_whole_list(const std::string& s, int64_t lo, int64_t hi, const std::string& what);
 
 #if defined(LAMINA_HAVE_CUDA)
 // Placeholder addresses that ask gemv_time_variants for the shape as the CUDA backend runs it
