@@ -227,35 +227,40 @@ __global__ void scatter_rows_kernel(const float* __restrict__ src, const int32_t
 // A mixture of experts' router for many rows: out [rows][n] = x [rows][k] W [n][k]^T in f32, n
 // <= 256 (the experts). The SGEMM rungs' 128 x 128 tiles made 4 blocks of a 512-row prompt's 128
 // columns (251 µs of Qwen3-30B-A3B's shape a layer), the GEMVs a warp a column. Here: tiles of
-// kRtM rows x kRtN columns, 256 threads of 2 rows x 4 columns each, K in chunks of kRtK through
+// kRtM rows x kRtN columns, 256 threads of 4 rows x 4 columns each, K in chunks of kRtK through
 // shared memory ([kk][row] and [kk][col], a warp storing 32 consecutive words), and K split over
 // blockIdx.z into f32 planes [split][rows][n] that router_sum adds in split order (the same bits
 // whatever the timing).
-constexpr int kRtM = 32, kRtN = 64, kRtK = 32, kRtThreads = 256;
-// A thread's share of a chunk's global loads: x row tid % 32 at k offsets 4 (tid / 32) ..; W column
-// tid % 64 at k offsets 4 (tid / 64) + 16 h .. (a warp: 32 rows or columns at one offset).
+constexpr int kRtM = 64, kRtN = 64, kRtK = 32, kRtThreads = 256;
+constexpr int kRtXVec = kRtM * kRtK / 4 / kRtThreads, kRtWVec = kRtN * kRtK / 4 / kRtThreads;  // float4s a thread
+// Thread tid's float4 i of a chunk: x row (tid + kRtThreads i) % kRtM at k offset 4 ((tid +
+// kRtThreads i) / kRtM); W column (tid + kRtThreads i) % kRtN likewise (a warp: 32 rows or columns
+// at one offset).
 struct RouterChunk {
-  float4 x, w[2];
+  float4 x[kRtXVec], w[kRtWVec];
 };
 __device__ __forceinline__ RouterChunk router_load(const float* __restrict__ x, const float* __restrict__ w, int64_t rows, int n,
                                                    int64_t k, int64_t m0, int n0, int64_t kb, int64_t k1, int tid) {
   RouterChunk c;
-  const int xr = tid % kRtM, xk = (tid / kRtM) * 4;
-  c.x = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (m0 + xr < rows && kb + xk < k1) c.x = *reinterpret_cast<const float4*>(x + (m0 + xr) * k + kb + xk);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int wc = tid % kRtN, wk = (tid / kRtN) * 4 + 16 * h;
-    c.w[h] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (n0 + wc < n && kb + wk < k1) c.w[h] = *reinterpret_cast<const float4*>(w + int64_t(n0 + wc) * k + kb + wk);
+  for (int i = 0; i < kRtXVec; ++i) {
+    const int v = tid + kRtThreads * i, r = v % kRtM, kk = (v / kRtM) * 4;
+    c.x[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (m0 + r < rows && kb + kk < k1) c.x[i] = *reinterpret_cast<const float4*>(x + (m0 + r) * k + kb + kk);
+  }
+#pragma unroll
+  for (int i = 0; i < kRtWVec; ++i) {
+    const int v = tid + kRtThreads * i, col = v % kRtN, kk = (v / kRtN) * 4;
+    c.w[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (n0 + col < n && kb + kk < k1) c.w[i] = *reinterpret_cast<const float4*>(w + int64_t(n0 + col) * k + kb + kk);
   }
   return c;
 }
 
-// Each chunk's loads are issued into registers before the chunk before it is multiplied. (That
-// measured the same as loading after the barrier: the shared memory's pipe bounds this kernel,
-// and 4 x 8 outputs a thread with a quarter of the warps was slower: dev/ops, docs/benchmarks.md,
-// sixty-second session.)
+// Each of the 256 threads owns 4 rows x 4 columns of a 64 x 64 tile: 2 shared float4 loads for 16
+// FMAs (the 32 x 64 tile's 2 x 4 a thread: 2 for 8, bound by the shared memory's pipe; 4 x 8 with
+// 64 threads: too few warps). Each chunk's loads are issued into registers before the chunk before
+// it is multiplied.
 __global__ void __launch_bounds__(kRtThreads) router_matmul_kernel(const float* __restrict__ x, const float* __restrict__ w,
                                                                    int64_t rows, int n, int64_t k, int64_t k_per,
                                                                    float* __restrict__ out) {
@@ -265,28 +270,29 @@ __global__ void __launch_bounds__(kRtThreads) router_matmul_kernel(const float* 
   const int tid = int(threadIdx.x);
   const int64_t m0 = int64_t(blockIdx.x) * kRtM, k0 = int64_t(blockIdx.z) * k_per, k1 = min(k, k0 + k_per);
   const int n0 = int(blockIdx.y) * kRtN;
-  const int tr = (tid / 16) * 2, tc = (tid % 16) * 4;  // this thread's rows tr, tr + 1 and columns tc .. tc + 3
-  float acc[2][4] = {};
+  const int tr = (tid / 16) * 4, tc = (tid % 16) * 4;  // this thread's rows tr .. tr + 3 and columns tc .. tc + 3
+  float acc[4][4] = {};
   RouterChunk next = router_load(x, w, rows, n, k, m0, n0, k0, k1, tid);
   for (int64_t kb = k0; kb < k1; kb += kRtK) {
-    {
-      const int xr = tid % kRtM, xk = (tid / kRtM) * 4;
-      xs[xk][xr] = next.x.x, xs[xk + 1][xr] = next.x.y, xs[xk + 2][xr] = next.x.z, xs[xk + 3][xr] = next.x.w;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int wc = tid % kRtN, wk = (tid / kRtN) * 4 + 16 * h;
-        ws[wk][wc] = next.w[h].x, ws[wk + 1][wc] = next.w[h].y, ws[wk + 2][wc] = next.w[h].z, ws[wk + 3][wc] = next.w[h].w;
-      }
+    for (int i = 0; i < kRtXVec; ++i) {
+      const int v = tid + kRtThreads * i, r = v % kRtM, kk = (v / kRtM) * 4;
+      xs[kk][r] = next.x[i].x, xs[kk + 1][r] = next.x[i].y, xs[kk + 2][r] = next.x[i].z, xs[kk + 3][r] = next.x[i].w;
+    }
+#pragma unroll
+    for (int i = 0; i < kRtWVec; ++i) {
+      const int v = tid + kRtThreads * i, col = v % kRtN, kk = (v / kRtN) * 4;
+      ws[kk][col] = next.w[i].x, ws[kk + 1][col] = next.w[i].y, ws[kk + 2][col] = next.w[i].z, ws[kk + 3][col] = next.w[i].w;
     }
     __syncthreads();
     if (kb + kRtK < k1) next = router_load(x, w, rows, n, k, m0, n0, kb + kRtK, k1, tid);
 #pragma unroll
     for (int kk = 0; kk < kRtK; ++kk) {
-      const float2 a = *reinterpret_cast<const float2*>(&xs[kk][tr]);
+      const float4 a = *reinterpret_cast<const float4*>(&xs[kk][tr]);
       const float4 b = *reinterpret_cast<const float4*>(&ws[kk][tc]);
-      const float av[2] = {a.x, a.y}, bv[4] = {b.x, b.y, b.z, b.w};
+      const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
 #pragma unroll
-      for (int i = 0; i < 2; ++i)
+      for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
     }
@@ -294,7 +300,7 @@ __global__ void __launch_bounds__(kRtThreads) router_matmul_kernel(const float* 
   }
   float* o = out + int64_t(blockIdx.z) * rows * n;
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j)
       if (m0 + tr + i < rows && n0 + tc + j < n) o[(m0 + tr + i) * n + n0 + tc + j] = acc[i][j];
@@ -384,9 +390,9 @@ Status scatter_rows(const float* src, const int32_t* slot_pair, int64_t slots, i
 
 int router_matmul_splits(int64_t rows, int n, int64_t k, int sms) {
   const int64_t tiles = ((rows + kRtM - 1) / kRtM) * ((n + kRtN - 1) / kRtN);
-  // Blocks for 4x the SMs, at least 2 chunks each (a 64-row step of Qwen3-30B-A3B's router: 4
-  // tiles, 32 splits of 64; a 512-token prompt: 32 tiles, 16 splits of 128).
-  const int64_t want = (4 * int64_t(sms) + tiles - 1) / tiles, most = std::max<int64_t>(1, k / (2 * kRtK));
+  // Blocks for 4x the SMs, a chunk each at least (a 64-row step of Qwen3-30B-A3B's router: 2
+  // tiles, 64 splits of 32; a 512-token prompt: 16 tiles, 32 splits of 64).
+  const int64_t want = (4 * int64_t(sms) + tiles - 1) / tiles, most = std::max<int64_t>(1, k / kRtK);
   return int(std::clamp<int64_t>(want, 1, most));
 }
 
