@@ -31,7 +31,7 @@ void register_dp4a_variants(std::vector<GemvVariant>& out) {
   out.push_back({"q_dp4a", "q4_0/q4_1/q5_0/q5_1/q8_0/q2_K/q3_K/q4_K/q5_K/q6_K/iq4_nl/iq4_xs repacked; x as int8 blocks in shared memory, dp4a, persistent grid",
                  WeightLayout::Repacked, dp4a_types, gemv_dp4a_launch,
                  {GemvConfig{2, 8, 2}, GemvConfig{1, 8, 4}, GemvConfig{2, 8, 4}, GemvConfig{4, 8, 2},
-                  GemvConfig{2, 4, 2}, GemvConfig{1, 4, 4}, GemvConfig{2, 16, 4}, GemvConfig{2, 16, 2}},
+                  GemvConfig{2, 4, 2}, GemvConfig{1, 4, 4}, GemvConfig{2, 16, 4}, GemvConfig{2, 16, 2}, GemvConfig{4, 8, 1}},
                  XRounding::Int8Blocks, /*writes_y8=*/true, /*fuses_norm=*/true, /*takes_x8_ss=*/true});
 }
 

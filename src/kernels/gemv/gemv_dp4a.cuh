@@ -337,13 +337,16 @@ struct Dp4aStep {
   }
 };
 
-// The pass loop of q_dp4a_slots (gemv_dp4a_slots.cu): one matrix, batch 1, 16 warps x 2 rows, unroll 2, and
-// two register slots of one step each: slot a holds the steps l0 = 0, 2, 4, ... of the warp's
-// rows, slot b the steps 1, 3, 5, ...; a multiplied slot is refilled with its next step (the
-// next pass's first two steps at the end of a pass), so a step is always in flight.
-template <int kBits, int kScales>
+// The pass loop of q_dp4a_slots (gemv_dp4a_slots.cu): one matrix, batch 1, 32 / kRows warps x kRows
+// rows (one 32-row block of y a pass), and two register slots of one step each: slot a holds the
+// steps l0 = 0, 2, 4, ... of the warp's rows, slot b the steps 1, 3, 5, ...; a multiplied slot is
+// refilled with its next step (the next pass's first two steps at the end of a pass), so a step
+// is always in flight. (kRows, kUnroll): (2, 2), 16 warps a block; or (4, 1), 8 warps a block and
+// two blocks an SM: the same weight registers, each lane's x side shared by 4 rows instead of 2.
+template <int kBits, int kScales, int kRowsT = 2, int kUnrollT = 2>
 struct Dp4aSlots {
-  static constexpr int kRows = 2, kUnroll = 2, kWarps = 32 / kRows;
+  static constexpr int kRows = kRowsT, kUnroll = kUnrollT, kWarps = 32 / kRows;
+  static_assert((kRows == 2 && kUnroll == 2) || (kRows == 4 && kUnroll == 1), "the slot shapes: 2 rows x 2 steps, 4 rows x 1");
   using Step = Dp4aStep<kBits, kScales, kRows, kUnroll>;
   static constexpr int64_t kStep = 32 * kUnroll;  // 16-byte loads per lane and step, times 32 lanes
 

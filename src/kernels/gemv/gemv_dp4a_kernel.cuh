@@ -132,7 +132,13 @@ __global__ void __launch_bounds__(kBlock32 ? 32 / kRows * 32 : 256) q_dp4a(const
 template <int kBits, int kScales, int kRows, int kUnroll, bool kGateUp>
 struct Dp4aLaunch {
   static Status run(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-    if constexpr (kRows >= 2) {
+    if constexpr (kRows == 4 && kUnroll == 1) {
+      // Decode's one matrix in two slots of 4 rows x 1 step (Dp4aSlots); every other problem
+      // (a batch, the gate/up pair, q4_1 and q5_1) runs the 4-row, unroll-2 instance instead.
+      if constexpr (!kGateUp && kScales != kScaleDM)
+        if (p.batch == 1 && c.warps * kRows == 32) return gemv_dp4a_slots_launch<kBits, kScales, 4, 1>(p, c, s);
+      return Dp4aLaunch<kBits, kScales, 4, 2, kGateUp>::run(p, c, s);
+    } else if constexpr (kRows >= 2) {
       if (c.warps * kRows == 32) {  // one 32-row block of y per block and pass (kBlock32)
         if (p.batch == 1) {
           // Decode: the overlapping instances (every type but q4_1 and q5_1, 16 warps); one matrix at unroll 2 goes
@@ -141,7 +147,7 @@ struct Dp4aLaunch {
           // instance without overlap, which the tuner's back-to-back graph sometimes ranked first
           // and which in the chain cost q8_0 decode (docs/benchmarks.md, sixteenth session).
           if constexpr (kRows == 2 && kScales != kScaleDM) {
-            if constexpr (!kGateUp && kUnroll == 2) return gemv_dp4a_slots_launch<kBits, kScales>(p, c, s);
+            if constexpr (!kGateUp && kUnroll == 2) return gemv_dp4a_slots_launch<kBits, kScales, 2, 2>(p, c, s);
             else
               return launch_x8_persistent(q_dp4a<kBits, kScales, kRows, kGateUp ? 2 : kUnroll, kGateUp, true, 1, true>, "q_dp4a",
                                           p, c, kRows, s, kDp4aBlocksPerSm);
@@ -159,7 +165,8 @@ struct Dp4aLaunch {
 // q_dp4a's launch for one weight type (kBits, kScales) over the configs it registers.
 template <int kBits, int kScales>
 Status dp4a_launch_type(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  return dp4a_by_config<Dp4aLaunch, kBits, kScales, Dp4aShape<1, 4>, Dp4aShape<2, 2>, Dp4aShape<2, 4>, Dp4aShape<4, 2>>(
+  return dp4a_by_config<Dp4aLaunch, kBits, kScales, Dp4aShape<1, 4>, Dp4aShape<2, 2>, Dp4aShape<2, 4>, Dp4aShape<4, 2>,
+                        Dp4aShape<4, 1>>(
       "q_dp4a", p, c, s);
 }
 

@@ -1,5 +1,5 @@
-// q_dp4a_slots: decode's q_dp4a for one matrix (batch 1, 32-row blocks of 16 warps x 2 rows,
-// unroll 2; gemv_dp4a.cu hands it those problems). Not a variant of its own: q_dp4a's rung for
+// q_dp4a_slots: decode's q_dp4a for one matrix (batch 1, 32-row blocks of 16 warps x 2 rows at
+// unroll 2, or of 8 warps x 4 rows at unroll 1; gemv_dp4a_kernel.cuh hands it those problems). Not a variant of its own: q_dp4a's rung for
 // the single-pass GEMVs of decode.
 //   - two register slots of one step each: slot a holds the steps l0 = 0, 2, 4, ... of the
 //     warp's rows, slot b the steps 1, 3, 5, ...; when a slot has been multiplied it is refilled
@@ -28,12 +28,14 @@ using namespace gemv_detail;
 
 // w: [n][k] repacked (gemv_repack); y: [n]; x from xin (int8 blocks of k); n a multiple of 32
 // for y8. (q_dp4a's parameters, for launch_x8_persistent: w_up is null and batch 1.)
-template <int kBits, int kScales>
-__global__ void __launch_bounds__(Dp4aSlots<kBits, kScales>::kWarps * 32) q_dp4a_slots(const uint8_t* __restrict__ w, const uint8_t* __restrict__,
+// Two 8-warp blocks an SM for the 4-row shape (16 warps as the 2-row shape's one block): at most 128
+// registers a thread.
+template <int kBits, int kScales, int kRows, int kUnroll>
+__global__ void __launch_bounds__(Dp4aSlots<kBits, kScales, kRows, kUnroll>::kWarps * 32, kRows / 2) q_dp4a_slots(const uint8_t* __restrict__ w, const uint8_t* __restrict__,
                                                                 XSource xin, float* __restrict__ y, int64_t n, int64_t k,
                                                                 int, Epilogue ep) {
   extern __shared__ __align__(16) uint8_t smem[];
-  using Slots = Dp4aSlots<kBits, kScales>;
+  using Slots = Dp4aSlots<kBits, kScales, kRows, kUnroll>;
   const int64_t stride = int64_t(gridDim.x) * Slots::kWarps * Slots::kRows;
   const int64_t first = (int64_t(blockIdx.x) * Slots::kWarps + threadIdx.x / 32) * Slots::kRows;
   typename Slots::Step::Regs a, b;
@@ -55,19 +57,23 @@ __global__ void __launch_bounds__(Dp4aSlots<kBits, kScales>::kWarps * 32) q_dp4a
 
 }  // namespace
 
-template <int kBits, int kScales>
+template <int kBits, int kScales, int kRows, int kUnroll>
 Status gemv_dp4a_slots_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  return launch_x8_persistent(q_dp4a_slots<kBits, kScales>, "q_dp4a", p, c, Dp4aSlots<kBits, kScales>::kRows, s, kDp4aBlocksPerSm);
+  return launch_x8_persistent(q_dp4a_slots<kBits, kScales, kRows, kUnroll>, "q_dp4a", p, c, kRows, s, kDp4aBlocksPerSm * kRows / 2);
 }
-template Status gemv_dp4a_slots_launch<4, kScaleD>(const GemvProblem&, const GemvConfig&, cudaStream_t);
-template Status gemv_dp4a_slots_launch<8, kScaleD>(const GemvProblem&, const GemvConfig&, cudaStream_t);
-template Status gemv_dp4a_slots_launch<4, kScaleK>(const GemvProblem&, const GemvConfig&, cudaStream_t);
-template Status gemv_dp4a_slots_launch<5, kScaleK>(const GemvProblem&, const GemvConfig&, cudaStream_t);
-template Status gemv_dp4a_slots_launch<6, kScaleQ6>(const GemvProblem&, const GemvConfig&, cudaStream_t);
-template Status gemv_dp4a_slots_launch<4, kScaleXS>(const GemvProblem&, const GemvConfig&, cudaStream_t);
-template Status gemv_dp4a_slots_launch<5, kScaleD>(const GemvProblem&, const GemvConfig&, cudaStream_t);
-template Status gemv_dp4a_slots_launch<4, kScaleNL>(const GemvProblem&, const GemvConfig&, cudaStream_t);
-template Status gemv_dp4a_slots_launch<2, kScaleQ2>(const GemvProblem&, const GemvConfig&, cudaStream_t);
-template Status gemv_dp4a_slots_launch<3, kScaleQ6>(const GemvProblem&, const GemvConfig&, cudaStream_t);
+#define LAMINA_DP4A_SLOTS(bits, scales)                                                                        \
+  template Status gemv_dp4a_slots_launch<bits, scales, 2, 2>(const GemvProblem&, const GemvConfig&, cudaStream_t); \
+  template Status gemv_dp4a_slots_launch<bits, scales, 4, 1>(const GemvProblem&, const GemvConfig&, cudaStream_t);
+LAMINA_DP4A_SLOTS(4, kScaleD)
+LAMINA_DP4A_SLOTS(8, kScaleD)
+LAMINA_DP4A_SLOTS(4, kScaleK)
+LAMINA_DP4A_SLOTS(5, kScaleK)
+LAMINA_DP4A_SLOTS(6, kScaleQ6)
+LAMINA_DP4A_SLOTS(4, kScaleXS)
+LAMINA_DP4A_SLOTS(5, kScaleD)
+LAMINA_DP4A_SLOTS(4, kScaleNL)
+LAMINA_DP4A_SLOTS(2, kScaleQ2)
+LAMINA_DP4A_SLOTS(3, kScaleQ6)
+#undef LAMINA_DP4A_SLOTS
 
 }  // namespace lamina::kernels
