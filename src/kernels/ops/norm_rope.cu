@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 namespace lamina::kernels {
 namespace {
@@ -101,41 +102,55 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* __re
 // totals follow. Here a warp takes the part of kMine of those 32 warps in turn (lane l standing
 // for thread 32 W + l), and the last butterfly is the same: the sum, and so every value, is bit
 // for bit rmsnorm_kernel's (BackendOps.RmsNorm* compares a row alone with the same row among 300).
-// The values also go to shared memory, and the stores run from there in a loop of a few
-// columns a turn: unrolled over the 64 values a lane holds, rmsnorm_store's three outputs (and
-// the int8 block's warp reduction) made ~300 KB of code, far past the instruction cache (the
-// kernel ran at 337 GB/s, slower than rmsnorm_kernel's 1024-thread blocks).
+// kPer: the columns 1024 apart a lane holds per virtual warp, ceil(cols / 1024) (u >= kPer adds
+// only zeros to rmsnorm_kernel's sums). Up to 2 (rows of up to 2048 columns), a lane keeps its x
+// and w in registers, w loaded before the PDL wait, and stores its own columns: each (m, u) is 32
+// consecutive columns of a warp, one int8 block. (At kPer 4 that took 151 registers, 3 blocks an
+// SM: two waves for a 512-row prompt, slower than the staged form.) Longer rows (kPer 8) stage the
+// row in shared memory and store from there in a loop of a few columns a turn: unrolled over 64
+// values a lane, rmsnorm_store's three outputs (and the int8 block's warp reduction) made ~300 KB
+// of code, far past the instruction cache (the kernel ran at 337 GB/s, slower than
+// rmsnorm_kernel's 1024-thread blocks).
 constexpr int kRowsThreads = 128;
 constexpr int64_t kRowsFrom = 256;  // rows from which rmsnorm() takes rmsnorm_rows_kernel (prompts)
 
-template <class T16>
+template <class T16, int kPer>
 __global__ void __launch_bounds__(kRowsThreads) rmsnorm_rows_kernel(const float* __restrict__ x, const float* __restrict__ w,
                                                                     int64_t cols, float eps, float* __restrict__ out,
                                                                     T16* __restrict__ out16, uint8_t* __restrict__ out8) {
   constexpr int kWarps = kNormThreads / 32, kMine = kWarps / (kRowsThreads / 32);
+  constexpr bool kHeld = kPer <= 2;  // x and w in registers
+  static_assert(kPer == 1 || kPer == 2 || kPer == kNormPer, "kPer: 1, 2 or kNormPer");
   pdl_launch_dependents();
   const int64_t row = blockIdx.x;
   const float* xr = x + row * cols;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   __shared__ double part[kWarps];
   __shared__ float scale_s;
-  __shared__ float vals[kNormPer * kNormThreads];  // the row, for the stores
+  __shared__ float vals[kHeld ? 1 : kNormPer * kNormThreads];  // (kPer 8) the row, for the stores
   // Element (m, u) of a lane: column 32 (warp kMine + m) + lane + 1024 u. All of a lane's loads
   // are issued before any is used (one trip to memory per block, not one per virtual warp).
   auto col = [&](int m, int u) { return int64_t(32 * (warp * kMine + m) + lane) + int64_t(u) * kNormThreads; };
+  float wv[kHeld ? kMine : 1][kHeld ? kPer : 1];
+  if constexpr (kHeld)
+#pragma unroll
+    for (int m = 0; m < kMine; ++m)
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) wv[m][u] = col(m, u) < cols ? w[col(m, u)] : 0.f;  // w never depends on the kernel before
   pdl_wait();
-  float xv[kMine][kNormPer];
+  float xv[kMine][kPer];
 #pragma unroll
   for (int m = 0; m < kMine; ++m)
 #pragma unroll
-    for (int u = 0; u < kNormPer; ++u) xv[m][u] = col(m, u) < cols ? xr[col(m, u)] : 0.f;
+    for (int u = 0; u < kPer; ++u) xv[m][u] = col(m, u) < cols ? xr[col(m, u)] : 0.f;
 #pragma unroll
   for (int m = 0; m < kMine; ++m) {
     double ss = 0;
 #pragma unroll
-    for (int u = 0; u < kNormPer; ++u) {
+    for (int u = 0; u < kPer; ++u) {
       ss += double(xv[m][u]) * xv[m][u];
-      if (col(m, u) < cols) vals[col(m, u)] = xv[m][u];
+      if constexpr (!kHeld)
+        if (col(m, u) < cols) vals[col(m, u)] = xv[m][u];
     }
     for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(~0u, ss, o);
     if (lane == 0) part[warp * kMine + m] = ss;
@@ -148,9 +163,17 @@ __global__ void __launch_bounds__(kRowsThreads) rmsnorm_rows_kernel(const float*
   }
   __syncthreads();
   const float scale = scale_s;
-  // A warp's 32 lanes take 32 consecutive columns: one int8 block of out8 per warp and step.
+  if constexpr (kHeld) {
+#pragma unroll
+    for (int m = 0; m < kMine; ++m)
+#pragma unroll
+      for (int u = 0; u < kPer; ++u)  // (cols % 32 == 0 with out8: the condition is the warp's)
+        if (col(m, u) < cols) rmsnorm_store(xv[m][u] * scale * wv[m][u], row, col(m, u), cols, out, out16, out8);
+  } else {
+    // A warp's 32 lanes take 32 consecutive columns: one int8 block of out8 per warp and step.
 #pragma unroll 2
-  for (int64_t i = threadIdx.x; i < cols; i += kRowsThreads) rmsnorm_store(vals[i] * scale * w[i], row, i, cols, out, out16, out8);
+    for (int64_t i = threadIdx.x; i < cols; i += kRowsThreads) rmsnorm_store(vals[i] * scale * w[i], row, i, cols, out, out16, out8);
+  }
 }
 
 // One thread per (row, head, pair).  x: [rows][n_heads * head_dim];  pos: [rows]
@@ -323,19 +346,18 @@ Status rmsnorm(const float* x, const float* w, int64_t rows, int64_t cols, float
   if (rows == 0) return Status::success();
   uint8_t* o8 = static_cast<uint8_t*>(out8);
   const bool many = rows >= kRowsFrom && cols <= int64_t(kNormPer) * kNormThreads;
-  auto go = [&](auto kernel, auto* o16) {
+  const int64_t per = (cols + kNormThreads - 1) / kNormThreads;  // rmsnorm_rows_kernel's kPer, rounded up to 1, 2, 8
+  auto go = [&](auto* o16) {
+    using T16 = std::remove_pointer_t<decltype(o16)>;
+    auto kernel = !many ? rmsnorm_kernel<T16>
+                  : per <= 1 ? rmsnorm_rows_kernel<T16, 1>
+                  : per <= 2 ? rmsnorm_rows_kernel<T16, 2>
+                             : rmsnorm_rows_kernel<T16, kNormPer>;
     launch_pdl(kernel, unsigned(rows), many ? kRowsThreads : kNormThreads, 0, s, x, w, cols, eps, out, o16, o8);
   };
-  if (out16 && t16 == GgmlType::BF16) {
-    auto* o16 = static_cast<__nv_bfloat16*>(out16);
-    many ? go(rmsnorm_rows_kernel<__nv_bfloat16>, o16) : go(rmsnorm_kernel<__nv_bfloat16>, o16);
-  } else if (out16) {
-    auto* o16 = static_cast<__half*>(out16);
-    many ? go(rmsnorm_rows_kernel<__half>, o16) : go(rmsnorm_kernel<__half>, o16);
-  } else {
-    float* o16 = nullptr;
-    many ? go(rmsnorm_rows_kernel<float>, o16) : go(rmsnorm_kernel<float>, o16);
-  }
+  if (out16 && t16 == GgmlType::BF16) go(static_cast<__nv_bfloat16*>(out16));
+  else if (out16) go(static_cast<__half*>(out16));
+  else go(static_cast<float*>(nullptr));
   return launch_status("rmsnorm");
 }
 
