@@ -343,9 +343,10 @@ struct Dp4aStep {
 // refilled with its next step (the next pass's first two steps at the end of a pass), so a step
 // is always in flight. (kRows, kUnroll): (2, 2), 16 warps a block; or (4, 1), 8 warps a block and
 // two blocks an SM: the same weight registers, each lane's x side shared by 4 rows instead of 2.
-template <int kBits, int kScales, int kRowsT = 2, int kUnrollT = 2>
+template <int kBits, int kScales, int kRowsT, int kUnrollT>
 struct Dp4aSlots {
   static constexpr int kRows = kRowsT, kUnroll = kUnrollT, kWarps = 32 / kRows;
+  static constexpr int kBlocksPerSm = kRows / 2;  // blocks an SM per kDp4aBlocksPerSm: 16 warps either shape
   static_assert((kRows == 2 && kUnroll == 2) || (kRows == 4 && kUnroll == 1), "the slot shapes: 2 rows x 2 steps, 4 rows x 1");
   using Step = Dp4aStep<kBits, kScales, kRows, kUnroll>;
   static constexpr int64_t kStep = 32 * kUnroll;  // 16-byte loads per lane and step, times 32 lanes

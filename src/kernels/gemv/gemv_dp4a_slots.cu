@@ -1,6 +1,6 @@
 // q_dp4a_slots: decode's q_dp4a for one matrix (batch 1, 32-row blocks of 16 warps x 2 rows at
-// unroll 2, or of 8 warps x 4 rows at unroll 1; gemv_dp4a_kernel.cuh hands it those problems). Not a variant of its own: q_dp4a's rung for
-// the single-pass GEMVs of decode.
+// unroll 2, or of 8 warps x 4 rows at unroll 1; gemv_dp4a_kernel.cuh hands it those problems).
+// Not a variant of its own: q_dp4a's rung for the single-pass GEMVs of decode.
 //   - two register slots of one step each: slot a holds the steps l0 = 0, 2, 4, ... of the
 //     warp's rows, slot b the steps 1, 3, 5, ...; when a slot has been multiplied it is refilled
 //     with its next step (the next pass's first two steps at the end of a pass), so a warp
@@ -31,7 +31,8 @@ using namespace gemv_detail;
 // Two 8-warp blocks an SM for the 4-row shape (16 warps as the 2-row shape's one block): at most 128
 // registers a thread.
 template <int kBits, int kScales, int kRows, int kUnroll>
-__global__ void __launch_bounds__(Dp4aSlots<kBits, kScales, kRows, kUnroll>::kWarps * 32, kRows / 2) q_dp4a_slots(const uint8_t* __restrict__ w, const uint8_t* __restrict__,
+__global__ void __launch_bounds__(Dp4aSlots<kBits, kScales, kRows, kUnroll>::kWarps * 32,
+                                  Dp4aSlots<kBits, kScales, kRows, kUnroll>::kBlocksPerSm) q_dp4a_slots(const uint8_t* __restrict__ w, const uint8_t* __restrict__,
                                                                 XSource xin, float* __restrict__ y, int64_t n, int64_t k,
                                                                 int, Epilogue ep) {
   extern __shared__ __align__(16) uint8_t smem[];
@@ -59,7 +60,8 @@ __global__ void __launch_bounds__(Dp4aSlots<kBits, kScales, kRows, kUnroll>::kWa
 
 template <int kBits, int kScales, int kRows, int kUnroll>
 Status gemv_dp4a_slots_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
-  return launch_x8_persistent(q_dp4a_slots<kBits, kScales, kRows, kUnroll>, "q_dp4a", p, c, kRows, s, kDp4aBlocksPerSm * kRows / 2);
+  return launch_x8_persistent(q_dp4a_slots<kBits, kScales, kRows, kUnroll>, "q_dp4a", p, c, kRows, s,
+                              kDp4aBlocksPerSm * Dp4aSlots<kBits, kScales, kRows, kUnroll>::kBlocksPerSm);
 }
 #define LAMINA_DP4A_SLOTS(bits, scales)                                                                        \
   template Status gemv_dp4a_slots_launch<bits, scales, 2, 2>(const GemvProblem&, const GemvConfig&, cudaStream_t); \

@@ -18,10 +18,10 @@ void register_dp4a_variants(std::vector<GemvVariant>& out);    // gemv_dp4a.cu
 Status gemv_dp4a_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 // q_dp4a's decode instances of one matrix (gemv_dp4a_slots.cu), for q_dp4a's dispatch, which has
 // checked the problem: batch 1, no w_up, config rows=2, warps=16, unroll=2 or rows=4, warps=8,
-// unroll=1; (kBits,
-// kScales: gemv_dp4a.cuh's Dp4aScales) (4, 0) for q4_0, (8, 0) for q8_0, (4, 2) for q4_K, (5, 2) for
-// q5_K, (6, 3) for q6_K, (4, 4) for iq4_xs, (2, 5) for q2_K, (3, 3) for q3_K, (5, 0) for q5_0, (4, 6) for
-// iq4_nl, the ten instantiated (q4_1 and q5_1 run q_dp4a's plain instances).
+// unroll=1 (kRows, kUnroll); (kBits, kScales: gemv_dp4a.cuh's Dp4aScales) (4, 0) for q4_0, (8, 0)
+// for q8_0, (4, 2) for q4_K, (5, 2) for q5_K, (6, 3) for q6_K, (4, 4) for iq4_xs, (2, 5) for q2_K,
+// (3, 3) for q3_K, (5, 0) for q5_0, (4, 6) for iq4_nl, the ten instantiated (q4_1 and q5_1 run
+// q_dp4a's plain instances).
 template <int kBits, int kScales, int kRows, int kUnroll>
 Status gemv_dp4a_slots_launch(const GemvProblem& p, const GemvConfig& c, cudaStream_t s);
 void register_mma_variants(std::vector<GemvVariant>& out);     // gemv_mma.cu
