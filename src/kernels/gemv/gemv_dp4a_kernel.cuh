@@ -43,7 +43,8 @@
 //     of each loop body and branched over seven; in the decode chain every kernel starts on
 //     cold instruction caches (ncu: stall samples "no instructions").
 //   - decode's instances keep weights in flight across the epilogue (kOverlap, every type but q4_1 and q5_1,
-//     16 warps x 2 rows): the gate and up steps are loaded together, the next pass's first step
+//     16 warps x 2 rows; q5_0's one matrix at unroll 4 runs without it, measured faster): the gate
+//     and up steps are loaded together, the next pass's first step
 //     goes out before this pass's epilogue, and y8 is made by a rotating warp behind named
 //     barriers while the other warps go on; one matrix at unroll 2 runs q_dp4a_slots (two
 //     register slots, gemv_dp4a_slots.cu). Where q_dp4a waited at the y8 barrier, the SM's loads
@@ -146,7 +147,11 @@ struct Dp4aLaunch {
           // config (at 4 its two steps of registers spill): the pair's unroll-4 config had run the
           // instance without overlap, which the tuner's back-to-back graph sometimes ranked first
           // and which in the chain cost q8_0 decode (docs/benchmarks.md, sixteenth session).
-          if constexpr (kRows == 2 && kScales != kScaleDM) {
+          // Q5_0's one matrix at unroll 4 runs the plain instance below, as Q5_1 does: without the
+          // next pass's loads ahead of the epilogue it measured faster at the vocabulary shape
+          // (docs/benchmarks.md, sixty-third session); every other type lost with it.
+          constexpr bool kPlainQ5 = kBits == 5 && kScales == kScaleD && !kGateUp && kUnroll == 4;
+          if constexpr (kRows == 2 && kScales != kScaleDM && !kPlainQ5) {
             if constexpr (!kGateUp && kUnroll == 2) return gemv_dp4a_slots_launch<kBits, kScales, 2, 2>(p, c, s);
             else
               return launch_x8_persistent(q_dp4a<kBits, kScales, kRows, kGateUp ? 2 : kUnroll, kGateUp, true, 1, true>, "q_dp4a",

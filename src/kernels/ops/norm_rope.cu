@@ -103,10 +103,11 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* __re
 // for thread 32 W + l), and the last butterfly is the same: the sum, and so every value, is bit
 // for bit rmsnorm_kernel's (BackendOps.RmsNorm* compares a row alone with the same row among 300).
 // kPer: the columns 1024 apart a lane holds per virtual warp, ceil(cols / 1024) (u >= kPer adds
-// only zeros to rmsnorm_kernel's sums). Up to 2 (rows of up to 2048 columns), a lane keeps its x
-// and w in registers, w loaded before the PDL wait, and stores its own columns: each (m, u) is 32
-// consecutive columns of a warp, one int8 block. (At kPer 4 that took 151 registers, 3 blocks an
-// SM: two waves for a 512-row prompt, slower than the staged form.) Longer rows (kPer 8) stage the
+// only zeros to rmsnorm_kernel's sums). Up to 4 (rows of up to 4096 columns), a lane keeps its x in
+// registers and stores its own columns: each (m, u) is 32 consecutive columns of a warp, one int8
+// block. Up to 2 it keeps w too, loaded before the PDL wait; at 4 that took 151 registers, 3 blocks
+// an SM (two waves for a 512-row prompt, slower than the staged form), so there w is loaded at the
+// stores, a virtual warp's kPer values at a time (94 registers). Longer rows (kPer 8) stage the
 // row in shared memory and store from there in a loop of a few columns a turn: unrolled over 64
 // values a lane, rmsnorm_store's three outputs (and the int8 block's warp reduction) made ~300 KB
 // of code, far past the instruction cache (the kernel ran at 337 GB/s, slower than
@@ -119,8 +120,8 @@ __global__ void __launch_bounds__(kRowsThreads) rmsnorm_rows_kernel(const float*
                                                                     int64_t cols, float eps, float* __restrict__ out,
                                                                     T16* __restrict__ out16, uint8_t* __restrict__ out8) {
   constexpr int kWarps = kNormThreads / 32, kMine = kWarps / (kRowsThreads / 32);
-  constexpr bool kHeld = kPer <= 2;  // x and w in registers
-  static_assert(kPer == 1 || kPer == 2 || kPer == kNormPer, "kPer: 1, 2 or kNormPer");
+  constexpr bool kHeld = kPer <= 4, kHeldW = kPer <= 2;  // x in registers; w too
+  static_assert(kPer == 1 || kPer == 2 || kPer == 4 || kPer == kNormPer, "kPer: 1, 2, 4 or kNormPer");
   pdl_launch_dependents();
   const int64_t row = blockIdx.x;
   const float* xr = x + row * cols;
@@ -131,8 +132,8 @@ __global__ void __launch_bounds__(kRowsThreads) rmsnorm_rows_kernel(const float*
   // Element (m, u) of a lane: column 32 (warp kMine + m) + lane + 1024 u. All of a lane's loads
   // are issued before any is used (one trip to memory per block, not one per virtual warp).
   auto col = [&](int m, int u) { return int64_t(32 * (warp * kMine + m) + lane) + int64_t(u) * kNormThreads; };
-  float wv[kHeld ? kMine : 1][kHeld ? kPer : 1];
-  if constexpr (kHeld)
+  float wv[kHeldW ? kMine : 1][kHeldW ? kPer : 1];
+  if constexpr (kHeldW)
 #pragma unroll
     for (int m = 0; m < kMine; ++m)
 #pragma unroll
@@ -165,10 +166,17 @@ __global__ void __launch_bounds__(kRowsThreads) rmsnorm_rows_kernel(const float*
   const float scale = scale_s;
   if constexpr (kHeld) {
 #pragma unroll
-    for (int m = 0; m < kMine; ++m)
+    for (int m = 0; m < kMine; ++m) {
+      float wm[kPer];
+#pragma unroll
+      for (int u = 0; u < kPer; ++u) {
+        if constexpr (kHeldW) wm[u] = wv[m][u];
+        else wm[u] = col(m, u) < cols ? w[col(m, u)] : 0.f;
+      }
 #pragma unroll
       for (int u = 0; u < kPer; ++u)  // (cols % 32 == 0 with out8: the condition is the warp's)
-        if (col(m, u) < cols) rmsnorm_store(xv[m][u] * scale * wv[m][u], row, col(m, u), cols, out, out16, out8);
+        if (col(m, u) < cols) rmsnorm_store(xv[m][u] * scale * wm[u], row, col(m, u), cols, out, out16, out8);
+    }
   } else {
     // A warp's 32 lanes take 32 consecutive columns: one int8 block of out8 per warp and step.
 #pragma unroll 2
@@ -346,12 +354,13 @@ Status rmsnorm(const float* x, const float* w, int64_t rows, int64_t cols, float
   if (rows == 0) return Status::success();
   uint8_t* o8 = static_cast<uint8_t*>(out8);
   const bool many = rows >= kRowsFrom && cols <= int64_t(kNormPer) * kNormThreads;
-  const int64_t per = (cols + kNormThreads - 1) / kNormThreads;  // rmsnorm_rows_kernel's kPer, rounded up to 1, 2, 8
+  const int64_t per = (cols + kNormThreads - 1) / kNormThreads;  // rmsnorm_rows_kernel's kPer, rounded up to 1, 2, 4, 8
   auto go = [&](auto* o16) {
     using T16 = std::remove_pointer_t<decltype(o16)>;
     auto kernel = !many ? rmsnorm_kernel<T16>
                   : per <= 1 ? rmsnorm_rows_kernel<T16, 1>
                   : per <= 2 ? rmsnorm_rows_kernel<T16, 2>
+                  : per <= 4 ? rmsnorm_rows_kernel<T16, 4>
                              : rmsnorm_rows_kernel<T16, kNormPer>;
     launch_pdl(kernel, unsigned(rows), many ? kRowsThreads : kNormThreads, 0, s, x, w, cols, eps, out, o16, o8);
   };
