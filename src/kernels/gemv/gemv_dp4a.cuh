@@ -5,7 +5,7 @@
 #pragma once
 
 #include "kernels/gemv/gemv_common.cuh"
-#include "kernels/gemv/gemv_iq4.cuh"
+#include "kernels/gemv/gemv_iq4_split.cuh"
 #include "kernels/gemv/gemv_k23.cuh"
 #include "kernels/gemv/gemv_x8.cuh"
 
@@ -217,9 +217,10 @@ struct Dp4aStep {
       const uint32_t qm = iq4_lookup4((wm >> (4 * (x.m & 7))) & 15u);  // byte 0: the largest element's value
       sumi = int(int8_t(qm & 0xFFu)) * x.big;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        sumi = __dp4a(int(iq4_lookup4(w[i])), xs[2 * i], sumi);
-        sumi = __dp4a(int(iq4_lookup4(w[i] >> 16)), xs[2 * i + 1], sumi);
+      for (int i = 0; i < 4; ++i) {  // each value as two bytes that add up to it (iq4_split8)
+        const Iq4Split t = iq4_split8(w[i]);
+        sumi = __dp4a(int(t.hi[0]), xs[2 * i], __dp4a(int(t.lo[0]), xs[2 * i], sumi));
+        sumi = __dp4a(int(t.hi[1]), xs[2 * i + 1], __dp4a(int(t.lo[1]), xs[2 * i + 1], sumi));
       }
       return x.d * (dw * float(sumi));
     } else if constexpr (kBits == 6) {  // two sums, one per half and scale: x.d (dw sl + mw sh)

@@ -23,9 +23,10 @@
 //     block merged into bytes 0..63, two sums of four dp4a, one per half of 16 and its int8
 //     scale: d_x * d * (sc_lo * (dp4a_lo - 32 sum_lo) + sc_hi * (dp4a_hi - 32 sum_hi)).
 //   - IQ4_XS (gemv_iq4xs.cu's planes: nibbles in consecutive order, the 8-byte headers apart): each
-//     16 bits of quants are four table lookups by prmt (iq4_lookup4) in x's byte order, eight
-//     dp4a a chunk: d_x * d (ls - 32) * dp4a(iq4[q], xq). IQ4_NL (gemv_block32_planes.cu) the
-//     same with an f16 d per block of 32 in a plane of its own.
+//     word of quants is looked up by prmt in x's byte order as two words of bytes that add up to
+//     the IQ4 values (iq4_split8: half the ALU work of a lookup a value), sixteen dp4a a chunk:
+//     d_x * d (ls - 32) * dp4a(iq4[q], xq). IQ4_NL (gemv_block32_planes.cu) the same with an f16
+//     d per block of 32 in a plane of its own.
 //   - Q3_K and Q2_K (gemv_k23.cuh's planes in Q4_0's order): 8 bytes of 2-bit quants per block (a
 //     word per half of 16; Q3_K with a word of third bits), one x block, Q6_K's two sums per half:
 //     Q3_K d_x d (sc_lo (dp4a(q + 4, xq_lo) - 4 sum_lo) + sc_hi (...)); Q2_K with its mins,
