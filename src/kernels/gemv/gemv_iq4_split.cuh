@@ -21,17 +21,14 @@ namespace lamina::kernels::gemv_detail {
 struct Iq4Split {
   uint32_t lo[2], hi[2];
 };
-constexpr uint32_t iq4_upper_word(int i) {
-  uint32_t w = 0;
-  for (int b = 3; b >= 0; --b) w = w << 8 | uint32_t(uint8_t(int8_t(iq4_value(8 + 4 * i + b) + 1)));
-  return w;
-}
 constexpr bool iq4_split_holds() {
   for (int i = 0; i < 8; ++i)
     if (iq4_value(i) >= 0 || iq4_value(8 + i) + 1 <= 0 || iq4_value(8 + i) + 1 > 127) return false;
   return true;
 }
 static_assert(iq4_split_holds(), "the split lookup needs a negative lower half and a positive upper half");
+// Bytes 4i .. 4i + 3 of the upper half plus one: iq4_word's bytes, each + 1 (no carries: all under 127).
+constexpr uint32_t iq4_upper_word(int i) { return iq4_word(2 + i) + 0x01010101u; }
 __device__ __forceinline__ Iq4Split iq4_split8(uint32_t w) {
   constexpr uint32_t l0 = iq4_word(0), l1 = iq4_word(1), u0 = iq4_upper_word(0), u1 = iq4_upper_word(1);
   const uint32_t f = w ^ 0x88888888u;
