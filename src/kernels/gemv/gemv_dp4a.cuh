@@ -63,15 +63,10 @@ struct Dp4aStep {
   static __host__ __device__ constexpr size_t high_row(int64_t k) {
     return kBits == 5 || kBits == 3 ? size_t(k) / 8 : kBits == 6 ? size_t(k) / 4 : 0;
   }
-  // Bytes of one row's scale plane, and where block blk's scales sit in it.
+  // Bytes of one row's scale plane (Q6_K, Q3_K: the int8 scales' rows; the d plane follows them,
+  // k / 128 bytes a row; Q2_K: the scale bytes' rows, then (d, dmin), k / 64 bytes a row).
   static __host__ __device__ constexpr size_t scale_row(int64_t k) {
     return size_t(k) / (kScales == kScaleDM ? 8 : kXs ? 32 : 16);
-  }
-  // (Q6_K, Q3_K: the int8 scales' rows; the d plane follows them, k / 128 bytes a row; Q2_K: the
-  // scale bytes' rows, then (d, dmin), k / 64 bytes a row.)
-  static __device__ __forceinline__ size_t scale_at(int64_t blk) {
-    if constexpr (kXs) return size_t(blk / 8) * 8;
-    return kScales == kScaleK ? size_t(blk / 8) * 16 : size_t(blk) * (kScales == kScaleDM ? 4 : 2);  // (Q6_K, Q3_K, Q2_K: 2 bytes)
   }
 
   // A chunk's scales as loaded: (d, m) as floats, or Q4_K's header (decoded in dot, once the
@@ -88,41 +83,90 @@ struct Dp4aStep {
     High qh[kRows][kUnroll];  // (5-bit: the chunk's fifth bits; 6-bit: its high 2 bits, a word per half; 3-bit: its third bits)
   };
 
-  // Rows row0..row0+kRows-1 of w [n][k] in the repacked layout (quant rows, then the 5- and 6-bit
-  // types' high-bit rows, then scale rows: Q6_K's int8 scales followed by its d plane, IQ4_XS's
-  // 8-byte headers; rows past n clamped to n-1 so that loads stay in bounds), chunks l0 + u*32 + lane.
-  static __device__ __forceinline__ void load(const uint8_t* w, int64_t row0, int64_t n, int64_t l0, int64_t k, Regs& g) {
-    const size_t qrow = quant_row(k), hrow = high_row(k);
-    const int lane = threadIdx.x % 32;
+  // The repacked planes (gemv.h) hold a matrix's chunks row after row, so chunk c = row * loads(k) + l
+  // sits at a fixed stride in each plane: its quants at q + c kQBytes, its high bits (5-, 3-bit: a
+  // word; 6-bit: two) at h + c kHBytes, its scales at s + scale_off(c), the super-block d of the 6-,
+  // 3- and 2-bit types at d + (c / 8) kDBytes. A load is then one multiply-add an address from the
+  // row's chunk index, which each pass computes once for its rows (Rows), where the row-and-column
+  // arithmetic in 64 bits per load had cost as many instructions as the products (docs/benchmarks.md,
+  // sixty-seventh session).
+  static constexpr uint32_t kQBytes = kLow ? 8 : 16;
+  static constexpr uint32_t kHBytes = kBits == 6 ? 8 : (kBits == 5 || kBits == 3) ? 4 : 0;
+  static constexpr uint32_t kDBytes = kQ2 ? 4 : 2;
+  struct Planes {
+    const uint8_t *q, *h, *s, *d;
+  };
+  static __device__ __forceinline__ Planes planes(const uint8_t* w, uint32_t n, uint32_t k) {
+    Planes p;  // (32-bit factors: each product one wide multiply-add)
+    p.q = w;
+    p.h = w + size_t(n) * uint32_t(quant_row(k));
+    p.s = p.h + size_t(n) * uint32_t(high_row(k));
+    p.d = p.s + size_t(n) * uint32_t(scale_row(k));
+    return p;
+  }
+  // The byte offset in the scale plane of the record chunk c reads (scale_row and scale_at by chunk:
+  // a row's chunk count is a multiple of 8, so a row's records start at whole records).
+  static __device__ __forceinline__ size_t scale_off(uint32_t c) {
+    if constexpr (kXs) return size_t(c & ~7u);                // an 8-byte header per 8 chunks
+    else if constexpr (kScales == kScaleK) return size_t(c & ~7u) * 2;  // 16 bytes per 8 chunks
+    else if constexpr (kScales == kScaleDM) return size_t(c) * 4;      // (d, m) a chunk
+    else if constexpr (kBits == 8) return size_t(c & ~1u);           // Q8_0: one f16 d per two 16-weight chunks
+    else return size_t(c) * 2;                                 // an f16 d, or two int8 / byte scales, a chunk
+  }
+  // The chunk index of the lane's chunk 0 in each of rows row0.. (rows past n read row n - 1, so
+  // that loads stay in bounds; their sums are not stored). 32 bits: the launch refuses a matrix
+  // of 2^32 chunks or more (dp4a_chunks_fit).
+  struct Rows {
+    uint32_t c[kRows];
+  };
+  static __device__ __forceinline__ Rows rows(uint32_t row0, uint32_t n, uint32_t k) {
+    Rows at;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)
+    for (int r = 0; r < kRows; ++r) at.c[r] = min(row0 + r, n - 1) * uint32_t(k / kPer) + threadIdx.x % 32;
+    return at;
+  }
+
+  // Chunks l0 + u*32 + lane of the rows at `at` (chunks past the row's `nl` read as zeros).
+  static __device__ __forceinline__ void load(const Planes& p, const Rows& at, uint32_t l0, uint32_t nl, Regs& g) {
+    const uint32_t lane = threadIdx.x % 32;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const uint32_t c = at.c[r] + l0;  // chunk u of the step: c + 32 u (pointers below step by immediates)
+      const uint8_t* q = p.q + size_t(c) * kQBytes;
+      const uint8_t* h = p.h + size_t(c) * kHBytes;
+      const uint8_t* sp = p.s + scale_off(c);
+      const uint8_t* dp = p.d + size_t(c >> 3) * kDBytes;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int64_t l = l0 + u * 32 + lane, row = row0 + r < n ? row0 + r : n - 1;
-        const bool in = l < loads(k);
-        if constexpr (kLow) g.raw[r][u] = in ? load_stream8(w + size_t(row) * qrow + size_t(l) * 8) : make_uint2(0, 0);
-        else g.raw[r][u] = in ? load_stream(w + size_t(row) * qrow + size_t(l) * 16) : make_uint4(0, 0, 0, 0);
-        if constexpr (kBits == 5 || kBits == 3)
-          g.qh[r][u] = in ? __ldg(reinterpret_cast<const uint32_t*>(w + size_t(n) * qrow + size_t(row) * hrow + size_t(l) * 4)) : 0u;
+        const bool in = l0 + u * 32 + lane < nl;
+        const uint8_t* qu = q + u * 32 * kQBytes;
+        if constexpr (kLow) g.raw[r][u] = in ? load_stream8(qu) : make_uint2(0, 0);
+        else g.raw[r][u] = in ? load_stream(qu) : make_uint4(0, 0, 0, 0);
+        const uint8_t* hu = h + u * 32 * kHBytes;
+        if constexpr (kBits == 5 || kBits == 3) g.qh[r][u] = in ? __ldg(reinterpret_cast<const uint32_t*>(hu)) : 0u;
         if constexpr (kBits == 2) g.qh[r][u] = 0u;  // (none: Q2_K's quants are the low bits alone)
-        if constexpr (kBits == 6)
-          g.qh[r][u] = in ? __ldg(reinterpret_cast<const uint2*>(w + size_t(n) * qrow + size_t(row) * hrow + size_t(l) * 8))
-                          : make_uint2(0, 0);
-        const uint8_t* sp = w + size_t(n) * (qrow + hrow) + size_t(row) * scale_row(k) + scale_at(l * kPer / 32);
+        if constexpr (kBits == 6) g.qh[r][u] = in ? __ldg(reinterpret_cast<const uint2*>(hu)) : make_uint2(0, 0);
+        // chunk c + 32 u's records: scale_off(c) + scale_off(32 u), as 32 u is whole records
+        const uint8_t* su = sp + scale_off(32u * u);
+        const uint8_t* du = dp + 4 * u * kDBytes;
         if constexpr (kQ6) {
-          const uint8_t* dp = w + size_t(n) * (qrow + hrow + scale_row(k)) + (size_t(row) * size_t(k / 256) + size_t(l / 8)) * 2;
-          g.aux[r][u] = in ? make_uint2(__ldg(reinterpret_cast<const unsigned short*>(sp)), __ldg(reinterpret_cast<const unsigned short*>(dp)))
+          g.aux[r][u] = in ? make_uint2(__ldg(reinterpret_cast<const unsigned short*>(su)), __ldg(reinterpret_cast<const unsigned short*>(du)))
                            : make_uint2(0, 0);
         } else if constexpr (kQ2) {
-          const uint8_t* dp = w + size_t(n) * (qrow + scale_row(k)) + (size_t(row) * size_t(k / 256) + size_t(l / 8)) * 4;
-          g.aux[r][u] = in ? make_uint2(__ldg(reinterpret_cast<const unsigned short*>(sp)), __ldg(reinterpret_cast<const uint32_t*>(dp)))
+          g.aux[r][u] = in ? make_uint2(__ldg(reinterpret_cast<const unsigned short*>(su)), __ldg(reinterpret_cast<const uint32_t*>(du)))
                            : make_uint2(0, 0);
         } else if constexpr (kXs) {
-          g.aux[r][u] = in ? __ldg(reinterpret_cast<const uint2*>(sp)) : make_uint2(0, 0);
-        } else if constexpr (kScales == kScaleK) g.aux[r][u] = in ? __ldg(reinterpret_cast<const uint4*>(sp)) : make_uint4(0, 0, 0, 0);
-        else if constexpr (kScales == kScaleDM) g.aux[r][u] = in ? __half22float2(*reinterpret_cast<const __half2*>(sp)) : make_float2(0.f, 0.f);
-        else g.aux[r][u] = make_float2(in ? __half2float(*reinterpret_cast<const __half*>(sp)) : 0.f, 0.f);
+          g.aux[r][u] = in ? __ldg(reinterpret_cast<const uint2*>(su)) : make_uint2(0, 0);
+        } else if constexpr (kScales == kScaleK) g.aux[r][u] = in ? __ldg(reinterpret_cast<const uint4*>(su)) : make_uint4(0, 0, 0, 0);
+        else if constexpr (kScales == kScaleDM) g.aux[r][u] = in ? __half22float2(*reinterpret_cast<const __half2*>(su)) : make_float2(0.f, 0.f);
+        else g.aux[r][u] = make_float2(in ? __half2float(*reinterpret_cast<const __half*>(su)) : 0.f, 0.f);
       }
+    }
+  }
+  // Rows row0..row0+kRows-1 of w [n][k] in the repacked layout, chunks l0 + u*32 + lane (the
+  // experts' kernels, which load a step of a matrix chosen at run time).
+  static __device__ __forceinline__ void load(const uint8_t* w, int64_t row0, int64_t n, int64_t l0, int64_t k, Regs& g) {
+    load(planes(w, uint32_t(n), uint32_t(k)), rows(uint32_t(row0), uint32_t(n), uint32_t(k)), uint32_t(l0), uint32_t(loads(k)), g);
   }
 
   // (d_w, m_w) of chunk l from its loaded scales; Q6_K: (d sc) of the block's two halves. (The 2-
@@ -214,8 +258,7 @@ struct Dp4aStep {
       const uint32_t w[4] = {v.x, v.y, v.z, v.w};
       const int xs[8] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w, x.hi.x, x.hi.y, x.hi.z, x.hi.w};
       const uint32_t wm = x.m & 16 ? (x.m & 8 ? v.w : v.z) : (x.m & 8 ? v.y : v.x);
-      const uint32_t qm = iq4_lookup4((wm >> (4 * (x.m & 7))) & 15u);  // byte 0: the largest element's value
-      sumi = int(int8_t(qm & 0xFFu)) * x.big;
+      sumi = iq4_split1((wm >> (4 * (x.m & 7))) & 15u) * x.big;  // the largest element's value times Q
 #pragma unroll
       for (int i = 0; i < 4; ++i) {  // each value as two bytes that add up to it (iq4_split8)
         const Iq4Split t = iq4_split8(w[i]);
@@ -310,8 +353,8 @@ struct Dp4aStep {
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t l = l0 + u * 32 + lane;
-      if (l >= loads(k)) break;
+      const uint32_t l = uint32_t(l0) + u * 32 + lane;  // (32 bits: as the loads' chunk indices)
+      if (l >= uint32_t(loads(k))) break;
 #pragma unroll
       for (int b = 0; b < kB; ++b) {
         if (b >= batch) break;
@@ -350,26 +393,35 @@ struct Dp4aSlots {
   static constexpr int kBlocksPerSm = kRows / 2;  // blocks an SM per kDp4aBlocksPerSm: 16 warps either shape
   static_assert((kRows == 2 && kUnroll == 2) || (kRows == 4 && kUnroll == 1), "the slot shapes: 2 rows x 2 steps, 4 rows x 1");
   using Step = Dp4aStep<kBits, kScales, kRows, kUnroll>;
-  static constexpr int64_t kStep = 32 * kUnroll;  // 16-byte loads per lane and step, times 32 lanes
+  static constexpr uint32_t kStep = 32 * kUnroll;  // chunks a step: kUnroll per lane, times 32 lanes
 
   // Both slots with the first rows' first two steps (before the PDL wait: weights only).
   static __device__ __forceinline__ void fill(const uint8_t* w, int64_t row0, int64_t n, int64_t k,
                                               typename Step::Regs& a, typename Step::Regs& b) {
-    Step::load(w, row0, n, 0, k, a);
-    Step::load(w, row0, n, kStep, k, b);
+    const typename Step::Planes p = Step::planes(w, uint32_t(n), uint32_t(k));
+    const typename Step::Rows at = Step::rows(uint32_t(row0), uint32_t(n), uint32_t(k));
+    const uint32_t nl = uint32_t(k) / Step::kPer;
+    Step::load(p, at, 0, nl, a);
+    Step::load(p, at, kStep, nl, b);
   }
   // acc += rows row0.. of w times xs (int8 blocks of k); the slots are left holding the first
   // steps of rows row0 + stride when those exist.
   static __device__ __forceinline__ void pass(const uint8_t* w, int64_t row0, int64_t stride, int64_t n, int64_t k,
                                               const uint8_t* xs, typename Step::Regs& a, typename Step::Regs& b,
                                               float (&acc)[kRows][1]) {
-    for (int64_t l0 = 0; l0 < Step::loads(k); l0 += 2 * kStep) {
-      const bool last = l0 + 2 * kStep >= Step::loads(k);
-      const int64_t nr = last ? row0 + stride : row0, nl = last ? 0 : l0 + 2 * kStep;  // the slots' next steps
+    const typename Step::Planes p = Step::planes(w, uint32_t(n), uint32_t(k));
+    const typename Step::Rows here = Step::rows(uint32_t(row0), uint32_t(n), uint32_t(k)),
+                              next = Step::rows(uint32_t(row0 + stride), uint32_t(n), uint32_t(k));
+    const bool more = row0 + stride < n;
+    const uint32_t nl = uint32_t(k) / Step::kPer;
+    for (uint32_t l0 = 0; l0 < nl; l0 += 2 * kStep) {
+      const bool last = l0 + 2 * kStep >= nl;
+      const typename Step::Rows at = last ? next : here;  // the slots' next steps: these rows' after the pair,
+      const uint32_t at_l0 = last ? 0 : l0 + 2 * kStep;     // or the next rows' first two
       Step::template dot<1>(a, xs, k, l0, 1, acc);
-      if (nr < n) Step::load(w, nr, n, nl, k, a);
+      if (!last || more) Step::load(p, at, at_l0, nl, a);
       Step::template dot<1>(b, xs, k, l0 + kStep, 1, acc);  // (past k: no loads, no products)
-      if (nr < n) Step::load(w, nr, n, nl + kStep, k, b);
+      if (!last || more) Step::load(p, at, at_l0 + kStep, nl, b);
     }
   }
 };
@@ -394,8 +446,13 @@ struct Dp4aShape {
   static constexpr int rows = kRows, unroll = kUnroll;
 };
 
+// Dp4aStep's chunk indices are 32 bits: a matrix of 2^32 chunks or more (64 Gi weights of Q8_0) is
+// refused rather than read at wrapped addresses.
+inline bool dp4a_chunks_fit(int64_t n, int64_t k) { return n > 0 && k > 0 && uint64_t(n) * uint64_t(k / 16) < (uint64_t(1) << 32); }
+
 template <template <int, int, int, int, bool> class Launch, int kBits, int kScales, class... Shapes>
 Status dp4a_by_config(const char* name, const GemvProblem& p, const GemvConfig& c, cudaStream_t s) {
+  if (!dp4a_chunks_fit(p.n, p.k)) return Status::error(std::string(name) + ": a matrix of 2^32 chunks or more");
   Status st = Status::error(std::string(name) + ": no instance for config " + c.str());
   bool found = false;
   auto try_one = [&](auto shape) {

@@ -90,14 +90,19 @@ __global__ void __launch_bounds__(kBlock32 ? 32 / kRows * 32 : 256) q_dp4a(const
   const int64_t stride = warps_total * kRows;
   const int64_t first = (int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRows;
   typename Step::Regs regs[kBufs];
-  auto load_ahead = [&](int64_t r0, int64_t l0) {
+  // The planes of w and w_up, and each pass's rows as chunk indices (Dp4aStep::load).
+  const uint32_t nl = uint32_t(k) / Step::kPer;
+  typename Step::Planes planes[kMats];
 #pragma unroll
-    for (int mat = 0; mat < kBufs; ++mat) Step::load(mat ? w_up : w, r0, n, l0, k, regs[mat]);
+  for (int mat = 0; mat < kMats; ++mat) planes[mat] = Step::planes(mat ? w_up : w, uint32_t(n), uint32_t(k));
+  auto load_ahead = [&](const typename Step::Rows& at, uint32_t l0) {
+#pragma unroll
+    for (int mat = 0; mat < kBufs; ++mat) Step::load(planes[mat], at, l0, nl, regs[mat]);
   };
   // The weights never depend on an earlier kernel: the first step's loads go out before the
   // wait, so they overlap the kernel before (PDL) and the making of x.
   bool loaded = first < n;
-  if (loaded) load_ahead(first, 0);
+  if (loaded) load_ahead(Step::rows(uint32_t(first), uint32_t(n), uint32_t(k)), 0);
   pdl_wait();  // x comes from the kernel before (see kernels/common/pdl.cuh)
   RmsParts rms;  // x8 = blocks of x * w: the RMS scale from the producer's sums of squares
   if (xin.ss) rms.load(xin.ss, k);
@@ -107,21 +112,22 @@ __global__ void __launch_bounds__(kBlock32 ? 32 / kRows * 32 : 256) q_dp4a(const
   for (int64_t row0 = first; row0 < n; row0 += stride, ++pass) {
     if (row0 + stride >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
     float acc[kMats][kRows][kMaxB] = {};
+    const typename Step::Rows at = Step::rows(uint32_t(row0), uint32_t(n), uint32_t(k));
     if constexpr (kOverlap) {
-      for (int64_t l0 = 0; l0 < Step::loads(k); l0 += 32 * kUnroll) {
-        if (!loaded) load_ahead(row0, l0);
+      for (uint32_t l0 = 0; l0 < nl; l0 += 32 * kUnroll) {
+        if (!loaded) load_ahead(at, l0);
         loaded = false;
         Step::dot_mats(regs, xs, k, l0, batch, acc);  // the x side decoded once for gate and up
       }
       if (row0 + stride < n) {  // the next pass's first weights go out before this pass's epilogue
-        load_ahead(row0 + stride, 0);
+        load_ahead(Step::rows(uint32_t(row0 + stride), uint32_t(n), uint32_t(k)), 0);
         loaded = true;
       }
     } else {
 #pragma unroll
       for (int mat = 0; mat < kMats; ++mat)
-        for (int64_t l0 = 0; l0 < Step::loads(k); l0 += 32 * kUnroll) {
-          if (!loaded) Step::load(mat ? w_up : w, row0, n, l0, k, regs[0]);
+        for (uint32_t l0 = 0; l0 < nl; l0 += 32 * kUnroll) {
+          if (!loaded) Step::load(planes[mat], at, l0, nl, regs[0]);
           loaded = false;
           Step::dot(regs[0], xs, k, l0, batch, acc[mat]);
         }

@@ -53,6 +53,7 @@ inline Status validate_experts(const GemvExperts& p, const char* name) {
       p.x_share < 1 || p.x_stride < 0 || p.x_stride % 4)
     return Status::error(std::string(name) + ": bad arguments");
   if (reinterpret_cast<uintptr_t>(p.x) % 16) return Status::error(std::string(name) + ": x must be 16-byte aligned");
+  if (!dp4a_chunks_fit(p.n, p.k)) return Status::error(std::string(name) + ": a matrix of 2^32 chunks or more");
   return Status::success();
 }
 

@@ -35,4 +35,13 @@ __device__ __forceinline__ Iq4Split iq4_split8(uint32_t w) {
   return Iq4Split{{prmt(l0, l1, w), prmt(l0, l1, w >> 16)}, {prmt(u0, u1, f), prmt(u0, u1, f >> 16)}};
 }
 
+// One index's IQ4 value (idx 0..15) by the same two halves, as an int: each selector asks for byte
+// idx in its low nibble and for that byte's sign in the other three, so each half comes
+// sign-extended (lo: iq4[idx], or -1 for idx >= 8; hi: 0, or iq4[idx] + 1 for idx >= 8).
+__device__ __forceinline__ int iq4_split1(uint32_t idx) {
+  constexpr uint32_t l0 = iq4_word(0), l1 = iq4_word(1), u0 = iq4_upper_word(0), u1 = iq4_upper_word(1);
+  const uint32_t sel = idx * 0x1111u | 0x8880u;
+  return int(prmt(l0, l1, sel)) + int(prmt(u0, u1, sel ^ 8u));
+}
+
 }  // namespace lamina::kernels::gemv_detail
