@@ -104,8 +104,8 @@ struct Dp4aStep {
     p.d = p.s + size_t(n) * uint32_t(scale_row(k));
     return p;
   }
-  // The byte offset in the scale plane of the record chunk c reads (scale_row and scale_at by chunk:
-  // a row's chunk count is a multiple of 8, so a row's records start at whole records).
+  // The byte offset in the scale plane of the record chunk c reads (a row's chunk count is a
+  // multiple of 8, so each row's records start at a whole record and c alone finds them).
   static __device__ __forceinline__ size_t scale_off(uint32_t c) {
     if constexpr (kXs) return size_t(c & ~7u);                // an 8-byte header per 8 chunks
     else if constexpr (kScales == kScaleK) return size_t(c & ~7u) * 2;  // 16 bytes per 8 chunks
