@@ -314,6 +314,11 @@ TEST_P(GemvGpu, MatchesFp64Reference) {
     // One matrix with bias and residual, several passes a block (q_dp4a_slots at unroll 2, the
     // overlapping instance at 4), with y8 and its gain: decode's Wo and W_down over more rows.
     if (name == "q_dp4a") run_case(*v, type, 13312, 256, 1, true, false, rng);
+    // Rows of whole slot steps (q_dp4a_slots' kWhole instance: k a multiple of 2048 for the 4-bit
+    // types at 2 rows x 2 steps, of 1024 at 4 x 1): one step a row (slot b never filled), an odd
+    // count of steps (slot b's last one past the row), an even count; rows past n clamped.
+    if (name == "q_dp4a")
+      for (int64_t kk : {1024, 2048, 3072, 4096, 6144}) run_case(*v, type, 67, kk, 1, true, false, rng);
   }
 }
 

@@ -116,20 +116,22 @@ struct Frags {
   // The fragments of one block (half 0 or 1 of the k-step) for row r0 + 8 i: x its bytes 2t, 2t + 1,
   // 2t + 8, 2t + 9 (pick4), their nibbles (the low ones k 0..15 of the block, the high ones 16..31)
   // as q d + off in f16; with a fifth-bit plane (Q5_K, Q5_0, Q5_1), fb the block's word of fifth
-  // bits, two for each pair of bytes (elements 2t + 8 upper + 16 hi, + 1). A pair's two fifth bits
-  // y (0..3) go under its two nibbles by one multiply: y (2^p + 2^(p + 15)) holds y's bit 0 at p
-  // and its bit 1 at p + 16 with no carries between the two copies (p = 4 under the low nibbles,
-  // 8 under the high ones); the same bits as nibble_pair5 places one at a time.
+  // bits, two for each pair of bytes (elements e = 2t + 8 upper + 16 hi, e + 1), element e's at bit
+  // 8 (e % 4) + e / 4 (gemv_k23.cuh): after a shift by 16 (t % 2) + t / 2, the pair's two at bits
+  // s = 2 upper + 4 hi and s + 8. They go under the two nibbles by one multiply: y (2^p + 2^(p + 8))
+  // with y = bits s and s + 8 at 0 and 8 holds y's bit 0 at p and its bit 8 at p + 16 (a carry out
+  // of p + 8 stops at p + 9) (p = 4 under the low nibbles, 8 under the high ones); the same bits as
+  // nibble_pair5 places one at a time.
   __device__ static void nibble_frags(uint32_t x, uint32_t fb, int t, int half, int i, __half2 d, __half2 off,
                                       uint32_t (&f)[16]) {
-    const uint32_t fbt = fb >> (2 * t);  // the thread's pairs' fifth bits at bits 0-1 of each byte
+    const uint32_t fbt = fb >> (16 * (t % 2) + t / 2);  // the thread's pairs' fifth bits at bits 0, 2, 4, 6 (and 8 above)
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi)
 #pragma unroll
       for (int up = 0; up < 2; ++up) {
         uint32_t& out = f[4 * (2 * half + hi) + 2 * up + i];
         if constexpr (Raw<kKind>::kFifth) {
-          const uint32_t spread = ((fbt >> (8 * up + 16 * hi)) & 3u) * (hi ? 0x00800100u : 0x00080010u);
+          const uint32_t spread = ((fbt >> (2 * up + 4 * hi)) & 0x101u) * (hi ? 0x00010100u : 0x00001010u);
           const uint32_t pair = __byte_perm(x, 0, up ? 0x4342 : 0x4140);
           const uint32_t v = qgemm_wgmma::and_or(pair, hi ? 0x00F000F0u : 0x000F000Fu, 0x64006400u) |
                              (spread & (hi ? 0x01000100u : 0x00100010u));

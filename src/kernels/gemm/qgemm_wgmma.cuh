@@ -86,11 +86,12 @@ __device__ __forceinline__ __half2 nibble_pair(uint32_t w, bool upper, bool high
   return __hsub2(as_h2(and_or(pair, 0x000F000Fu, 0x64006400u)), h2_const(0x6400));                             // - 1024
 }
 
-// nibble_pair with a fifth bit each (bits 0 and 1 of f2, for bytes 0 and 1 of the pair): the
-// integers 0..31 exactly, the bit placed above the nibble under the same exponent.
+// nibble_pair with a fifth bit each (bits 0 and 8 of f2, for bytes 0 and 1 of the pair: the fifth-bit
+// plane's order, gemv_k23.cuh): the integers 0..31 exactly, the bit placed above the nibble under
+// the same exponent.
 __device__ __forceinline__ __half2 nibble_pair5(uint32_t w, bool upper, bool high, uint32_t f2) {
   const uint32_t pair = __byte_perm(w, 0, upper ? 0x4342 : 0x4140);
-  const uint32_t fifth = high ? (f2 & 1u) << 8 | (f2 & 2u) << 23 : (f2 & 1u) << 4 | (f2 & 2u) << 19;
+  const uint32_t fifth = high ? (f2 & 1u) << 8 | (f2 & 0x100u) << 16 : (f2 & 1u) << 4 | (f2 & 0x100u) << 12;
   if (high) return __hfma2(as_h2(and_or(pair, 0x00F000F0u, 0x64006400u) | fifth), h2_const(0x2C00), h2_const(0xD400));
   return __hsub2(as_h2(and_or(pair, 0x000F000Fu, 0x64006400u) | fifth), h2_const(0x6400));
 }
@@ -236,12 +237,14 @@ struct DequantB {
       // as Q4_0: block c/4 (the step's sub-block 2 (kt % 4) + c/4), low nibbles then high
       const int blk = c / 4, w0 = 2 * (c % 2);
       __half2 v[4], d, off;
-      if constexpr (kKind == kQ5_K) {  // the fifth bits of the chunk's eight values, in byte order
+      if constexpr (kKind == kQ5_K) {  // the fifth bits of the chunk's eight values e0 + 0..7
+        // (e0 = 8 (c % 2) + 16 high): element e's at bit 8 (e % 4) + e / 4 (gemv_k23.cuh), so those
+        // of pair i (e0 + 2i, + 1) at bits 16 (i % 2) + i / 2 and 8 above it, after a shift by e0 / 4
         const bool high = (c % 4) >= 2;
-        const uint32_t fb = ((blk ? x.hb.y : x.hb.x) >> (16 * high + 8 * (c % 2))) & 0xFFu;
+        const uint32_t fb = (blk ? x.hb.y : x.hb.x) >> (4 * high + 2 * (c % 2));
         const uint32_t w[2] = {word(x.q[blk], w0), word(x.q[blk], w0 + 1)};
 #pragma unroll
-        for (int i = 0; i < 4; ++i) v[i] = nibble_pair5(w[i / 2], i % 2, high, fb >> (2 * i));
+        for (int i = 0; i < 4; ++i) v[i] = nibble_pair5(w[i / 2], i % 2, high, fb >> (16 * (i % 2) + i / 2));
       } else {
         nibbles_to_f16(word(x.q[blk], w0), word(x.q[blk], w0 + 1), (c % 4) >= 2, v);
       }

@@ -179,8 +179,8 @@ size_t gemv_weight_bytes(const GemvProblem& p);
 // Q4_K: quants [n][k/2] in Q4_0's order (block j of a super-block: byte e holds its elements e
 // and e + 16 in the low and high nibble) | the 16-byte super-block headers [n][k/256] (d, dmin,
 // 12 bytes of 6-bit scales and mins, as in the file): the same 144 bytes per 256 weights;
-// Q5_K: as Q4_K with, between quants and headers, fifth bits [n][k/32] u32 (bit e of block j's
-// word: its element e), Q5_0's order: 176 bytes per 256;
+// Q5_K: as Q4_K with, between quants and headers, fifth bits [n][k/32] u32 (element e of block j
+// at bit 8 (e % 4) + e / 4 of its word, Q3_K's third-bit order, gemv_k23.cuh): 176 bytes per 256;
 // Q6_K: ql [n][k/2] in Q4_0's order (the low 4 bits) | qh [n][k/4] (the high 2 bits, two u32 per
 // block, one per half) | scales int8 [n][k/16] | d f16 [n][k/256] (gemv_q6k.cu): 210 bytes per 256;
 // Q3_K: low 2 bits [n][k/4] (two u32 per block, one per half) | third bits [n][k/8] (a u32 per
@@ -188,7 +188,7 @@ size_t gemv_weight_bytes(const GemvProblem& p);
 // Q2_K: low 2 bits as Q3_K's | scales [n][k/16] as in the file | (d, dmin) [n][k/256]: 84 bytes per 256;
 // IQ4_XS: quants [n][k/2] (byte b of a block: its elements 2b, 2b + 1 in the low and high nibble)
 // | headers [n][k/256][8] (d, scales_h, scales_l as in the file): 136 bytes per 256 (gemv_iq4xs.cu);
-// Q5_0, Q5_1: quants [n][k/2] as in the file | fifth bits [n][k/32] u32 | d [n][k/32] f16 (Q5_1: (d, m)
+// Q5_0, Q5_1: quants [n][k/2] as in the file | fifth bits [n][k/32] u32 in Q5_K's order | d [n][k/32] f16 (Q5_1: (d, m)
 // pairs); IQ4_NL: quants [n][k/2] in IQ4_XS's order | d [n][k/32] f16: the file's 22, 24 and 18 bytes
 // per 32 (gemv_block32_planes.cu).
 size_t gemv_repacked_bytes(GgmlType t, int64_t n, int64_t k);

@@ -5,7 +5,8 @@
 //                         elements e and e + 16); IQ4_NL: in consecutive order (byte b holds
 //                         elements 2b and 2b + 1), as the IQ4_XS planes (gemv_iq4xs.cu), so that
 //                         each 16 bits of a word look up four table values in x's byte order
-//   fifth bits [n][k/32]  Q5_0, Q5_1: a u32 per block, bit e element e's (the file's qh)
+//   fifth bits [n][k/32]  Q5_0, Q5_1: a u32 per block, element e's at bit 8 (e % 4) + e / 4
+//                         (gemv_k23.cuh: fifth_plane_word of the file's qh)
 //   scales [n][k/32]      f16 d (Q5_0, IQ4_NL), or the f16 pair (d, m) (Q5_1)
 // The file's bytes, rearranged: 22, 24 and 18 per 32 weights. (Before these layouts the backends
 // held Q5_0 and IQ4_NL matrices as Q8_0: 34 bytes.)
@@ -13,6 +14,7 @@
 #include "format/quant_decode.h"
 #include "kernels/common/launch_status.h"
 #include "kernels/gemv/gemv_internal.h"
+#include "kernels/gemv/gemv_k23.cuh"
 
 #include <cuda_fp16.h>
 
@@ -47,7 +49,10 @@ __global__ void repack_block32_kernel(const uint8_t* __restrict__ src, int64_t n
     if constexpr (kT == GgmlType::IQ4_NL) {
       for (int e = 0; e < 32; e += 2) q[e / 2] = uint8_t(q_nib(b + 2, e) | q_nib(b + 2, e + 1) << 4);
     } else {
-      for (int j = 0; j < 4; ++j) dst[pl.high + size_t(i) * 4 + j] = b[kHeader + j];
+      uint32_t qh = 0;
+      for (int j = 0; j < 4; ++j) qh |= uint32_t(b[kHeader + j]) << (8 * j);
+      const uint32_t word = gemv_detail::fifth_plane_word(qh);
+      for (int j = 0; j < 4; ++j) dst[pl.high + size_t(i) * 4 + j] = uint8_t(word >> (8 * j));
       for (int j = 0; j < 16; ++j) q[j] = b[kHeader + 4 + j];
     }
   }
@@ -71,7 +76,7 @@ __global__ void dequant_block32_kernel(const uint8_t* __restrict__ w, int64_t n,
     } else {
       const uint8_t byte = w[blk * 16 + e % 16];
       const uint32_t qh = *reinterpret_cast<const uint32_t*>(w + pl.high + blk * 4);
-      const int q = (e < 16 ? byte & 15 : byte >> 4) | int((qh >> e) & 1u) << 4;
+      const int q = (e < 16 ? byte & 15 : byte >> 4) | gemv_detail::fifth_plane_bit(qh, e) << 4;
       if constexpr (kT == GgmlType::Q5_0) v = d * float(q - 16);
       else v = d * float(q) + f16_to_f32(*reinterpret_cast<const uint16_t*>(w + pl.scales + blk * 4 + 2));
     }

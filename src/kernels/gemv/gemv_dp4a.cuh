@@ -126,7 +126,9 @@ struct Dp4aStep {
     return at;
   }
 
-  // Chunks l0 + u*32 + lane of the rows at `at` (chunks past the row's `nl` read as zeros).
+  // Chunks l0 + u*32 + lane of the rows at `at` (chunks past the row's `nl` read as zeros; unless
+  // !kChecked: the caller knows the step lies inside the row, and the loads go without predicates).
+  template <bool kChecked = true>
   static __device__ __forceinline__ void load(const Planes& p, const Rows& at, uint32_t l0, uint32_t nl, Regs& g) {
     const uint32_t lane = threadIdx.x % 32;
 #pragma unroll
@@ -138,7 +140,7 @@ struct Dp4aStep {
       const uint8_t* dp = p.d + size_t(c >> 3) * kDBytes;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const bool in = l0 + u * 32 + lane < nl;
+        const bool in = !kChecked || l0 + u * 32 + lane < nl;
         const uint8_t* qu = q + u * 32 * kQBytes;
         if constexpr (kLow) g.raw[r][u] = in ? load_stream8(qu) : make_uint2(0, 0);
         else g.raw[r][u] = in ? load_stream(qu) : make_uint4(0, 0, 0, 0);
@@ -232,8 +234,8 @@ struct Dp4aStep {
         x.big = f.m & 16 ? 0 : f.big;
         x.big_hi = f.m & 16 ? f.big : 0;
         x.lsh = k23_low_shift(f.m & 15);
-        x.hsh = k23_high_shift(f.m);
       }
+      if constexpr (kLow || kBits == 5) x.hsh = k23_high_shift(f.m);
       if constexpr (kQ6 || kQ2) {  // the offset - 32 q (- 4 q) per half, or Q2_K's min: the halves' sums
         const int lo = sum16(x.lo) + (f.m & 16 ? 0 : f.big);  // (Q joins the one it lies in)
         x.sum = (kQ2 ? 1 : -kOffset) * lo;
@@ -283,11 +285,11 @@ struct Dp4aStep {
       const uint32_t w[4] = {v.x, v.y, v.z, v.w};
       const int xl[4] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w}, xh[4] = {x.hi.x, x.hi.y, x.hi.z, x.hi.w};
       const uint32_t nib = pick & x.mask;  // the largest element's quant: its nibble, then its fifth bit
-      sumi = (int(x.mask == 0xF0u ? nib >> 4 : nib) | int((qh >> x.m) & 1u) << 4) * x.big + (kMin ? 0 : x.sum);
+      sumi = (int(x.mask == 0xF0u ? nib >> 4 : nib) | int((qh >> x.hsh) & 1u) << 4) * x.big + (kMin ? 0 : x.sum);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        sumi = __dp4a(int((w[i] & 0x0F0F0F0Fu) | fifth_bits(qh >> (4 * i))), xl[i], sumi);
-        sumi = __dp4a(int(((w[i] >> 4) & 0x0F0F0F0Fu) | fifth_bits(qh >> (16 + 4 * i))), xh[i], sumi);
+      for (int i = 0; i < 4; ++i) {  // the fifth bits of x words i and 4 + i lie at bits i and 4 + i of each byte
+        sumi = __dp4a(int((w[i] & 0x0F0F0F0Fu) | plane_fifth_bits(qh, i)), xl[i], sumi);
+        sumi = __dp4a(int(((w[i] >> 4) & 0x0F0F0F0Fu) | plane_fifth_bits(qh, 4 + i)), xh[i], sumi);
       }
     } else if constexpr (kBits == 4) {
       const uint32_t lo = 0x0F0F0F0Fu, hi = 0xF0F0F0F0u;
@@ -347,14 +349,15 @@ struct Dp4aStep {
   // kMats matrices that multiply the same x (the gate/up pair): each chunk's x side is read and
   // decoded once for all of them (its loads and integer work are a tenth of a chunk's product).
   // kB: the batch rows the instance unrolls for (kGemvMaxBatch, or 1 for decode's instances).
-  template <int kB, int kMats>
+  // !kChecked: the step lies inside the row (no test a chunk).
+  template <int kB, int kMats, bool kChecked = true>
   static __device__ __forceinline__ void dot_mats(const Regs (&g)[kMats], const uint8_t* xs, int64_t k, int64_t l0,
                                                   int batch, float (&acc)[kMats][kRows][kB]) {
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const uint32_t l = uint32_t(l0) + u * 32 + lane;  // (32 bits: as the loads' chunk indices)
-      if (l >= uint32_t(loads(k))) break;
+      if (kChecked && l >= uint32_t(loads(k))) break;
 #pragma unroll
       for (int b = 0; b < kB; ++b) {
         if (b >= batch) break;
@@ -374,10 +377,10 @@ struct Dp4aStep {
     }
   }
   // One matrix: acc[r][b] += the chunks in g times x.
-  template <int kB>
+  template <int kB, bool kChecked = true>
   static __device__ __forceinline__ void dot(const Regs& g, const uint8_t* xs, int64_t k, int64_t l0, int batch,
                                              float (&acc)[kRows][kB]) {
-    dot_mats<kB, 1>(reinterpret_cast<const Regs(&)[1]>(g), xs, k, l0, batch, reinterpret_cast<float(&)[1][kRows][kB]>(acc));
+    dot_mats<kB, 1, kChecked>(reinterpret_cast<const Regs(&)[1]>(g), xs, k, l0, batch, reinterpret_cast<float(&)[1][kRows][kB]>(acc));
   }
 };
 
@@ -387,7 +390,11 @@ struct Dp4aStep {
 // refilled with its next step (the next pass's first two steps at the end of a pass), so a step
 // is always in flight. (kRows, kUnroll): (2, 2), 16 warps a block; or (4, 1), 8 warps a block and
 // two blocks an SM: the same weight registers, each lane's x side shared by 4 rows instead of 2.
-template <int kBits, int kScales, int kRowsT, int kUnrollT>
+// kWhole: a row is whole steps (loads(k) a multiple of kStep), so that a step lies inside the row
+// or past it, tested once a step where the general form tests each chunk of each load and product
+// (its predicates, zeroed registers and branches were 11-17 % of the pass loop's instructions,
+// docs/benchmarks.md, sixty-eighth session).
+template <int kBits, int kScales, int kRowsT, int kUnrollT, bool kWhole = false>
 struct Dp4aSlots {
   static constexpr int kRows = kRowsT, kUnroll = kUnrollT, kWarps = 32 / kRows;
   static constexpr int kBlocksPerSm = kRows / 2;  // blocks an SM per kDp4aBlocksPerSm: 16 warps either shape
@@ -401,8 +408,8 @@ struct Dp4aSlots {
     const typename Step::Planes p = Step::planes(w, uint32_t(n), uint32_t(k));
     const typename Step::Rows at = Step::rows(uint32_t(row0), uint32_t(n), uint32_t(k));
     const uint32_t nl = uint32_t(k) / Step::kPer;
-    Step::load(p, at, 0, nl, a);
-    Step::load(p, at, kStep, nl, b);
+    Step::template load<!kWhole>(p, at, 0, nl, a);
+    if (!kWhole || kStep < nl) Step::template load<!kWhole>(p, at, kStep, nl, b);
   }
   // acc += rows row0.. of w times xs (int8 blocks of k); the slots are left holding the first
   // steps of rows row0 + stride when those exist.
@@ -418,10 +425,11 @@ struct Dp4aSlots {
       const bool last = l0 + 2 * kStep >= nl;
       const typename Step::Rows at = last ? next : here;  // the slots' next steps: these rows' after the pair,
       const uint32_t at_l0 = last ? 0 : l0 + 2 * kStep;     // or the next rows' first two
-      Step::template dot<1>(a, xs, k, l0, 1, acc);
-      if (!last || more) Step::load(p, at, at_l0, nl, a);
-      Step::template dot<1>(b, xs, k, l0 + kStep, 1, acc);  // (past k: no loads, no products)
-      if (!last || more) Step::load(p, at, at_l0 + kStep, nl, b);
+      Step::template dot<1, !kWhole>(a, xs, k, l0, 1, acc);
+      if (!last || more) Step::template load<!kWhole>(p, at, at_l0, nl, a);
+      // (slot b's step past the row: kWhole skips it, the general form loads zeros and multiplies none)
+      if (!kWhole || l0 + kStep < nl) Step::template dot<1, !kWhole>(b, xs, k, l0 + kStep, 1, acc);
+      if ((!last || more) && (!kWhole || at_l0 + kStep < nl)) Step::template load<!kWhole>(p, at, at_l0 + kStep, nl, b);
     }
   }
 };

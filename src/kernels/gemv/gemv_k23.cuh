@@ -39,6 +39,21 @@ struct K23Planes {
 __host__ __device__ constexpr int k23_low_shift(int e) { return 8 * (e % 4) + 2 * (e / 4); }
 __host__ __device__ constexpr int k23_high_shift(int e) { return 8 * (e % 4) + e / 4; }
 
+// The fifth-bit planes of Q5_0, Q5_1 and Q5_K (gemv_block32_planes.cu, gemv_kquant_planes.cu) hold a
+// block's 32 bits in Q3_K's high-word order: element e's bit at k23_high_shift(e), so that the four
+// elements of x word g (0..7: elements 4 g .. 4 g + 3) have theirs at bit g of bytes 0..3.
+// plane_fifth_bits moves them to bit 4, above their nibbles, by one shift and a mask (the file's
+// order, bit e for element e, took a shift, a mask, a multiply and a mask).
+__host__ __device__ inline uint32_t fifth_plane_word(uint32_t file_bits) {
+  uint32_t w = 0;
+  for (int e = 0; e < 32; ++e) w |= ((file_bits >> e) & 1u) << k23_high_shift(e);
+  return w;
+}
+__host__ __device__ inline int fifth_plane_bit(uint32_t word, int e) { return int((word >> k23_high_shift(e)) & 1u); }
+__device__ __forceinline__ uint32_t plane_fifth_bits(uint32_t word, int g) {
+  return (g < 4 ? word << (4 - g) : word >> (g - 4)) & 0x10101010u;
+}
+
 // The words of block j (0..7) of a super-block from the file's qs (half h) and Q3_K's hmask (repack).
 __host__ __device__ inline uint32_t k23_low_word(const uint8_t* qs, int j, int h) {
   uint32_t w = 0;

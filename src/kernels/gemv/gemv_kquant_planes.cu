@@ -2,12 +2,14 @@
 // and the quantised GEMMs read as they read Q4_0's (and Q5_0's fifth bits):
 //   quants [n][k/2]   block j of a super-block in Q4_0's order: byte e holds elements e (low
 //                     nibble) and e + 16 (high) of sub-block j
-//   Q5_K: fifth bits [n][k/32] u32: bit e of block j's word is element e's fifth bit
+//   Q5_K: fifth bits [n][k/32] u32: element e's fifth bit at bit 8 (e % 4) + e / 4 of block j's
+//         word (gemv_k23.cuh: fifth_plane_word)
 //   headers [n][k/256][16]: d, dmin and the 12 bytes of 6-bit scales and mins, as in the file
 // The file's bytes, rearranged: 144 (Q4_K) and 176 (Q5_K) per 256 weights.
 #include "format/quant_blocks.h"
 #include "kernels/common/launch_status.h"
 #include "kernels/gemv/gemv_internal.h"
+#include "kernels/gemv/gemv_k23.cuh"
 
 #include <cuda_fp16.h>
 
@@ -43,7 +45,7 @@ __global__ void repack_kernel(const uint8_t* __restrict__ src, int64_t n, int64_
       if constexpr (kQ5) {
         uint32_t bits = 0;
         for (int e = 0; e < 32; ++e) bits |= uint32_t((qh[e] >> j) & 1u) << e;
-        reinterpret_cast<uint32_t*>(dst + pl.high)[size_t(i) * 8 + j] = bits;
+        reinterpret_cast<uint32_t*>(dst + pl.high)[size_t(i) * 8 + j] = gemv_detail::fifth_plane_word(bits);
       }
     }
   }
@@ -60,7 +62,7 @@ __global__ void dequant_kernel(const uint8_t* __restrict__ w, int64_t n, int64_t
     const int idx = int(e % 32);
     const uint8_t byte = w[size_t(row) * size_t(k / 2) + size_t(blk) * 16 + idx % 16];
     int q = idx < 16 ? byte & 15 : byte >> 4;
-    if constexpr (kQ5) q |= int((reinterpret_cast<const uint32_t*>(w + pl.high)[size_t(row) * size_t(k / 32) + size_t(blk)] >> idx) & 1u) << 4;
+    if constexpr (kQ5) q |= gemv_detail::fifth_plane_bit(reinterpret_cast<const uint32_t*>(w + pl.high)[size_t(row) * size_t(k / 32) + size_t(blk)], idx) << 4;
     const uint8_t* h = w + pl.head + (size_t(row) * size_t(k / 256) + size_t(e / 256)) * 16;
     uint8_t sc, m;
     q4k_scale_min(int(blk % 8), h + 4, &sc, &m);
