@@ -392,7 +392,7 @@ struct Dp4aStep {
 // two blocks an SM: the same weight registers, each lane's x side shared by 4 rows instead of 2.
 // kWhole: a row is whole steps (loads(k) a multiple of kStep), so that a step lies inside the row
 // or past it, tested once a step where the general form tests each chunk of each load and product
-// (its predicates, zeroed registers and branches were 11-17 % of the pass loop's instructions,
+// (its predicates, zeroed registers and branches were 8-22 % of the pass loop's instructions,
 // docs/benchmarks.md, sixty-eighth session).
 template <int kBits, int kScales, int kRowsT, int kUnrollT, bool kWhole = false>
 struct Dp4aSlots {
