@@ -182,40 +182,68 @@ __device__ __forceinline__ void publish_y8_block(const float (*yv)[32], const Ep
   write_y8_block(ep, blk, n, batch, [&](int b) { return yv[b][threadIdx.x]; });
 }
 
-// publish_y8_block without the block-wide wait: the pass's outputs are in yv (buffer pass & 1);
-// warp pass % warps waits for the others on named barrier 1 + (pass & 1) (they only arrive) and
-// quantises, then, when the block has a pass + 2 (`reuse`), frees the buffer on barrier
-// 3 + (pass & 1), which the other warps wait on before they write it again (y8_rotation_wait).
-__device__ __forceinline__ void publish_y8_rotating(const float (*yv)[32], const Epilogue& ep, int64_t blk, int64_t n,
-                                                    int batch, int pass, bool reuse) {
-  const int warps = blockDim.x / 32;
-  if (int(threadIdx.x / 32) != pass % warps) {
-    tma::named_barrier_arrive(1 + (pass & 1), blockDim.x);
-    return;
+// The int8-block copy of y for the kBlock32 kernels that keep weights in flight across their
+// epilogue (decode's overlapping q_dp4a instances, q_dp4a_slots): pass p's 32 outputs go to buffer
+// p % kY8Bufs; each warp counts itself in when it has stored its rows (`arrived`), and the warp
+// that completes the pass quantises it and counts the buffer's use done. A warp waits only before
+// writing a buffer whose use kY8Bufs passes back is not yet done (a warp that far ahead of the
+// slowest). The form before, a rotating warp waiting at a named barrier for the whole block every
+// pass, held the block's warps in step: 128256 x 4096 q4_0 82.7 us with y8 made, 66.8 without
+// (docs/benchmarks.md, sixty-ninth session).
+inline constexpr int kY8Bufs = 4;
+struct Y8Ring {
+  float v[kY8Bufs][kGemvMaxBatch][32];
+  unsigned arrived[kY8Bufs];  // warps that stored into the buffer, over all its uses
+  unsigned done[kY8Bufs];     // the buffer's uses quantised
+  // Every thread of the block, before the first pass; a __syncthreads() must follow.
+  __device__ __forceinline__ void init() {
+    if (threadIdx.x < 2 * kY8Bufs) (threadIdx.x < kY8Bufs ? arrived : done)[threadIdx.x % kY8Bufs] = 0;
   }
-  tma::named_barrier_sync(1 + (pass & 1), blockDim.x);
-  write_y8_block(ep, blk, n, batch, [&](int b) { return yv[b][threadIdx.x % 32]; });
-  __syncwarp();
-  if (reuse) tma::named_barrier_arrive(3 + (pass & 1), blockDim.x);
-}
-__device__ __forceinline__ void y8_rotation_wait(int pass) {
-  if (pass >= 2 && int(threadIdx.x / 32) != (pass - 2) % int(blockDim.x / 32))
-    tma::named_barrier_sync(3 + (pass & 1), blockDim.x);
-}
+  // Pass `pass`'s buffer, once its previous use has been quantised.
+  __device__ __forceinline__ float (*buffer(int pass))[32] {
+    const int buf = pass % kY8Bufs;
+    const unsigned use = unsigned(pass) / kY8Bufs;
+    if (threadIdx.x % 32 == 0)
+      while (*reinterpret_cast<volatile unsigned*>(&done[buf]) < use) {
+      }
+    __syncwarp();
+    __threadfence_block();  // the previous use's reads before this warp's writes
+    return v[buf];
+  }
+  // The warp has stored its rows of pass `pass` (lane 0): count it in; the warp that completes the
+  // pass quantises the 32-row block blk.
+  __device__ __forceinline__ void publish(const Epilogue& ep, int64_t blk, int64_t n, int batch, int pass) {
+    const int lane = threadIdx.x % 32, buf = pass % kY8Bufs;
+    const unsigned use = unsigned(pass) / kY8Bufs, warps = blockDim.x / 32;
+    unsigned before = 0;
+    if (lane == 0) {
+      __threadfence_block();  // this warp's rows before its count
+      before = atomicAdd(&arrived[buf], 1u);
+    }
+    if (__shfl_sync(0xffffffffu, before, 0) + 1 != (use + 1) * warps) return;
+    __threadfence_block();  // every warp's rows are visible from here on
+    write_y8_block(ep, blk, n, batch, [&](int b) { return v[buf][b][lane]; });
+    __syncwarp();
+    if (lane == 0) {
+      __threadfence_block();  // the reads before the buffer is written again
+      atomicAdd(&done[buf], 1u);
+    }
+  }
+};
 
 // Reduces acc[mat][r][b] (b < kB: the batch rows the caller unrolls for) over the warp and stores
 // rows row0..row0+kRows-1 of every batch row
-// through the epilogue (lane 0 writes), then publishes them to y8 when asked: through yv
-// (publish_y8_block) when the caller's block covers whole 32-row blocks, else publish_y8.
-// acc[1] is the up-projection when ep.gate_up. row0 is a multiple of kRows, and kRows divides 32.
-// barrier_threads: publish_y8_block's `threads`.
+// through the epilogue (lane 0 writes), then publishes them to y8 when asked: through the ring
+// (Y8Ring, pass `pass`) or yv (publish_y8_block) when the caller's block covers whole 32-row
+// blocks, else publish_y8. acc[1] is the up-projection when ep.gate_up. row0 is a multiple of
+// kRows, and kRows divides 32. barrier_threads: publish_y8_block's `threads`.
 template <int kMats, int kRows, int kB>
 __device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][kB], int64_t row0, int64_t n, int batch,
                                            const Epilogue& ep, float* __restrict__ y, float scale = 1.f,
-                                           float (*yv)[32] = nullptr, int barrier_threads = 0, int pass = -1,
-                                           bool reuse = false, unsigned long long* best = nullptr) {
+                                           float (*yv)[32] = nullptr, int barrier_threads = 0, Y8Ring* ring = nullptr,
+                                           int pass = 0, unsigned long long* best = nullptr) {
   const int lane = threadIdx.x % 32;
-  if (yv && pass >= 0 && ep.y8) y8_rotation_wait(pass);
+  float (*out)[32] = ring && ep.y8 ? ring->buffer(pass) : yv;
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
@@ -226,7 +254,7 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][kB],
       if (lane == 0 && row0 + r < n) {
         const float v = ep.apply(g, up, row0 + r, b, n);
         y[b * n + row0 + r] = v;
-        if (yv) yv[b][(row0 + r) % 32] = v;
+        if (out) out[b][(row0 + r) % 32] = v;
         if (best && b == 0) {  // argmax (batch 1): lane 0's best row so far
           const unsigned long long key = argmax_key(v, row0 + r);
           *best = key > *best ? key : *best;
@@ -234,7 +262,7 @@ __device__ __forceinline__ void store_rows(const float (&acc)[kMats][kRows][kB],
       }
     }
   if (!ep.y8) return;
-  if (yv && pass >= 0) publish_y8_rotating(yv, ep, row0 / 32, n, batch, pass, reuse);
+  if (ring) ring->publish(ep, row0 / 32, n, batch, pass);
   else if (yv) publish_y8_block(yv, ep, row0 / 32, n, batch, barrier_threads);
   else publish_y8(y, ep, row0, kRows, n, batch);
 }

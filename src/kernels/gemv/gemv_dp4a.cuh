@@ -260,7 +260,7 @@ struct Dp4aStep {
       const uint32_t w[4] = {v.x, v.y, v.z, v.w};
       const int xs[8] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w, x.hi.x, x.hi.y, x.hi.z, x.hi.w};
       const uint32_t wm = x.m & 16 ? (x.m & 8 ? v.w : v.z) : (x.m & 8 ? v.y : v.x);
-      sumi = iq4_split1((wm >> (4 * (x.m & 7))) & 15u) * x.big;  // the largest element's value times Q
+      sumi = iq4_split1(wm >> (4 * (x.m & 7))) * x.big;  // the largest element's value times Q
 #pragma unroll
       for (int i = 0; i < 4; ++i) {  // each value as two bytes that add up to it (iq4_split8)
         const Iq4Split t = iq4_split8(w[i]);
@@ -369,7 +369,9 @@ struct Dp4aStep {
             if constexpr (kLow) {
               acc[mat][r][b] += low_dot(g[mat].raw[r][u], g[mat].qh[r][u], g[mat].aux[r][u].x, g[mat].aux[r][u].y, x);
             } else {
-              const float2 dm = scales(g[mat].aux[r][u], l);
+              // (chunk l's block in its super-block, l % 8, is lane % 8: l0 and 32 u are multiples of 8,
+              // so that the shifts that pick its scale are made once, outside the loop)
+              const float2 dm = scales(g[mat].aux[r][u], lane);
               acc[mat][r][b] += chunk_dot(g[mat].raw[r][u], g[mat].qh[r][u], x, dm.x, dm.y);
             }
           }
@@ -389,7 +391,10 @@ struct Dp4aStep {
 // steps l0 = 0, 2, 4, ... of the warp's rows, slot b the steps 1, 3, 5, ...; a multiplied slot is
 // refilled with its next step (the next pass's first two steps at the end of a pass), so a step
 // is always in flight. (kRows, kUnroll): (2, 2), 16 warps a block; or (4, 1), 8 warps a block and
-// two blocks an SM: the same weight registers, each lane's x side shared by 4 rows instead of 2.
+// two blocks an SM: the same weight registers, each lane's x side shared by 4 rows instead of 2;
+// or, for the 2- and 3-bit types (8 bytes of quants a chunk: half the 4-bit types' registers),
+// (4, 2), 8 warps a block and two blocks an SM: a chunk's x side shared by 4 rows, and a pass
+// (its set-up and epilogue) over 4 rows, at (2, 2)'s steps.
 // kWhole: a row is whole steps (loads(k) a multiple of kStep), so that a step lies inside the row
 // or past it, tested once a step where the general form tests each chunk of each load and product
 // (its predicates, zeroed registers and branches were 8-22 % of the pass loop's instructions,
@@ -398,7 +403,8 @@ template <int kBits, int kScales, int kRowsT, int kUnrollT, bool kWhole = false>
 struct Dp4aSlots {
   static constexpr int kRows = kRowsT, kUnroll = kUnrollT, kWarps = 32 / kRows;
   static constexpr int kBlocksPerSm = kRows / 2;  // blocks an SM per kDp4aBlocksPerSm: 16 warps either shape
-  static_assert((kRows == 2 && kUnroll == 2) || (kRows == 4 && kUnroll == 1), "the slot shapes: 2 rows x 2 steps, 4 rows x 1");
+  static_assert((kRows == 2 && kUnroll == 2) || (kRows == 4 && kUnroll == 1) || (kRows == 4 && kUnroll == 2 && kBits < 4),
+                "the slot shapes: 2 rows x 2 steps, 4 rows x 1, and for the 2- and 3-bit types 4 rows x 2");
   using Step = Dp4aStep<kBits, kScales, kRows, kUnroll>;
   static constexpr uint32_t kStep = 32 * kUnroll;  // chunks a step: kUnroll per lane, times 32 lanes
 

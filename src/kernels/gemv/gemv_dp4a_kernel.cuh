@@ -75,7 +75,7 @@ namespace lamina::kernels::gemv_detail {
 // code the warps run is one contiguous stretch instead of eight batch copies branched over.
 // kOverlap (decode's batch-1 instances of 32-row blocks): the gate and up matrices' steps are
 // loaded together, the next pass's first step goes out before this pass's epilogue, and y8 is
-// made by a rotating warp while the others go on (publish_y8_rotating) — so that the warps keep
+// made by the warp that completes a pass while the others go on (Y8Ring) — so that the warps keep
 // weights in flight across the epilogue instead of draining at a block-wide barrier.
 template <int kBits, int kScales, int kRows, int kUnroll, bool kGateUp, bool kBlock32 = false, int kMaxB = kGemvMaxBatch,
           bool kOverlap = false>
@@ -107,7 +107,12 @@ __global__ void __launch_bounds__(kBlock32 ? 32 / kRows * 32 : 256) q_dp4a(const
   RmsParts rms;  // x8 = blocks of x * w: the RMS scale from the producer's sums of squares
   if (xin.ss) rms.load(xin.ss, k);
   const uint8_t* xs = x8_source(xin, k, batch, smem);
-  __shared__ float yv[kBlock32 ? 2 : 1][kBlock32 ? kGemvMaxBatch : 1][32];  // kBlock32: y of the pass, two buffers
+  __shared__ float yv[kBlock32 && !kOverlap ? 2 : 1][kBlock32 ? kGemvMaxBatch : 1][32];  // kBlock32: y of the pass, two buffers
+  __shared__ std::conditional_t<kOverlap, Y8Ring, char> ring;  // kOverlap: y8 made by the warp that completes a pass
+  if constexpr (kOverlap) {
+    ring.init();
+    __syncthreads();
+  }
   int pass = 0;
   for (int64_t row0 = first; row0 < n; row0 += stride, ++pass) {
     if (row0 + stride >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
@@ -132,8 +137,10 @@ __global__ void __launch_bounds__(kBlock32 ? 32 / kRows * 32 : 256) q_dp4a(const
           Step::dot(regs[0], xs, k, l0, batch, acc[mat]);
         }
     }
-    store_rows(acc, row0, n, batch, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f, kBlock32 ? yv[pass & 1] : nullptr,
-               0, kOverlap ? pass : -1, row0 + 2 * stride < n);
+    if constexpr (kOverlap)
+      store_rows(acc, row0, n, batch, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f, nullptr, 0, &ring, pass);
+    else
+      store_rows(acc, row0, n, batch, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f, kBlock32 ? yv[pass & 1] : nullptr);
   }
 }
 
@@ -149,6 +156,8 @@ struct Dp4aLaunch {
     } else if constexpr (kRows >= 2) {
       if (c.warps * kRows == 32) {  // one 32-row block of y per block and pass (kBlock32)
         if (p.batch == 1) {
+          // The 2- and 3-bit types' one matrix at 4 rows x 2 steps: q_dp4a_slots' third shape.
+          if constexpr (kRows == 4 && kUnroll == 2 && kBits < 4 && !kGateUp) return gemv_dp4a_slots_launch<kBits, kScales, 4, 2>(p, c, s);
           // Decode: the overlapping instances (every type but q4_1 and q5_1, 16 warps); one matrix at unroll 2 goes
           // to q_dp4a_slots (gemv_dp4a_slots.cu). The gate/up pair runs at unroll 2 for either
           // config (at 4 its two steps of registers spill): the pair's unroll-4 config had run the

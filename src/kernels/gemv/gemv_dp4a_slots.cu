@@ -7,7 +7,7 @@
 //     always has a step of weights in flight while it multiplies the other, where q_dp4a loads,
 //     waits and multiplies. Both slots are filled before the PDL wait: on the 7B's 4096-wide
 //     matrices that is a warp's whole rows (Wo), or two of six steps (W_down, k = 11008).
-//   - y8 made by a rotating warp behind named barriers (publish_y8_rotating), as q_dp4a's
+//   - y8 made by the warp that completes a pass (Y8Ring), as q_dp4a's
 //     overlapping instances.
 //   - same chunks, products and epilogue as q_dp4a (Dp4aStep, store_rows); the sums add the
 //     steps in the same order.
@@ -45,14 +45,15 @@ __global__ void __launch_bounds__(Dp4aSlots<kBits, kScales, kRows, kUnroll>::kWa
   RmsParts rms;
   if (xin.ss) rms.load(xin.ss, k);
   const uint8_t* xs = x8_source(xin, k, 1, smem);
-  __shared__ float yv[2][kGemvMaxBatch][32];  // y of a pass, two buffers (publish_y8_rotating)
+  __shared__ Y8Ring ring;  // the int8 copy of y, made by the warp that completes a pass
+  ring.init();
+  __syncthreads();
   int pass = 0;
   for (int64_t row0 = first; row0 < n; row0 += stride, ++pass) {
     if (row0 + stride >= n) pdl_launch_dependents();  // this warp's last rows: the next kernel may launch
     float acc[1][Slots::kRows][1] = {};
     Slots::pass(w, row0, stride, n, k, xs, a, b, acc[0]);
-    store_rows(acc, row0, n, 1, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f, yv[pass & 1], 0, pass,
-               row0 + 2 * stride < n);
+    store_rows(acc, row0, n, 1, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f, nullptr, 0, &ring, pass);
   }
 }
 
@@ -87,5 +88,8 @@ LAMINA_DP4A_SLOTS(4, kScaleNL)
 LAMINA_DP4A_SLOTS(2, kScaleQ2)
 LAMINA_DP4A_SLOTS(3, kScaleQ6)
 #undef LAMINA_DP4A_SLOTS
+// The 2- and 3-bit types' third shape, 4 rows x 2 steps (Dp4aSlots).
+template Status gemv_dp4a_slots_launch<2, kScaleQ2, 4, 2>(const GemvProblem&, const GemvConfig&, cudaStream_t);
+template Status gemv_dp4a_slots_launch<3, kScaleQ6, 4, 2>(const GemvProblem&, const GemvConfig&, cudaStream_t);
 
 }  // namespace lamina::kernels

@@ -35,13 +35,15 @@ __device__ __forceinline__ Iq4Split iq4_split8(uint32_t w) {
   return Iq4Split{{prmt(l0, l1, w), prmt(l0, l1, w >> 16)}, {prmt(u0, u1, f), prmt(u0, u1, f >> 16)}};
 }
 
-// One index's IQ4 value (idx 0..15) by the same two halves, as an int: each selector asks for byte
-// idx in its low nibble and for that byte's sign in the other three, so each half comes
-// sign-extended (lo: iq4[idx], or -1 for idx >= 8; hi: 0, or iq4[idx] + 1 for idx >= 8).
-__device__ __forceinline__ int iq4_split1(uint32_t idx) {
+// The IQ4 value of the index in bits 0..3 of s (the bits above are ignored: s may be a word of
+// indices shifted down to the one wanted), as an int, by the same two halves: each selector asks
+// for byte idx in its low nibble (lo: idx, hi: idx with its top bit flipped) and, in the other
+// three, for the sign of byte 0 of its half, which is the sign of all of them (lo: negative, hi:
+// positive), so each half comes sign-extended (lo: iq4[idx], or -1 for idx >= 8; hi: 0, or
+// iq4[idx] + 1). One LOP3 a selector from s (against a multiply, a mask and two LOPs from idx).
+__device__ __forceinline__ int iq4_split1(uint32_t s) {
   constexpr uint32_t l0 = iq4_word(0), l1 = iq4_word(1), u0 = iq4_upper_word(0), u1 = iq4_upper_word(1);
-  const uint32_t sel = idx * 0x1111u | 0x8880u;
-  return int(prmt(l0, l1, sel)) + int(prmt(u0, u1, sel ^ 8u));
+  return int(prmt(l0, l1, (s & 0xFu) | 0x8880u)) + int(prmt(u0, u1, (s & 0xFu) ^ 0x8888u));
 }
 
 }  // namespace lamina::kernels::gemv_detail

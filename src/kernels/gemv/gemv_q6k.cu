@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(256, kMaxB == 1 ? 2 : 0) q6k_dp4a(const uint8_
         loaded = false;
         st.template dot<kMaxB>(xs, k, j0, batch, acc[mat]);
       }
-    store_rows(acc, row0, n, batch, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f, nullptr, 0, -1, false,
+    store_rows(acc, row0, n, batch, ep, y, xin.ss ? rms.scale(k, xin.norm_eps) : 1.f, nullptr, 0, nullptr, 0,
                kArgmax ? &best : nullptr);
   }
   if constexpr (kArgmax) argmax_finish(ep.argmax, best);
